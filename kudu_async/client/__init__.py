@@ -1,0 +1,1 @@
+"""client subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""common subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""consensus subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""fs subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""master subsystem of kudu_async."""

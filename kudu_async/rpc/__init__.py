@@ -1,0 +1,1 @@
+"""rpc subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""server subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""spark subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""tablet subsystem of kudu_async."""

@@ -1,0 +1,1 @@
+"""testing subsystem of kudu_async."""

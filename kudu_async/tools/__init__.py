@@ -1,0 +1,1 @@
+"""tools subsystem of kudu_async."""

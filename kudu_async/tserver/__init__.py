@@ -1,0 +1,1 @@
+"""tserver subsystem of kudu_async."""
