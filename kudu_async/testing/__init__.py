@@ -1,1 +1,5 @@
-"""testing subsystem of kudu_async."""
+"""Test and demo support: real multi-process clusters on 127.0.0.1."""
+
+from kudu_async.testing.mini_cluster import MiniCluster, MiniClusterError, NodeProcess, free_port
+
+__all__ = ["MiniCluster", "MiniClusterError", "NodeProcess", "free_port"]

@@ -1,0 +1,159 @@
+"""The admin HTTP app (aiohttp) both roles serve: Kudu's paths plus a JSON API for tools and curl.
+
+Roles add their own routes through ``Node.add_admin_routes``. Every error is JSON with a code and a
+message, like RPC errors, so scripts handle both the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.version import __version__
+
+if TYPE_CHECKING:
+    from kudu_async.server.node import Node
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+NODE_KEY = web.AppKey("node", object)
+
+
+def json_error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"code": code, "message": message}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every failure to a JSON error body; the node itself keeps serving."""
+    try:
+        return await handler(request)
+    except KuduBadStatus as e:
+        return web.json_response(e.to_dict(), status=e.http_status)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return json_error(e.status, e.reason.upper().replace(" ", "_"), f"{request.method} {request.path}: "
+                          f"{e.reason}")
+    except Exception as e:
+        log.exception("admin handler %s failed", request.path)
+        return json_error(500, "RUNTIME_ERROR", f"{type(e).__name__}: {e}")
+
+
+def csv_param(request: web.Request, name: str) -> list[str]:
+    """Kudu's filter params are comma-separated lists."""
+    raw = request.query.get(name, "")
+    return [p for p in raw.split(",") if p]
+
+
+def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise KuduInvalidArgument(f"query parameter {name!r}: expected an integer, got {raw!r}") from None
+    if not lo <= v <= hi:
+        raise KuduInvalidArgument(f"query parameter {name!r}: {v} is outside [{lo}, {hi}]")
+    return v
+
+
+def _node(request: web.Request) -> Node:
+    node: Node = request.app[NODE_KEY]  # type: ignore[assignment]
+    return node
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response(_node(request).status())
+
+
+async def varz_json(request: web.Request) -> web.Response:
+    return web.json_response({"flags": _node(request).config.to_json()})
+
+
+async def varz_text(request: web.Request) -> web.Response:
+    lines = []
+    for name, v in sorted(_node(request).config.values.items()):
+        if v is None:
+            continue
+        text = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        lines.append(f"--{name}={text}")
+    return web.Response(text="\n".join(lines) + "\n")
+
+
+async def version(request: web.Request) -> web.Response:
+    node = _node(request)
+    return web.json_response({
+        "version_info": {
+            "version_string": __version__,
+            "build_type": "RELEASE",
+            "implementation": "kudu_async",
+            "role": node.role,
+        }
+    })
+
+
+async def rpcz(request: web.Request) -> web.Response:
+    return web.json_response(_node(request).rpcz())
+
+
+async def metrics_json(request: web.Request) -> web.Response:
+    reg = _node(request).metrics
+    body = reg.to_json(csv_param(request, "metrics"), csv_param(request, "types"), csv_param(request, "ids"))
+    return web.json_response(body)
+
+
+async def metrics_prometheus(request: web.Request) -> web.Response:
+    return web.Response(text=_node(request).metrics.to_prometheus(), content_type="text/plain",
+                        charset="utf-8", headers={"X-Prometheus-Format": "0.0.4"})
+
+
+async def mem_trackers(request: web.Request) -> web.Response:
+    return web.json_response(_node(request).mem_trackers())
+
+
+async def home(request: web.Request) -> web.Response:
+    node = _node(request)
+    paths = sorted({r.resource.canonical for r in request.app.router.routes() if r.resource is not None})
+    return web.json_response({"status": node.status(), "paths": paths})
+
+
+def build_admin_app(node: Node) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=1024 * 1024)
+    app[NODE_KEY] = node
+    r = app.router
+    r.add_get("/", home)
+    r.add_get("/healthz", healthz)
+    r.add_get("/version", version)
+    r.add_get("/varz", varz_text)
+    r.add_get("/rpcz", rpcz)
+    r.add_get("/metrics", metrics_json)
+    r.add_get("/jsonmetricz", metrics_json)
+    r.add_get("/metrics_prometheus", metrics_prometheus)
+    r.add_get("/mem-trackers", mem_trackers)
+    r.add_get("/api/v1/status", status)
+    r.add_get("/api/v1/varz", varz_json)
+    node.add_admin_routes(app)
+    return app
+
+
+def process_memory() -> dict[str, Any]:
+    """Current and peak resident set size of this process, in bytes."""
+    rss = 0
+    try:
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        rss = 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"current_bytes": rss, "peak_bytes": max(peak, rss)}

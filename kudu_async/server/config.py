@@ -1,0 +1,283 @@
+"""Node flags: one table of definitions, read from the command line, the environment and a TOML file.
+
+Precedence, highest first: command line, environment (``KUDU_<FLAG>``), TOML file (``--config``),
+defaults. Every bad value is reported naming the flag, where it came from and what was wrong, so an
+operator never has to guess which of the three sources to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kudu_async.common.errors import KuduConfigurationError
+
+ROLES = ("master", "tserver")
+DEFAULT_RPC_PORT = {"master": 7051, "tserver": 7050}
+DEFAULT_HTTP_PORT = {"master": 8051, "tserver": 8050}
+ENV_PREFIX = "KUDU_"
+
+
+def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
+    """Parse ``host:port`` (or ``[v6]:port``); ``default_port`` fills a bare host."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty address")
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep:
+            raise ValueError(f"unterminated '[' in {text!r}")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError(f"IPv6 address must be bracketed: {text!r}")
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise ValueError(f"missing host in {text!r}")
+    if not port_text:
+        if default_port is None:
+            raise ValueError(f"missing port in {text!r}")
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"bad port {port_text!r} in {text!r} (expected 0-65535)")
+    return host, int(port_text)
+
+
+def format_hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _to_int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("expected an integer, got a boolean")
+    if isinstance(v, int):
+        return v
+    return int(str(v).strip(), 10)
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a number, got a boolean")
+    return float(v)
+
+
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _to_str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One node flag. ``name`` uses underscores; the command line spells it with dashes."""
+
+    name: str
+    kind: Callable[[Any], Any]
+    default: Any
+    help: str
+    check: Callable[[Any], str | None] | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def cli(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    def convert(self, raw: Any, source: str) -> Any:
+        try:
+            value = self.kind(raw)
+        except (TypeError, ValueError) as e:
+            raise KuduConfigurationError(f"{self.cli} ({source}): bad value {raw!r}: {e}") from None
+        if self.choices is not None and value not in self.choices:
+            raise KuduConfigurationError(
+                f"{self.cli} ({source}): bad value {raw!r}: expected one of {', '.join(self.choices)}"
+            )
+        if self.check is not None:
+            problem = self.check(value)
+            if problem:
+                raise KuduConfigurationError(f"{self.cli} ({source}): bad value {raw!r}: {problem}")
+        return value
+
+
+def _positive(v: float) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _non_negative(v: float) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _hostport_or_empty(v: str) -> str | None:
+    if not v:
+        return None
+    try:
+        parse_hostport(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _master_list(v: str) -> str | None:
+    try:
+        addrs = parse_master_addresses(v)
+    except ValueError as e:
+        return str(e)
+    if len(addrs) not in (1, 3, 5):
+        return f"expected 1, 3 or 5 masters, got {len(addrs)}"
+    return None
+
+
+def parse_master_addresses(text: str) -> list[str]:
+    """Comma-separated ``host[:port]`` list; a bare host gets the master default port."""
+    out = []
+    for part in text.split(","):
+        if not part.strip():
+            raise ValueError(f"empty entry in master list {text!r}")
+        host, port = parse_hostport(part, DEFAULT_RPC_PORT["master"])
+        out.append(format_hostport(host, port))
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate address in master list {text!r}")
+    return out
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("role", _to_str, None, "Node role: master or tserver (required).", choices=ROLES),
+    Flag("data_dir", _to_str, None, "Directory for this node's instance file, WALs and data (required)."),
+    Flag("rpc_bind", _to_str, "", "RPC address host:port (default 127.0.0.1:7051 master, :7050 tserver).",
+         check=_hostport_or_empty),
+    Flag("http_bind", _to_str, "", "Admin HTTP address host:port (default 127.0.0.1:8051 master, "
+         ":8050 tserver).", check=_hostport_or_empty),
+    Flag("master_addresses", _to_str, "127.0.0.1:7051", "Comma-separated RPC addresses of all masters.",
+         check=_master_list),
+    Flag("node_name", _to_str, "", "Name used in logs and fault-injection rules (default: the uuid)."),
+    Flag("log_level", _to_str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    Flag("log_file", _to_str, "", "Write logs here instead of stderr."),
+    Flag("rpc_max_message_bytes", _to_int, 64 * 1024 * 1024, "Largest RPC body accepted or sent.",
+         check=_positive),
+    Flag("rpc_service_queue_length", _to_int, 1000,
+         "Calls in flight per service before new ones get SERVICE_UNAVAILABLE.", check=_positive),
+    Flag("rpc_default_timeout_ms", _to_int, 10_000, "Default deadline of outgoing RPCs.", check=_positive),
+    Flag("enable_fault_injection", _to_bool, False,
+         "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only)."),
+    Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.",
+         check=_non_negative),
+    Flag("raft_heartbeat_interval_ms", _to_int, 500, "Raft leader heartbeat period.", check=_positive),
+    Flag("leader_failure_max_missed_heartbeat_periods", _to_float, 3.0,
+         "Missed heartbeats before a follower starts an election.", check=_positive),
+    Flag("heartbeat_interval_ms", _to_int, 1000, "tserver -> master heartbeat period.", check=_positive),
+)
+FLAGS_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
+
+
+@dataclass
+class NodeConfig:
+    """The effective configuration of one node, with where each value came from."""
+
+    values: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def rpc_hostport(self) -> tuple[str, int]:
+        return parse_hostport(self.values["rpc_bind"])
+
+    @property
+    def http_hostport(self) -> tuple[str, int]:
+        return parse_hostport(self.values["http_bind"])
+
+    @property
+    def masters(self) -> list[str]:
+        return parse_master_addresses(self.values["master_addresses"])
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {k: {"value": v, "source": self.sources.get(k, "default")} for k, v in sorted(self.values.items())}
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kudu-node",
+        description="Run one kudu_async cluster node (master or tablet server).",
+        epilog=f"Every flag can also be set as {ENV_PREFIX}<FLAG_NAME> in the environment or as "
+        "flag_name = value in the --config TOML file. Precedence: command line > environment > file.",
+        argument_default=argparse.SUPPRESS,
+    )
+    p.add_argument("--config", metavar="FILE.toml", help="TOML file of flag values (default: none).")
+    for f in FLAGS:
+        default = "required" if f.default is None else repr(f.default)
+        p.add_argument(f.cli, dest=f.name, metavar=f.name.upper(), help=f"{f.help} [default: {default}; "
+                       f"env {f.env}]")
+    return p
+
+
+def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """Resolve the node's configuration or raise KuduConfigurationError naming the bad flag."""
+    environ = os.environ if environ is None else environ
+    ns = vars(build_arg_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    config_path = ns.pop("config", None) or environ.get(ENV_PREFIX + "CONFIG")
+    if config_path:
+        for name, raw in _read_toml(Path(config_path)).items():
+            values[name] = FLAGS_BY_NAME[name].convert(raw, f"config file {config_path}")
+            sources[name] = f"file:{config_path}"
+    for f in FLAGS:
+        if f.env in environ:
+            values[f.name] = f.convert(environ[f.env], f"environment {f.env}")
+            sources[f.name] = "env"
+    for name, raw in ns.items():
+        values[name] = FLAGS_BY_NAME[name].convert(raw, "command line")
+        sources[name] = "cli"
+    for f in FLAGS:
+        values.setdefault(f.name, f.default)
+
+    role = values["role"]
+    if role is None:
+        raise KuduConfigurationError("--role is required (master or tserver)")
+    if not values["data_dir"]:
+        raise KuduConfigurationError("--data-dir is required")
+    if not values["rpc_bind"]:
+        values["rpc_bind"] = f"127.0.0.1:{DEFAULT_RPC_PORT[role]}"
+    if not values["http_bind"]:
+        values["http_bind"] = f"127.0.0.1:{DEFAULT_HTTP_PORT[role]}"
+    return NodeConfig(values, sources)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise KuduConfigurationError(f"--config: file not found: {path}") from None
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise KuduConfigurationError(f"--config: cannot read {path}: {e}") from None
+    unknown = sorted(k for k in doc if k not in FLAGS_BY_NAME)
+    if unknown:
+        raise KuduConfigurationError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
+    return doc

@@ -1,0 +1,175 @@
+"""What both roles share: identity, RPC server and client, admin HTTP, metrics, clean shutdown.
+
+A role (master, tserver) subclasses ``Node`` and adds its services in ``on_start`` and its admin pages
+in ``add_admin_routes``. The shell owns the order of start and stop so that every role shuts down the
+same way: stop accepting, let in-flight calls finish within the grace period, then release resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+from aiohttp import web
+
+from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.metrics import MetricEntity, MetricRegistry
+from kudu_async.fs.fs_manager import FsManager
+from kudu_async.rpc.client import RpcClient
+from kudu_async.rpc.faults import FaultInjector
+from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.server.admin import build_admin_app, process_memory
+from kudu_async.server.config import NodeConfig, format_hostport
+from kudu_async.version import __version__
+
+log = logging.getLogger(__name__)
+
+METRIC_ENTITY_ID = {"master": "kudu.master", "tserver": "kudu.tabletserver"}
+
+
+class Node:
+    """One cluster node process. Use ``await node.start()`` then ``await node.stop()``."""
+
+    role = "node"
+
+    def __init__(self, config: NodeConfig, fs: FsManager) -> None:
+        self.config = config
+        self.fs = fs
+        self.uuid = fs.uuid
+        self.name = config.node_name or self.uuid
+        self.started_at = time.time()
+        self._started_mono = time.monotonic()
+        self.metrics = MetricRegistry()
+        self.server_metrics: MetricEntity = self.metrics.entity(
+            "server", METRIC_ENTITY_ID.get(self.role, "kudu.server"), {"uuid": self.uuid, "role": self.role}
+        )
+        self.server_metrics.gauge("uptime", "Seconds since the node started", "seconds",
+                                  read=lambda: round(time.monotonic() - self._started_mono, 3))
+        self.server_metrics.gauge("memory_rss", "Resident set size of the process", "bytes",
+                                  read=lambda: process_memory()["current_bytes"])
+        self.faults = FaultInjector(node_name=self.name)
+        self.rpc_server = RpcServer(
+            metrics=self.server_metrics,
+            max_body_bytes=config.rpc_max_message_bytes,
+            queue_length=config.rpc_service_queue_length,
+            faults=self.faults,
+        )
+        self.rpc_client = RpcClient(
+            node_name=self.name,
+            faults=self.faults,
+            max_body_bytes=config.rpc_max_message_bytes,
+            default_timeout_s=config.rpc_default_timeout_ms / 1000.0,
+        )
+        self.rpc_address = config.rpc_bind
+        self.http_address = config.http_bind
+        self._http_runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+        self._register_generic_service()
+
+    # --- role hooks -----------------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Start role services; called after RPC is bound and before HTTP is up."""
+
+    async def on_stop(self) -> None:
+        """Stop role background work; in-flight RPCs are still allowed to finish."""
+
+    def add_admin_routes(self, app: web.Application) -> None:
+        """Add the role's admin pages."""
+
+    def role_status(self) -> dict[str, Any]:
+        """Role-specific fields of ``/api/v1/status`` and ``Generic/GetStatus``."""
+        return {}
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        rpc_host, rpc_port = self.config.rpc_hostport
+        bound = await self.rpc_server.start(rpc_host, rpc_port)
+        self.rpc_address = format_hostport(rpc_host, bound)
+        await self.on_start()
+        http_host, http_port = self.config.http_hostport
+        self._http_runner = web.AppRunner(build_admin_app(self), access_log=None, handle_signals=False)
+        await self._http_runner.setup()
+        site = web.TCPSite(self._http_runner, http_host, http_port, reuse_address=True)
+        await site.start()
+        addresses = self._http_runner.addresses  # resolves port 0 to the bound port
+        if addresses:
+            self.http_address = format_hostport(http_host, addresses[0][1])
+        log.info("node started", extra={"rpc_address": self.rpc_address, "http_address": self.http_address,
+                                        "version": __version__})
+
+    async def stop(self) -> None:
+        grace = self.config.shutdown_grace_ms / 1000.0
+        log.info("node stopping", extra={"grace_s": grace})
+        try:
+            await self.on_stop()
+        finally:
+            await self.rpc_server.stop(grace)
+            if self._http_runner is not None:
+                await self._http_runner.cleanup()
+            await self.rpc_client.close()
+        log.info("node stopped")
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down cleanly."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        await self.start()
+        await self._stopping.wait()
+        await self.stop()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("received %s", sig.name)
+        self._stopping.set()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    # --- shared services ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "uuid": self.uuid,
+            "name": self.name,
+            "rpc_address": self.rpc_address,
+            "http_address": self.http_address,
+            "version": __version__,
+            "start_time_unix": self.started_at,
+            "uptime_s": round(time.monotonic() - self._started_mono, 3),
+            "is_leader": None,
+            **self.role_status(),
+        }
+
+    def rpcz(self) -> dict[str, Any]:
+        return {"inbound": self.rpc_server.inflight(), "outbound": self.rpc_client.inflight()}
+
+    def mem_trackers(self) -> list[dict[str, Any]]:
+        mem = process_memory()
+        return [{"id": "root", "parent": None, "limit": -1, "current": mem["current_bytes"],
+                 "peak": mem["peak_bytes"]}]
+
+    def _register_generic_service(self) -> None:
+        self.rpc_server.register("Generic", "Ping", self._rpc_ping)
+        self.rpc_server.register("Generic", "GetStatus", self._rpc_get_status)
+        self.rpc_server.register("Generic", "SetFaults", self._rpc_set_faults)
+
+    async def _rpc_ping(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return {}
+
+    async def _rpc_get_status(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.status()
+
+    async def _rpc_set_faults(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        if not self.config.enable_fault_injection:
+            raise KuduIllegalState("fault injection is off on this node (start it with --enable-fault-injection)")
+        if not isinstance(request, dict) or not isinstance(request.get("rules", []), list):
+            raise KuduInvalidArgument("expected {'rules': [rule, ...]}")
+        self.faults.set_rules(request.get("rules", []))
+        log.warning("fault injection rules set", extra={"rules": repr(self.faults.rules())})
+        return {"rules": self.faults.rules()}

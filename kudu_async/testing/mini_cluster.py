@@ -1,0 +1,327 @@
+"""MiniCluster: real multi-process clusters on 127.0.0.1 for tests, benchmarks and the local demo.
+
+Each node is a separate ``kudu-node`` OS process with its own data directory and free loopback ports.
+The cluster only ever signals the processes it started, by PID, and cleans them up at interpreter exit
+too, so a failing test never leaves nodes behind or touches anyone else's processes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_LIVE_CLUSTERS: weakref.WeakSet[MiniCluster] = weakref.WeakSet()
+
+
+class MiniClusterError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class NodeProcess:
+    """One node of the cluster; keeps its ports and directory across restarts."""
+
+    role: str
+    index: int
+    data_dir: Path
+    rpc_port: int
+    http_port: int
+    extra_flags: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    uuid: str = ""
+    paused: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @property
+    def rpc_address(self) -> str:
+        return f"127.0.0.1:{self.rpc_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http_address}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "node.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-n:])
+
+
+class MiniCluster:
+    """Start ``num_masters`` masters and ``num_tservers`` tablet servers as real processes."""
+
+    def __init__(
+        self,
+        num_masters: int = 1,
+        num_tservers: int = 3,
+        base_dir: str | os.PathLike[str] | None = None,
+        extra_flags: Sequence[str] = (),
+        master_flags: Sequence[str] = (),
+        tserver_flags: Sequence[str] = (),
+        start_timeout_s: float = 30.0,
+        ports: Sequence[tuple[int, int]] | None = None,
+    ) -> None:
+        """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked."""
+        if num_masters not in (1, 3, 5):
+            raise ValueError(f"num_masters must be 1, 3 or 5, got {num_masters}")
+        if num_tservers < 0:
+            raise ValueError(f"num_tservers must be >= 0, got {num_tservers}")
+        self._owns_dir = base_dir is None
+        self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.start_timeout_s = start_timeout_s
+        used: set[int] = set()
+        if ports is not None and len(ports) != num_masters + num_tservers:
+            raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
+        fixed = iter(p for pair in ports for p in pair) if ports is not None else None
+
+        def port() -> int:
+            if fixed is not None:
+                return next(fixed)
+            while True:
+                p = free_port()
+                if p not in used:
+                    used.add(p)
+                    return p
+
+        self.masters = [
+            NodeProcess("master", i, self.base_dir / f"master-{i}", port(), port(), [*extra_flags, *master_flags])
+            for i in range(num_masters)
+        ]
+        self.tservers = [
+            NodeProcess("tserver", i, self.base_dir / f"tserver-{i}", port(), port(),
+                        [*extra_flags, *tserver_flags])
+            for i in range(num_tservers)
+        ]
+        _LIVE_CLUSTERS.add(self)
+
+    # --- addresses ------------------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> list[NodeProcess]:
+        return [*self.masters, *self.tservers]
+
+    @property
+    def master_addresses(self) -> str:
+        return ",".join(m.rpc_address for m in self.masters)
+
+    def node(self, name: str) -> NodeProcess:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node named {name!r}; have {[n.name for n in self.nodes]}")
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> MiniCluster:
+        """Start every node and wait until each one answers /healthz."""
+        try:
+            for n in self.nodes:
+                self._spawn(n)
+            for n in self.nodes:
+                self.wait_healthy(n)
+        except BaseException:
+            self.shutdown()
+            raise
+        return self
+
+    def __enter__(self) -> MiniCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _command(self, n: NodeProcess) -> list[str]:
+        return [
+            sys.executable, "-m", "kudu_async.server.main",
+            "--role", n.role,
+            "--data-dir", str(n.data_dir),
+            "--rpc-bind", n.rpc_address,
+            "--http-bind", n.http_address,
+            "--master-addresses", self.master_addresses,
+            "--node-name", n.name,
+            "--log-file", str(n.log_path),
+            *n.extra_flags,
+        ]
+
+    def _spawn(self, n: NodeProcess) -> None:
+        if n.is_running():
+            raise MiniClusterError(f"{n.name} is already running (pid {n.pid})")
+        n.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        stderr_path = n.data_dir / "stderr.log"
+        with stderr_path.open("ab") as err:
+            n.proc = subprocess.Popen(
+                self._command(n), stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
+                start_new_session=True,  # a terminal's Ctrl-C reaches us, not the nodes directly
+            )
+        n.paused = False
+
+    def wait_healthy(self, n: NodeProcess, timeout_s: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        while time.monotonic() < deadline:
+            if n.proc is not None and n.proc.poll() is not None:
+                raise MiniClusterError(
+                    f"{n.name} exited with code {n.proc.returncode} while starting.\n"
+                    f"stderr: {self._stderr_tail(n)}\nlog:\n{n.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{n.http_url}/api/v1/status", timeout=1.0) as resp:
+                    n.uuid = json.loads(resp.read())["uuid"]
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
+                time.sleep(0.05)
+        raise MiniClusterError(f"{n.name} not healthy after {timeout_s or self.start_timeout_s}s:\n{n.log_tail()}")
+
+    @staticmethod
+    def _stderr_tail(n: NodeProcess) -> str:
+        try:
+            return (n.data_dir / "stderr.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def stop_node(self, n: NodeProcess | str, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM and wait for a clean exit; returns the exit code (kill -9 after the timeout)."""
+        n = self._resolve(n)
+        if n.proc is None or n.proc.poll() is not None:
+            return n.proc.returncode if n.proc is not None else None
+        if n.paused:
+            self.resume_node(n)
+        n.proc.send_signal(signal.SIGTERM)
+        try:
+            return n.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            n.proc.kill()
+            n.proc.wait()
+            raise MiniClusterError(f"{n.name} did not stop within {timeout_s}s of SIGTERM; killed") from None
+
+    def kill_node(self, n: NodeProcess | str) -> None:
+        """kill -9: the node gets no chance to flush or sync anything."""
+        n = self._resolve(n)
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait()
+        n.paused = False
+
+    def restart_node(self, n: NodeProcess | str, wait: bool = True) -> None:
+        """Start a stopped or killed node again with the same ports and data directory."""
+        n = self._resolve(n)
+        if n.is_running():
+            self.stop_node(n)
+        self._spawn(n)
+        if wait:
+            self.wait_healthy(n)
+
+    def pause_node(self, n: NodeProcess | str) -> None:
+        n = self._resolve(n)
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.send_signal(signal.SIGSTOP)
+            n.paused = True
+
+    def resume_node(self, n: NodeProcess | str) -> None:
+        n = self._resolve(n)
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.send_signal(signal.SIGCONT)
+        n.paused = False
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop every node this cluster started (SIGTERM, then SIGKILL for stragglers)."""
+        running = [n for n in self.nodes if n.is_running()]
+        for n in running:
+            assert n.proc is not None
+            if n.paused:
+                n.proc.send_signal(signal.SIGCONT)
+                n.paused = False
+            n.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for n in running:
+            assert n.proc is not None
+            try:
+                n.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                n.proc.wait()
+        _LIVE_CLUSTERS.discard(self)
+
+    def destroy(self) -> None:
+        """Shut down and remove the data directory if this cluster created it."""
+        self.shutdown()
+        if self._owns_dir:
+            import shutil
+
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def _resolve(self, n: NodeProcess | str) -> NodeProcess:
+        return self.node(n) if isinstance(n, str) else n
+
+    # --- helpers for tests and scripts ---------------------------------------------------------------
+
+    def http_get(self, n: NodeProcess | str, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        n = self._resolve(n)
+        try:
+            with urllib.request.urlopen(f"{n.http_url}{path}", timeout=timeout_s) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def http_json(self, n: NodeProcess | str, path: str) -> Any:
+        status, body = self.http_get(n, path)
+        if status != 200:
+            raise MiniClusterError(f"GET {path} on {self._resolve(n).name}: HTTP {status}: {body[:300]!r}")
+        return json.loads(body)
+
+    def describe(self) -> Iterator[str]:
+        for n in self.nodes:
+            yield (f"{n.name:<10} uuid={n.uuid} rpc={n.rpc_address} http={n.http_url} "
+                   f"pid={n.pid} data={n.data_dir}")
+
+
+@atexit.register
+def _shutdown_live_clusters() -> None:
+    for c in list(_LIVE_CLUSTERS):
+        with contextlib.suppress(Exception):
+            c.shutdown(timeout_s=5.0)

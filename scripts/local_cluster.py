@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Start a local kudu_async cluster (1 master + 3 tablet servers on 127.0.0.1) and keep it up.
+
+Prints every node's RPC and HTTP address; Ctrl-C (or SIGTERM) stops the nodes cleanly. Data lives in
+the directory given by --data-dir (default ./local-cluster), so a restart keeps the nodes' identities.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kudu_async.testing import MiniCluster, MiniClusterError
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="local-cluster", help="cluster data directory [./local-cluster]")
+    ap.add_argument("--tservers", type=int, default=3, help="number of tablet servers [3]")
+    ap.add_argument("--fresh", action="store_true", help="wipe the data directory first")
+    ap.add_argument("--random-ports", action="store_true",
+                    help="pick free ports instead of Kudu's defaults (master 7051/8051, tservers 7050/8050, "
+                         "7150/8150, ...)")
+    ap.add_argument("--exit-after-start", action="store_true", help="stop again once healthy (smoke test)")
+    args = ap.parse_args()
+
+    data_dir = Path(args.data_dir).resolve()
+    if args.fresh and data_dir.exists():
+        shutil.rmtree(data_dir)
+    ports = None
+    if not args.random_ports:
+        ports = [(7051, 8051)] + [(7050 + 100 * i, 8050 + 100 * i) for i in range(args.tservers)]
+    cluster = MiniCluster(num_masters=1, num_tservers=args.tservers, base_dir=data_dir, ports=ports)
+    print(f"starting 1 master + {args.tservers} tablet servers, data in {data_dir}", flush=True)
+    try:
+        cluster.start()
+    except MiniClusterError as e:
+        print(f"cluster failed to start: {e}", file=sys.stderr)
+        return 1
+    for line in cluster.describe():
+        print(line, flush=True)
+    print(f"masters: {cluster.master_addresses}", flush=True)
+
+    stop = threading.Event()
+    if not args.exit_after_start:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        print("cluster is up; press Ctrl-C to stop", flush=True)
+        while not stop.wait(1.0):
+            dead = [n.name for n in cluster.nodes if not n.is_running()]
+            if dead:
+                print(f"node(s) exited unexpectedly: {', '.join(dead)}; see their node.log", file=sys.stderr)
+                break
+    print("stopping cluster ...", flush=True)
+    cluster.shutdown()
+    print("cluster stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Install, lint, type-check, and run the whole test suite (unit, simulation, integration).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+.venv/bin/ruff check kudu_async tests scripts
+.venv/bin/mypy
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

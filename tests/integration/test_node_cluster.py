@@ -1,0 +1,78 @@
+"""A real 1 master + 3 tserver cluster: every node answers RPC and HTTP, and survives kill -9."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kudu_async.rpc.client import RpcClient
+
+from kudu_async.common.errors import KuduNoSuchMethod
+from kudu_async.testing import MiniCluster
+
+pytestmark = pytest.mark.integration
+
+
+async def test_every_node_answers_rpc_and_http(cluster_1m3t: MiniCluster) -> None:
+    client = RpcClient(node_name="test")
+    try:
+        for n in cluster_1m3t.nodes:
+            assert await client.call(n.rpc_address, "Generic", "Ping", {}) == {}
+            st = await client.call(n.rpc_address, "Generic", "GetStatus", {})
+            assert st["uuid"] == n.uuid and st["role"] == n.role and st["rpc_address"] == n.rpc_address
+            with pytest.raises(KuduNoSuchMethod):
+                await client.call(n.rpc_address, "Generic", "NoSuchThing", {})
+            code, body = cluster_1m3t.http_get(n, "/healthz")
+            assert (code, body) == (200, b"OK")
+            status = cluster_1m3t.http_json(n, "/api/v1/status")
+            assert status["uuid"] == n.uuid and status["http_address"] == n.http_address
+            metrics = cluster_1m3t.http_json(n, "/metrics?types=server")
+            names = {m["name"] for m in metrics[0]["metrics"]}
+            assert "rpc_calls_Generic_Ping" in names and "handler_latency_Generic_GetStatus" in names
+            code, prom = cluster_1m3t.http_get(n, "/metrics_prometheus")
+            assert code == 200 and b"kudu_rpc_calls_Generic_Ping" in prom
+            assert "version_info" in cluster_1m3t.http_json(n, "/version")
+            assert cluster_1m3t.http_json(n, "/api/v1/varz")["flags"]["role"]["value"] == n.role
+            assert "inbound" in cluster_1m3t.http_json(n, "/rpcz")
+            code, body = cluster_1m3t.http_get(n, "/no/such/page")
+            assert code == 404 and json.loads(body)["code"] == "NOT_FOUND"
+    finally:
+        await client.close()
+
+
+async def test_killed_tserver_restarts_with_same_uuid(cluster_1m3t: MiniCluster) -> None:
+    ts = cluster_1m3t.tservers[1]
+    uuid_before = ts.uuid
+    cluster_1m3t.kill_node(ts)
+    assert not ts.is_running()
+    client = RpcClient(node_name="test")
+    try:
+        # The others keep serving while it is down.
+        for other in (cluster_1m3t.tservers[0], cluster_1m3t.tservers[2], *cluster_1m3t.masters):
+            assert await client.call(other.rpc_address, "Generic", "Ping", {}) == {}
+        cluster_1m3t.restart_node(ts)
+        st = await client.call(ts.rpc_address, "Generic", "GetStatus", {})
+        assert st["uuid"] == uuid_before == ts.uuid
+    finally:
+        await client.close()
+
+
+def test_sigterm_stops_a_node_cleanly_and_fast(cluster_1m3t: MiniCluster) -> None:
+    import time
+
+    ts = cluster_1m3t.tservers[0]
+    t0 = time.monotonic()
+    assert cluster_1m3t.stop_node(ts, timeout_s=5.0) == 0
+    assert time.monotonic() - t0 < 5.0
+    assert '"node stopped"' in ts.log_path.read_text()
+
+
+def test_pause_and_resume(cluster_1m3t: MiniCluster) -> None:
+    import urllib.error
+
+    ts = cluster_1m3t.tservers[2]
+    cluster_1m3t.pause_node(ts)
+    with pytest.raises((urllib.error.URLError, TimeoutError)):
+        cluster_1m3t.http_get(ts, "/healthz", timeout_s=0.5)
+    cluster_1m3t.resume_node(ts)
+    assert cluster_1m3t.http_get(ts, "/healthz") == (200, b"OK")
