@@ -1,0 +1,475 @@
+"""The write-ahead log of one Raft replica: segmented, CRC32C-framed, group-committed.
+
+Layout: ``<dir>/wal-<seqno:09d>`` segment files. Each starts with a header (magic + seqno) and holds
+frames ``[u32 length][u32 crc32c(payload)][u32 crc32c(first 8 header bytes)][payload]``; a payload
+is a msgpack list of entries ``[term, index, kind, data]`` appended together. Truncation is logical,
+as in Kudu: an appended entry whose index is at or below the last one replaces that suffix, both now
+and when the log is replayed, so the files stay append-only.
+
+``Log`` is blocking (it writes and fsyncs) and is only ever driven from an executor thread;
+``LogWriter`` is the asyncio side that batches concurrent appends into one write + one fsync.
+
+Recovery rules: an incomplete or checksum-failing frame at the very end of the last segment is a torn
+write from a crash and is cut off (logged); any damage elsewhere is corruption and ``Log.open`` raises
+KuduCorruption, so the replica is marked FAILED instead of silently losing or inventing entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import msgpack
+
+from kudu_async.common.errors import KuduAborted, KuduCorruption, KuduIllegalState, KuduNotFound
+from kudu_async.fs.fs_manager import fsync_dir
+
+log = logging.getLogger(__name__)
+
+SEGMENT_MAGIC = b"kuduwal1"
+_HEADER = struct.Struct(">8sQ")  # magic, segment seqno
+_FRAME = struct.Struct(">III")  # payload length, crc32c of payload, crc32c of the first 8 bytes
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One replicated entry as the log stores it; ``kind`` and ``data`` are opaque to the log."""
+
+    term: int
+    index: int
+    kind: int | str
+    data: bytes
+
+
+@dataclass
+class RecoveryReport:
+    """What ``Log.open`` found, for logs and the admin pages."""
+
+    segments: int = 0
+    entries: int = 0
+    truncated_tail_bytes: int = 0
+    torn_segment: str | None = None
+
+
+@dataclass
+class _Segment:
+    seqno: int
+    path: Path
+    size: int
+    first_index: int = 0  # 0 while the segment holds no live entry
+    last_index: int = 0
+
+
+@dataclass
+class LogOptions:
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    fsync: bool = True
+
+
+@dataclass
+class _Pos:
+    """Where entry ``first + i`` lives: parallel arrays keep a long log's index cheap in memory."""
+
+    first: int = 1
+    seg: array = field(default_factory=lambda: array("q"))
+    offset: array = field(default_factory=lambda: array("q"))
+    slot: array = field(default_factory=lambda: array("i"))
+    term: array = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.seg)
+
+    def truncate_from(self, index: int) -> None:
+        keep = max(0, index - self.first)
+        del self.seg[keep:], self.offset[keep:], self.slot[keep:], self.term[keep:]
+
+    def drop_before(self, index: int) -> None:
+        n = max(0, min(len(self), index - self.first))
+        del self.seg[:n], self.offset[:n], self.slot[:n], self.term[:n]
+        self.first += n
+
+
+class Log:
+    """One replica's WAL directory. Not thread-safe: one executor thread at a time drives it."""
+
+    def __init__(self, directory: Path, options: LogOptions) -> None:
+        self.dir = directory
+        self.options = options
+        self._segments: list[_Segment] = []
+        self._pos = _Pos()
+        self._fh: Any = None  # the open segment being appended to
+        self._read_fds: dict[int, int] = {}
+        self._lock = threading.Lock()  # guards reads against concurrent GC/appends from another thread
+
+    # --- opening and recovery -------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], options: LogOptions | None = None) -> tuple[Log, RecoveryReport]:
+        """Open (creating if needed) and recover the log; raises KuduCorruption on mid-log damage."""
+        wal = cls(Path(directory), options or LogOptions())
+        wal.dir.mkdir(parents=True, exist_ok=True)
+        report = wal._recover()
+        wal._open_for_append()
+        return wal, report
+
+    def _recover(self) -> RecoveryReport:
+        report = RecoveryReport()
+        paths = sorted(p for p in self.dir.iterdir() if p.name.startswith("wal-") and not p.name.endswith(".tmp"))
+        for n, path in enumerate(paths):
+            is_last = n == len(paths) - 1
+            seqno = self._seqno_of(path)
+            data = path.read_bytes()
+            if len(data) < _HEADER.size:
+                if is_last:  # crashed while creating the segment
+                    log.warning("removing torn WAL segment header", extra={"segment": str(path)})
+                    path.unlink()
+                    fsync_dir(self.dir)
+                    report.truncated_tail_bytes += len(data)
+                    report.torn_segment = path.name
+                    continue
+                raise KuduCorruption(f"WAL segment {path} is too short for its header ({len(data)} bytes)")
+            magic, hdr_seq = _HEADER.unpack_from(data, 0)
+            if magic != SEGMENT_MAGIC or hdr_seq != seqno:
+                raise KuduCorruption(f"WAL segment {path}: bad header (magic {magic!r}, seqno {hdr_seq})")
+            seg = _Segment(seqno, path, len(data))
+            self._segments.append(seg)
+            good_end = self._replay_segment(seg, data, is_last)
+            if good_end < len(data):
+                report.truncated_tail_bytes += len(data) - good_end
+                report.torn_segment = path.name
+                log.warning("truncating torn WAL tail", extra={"segment": str(path), "bytes": len(data) - good_end})
+                with path.open("r+b") as fh:
+                    fh.truncate(good_end)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                seg.size = good_end
+        report.segments = len(self._segments)
+        report.entries = len(self._pos)
+        self._refresh_segment_ranges()
+        return report
+
+    def _replay_segment(self, seg: _Segment, data: bytes, is_last: bool) -> int:
+        off = _HEADER.size
+        end = len(data)
+        while off < end:
+            torn = self._frame_problem(data, off)
+            if torn is not None:
+                if is_last and self._is_tail(data, off):
+                    return off
+                raise KuduCorruption(f"WAL segment {seg.path} is corrupt at offset {off}: {torn}")
+            length = _FRAME.unpack_from(data, off)[0]
+            payload = data[off + _FRAME.size : off + _FRAME.size + length]
+            try:
+                batch = msgpack.unpackb(payload, raw=False, use_list=True)
+            except (ValueError, msgpack.ExtraData) as e:
+                raise KuduCorruption(f"WAL segment {seg.path} offset {off}: undecodable batch: {e}") from e
+            self._index_batch(seg.seqno, off, batch)
+            off += _FRAME.size + length
+        return off
+
+    @staticmethod
+    def _frame_problem(data: bytes, off: int) -> str | None:
+        if off + _FRAME.size > len(data):
+            return "incomplete frame header"
+        length, crc, header_crc = _FRAME.unpack_from(data, off)
+        if crc32c.crc32c(data[off : off + 8]) != header_crc:
+            return "frame header checksum mismatch"
+        if length > MAX_FRAME_BYTES:
+            return f"frame length {length} exceeds {MAX_FRAME_BYTES}"
+        if off + _FRAME.size + length > len(data):
+            return "incomplete frame"
+        if crc32c.crc32c(data[off + _FRAME.size : off + _FRAME.size + length]) != crc:
+            return "checksum mismatch"
+        return None
+
+    @classmethod
+    def _is_tail(cls, data: bytes, off: int) -> bool:
+        """A bad frame is a torn write only if no valid frame starts anywhere after it.
+
+        A crash cuts the last write short; it cannot leave intact frames behind the damage. So any
+        valid frame after a bad one means the damage is in the middle of the log: corruption.
+        """
+        last_start = len(data) - _FRAME.size
+        return all(cls._frame_problem(data, start) is not None for start in range(off + 1, last_start + 1))
+
+    def _index_batch(self, seqno: int, offset: int, batch: Sequence[Sequence[Any]]) -> None:
+        for slot, e in enumerate(batch):
+            term, index = int(e[0]), int(e[1])
+            pos = self._pos
+            if len(pos) == 0:
+                pos.first = index
+            elif index <= pos.first + len(pos) - 1:
+                if index < pos.first:
+                    raise KuduCorruption(f"WAL entry {index} precedes the log start {pos.first}")
+                pos.truncate_from(index)
+            elif index != pos.first + len(pos):
+                raise KuduCorruption(f"WAL gap: entry {index} follows {pos.first + len(pos) - 1}")
+            pos.seg.append(seqno)
+            pos.offset.append(offset)
+            pos.slot.append(slot)
+            pos.term.append(term)
+
+    @staticmethod
+    def _seqno_of(path: Path) -> int:
+        try:
+            return int(path.name[4:])
+        except ValueError:
+            raise KuduCorruption(f"unexpected file in WAL directory: {path}") from None
+
+    def _refresh_segment_ranges(self) -> None:
+        for seg in self._segments:
+            seg.first_index = seg.last_index = 0
+        by_seq = {s.seqno: s for s in self._segments}
+        pos = self._pos
+        for i, seqno in enumerate(pos.seg):
+            seg = by_seq[seqno]
+            if seg.first_index == 0:
+                seg.first_index = pos.first + i
+            seg.last_index = pos.first + i
+
+    def _open_for_append(self) -> None:
+        if not self._segments:
+            self._roll(1)
+        else:
+            seg = self._segments[-1]
+            self._fh = seg.path.open("ab", buffering=0)
+
+    def _roll(self, seqno: int | None = None) -> None:
+        if self._fh is not None:
+            if self.options.fsync:
+                os.fsync(self._fh.fileno())
+            self._fh.close()
+        seqno = seqno if seqno is not None else self._segments[-1].seqno + 1
+        path = self.dir / f"wal-{seqno:09d}"
+        fh = path.open("xb", buffering=0)
+        fh.write(_HEADER.pack(SEGMENT_MAGIC, seqno))
+        if self.options.fsync:
+            os.fsync(fh.fileno())
+            fsync_dir(self.dir)
+        self._segments.append(_Segment(seqno, path, _HEADER.size))
+        self._fh = fh
+
+    # --- appending ------------------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[LogEntry]) -> None:
+        """Write one batch as one frame (not yet durable: call ``sync``)."""
+        if not entries:
+            return
+        payload = msgpack.packb([[e.term, e.index, e.kind, e.data] for e in entries], use_bin_type=True)
+        seg = self._segments[-1]
+        if seg.size > _HEADER.size and seg.size + len(payload) + _FRAME.size > self.options.segment_bytes:
+            self._roll()
+            seg = self._segments[-1]
+        head = struct.pack(">II", len(payload), crc32c.crc32c(payload))
+        frame = head + struct.pack(">I", crc32c.crc32c(head)) + payload
+        offset = seg.size
+        self._fh.write(frame)
+        seg.size += len(frame)
+        with self._lock:
+            self._index_batch(seg.seqno, offset, [(e.term, e.index) for e in entries])
+            self._refresh_tail_ranges(entries[0].index)
+
+    def _refresh_tail_ranges(self, from_index: int) -> None:
+        # Entries at or after from_index may have moved to the newest segment; earlier segments lose them.
+        last = self.last_index
+        newest = self._segments[-1]
+        for seg in self._segments:
+            if seg.first_index and seg.last_index >= from_index and seg is not newest:
+                seg.last_index = min(seg.last_index, from_index - 1)
+                if seg.last_index < seg.first_index:
+                    seg.first_index = seg.last_index = 0
+        if newest.first_index == 0 or newest.first_index > from_index:
+            newest.first_index = from_index
+        newest.last_index = last
+
+    def sync(self) -> None:
+        if self.options.fsync and self._fh is not None:
+            os.fsync(self._fh.fileno())
+
+    # --- reading --------------------------------------------------------------------------------------
+
+    @property
+    def first_index(self) -> int:
+        """Index of the oldest retained entry (or the next index when empty)."""
+        return self._pos.first
+
+    @property
+    def last_index(self) -> int:
+        """Index of the newest entry; ``first_index - 1`` when the log is empty."""
+        return self._pos.first + len(self._pos) - 1
+
+    def term_at(self, index: int) -> int:
+        i = index - self._pos.first
+        if not 0 <= i < len(self._pos):
+            raise KuduNotFound(f"log index {index} not in [{self.first_index}, {self.last_index}]")
+        return int(self._pos.term[i])
+
+    def read(self, start: int, end: int | None = None) -> list[LogEntry]:
+        """Entries ``start..end`` inclusive (default: to the end). Blocking: reads segment files."""
+        with self._lock:
+            end = self.last_index if end is None else end
+            if start > end:
+                if start == self.last_index + 1:
+                    return []
+                raise KuduNotFound(f"empty log range [{start}, {end}]")
+            if start < self.first_index or end > self.last_index:
+                raise KuduNotFound(f"log range [{start}, {end}] not in [{self.first_index}, {self.last_index}]")
+            out: list[LogEntry] = []
+            cache: tuple[int, int, list[Any]] | None = None
+            for index in range(start, end + 1):
+                i = index - self._pos.first
+                seqno, offset, slot = self._pos.seg[i], self._pos.offset[i], self._pos.slot[i]
+                if cache is None or cache[0] != seqno or cache[1] != offset:
+                    cache = (seqno, offset, self._read_batch(seqno, offset))
+                e = cache[2][slot]
+                out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
+            return out
+
+    def _read_batch(self, seqno: int, offset: int) -> list[Any]:
+        fd = self._read_fds.get(seqno)
+        if fd is None:
+            seg = next(s for s in self._segments if s.seqno == seqno)
+            fd = self._read_fds[seqno] = os.open(seg.path, os.O_RDONLY)
+        head = os.pread(fd, _FRAME.size, offset)
+        length, crc, _ = _FRAME.unpack(head)
+        payload = os.pread(fd, length, offset + _FRAME.size)
+        if len(payload) != length or crc32c.crc32c(payload) != crc:
+            raise KuduCorruption(f"WAL segment {seqno} offset {offset}: checksum mismatch on read")
+        batch: list[Any] = msgpack.unpackb(payload, raw=False, use_list=True)
+        return batch
+
+    # --- garbage collection ---------------------------------------------------------------------------
+
+    def segment_info(self) -> list[dict[str, int]]:
+        return [{"seqno": s.seqno, "bytes": s.size, "first_index": s.first_index, "last_index": s.last_index}
+                for s in self._segments]
+
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def gc(self, retain_from_index: int, min_segments: int = 1) -> int:
+        """Delete whole segments holding only entries below ``retain_from_index``; returns how many.
+
+        The newest segment is never deleted, nor the newest ``min_segments``.
+        """
+        removed = 0
+        with self._lock:
+            while len(self._segments) > max(1, min_segments):
+                seg = self._segments[0]
+                if seg.last_index and seg.last_index >= retain_from_index:
+                    break
+                fd = self._read_fds.pop(seg.seqno, None)
+                if fd is not None:
+                    os.close(fd)
+                seg.path.unlink()
+                self._segments.pop(0)
+                if seg.last_index:
+                    self._pos.drop_before(seg.last_index + 1)
+                removed += 1
+        if removed:
+            fsync_dir(self.dir)
+        return removed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self.sync()
+                self._fh.close()
+                self._fh = None
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+
+
+class LogWriter:
+    """Asyncio front of a ``Log``: concurrent appends share one write and one fsync (group commit).
+
+    ``await append(entries)`` returns once those entries are durable. Appends are written in call
+    order. At most ``max_pending_bytes`` may wait; beyond that callers wait for room (backpressure).
+    """
+
+    def __init__(self, wal: Log, executor: Executor | None = None, max_pending_bytes: int = 64 * 1024 * 1024) -> None:
+        self.wal = wal
+        self._executor = executor
+        self._pending: list[tuple[Sequence[LogEntry], asyncio.Future[None]]] = []
+        self._pending_bytes = 0
+        self._max_pending_bytes = max_pending_bytes
+        self._room = asyncio.Condition()
+        self._wakeup = asyncio.Event()
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"wal-writer {wal.dir.name}")
+        self.syncs = 0
+        self.batches_appended = 0
+
+    async def append(self, entries: Sequence[LogEntry]) -> None:
+        if self._failed is not None:
+            raise KuduIllegalState(f"WAL {self.wal.dir} failed: {self._failed}")
+        if self._closed:
+            raise KuduAborted(f"WAL {self.wal.dir} is closed")
+        size = sum(len(e.data) + 32 for e in entries)
+        async with self._room:
+            await self._room.wait_for(lambda: self._pending_bytes == 0 or
+                                      self._pending_bytes + size <= self._max_pending_bytes)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((entries, fut))
+        self._pending_bytes += size
+        self._wakeup.set()
+        await fut
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if not self._pending:
+                if self._closed:
+                    return
+                continue
+            batch, self._pending = self._pending, []
+            self._pending_bytes = 0
+            try:
+                await loop.run_in_executor(self._executor, self._write_all, [e for e, _ in batch])
+            except BaseException as e:  # an I/O failure fails every waiter and the writer for good
+                log.exception("WAL write failed", extra={"wal": str(self.wal.dir)})
+                self._failed = e
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(KuduIllegalState(f"WAL write failed: {e}"))
+                for _, fut in self._pending:
+                    if not fut.done():
+                        fut.set_exception(KuduIllegalState(f"WAL write failed: {e}"))
+                self._pending = []
+                return
+            finally:
+                async with self._room:
+                    self._room.notify_all()
+            self.syncs += 1
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _write_all(self, batches: Iterable[Sequence[LogEntry]]) -> None:
+        for entries in batches:
+            self.wal.append(entries)
+            self.batches_appended += 1
+        self.wal.sync()
+
+    async def close(self) -> None:
+        """Finish pending appends, then close the log."""
+        self._closed = True
+        self._wakeup.set()
+        await self._task
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.wal.close)

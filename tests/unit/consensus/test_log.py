@@ -1,0 +1,142 @@
+"""The WAL: framing, recovery rules, logical truncation, group commit, GC."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from kudu_async.common.errors import KuduCorruption, KuduNotFound
+from kudu_async.consensus.log import Log, LogEntry, LogOptions, LogWriter
+
+
+def entries(first: int, last: int, term: int = 1, size: int = 10) -> list[LogEntry]:
+    return [LogEntry(term, i, 0, f"e{i}".encode().ljust(size, b".")) for i in range(first, last + 1)]
+
+
+def open_log(d: Path, segment_bytes: int = 1 << 20) -> Log:
+    return Log.open(d, LogOptions(segment_bytes=segment_bytes))[0]
+
+
+def test_entries_survive_reopen(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    wal.append(entries(1, 5))
+    wal.append(entries(6, 6, term=2))
+    wal.sync()
+    wal.close()
+    again, report = Log.open(tmp_path)
+    assert report.entries == 6 and report.truncated_tail_bytes == 0
+    assert again.read(1) == entries(1, 5) + entries(6, 6, term=2)
+    assert (again.first_index, again.last_index, again.term_at(6)) == (1, 6, 2)
+
+
+def test_segments_roll_and_reads_span_them(tmp_path: Path) -> None:
+    wal = open_log(tmp_path, segment_bytes=4096)
+    for i in range(1, 201):
+        wal.append(entries(i, i, size=100))
+    wal.sync()
+    assert len(wal.segment_info()) > 3
+    assert wal.read(37, 160) == entries(37, 160, size=100)
+    wal.close()
+    again = open_log(tmp_path, segment_bytes=4096)
+    assert again.read(1) == entries(1, 200, size=100)
+
+
+def test_append_at_lower_index_replaces_the_suffix_also_after_replay(tmp_path: Path) -> None:
+    wal = open_log(tmp_path, segment_bytes=2048)
+    for i in range(1, 41):
+        wal.append(entries(i, i, size=100))
+    wal.append(entries(15, 17, term=3))  # a new leader overwrote 15.. with its own entries
+    wal.sync()
+    expected = entries(1, 14, size=100) + entries(15, 17, term=3)
+    assert wal.last_index == 17 and wal.read(1) == expected
+    wal.close()
+    again = open_log(tmp_path, segment_bytes=2048)
+    assert again.last_index == 17 and again.read(1) == expected
+    with pytest.raises(KuduNotFound):
+        again.read(18, 18)
+
+
+def _newest_segment(d: Path) -> Path:
+    return sorted(p for p in d.iterdir() if p.name.startswith("wal-"))[-1]
+
+
+def test_torn_tail_is_truncated_and_reported(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    wal.append(entries(1, 3))
+    wal.append(entries(4, 6))
+    wal.sync()
+    wal.close()
+    seg = _newest_segment(tmp_path)
+    with seg.open("r+b") as fh:
+        fh.truncate(seg.stat().st_size - 5)  # the last frame lost its end in a crash
+    again, report = Log.open(tmp_path)
+    assert report.truncated_tail_bytes > 0 and again.last_index == 3
+    again.append(entries(4, 4, term=2))  # and the log is appendable again
+    again.sync()
+    again.close()
+    assert open_log(tmp_path).read(1) == entries(1, 3) + entries(4, 4, term=2)
+
+
+def test_half_written_frame_header_is_a_torn_tail(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    wal.append(entries(1, 2))
+    wal.sync()
+    wal.close()
+    with _newest_segment(tmp_path).open("ab") as fh:
+        fh.write(b"\x00\x00\x01")
+    again, report = Log.open(tmp_path)
+    assert report.truncated_tail_bytes == 3 and again.last_index == 2
+
+
+def test_flipped_byte_in_the_middle_is_corruption_not_truncation(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    for i in range(1, 11):
+        wal.append(entries(i, i, size=50))
+    wal.sync()
+    wal.close()
+    seg = _newest_segment(tmp_path)
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    seg.write_bytes(bytes(data))
+    with pytest.raises(KuduCorruption, match="corrupt"):
+        Log.open(tmp_path)
+    assert seg.read_bytes() == bytes(data)  # nothing was cut off
+
+
+def test_gc_drops_whole_old_segments_only(tmp_path: Path) -> None:
+    wal = open_log(tmp_path, segment_bytes=2048)
+    for i in range(1, 101):
+        wal.append(entries(i, i, size=100))
+    wal.sync()
+    before = wal.segment_info()
+    removed = wal.gc(retain_from_index=50)
+    assert removed > 0
+    assert wal.first_index <= 50 and wal.read(wal.first_index) == entries(wal.first_index, 100, size=100)
+    assert len(wal.segment_info()) == len(before) - removed
+    wal.close()
+    again = open_log(tmp_path, segment_bytes=2048)
+    assert again.first_index == wal.first_index and again.last_index == 100
+
+
+async def test_writer_group_commits_concurrent_appends(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    writer = LogWriter(wal)
+    await asyncio.gather(*(writer.append(entries(i, i)) for i in range(1, 201)))
+    assert wal.last_index == 200
+    assert writer.syncs < 200  # many appends shared an fsync
+    await writer.close()
+    assert open_log(tmp_path).read(1) == entries(1, 200)
+
+
+async def test_writer_fails_waiters_when_disk_write_fails(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    writer = LogWriter(wal)
+    await writer.append(entries(1, 1))
+    os.close(wal._fh.fileno())  # simulate the disk going away under the writer
+    with pytest.raises(Exception, match="WAL write failed"):
+        await writer.append(entries(2, 2))
+    with pytest.raises(Exception, match="failed"):
+        await writer.append(entries(3, 3))
