@@ -1,0 +1,122 @@
+"""The in-memory view of the Raft log that the core works on.
+
+The WAL (next issue) is the durable copy; this holds what the core needs to answer questions fast:
+term at an index, slices for AppendEntries, and cumulative byte sizes so that batching by bytes is a
+bisect instead of a loop over entries. Entries at or below ``snapshot_index`` were compacted away.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate, islice
+
+from .raft_messages import Entry
+
+# Rough framing cost per entry (term, index, kind, length) so empty payloads still count.
+ENTRY_OVERHEAD = 24
+
+
+def entry_size(entry: Entry) -> int:
+    """Bytes an entry costs on the wire, as the bytes-in-flight bound counts it."""
+    return len(entry.payload) + ENTRY_OVERHEAD
+
+
+class RaftLog:
+    """Entries after a compaction point, plus the durable watermark ``stable``."""
+
+    __slots__ = ("_cum", "_entries", "snapshot_index", "snapshot_term", "stable")
+
+    def __init__(
+        self, snapshot_index: int = 0, snapshot_term: int = 0, entries: Sequence[Entry] = ()
+    ) -> None:
+        self.snapshot_index = snapshot_index
+        self.snapshot_term = snapshot_term
+        self._entries: list[Entry] = []
+        self._cum: list[int] = [0]
+        # Everything handed in at construction came from durable storage.
+        self.append(entries)
+        self.stable = self.last_index()
+
+    # --- queries --------------------------------------------------------------------------------------
+
+    def first_index(self) -> int:
+        return self.snapshot_index + 1
+
+    def last_index(self) -> int:
+        return self.snapshot_index + len(self._entries)
+
+    def last_term(self) -> int:
+        return self._entries[-1].term if self._entries else self.snapshot_term
+
+    def term_at(self, index: int) -> int | None:
+        """Term of the entry at ``index``; None when it is past the end or compacted away."""
+        k = index - self.snapshot_index - 1
+        if k < 0:
+            return self.snapshot_term if k == -1 else None
+        if k < len(self._entries):
+            return self._entries[k].term
+        return None
+
+    def entry(self, index: int) -> Entry:
+        return self._entries[index - self.snapshot_index - 1]
+
+    def slice(self, lo: int, hi: int) -> list[Entry]:
+        """Entries with lo <= index < hi (both inside the retained log)."""
+        base = self.snapshot_index + 1
+        return self._entries[lo - base : hi - base]
+
+    def bytes_between(self, lo: int, hi: int) -> int:
+        base = self.snapshot_index + 1
+        return self._cum[hi - base] - self._cum[lo - base]
+
+    def slice_limited(self, lo: int, max_bytes: int) -> list[Entry]:
+        """Entries from ``lo`` up to ``max_bytes`` (at least one if any exist): one AppendEntries batch."""
+        base = self.snapshot_index + 1
+        k = lo - base
+        if k >= len(self._entries):
+            return []
+        # Largest end with cum[end] - cum[k] <= max_bytes, found by bisect.
+        end = bisect_right(self._cum, self._cum[k] + max_bytes) - 1
+        end = max(end, k + 1)
+        return self._entries[k:end]
+
+    def entries_view(self) -> list[Entry]:
+        """The retained entries (read-only by convention; used by tests and restart)."""
+        return self._entries
+
+    # --- mutations ------------------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append entries that directly follow the last index."""
+        if not entries:
+            return
+        self._entries.extend(entries)
+        self._cum.extend(islice(accumulate(map(entry_size, entries), initial=self._cum[-1]), 1, None))
+
+    def truncate_after(self, index: int) -> None:
+        """Drop entries after ``index``; the durable watermark can not stay above what remains."""
+        k = index - self.snapshot_index
+        del self._entries[k:]
+        del self._cum[k + 1 :]
+        if self.stable > index:
+            self.stable = index
+
+    def compact(self, index: int) -> None:
+        """Forget entries up to ``index`` (they are durable in the state machine)."""
+        term = self.term_at(index)
+        if term is None or index <= self.snapshot_index:
+            return
+        k = index - self.snapshot_index
+        del self._entries[:k]
+        del self._cum[:k]
+        self.snapshot_index = index
+        self.snapshot_term = term
+
+    def reset(self, snapshot_index: int, snapshot_term: int) -> None:
+        """Replace the whole log by a snapshot point (a tablet copy was installed)."""
+        self._entries = []
+        self._cum = [0]
+        self.snapshot_index = snapshot_index
+        self.snapshot_term = snapshot_term
+        self.stable = snapshot_index
