@@ -1,1 +1,24 @@
-"""rpc subsystem of kudu_async."""
+"""RPC subsystem: msgpack (or JSON) calls over HTTP/2 cleartext, built on the sans-IO ``h2`` package.
+
+``RpcServer`` serves ``POST /<Service>/<Method>``; ``RpcClient`` is the pooled caller; ``FaultInjector``
+drops or delays calls between named nodes in tests. Errors are the typed exceptions of
+``kudu_async.common.errors`` on both ends.
+"""
+
+from kudu_async.rpc.client import RpcClient
+from kudu_async.rpc.codec import JSON, MSGPACK, parse_addr
+from kudu_async.rpc.faults import FaultDecision, FaultInjector, FaultRule
+from kudu_async.rpc.server import CallContext, Handler, RpcServer
+
+__all__ = [
+    "JSON",
+    "MSGPACK",
+    "CallContext",
+    "FaultDecision",
+    "FaultInjector",
+    "FaultRule",
+    "Handler",
+    "RpcClient",
+    "RpcServer",
+    "parse_addr",
+]

@@ -1,0 +1,298 @@
+"""The asyncio shell around one sans-IO ``h2`` connection, shared by the server and the client side.
+
+``h2.H2Connection`` turns bytes into events and queues the bytes to send; this Protocol feeds it and
+does the I/O. Two things matter for throughput and correctness:
+
+* Writes are coalesced: everything h2 queued while handling one ``data_received`` batch (and everything
+  call completions queue within one loop iteration) goes out in one ``transport.write``.
+* Flow control is honoured in both directions. Outgoing bodies sit in a per-stream queue and are sent as
+  the peer's stream and connection windows allow (resumed on WINDOW_UPDATE / SETTINGS, and on
+  ``resume_writing`` when the socket buffer drained). Incoming DATA is acknowledged as soon as it is
+  received (the RPC layer buffers whole bodies anyway, bounded by the max body size), with generous
+  windows (16 MiB per stream and per connection) so a large upload never waits on a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from hyperframe.frame import GoAwayFrame
+
+log = logging.getLogger("kudu_async.rpc")
+
+DEFAULT_WINDOW = 16 * 1024 * 1024
+DEFAULT_MAX_FRAME = 1024 * 1024  # big DATA frames: h2's per-frame Python overhead dominates small ones
+_H2_DEFAULT_WINDOW = 65535
+
+
+class _Outbound:
+    """The unsent part of one stream's body."""
+
+    __slots__ = ("end", "offset", "view")
+
+    def __init__(self, data: bytes, end: bool) -> None:
+        self.view = memoryview(data)
+        self.offset = 0
+        self.end = end
+
+
+def make_h2_connection(client_side: bool) -> h2.connection.H2Connection:
+    """An H2Connection with validation and normalisation off: both ends are ours, headers are bytes."""
+    cfg = h2.config.H2Configuration(
+        client_side=client_side,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+        validate_inbound_headers=False,
+        normalize_inbound_headers=False,
+    )
+    return h2.connection.H2Connection(config=cfg)
+
+
+class H2Protocol(asyncio.Protocol):
+    """Feeds bytes to h2, dispatches its events to ``on_<event>`` hooks, and writes what h2 queued."""
+
+    def __init__(self, client_side: bool, max_concurrent_streams: int, window: int = DEFAULT_WINDOW) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.conn = make_h2_connection(client_side)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self._window = window
+        self._max_streams = max_concurrent_streams
+        self._flush_pending = False
+        self._write_paused = False
+        self._outbound: dict[int, _Outbound] = {}
+        self._dispatch: dict[type, Any] = {
+            h2.events.RequestReceived: self.on_request,
+            h2.events.ResponseReceived: self.on_response,
+            h2.events.DataReceived: self._on_data_received,
+            h2.events.StreamEnded: self.on_stream_ended,
+            h2.events.StreamReset: self.on_stream_reset,
+            h2.events.WindowUpdated: self._on_window_updated,
+            h2.events.RemoteSettingsChanged: self._on_remote_settings,
+            h2.events.ConnectionTerminated: self.on_terminated,
+            h2.events.TrailersReceived: self.on_trailers,
+        }
+
+    # --- asyncio.Protocol -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+        conn = self.conn
+        # Our settings are installed as the *current* local values before the preface goes out rather
+        # than sent later with update_settings(): h2 then enforces them (stream limit, frame size,
+        # windows) from the first byte, instead of its defaults until the peer's ACK arrives.
+        conn.local_settings = h2.settings.Settings(
+            client=conn.config.client_side,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self._max_streams,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 1 << 16,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self._window,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: DEFAULT_MAX_FRAME,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
+        conn.max_inbound_frame_size = DEFAULT_MAX_FRAME
+        conn.initiate_connection()
+        if self._window > _H2_DEFAULT_WINDOW:
+            conn.increment_flow_control_window(self._window - _H2_DEFAULT_WINDOW)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            log.warning("HTTP/2 protocol error from %s: %s; closing the connection", self.peer, e)
+            self.flush()
+            self.abort_connection(f"protocol error: {e}")
+            return
+        dispatch = self._dispatch
+        for ev in events:
+            handler = dispatch.get(type(ev))
+            if handler is not None:
+                handler(ev)
+        self.flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._outbound:
+            self._pump_all()
+            self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._outbound.clear()
+        self.on_connection_lost(exc)
+
+    # --- sending ----------------------------------------------------------------------------------------
+
+    def schedule_flush(self) -> None:
+        """Write what h2 queued at the end of this loop iteration (coalesces many calls' frames)."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_pending = False
+        data = self.conn.data_to_send()
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def send_message(self, stream_id: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Queue headers and a whole body on a stream (end_stream after the body); False if it is gone."""
+        conn = self.conn
+        try:
+            if not body:
+                conn.send_headers(stream_id, headers, end_stream=True)
+                return True
+            conn.send_headers(stream_id, headers)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return False
+        ob = _Outbound(body, True)
+        self._outbound[stream_id] = ob
+        if not self._write_paused:
+            self._pump(stream_id, ob)
+        return True
+
+    def outbound_done(self, stream_id: int) -> bool:
+        """True when the stream has no body bytes still waiting for flow-control window."""
+        return stream_id not in self._outbound
+
+    def _pump(self, stream_id: int, ob: _Outbound) -> None:
+        conn = self.conn
+        view = ob.view
+        total = len(view)
+        try:
+            while True:
+                remaining = total - ob.offset
+                window = conn.local_flow_control_window(stream_id)
+                if window <= 0:
+                    return
+                n = min(remaining, window, conn.max_outbound_frame_size)
+                last = n == remaining
+                start = ob.offset
+                conn.send_data(stream_id, view[start : start + n], end_stream=last and ob.end)
+                ob.offset = start + n
+                if last:
+                    del self._outbound[stream_id]
+                    return
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, KeyError):
+            self._outbound.pop(stream_id, None)
+
+    def _pump_all(self) -> None:
+        for sid, ob in list(self._outbound.items()):
+            if self._write_paused:
+                return
+            self._pump(sid, ob)
+
+    def drop_outbound(self, stream_id: int) -> None:
+        self._outbound.pop(stream_id, None)
+
+    def reset_stream(self, stream_id: int, error_code: int) -> None:
+        self._outbound.pop(stream_id, None)
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.conn.reset_stream(stream_id, error_code)
+        self.schedule_flush()
+
+    def send_goaway(self, last_stream_id: int) -> None:
+        """A GOAWAY that still lets us answer streams up to ``last_stream_id`` (graceful drain).
+
+        h2's ``close_connection`` moves its state machine to CLOSED, after which it refuses to send the
+        answers of calls still running, so the drain GOAWAY is written as a raw frame after h2's queue.
+        """
+        if self.transport is None or self.closed:
+            return
+        self.flush()
+        f = GoAwayFrame(0)
+        f.last_stream_id = last_stream_id
+        f.error_code = 0
+        self.transport.write(f.serialize())
+
+    def close_connection(self) -> None:
+        """Final GOAWAY through h2, flush, close the socket."""
+        if self.transport is None or self.closed:
+            return
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.conn.close_connection()
+        self.flush()
+        self.transport.close()
+
+    def abort_connection(self, reason: str) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    # --- events -----------------------------------------------------------------------------------------
+
+    def _on_data_received(self, ev: h2.events.DataReceived) -> None:
+        # Hand the window back at once: bodies are buffered whole (bounded by the max body size), and
+        # waiting for the application would stall large uploads for a round trip per window.
+        n = ev.flow_controlled_length
+        if n:
+            with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                self.conn.acknowledge_received_data(n, ev.stream_id)
+        self.on_data(ev)
+
+    def _on_window_updated(self, ev: h2.events.WindowUpdated) -> None:
+        if not self._outbound or self._write_paused:
+            return
+        sid = ev.stream_id
+        if sid:
+            ob = self._outbound.get(sid)
+            if ob is not None:
+                self._pump(sid, ob)
+        else:
+            self._pump_all()
+
+    def _on_remote_settings(self, ev: h2.events.RemoteSettingsChanged) -> None:
+        if self._outbound and not self._write_paused:
+            self._pump_all()
+        self.on_settings_changed()
+
+    # Hooks for the two sides; the defaults ignore the event.
+
+    def on_request(self, ev: h2.events.RequestReceived) -> None:
+        self.reset_stream(ev.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+
+    def on_response(self, ev: h2.events.ResponseReceived) -> None:
+        pass
+
+    def on_data(self, ev: h2.events.DataReceived) -> None:
+        pass
+
+    def on_trailers(self, ev: h2.events.TrailersReceived) -> None:
+        pass
+
+    def on_stream_ended(self, ev: h2.events.StreamEnded) -> None:
+        pass
+
+    def on_stream_reset(self, ev: h2.events.StreamReset) -> None:
+        self._outbound.pop(ev.stream_id, None)
+
+    def on_terminated(self, ev: h2.events.ConnectionTerminated) -> None:
+        pass
+
+    def on_settings_changed(self) -> None:
+        pass
+
+    def on_connection_lost(self, exc: Exception | None) -> None:
+        pass
