@@ -1,0 +1,187 @@
+"""RPC benchmark: Ping calls/s at concurrency 1 and 64 (p50/p99), and MB/s for 1 MiB bodies.
+
+The server runs in a separate process (multiprocessing, spawn) and the client in this one, both on
+uvloop, over loopback, as two nodes of a cluster would. Every phase is bounded by a call count and a
+time limit, so the script ends in well under a minute. One line per figure::
+
+    python scripts/bench/rpc.py [--seconds 5] [--mib-calls 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import contextlib
+
+from kudu_async.rpc import CallContext, RpcClient, RpcServer
+
+
+def _install_uvloop() -> str:
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+async def _serve(pipe: Connection) -> None:
+    server = RpcServer(node_name="bench-server")
+
+    async def ping(req: Any, ctx: CallContext) -> Any:
+        return req
+
+    async def upload(req: Any, ctx: CallContext) -> int:
+        return len(req)
+
+    async def echo(req: Any, ctx: CallContext) -> Any:
+        return req
+
+    async def cpu(req: Any, ctx: CallContext) -> float:
+        return time.process_time()
+
+    server.register("Generic", "Ping", ping)
+    server.register("Bench", "Cpu", cpu)
+    server.register("Bench", "Upload", upload)
+    server.register("Bench", "Echo", echo)
+    await server.start("127.0.0.1", 0)
+    pipe.send(server.port)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, pipe.recv)  # parent says stop (or dies: EOFError)
+    await server.stop(1.0)
+
+
+def _server_main(pipe: Connection, profile: str) -> None:
+    _install_uvloop()
+    if profile:
+        from pyinstrument import Profiler
+
+        prof = Profiler(interval=0.0005)
+        prof.start()
+    with contextlib.suppress(EOFError):
+        asyncio.run(_serve(pipe))
+    if profile:
+        prof.stop()
+        with open(profile, "w") as f:
+            f.write(prof.output_text(unicode=False, color=False))
+
+
+async def _run_phase(
+    client: RpcClient, addr: str, service: str, method: str, body: Any, concurrency: int, max_calls: int, seconds: float
+) -> tuple[int, float, list[float]]:
+    latencies: list[float] = []
+    cpu.clear()
+    done = 0
+    end = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while done < max_calls and time.perf_counter() < end:
+            done += 1
+            t0 = time.perf_counter()
+            await client.call(addr, service, method, body, timeout_s=30.0)
+            latencies.append(time.perf_counter() - t0)
+
+    c0 = time.process_time()
+    s0 = await client.call(addr, "Bench", "Cpu")
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    dt = time.perf_counter() - t0
+    cpu["client"] = time.process_time() - c0
+    cpu["server"] = await client.call(addr, "Bench", "Cpu") - s0
+    return len(latencies), dt, latencies
+
+
+cpu: dict[str, float] = {}
+
+
+def _cpu_line(n: int, unit: str = "us/call") -> str:
+    c, s = cpu["client"] / n * 1e6, cpu["server"] / n * 1e6
+    return f"cpu client={c:.0f} {unit} server={s:.0f} {unit}"
+
+
+def _pct(lat: list[float], p: float) -> float:
+    s = sorted(lat)
+    return s[min(len(s) - 1, int(len(s) * p / 100.0))] * 1000.0
+
+
+async def _bench(port: int, seconds: float, mib_calls: int, only: str) -> None:
+    addr = f"127.0.0.1:{port}"
+    client = RpcClient("bench-client")
+    await client.call(addr, "Generic", "Ping", {})  # connect
+    ping_body = {"seq": 1}
+    for conc in (1, 64):
+        if only and only != f"ping{conc}":
+            continue
+        await _run_phase(client, addr, "Generic", "Ping", ping_body, conc, 500, 1.0)  # warm-up
+        n, dt, lat = await _run_phase(client, addr, "Generic", "Ping", ping_body, conc, 200_000, seconds)
+        print(
+            f"ping concurrency={conc:<3d} calls={n:<7d} {n / dt:9.0f} calls/s  "
+            f"p50={_pct(lat, 50):.3f} ms  p99={_pct(lat, 99):.3f} ms  mean={statistics.fmean(lat) * 1000:.3f} ms  "
+            f"{_cpu_line(n)}",
+            flush=True,
+        )
+    mib = os.urandom(1 << 20)
+    for method, factor in (("Upload", 1), ("Echo", 2)):
+        if only and only != method.lower():
+            continue
+        await _run_phase(client, addr, "Bench", method, mib, 4, 20, 1.0)
+        n, dt, lat = await _run_phase(client, addr, "Bench", method, mib, 4, mib_calls, seconds)
+        what = "upload (client->server)" if factor == 1 else "echo (both directions, payload counted once)"
+        print(
+            f"1MiB {method.lower():<6s} concurrency=4   calls={n:<5d} {n / dt:9.1f} MB/s  "
+            f"p50={_pct(lat, 50):.2f} ms  p99={_pct(lat, 99):.2f} ms  {_cpu_line(n, 'us/MiB')}  [{what}]",
+            flush=True,
+        )
+    await client.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0, help="time limit per measured phase (default 5)")
+    ap.add_argument("--mib-calls", type=int, default=1000, help="max 1 MiB calls per phase (default 1000)")
+    ap.add_argument("--only", default="", help="run one phase: ping1, ping64, upload, echo")
+    ap.add_argument("--profile-client", default="", help="write a pyinstrument text profile of the client here")
+    ap.add_argument("--profile-server", default="", help="write a pyinstrument text profile of the server here")
+    args = ap.parse_args()
+    loop_name = _install_uvloop()
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_server_main, args=(child, args.profile_server), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(30):
+            raise SystemExit("server process did not start within 30 s")
+        port = parent.recv()
+        print(f"rpc bench: server pid {proc.pid} on 127.0.0.1:{port}, loop={loop_name}, cores={os.cpu_count()}")
+        prof = None
+        if args.profile_client:
+            from pyinstrument import Profiler
+
+            prof = Profiler(interval=0.0005)
+            prof.start()
+        asyncio.run(_bench(port, args.seconds, args.mib_calls, args.only))
+        if prof is not None:
+            prof.stop()
+            with open(args.profile_client, "w") as f:
+                f.write(prof.output_text(unicode=False, color=False))
+    finally:
+        parent.send("stop")
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
+if __name__ == "__main__":
+    main()
