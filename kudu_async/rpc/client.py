@@ -190,6 +190,9 @@ class _ClientConnection(H2Protocol):
             return
         if not p.fut.done():
             if ev.error_code == h2.errors.ErrorCodes.REFUSED_STREAM:
+                # Only a draining server refuses streams (we honour its stream limit): go elsewhere.
+                self.usable = False
+                self.client._forget(self)
                 p.fut.set_exception(_Unprocessed())
             else:
                 p.fut.set_exception(

@@ -27,7 +27,6 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import hyperframe.frame
-from hyperframe.frame import GoAwayFrame
 
 log = logging.getLogger("kudu_async.rpc")
 
@@ -256,20 +255,6 @@ class H2Protocol(asyncio.Protocol):
         with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self.conn.reset_stream(stream_id, error_code)
         self.schedule_flush()
-
-    def send_goaway(self, last_stream_id: int) -> None:
-        """A GOAWAY that still lets us answer streams up to ``last_stream_id`` (graceful drain).
-
-        h2's ``close_connection`` moves its state machine to CLOSED, after which it refuses to send the
-        answers of calls still running, so the drain GOAWAY is written as a raw frame after h2's queue.
-        """
-        if self.transport is None or self.closed:
-            return
-        self.flush()
-        f = GoAwayFrame(0)
-        f.last_stream_id = last_stream_id
-        f.error_code = 0
-        self.transport.write(f.serialize())
 
     def close_connection(self) -> None:
         """Final GOAWAY through h2, flush, close the socket."""

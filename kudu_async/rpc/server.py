@@ -165,7 +165,6 @@ class _ServerConnection(H2Protocol):
         super().__init__(client_side=False, max_concurrent_streams=server.max_concurrent_streams, window=server.window)
         self.server = server
         self.requests: dict[int, _Request] = {}
-        self.last_stream_id = 0
         self.draining = False
         self.active_calls = 0
 
@@ -181,8 +180,6 @@ class _ServerConnection(H2Protocol):
 
     def on_request(self, ev: h2.events.RequestReceived) -> None:
         sid = ev.stream_id
-        if sid > self.last_stream_id:
-            self.last_stream_id = sid
         if self.draining:
             self.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
@@ -396,9 +393,11 @@ class RpcServer:
         loop = asyncio.get_running_loop()
         self._stopping = loop.create_future()
         self._server.close()
+        # No GOAWAY yet: h2 moves a connection that received one to CLOSED and then rejects the answers
+        # still to come. New streams are refused instead (REFUSED_STREAM: the client knows it may retry
+        # them elsewhere), running calls finish, and GOAWAY goes out with the close.
         for proto in list(self._connections):
             proto.draining = True
-            proto.send_goaway(proto.last_stream_id)
         end = loop.time() + grace_s
         # Polled: the condition spans every connection's partly uploaded requests as well as calls.
         while (self._calls or any(p.requests for p in self._connections)) and loop.time() < end:  # noqa: ASYNC110
