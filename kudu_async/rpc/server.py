@@ -146,9 +146,9 @@ class _Request:
 
 
 class _Call:
-    """A dispatched call: its handler task runs until it answers."""
+    """A dispatched call: its handler task runs until it answers (or the caller resets the stream)."""
 
-    __slots__ = ("ctx", "method", "proto", "sid", "task")
+    __slots__ = ("abandoned", "ctx", "method", "proto", "sid", "task")
 
     def __init__(self, proto: _ServerConnection, sid: int, method: _Method, ctx: CallContext) -> None:
         self.proto = proto
@@ -156,6 +156,7 @@ class _Call:
         self.method = method
         self.ctx = ctx
         self.task: asyncio.Task[None] | None = None
+        self.abandoned = False
 
 
 class _ServerConnection(H2Protocol):
@@ -165,6 +166,7 @@ class _ServerConnection(H2Protocol):
         super().__init__(client_side=False, max_concurrent_streams=server.max_concurrent_streams, window=server.window)
         self.server = server
         self.requests: dict[int, _Request] = {}
+        self.calls: dict[int, _Call] = {}
         self.draining = False
         self.active_calls = 0
 
@@ -242,6 +244,18 @@ class _ServerConnection(H2Protocol):
     def on_stream_reset(self, ev: h2.events.StreamReset) -> None:
         self.requests.pop(ev.stream_id, None)
         self.drop_outbound(ev.stream_id)
+        call = self.calls.pop(ev.stream_id, None)
+        if call is not None and call.task is not None:
+            # The caller gave up (its deadline, or it was cancelled): stop the work nobody will read, as
+            # the server's own deadline would. Handlers are cancellation-safe for that reason already.
+            call.abandoned = True
+            call.task.cancel()
+
+    def expire_uploads(self, now: float) -> None:
+        """Answer TIMED_OUT to requests whose body is still arriving after their deadline."""
+        for req in [r for r in self.requests.values() if r.deadline is not None and r.deadline <= now]:
+            self.reject(req, KuduTimedOut("deadline passed while the request body was still arriving"), True)
+            self.requests.pop(req.sid, None)
 
     def on_terminated(self, ev: h2.events.ConnectionTerminated) -> None:
         # The client is going away: answers it can no longer read are dropped by h2; close once idle.
@@ -257,7 +271,7 @@ class _ServerConnection(H2Protocol):
         if req.method is not None:
             req.method.count_error(err.code)
         self.respond_error(req.sid, req.ctype, err)
-        if stop_upload and self.outbound_done(req.sid):
+        if stop_upload and self.outbound_done(req.sid) and req.sid in self.requests:
             # The full answer is queued: ask the client to stop uploading (RFC 9113 §8.1, NO_ERROR).
             self.requests.pop(req.sid, None)
             self.reset_stream(req.sid, h2.errors.ErrorCodes.NO_ERROR)
@@ -309,6 +323,7 @@ class RpcServer:
         self._connections: set[_ServerConnection] = set()
         self._calls: set[_Call] = set()
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Future[None] | None = None
         self.host = ""
         self.port = 0
@@ -385,6 +400,17 @@ class RpcServer:
         self._server = await loop.create_server(lambda: _ServerConnection(self), host, port, backlog=1024)
         sock = self._server.sockets[0].getsockname()
         self.host, self.port = sock[0], sock[1]
+        self._sweeper = loop.call_later(1.0, self._sweep)
+
+    def _sweep(self) -> None:
+        """Once a second: time out requests stuck half-uploaded past their deadline (slow or dead peers)."""
+        if self._stopping is not None:
+            return
+        now = asyncio.get_running_loop().time()
+        for proto in list(self._connections):
+            if proto.requests:
+                proto.expire_uploads(now)
+        self._sweeper = asyncio.get_running_loop().call_later(1.0, self._sweep)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let running calls finish for up to ``grace_s``, then cancel and close."""
@@ -392,6 +418,8 @@ class RpcServer:
             return
         loop = asyncio.get_running_loop()
         self._stopping = loop.create_future()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self._server.close()
         # No GOAWAY yet: h2 moves a connection that received one to CLOSED and then rejects the answers
         # still to come. New streams are refused instead (REFUSED_STREAM: the client knows it may retry
@@ -529,6 +557,7 @@ class RpcServer:
         svc.inflight += 1
         proto.active_calls += 1
         self._calls.add(call)
+        proto.calls[req.sid] = call
         call.task = loop.create_task(self._run(call, request, delay))
 
     def _drop(self, proto: _ServerConnection, req: _Request) -> None:
@@ -567,6 +596,8 @@ class RpcServer:
             err = e
         except asyncio.CancelledError:
             err = KuduServiceUnavailable(f"{ctx.full_method} cancelled: the server is shutting down")
+            if call.abandoned:
+                err = KuduTimedOut(f"{ctx.full_method} abandoned by the caller")
         except Exception as e:
             log.exception("handler %s raised (caller %s %s)", ctx.full_method, ctx.source or "-", ctx.remote)
             err = KuduRuntimeError(f"{ctx.full_method} failed: {type(e).__name__}: {e}")
@@ -575,7 +606,10 @@ class RpcServer:
                 m.latency.record((time.perf_counter() - t0) * 1e6)
             m.service.inflight -= 1
             self._calls.discard(call)
-        if err is None:
+            proto.calls.pop(call.sid, None)
+        if call.abandoned:
+            m.count_error("CANCELLED")
+        elif err is None:
             proto.respond(call.sid, ctx.content_type, body)
         else:
             m.count_error(err.code)

@@ -7,9 +7,10 @@ import json
 import shutil
 
 import pytest
-from rpc_testkit import TestService, wait_until
+from rpc_testkit import TestService, raw_post, wait_until
 
 from kudu_async.common.errors import KuduNetworkError, KuduTimedOut
+from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import RpcClient, RpcServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,15 +46,25 @@ async def test_timeouts_and_cancellations_leave_no_state_behind(
     assert len(conn.conn.streams) <= 300
 
 
-async def test_caller_cancellation_resets_only_its_stream(
-    server: RpcServer, client: RpcClient, service: TestService
+async def test_caller_cancellation_cancels_the_handler_and_only_that_stream(
+    server: RpcServer, client: RpcClient, service: TestService, metrics: MetricEntity
 ) -> None:
-    blocked = asyncio.create_task(client.call(server.address, "Test", "Block"))
+    sleeping = asyncio.create_task(client.call(server.address, "Test", "Sleep", 30, timeout_s=60.0))
     await wait_until(lambda: service.started == 1)
-    blocked.cancel()
+    sleeping.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await blocked
+        await sleeping
+    await wait_until(lambda: service.cancelled == 1)
+    assert metrics.counter("rpc_errors_Test_Sleep_CANCELLED").value == 1
     assert await client.call(server.address, "Test", "Echo", 9) == 9
+
+
+async def test_half_uploaded_request_times_out_at_its_deadline(server: RpcServer) -> None:
+    status, _, body = await raw_post(
+        server.port, "/Test/Echo", None, extra_headers=((b"x-deadline-ms", b"100"),), timeout_s=10.0
+    )
+    assert status == 504 and json.loads(body)["code"] == "TIMED_OUT"
+    assert _server_state(server) == (0, 0, 0)
 
 
 async def test_peer_vanishing_mid_call_is_a_network_error(service: TestService) -> None:
