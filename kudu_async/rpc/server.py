@@ -148,7 +148,7 @@ class _Request:
 class _Call:
     """A dispatched call: its handler task runs until it answers (or the caller resets the stream)."""
 
-    __slots__ = ("abandoned", "ctx", "method", "proto", "sid", "task")
+    __slots__ = ("cancel_reason", "ctx", "method", "proto", "sid", "task")
 
     def __init__(self, proto: _ServerConnection, sid: int, method: _Method, ctx: CallContext) -> None:
         self.proto = proto
@@ -156,7 +156,13 @@ class _Call:
         self.method = method
         self.ctx = ctx
         self.task: asyncio.Task[None] | None = None
-        self.abandoned = False
+        # Why the task was cancelled: "deadline", "abandoned" (caller reset the stream) or "" (shutdown).
+        self.cancel_reason = ""
+
+    def cancel(self, reason: str) -> None:
+        if self.task is not None and not self.task.done() and not self.cancel_reason:
+            self.cancel_reason = reason
+            self.task.cancel()
 
 
 class _ServerConnection(H2Protocol):
@@ -248,8 +254,7 @@ class _ServerConnection(H2Protocol):
         if call is not None and call.task is not None:
             # The caller gave up (its deadline, or it was cancelled): stop the work nobody will read, as
             # the server's own deadline would. Handlers are cancellation-safe for that reason already.
-            call.abandoned = True
-            call.task.cancel()
+            call.cancel("abandoned")
 
     def expire_uploads(self, now: float) -> None:
         """Answer TIMED_OUT to requests whose body is still arriving after their deadline."""
@@ -431,8 +436,8 @@ class RpcServer:
         while (self._calls or any(p.requests for p in self._connections)) and loop.time() < end:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         leftovers = [c.task for c in self._calls if c.task is not None]
-        for t in leftovers:
-            t.cancel()
+        for c in list(self._calls):
+            c.cancel("shutdown")
         if leftovers:
             await asyncio.gather(*leftovers, return_exceptions=True)
         for proto in list(self._connections):
@@ -576,38 +581,34 @@ class RpcServer:
         t0 = time.perf_counter()
         err: KuduBadStatus | None = None
         body = b""
+        # One timer handle enforces the deadline (cheaper than asyncio.timeout_at on the hot path).
+        timer = None if ctx.deadline is None else proto.loop.call_at(ctx.deadline, call.cancel, "deadline")
         try:
             if delay:
                 await asyncio.sleep(delay)
-            if ctx.deadline is None:
-                result = await m.handler(request, ctx)
-            else:
-                try:
-                    async with asyncio.timeout_at(ctx.deadline):
-                        result = await m.handler(request, ctx)
-                except TimeoutError:
-                    if proto.loop.time() < ctx.deadline:
-                        raise  # the handler's own TimeoutError, not our deadline
-                    raise KuduTimedOut(
-                        f"{ctx.full_method} did not finish within its deadline", {"deadline_exceeded": True}
-                    ) from None
+            result = await m.handler(request, ctx)
             body = codec.encode(result, ctx.content_type)
         except KuduBadStatus as e:
             err = e
         except asyncio.CancelledError:
-            err = KuduServiceUnavailable(f"{ctx.full_method} cancelled: the server is shutting down")
-            if call.abandoned:
+            if call.cancel_reason == "deadline":
+                err = KuduTimedOut(f"{ctx.full_method} did not finish within its deadline", {"deadline_exceeded": True})
+            elif call.cancel_reason == "abandoned":
                 err = KuduTimedOut(f"{ctx.full_method} abandoned by the caller")
+            else:  # "shutdown", or cancelled from inside the handler
+                err = KuduServiceUnavailable(f"{ctx.full_method} cancelled: the server is shutting down")
         except Exception as e:
             log.exception("handler %s raised (caller %s %s)", ctx.full_method, ctx.source or "-", ctx.remote)
             err = KuduRuntimeError(f"{ctx.full_method} failed: {type(e).__name__}: {e}")
         finally:
+            if timer is not None:
+                timer.cancel()
             if m.latency is not None:
                 m.latency.record((time.perf_counter() - t0) * 1e6)
             m.service.inflight -= 1
             self._calls.discard(call)
             proto.calls.pop(call.sid, None)
-        if call.abandoned:
+        if call.cancel_reason == "abandoned":
             m.count_error("CANCELLED")
         elif err is None:
             proto.respond(call.sid, ctx.content_type, body)
