@@ -47,8 +47,9 @@ async def _serve(pipe: Connection) -> None:
     async def echo(req: Any, ctx: CallContext) -> Any:
         return req
 
-    async def cpu(req: Any, ctx: CallContext) -> float:
-        return time.process_time()
+    async def cpu(req: Any, ctx: CallContext) -> list[float]:
+        t = os.times()
+        return [t.user, t.system]
 
     server.register("Generic", "Ping", ping)
     server.register("Bench", "Cpu", cpu)
@@ -92,13 +93,15 @@ async def _run_phase(
             await client.call(addr, service, method, body, timeout_s=30.0)
             latencies.append(time.perf_counter() - t0)
 
-    c0 = time.process_time()
+    c0 = os.times()
     s0 = await client.call(addr, "Bench", "Cpu")
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     dt = time.perf_counter() - t0
-    cpu["client"] = time.process_time() - c0
-    cpu["server"] = await client.call(addr, "Bench", "Cpu") - s0
+    c1 = os.times()
+    s1 = await client.call(addr, "Bench", "Cpu")
+    cpu["client_user"], cpu["client_sys"] = c1.user - c0.user, c1.system - c0.system
+    cpu["server_user"], cpu["server_sys"] = s1[0] - s0[0], s1[1] - s0[1]
     return len(latencies), dt, latencies
 
 
@@ -106,8 +109,12 @@ cpu: dict[str, float] = {}
 
 
 def _cpu_line(n: int, unit: str = "us/call") -> str:
-    c, s = cpu["client"] / n * 1e6, cpu["server"] / n * 1e6
-    return f"cpu client={c:.0f} {unit} server={s:.0f} {unit}"
+    """CPU per call of each process, user+sys (sys = syscalls: socket reads/writes, epoll)."""
+    parts = []
+    for side in ("client", "server"):
+        user, sys_ = cpu[f"{side}_user"] / n * 1e6, cpu[f"{side}_sys"] / n * 1e6
+        parts.append(f"{side}={user + sys_:.0f} {unit} (sys {sys_:.0f})")
+    return "cpu " + " ".join(parts)
 
 
 def _pct(lat: list[float], p: float) -> float:
