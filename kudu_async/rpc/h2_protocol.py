@@ -31,7 +31,9 @@ import hyperframe.frame
 log = logging.getLogger("kudu_async.rpc")
 
 DEFAULT_WINDOW = 16 * 1024 * 1024
-DEFAULT_MAX_FRAME = 1024 * 1024  # big DATA frames: h2's per-frame Python overhead dominates small ones
+DEFAULT_MAX_FRAME = 1024 * 1024
+READ_BUFFER_MIN = 64 * 1024
+READ_BUFFER_MAX = 1024 * 1024  # big DATA frames: h2's per-frame Python overhead dominates small ones
 _H2_DEFAULT_WINDOW = 65535
 
 
@@ -100,7 +102,7 @@ if getattr(hyperframe.frame, "_raw_data_repr", None) is not None:
     hyperframe.frame._raw_data_repr = _raw_data_repr
 
 
-class H2Protocol(asyncio.Protocol):
+class H2Protocol(asyncio.BufferedProtocol):
     """Feeds bytes to h2, dispatches its events to ``on_<event>`` hooks, and writes what h2 queued."""
 
     def __init__(self, client_side: bool, max_concurrent_streams: int, window: int = DEFAULT_WINDOW) -> None:
@@ -114,6 +116,7 @@ class H2Protocol(asyncio.Protocol):
         self._flush_pending = False
         self._write_paused = False
         self._outbound: dict[int, _Outbound] = {}
+        self._rbuf = memoryview(bytearray(READ_BUFFER_MIN))
         self._dispatch: dict[type, Any] = {
             h2.events.RequestReceived: self.on_request,
             h2.events.ResponseReceived: self.on_response,
@@ -154,7 +157,19 @@ class H2Protocol(asyncio.Protocol):
             conn.increment_flow_control_window(self._window - _H2_DEFAULT_WINDOW)
         self.flush()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # A BufferedProtocol: the loop reads straight into our buffer (no bytes object per read). The
+        # buffer starts small and doubles (to 1 MiB) while reads fill it, so connections that carry big
+        # bodies need few read syscalls and idle or chatty ones keep little memory.
+        return self._rbuf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        buf = self._rbuf
+        self.data_received(buf[:nbytes])
+        if nbytes == len(buf) and nbytes < READ_BUFFER_MAX:
+            self._rbuf = memoryview(bytearray(2 * nbytes))
+
+    def data_received(self, data: bytes | memoryview) -> None:
         try:
             events = self.conn.receive_data(data)
         except h2.exceptions.ProtocolError as e:
