@@ -25,6 +25,7 @@ import h2.events
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduIllegalState,
+    KuduInvalidArgument,
     KuduNetworkError,
     KuduRemoteError,
     KuduServiceUnavailable,
@@ -301,7 +302,10 @@ class RpcClient:
             raise KuduIllegalState("RpcClient is closed")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        body = codec.encode_msgpack(request)
+        try:
+            body = codec.encode_msgpack(request)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise KuduInvalidArgument(f"request for {service}/{method} cannot be encoded as msgpack: {e}") from None
         fault_applied = False
         faults = self.faults
         if faults is not None and faults.active:

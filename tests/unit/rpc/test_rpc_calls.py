@@ -12,6 +12,7 @@ from rpc_testkit import TestService, raw_post, wait_until
 
 from kudu_async.common.errors import (
     STATUS_CLASSES,
+    KuduInvalidArgument,
     KuduNetworkError,
     KuduNoSuchMethod,
     KuduNoSuchService,
@@ -331,3 +332,17 @@ async def test_fault_delay_is_applied_once_per_call(
     elapsed = time.monotonic() - t0
     assert 0.29 < elapsed < 0.55, "client and server share the rule; the delay must not be doubled"
     assert faults.delayed == 1
+
+
+async def test_unencodable_request_is_an_invalid_argument(server: RpcServer, client: RpcClient) -> None:
+    with pytest.raises(KuduInvalidArgument, match="cannot be encoded"):
+        await client.call(server.address, "Test", "Echo", object())
+
+
+async def test_unencodable_answer_is_a_runtime_error(server: RpcServer, client: RpcClient) -> None:
+    async def bad(req: object, ctx: object) -> object:
+        return object()
+
+    server.register("Odd", "Bad", bad)
+    with pytest.raises(KuduRuntimeError, match="Odd/Bad failed"):
+        await client.call(server.address, "Odd", "Bad")
