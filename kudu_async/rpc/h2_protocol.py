@@ -32,6 +32,7 @@ log = logging.getLogger("kudu_async.rpc")
 
 DEFAULT_WINDOW = 16 * 1024 * 1024
 DEFAULT_MAX_FRAME = 1024 * 1024
+FLUSH_EVERY = 8
 READ_BUFFER_MIN = 64 * 1024
 READ_BUFFER_MAX = 1024 * 1024  # big DATA frames: h2's per-frame Python overhead dominates small ones
 _H2_DEFAULT_WINDOW = 65535
@@ -114,6 +115,7 @@ class H2Protocol(asyncio.BufferedProtocol):
         self._window = window
         self._max_streams = max_concurrent_streams
         self._flush_pending = False
+        self._unflushed = 0
         self._write_paused = False
         self._outbound: dict[int, _Outbound] = {}
         self._rbuf = memoryview(bytearray(READ_BUFFER_MIN))
@@ -204,13 +206,22 @@ class H2Protocol(asyncio.BufferedProtocol):
     # --- sending ----------------------------------------------------------------------------------------
 
     def schedule_flush(self) -> None:
-        """Write what h2 queued at the end of this loop iteration (coalesces many calls' frames)."""
-        if not self._flush_pending:
+        """Write what h2 queued at the end of this loop iteration (coalesces many calls' frames).
+
+        Every FLUSH_EVERY messages the batch goes out at once instead: the peer can start on the first
+        answers while this side still works on the rest, so the two processes overlap rather than take
+        turns (one write per iteration made each side idle half the time at high concurrency).
+        """
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self.flush()
+        elif not self._flush_pending:
             self._flush_pending = True
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self._flush_pending = False
+        self._unflushed = 0
         data = self.conn.data_to_send()
         if data and self.transport is not None and not self.closed:
             self.transport.write(data)
