@@ -415,19 +415,31 @@ class LogWriter:
         self.batches_appended = 0
 
     async def append(self, entries: Sequence[LogEntry]) -> None:
-        if self._failed is not None:
-            raise KuduIllegalState(f"WAL {self.wal.dir} failed: {self._failed}")
-        if self._closed:
-            raise KuduAborted(f"WAL {self.wal.dir} is closed")
+        """Append and wait until durable, waiting first for room if too much is pending."""
         size = sum(len(e.data) + 32 for e in entries)
         async with self._room:
             await self._room.wait_for(lambda: self._pending_bytes == 0 or
                                       self._pending_bytes + size <= self._max_pending_bytes)
+        await self.submit(entries)
+
+    def submit(self, entries: Sequence[LogEntry]) -> asyncio.Future[None]:
+        """Queue an append now, in call order; the future resolves once it is durable.
+
+        For a caller (the Raft driver) that must keep its appends in order and bounds its own input.
+        """
+        if self._failed is not None:
+            raise KuduIllegalState(f"WAL {self.wal.dir} failed: {self._failed}")
+        if self._closed:
+            raise KuduAborted(f"WAL {self.wal.dir} is closed")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((entries, fut))
-        self._pending_bytes += size
+        self._pending_bytes += sum(len(e.data) + 32 for e in entries)
         self._wakeup.set()
-        await fut
+        return fut
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

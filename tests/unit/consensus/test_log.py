@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -131,11 +130,15 @@ async def test_writer_group_commits_concurrent_appends(tmp_path: Path) -> None:
     assert open_log(tmp_path).read(1) == entries(1, 200)
 
 
-async def test_writer_fails_waiters_when_disk_write_fails(tmp_path: Path) -> None:
+async def test_writer_fails_waiters_when_disk_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wal = open_log(tmp_path)
     writer = LogWriter(wal)
     await writer.append(entries(1, 1))
-    os.close(wal._fh.fileno())  # simulate the disk going away under the writer
+
+    def broken_sync() -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(wal, "sync", broken_sync)  # the disk goes away under the writer
     with pytest.raises(Exception, match="WAL write failed"):
         await writer.append(entries(2, 2))
     with pytest.raises(Exception, match="failed"):

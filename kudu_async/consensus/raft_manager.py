@@ -1,0 +1,184 @@
+"""All Raft replicas of one node: one ticker, one transport, one ``Consensus`` RPC service.
+
+Replicas live under ``<data-dir>/consensus/<group>/``. On start the manager reopens every replica it
+finds there, asking the role for the state machine of each (by the ``kind`` recorded at creation), so a
+restarted node rejoins all its groups without anyone telling it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from kudu_async.common.errors import (
+    KuduAlreadyPresent,
+    KuduBadStatus,
+    KuduInvalidArgument,
+    KuduNotFound,
+)
+from kudu_async.consensus.consensus_meta import ConsensusMetadata
+from kudu_async.consensus.raft import message_from_dict
+from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState, StateMachine
+from kudu_async.consensus.transport import ConsensusTransport, Ticker
+from kudu_async.rpc.client import RpcClient
+from kudu_async.rpc.server import CallContext, RpcServer
+
+log = logging.getLogger(__name__)
+
+GROUP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+StateMachineFactory = Callable[[str, dict[str, Any]], Awaitable[StateMachine]]
+
+
+def check_group_id(group: Any) -> str:
+    if not isinstance(group, str) or not GROUP_ID_RE.match(group):
+        raise KuduInvalidArgument(f"bad raft group id {group!r}: expected 1-128 of [A-Za-z0-9_.-]")
+    return group
+
+
+class RaftManager:
+    def __init__(
+        self,
+        node_uuid: str,
+        root: Path,
+        rpc_client: RpcClient,
+        executor: Executor | None = None,
+        options: ReplicaOptions | None = None,
+        tick_interval_s: float = 0.1,
+    ) -> None:
+        self.node_uuid = node_uuid
+        self.root = root
+        self.executor = executor
+        self.options = options or ReplicaOptions()
+        self.transport = ConsensusTransport(rpc_client, node_uuid)
+        self.ticker = Ticker(tick_interval_s)
+        self.replicas: dict[str, RaftReplica] = {}
+        self._factories: dict[str, StateMachineFactory] = {}
+        self.unknown_group_messages = 0
+
+    def register_kind(self, kind: str, factory: StateMachineFactory) -> None:
+        """How to build the state machine of replicas created with ``kind``."""
+        self._factories[kind] = factory
+
+    def register_rpc(self, server: RpcServer) -> None:
+        server.register("Consensus", "Batch", self._rpc_batch)
+        server.register("Consensus", "StepDown", self._rpc_step_down)
+        server.register("Consensus", "TransferLeadership", self._rpc_transfer)
+        server.register("Consensus", "GetState", self._rpc_get_state)
+
+    async def start(self) -> None:
+        """Reopen every replica on disk and start ticking."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for d in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            await self._reopen(d)
+        self.ticker.start()
+
+    async def _reopen(self, d: Path) -> None:
+        group = d.name
+        try:
+            cm = await asyncio.get_running_loop().run_in_executor(self.executor, ConsensusMetadata.load,
+                                                                  d / "cmeta")
+            extra = dict((cm.config if cm else {}).get("extra", {}))
+            await self._open_replica(group, extra, None)
+        except KuduBadStatus as e:
+            log.error("replica could not be reopened; it stays FAILED", extra={"group": group, "error": str(e)})
+
+    async def create_replica(self, group: str, kind: str, peers: dict[str, str],
+                             extra: dict[str, Any] | None = None) -> RaftReplica:
+        """Create a brand-new replica of ``group`` whose first config is ``peers`` (uuid -> address)."""
+        check_group_id(group)
+        if group in self.replicas:
+            raise KuduAlreadyPresent(f"replica of {group} already exists on {self.node_uuid}")
+        if kind not in self._factories:
+            raise KuduInvalidArgument(f"unknown replica kind {kind!r}; this node hosts {sorted(self._factories)}")
+        if self.node_uuid not in peers:
+            raise KuduInvalidArgument(f"config of {group} does not include this node {self.node_uuid}")
+        return await self._open_replica(group, {**(extra or {}), "kind": kind}, peers)
+
+    async def _open_replica(self, group: str, extra: dict[str, Any], peers: dict[str, str] | None) -> RaftReplica:
+        kind = extra.get("kind", "")
+        factory = self._factories.get(kind)
+        sm: StateMachine = _FailedStateMachine() if factory is None else await factory(group, extra)
+        replica = RaftReplica(group, self.node_uuid, self.root / group, sm, self.transport, self.executor,
+                              self.options, extra)
+        self.replicas[group] = replica
+        if factory is None:
+            replica.state = ReplicaState.FAILED
+            replica.error = f"no state machine for kind {kind!r} on this node"
+            return replica
+        await replica.open(peers)  # on failure the replica stays listed as FAILED, with its reason
+
+        def on_tick_error(e: BaseException) -> None:
+            replica._fail(f"tick failed: {e}")
+
+        self.ticker.register(group, replica.tick, on_tick_error)
+        return replica
+
+    def get(self, group: Any) -> RaftReplica:
+        replica = self.replicas.get(check_group_id(group))
+        if replica is None:
+            raise KuduNotFound(f"no replica of {group} on {self.node_uuid}")
+        return replica
+
+    async def stop(self) -> None:
+        await self.ticker.stop()
+        await asyncio.gather(*(r.close() for r in self.replicas.values()), return_exceptions=True)
+        await self.transport.close()
+
+    def status(self) -> list[dict[str, Any]]:
+        return [r.status() for _, r in sorted(self.replicas.items())]
+
+    # --- RPC handlers ---------------------------------------------------------------------------------
+
+    async def _rpc_batch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        _, raw_messages = ConsensusTransport.parse_batch(request, self.node_uuid)
+        messages = [message_from_dict(m) for m in raw_messages]  # all validated before any is stepped
+        for m in messages:
+            if m.dst != self.node_uuid:
+                raise KuduInvalidArgument(f"raft message for {m.dst} sent to {self.node_uuid}")
+        for m in messages:
+            replica = self.replicas.get(m.group)
+            if replica is None:
+                self.unknown_group_messages += 1
+                continue
+            replica.receive(m)
+        return {}
+
+    async def _rpc_step_down(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        replica = self.get(_field(request, "group"))
+        replica.step_down()
+        return replica.leader_hint()
+
+    async def _rpc_transfer(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        replica = self.get(_field(request, "group"))
+        peer = _field(request, "peer")
+        if not isinstance(peer, str):
+            raise KuduInvalidArgument("'peer' must be a replica uuid")
+        replica.transfer_leadership(peer)
+        return replica.leader_hint()
+
+    async def _rpc_get_state(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        group = request.get("group") if isinstance(request, dict) else None
+        if group is None:
+            return {"replicas": self.status()}
+        return self.get(group).status()
+
+
+def _field(request: Any, name: str) -> Any:
+    if not isinstance(request, dict) or name not in request:
+        raise KuduInvalidArgument(f"request must be a map with {name!r}")
+    return request[name]
+
+
+class _FailedStateMachine:
+    """Placeholder for a replica whose kind this node cannot host; it is never opened."""
+
+    async def apply(self, index: int, term: int, payload: bytes) -> Any:
+        raise KuduInvalidArgument("replica has no state machine")
+
+    def durable_index(self) -> int:
+        return 0

@@ -1,0 +1,545 @@
+"""The asyncio driver of one Raft replica: the sans-IO core plus its WAL, metadata, peers and state machine.
+
+It follows the core's Ready contract (see ``raft.py``): term and vote are made durable before any message
+of the same Ready leaves; log writes start in order and run concurrently with sending (the leader ships
+entries while its own fsync runs) and report back through ``persisted``; committed entries are applied
+in order, and each resolves the proposal that produced it.
+
+Files of a replica directory: ``cmeta`` (term, vote, commit, address book and compaction point) and
+``wal/`` (the log). The state machine is pluggable: tablets and the master's system catalog both sit
+behind the same ``StateMachine`` protocol, so consensus never imports them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kudu_async.common.errors import (
+    KuduAborted,
+    KuduBadStatus,
+    KuduIllegalState,
+    KuduNotSupported,
+    KuduNotTheLeader,
+    KuduServiceUnavailable,
+    KuduTabletFailed,
+    KuduTimedOut,
+)
+from kudu_async.consensus.consensus_meta import ConsensusMetadata
+from kudu_async.consensus.log import Log, LogEntry, LogOptions, LogWriter
+from kudu_async.consensus.raft import (
+    Config,
+    ConfigChangeOp,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    RaftNode,
+    RaftOptions,
+    Ready,
+    Role,
+    SnapshotMeta,
+)
+from kudu_async.consensus.transport import ConsensusTransport
+
+log = logging.getLogger(__name__)
+
+
+class StateMachine(Protocol):
+    """What a replicated state machine offers its replica."""
+
+    async def apply(self, index: int, term: int, payload: bytes) -> Any:
+        """Apply one committed entry; the return value answers the proposer. Raising fails the replica."""
+        ...
+
+    def durable_index(self) -> int:
+        """Entries up to here are durable in the state machine's own files (0: it needs the whole log)."""
+        ...
+
+
+class ReplicaState(enum.Enum):
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+@dataclass
+class ReplicaOptions:
+    raft: RaftOptions = field(default_factory=RaftOptions)
+    fsync: bool = True
+    segment_bytes: int = 8 * 1024 * 1024
+    max_pending_proposals: int = 10_000
+    max_retained_segments: int = 80  # beyond this, lagging peers need a tablet copy (Kudu's default)
+    gc_every_applied: int = 1000
+    commit_save_interval_s: float = 1.0
+
+
+@dataclass
+class _Proposal:
+    payload: bytes
+    future: asyncio.Future[Any]
+    term: int = 0
+    index: int = 0
+
+
+class RaftReplica:
+    """One replica of one Raft group on this node."""
+
+    def __init__(
+        self,
+        group: str,
+        node_uuid: str,
+        directory: Path,
+        state_machine: StateMachine,
+        transport: ConsensusTransport,
+        executor: Executor | None = None,
+        options: ReplicaOptions | None = None,
+        extra_meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.group = group
+        self.node_uuid = node_uuid
+        self.dir = directory
+        self.sm = state_machine
+        self.transport = transport
+        self.executor = executor
+        self.options = options or ReplicaOptions()
+        self.state = ReplicaState.INITIALIZING
+        self.error: str | None = None
+        self.peers: dict[str, str] = {}  # uuid -> RPC address: Raft configs name uuids only
+        self.extra_meta: dict[str, Any] = dict(extra_meta or {})
+        self.raft: RaftNode | None = None
+        self.wal: Log | None = None
+        self.writer: LogWriter | None = None
+        self.last_contact: dict[str, float] = {}
+        self._cmeta = ConsensusMetadata()
+        self._saved_commit = 0
+        self._commit_saved_at = 0.0
+        self._queued: list[_Proposal] = []
+        self._inflight: dict[int, _Proposal] = {}
+        self._reads: dict[bytes, asyncio.Future[int]] = {}
+        self._read_seq = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Future[None]] = set()
+        self._applied_since_gc = 0
+        self._snapshot_warned: set[str] = set()
+        self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
+        self.role_listeners: list[Callable[[RaftReplica], None]] = []
+
+    @property
+    def cmeta_path(self) -> Path:
+        return self.dir / "cmeta"
+
+    # --- opening --------------------------------------------------------------------------------------
+
+    async def open(self, initial_peers: dict[str, str] | None = None) -> None:
+        """Recover from disk, or create a new replica whose first config is ``initial_peers``.
+
+        A damaged WAL or metadata file marks the replica FAILED (and raises), it never starts empty.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, self._open_blocking, initial_peers)
+        except KuduBadStatus as e:
+            self._fail(f"cannot open replica: {e}")
+            raise KuduTabletFailed(f"replica {self.group}: {e}") from e
+        assert self.wal is not None
+        self.writer = LogWriter(self.wal, self.executor)
+        self.state = ReplicaState.RUNNING
+        self._task = loop.create_task(self._drive(), name=f"raft {self.group}")
+
+    def _open_blocking(self, initial_peers: dict[str, str] | None) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cmeta = ConsensusMetadata.load(self.cmeta_path)
+        wal, report = Log.open(self.dir / "wal", LogOptions(self.options.segment_bytes, self.options.fsync))
+        self.wal = wal
+        if report.truncated_tail_bytes:
+            log.warning("recovered WAL with a torn tail", extra={"group": self.group,
+                                                                 "bytes": report.truncated_tail_bytes})
+        rng = random.Random(hash((self.node_uuid, self.group, time.time_ns())))
+        if cmeta is None:
+            if not initial_peers:
+                raise KuduIllegalState(f"replica {self.group} has no metadata and no initial config")
+            self.peers = dict(initial_peers)
+            config = Config(frozenset(initial_peers))
+            cmeta = ConsensusMetadata(0, None, 0, {"peers": self.peers, "snapshot": [0, 0, config.to_dict()],
+                                                   "extra": self.extra_meta})
+            cmeta.save(self.cmeta_path)
+            self._cmeta = cmeta
+            self.raft = RaftNode.bootstrap(self.node_uuid, self.group, config, options=self.options.raft, rng=rng)
+            return
+        self._cmeta = cmeta
+        self.peers = dict(cmeta.config.get("peers", {}))
+        self.extra_meta = dict(cmeta.config.get("extra", {}))
+        snap_index, snap_term, snap_cfg = cmeta.config.get("snapshot", [0, 0, {"voters": list(self.peers)}])
+        snapshot = SnapshotMeta(int(snap_index), int(snap_term), Config.from_dict(snap_cfg))
+        start = max(wal.first_index, snapshot.index + 1)
+        entries = [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data)
+                   for e in wal.read(start)] if start <= wal.last_index else []
+        durable = self.sm.durable_index()
+        self._saved_commit = cmeta.commit_index
+        self.raft = RaftNode.restart(
+            self.node_uuid, self.group, HardState(cmeta.term, cmeta.voted_for, cmeta.commit_index),
+            snapshot, entries, applied=max(durable, snapshot.index) if durable else None,
+            options=self.options.raft, rng=rng,
+        )
+        log.info("replica recovered", extra={"group": self.group, "term": cmeta.term, "entries": len(entries),
+                                             "snapshot_index": snapshot.index})
+
+    # --- inputs ---------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if self.state is ReplicaState.RUNNING and self.raft is not None:
+            self.raft.tick()
+            if self.raft.has_ready():
+                self._wake.set()
+
+    def receive(self, message: Message) -> None:
+        """A message from a peer (already decoded and validated by the transport layer)."""
+        if self.state is not ReplicaState.RUNNING or self.raft is None:
+            return
+        self.last_contact[message.src] = time.monotonic()
+        self.raft.step(message)
+        if self.raft.has_ready():
+            self._wake.set()
+
+    def _require_running(self) -> RaftNode:
+        if self.state is not ReplicaState.RUNNING or self.raft is None:
+            if self.state is ReplicaState.FAILED:
+                raise KuduTabletFailed(f"replica {self.group} is FAILED: {self.error}")
+            raise KuduServiceUnavailable(f"replica {self.group} is {self.state.value}")
+        return self.raft
+
+    def leader_hint(self) -> dict[str, Any]:
+        raft = self.raft
+        leader = raft.leader if raft is not None else None
+        return {"group": self.group, "leader": leader, "leader_address": self.peers.get(leader or ""),
+                "term": raft.term if raft is not None else 0}
+
+    async def replicate(self, payload: bytes, timeout_s: float = 10.0) -> Any:
+        """Replicate ``payload``; returns what the state machine's ``apply`` returned for it.
+
+        Raises NOT_THE_LEADER (with the known leader in details), ABORTED (lost to a new leader),
+        SERVICE_UNAVAILABLE (too many pending) or TIMED_OUT.
+        """
+        raft = self._require_running()
+        if not raft.is_leader:
+            raise KuduNotTheLeader(f"replica {self.node_uuid} of {self.group} is not the leader", self.leader_hint())
+        if len(self._queued) + len(self._inflight) >= self.options.max_pending_proposals:
+            raise KuduServiceUnavailable(f"replica {self.group}: too many pending proposals")
+        prop = _Proposal(payload, asyncio.get_running_loop().create_future())
+        self._queued.append(prop)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(prop.future), timeout_s)
+        except TimeoutError:
+            raise KuduTimedOut(f"replicating to {self.group} did not commit within {timeout_s:.1f}s") from None
+
+    async def read_index(self, timeout_s: float = 10.0, use_lease: bool = True) -> int:
+        """A linearizable read point: once ``applied >= `` the returned index, reads see every commit."""
+        raft = self._require_running()
+        self._read_seq += 1
+        ctx = self._read_seq.to_bytes(8, "big")
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._reads[ctx] = fut
+        try:
+            raft.read_index(ctx, use_lease=use_lease)
+        except KuduBadStatus:
+            self._reads.pop(ctx, None)
+            raise
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise KuduTimedOut(f"read index on {self.group} timed out") from None
+        finally:
+            self._reads.pop(ctx, None)
+
+    def step_down(self) -> None:
+        self._require_running().step_down()
+        self._wake.set()
+
+    def transfer_leadership(self, peer: str) -> None:
+        self._require_running().transfer_leadership(peer)
+        self._wake.set()
+
+    async def change_config(self, op: ConfigChangeOp, peer: str, address: str | None, timeout_s: float = 30.0) -> int:
+        """One-server config change through the log; returns once it is committed."""
+        raft = self._require_running()
+        if address:
+            self.peers[peer] = address
+        index = raft.propose_config_change(op, peer)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._inflight[index] = _Proposal(b"", fut, raft.term, index)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            raise KuduTimedOut(f"config change on {self.group} did not commit within {timeout_s:.1f}s") from None
+        return index
+
+    async def wait_for(self, predicate: Callable[[RaftReplica], bool], timeout_s: float) -> None:
+        """Wait until ``predicate(self)`` holds after some Ready (role, commit ... changes)."""
+        if predicate(self):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._role_waiters.append((predicate, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise KuduTimedOut(f"replica {self.group}: condition not reached within {timeout_s}s") from None
+
+    # --- the driver loop ------------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        try:
+            while self.state is ReplicaState.RUNNING:
+                await self._wake.wait()
+                self._wake.clear()
+                raft = self.raft
+                assert raft is not None
+                if self._queued:
+                    self._propose_queued(raft)
+                while self.state is ReplicaState.RUNNING and raft.has_ready():
+                    await self._handle(raft.ready())
+                self._notify_waiters()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("replica driver failed", extra={"group": self.group})
+            self._fail(f"driver failed: {type(e).__name__}: {e}")
+
+    def _propose_queued(self, raft: RaftNode) -> None:
+        batch, self._queued = self._queued, []
+        try:
+            last = raft.propose_batch([p.payload for p in batch])
+        except KuduBadStatus as e:
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(type(e)(e.message, {**e.details, **self.leader_hint()}))
+            return
+        first = last - len(batch) + 1
+        for i, p in enumerate(batch):
+            p.term, p.index = raft.term, first + i
+            self._inflight[p.index] = p
+
+    async def _handle(self, rd: Ready) -> None:
+        raft = self.raft
+        assert raft is not None and self.writer is not None
+        if rd.snapshot is not None:
+            raise KuduNotSupported("installing a snapshot needs tablet copy, which this replica host lacks")
+        if rd.hard_state is not None:
+            await self._persist_hard_state(rd.hard_state)
+        if rd.entries:
+            self._start_log_write(rd.entries)
+        for m in rd.messages:
+            self._send(m)
+        if rd.committed:
+            await self._apply(rd.committed)
+        for rs in rd.read_states:
+            fut = self._reads.get(rs.ctx)
+            if fut is not None and not fut.done():
+                fut.set_result(rs.index)
+        for ns in rd.needs_snapshot:
+            if ns.peer not in self._snapshot_warned:
+                self._snapshot_warned.add(ns.peer)
+                log.warning("peer is behind the retained log and needs a tablet copy",
+                            extra={"group": self.group, "peer": ns.peer, "snapshot_index": ns.snapshot.index})
+        if rd.role is not None:
+            log.info("raft role change", extra={"group": self.group, "role": rd.role.role.value,
+                                                "term": rd.role.term, "leader": rd.role.leader})
+            for listener in self.role_listeners:
+                listener(self)
+
+    async def _persist_hard_state(self, hs: HardState) -> None:
+        cm = self._cmeta
+        must_sync = hs.term != cm.term or hs.vote != cm.voted_for
+        now = time.monotonic()
+        if not must_sync and now - self._commit_saved_at < self.options.commit_save_interval_s:
+            return  # only the commit index moved: it can be recomputed, so it is saved lazily
+        cm.term, cm.voted_for, cm.commit_index = hs.term, hs.vote, hs.commit
+        self._save_cmeta_config()
+        self._commit_saved_at = now
+        await asyncio.get_running_loop().run_in_executor(self.executor, cm.save, self.cmeta_path)
+
+    def _save_cmeta_config(self) -> None:
+        raft = self.raft
+        assert raft is not None
+        snap = raft.snapshot_meta()
+        self._cmeta.config = {"peers": dict(self.peers), "snapshot": [snap.index, snap.term, snap.config.to_dict()],
+                              "extra": self.extra_meta}
+
+    def _start_log_write(self, entries: tuple[Entry, ...]) -> None:
+        assert self.writer is not None
+        last = entries[-1]
+        fut = self.writer.submit([LogEntry(e.term, e.index, int(e.kind), e.payload) for e in entries])
+        self._writes.add(fut)
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._writes.discard(f)
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is not None:
+                self._fail(f"WAL write failed: {exc}")
+                return
+            if self.state is ReplicaState.RUNNING and self.raft is not None:
+                self.raft.persisted(last.index, last.term)
+                self._wake.set()
+
+        fut.add_done_callback(done)
+
+    def _send(self, m: Message) -> None:
+        address = self.peers.get(m.dst)
+        if address is None:
+            log.warning("no address for raft peer; dropping message", extra={"group": self.group, "peer": m.dst})
+            return
+        size = 64 + sum(len(e.payload) + 24 for e in getattr(m, "entries", ()))
+        self.transport.send(m.dst, address, m.to_dict(), size)
+
+    async def _apply(self, committed: tuple[Entry, ...]) -> None:
+        raft = self.raft
+        assert raft is not None
+        for e in committed:
+            result: Any = None
+            if e.kind is EntryKind.NORMAL:
+                try:
+                    result = await self.sm.apply(e.index, e.term, e.payload)
+                except Exception as exc:  # the state machine diverging is fatal for this replica
+                    log.exception("state machine apply failed", extra={"group": self.group, "index": e.index})
+                    self._fail(f"apply of index {e.index} failed: {type(exc).__name__}: {exc}")
+                    return
+            elif e.kind is EntryKind.CONFIG:
+                self._save_cmeta_config()
+            prop = self._inflight.pop(e.index, None)
+            if prop is not None and not prop.future.done():
+                if prop.term == e.term:
+                    prop.future.set_result(result)
+                else:
+                    prop.future.set_exception(KuduAborted(
+                        f"entry {e.index} of {self.group} was replaced by a new leader's entry", self.leader_hint()))
+        raft.applied(committed[-1].index)
+        self._applied_since_gc += len(committed)
+        if self._applied_since_gc >= self.options.gc_every_applied:
+            self._applied_since_gc = 0
+            await self._maybe_gc()
+
+    async def _maybe_gc(self) -> None:
+        """Drop log segments the state machine has made durable and no peer still needs."""
+        raft, wal = self.raft, self.wal
+        assert raft is not None and wal is not None
+        durable = min(self.sm.durable_index(), raft.applied_index)
+        if durable <= raft.snapshot_meta().index:
+            return
+        retain_from = durable + 1
+        if raft.is_leader:
+            for peer in raft.config.members - {self.node_uuid}:
+                ps = raft.peer_state(peer)
+                if ps is not None:
+                    retain_from = min(retain_from, ps[1] + 1)
+        if len(wal.segment_info()) > self.options.max_retained_segments:
+            retain_from = durable + 1  # past the retention cap: lagging peers get a tablet copy instead
+        raft.compact(durable)
+        self._save_cmeta_config()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.executor, self._cmeta.save, self.cmeta_path)  # compaction point first
+        await loop.run_in_executor(self.executor, wal.gc, retain_from)
+
+    def _notify_waiters(self) -> None:
+        if not self._role_waiters:
+            return
+        keep = []
+        for pred, fut in self._role_waiters:
+            if fut.done():
+                continue
+            if pred(self):
+                fut.set_result(None)
+            else:
+                keep.append((pred, fut))
+        self._role_waiters = keep
+
+    def _fail(self, reason: str) -> None:
+        if self.state is ReplicaState.FAILED:
+            return
+        log.error("replica FAILED", extra={"group": self.group, "reason": reason})
+        self.state = ReplicaState.FAILED
+        self.error = reason
+        self._fail_pending(KuduTabletFailed(f"replica {self.group} FAILED: {reason}"))
+
+    def _fail_pending(self, exc: KuduBadStatus) -> None:
+        for p in [*self._queued, *self._inflight.values()]:
+            if not p.future.done():
+                p.future.set_exception(exc)
+        self._queued.clear()
+        self._inflight.clear()
+        for fut in self._reads.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def close(self) -> None:
+        """Stop driving; finish pending log writes and sync the WAL."""
+        if self.state is ReplicaState.RUNNING:
+            self.state = ReplicaState.STOPPED
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._fail_pending(KuduAborted(f"replica {self.group} is shutting down"))
+        if self.writer is not None:
+            await self.writer.close()
+        if self.raft is not None and self.state is not ReplicaState.FAILED:
+            cm = self._cmeta
+            cm.term, cm.voted_for = self.raft.term, self.raft.vote
+            cm.commit_index = min(self.raft.commit, self.raft.stable_index)
+            self._save_cmeta_config()
+            await asyncio.get_running_loop().run_in_executor(self.executor, cm.save, self.cmeta_path)
+
+    # --- introspection --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        raft = self.raft
+        out: dict[str, Any] = {"group": self.group, "state": self.state.value, "error": self.error,
+                               "kind": self.extra_meta.get("kind")}
+        if raft is None:
+            return out
+        now = time.monotonic()
+        peers = []
+        for uuid in sorted(raft.config.members | set(self.peers)):
+            ps = raft.peer_state(uuid) if raft.is_leader else None
+            contact = self.last_contact.get(uuid)
+            peers.append({
+                "uuid": uuid,
+                "address": self.peers.get(uuid),
+                "member_type": "VOTER" if uuid in raft.config.voters else
+                               "NON_VOTER" if uuid in raft.config.learners else "NONE",
+                "match_index": ps[1] if ps else None,
+                "mode": ps[0].value if ps else None,
+                "last_contact_ms_ago": None if contact is None else round((now - contact) * 1000),
+            })
+        out.update({
+            "role": raft.role.value,
+            "term": raft.term,
+            "leader": raft.leader,
+            "commit_index": raft.commit,
+            "applied_index": raft.applied_index,
+            "last_log_index": raft.last_index,
+            "durable_index": raft.stable_index,
+            "first_log_index": raft.first_index,
+            "peers": peers,
+            "pending_proposals": len(self._queued) + len(self._inflight),
+            "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
+        })
+        return out
+
+    @property
+    def role(self) -> Role | None:
+        return self.raft.role if self.raft is not None else None

@@ -1,0 +1,224 @@
+"""Multi-Raft transport: every replica on a node shares one outbox per peer node.
+
+Kudu sends one UpdateConsensus RPC per tablet; with hundreds of tablets per server that is hundreds of
+heartbeats a second. Here all messages queued for one peer node during an event-loop turn leave in a
+single ``Consensus/Batch`` call, so idle heartbeats cost one RPC per node pair per period. A peer that
+fails gets exponential, jittered backoff: its outbox is dropped meanwhile (Raft retransmits what
+matters), so a dead node causes neither a storm of calls nor unbounded memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.rpc.client import RpcClient
+
+log = logging.getLogger(__name__)
+
+# A message handed to the transport: a msgpack-able dict naming its Raft group.
+WireMessage = dict[str, Any]
+Dispatch = Callable[[str, list[WireMessage]], Awaitable[None]]
+
+SERVICE = "Consensus"
+BATCH_METHOD = "Batch"
+
+
+@dataclass
+class _PeerOutbox:
+    address: str
+    messages: list[WireMessage] = field(default_factory=list)
+    bytes_estimate: int = 0
+    in_flight: bool = False
+    failures: int = 0
+    retry_at: float = 0.0
+    dropped: int = 0
+    last_error: str = ""
+
+
+class ConsensusTransport:
+    """Sends Raft messages to peer nodes in per-node batches and dispatches received batches."""
+
+    def __init__(
+        self,
+        rpc: RpcClient,
+        node_uuid: str,
+        rpc_timeout_s: float = 2.0,
+        max_outbox_messages: int = 10_000,
+        max_outbox_bytes: int = 16 * 1024 * 1024,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rpc = rpc
+        self.node_uuid = node_uuid
+        self.rpc_timeout_s = rpc_timeout_s
+        self.max_outbox_messages = max_outbox_messages
+        self.max_outbox_bytes = max_outbox_bytes
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._clock = clock
+        self._peers: dict[str, _PeerOutbox] = {}
+        self._flush_scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.batches_sent = 0
+        self.messages_sent = 0
+
+    # --- sending --------------------------------------------------------------------------------------
+
+    def send(self, peer_uuid: str, address: str, message: WireMessage, size_hint: int = 64) -> None:
+        """Queue ``message`` for ``peer_uuid``; it leaves with everything else queued this loop turn."""
+        if self._closed:
+            return
+        box = self._peers.get(peer_uuid)
+        if box is None:
+            box = self._peers[peer_uuid] = _PeerOutbox(address)
+        box.address = address
+        if self._clock() < box.retry_at:
+            box.dropped += 1  # peer is backing off; Raft will retry what it still needs
+            return
+        if len(box.messages) >= self.max_outbox_messages or box.bytes_estimate + size_hint > self.max_outbox_bytes:
+            box.dropped += 1
+            return
+        box.messages.append(message)
+        box.bytes_estimate += size_hint
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for peer_uuid, box in self._peers.items():
+            if box.messages and not box.in_flight:
+                self._start_send(peer_uuid, box)
+
+    def _start_send(self, peer_uuid: str, box: _PeerOutbox) -> None:
+        batch, box.messages, box.bytes_estimate = box.messages, [], 0
+        box.in_flight = True
+        task = asyncio.get_running_loop().create_task(self._send_batch(peer_uuid, box, batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_batch(self, peer_uuid: str, box: _PeerOutbox, batch: list[WireMessage]) -> None:
+        try:
+            await self.rpc.call(box.address, SERVICE, BATCH_METHOD,
+                                {"from": self.node_uuid, "to": peer_uuid, "messages": batch},
+                                timeout_s=self.rpc_timeout_s)
+            box.failures = 0
+            box.retry_at = 0.0
+            self.batches_sent += 1
+            self.messages_sent += len(batch)
+        except KuduBadStatus as e:
+            box.failures += 1
+            delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** min(box.failures - 1, 16))
+            box.retry_at = self._clock() + delay * random.uniform(0.5, 1.0)
+            box.dropped += len(batch) + len(box.messages)
+            box.messages, box.bytes_estimate = [], 0
+            if box.failures == 1 or box.failures % 50 == 0:
+                log.info("consensus peer unreachable, backing off",
+                         extra={"peer": peer_uuid, "address": box.address, "error": str(e), "failures": box.failures})
+            box.last_error = str(e)
+        finally:
+            box.in_flight = False
+            if box.messages and not self._closed:  # what queued while this batch was in flight
+                self._start_send(peer_uuid, box)
+
+    def peer_status(self) -> dict[str, dict[str, Any]]:
+        now = self._clock()
+        return {
+            uuid: {
+                "address": b.address,
+                "queued": len(b.messages),
+                "consecutive_failures": b.failures,
+                "backoff_remaining_ms": max(0, round((b.retry_at - now) * 1000)),
+                "dropped_messages": b.dropped,
+                "last_error": b.last_error,
+            }
+            for uuid, b in self._peers.items()
+        }
+
+    async def close(self) -> None:
+        self._closed = True
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # --- receiving ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def parse_batch(request: Any, local_uuid: str) -> tuple[str, list[WireMessage]]:
+        """Validate an incoming ``Consensus/Batch`` body before any replica sees it."""
+        if not isinstance(request, dict):
+            raise KuduInvalidArgument("Consensus/Batch: expected a map body")
+        sender, to, messages = request.get("from"), request.get("to"), request.get("messages")
+        if not isinstance(sender, str) or not sender:
+            raise KuduInvalidArgument("Consensus/Batch: 'from' must be the sender's uuid")
+        if to != local_uuid:
+            raise KuduInvalidArgument(f"Consensus/Batch: addressed to {to!r}, this node is {local_uuid!r}")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise KuduInvalidArgument("Consensus/Batch: 'messages' must be a list of maps")
+        return sender, messages
+
+
+class Ticker:
+    """One node-level timer that ticks every registered Raft replica (Kudu runs one per replica).
+
+    A callback that raises is logged, unregistered and reported to its ``on_error`` (where the replica
+    marks itself FAILED); the ticker keeps ticking the rest.
+    """
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s = interval_s
+        self._callbacks: dict[str, Callable[[], None]] = {}
+        self._on_error: dict[str, Callable[[BaseException], None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.ticks = 0
+
+    def register(
+        self, key: str, callback: Callable[[], None], on_error: Callable[[BaseException], None] | None = None
+    ) -> None:
+        self._callbacks[key] = callback
+        if on_error is not None:
+            self._on_error[key] = on_error
+
+    def unregister(self, key: str) -> None:
+        self._callbacks.pop(key, None)
+        self._on_error.pop(key, None)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="raft-ticker")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            next_at += self.interval_s
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if loop.time() - next_at > 5 * self.interval_s:  # we were paused (SIGSTOP) or starved
+                next_at = loop.time()
+            self.ticks += 1
+            for key, cb in list(self._callbacks.items()):
+                try:
+                    cb()
+                except Exception as e:
+                    log.exception("raft tick failed; unregistering", extra={"replica": key})
+                    self._callbacks.pop(key, None)
+                    handler = self._on_error.pop(key, None)
+                    if handler is not None:
+                        handler(e)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
