@@ -122,6 +122,11 @@ async def mem_trackers(request: web.Request) -> web.Response:
     return web.json_response(_node(request).mem_trackers())
 
 
+async def raft_status(request: web.Request) -> web.Response:
+    return web.json_response({"replicas": _node(request).raft.status(),
+                              "peers": _node(request).raft.transport.peer_status()})
+
+
 async def home(request: web.Request) -> web.Response:
     node = _node(request)
     paths = sorted({r.resource.canonical for r in request.app.router.routes() if r.resource is not None})
@@ -143,6 +148,7 @@ def build_admin_app(node: Node) -> web.Application:
     r.add_get("/mem-trackers", mem_trackers)
     r.add_get("/api/v1/status", status)
     r.add_get("/api/v1/varz", varz_json)
+    r.add_get("/api/v1/raft", raft_status)
     node.add_admin_routes(app)
     return app
 

@@ -177,7 +177,6 @@ FLAGS: tuple[Flag, ...] = (
          check=_positive),
     Flag("rpc_service_queue_length", _to_int, 1000,
          "Calls in flight per service before new ones get SERVICE_UNAVAILABLE.", check=_positive),
-    Flag("rpc_default_timeout_ms", _to_int, 10_000, "Default deadline of outgoing RPCs.", check=_positive),
     Flag("enable_fault_injection", _to_bool, False,
          "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only)."),
     Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.",
@@ -186,6 +185,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("leader_failure_max_missed_heartbeat_periods", _to_float, 3.0,
          "Missed heartbeats before a follower starts an election.", check=_positive),
     Flag("heartbeat_interval_ms", _to_int, 1000, "tserver -> master heartbeat period.", check=_positive),
+    Flag("raft_tick_interval_ms", _to_int, 100, "Period of the node-level Raft ticker (heartbeats and "
+         "election timeouts are whole numbers of ticks).", check=_positive),
+    Flag("log_force_fsync_all", _to_bool, True, "fsync the WAL before acknowledging (group commit keeps it "
+         "cheap; unlike Kudu, on by default)."),
+    Flag("log_segment_size_mb", _to_int, 8, "Roll WAL segments at this size.", check=_positive),
+    Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
+    Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
+    Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
 )
 FLAGS_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 

@@ -11,12 +11,16 @@ import asyncio
 import logging
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
 
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
+from kudu_async.consensus.raft import RaftOptions
+from kudu_async.consensus.raft_manager import RaftManager
+from kudu_async.consensus.replica import ReplicaOptions
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.faults import FaultInjector
@@ -50,19 +54,38 @@ class Node:
                                   read=lambda: round(time.monotonic() - self._started_mono, 3))
         self.server_metrics.gauge("memory_rss", "Resident set size of the process", "bytes",
                                   read=lambda: process_memory()["current_bytes"])
-        self.faults = FaultInjector(node_name=self.name)
+        self.faults = FaultInjector(enabled=config.enable_fault_injection)
         self.rpc_server = RpcServer(
-            metrics=self.server_metrics,
-            max_body_bytes=config.rpc_max_message_bytes,
-            queue_length=config.rpc_service_queue_length,
-            faults=self.faults,
-        )
-        self.rpc_client = RpcClient(
+            self.server_metrics,
             node_name=self.name,
             faults=self.faults,
             max_body_bytes=config.rpc_max_message_bytes,
-            default_timeout_s=config.rpc_default_timeout_ms / 1000.0,
+            max_inflight_per_service=config.rpc_service_queue_length,
         )
+        self.rpc_client = RpcClient(
+            self.name,
+            faults=self.faults,
+            metrics=self.server_metrics,
+            max_response_bytes=config.rpc_max_message_bytes,
+        )
+        self.io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="io")
+        tick_ms = config.raft_tick_interval_ms
+        heartbeat_ticks = max(1, round(config.raft_heartbeat_interval_ms / tick_ms))
+        self.raft = RaftManager(
+            self.uuid,
+            fs.root / "consensus",
+            self.rpc_client,
+            self.io_executor,
+            ReplicaOptions(
+                raft=RaftOptions(heartbeat_ticks=heartbeat_ticks,
+                                 missed_heartbeats=max(1, round(config.leader_failure_max_missed_heartbeat_periods))),
+                fsync=config.log_force_fsync_all,
+                segment_bytes=config.log_segment_size_mb * 1024 * 1024,
+                max_retained_segments=config.log_max_segments_to_retain,
+            ),
+            tick_interval_s=tick_ms / 1000.0,
+        )
+        self.raft.register_rpc(self.rpc_server)
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
         self._http_runner: web.AppRunner | None = None
@@ -88,9 +111,10 @@ class Node:
 
     async def start(self) -> None:
         rpc_host, rpc_port = self.config.rpc_hostport
-        bound = await self.rpc_server.start(rpc_host, rpc_port)
-        self.rpc_address = format_hostport(rpc_host, bound)
+        await self.rpc_server.start(rpc_host, rpc_port)
+        self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
         await self.on_start()
+        await self.raft.start()
         http_host, http_port = self.config.http_hostport
         self._http_runner = web.AppRunner(build_admin_app(self), access_log=None, handle_signals=False)
         await self._http_runner.setup()
@@ -109,9 +133,11 @@ class Node:
             await self.on_stop()
         finally:
             await self.rpc_server.stop(grace)
+            await self.raft.stop()
             if self._http_runner is not None:
                 await self._http_runner.cleanup()
             await self.rpc_client.close()
+            self.io_executor.shutdown(wait=True)
         log.info("node stopped")
 
     async def run_until_signalled(self) -> None:

@@ -1,0 +1,111 @@
+"""A tiny replicated key-value state machine, hosted only with ``--enable-test-kv``.
+
+It exists so the consensus layer can be tested end to end in real processes before tablets sit on it:
+puts go through Raft like writes will, and every replica's map can be dumped and compared. It keeps no
+files of its own (``durable_index`` is 0), so its replicas retain and replay their whole log on restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgpack
+
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.consensus.raft_manager import RaftManager, check_group_id
+from kudu_async.rpc.server import CallContext, RpcServer
+
+KIND = "test_kv"
+MAX_KEY_BYTES = 1024
+MAX_VALUE_BYTES = 64 * 1024
+
+
+class KVStateMachine:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.applied_index = 0
+
+    async def apply(self, index: int, term: int, payload: bytes) -> Any:
+        op = msgpack.unpackb(payload, raw=False)
+        self.applied_index = index
+        if op[0] == "put":
+            self.data[op[1]] = op[2]
+        elif op[0] == "delete":
+            self.data.pop(op[1], None)
+        return {"index": index}
+
+    def durable_index(self) -> int:
+        return 0
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for k in sorted(self.data):
+            h.update(k.encode() + b"\0" + self.data[k] + b"\0")
+        return h.hexdigest()
+
+
+class TestKVService:
+    """RPC service ``TestKV``: CreateGroup, Put, Get, Dump."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, raft: RaftManager) -> None:
+        self.raft = raft
+        self.machines: dict[str, KVStateMachine] = {}
+        raft.register_kind(KIND, self._make)
+
+    async def _make(self, group: str, extra: dict[str, Any]) -> KVStateMachine:
+        sm = self.machines[group] = KVStateMachine()
+        return sm
+
+    def register_rpc(self, server: RpcServer) -> None:
+        for name in ("CreateGroup", "Put", "Get", "Dump"):
+            server.register("TestKV", name, getattr(self, f"_rpc_{name.lower()}"))
+
+    async def _rpc_creategroup(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        group = check_group_id(_get(request, "group"))
+        peers = _get(request, "peers")
+        if not isinstance(peers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in peers.items()):
+            raise KuduInvalidArgument("'peers' must map replica uuid -> RPC address")
+        await self.raft.create_replica(group, KIND, peers)
+        return {"group": group}
+
+    async def _rpc_put(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        replica = self.raft.get(_get(request, "group"))
+        key, value = _get(request, "key"), _get(request, "value")
+        if not isinstance(key, str) or len(key.encode()) > MAX_KEY_BYTES:
+            raise KuduInvalidArgument(f"'key' must be a string of at most {MAX_KEY_BYTES} bytes")
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
+            raise KuduInvalidArgument(f"'value' must be bytes or a string of at most {MAX_VALUE_BYTES} bytes")
+        remaining = ctx.remaining()
+        timeout = 10.0 if remaining is None else max(0.05, remaining - 0.05)
+        result: dict[str, Any] = await replica.replicate(msgpack.packb(["put", key, value]), timeout)
+        return result
+
+    async def _rpc_get(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        group = _get(request, "group")
+        replica = self.raft.get(group)
+        sm = self.machines[group]
+        if request.get("linearizable", False):
+            index = await replica.read_index()
+            await replica.wait_for(lambda r: sm.applied_index >= index, 10.0)
+        value = sm.data.get(_get(request, "key"))
+        return {"value": value, "found": value is not None}
+
+    async def _rpc_dump(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        group = _get(request, "group")
+        self.raft.get(group)
+        sm = self.machines[group]
+        out: dict[str, Any] = {"applied_index": sm.applied_index, "count": len(sm.data), "digest": sm.digest()}
+        if request.get("with_data", False):
+            out["data"] = sm.data
+        return out
+
+
+def _get(request: Any, name: str) -> Any:
+    if not isinstance(request, dict) or name not in request:
+        raise KuduInvalidArgument(f"request must be a map with {name!r}")
+    return request[name]
