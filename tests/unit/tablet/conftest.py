@@ -82,3 +82,37 @@ def encode_key(schema: Any, *values: Any) -> bytes:
 @pytest.fixture
 def schema() -> Any:
     return make_schema()
+
+
+class SimplePredicate:
+    """A predicate with the shape of common.predicate.ColumnPredicate (column + vectorised evaluate)."""
+
+    def __init__(self, column: str, op: str, value: Any = None) -> None:
+        self.column = column
+        self.op = op
+        self.value = value
+
+    def evaluate(self, batch: Any) -> Any:
+        import pyarrow.compute as pc
+
+        col = batch.column(self.column)
+        if self.op == "IS NULL":
+            return pc.is_null(col)
+        if self.op == "IS NOT NULL":
+            return pc.is_valid(col)
+        if self.op == "IN":
+            return pc.is_in(col, value_set=pa.array(self.value, col.type))
+        fn = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[self.op]
+        return fn(col, pa.scalar(self.value, col.type))
+
+    def matches(self, v: Any) -> bool:
+        if self.op == "IS NULL":
+            return v is None
+        if self.op == "IS NOT NULL":
+            return v is not None
+        if v is None:
+            return False
+        if self.op == "IN":
+            return v in self.value
+        return {"=": v == self.value, "<": v < self.value, "<=": v <= self.value, ">": v > self.value,
+                ">=": v >= self.value}[self.op]
