@@ -17,28 +17,34 @@ class LockManager:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._owners: dict[bytes, int] = {}
+        self._waiting = 0
 
     def acquire(self, keys: Iterable[bytes], owner: int, timeout_s: float) -> None:
-        keys = list(dict.fromkeys(keys))
+        keys = list(keys)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
                 owners = self._owners
-                if not any(owners.get(k, owner) != owner for k in keys):
-                    for k in keys:
-                        owners[k] = owner
+                if owners.keys().isdisjoint(keys) or not any(owners.get(k, owner) != owner for k in keys):
+                    owners.update(dict.fromkeys(keys, owner))
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise KuduTimedOut("timed out waiting for row locks held by another operation")
-                self._cond.wait(remaining)
+                self._waiting += 1
+                try:
+                    self._cond.wait(remaining)
+                finally:
+                    self._waiting -= 1
 
     def release(self, keys: Iterable[bytes], owner: int) -> None:
         with self._cond:
+            owners = self._owners
             for k in keys:
-                if self._owners.get(k) == owner:
-                    del self._owners[k]
-            self._cond.notify_all()
+                if owners.get(k) == owner:
+                    del owners[k]
+            if self._waiting:
+                self._cond.notify_all()
 
     def num_locked(self) -> int:
         with self._cond:

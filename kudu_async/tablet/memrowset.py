@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
@@ -60,7 +60,9 @@ class MemRowSet:
     def __init__(self, info: SchemaInfo, mrs_id: int) -> None:
         self.info = info
         self.id = mrs_id
-        self.rows: SortedDict = SortedDict()
+        self.rows: dict[bytes, MRSRow] = {}
+        self._index = SortedList()
+        self._pending: list[bytes] = []  # inserted keys not yet in the sorted index (bulk-merged lazily)
         self._batches: list[pa.RecordBatch] = []
         self._num_stored = 0
         self._mem = 0
@@ -93,13 +95,28 @@ class MemRowSet:
         self._table = None
         return base
 
+    def sorted_keys(self) -> SortedList:
+        """The key index; pending keys are merged in bulk first (one sort instead of many inserts)."""
+        if self._pending:
+            self._index.update(self._pending)
+            self._pending = []
+        return self._index
+
     def insert(self, key: bytes, rownum: int, ts: int, log_index: int) -> None:
         self.rows[key] = MRSRow(ts, rownum)
+        self._pending.append(key)
         self._mem += ROW_OVERHEAD_BYTES + len(key)
         self._note(ts, log_index)
 
+    def insert_many(self, keys: list[bytes], rownums: range, ts: int, log_index: int) -> None:
+        """Insert new keys in bulk (the common all-insert batch): one C-level dict update."""
+        self.rows.update(zip(keys, [MRSRow(ts, rn) for rn in rownums], strict=True))
+        self._pending.extend(keys)
+        self._mem += len(keys) * ROW_OVERHEAD_BYTES + sum(map(len, keys))
+        self._note(ts, log_index)
+
     def get(self, key: bytes) -> MRSRow | None:
-        return self.rows.get(key)  # type: ignore[no-any-return]
+        return self.rows.get(key)
 
     def mutate(self, row: MRSRow, m: Mutation) -> None:
         if row.mutations is None:
@@ -120,7 +137,7 @@ class MemRowSet:
 
     def _keys_in_range(self, lower: bytes | None, upper: bytes | None,
                        lower_exclusive: bool = False) -> Iterator[bytes]:
-        return self.rows.irange(lower, upper, inclusive=(not lower_exclusive, False))  # type: ignore[no-any-return]
+        return self.sorted_keys().irange(lower, upper, inclusive=(not lower_exclusive, False))  # type: ignore[no-any-return]
 
     def visible_row(self, row: MRSRow, snap: MvccSnapshot) -> dict[int, Any] | None:
         """Column index -> value of the row as of ``snap``, or None when not live then."""
@@ -179,15 +196,15 @@ class MemRowSet:
         Base rows are the rows as first inserted (``_ts`` = insert timestamp); every mutation with a
         sequence number below ``max_seq`` is returned with the row's position in the base table.
         """
-        take_idx = np.fromiter((r.rownum for r in self.rows.values()), dtype=np.int64,
-                               count=len(self.rows))
-        tss = np.fromiter((r.insert_ts for r in self.rows.values()), dtype=np.uint64,
-                          count=len(self.rows))
+        keys = list(self.sorted_keys())
+        ordered = [self.rows[k] for k in keys]
+        take_idx = np.fromiter((r.rownum for r in ordered), dtype=np.int64, count=len(ordered))
+        tss = np.fromiter((r.insert_ts for r in ordered), dtype=np.uint64, count=len(ordered))
         tbl = self.table().take(pa.array(take_idx))
-        tbl = tbl.append_column(KEY_COL, pa.array(list(self.rows.keys()), pa.binary()))
+        tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         deltas: list[tuple[int, Mutation]] = []
-        for pos, row in enumerate(self.rows.values()):
+        for pos, row in enumerate(ordered):
             if row.mutations:
                 deltas.extend((pos, m) for m in row.mutations if m.seq < max_seq)
         return tbl.combine_chunks(), deltas

@@ -319,6 +319,8 @@ class Tablet:
                 keys: list[bytes | None], errors: dict[int, RowError], ts: int,
                 replay: bool) -> tuple[list[tuple[int, bytes, int, Any, Any]], int]:
         drs = self._candidate_drs(keys)
+        if not drs and not replay and not errors and self._all_fresh_inserts(op_types, keys):
+            return [(i, k, _INSERT, None, None) for i, k in enumerate(keys)], 0  # type: ignore[misc]
         overlay: dict[bytes, bool] = {}
         locs: dict[bytes, Any] = {}
         skipped: set[bytes] = set()
@@ -377,6 +379,14 @@ class Tablet:
                 overlay[key] = False
         return actions, ignored
 
+    _INSERTISH = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
+
+    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None]) -> bool:
+        """Fast path: only insert-like rows, distinct keys, none present in a MemRowSet."""
+        if not np.isin(op_types, self._INSERTISH).all() or len(set(keys)) != len(keys):
+            return False
+        return all(m.rows.keys().isdisjoint(keys) for m in [self._mrs, *self._flushing_mrs])
+
     def _changes(self, pyrows: dict[str, list[Any]], i: int, set_columns: np.ndarray | None) -> dict[int, Any]:
         names = self.info.names
         return {c: pyrows[names[c]][i] for c in self.info.value_indices
@@ -404,7 +414,16 @@ class Tablet:
         base_rownum: int | None = None
         pyrows: dict[str, list[Any]] | None = None
         locs: dict[bytes, Any] = {}
-        for i, key, kind, changes, prepared_loc in prepared.actions:
+        acts = prepared.actions
+        if acts and all(a[2] == _INSERT and a[4] is None for a in acts) and len(acts) == rows.num_rows \
+                and not self._mrs.retired:
+            base = self._mrs.add_batch(rows)
+            if self._mrs.created_at is None:
+                self._mrs.created_at = time.monotonic()
+            self._mrs.insert_many([a[1] for a in acts], range(base, base + len(acts)), ts, log_index)
+            res.inserted += len(acts)
+            return
+        for i, key, kind, changes, prepared_loc in acts:
             loc = locs.get(key, prepared_loc)
             if loc is not None and loc[0].retired:
                 loc = self._locate(key)
@@ -623,6 +642,7 @@ class Tablet:
                 return False
             self._mrs_flush_running = True
             old = self._mrs
+            old.sorted_keys()  # merge pending keys now, under the lock: the frozen index stays read-only
             self._mrs = self._new_mrs()
             self._flushing_mrs.append(old)
             freeze_seq = next(self._seq)

@@ -41,6 +41,13 @@ def _encode_key(schema: Any, values: Any) -> bytes:
 
 
 def _encode_keys(schema: Any, batch: Any) -> pa.BinaryArray:
+    if schema.num_key_columns == 1 and batch.schema.field(0).type == pa.int64():
+        import numpy as np
+
+        v = batch.column(0).to_numpy().view(np.uint64) ^ np.uint64(1 << 63)
+        raw = v.astype(">u8").tobytes()
+        fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(v), [None, pa.py_buffer(raw)])
+        return fixed.cast(pa.binary())
     cols = [batch.column(i).to_pylist() for i in range(schema.num_key_columns)]
     return pa.array([_encode_key(schema, vals) for vals in zip(*cols, strict=True)], pa.binary())
 
