@@ -6,6 +6,7 @@ directory is fsynced so the rename itself survives a power cut (POSIX gives no g
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import BinaryIO
@@ -38,10 +39,8 @@ def atomic_write_with(path: str, writer: Callable[[BinaryIO], object], *, sync: 
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -35,8 +35,11 @@ class BloomFilter:
             h2 = h >> np.uint64(32)
             for i in range(NUM_PROBES):
                 pos = (h1 + np.uint64(i) * h2) % np.uint64(num_bits)
-                np.bitwise_or.at(bits, (pos >> np.uint64(3)).astype(np.int64),
-                                 (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)))
+                np.bitwise_or.at(
+                    bits,
+                    (pos >> np.uint64(3)).astype(np.int64),
+                    (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)),
+                )
         return cls(bits, num_bits)
 
     def may_contain(self, key: bytes) -> bool:

@@ -40,12 +40,17 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
     if inp.deltas is not None and inp.deltas.num_rows:
         newer = inp.deltas.filter(pc.greater(inp.deltas.column(TS_COL), pa.scalar(ahm, pa.uint64())))
         keys = base.column(KEY_COL).to_pylist() if newer.num_rows else []
-        later = [m for _, m in sorted(delta_rows_to_mutations(info, newer, keys),
-                                      key=lambda it: (it[1].ts, it[1].seq))]
+        later = [
+            m
+            for _, m in sorted(
+                delta_rows_to_mutations(info, newer, keys), key=lambda it: (it[1].ts, it[1].seq)
+            )
+        ]
     keep = np.ones(n, dtype=bool) if live is None else live.copy()
     # Rows inserted after the AHM are kept untouched (their deltas are all newer than the AHM too).
     inserted_after = pc.greater(folded.column(TS_COL), pa.scalar(ahm, pa.uint64())).to_numpy(
-        zero_copy_only=False)
+        zero_copy_only=False
+    )
     keep |= inserted_after
     dead_keys = set(folded.column(KEY_COL).filter(pa.array(~keep)).to_pylist()) if not keep.all() else set()
     revived: list[dict[str, object]] = []
@@ -65,7 +70,7 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
         later = remaining
     out = folded.filter(pa.array(keep))
     if revived:
-        key_cols = _key_values(info, inp.base, [r["__key__"] for r in revived])
+        key_cols = _key_values(info, inp.base, [r["__key__"] for r in revived])  # type: ignore[misc]
         cols = {}
         for i, f in enumerate(info.arrow):
             vals = key_cols[i] if i < info.num_key_columns else [r[f.name] for r in revived]
@@ -82,8 +87,9 @@ def _key_values(info: SchemaInfo, base: pa.Table, keys: list[bytes]) -> list[lis
     return [sub.column(i).to_pylist() for i in range(info.num_key_columns)]
 
 
-def merge_rowsets(info: SchemaInfo, inputs: list[CompactionInput],
-                  ahm: int) -> tuple[pa.Table, list[tuple[int, Mutation]]]:
+def merge_rowsets(
+    info: SchemaInfo, inputs: list[CompactionInput], ahm: int
+) -> tuple[pa.Table, list[tuple[int, Mutation]]]:
     """Fold every input to the AHM and merge them into one key-sorted table plus positioned deltas."""
     tables, muts = [], []
     for inp in inputs:

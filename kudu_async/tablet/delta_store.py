@@ -29,8 +29,12 @@ def set_col(name: str) -> str:
 
 
 def delta_schema(info: SchemaInfo) -> pa.Schema:
-    fields = [pa.field(ROW_COL, pa.uint32()), pa.field(TS_COL, pa.uint64()), pa.field(SEQ_COL, pa.int64()),
-              pa.field(LIVE_COL, pa.bool_())]
+    fields = [
+        pa.field(ROW_COL, pa.uint32()),
+        pa.field(TS_COL, pa.uint64()),
+        pa.field(SEQ_COL, pa.int64()),
+        pa.field(LIVE_COL, pa.bool_()),
+    ]
     for i in info.value_indices:
         f = info.arrow.field(i)
         fields.append(pa.field(f.name, f.type, True))
@@ -56,7 +60,9 @@ def mutations_to_table(info: SchemaInfo, items: list[tuple[int, Mutation]]) -> p
     return pa.table(cols, schema=delta_schema(info))
 
 
-def delta_rows_to_mutations(info: SchemaInfo, table: pa.Table, keys: list[bytes]) -> list[tuple[int, Mutation]]:
+def delta_rows_to_mutations(
+    info: SchemaInfo, table: pa.Table, keys: list[bytes]
+) -> list[tuple[int, Mutation]]:
     """Turn a delta table back into mutations (row -> key through ``keys``); used by compaction."""
     out: list[tuple[int, Mutation]] = []
     if table.num_rows == 0:
@@ -65,9 +71,20 @@ def delta_rows_to_mutations(info: SchemaInfo, table: pa.Table, keys: list[bytes]
     for j in range(table.num_rows):
         changes = {i: d[info.names[i]][j] for i in info.value_indices if d[set_col(info.names[i])][j]}
         row = d[ROW_COL][j]
-        out.append((row, Mutation(d[TS_COL][j], d[SEQ_COL][j], d[LIVE_COL][j], changes or None, 0,
-                                  keys[row], reinsert=bool(d[LIVE_COL][j]) and
-                                  len(changes) == len(info.value_indices))))
+        out.append(
+            (
+                row,
+                Mutation(
+                    d[TS_COL][j],
+                    d[SEQ_COL][j],
+                    d[LIVE_COL][j],
+                    changes or None,
+                    0,
+                    keys[row],
+                    reinsert=bool(d[LIVE_COL][j]) and len(changes) == len(info.value_indices),
+                ),
+            )
+        )
     return out
 
 
@@ -114,8 +131,9 @@ def _last_per_group(rows: np.ndarray) -> np.ndarray:
     return last
 
 
-def apply_deltas(base: pa.Table, lo: int, deltas: pa.Table | None, snap: MvccSnapshot,
-                 value_cols: list[str]) -> tuple[pa.Table, np.ndarray | None]:
+def apply_deltas(
+    base: pa.Table, lo: int, deltas: pa.Table | None, snap: MvccSnapshot, value_cols: list[str]
+) -> tuple[pa.Table, np.ndarray | None]:
     """Roll base rows ``[lo, lo + n)`` forward through the visible deltas, vectorised.
 
     Returns the updated table (only ``value_cols`` are patched) and a liveness mask (None when no
@@ -125,8 +143,9 @@ def apply_deltas(base: pa.Table, lo: int, deltas: pa.Table | None, snap: MvccSna
     if deltas is None or deltas.num_rows == 0 or n == 0:
         return base, None
     rowcol = deltas.column(ROW_COL)
-    mask = pc.and_(pc.greater_equal(rowcol, pa.scalar(lo, pa.uint32())),
-                   pc.less(rowcol, pa.scalar(lo + n, pa.uint32())))
+    mask = pc.and_(
+        pc.greater_equal(rowcol, pa.scalar(lo, pa.uint32())), pc.less(rowcol, pa.scalar(lo + n, pa.uint32()))
+    )
     mask = pc.and_(mask, snap.visible_mask(deltas.column(TS_COL)))
     d = deltas.filter(mask)
     if d.num_rows == 0:

@@ -65,7 +65,7 @@ class _KeyView:
         return len(self._arr)
 
     def __getitem__(self, i: int) -> bytes:
-        return self._arr[i].as_py()  # type: ignore[no-any-return]
+        return self._arr[i].as_py()
 
 
 class DiskRowSet:
@@ -77,7 +77,9 @@ class DiskRowSet:
         self.bm = bm
         self.base = read_ipc_table(bm.path(meta.base_block))
         if self.base.num_rows != meta.num_rows:
-            raise KuduCorruption(f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}")
+            raise KuduCorruption(
+                f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
+            )
         self.keys: pa.Array = self.base.column(KEY_COL).combine_chunks()
         with open(bm.path(meta.bloom_block), "rb") as f:
             self.bloom = BloomFilter.from_bytes(f.read())
@@ -95,8 +97,11 @@ class DiskRowSet:
     def _note_latest(self, t: pa.Table) -> None:
         if t.num_rows == 0:
             return
-        s = t.select([ROW_COL, TS_COL, SEQ_COL, LIVE_COL]).sort_by(
-            [(TS_COL, "ascending"), (SEQ_COL, "ascending")]).to_pydict()
+        s = (
+            t.select([ROW_COL, TS_COL, SEQ_COL, LIVE_COL])
+            .sort_by([(TS_COL, "ascending"), (SEQ_COL, "ascending")])
+            .to_pydict()
+        )
         for r, ts, live in zip(s[ROW_COL], s[TS_COL], s[LIVE_COL], strict=True):
             self.latest[r] = (ts, live)
 
@@ -108,7 +113,7 @@ class DiskRowSet:
         return self.meta.num_rows
 
     def base_bytes(self) -> int:
-        return self.base.nbytes  # type: ignore[no-any-return]
+        return self.base.nbytes
 
     def delta_memory_bytes(self) -> int:
         return self.dms.memory_bytes() + sum(d.memory_bytes() for d in self.flushing_dms)
@@ -169,8 +174,15 @@ class DiskRowSet:
             return None
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
-    def scan(self, snap: MvccSnapshot, columns: list[str], deltas: pa.Table | None,
-             lower: bytes | None, upper: bytes | None, lower_exclusive: bool = False) -> pa.Table:
+    def scan(
+        self,
+        snap: MvccSnapshot,
+        columns: list[str],
+        deltas: pa.Table | None,
+        lower: bytes | None,
+        upper: bytes | None,
+        lower_exclusive: bool = False,
+    ) -> pa.Table:
         """Rows live at ``snap`` within the key bounds: ``columns`` plus ``_key``, vectorised."""
         lo, hi = self.row_bounds(lower, upper, lower_exclusive)
         if lo >= hi:
@@ -209,8 +221,14 @@ class DiskRowSet:
         return apply_mutations(values, muts, snap)
 
 
-def write_rowsets(bm: BlockManager, info: SchemaInfo, table: pa.Table, deltas: list[tuple[int, Mutation]],
-                  first_id: int, target_bytes: int = TARGET_ROWSET_BYTES) -> list[RowSetMetadata]:
+def write_rowsets(
+    bm: BlockManager,
+    info: SchemaInfo,
+    table: pa.Table,
+    deltas: list[tuple[int, Mutation]],
+    first_id: int,
+    target_bytes: int = TARGET_ROWSET_BYTES,
+) -> list[RowSetMetadata]:
     """Write a key-sorted table (with ``_key``/``_ts``) as rowsets of about ``target_bytes`` each.
 
     Returns their metadata; nothing refers to the blocks until the caller commits new tablet metadata.
@@ -237,10 +255,18 @@ def write_rowsets(bm: BlockManager, info: SchemaInfo, table: pa.Table, deltas: l
         if by_piece[p]:
             dt = mutations_to_table(info, by_piece[p])
             delta_blocks.append(bm.write_block(_ipc_writer(dt)))
-        out.append(RowSetMetadata(
-            id=first_id + p, base_block=base_block, bloom_block=bloom_block, num_rows=piece.num_rows,
-            min_key_hex=keys[0].as_py().hex(), max_key_hex=keys[-1].as_py().hex(), max_ts=max_ts,
-            delta_blocks=delta_blocks))
+        out.append(
+            RowSetMetadata(
+                id=first_id + p,
+                base_block=base_block,
+                bloom_block=bloom_block,
+                num_rows=piece.num_rows,
+                min_key_hex=keys[0].as_py().hex(),
+                max_key_hex=keys[-1].as_py().hex(),
+                max_ts=max_ts,
+                delta_blocks=delta_blocks,
+            )
+        )
     return out
 
 

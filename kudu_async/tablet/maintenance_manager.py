@@ -20,6 +20,8 @@ from typing import Any
 
 from kudu_async.tablet.tablet import Tablet
 
+COMPACTION_BUDGET_BYTES = 128 * 1024 * 1024
+
 
 @dataclass
 class MaintenanceOp:
@@ -34,8 +36,17 @@ class MaintenanceOp:
     key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "tablet_id": self.tablet_id, "ram_anchored_bytes": self.ram_anchored,
-                "age_s": round(self.age_s, 3), "perf_improvement": round(self.perf_improvement, 4)}
+        return {
+            "name": self.name,
+            "tablet_id": self.tablet_id,
+            "ram_anchored_bytes": self.ram_anchored,
+            "age_s": round(self.age_s, 3),
+            "perf_improvement": round(self.perf_improvement, 4),
+        }
+
+
+def _bind(fn: Callable[[Any], bool], arg: Any) -> Callable[[], bool]:
+    return lambda: fn(arg)
 
 
 def _overlap_depth(tablet: Tablet) -> tuple[float, list[int]]:
@@ -62,36 +73,98 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
     mrs_bytes = tablet.mrs_memory_bytes()
     created = tablet._mrs.created_at
     if mrs_bytes:
-        ops.append(MaintenanceOp("FlushMRSOp", tid, mrs_bytes, now - created if created else 0.0, 0.0,
-                                 tablet.flush_mrs, key=f"{tid}/mrs"))
+        ops.append(
+            MaintenanceOp(
+                "FlushMRSOp",
+                tid,
+                mrs_bytes,
+                now - created if created else 0.0,
+                0.0,
+                tablet.flush_mrs,
+                key=f"{tid}/mrs",
+            )
+        )
     opts = tablet.options
     for d in tablet.rowsets():
         dms_bytes = d.dms.memory_bytes()
         if dms_bytes:
             age = now - d.dms.created_at if d.dms.created_at else 0.0
-            ops.append(MaintenanceOp("FlushDeltaMemStoresOp", tid, dms_bytes, age, 0.0,
-                                     lambda d=d: tablet.flush_dms(d.id), key=f"{tid}/dms/{d.id}"))
+            ops.append(
+                MaintenanceOp(
+                    "FlushDeltaMemStoresOp",
+                    tid,
+                    dms_bytes,
+                    age,
+                    0.0,
+                    _bind(tablet.flush_dms, d.id),
+                    key=f"{tid}/dms/{d.id}",
+                )
+            )
         nfiles = len(d.delta_tables)
         if nfiles >= opts.delta_minor_compact_max_files:
-            ops.append(MaintenanceOp("MinorDeltaCompactionOp", tid, 0, 0.0, nfiles / 100.0,
-                                     lambda d=d: tablet.minor_delta_compaction(d.id), key=f"{tid}/minor/{d.id}"))
+            ops.append(
+                MaintenanceOp(
+                    "MinorDeltaCompactionOp",
+                    tid,
+                    0,
+                    0.0,
+                    nfiles / 100.0,
+                    _bind(tablet.minor_delta_compaction, d.id),
+                    key=f"{tid}/minor/{d.id}",
+                )
+            )
         ratio = d.num_delta_rows_on_disk() / max(1, d.num_rows())
         if nfiles and ratio >= opts.delta_major_compact_min_ratio:
-            ops.append(MaintenanceOp("MajorDeltaCompactionOp", tid, 0, 0.0, ratio,
-                                     lambda d=d: tablet.compact_rowsets([d.id]), key=f"{tid}/major/{d.id}"))
+            ops.append(
+                MaintenanceOp(
+                    "MajorDeltaCompactionOp",
+                    tid,
+                    0,
+                    0.0,
+                    ratio,
+                    _bind(tablet.compact_rowsets, [d.id]),
+                    key=f"{tid}/major/{d.id}",
+                )
+            )
     depth, ids = _overlap_depth(tablet)
+    # Respect a merge budget (Kudu's tablet_compaction_budget_mb) so compaction memory stays bounded.
+    by_id = {d.id: d for d in tablet.rowsets()}
+    budget, chosen = COMPACTION_BUDGET_BYTES, list[int]()
+    for rid in sorted(ids, key=lambda r: by_id[r].base_bytes() if r in by_id else 0):
+        size = by_id[rid].base_bytes() if rid in by_id else 0
+        if chosen and size > budget:
+            break
+        chosen.append(rid)
+        budget -= size
+    ids = chosen
+    depth = min(depth, float(len(ids)))
     if depth >= 2:
-        ops.append(MaintenanceOp("CompactRowSetsOp", tid, 0, 0.0, depth - 1.0,
-                                 lambda ids=ids: tablet.compact_rowsets(ids), key=f"{tid}/compact"))
+        ops.append(
+            MaintenanceOp(
+                "CompactRowSetsOp",
+                tid,
+                0,
+                0.0,
+                depth - 1.0,
+                _bind(tablet.compact_rowsets, ids),
+                key=f"{tid}/compact",
+            )
+        )
     return ops
 
 
 class MaintenanceManager:
-    """Schedules :class:`MaintenanceOp` s on ``num_threads`` workers; ``poll_once`` is the sans-thread core."""
+    """Runs :class:`MaintenanceOp` s on ``num_threads`` workers; ``poll_once`` is the thread-free core."""
 
-    def __init__(self, *, num_threads: int = 1, polling_interval_s: float = 0.25,
-                 memory_threshold_bytes: int = 64 * 1024 * 1024, flush_age_s: float = 120.0,
-                 history_size: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        num_threads: int = 1,
+        polling_interval_s: float = 0.25,
+        memory_threshold_bytes: int = 64 * 1024 * 1024,
+        flush_age_s: float = 120.0,
+        history_size: int = 64,
+    ) -> None:
         self.num_threads = num_threads
         self.polling_interval_s = polling_interval_s
         self.memory_threshold_bytes = memory_threshold_bytes
@@ -127,8 +200,9 @@ class MaintenanceManager:
             busy = set(self._running)
         ops = [op for t in tablets for op in tablet_ops(t)]
         total_ram = sum(op.ram_anchored for op in ops)
-        scored = sorted(((self.score(op, total_ram), op) for op in ops if op.key not in busy),
-                        key=lambda so: -so[0])
+        scored = sorted(
+            ((self.score(op, total_ram), op) for op in ops if op.key not in busy), key=lambda so: -so[0]
+        )
         self._last_queue = [{**op.to_dict(), "score": s} for s, op in scored]
         return [(s, op) for s, op in scored if s > 0]
 
@@ -194,5 +268,9 @@ class MaintenanceManager:
     def status(self) -> dict[str, Any]:
         """JSON-able queue / running / history for ``/api/v1/maintenance``."""
         with self._lock:
-            return {"num_threads": self.num_threads, "queue": list(self._last_queue),
-                    "running": list(self._running.values()), "history": list(self._history)}
+            return {
+                "num_threads": self.num_threads,
+                "queue": list(self._last_queue),
+                "running": list(self._running.values()),
+                "history": list(self._history),
+            }

@@ -23,7 +23,7 @@ from sortedcontainers import SortedList
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
-ROW_OVERHEAD_BYTES = 160
+ROW_OVERHEAD_BYTES = 250
 MUTATION_OVERHEAD_BYTES = 120
 
 
@@ -129,15 +129,17 @@ class MemRowSet:
     def table(self) -> pa.Table:
         """All stored rows (including never-visible ones) as one table indexed by row number."""
         if self._table is None:
-            self._table = (pa.Table.from_batches(self._batches) if self._batches
-                           else self.info.arrow.empty_table())
+            self._table = (
+                pa.Table.from_batches(self._batches) if self._batches else self.info.arrow.empty_table()
+            )
         return self._table
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _keys_in_range(self, lower: bytes | None, upper: bytes | None,
-                       lower_exclusive: bool = False) -> Iterator[bytes]:
-        return self.sorted_keys().irange(lower, upper, inclusive=(not lower_exclusive, False))  # type: ignore[no-any-return]
+    def _keys_in_range(
+        self, lower: bytes | None, upper: bytes | None, lower_exclusive: bool = False
+    ) -> Iterator[bytes]:
+        return self.sorted_keys().irange(lower, upper, inclusive=(not lower_exclusive, False))
 
     def visible_row(self, row: MRSRow, snap: MvccSnapshot) -> dict[int, Any] | None:
         """Column index -> value of the row as of ``snap``, or None when not live then."""
@@ -147,8 +149,14 @@ class MemRowSet:
         values = {i: tbl.column(i)[row.rownum].as_py() for i in range(len(self.info.names))}
         return apply_mutations(values, row.mutations, snap)
 
-    def materialize(self, snap: MvccSnapshot, lower: bytes | None, upper: bytes | None,
-                    lower_exclusive: bool = False, max_seq: int | None = None) -> pa.Table:
+    def materialize(
+        self,
+        snap: MvccSnapshot,
+        lower: bytes | None,
+        upper: bytes | None,
+        lower_exclusive: bool = False,
+        max_seq: int | None = None,
+    ) -> pa.Table:
         """Rows live at ``snap`` in ``[lower, upper)`` in key order, with ``_key`` and ``_ts``.
 
         Rows with no visible mutation are gathered by one vectorised ``take``; only mutated rows are
@@ -164,11 +172,11 @@ class MemRowSet:
                 continue
             muts = row.mutations
             if muts:
-                visible = [m for m in muts if snap.is_visible(m.ts)
-                           and (max_seq is None or m.seq < max_seq)]
+                visible = [m for m in muts if snap.is_visible(m.ts) and (max_seq is None or m.seq < max_seq)]
                 if visible:
-                    base = {i: self.table().column(i)[row.rownum].as_py()
-                            for i in range(len(self.info.names))}
+                    base = {
+                        i: self.table().column(i)[row.rownum].as_py() for i in range(len(self.info.names))
+                    }
                     vals = apply_mutations(base, visible, MvccSnapshot.everything())
                     if vals is None:
                         continue
@@ -216,8 +224,9 @@ class MemRowSet:
         return out
 
 
-def apply_mutations(values: dict[int, Any], mutations: list[Mutation] | None,
-                    snap: MvccSnapshot) -> dict[int, Any] | None:
+def apply_mutations(
+    values: dict[int, Any], mutations: list[Mutation] | None, snap: MvccSnapshot
+) -> dict[int, Any] | None:
     """Roll a base row forward through the mutations visible at ``snap``; None when deleted."""
     live = True
     if mutations:

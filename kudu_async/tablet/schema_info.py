@@ -6,12 +6,18 @@ class, so the storage depends on a narrow surface of the common API.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pyarrow as pa
 
 KEY_COL = "_key"
 TS_COL = "_ts"
+
+
+def _key_encoding() -> Any:
+    """common.key_encoding, imported late so the storage can load before it (tests stand in for it)."""
+    return importlib.import_module("kudu_async.common.key_encoding")
 
 
 def _num_key_columns(schema: Any) -> int:
@@ -37,22 +43,22 @@ class SchemaInfo:
         self.key_names = self.names[: self.num_key_columns]
         self.value_indices = list(range(self.num_key_columns, len(self.names)))
         self.nullable = [f.nullable for f in self.arrow]
-        self.storage_arrow = pa.schema([*self.arrow, pa.field(KEY_COL, pa.binary(), False),
-                                        pa.field(TS_COL, pa.uint64(), False)])
+        self.storage_arrow = pa.schema(
+            [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]
+        )
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> list[bytes]:
         """Order-preserving encoded primary keys of every row, via common.key_encoding."""
-        from kudu_async.common import key_encoding
-
-        return key_encoding.encode_keys(self.schema, batch).to_pylist()  # type: ignore[no-any-return]
+        encoded: pa.Array = _key_encoding().encode_keys(self.schema, batch)
+        return encoded.to_pylist()
 
     def encode_key(self, values: Any) -> bytes:
-        from kudu_async.common import key_encoding
-
-        return key_encoding.encode_key(self.schema, values)  # type: ignore[no-any-return]
+        key: bytes = _key_encoding().encode_key(self.schema, values)
+        return key
 
     def to_dict(self) -> dict[str, Any]:
-        return self.schema.to_dict()  # type: ignore[no-any-return]
+        d: dict[str, Any] = self.schema.to_dict()
+        return d
 
     @staticmethod
     def schema_from_dict(d: dict[str, Any]) -> Any:

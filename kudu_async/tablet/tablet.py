@@ -52,8 +52,13 @@ from kudu_async.fs.tablet_metadata import (
 )
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
 from kudu_async.tablet.delta_store import DeltaMemStore
-from kudu_async.tablet.diskrowset import TARGET_ROWSET_BYTES, DiskRowSet, read_ipc_table, write_delta_block, \
-    write_rowsets
+from kudu_async.tablet.diskrowset import (
+    TARGET_ROWSET_BYTES,
+    DiskRowSet,
+    read_ipc_table,
+    write_delta_block,
+    write_rowsets,
+)
 from kudu_async.tablet.lock_manager import LockManager
 from kudu_async.tablet.memrowset import MemRowSet, MRSRow, Mutation
 from kudu_async.tablet.mvcc import MvccManager, MvccSnapshot
@@ -117,8 +122,12 @@ class PreparedWrite:
 class TabletScanner:
     """Iterator of Arrow record batches; ``last_key`` is the encoded key of the last row returned."""
 
-    def __init__(self, batches: Iterator[tuple[pa.RecordBatch, bytes | None]], snapshot: MvccSnapshot,
-                 snapshot_ts: int | None) -> None:
+    def __init__(
+        self,
+        batches: Iterator[tuple[pa.RecordBatch, bytes | None]],
+        snapshot: MvccSnapshot,
+        snapshot_ts: int | None,
+    ) -> None:
         self._it = batches
         self.snapshot = snapshot
         self.snapshot_ts = snapshot_ts
@@ -149,8 +158,15 @@ def _pred_column(pred: Any) -> str:
 class Tablet:
     """One tablet replica's storage; see the module docstring for the contracts."""
 
-    def __init__(self, tablet_dir: str, meta: TabletMetadata, schema: Any, bm: BlockManager,
-                 options: TabletOptions, clock: HybridClock) -> None:
+    def __init__(
+        self,
+        tablet_dir: str,
+        meta: TabletMetadata,
+        schema: Any,
+        bm: BlockManager,
+        options: TabletOptions,
+        clock: HybridClock,
+    ) -> None:
         self.tablet_dir = tablet_dir
         self.tablet_id = meta.tablet_id
         self.info = SchemaInfo(schema)
@@ -170,17 +186,28 @@ class Tablet:
         self._last_applied_index = meta.last_flushed_log_index
         self._last_flushed_index = meta.last_flushed_log_index
         self._mrs_flush_running = False
-        durable_max = max([rs.max_ts for rs in meta.rowsets] +
-                          [int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables
-                           if t.num_rows], default=-1)
+        durable_max = max(
+            [rs.max_ts for rs in meta.rowsets]
+            + [
+                int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables if t.num_rows
+            ],
+            default=-1,
+        )
         self.mvcc.mark_committed_up_to(durable_max)
         self.clock.update(durable_max)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, tablet_dir: str, schema: Any, *, tablet_id: str = "", options: TabletOptions | None = None,
-               clock: HybridClock | None = None) -> Tablet:
+    def create(
+        cls,
+        tablet_dir: str,
+        schema: Any,
+        *,
+        tablet_id: str = "",
+        options: TabletOptions | None = None,
+        clock: HybridClock | None = None,
+    ) -> Tablet:
         """Create an empty tablet (metadata written durably) and open it."""
         options = options or TabletOptions()
         os.makedirs(tablet_dir, exist_ok=True)
@@ -189,8 +216,15 @@ class Tablet:
         return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
 
     @classmethod
-    def open(cls, tablet_dir: str, *, log_ops: Iterable[LoggedWrite] = (), options: TabletOptions | None = None,
-             clock: HybridClock | None = None, schema: Any = None) -> Tablet:
+    def open(
+        cls,
+        tablet_dir: str,
+        *,
+        log_ops: Iterable[LoggedWrite] = (),
+        options: TabletOptions | None = None,
+        clock: HybridClock | None = None,
+        schema: Any = None,
+    ) -> Tablet:
         """Open a tablet and bootstrap it: replay logged writes above the last flushed log index.
 
         Rows whose key already has history at or after the op's timestamp are skipped (their effect
@@ -217,20 +251,25 @@ class Tablet:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def prepare_write(self, op: WriteOp, timestamp: int, *, replay: bool = False,
-                      lock_timeout_s: float | None = None) -> PreparedWrite:
+    def prepare_write(
+        self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
+    ) -> PreparedWrite:
         """Validate, lock and decide every row; register ``timestamp`` with MVCC (see module doc)."""
         rows = op.rows
         if rows.schema.names != self.info.names:
-            raise KuduInvalidArgument(f"write columns {rows.schema.names} do not match the schema "
-                                      f"columns {self.info.names}")
+            raise KuduInvalidArgument(
+                f"write columns {rows.schema.names} do not match the schema columns {self.info.names}"
+            )
         if not rows.schema.equals(self.info.arrow, check_metadata=False):
             rows = pa.RecordBatch.from_arrays(
                 [c.cast(f.type) for c, f in zip(rows.columns, self.info.arrow, strict=True)],
-                schema=self.info.arrow)
+                schema=self.info.arrow,
+            )
         n = rows.num_rows
-        op_types = np.asarray(op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array)
-                              else op.op_types, dtype=np.int64)
+        op_types = np.asarray(
+            op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types,
+            dtype=np.int64,
+        )
         if len(op_types) != n:
             raise KuduInvalidArgument(f"{len(op_types)} op types for {n} rows")
         bad = set(op_types.tolist()) - {int(t) for t in OpType}
@@ -241,18 +280,28 @@ class Tablet:
         self._check_nulls(rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
         locked = [k for k in dict.fromkeys(k for k in keys if k is not None)]
-        self.locks.acquire(locked, owner, self.options.lock_timeout_s if lock_timeout_s is None
-                           else lock_timeout_s)
+        self.locks.acquire(
+            locked, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        )
         try:
             with self._lock:
-                actions, ignored = self._decide(rows, op_types, op.set_columns, keys, errors, timestamp, replay)
+                actions, ignored = self._decide(
+                    rows, op_types, op.set_columns, keys, errors, timestamp, replay
+                )
             self.mvcc.start_op(timestamp)
         except BaseException:
             self.locks.release(locked, owner)
             raise
-        return PreparedWrite(op=WriteOp(op_types, rows, op.set_columns), timestamp=timestamp, owner=owner,
-                             keys=keys, actions=actions, errors=sorted(errors.values(), key=lambda e: e.row_index),
-                             ignored=ignored, locked=locked)
+        return PreparedWrite(
+            op=WriteOp(op_types, rows, op.set_columns),
+            timestamp=timestamp,
+            owner=owner,
+            keys=keys,
+            actions=actions,
+            errors=sorted(errors.values(), key=lambda e: e.row_index),
+            ignored=ignored,
+            locked=locked,
+        )
 
     def _encode_keys_checked(self, rows: pa.RecordBatch, errors: dict[int, RowError]) -> list[bytes | None]:
         null_mask = None
@@ -267,13 +316,20 @@ class Tablet:
         good = np.flatnonzero(~nulls)
         enc = self.info.encode_keys(rows.take(pa.array(good))) if len(good) else []
         out: list[bytes | None] = [None] * rows.num_rows
-        for i, k in zip(good.tolist(), enc, strict=True):
-            out[i] = k
+        for gi, k in zip(good.tolist(), enc, strict=True):
+            out[gi] = k
         return out
 
-    def _check_nulls(self, rows: pa.RecordBatch, op_types: np.ndarray, set_columns: np.ndarray | None,
-                     errors: dict[int, RowError]) -> None:
-        full_row = np.isin(op_types, [OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
+    def _check_nulls(
+        self,
+        rows: pa.RecordBatch,
+        op_types: np.ndarray,
+        set_columns: np.ndarray | None,
+        errors: dict[int, RowError],
+    ) -> None:
+        full_row = np.isin(
+            op_types, [OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE]
+        )
         mutating = np.isin(op_types, [OpType.UPDATE, OpType.UPDATE_IGNORE])
         for ci, f in enumerate(self.info.arrow):
             if f.nullable or ci < self.info.num_key_columns or rows.column(ci).null_count == 0:
@@ -281,8 +337,10 @@ class Tablet:
             isnull = pc.is_null(rows.column(ci)).to_numpy(zero_copy_only=False)
             check = full_row | mutating if set_columns is None else full_row | (mutating & set_columns[:, ci])
             for i in np.flatnonzero(isnull & check):
-                errors.setdefault(int(i), RowError(int(i), "INVALID_ARGUMENT",
-                                                   f"column '{f.name}' is NOT NULL but got NULL"))
+                errors.setdefault(
+                    int(i),
+                    RowError(int(i), "INVALID_ARGUMENT", f"column '{f.name}' is NOT NULL but got NULL"),
+                )
 
     def _candidate_drs(self, keys: list[bytes | None]) -> list[DiskRowSet]:
         present = [k for k in keys if k is not None]
@@ -313,11 +371,18 @@ class Tablet:
         store, ref = loc
         if isinstance(ref, MRSRow):
             return ref.max_ts(), ref.latest_live()
-        return store.row_latest(ref)  # type: ignore[no-any-return]
+        return store.row_latest(ref)
 
-    def _decide(self, rows: pa.RecordBatch, op_types: np.ndarray, set_columns: np.ndarray | None,
-                keys: list[bytes | None], errors: dict[int, RowError], ts: int,
-                replay: bool) -> tuple[list[tuple[int, bytes, int, Any, Any]], int]:
+    def _decide(
+        self,
+        rows: pa.RecordBatch,
+        op_types: np.ndarray,
+        set_columns: np.ndarray | None,
+        keys: list[bytes | None],
+        errors: dict[int, RowError],
+        ts: int,
+        replay: bool,
+    ) -> tuple[list[tuple[int, bytes, int, Any, Any]], int]:
         drs = self._candidate_drs(keys)
         if not drs and not replay and not errors and self._all_fresh_inserts(op_types, keys):
             return [(i, k, _INSERT, None, None) for i, k in enumerate(keys)], 0  # type: ignore[misc]
@@ -387,10 +452,15 @@ class Tablet:
             return False
         return all(m.rows.keys().isdisjoint(keys) for m in [self._mrs, *self._flushing_mrs])
 
-    def _changes(self, pyrows: dict[str, list[Any]], i: int, set_columns: np.ndarray | None) -> dict[int, Any]:
+    def _changes(
+        self, pyrows: dict[str, list[Any]], i: int, set_columns: np.ndarray | None
+    ) -> dict[int, Any]:
         names = self.info.names
-        return {c: pyrows[names[c]][i] for c in self.info.value_indices
-                if set_columns is None or set_columns[i, c]}
+        return {
+            c: pyrows[names[c]][i]
+            for c in self.info.value_indices
+            if set_columns is None or set_columns[i, c]
+        }
 
     def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
@@ -415,8 +485,12 @@ class Tablet:
         pyrows: dict[str, list[Any]] | None = None
         locs: dict[bytes, Any] = {}
         acts = prepared.actions
-        if acts and all(a[2] == _INSERT and a[4] is None for a in acts) and len(acts) == rows.num_rows \
-                and not self._mrs.retired:
+        if (
+            acts
+            and all(a[2] == _INSERT and a[4] is None for a in acts)
+            and len(acts) == rows.num_rows
+            and not self._mrs.retired
+        ):
             base = self._mrs.add_batch(rows)
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
@@ -440,8 +514,12 @@ class Tablet:
                         pyrows = rows.to_pydict()
                     vals = {c: pyrows[self.info.names[c]][i] for c in self.info.value_indices}
                     kv = tuple(pyrows[n][i] for n in self.info.key_names)
-                    self._mutate(loc, Mutation(ts, next(self._seq), True, vals, log_index, key, reinsert=True,
-                                               key_values=kv))
+                    self._mutate(
+                        loc,
+                        Mutation(
+                            ts, next(self._seq), True, vals, log_index, key, reinsert=True, key_values=kv
+                        ),
+                    )
                     locs[key] = loc
                 res.inserted += 1
             elif kind == _UPDATE:
@@ -505,10 +583,16 @@ class Tablet:
             lower, lower_excl = spec.resume_after_key, True
         upper = spec.upper_key
         with self._lock:
-            mrs_tables = [m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
-                          for m in [self._mrs, *self._flushing_mrs] if len(m)]
-            drs = [(d, d.delta_snapshot()) for d in self._drs
-                   if (upper is None or d.min_key < upper) and (lower is None or d.max_key >= lower)]
+            mrs_tables = [
+                m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
+                for m in [self._mrs, *self._flushing_mrs]
+                if len(m)
+            ]
+            drs = [
+                (d, d.delta_snapshot())
+                for d in self._drs
+                if (upper is None or d.min_key < upper) and (lower is None or d.max_key >= lower)
+            ]
         drs.sort(key=lambda it: it[0].min_key)
 
         def pieces() -> Iterator[pa.Table]:
@@ -534,8 +618,9 @@ class Tablet:
             source = iter([pa.concat_tables(parts).sort_by([(KEY_COL, "ascending")])] if parts else [])
         return TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
 
-    def _batches(self, source: Iterator[pa.Table], spec: ScanSpec,
-                 projection: list[str]) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
+    def _batches(
+        self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str]
+    ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
         remaining = spec.limit
         target = spec.batch_bytes or self.options.scan_batch_bytes
         for t in source:
@@ -577,11 +662,16 @@ class Tablet:
         with self._lock:
             return sum(d.delta_memory_bytes() for d in self._drs)
 
-    def _replay_start_locked(self) -> int:
+    def _replay_start_locked(self, drop_mrs: Any = None, drop_frozen_of: Sequence[DiskRowSet] = ()) -> int:
         """Last log index whose effects are all in durable files (bootstrap replays after it)."""
-        mins = [m.min_log_index for m in [self._mrs, *self._flushing_mrs] if m.min_log_index is not None]
+        mins = [
+            m.min_log_index
+            for m in [self._mrs, *self._flushing_mrs]
+            if m.min_log_index is not None and m is not drop_mrs
+        ]
         for d in self._drs:
-            mins.extend(s.min_log_index for s in [d.dms, *d.flushing_dms] if s.min_log_index is not None)
+            stores = [d.dms] if d in drop_frozen_of else [d.dms, *d.flushing_dms]
+            mins.extend(s.min_log_index for s in stores if s.min_log_index is not None)
         return (min(mins) - 1) if mins else self._last_applied_index
 
     def earliest_needed_log_index(self) -> int:
@@ -600,11 +690,30 @@ class Tablet:
             mins.append(inflight)
         return min([ahm, *[m - 1 for m in mins]])
 
-    def _write_metadata_locked(self) -> None:
-        meta = TabletMetadata(tablet_id=self.tablet_id, schema=self.info.to_dict(),
-                              rowsets=[d.meta for d in self._drs],
-                              last_flushed_log_index=self._replay_start_locked(),
-                              next_rowset_id=self._next_rowset_id)
+    def _write_metadata_locked(
+        self,
+        rowsets: list[DiskRowSet] | None = None,
+        *,
+        drop_mrs: Any = None,
+        drop_frozen_of: Sequence[DiskRowSet] = (),
+        extra_min_index: int | None = None,
+    ) -> None:
+        """Commit ``rowsets`` (default: the current ones) durably, with the replay start index.
+
+        ``drop_mrs``/``drop_frozen_of`` name in-memory stores whose content those rowsets now hold;
+        ``extra_min_index`` is the oldest log index of mutations about to be carried over.
+        """
+        rowsets = self._drs if rowsets is None else rowsets
+        replay_start = self._replay_start_locked(drop_mrs, drop_frozen_of)
+        if extra_min_index is not None:
+            replay_start = min(replay_start, extra_min_index - 1)
+        meta = TabletMetadata(
+            tablet_id=self.tablet_id,
+            schema=self.info.to_dict(),
+            rowsets=[d.meta for d in rowsets],
+            last_flushed_log_index=replay_start,
+            next_rowset_id=self._next_rowset_id,
+        )
         meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
         write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
         self._last_flushed_index = meta.last_flushed_log_index
@@ -624,8 +733,13 @@ class Tablet:
         key_vals = m.key_values
         if key_vals is None:
             raise AssertionError("re-insert mutation without its key values")
-        cols = [pa.array([key_vals[i] if i < self.info.num_key_columns else m.changes[i]],  # type: ignore[index]
-                         f.type) for i, f in enumerate(self.info.arrow)]
+        cols = [
+            pa.array(
+                [key_vals[i] if i < self.info.num_key_columns else m.changes[i]],  # type: ignore[index]
+                f.type,
+            )
+            for i, f in enumerate(self.info.arrow)
+        ]
         rownum = self._mrs.add_batch(pa.RecordBatch.from_arrays(cols, schema=self.info.arrow))
         self._mrs.insert(m.key, rownum, m.ts, m.log_index)
 
@@ -651,23 +765,27 @@ class Tablet:
         new_ids: list[str] = []
         try:
             table, deltas = old.flush_input(freeze_seq)
-            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
+            metas = write_rowsets(
+                self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
+            )
             new_ids = [b for rs in metas for b in rs.blocks()]
             new_drs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
             with self._lock:
+                late = old.mutations_since(freeze_seq)
+                # Commit point first: if it fails nothing in memory has changed.
+                self._write_metadata_locked(
+                    [*self._drs, *new_drs],
+                    drop_mrs=old,
+                    extra_min_index=min((m.log_index for m in late), default=None),
+                )
                 self._flushing_mrs.remove(old)
                 old.retired = True
                 self._drs.extend(new_drs)
-                self._carry_over_locked(old.mutations_since(freeze_seq))
-                self._write_metadata_locked()
+                self._carry_over_locked(late)
             new_ids = []
             return True
         except BaseException:
-            with self._lock:
-                if old in self._flushing_mrs:
-                    # Put the rows back in service: merge the failed MRS back as a flushing one.
-                    pass
-            self.bm.delete_blocks(new_ids)
+            self.bm.delete_blocks(new_ids)  # never referenced by committed metadata
             raise
         finally:
             with self._lock:
@@ -719,12 +837,14 @@ class Tablet:
         the outputs swapped in with any mutations that arrived meanwhile carried over.
         """
         inputs = self._claim(rowset_ids)
-        if not inputs or (rowset_ids is None and len(inputs) < 2 and not inputs[0].delta_tables
-                          and not len(inputs[0].dms)):
+        if not inputs or (
+            rowset_ids is None and len(inputs) < 2 and not inputs[0].delta_tables and not len(inputs[0].dms)
+        ):
             for d in inputs:
                 d.busy = False
             return False
         old_blocks: list[str] = []
+        new_ids: list[str] = []
         try:
             with self._lock:
                 frozen = []
@@ -736,16 +856,25 @@ class Tablet:
                 self._next_rowset_id += 1000
             ahm = self._effective_ahm()
             table, deltas = merge_rowsets(self.info, frozen, ahm)
-            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
+            metas = write_rowsets(
+                self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
+            )
+            new_ids = [b for rs in metas for b in rs.blocks()]
             outputs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
             with self._lock:
                 late = sorted((m for d in inputs for _, m in d.dms.items), key=lambda m: m.seq)
+                self._write_metadata_locked(
+                    [*(d for d in self._drs if d not in inputs), *outputs], drop_frozen_of=inputs
+                )
+                new_ids = []
                 self._drs = [d for d in self._drs if d not in inputs] + outputs
                 for d in inputs:
                     d.retired = True
                     old_blocks.extend(d.meta.blocks())
                 self._carry_over_locked(late)
-                self._write_metadata_locked()
+        except BaseException:
+            self.bm.delete_blocks(new_ids)
+            raise
         finally:
             for d in inputs:
                 d.busy = False
@@ -767,8 +896,8 @@ class Tablet:
             block = write_delta_block(self.bm, merged)
             table = read_ipc_table(self.bm.path(block))
             with self._lock:
-                d.delta_tables = [table, *d.delta_tables[len(tables):]]
-                d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks):]]
+                d.delta_tables = [table, *d.delta_tables[len(tables) :]]
+                d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks) :]]
                 self._write_metadata_locked()
         finally:
             d.busy = False
@@ -792,10 +921,18 @@ class Tablet:
                 "dms_bytes": sum(d.delta_memory_bytes() for d in self._drs),
                 "last_applied_log_index": self._last_applied_index,
                 "last_flushed_log_index": self._last_flushed_index,
-                "rowsets": [{"id": d.id, "rows": d.num_rows(), "min_key": d.min_key.hex(),
-                             "max_key": d.max_key.hex(), "delta_files": len(d.delta_tables),
-                             "dms_bytes": d.dms.memory_bytes(), "base_bytes": d.base_bytes()}
-                            for d in self._drs],
+                "rowsets": [
+                    {
+                        "id": d.id,
+                        "rows": d.num_rows(),
+                        "min_key": d.min_key.hex(),
+                        "max_key": d.max_key.hex(),
+                        "delta_files": len(d.delta_tables),
+                        "dms_bytes": d.dms.memory_bytes(),
+                        "base_bytes": d.base_bytes(),
+                    }
+                    for d in self._drs
+                ],
             }
 
     def schema_dict(self) -> dict[str, Any]:
@@ -806,5 +943,12 @@ class Tablet:
             return [d.meta for d in self._drs]
 
 
-__all__ = ["READ_AT_SNAPSHOT", "READ_LATEST", "KuduNotFound", "ScanSpec", "Tablet", "TabletOptions",
-           "TabletScanner"]
+__all__ = [
+    "READ_AT_SNAPSHOT",
+    "READ_LATEST",
+    "KuduNotFound",
+    "ScanSpec",
+    "Tablet",
+    "TabletOptions",
+    "TabletScanner",
+]

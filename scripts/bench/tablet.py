@@ -27,13 +27,17 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from kudu_async.common.clock import HybridClock  # noqa: E402
-from kudu_async.tablet.maintenance_manager import MaintenanceManager  # noqa: E402
-from kudu_async.tablet.ops import OpType, WriteOp  # noqa: E402
-from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions  # noqa: E402
+from kudu_async.common.clock import HybridClock
+from kudu_async.tablet.maintenance_manager import MaintenanceManager
+from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
 
-FIELDS = [pa.field("key", pa.int64(), False), pa.field("i32", pa.int32(), True),
-          pa.field("d", pa.float64(), True), pa.field("s", pa.string(), True)]
+FIELDS = [
+    pa.field("key", pa.int64(), False),
+    pa.field("i32", pa.int32(), True),
+    pa.field("d", pa.float64(), True),
+    pa.field("s", pa.string(), True),
+]
 
 
 def make_schema() -> Any:
@@ -67,8 +71,10 @@ def rss_mb() -> float:
 def make_batch(schema: pa.Schema, start: int, n: int, rng: np.random.Generator) -> pa.RecordBatch:
     keys = np.arange(start, start + n, dtype=np.int64)
     strs = pa.array([f"{k:020d}" for k in keys.tolist()], pa.string())
-    return pa.record_batch([pa.array(keys), pa.array(rng.integers(0, 1000, n, dtype=np.int32)),
-                            pa.array(rng.random(n)), strs], schema=schema)
+    return pa.record_batch(
+        [pa.array(keys), pa.array(rng.integers(0, 1000, n, dtype=np.int32)), pa.array(rng.random(n)), strs],
+        schema=schema,
+    )
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -98,11 +104,15 @@ def main() -> None:
     opts = TabletOptions(flush_threshold_bytes=args.flush_mb << 20, sync=args.sync)
     clock = HybridClock()
     tablet = Tablet.create(os.path.join(root, "tablet"), schema, tablet_id="bench", options=opts, clock=clock)
-    mm = MaintenanceManager(num_threads=1, polling_interval_s=0.05, memory_threshold_bytes=opts.flush_threshold_bytes)
+    mm = MaintenanceManager(
+        num_threads=1, polling_interval_s=0.05, memory_threshold_bytes=opts.flush_threshold_bytes
+    )
     mm.register(tablet)
     mm.start()
     rng = np.random.default_rng(1)
-    print(f"dir={root} rows={args.rows} batch={args.batch} flush_threshold={args.flush_mb} MiB sync={args.sync}")
+    print(
+        f"dir={root} rows={args.rows} batch={args.batch} flush_threshold={args.flush_mb} MiB sync={args.sync}"
+    )
 
     # (a) inserts
     write_s = 0.0
@@ -118,17 +128,25 @@ def main() -> None:
         write_s += time.perf_counter() - t0
         assert not res.row_errors
     wall = time.perf_counter() - wall0
-    print(f"(a) insert: {args.rows / write_s:,.0f} rows/s in write calls, {args.rows / wall:,.0f} rows/s wall "
-          f"(incl. row generation); rowsets={len(tablet.rowsets())} mrs_bytes={tablet.mrs_memory_bytes() >> 20} MiB "
-          f"rss={rss_mb():.0f} MiB")
+    print(
+        f"(a) insert: {args.rows / write_s:,.0f} rows/s in write calls, {args.rows / wall:,.0f} rows/s wall "
+        f"(incl. row generation); rowsets={len(tablet.rowsets())} "
+        f"mrs_bytes={tablet.mrs_memory_bytes() >> 20} MiB "
+        f"rss={rss_mb():.0f} MiB"
+    )
     mm.stop()
     flushed_max = max((int.from_bytes(r.max_key, "big") ^ (1 << 63) for r in tablet.rowsets()), default=-1)
 
     # (b) point lookups: half on flushed rows, half in the MemRowSet
     info = tablet.info
+
     def key_of(k: int) -> bytes:
-        return info.encode_keys(pa.record_batch([pa.array([k], pa.int64()), pa.array([0], pa.int32()),
-                                                 pa.array([0.0]), pa.array([""])], schema=arrow))[0]
+        return info.encode_keys(
+            pa.record_batch(
+                [pa.array([k], pa.int64()), pa.array([0], pa.int32()), pa.array([0.0]), pa.array([""])],
+                schema=arrow,
+            )
+        )[0]
 
     lat: list[float] = []
     hits = 0
@@ -136,15 +154,20 @@ def main() -> None:
         if i % 2 == 0 and flushed_max >= 0:
             k = random.randint(0, flushed_max)
         else:
-            k = random.randint(flushed_max + 1, args.rows - 1) if flushed_max + 1 < args.rows else \
-                random.randint(0, args.rows - 1)
+            k = (
+                random.randint(flushed_max + 1, args.rows - 1)
+                if flushed_max + 1 < args.rows
+                else random.randint(0, args.rows - 1)
+            )
         kb = key_of(k)
         t0 = time.perf_counter()
         row = tablet.lookup(kb)
         lat.append(time.perf_counter() - t0)
         hits += row is not None
-    print(f"(b) lookup: p50={pct(lat, 0.5) * 1e6:.0f} us p99={pct(lat, 0.99) * 1e6:.0f} us "
-          f"({hits}/{args.lookups} found; flushed up to key {flushed_max})")
+    print(
+        f"(b) lookup: p50={pct(lat, 0.5) * 1e6:.0f} us p99={pct(lat, 0.99) * 1e6:.0f} us "
+        f"({hits}/{args.lookups} found; flushed up to key {flushed_max})"
+    )
 
     # (c) scan with predicate on a non-key column, 2 of 4 columns
     tablet.flush_mrs()
@@ -178,10 +201,17 @@ def main() -> None:
     upd_types = np.full(args.batch, OpType.UPDATE, dtype=np.int64)
     t0 = time.perf_counter()
     for s in range(0, n_upd, args.batch):
-        ks = upd_keys[s: s + args.batch]
+        ks = upd_keys[s : s + args.batch]
         n = len(ks)
-        b = pa.record_batch([pa.array(ks), pa.array(rng.integers(0, 1000, n, dtype=np.int32)),
-                             pa.array(np.zeros(n)), pa.array([""] * n)], schema=arrow)
+        b = pa.record_batch(
+            [
+                pa.array(ks),
+                pa.array(rng.integers(0, 1000, n, dtype=np.int32)),
+                pa.array(np.zeros(n)),
+                pa.array([""] * n),
+            ],
+            schema=arrow,
+        )
         index += 1
         res = tablet.write(WriteOp(upd_types[:n], b, set_cols[:n]), clock.now(), index)
         assert not res.row_errors, res.row_errors[:3]
@@ -190,11 +220,16 @@ def main() -> None:
         pass
     timed_scan(tablet)
     secs, matched = timed_scan(tablet)
-    print(f"(d) scan with 10% updated ({n_upd} updates at {n_upd / upd_s:,.0f} rows/s, flushed to delta files, "
-          f"not compacted): {args.rows / secs:,.0f} rows/s ({matched} matched); ratio to parquet "
-          f"{args.rows / secs / pq_rate:.2f}")
+    print(
+        f"(d) scan with 10% updated ({n_upd} updates at {n_upd / upd_s:,.0f} rows/s, flushed to delta files, "
+        f"not compacted): {args.rows / secs:,.0f} rows/s ({matched} matched); ratio to parquet "
+        f"{args.rows / secs / pq_rate:.2f}"
+    )
     print(f"(e) peak RSS: {rss_mb():.0f} MiB; data on disk {du(root) >> 20} MiB")
-    print("maintenance history:", [(h["name"], h["result"], h["duration_s"]) for h in mm.status()["history"]][:8])
+    print(
+        "maintenance history:",
+        [(h["name"], h["result"], h["duration_s"]) for h in mm.status()["history"]][:8],
+    )
     if args.dir is None:
         shutil.rmtree(root, ignore_errors=True)
 

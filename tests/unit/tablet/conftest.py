@@ -26,8 +26,10 @@ class StandInSchema:
         return self._arrow
 
     def to_dict(self) -> dict[str, Any]:
-        return {"columns": [[f.name, str(f.type), f.nullable] for f in self._arrow],
-                "num_key_columns": self.num_key_columns}
+        return {
+            "columns": [[f.name, str(f.type), f.nullable] for f in self._arrow],
+            "num_key_columns": self.num_key_columns,
+        }
 
 
 def _enc_value(v: Any) -> bytes:
@@ -68,8 +70,12 @@ except ImportError:
     _common.key_encoding = fake  # type: ignore[attr-defined]
 
 
-ARROW_FIELDS = [pa.field("key", pa.int64(), False), pa.field("i32", pa.int32(), True),
-                pa.field("d", pa.float64(), True), pa.field("s", pa.string(), True)]
+ARROW_FIELDS = [
+    pa.field("key", pa.int64(), False),
+    pa.field("i32", pa.int32(), True),
+    pa.field("d", pa.float64(), True),
+    pa.field("s", pa.string(), True),
+]
 
 
 def make_schema() -> Any:
@@ -109,7 +115,9 @@ class SimplePredicate:
             return pc.is_valid(col)
         if self.op == "IN":
             return pc.is_in(col, value_set=pa.array(self.value, col.type))
-        fn = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[self.op]
+        fn = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[
+            self.op
+        ]
         return fn(col, pa.scalar(self.value, col.type))
 
     def matches(self, v: Any) -> bool:
@@ -121,5 +129,10 @@ class SimplePredicate:
             return False
         if self.op == "IN":
             return v in self.value
-        return {"=": v == self.value, "<": v < self.value, "<=": v <= self.value, ">": v > self.value,
-                ">=": v >= self.value}[self.op]
+        return {
+            "=": v == self.value,
+            "<": v < self.value,
+            "<=": v <= self.value,
+            ">": v > self.value,
+            ">=": v >= self.value,
+        }[self.op]

@@ -20,10 +20,17 @@ from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletO
 
 KEYS = st.integers(0, 15)
 OPS = st.sampled_from(list(OpType))
-VALS = st.tuples(st.one_of(st.none(), st.integers(-5, 5)), st.one_of(st.none(), st.floats(-2, 2, width=32)),
-                 st.one_of(st.none(), st.sampled_from(["a", "b", "", "zz\x00y"])))
+VALS = st.tuples(
+    st.one_of(st.none(), st.integers(-5, 5)),
+    st.one_of(st.none(), st.floats(-2, 2, width=32)),
+    st.one_of(st.none(), st.sampled_from(["a", "b", "", "zz\x00y"])),
+)
 ROW = st.tuples(OPS, KEYS, VALS, st.tuples(st.booleans(), st.booleans(), st.booleans()))
 HISTORY_S = 0.002  # 2 ms of history at 100 us per op: AHM moves and history GC is exercised
+
+
+def merge(vals: Any, setm: Any, cur: Any) -> tuple[Any, ...]:
+    return tuple(v if s else c for v, s, c in zip(vals, setm, cur, strict=True))
 
 
 class TabletModel(RuleBasedStateMachine):
@@ -53,10 +60,15 @@ class TabletModel(RuleBasedStateMachine):
         self.clock.advance(100)
         ts = self.clock.now()
         arrow = self.schema.to_arrow()
-        batch = pa.record_batch([pa.array([r[1] for r in rows], pa.int64()),
-                                 pa.array([r[2][0] for r in rows], pa.int32()),
-                                 pa.array([r[2][1] for r in rows], pa.float64()),
-                                 pa.array([r[2][2] for r in rows], pa.string())], schema=arrow)
+        batch = pa.record_batch(
+            [
+                pa.array([r[1] for r in rows], pa.int64()),
+                pa.array([r[2][0] for r in rows], pa.int32()),
+                pa.array([r[2][1] for r in rows], pa.float64()),
+                pa.array([r[2][2] for r in rows], pa.string()),
+            ],
+            schema=arrow,
+        )
         mask = np.array([[True, *r[3]] for r in rows], dtype=bool)
         op = WriteOp([int(r[0]) for r in rows], batch, mask)
         index = len(self.wal) + 1
@@ -73,13 +85,13 @@ class TabletModel(RuleBasedStateMachine):
                 else:
                     new = tuple(vals)
             elif t in (OpType.UPSERT, OpType.UPSERT_IGNORE):
-                new = tuple(vals) if cur is None else tuple(v if s else c for v, s, c in zip(vals, setm, cur))
+                new = tuple(vals) if cur is None else merge(vals, setm, cur)
             elif t in (OpType.UPDATE, OpType.UPDATE_IGNORE):
                 if cur is None:
                     if t == OpType.UPDATE:
                         expected_errors[i] = "NOT_FOUND"
                 else:
-                    new = tuple(v if s else c for v, s, c in zip(vals, setm, cur))
+                    new = merge(vals, setm, cur)
             else:
                 if cur is None:
                     if t == OpType.DELETE:
@@ -93,7 +105,8 @@ class TabletModel(RuleBasedStateMachine):
 
     def _check_scan(self, spec: ScanSpec, at: int | None) -> None:
         got_t = self.tablet.scan(spec).to_table()
-        got = [] if got_t is None else list(zip(*[got_t.column(c).to_pylist() for c in got_t.column_names]))
+        cols = [] if got_t is None else [got_t.column(c).to_pylist() for c in got_t.column_names]
+        got = list(zip(*cols, strict=True))
         names = ["key", "i32", "d", "s"]
         proj = spec.projection or names
         want = []
@@ -101,7 +114,7 @@ class TabletModel(RuleBasedStateMachine):
             v = self._state(k, at)
             if v is None:
                 continue
-            row = dict(zip(names, (k, *v)))
+            row = dict(zip(names, (k, *v), strict=False))
             if spec.lower_key is not None and encode_key(self.schema, k) < spec.lower_key:
                 continue
             if spec.upper_key is not None and encode_key(self.schema, k) >= spec.upper_key:
@@ -129,18 +142,28 @@ class TabletModel(RuleBasedStateMachine):
         ts = data.draw(st.sampled_from(usable))
         self._check_scan(ScanSpec(ordered=True, read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts), ts)
 
-    @rule(col=st.sampled_from(["i32", "d", "s", "key"]),
-          op=st.sampled_from(["=", "<", "<=", ">", ">=", "IS NULL", "IS NOT NULL", "IN"]),
-          lo=st.one_of(st.none(), KEYS), hi=st.one_of(st.none(), KEYS),
-          proj=st.sampled_from([None, ["key", "s"], ["d"]]), limit=st.one_of(st.none(), st.integers(0, 4)))
-    def predicate_scan(self, col: str, op: str, lo: int | None, hi: int | None, proj: list[str] | None,
-                       limit: int | None) -> None:
+    @rule(
+        col=st.sampled_from(["i32", "d", "s", "key"]),
+        op=st.sampled_from(["=", "<", "<=", ">", ">=", "IS NULL", "IS NOT NULL", "IN"]),
+        lo=st.one_of(st.none(), KEYS),
+        hi=st.one_of(st.none(), KEYS),
+        proj=st.sampled_from([None, ["key", "s"], ["d"]]),
+        limit=st.one_of(st.none(), st.integers(0, 4)),
+    )
+    def predicate_scan(
+        self, col: str, op: str, lo: int | None, hi: int | None, proj: list[str] | None, limit: int | None
+    ) -> None:
         value: Any = {"i32": 1, "d": 0.0, "s": "b", "key": 7}[col]
         if op == "IN":
             value = {"i32": [0, 1, 2], "d": [0.0], "s": ["a", ""], "key": [1, 3, 5]}[col]
-        spec = ScanSpec(projection=proj, predicates=[SimplePredicate(col, op, value)], limit=limit, ordered=True,
-                        lower_key=None if lo is None else encode_key(self.schema, lo),
-                        upper_key=None if hi is None else encode_key(self.schema, hi))
+        spec = ScanSpec(
+            projection=proj,
+            predicates=[SimplePredicate(col, op, value)],
+            limit=limit,
+            ordered=True,
+            lower_key=None if lo is None else encode_key(self.schema, lo),
+            upper_key=None if hi is None else encode_key(self.schema, hi),
+        )
         self._check_scan(spec, None)
 
     @rule(key=KEYS)
@@ -177,10 +200,15 @@ class TabletModel(RuleBasedStateMachine):
     @rule()
     def crash_and_reopen(self) -> None:
         # Drop the in-memory tablet without any shutdown: only files on disk and the WAL survive.
-        self.tablet = Tablet.open(self.dir, log_ops=list(self.wal), options=self.opts, clock=self.clock,
-                                  schema=self.schema)
+        self.tablet = Tablet.open(
+            self.dir, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=self.schema
+        )
 
 
-TabletModel.TestCase.settings = settings(max_examples=int(__import__("os").environ.get("MODEL_EXAMPLES", "60")), stateful_step_count=40, deadline=None,
-                                         suppress_health_check=[HealthCheck.too_slow])
+TabletModel.TestCase.settings = settings(
+    max_examples=int(__import__("os").environ.get("MODEL_EXAMPLES", "60")),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 test_tablet_model = TabletModel.TestCase
