@@ -175,6 +175,7 @@ def main() -> None:
     secs, matched = timed_scan(tablet)
     scan_rate = args.rows / secs
     print(f"(c) scan: {scan_rate:,.0f} rows/s ({matched} matched, {secs:.3f} s)")
+    print(f"    peak RSS so far (before the Parquet comparison loads a full copy): {rss_mb():.0f} MiB")
 
     # Plain pyarrow over one Parquet file holding the same data.
     full = tablet.scan(ScanSpec(projection=["key", "i32", "d", "s"])).to_table()
