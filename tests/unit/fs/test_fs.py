@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ def test_atomic_write_replaces_content(tmp_path: Any) -> None:
     p = str(tmp_path / "f")
     atomic_write_bytes(p, b"old")
     atomic_write_bytes(p, b"new")
-    assert open(p, "rb").read() == b"new"
+    assert Path(p).read_bytes() == b"new"
     assert os.listdir(tmp_path) == ["f"]
 
 
@@ -37,7 +38,7 @@ def test_failed_atomic_write_keeps_the_old_file_and_no_temp(tmp_path: Any) -> No
 
     with pytest.raises(OSError):
         atomic_write_with(p, boom)
-    assert open(p, "rb").read() == b"old"
+    assert Path(p).read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["f"]
 
 
@@ -46,7 +47,7 @@ def test_blocks_spread_over_data_dirs_and_orphans_are_removed(tmp_path: Any) -> 
     bm = BlockManager(dirs)
     ids = [bm.write_block(lambda f, i=i: f.write(bytes([i]))) for i in range(4)]
     assert {os.path.dirname(bm.path(b)) for b in ids} == set(dirs)
-    assert open(bm.path(ids[2]), "rb").read() == b"\x02"
+    assert Path(bm.path(ids[2])).read_bytes() == b"\x02"
     removed = bm.delete_orphans({ids[0], ids[1]})
     assert sorted(removed) == sorted(ids[2:])
     assert bm.all_block_ids() == {ids[0], ids[1]}
