@@ -25,6 +25,7 @@ flush and compaction do their I/O outside it in worker threads and swap the resu
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 import threading
@@ -55,6 +56,7 @@ from kudu_async.tablet.delta_store import DeltaMemStore
 from kudu_async.tablet.diskrowset import (
     TARGET_ROWSET_BYTES,
     DiskRowSet,
+    _KeyView,
     read_ipc_table,
     write_delta_block,
     write_rowsets,
@@ -148,6 +150,59 @@ class TabletScanner:
         """Drain the scan into one table (tests, small scans); None when no row matched."""
         batches = list(self)
         return pa.Table.from_batches(batches) if batches else None
+
+
+def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
+    """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
+    view = _KeyView(t.column(KEY_COL).combine_chunks())
+    a = 0 if lo is None else bisect.bisect_left(view, lo)
+    b = len(view) if hi is None else bisect.bisect_left(view, hi)
+    return t.slice(a, max(0, b - a))
+
+
+def _ordered_pieces(
+    mrs_tables: list[pa.Table],
+    drs: list[tuple[DiskRowSet, pa.Table | None]],
+    snap: MvccSnapshot,
+    needed: list[str],
+    lower: bytes | None,
+    upper: bytes | None,
+    lower_excl: bool,
+) -> Iterator[pa.Table]:
+    """Key-ordered pieces with memory bounded by the largest cluster of overlapping rowsets.
+
+    Rowsets are grouped into clusters of transitively overlapping key ranges; clusters are disjoint,
+    so each is merged (concat + sort) on its own and emitted in key order, with the MemRowSet rows
+    that fall in it or in the gap before it.
+    """
+    mrs = pa.concat_tables(mrs_tables).sort_by([(KEY_COL, "ascending")]) if mrs_tables else None
+    clusters: list[list[tuple[DiskRowSet, pa.Table | None]]] = []
+    cmax = b""
+    for item in drs:  # sorted by min key
+        if clusters and item[0].min_key <= cmax:
+            clusters[-1].append(item)
+            cmax = max(cmax, item[0].max_key)
+        else:
+            clusters.append([item])
+            cmax = item[0].max_key
+    prev_hi: bytes | None = None
+    for cl in clusters:
+        lo = cl[0][0].min_key
+        hi_incl = max(d.max_key for d, _ in cl)
+        hi = hi_incl + b"\x00"  # smallest key above hi_incl
+        parts = [d.scan(snap, needed, deltas, lower, upper, lower_excl) for d, deltas in cl]
+        if mrs is not None:
+            gap = _key_slice(mrs, prev_hi, lo)
+            if gap.num_rows:
+                yield gap
+            parts.append(_key_slice(mrs, lo, hi))
+        prev_hi = hi
+        merged = pa.concat_tables(parts)
+        yield merged.sort_by([(KEY_COL, "ascending")]) if len(parts) > 1 else merged
+    if mrs is not None:
+        tail = _key_slice(mrs, prev_hi, None)
+        if tail.num_rows:
+            yield tail
 
 
 def _pred_column(pred: Any) -> str:
@@ -596,6 +651,9 @@ class Tablet:
         drs.sort(key=lambda it: it[0].min_key)
 
         def pieces() -> Iterator[pa.Table]:
+            if spec.ordered:
+                yield from _ordered_pieces(mrs_tables, drs, snap, needed, lower, upper, lower_excl)
+                return
             yield from mrs_tables
             for d, deltas in drs:
                 yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
@@ -613,9 +671,6 @@ class Tablet:
                     yield t.select([*projection, KEY_COL])
 
         source: Iterator[pa.Table] = filtered()
-        if spec.ordered:
-            parts = list(source)
-            source = iter([pa.concat_tables(parts).sort_by([(KEY_COL, "ascending")])] if parts else [])
         return TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
 
     def _batches(

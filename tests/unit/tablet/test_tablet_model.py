@@ -22,7 +22,7 @@ KEYS = st.integers(0, 15)
 OPS = st.sampled_from(list(OpType))
 VALS = st.tuples(
     st.one_of(st.none(), st.integers(-5, 5)),
-    st.one_of(st.none(), st.floats(-2, 2, width=32)),
+    st.one_of(st.none(), st.floats(-2, 2, width=32).map(lambda x: x + 0.0)),
     st.one_of(st.none(), st.sampled_from(["a", "b", "", "zz\x00y"])),
 )
 ROW = st.tuples(OPS, KEYS, VALS, st.tuples(st.booleans(), st.booleans(), st.booleans()))
