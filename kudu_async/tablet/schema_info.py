@@ -21,7 +21,7 @@ def _key_encoding() -> Any:
 
 
 def _num_key_columns(schema: Any) -> int:
-    for attr in ("num_key_columns", "num_primary_key_columns"):
+    for attr in ("key_column_count", "num_key_columns", "num_primary_key_columns"):
         v = getattr(schema, attr, None)
         if v is not None:
             return int(v() if callable(v) else v)

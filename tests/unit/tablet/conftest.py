@@ -136,3 +136,11 @@ class SimplePredicate:
             ">": v > self.value,
             ">=": v >= self.value,
         }[self.op]
+
+
+if HAVE_COMMON:
+    from kudu_async.common.predicate import ColumnPredicate
+
+    Predicate: Any = ColumnPredicate
+else:
+    Predicate = SimplePredicate

@@ -10,7 +10,7 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pyarrow as pa
-from conftest import SimplePredicate, encode_key, make_schema
+from conftest import Predicate, encode_key, make_schema
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -156,9 +156,11 @@ class TabletModel(RuleBasedStateMachine):
         value: Any = {"i32": 1, "d": 0.0, "s": "b", "key": 7}[col]
         if op == "IN":
             value = {"i32": [0, 1, 2], "d": [0.0], "s": ["a", ""], "key": [1, 3, 5]}[col]
+        if op in ("IS NULL", "IS NOT NULL"):
+            value = None
         spec = ScanSpec(
             projection=proj,
-            predicates=[SimplePredicate(col, op, value)],
+            predicates=[Predicate(col, op, value)],
             limit=limit,
             ordered=True,
             lower_key=None if lo is None else encode_key(self.schema, lo),

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SimplePredicate, encode_key
+from conftest import HAVE_COMMON, Predicate, encode_key
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
@@ -63,8 +63,10 @@ class Harness:
         return [] if t is None else list(zip(*[t.column(c).to_pylist() for c in t.column_names], strict=True))
 
     def reopen(self) -> None:
+        # With the common Schema the tablet rebuilds it from its own metadata, as a tserver would.
+        schema = None if HAVE_COMMON else self.schema
         self.tablet = Tablet.open(
-            self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=self.schema
+            self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=schema
         )
 
 
@@ -186,7 +188,7 @@ def test_predicates_and_key_bounds(h: Harness) -> None:
     h.tablet.flush_mrs()
     rows = h.rows(
         projection=["key"],
-        predicates=[SimplePredicate("s", "IS NULL")],
+        predicates=[Predicate("s", "IS NULL")],
         lower_key=encode_key(h.schema, 1),
         upper_key=encode_key(h.schema, 9),
     )
