@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -55,6 +56,24 @@ def read_ipc_table(path: str) -> pa.Table:
         raise KuduCorruption(f"cannot read block {path}: {e}") from e
 
 
+def _fixed_width_view(keys: pa.Array) -> tuple[np.ndarray | None, int]:
+    """A numpy ``S<width>`` view of the key column when every key has one width (int keys, ...).
+
+    numpy compares ``S`` values with trailing NUL bytes stripped, which keeps the order of equal-width
+    byte strings (NUL is the smallest byte), so ``searchsorted`` is a valid C-speed binary search.
+    """
+    n = len(keys)
+    if n == 0 or keys.offset != 0:
+        return None, 0
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1)
+    widths = np.diff(offsets)
+    width = int(widths[0])
+    if width == 0 or not (widths == width).all():
+        return None, 0
+    data = keys.buffers()[2]
+    return np.frombuffer(data, dtype=f"S{width}", count=n, offset=int(offsets[0])), width
+
+
 class _KeyView:
     """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
 
@@ -81,6 +100,7 @@ class DiskRowSet:
                 f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
             )
         self.keys: pa.Array = self.base.column(KEY_COL).combine_chunks()
+        self._fixed, self._width = _fixed_width_view(self.keys)
         with open(bm.path(meta.bloom_block), "rb") as f:
             self.bloom = BloomFilter.from_bytes(f.read())
         self.min_key = bytes.fromhex(meta.min_key_hex)
@@ -130,6 +150,11 @@ class DiskRowSet:
         """Position of ``key`` in the base data, by range check, bloom filter and binary search."""
         if not self.may_contain_key(key):
             return None
+        if self._fixed is not None:
+            if len(key) != self._width:
+                return None
+            j = int(np.searchsorted(self._fixed, key))
+            return j if j < len(self._fixed) and self.keys[j].as_py() == key else None
         view = _KeyView(self.keys)
         i = bisect.bisect_left(view, key)
         if i < len(view) and view[i] == key:
