@@ -807,13 +807,18 @@ class Tablet:
         swapped in under the component lock, and the metadata write commits the flush.
         """
         with self._lock:
-            if self._mrs_flush_running or len(self._mrs) == 0:
+            if self._mrs_flush_running:
+                return False
+            if self._flushing_mrs:
+                old = self._flushing_mrs[0]  # a flush of it failed earlier: retry it first
+            elif len(self._mrs):
+                old = self._mrs
+                old.sorted_keys()  # merge pending keys now, under the lock: the index stays read-only
+                self._mrs = self._new_mrs()
+                self._flushing_mrs.append(old)
+            else:
                 return False
             self._mrs_flush_running = True
-            old = self._mrs
-            old.sorted_keys()  # merge pending keys now, under the lock: the frozen index stays read-only
-            self._mrs = self._new_mrs()
-            self._flushing_mrs.append(old)
             freeze_seq = next(self._seq)
             first_id = self._next_rowset_id
             self._next_rowset_id += 1000
@@ -840,7 +845,9 @@ class Tablet:
             new_ids = []
             return True
         except BaseException:
-            self.bm.delete_blocks(new_ids)  # never referenced by committed metadata
+            # Never referenced by committed metadata. The frozen MemRowSet stays readable (and
+            # writable for its keys) in _flushing_mrs; the next flush_mrs retries it.
+            self.bm.delete_blocks(new_ids)
             raise
         finally:
             with self._lock:

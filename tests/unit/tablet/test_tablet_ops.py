@@ -224,7 +224,7 @@ def test_writes_during_flush_are_carried_over_to_the_new_rowsets(h: Harness, mon
     assert [r[:2] for r in h.rows()] == [(1, 11), (3, 33), (4, 40), (5, 50)]
 
 
-def test_crash_before_metadata_commit_leaves_old_state_and_no_orphans(h: Harness, monkeypatch: Any) -> None:
+def test_failed_flush_keeps_rows_readable_and_is_retried(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 3, [1, 2, 3])
     before = h.rows()
 
@@ -232,14 +232,31 @@ def test_crash_before_metadata_commit_leaves_old_state_and_no_orphans(h: Harness
         raise OSError("simulated crash")
 
     monkeypatch.setattr(tablet_mod, "write_tablet_metadata", crash)
+    with pytest.raises(OSError):
+        h.tablet.flush_mrs()
+    monkeypatch.undo()
+    h.write([U], [1], i32=[111])  # the frozen MemRowSet still takes mutations of its keys
+    assert h.tablet.flush_mrs()  # and a later flush retries it
+    assert h.tablet.status()["flushing_mrs"] == 0
+    h.reopen()
+    assert [r[:2] for r in h.rows()] == [(1, 111), (2, 20), (3, 30)]
+    assert before[0][:2] == (1, 10)
+
+
+def test_crash_mid_flush_reopens_to_the_old_state_and_removes_orphans(h: Harness, monkeypatch: Any) -> None:
+    h.write([INS] * 3, [1, 2, 3])
+    before = h.rows()
+    monkeypatch.setattr(
+        tablet_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError())
+    )
     monkeypatch.setattr(h.tablet.bm, "delete_blocks", lambda ids: None)  # the process dies: no cleanup
     with pytest.raises(OSError):
         h.tablet.flush_mrs()
     monkeypatch.undo()
     blocks_dir = os.path.join(h.path, "data")
-    assert os.listdir(blocks_dir)  # the rowset blocks were written...
+    assert os.listdir(blocks_dir)
     h.reopen()
-    assert os.listdir(blocks_dir) == []  # ...and are orphans removed on open
+    assert os.listdir(blocks_dir) == []  # orphans of the unfinished flush are removed on open
     assert h.rows() == before
 
 
