@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -309,3 +310,23 @@ def test_lookup_after_flush_uses_bloom_and_key_index(h: Harness) -> None:
     assert h.tablet.lookup(encode_key(h.schema, 4)) == {"key": 4, "i32": 40, "d": 0.5, "s": "v4"}
     assert h.tablet.lookup(encode_key(h.schema, 5)) is None
     assert diskrowset.TARGET_ROWSET_BYTES == 32 * 1024 * 1024
+
+
+def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: Any) -> None:
+    h = Harness(str(tmp_path / "t"), schema)
+    mm = MaintenanceManager(memory_threshold_bytes=10**9, flush_age_s=120)
+    h.write([INS] * 10, list(range(0, 20, 2)))
+    h.tablet.flush_mrs()
+    h.write([INS] * 10, list(range(1, 20, 2)))  # key range overlaps the first rowset's
+    h.tablet.flush_mrs()
+    mm.register(h.tablet)
+    names = [op.name for _, op in mm.candidates()]
+    assert names == ["CompactRowSetsOp"]  # no memory pressure, nothing old: only the read benefit
+    h.write([INS], [100])
+    h.tablet._mrs.created_at = time.monotonic() - 1000  # pretend the MemRowSet is old
+    assert [op.name for _, op in mm.candidates()][0] == "FlushMRSOp"
+    mm.poll_once(run_inline=True)
+    mm.poll_once(run_inline=True)
+    assert [h_["name"] for h_ in mm.status()["history"]] == ["FlushMRSOp", "CompactRowSetsOp"]
+    assert len(h.tablet.rowsets()) == 2  # the two overlapping ones merged; the new one is disjoint
+    assert [r[0] for r in h.rows(projection=["key"])] == [*range(20), 100]
