@@ -39,7 +39,7 @@ MAX_HASH_PRUNE_COMBINATIONS = 4096
 RowLike = Mapping[str, Any] | Sequence[Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class HashDimension:
     """One level of hash partitioning: ``num_buckets`` buckets over ``columns`` with a hash seed."""
 
@@ -47,23 +47,22 @@ class HashDimension:
     num_buckets: int
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        cols = (self.columns,) if isinstance(self.columns, str) else tuple(self.columns)
+    def __init__(self, columns: Sequence[str] | str, num_buckets: int, seed: int | None = 0) -> None:
+        cols = (columns,) if isinstance(columns, str) else tuple(columns)
+        seed = 0 if seed is None else seed
         object.__setattr__(self, "columns", cols)
+        object.__setattr__(self, "num_buckets", num_buckets)
+        object.__setattr__(self, "seed", seed)
         if not cols:
             raise KuduInvalidArgument("a hash dimension needs at least one column")
         if len(set(cols)) != len(cols):
             raise KuduInvalidArgument(f"hash dimension repeats a column: {list(cols)}")
-        if (
-            isinstance(self.num_buckets, bool)
-            or not isinstance(self.num_buckets, int)
-            or self.num_buckets < 2
-        ):
-            raise KuduInvalidArgument(f"a hash dimension needs at least 2 buckets, got {self.num_buckets}")
-        if self.num_buckets >= 1 << 31:
-            raise KuduInvalidArgument(f"too many hash buckets: {self.num_buckets}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 32:
-            raise KuduInvalidArgument(f"hash seed must be a uint32, got {self.seed!r}")
+        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 2:
+            raise KuduInvalidArgument(f"a hash dimension needs at least 2 buckets, got {num_buckets}")
+        if num_buckets >= 1 << 31:
+            raise KuduInvalidArgument(f"too many hash buckets: {num_buckets}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
+            raise KuduInvalidArgument(f"hash seed must be a uint32, got {seed!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"columns": list(self.columns), "num_buckets": self.num_buckets, "seed": self.seed}
@@ -73,14 +72,14 @@ class HashDimension:
         return cls(tuple(d["columns"]), int(d["num_buckets"]), int(d.get("seed", 0)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RangeSchema:
     """The columns (key columns, any order, possibly none) whose encoding orders range partitions."""
 
     columns: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        cols = (self.columns,) if isinstance(self.columns, str) else tuple(self.columns)
+    def __init__(self, columns: Sequence[str] | str = ()) -> None:
+        cols = (columns,) if isinstance(columns, str) else tuple(columns)
         if len(set(cols)) != len(cols):
             raise KuduInvalidArgument(f"range partition columns repeat a column: {list(cols)}")
         object.__setattr__(self, "columns", cols)
@@ -450,8 +449,8 @@ class PartitionSchema:
         """
         cols = self.range_columns
         prefix: list[Any] = []
-        lo_extra: Any = None
-        hi_extra: Any = None
+        lo_extra: tuple[Any, bool] | None = None
+        hi_extra: tuple[Any, bool] | None = None
         for col in cols:
             lower: tuple[Any, bool] | None = None  # (value, inclusive)
             upper: tuple[Any, bool] | None = None
@@ -482,15 +481,23 @@ class PartitionSchema:
                 and (lower[0] > upper[0] or (lower[0] == upper[0] and not (lower[1] and upper[1])))
             ):
                 return None, b""
-            lo_extra = lower[0] if lower is not None else None
-            hi_extra = upper[0] if upper is not None else None
+            lo_extra = lower
+            hi_extra = upper
             break
         if not cols:
             return b"", b""
-        lo_vals = prefix + ([lo_extra] if lo_extra is not None else [])
-        hi_vals = prefix + ([hi_extra] if hi_extra is not None else [])
-        lo = encode_values(cols, lo_vals, allow_prefix=True) if lo_vals else b""
-        hi = prefix_successor(encode_values(cols, hi_vals, allow_prefix=True)) if hi_vals else b""
+        # Every matching row's encoding is >= lo and < hi: an exclusive lower value excludes exactly the
+        # keys equal to it, hence "+ \x00"; rows below an exclusive upper value encode below it, and
+        # rows up to an inclusive one encode below the successor of its prefix.
+        lo = encode_values(cols, [*prefix, lo_extra[0]] if lo_extra else prefix, allow_prefix=True)
+        if lo_extra is not None and not lo_extra[1]:
+            lo += b"\x00"
+        if hi_extra is not None:
+            hi = encode_values(cols, [*prefix, hi_extra[0]], allow_prefix=True)
+            if hi_extra[1]:
+                hi = prefix_successor(hi)
+        else:
+            hi = prefix_successor(encode_values(cols, prefix, allow_prefix=True)) if prefix else b""
         return lo, hi
 
 
