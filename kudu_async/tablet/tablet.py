@@ -26,6 +26,7 @@ flush and compaction do their I/O outside it in worker threads and swap the resu
 from __future__ import annotations
 
 import bisect
+import importlib
 import itertools
 import os
 import threading
@@ -633,10 +634,16 @@ class Tablet:
             if c not in self.info.names:
                 raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
         needed = [c for c in self.info.names if c in projection or c in pred_cols]
-        lower, lower_excl = spec.lower_key, False
+        lower, upper = spec.lower_key, spec.upper_key
+        for p in spec.predicates:
+            plo, phi = self._key_bounds_of(p)
+            if plo is not None and (lower is None or plo > lower):
+                lower = plo
+            if phi is not None and (upper is None or phi < upper):
+                upper = phi
+        lower_excl = False
         if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
             lower, lower_excl = spec.resume_after_key, True
-        upper = spec.upper_key
         with self._lock:
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
@@ -672,6 +679,46 @@ class Tablet:
 
         source: Iterator[pa.Table] = filtered()
         return TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
+
+    def _key_bounds_of(self, pred: Any) -> tuple[bytes | None, bytes | None]:
+        """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:
+        the predicate itself is still evaluated, so (None, None) is always a safe answer)."""
+        if _pred_column(pred) != self.info.key_names[0]:
+            return None, None
+        op = getattr(pred, "op", None)
+        value = getattr(pred, "value", None)
+        if op not in ("=", "<", "<=", ">", ">=", "IN") or value is None:
+            return None, None
+        ke = importlib.import_module("kudu_async.common.key_encoding")
+        single = self.info.num_key_columns == 1
+
+        def eq_bounds(v: Any) -> tuple[bytes, bytes | None]:
+            if single:  # the whole key: the next key up is the encoding plus a zero byte
+                e: bytes = ke.encode_key(self.info.schema, [v])
+                return e, e + b"\x00"
+            pfx: bytes = ke.encode_key_prefix(self.info.schema, [v])
+            return pfx, ke.prefix_successor(pfx) or None
+
+        try:
+            if op == "IN":
+                if not value:
+                    return None, None
+                bounds = [eq_bounds(v) for v in value]
+                lo = min(b[0] for b in bounds)
+                his = [b[1] for b in bounds]
+                return lo, (None if any(h is None for h in his) else max(h for h in his if h is not None))
+            elo, ehi = eq_bounds(value)
+        except Exception:  # a value the encoder does not take: no pruning, the predicate still filters
+            return None, None
+        if op == "=":
+            return elo, ehi
+        if op == ">=":
+            return elo, None
+        if op == ">":
+            return ehi, None
+        if op == "<":
+            return None, elo
+        return None, ehi  # <=
 
     def _batches(
         self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str]
