@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -439,7 +440,21 @@ class Schema:
         types: for insert/upsert every column (missing ones filled with the default or NULL); for
         update the key columns plus the given ones, in schema order; for delete the key columns only.
         VARCHAR values are truncated to their length. Any violation raises KuduInvalidArgument naming the
-        column (the whole batch is rejected; callers wanting per-row errors split on it).
+        column; the whole batch is rejected (``validate_batch_rows`` reports row by row instead).
+        """
+        out, errors = self.validate_batch_rows(batch, for_op=for_op)
+        if errors:
+            row = min(errors)
+            raise KuduInvalidArgument(errors[row], {"row_index": row, "rows_with_errors": len(errors)})
+        return out
+
+    def validate_batch_rows(
+        self, batch: pa.RecordBatch | pa.Table, *, for_op: str
+    ) -> tuple[pa.RecordBatch, dict[int, str]]:
+        """Like ``validate_batch`` but problems confined to rows come back as ``{row_index: message}``
+        (NULL in a NOT NULL column, a cell over 64 KiB, an encoded key over 16 KiB) with every row kept,
+        so the write path can answer INVALID_ARGUMENT for those rows only. Problems of a whole column
+        (wrong type, unknown or missing column) still raise KuduInvalidArgument.
         """
         op = _norm_op(for_op)
         if isinstance(batch, pa.Table):
@@ -454,6 +469,7 @@ class Schema:
         for name in arrays_in:
             if name not in self._index:
                 raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        errors: dict[int, str] = {}
         out_cols: list[ColumnSchema] = []
         out_arrays: list[pa.Array] = []
         for i, c in enumerate(self.columns):
@@ -461,11 +477,17 @@ class Schema:
             if c.name in arrays_in:
                 if op in DELETE_OPS and not is_key:
                     continue
-                arr = cast_column(c, arrays_in[c.name])
+                arr = cast_column(c, arrays_in[c.name], check_cells=False)
                 if not c.nullable and arr.null_count:
-                    raise KuduInvalidArgument(
-                        f"column '{c.name}': NULL in NOT NULL column", {"column": c.name}
-                    )
+                    for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
+                        errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
+                if c.type.is_string_like and n:
+                    sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+                    limit = T.MAX_CELL_SIZE_BYTES
+                    for r in np.flatnonzero(sizes > limit).tolist():
+                        errors.setdefault(
+                            int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}"
+                        )
             elif is_key:
                 raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
             elif op in INSERT_LIKE_OPS:
@@ -483,11 +505,10 @@ class Schema:
             out_arrays.append(arr)
         fields = [c.to_arrow_field() for c in out_cols]
         result = pa.RecordBatch.from_arrays(out_arrays, schema=pa.schema(fields))
-        if n and _batch_key_may_exceed_limit(self, result):
-            from kudu_async.common.key_encoding import encode_keys
-
-            encode_keys(self, result)
-        return result
+        if n:
+            for r, msg in _oversized_keys(self, result).items():
+                errors.setdefault(r, msg)
+        return result, errors
 
 
 def _projection(cols: list[ColumnSchema], nkeys: int) -> Schema:
@@ -515,16 +536,31 @@ def _max_key_bound(schema: Schema, row: Mapping[str, Any]) -> int:
     return total
 
 
-def _batch_key_may_exceed_limit(schema: Schema, batch: pa.RecordBatch) -> bool:
-    total = 0
+def _oversized_keys(schema: Schema, batch: pa.RecordBatch) -> dict[int, str]:
+    """Rows whose encoded key exceeds 16 KiB; only rows whose cheap size bound allows it are encoded."""
+    bound = np.zeros(batch.num_rows, dtype=np.int64)
+    has_variable = False
     for c in schema.key_columns:
         if c.type.is_string_like:
-            lengths = pc.binary_length(batch.column(c.name))
-            mx = pc.max(lengths).as_py() or 0
-            total += 2 * mx + 2
+            has_variable = True
+            lengths = pc.fill_null(pc.binary_length(batch.column(c.name)), 0)
+            bound += 2 * lengths.to_numpy(zero_copy_only=False).astype(np.int64) + 2
         else:
-            total += 16
-    return total > MAX_ENCODED_KEY_SIZE_BYTES
+            bound += 16
+    if not has_variable:
+        return {}
+    from kudu_async.common.key_encoding import encode_values
+
+    out: dict[int, str] = {}
+    for r in np.flatnonzero(bound > MAX_ENCODED_KEY_SIZE_BYTES).tolist():
+        values = [batch.column(c.name)[r].as_py() for c in schema.key_columns]
+        if any(v is None for v in values):
+            continue  # already reported as NULL in a NOT NULL column
+        try:
+            encode_values(schema.key_columns, values)
+        except KuduInvalidArgument as e:
+            out[int(r)] = e.message
+    return out
 
 
 # --- casting one Arrow column to a column's type ----------------------------------------------------------
@@ -578,7 +614,7 @@ def _arrow_type_label(t: pa.DataType) -> str:
     return str(t)
 
 
-def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, *, check_cells: bool = True) -> pa.Array:
     """Cast an Arrow array to the column's type, enforcing Kudu's cell rules (vectorised).
 
     Only lossless, same-kind casts are allowed (int widths with range checks, int -> float/decimal,
@@ -613,7 +649,7 @@ def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray) -> pa.Array:
             too_long = pc.max(pc.utf8_length(arr)).as_py()
             if too_long is not None and too_long > col.length:
                 arr = pc.utf8_slice_codeunits(arr, 0, col.length)
-        biggest = pc.max(pc.binary_length(arr)).as_py()
+        biggest = pc.max(pc.binary_length(arr)).as_py() if check_cells else None
         if biggest is not None and biggest > T.MAX_CELL_SIZE_BYTES:
             raise KuduInvalidArgument(
                 f"column '{col.name}': cell of {biggest} bytes exceeds {T.MAX_CELL_SIZE_BYTES}",

@@ -303,3 +303,31 @@ def test_validate_batch_rejects_sub_microsecond_timestamps(schema: Schema) -> No
     t = pa.table({"key": [1], "ts": pa.array([1], pa.timestamp("ns"))})
     with pytest.raises(KuduInvalidArgument, match="column 'ts': cannot convert timestamp"):
         schema.validate_batch(t, for_op="insert")
+
+
+def test_validate_batch_rows_reports_bad_rows_and_keeps_all(schema: Schema) -> None:
+    t = pa.table(
+        {
+            "key": [1, None, 3, 4],
+            "ts": [1, 2, 3, 4],
+            "val": ["ok", "ok", "x" * 70000, None],
+            "n": pa.array([1, 2, 3, None], pa.int32()),
+        }
+    )
+    out, errors = schema.validate_batch_rows(t, for_op="insert")
+    assert out.num_rows == 4
+    assert errors == {
+        1: "column 'key': NULL in NOT NULL column",
+        2: "column 'val': cell of 70000 bytes exceeds 65536",
+        3: "column 'n': NULL in NOT NULL column",
+    }
+    with pytest.raises(KuduInvalidArgument, match="column 'key': NULL in NOT NULL column") as e:
+        schema.validate_batch(t, for_op="insert")
+    assert e.value.details["row_index"] == 1
+
+
+def test_validate_batch_rows_reports_oversized_keys() -> None:
+    s = Schema([C("a", T.STRING, nullable=False), C("b", T.BINARY, nullable=False)], 2)
+    t = pa.table({"a": ["x" * 9000, "short"], "b": [b"y" * 9000, b""]})
+    _, errors = s.validate_batch_rows(t, for_op="upsert")
+    assert errors == {0: "encoded primary key of 18002 bytes exceeds 16384"}
