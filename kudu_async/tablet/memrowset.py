@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
 ROW_OVERHEAD_BYTES = 250
+_ROWNUM = attrgetter("rownum")
+_INSERT_TS = attrgetter("insert_ts")
+_MUTATIONS = attrgetter("mutations")
 MUTATION_OVERHEAD_BYTES = 120
 
 
@@ -155,48 +159,49 @@ class MemRowSet:
         lower: bytes | None,
         upper: bytes | None,
         lower_exclusive: bool = False,
-        max_seq: int | None = None,
     ) -> pa.Table:
         """Rows live at ``snap`` in ``[lower, upper)`` in key order, with ``_key`` and ``_ts``.
 
         Rows with no visible mutation are gathered by one vectorised ``take``; only mutated rows are
         rebuilt in Python. Must be called under the tablet's component lock.
         """
-        take_idx: list[int] = []
-        keys: list[bytes] = []
-        tss: list[int] = []
+        index = self.sorted_keys()
+        lo = 0 if lower is None else (index.bisect_right if lower_exclusive else index.bisect_left)(lower)
+        hi = len(index) if upper is None else index.bisect_left(upper)
+        keys: list[bytes] = index[lo:hi] if hi > lo else []
+        rows = list(map(self.rows.__getitem__, keys))
+        n = len(rows)
+        rownums = np.fromiter(map(_ROWNUM, rows), dtype=np.int64, count=n)
+        tss = np.fromiter(map(_INSERT_TS, rows), dtype=np.uint64, count=n)
+        keep = snap.visible_mask(pa.array(tss)).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
         patched: list[tuple[int, dict[int, Any]]] = []
-        for key in self._keys_in_range(lower, upper, lower_exclusive):
-            row: MRSRow = self.rows[key]
-            if not snap.is_visible(row.insert_ts):
+        muts_of = list(map(_MUTATIONS, rows))
+        for j in [j for j, m in enumerate(muts_of) if m]:  # per-row Python only for mutated rows
+            if not keep[j]:
                 continue
-            muts = row.mutations
-            if muts:
-                visible = [m for m in muts if snap.is_visible(m.ts) and (max_seq is None or m.seq < max_seq)]
-                if visible:
-                    base = {
-                        i: self.table().column(i)[row.rownum].as_py() for i in range(len(self.info.names))
-                    }
-                    vals = apply_mutations(base, visible, MvccSnapshot.everything())
-                    if vals is None:
-                        continue
-                    patched.append((len(take_idx), vals))
-            take_idx.append(row.rownum)
-            keys.append(key)
-            tss.append(row.insert_ts)
-        tbl = self.table().take(pa.array(take_idx, pa.int64()))
+            visible = [m for m in muts_of[j] if snap.is_visible(m.ts)]
+            if not visible:
+                continue
+            base = {i: self.table().column(i)[int(rownums[j])].as_py() for i in range(len(self.info.names))}
+            vals = apply_mutations(base, visible, MvccSnapshot.everything())
+            if vals is None:
+                keep[j] = False
+            else:
+                patched.append((j, vals))
+        tbl = self.table().take(pa.array(rownums))
         if patched:
             cols = []
             positions = np.array([p for p, _ in patched], dtype=np.int64)
+            idx = np.arange(n, dtype=np.int64)
+            idx[positions] = n + np.arange(len(patched))
             for i, field in enumerate(self.info.arrow):
                 repl = pa.array([vals[i] for _, vals in patched], field.type)
-                idx = np.arange(len(take_idx), dtype=np.int64)
-                idx[positions] = len(take_idx) + np.arange(len(patched))
                 col = pa.concat_arrays([tbl.column(i).combine_chunks(), repl]).take(pa.array(idx))
                 cols.append(col)
             tbl = pa.Table.from_arrays(cols, schema=self.info.arrow)
         tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
-        return tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
+        tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
+        return tbl if keep.all() else tbl.filter(pa.array(keep))
 
     def flush_input(self, max_seq: int) -> tuple[pa.Table, list[tuple[int, Mutation]]]:
         """The frozen content for a flush: base rows in key order plus their REDO mutations.
