@@ -389,12 +389,19 @@ class PartitionSchema:
     # -- pruning ----------------------------------------------------------------------------------------
 
     def prune(
-        self, partitions: Sequence[Partition], predicates: Sequence[ColumnPredicate]
+        self,
+        partitions: Sequence[Partition],
+        predicates: Sequence[ColumnPredicate],
+        *,
+        lower_bound_key: bytes = b"",
+        upper_bound_key: bytes = b"",
     ) -> list[Partition]:
         """The partitions a scan with these predicates (ANDed) may need; never drops a needed one.
 
         A hash level is pruned only when every one of its columns has an equality or IN predicate;
-        ranges are pruned by equality/IN/range predicates on a prefix of the range columns.
+        ranges are pruned by equality/IN/range predicates on a prefix of the range columns. Encoded
+        primary-key scan bounds [lower_bound_key, upper_bound_key) also prune ranges when the range
+        columns are exactly the key columns in key order (then range key == primary key encoding).
         """
         by_col: dict[str, list[ColumnPredicate]] = {}
         for pred in predicates:
@@ -410,6 +417,12 @@ class PartitionSchema:
         lo, hi = self._range_interval(by_col)
         if lo is None:
             return []
+        if self.range_schema.columns == tuple(self.schema.key_names):
+            lo = max(lo, lower_bound_key)
+            if upper_bound_key and (not hi or upper_bound_key < hi):
+                hi = upper_bound_key
+            if hi and lo >= hi:
+                return []
         out = []
         for p in partitions:
             if any(a is not None and b not in a for a, b in zip(allowed, p.hash_buckets, strict=True)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -155,6 +156,11 @@ def _scalar_value(column: str, value: Any, typ: pa.DataType) -> Any:
     try:
         pa.scalar(value, typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+        if pa.types.is_decimal(typ) and isinstance(value, int | Decimal):
+            raise KuduInvalidArgument(
+                f"predicate on column '{column}': {value} does not fit decimal({typ.precision},{typ.scale})",
+                {"column": column},
+            ) from None
         raise KuduInvalidArgument(
             f"predicate on column '{column}': expected {typ}, got {type(value).__name__}", {"column": column}
         ) from None

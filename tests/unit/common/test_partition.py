@@ -252,20 +252,50 @@ def predicates(draw: st.DrawFn) -> list[ColumnPredicate]:
     return out
 
 
+key_tuples = st.tuples(keys, st.sampled_from(["", "a", "m", "zz"]))
+
+
 @settings(max_examples=150, deadline=None)
-@given(predicates(), st.lists(st.tuples(keys, st.sampled_from(["", "a", "b", "m", "z", "zz"])), max_size=30))
+@given(
+    predicates(),
+    st.lists(st.tuples(keys, st.sampled_from(["", "a", "b", "m", "z", "zz", "m\x00"])), max_size=30),
+    st.none() | key_tuples,
+    st.none() | key_tuples,
+)
 def test_pruning_never_drops_a_matching_row(
-    preds: list[ColumnPredicate], rows: list[tuple[int, str]]
+    preds: list[ColumnPredicate],
+    rows: list[tuple[int, str]],
+    lower: tuple[int, str] | None,
+    upper: tuple[int, str] | None,
 ) -> None:
+    from kudu_async.common.key_encoding import encode_key
+
     schema = Schema(
         [ColumnSchema("k", T.INT64, nullable=False), ColumnSchema("s", T.STRING, nullable=False)], 2
     )
     ps = PartitionSchema(schema, [HashDimension(["s"], 3)], ["k", "s"])
     parts = ps.create_partitions([((-100,), (0, "m")), ((0, "m"), (20,)), ((25,), None)])
-    kept = ps.prune(parts, preds)
+    lo = encode_key(schema, lower) if lower else b""
+    hi = encode_key(schema, upper) if upper else b""
+    kept = ps.prune(parts, preds, lower_bound_key=lo, upper_bound_key=hi)
     for k, s in rows:
         row = {"k": k, "s": s}
+        pk = encode_key(schema, (k, s))
+        if pk < lo or (hi and pk >= hi):
+            continue
         if all(p.matches(row[p.column]) for p in preds):
             home = find_partition(parts, ps.partition_key(row))
             if home is not None:
                 assert home in kept, (row, preds)
+
+
+def test_primary_key_bounds_prune_ranges(schema: Schema) -> None:
+    from kudu_async.common.key_encoding import encode_key
+
+    ps = PartitionSchema(schema, [HashDimension(["s"], 2)], ["k", "s"])
+    parts = ps.create_partitions([], [(10, ""), (20, "")])
+    lo, hi = encode_key(schema, (12, "")), encode_key(schema, (15, "x"))
+    kept = ps.prune(parts, [], lower_bound_key=lo, upper_bound_key=hi)
+    assert {p.range_key_start for p in kept} == {ps.encode_range_key((10, ""))}
+    assert len(kept) == 2
+    assert ps.prune(parts, [], lower_bound_key=hi, upper_bound_key=lo) == []

@@ -118,3 +118,10 @@ def test_vectorised_agrees_with_scalar_matches(
     p = ColumnPredicate("c", op, value)
     got = p.evaluate(pa.record_batch({"c": pa.array(values, pa.int32())})).to_pylist()
     assert got == [p.matches(x) for x in values]
+
+
+def test_decimal_value_finer_than_the_column_scale_is_rejected_clearly() -> None:
+    with pytest.raises(
+        KuduInvalidArgument, match=r"predicate on column 'dec': 1.234 does not fit decimal\(5,2\)"
+    ):
+        ev("dec", ">", Decimal("1.234"))
