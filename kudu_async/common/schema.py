@@ -477,7 +477,8 @@ class Schema:
             if c.name in arrays_in:
                 if op in DELETE_OPS and not is_key:
                     continue
-                arr = cast_column(c, arrays_in[c.name], check_cells=False)
+                arr = _null_out_of_range_ints(c, arrays_in[c.name], errors)
+                arr = cast_column(c, arr, check_cells=False)
                 if not c.nullable and arr.null_count:
                     for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
                         errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
@@ -561,6 +562,25 @@ def _oversized_keys(schema: Schema, batch: pa.RecordBatch) -> dict[int, str]:
         except KuduInvalidArgument as e:
             out[int(r)] = e.message
     return out
+
+
+def _null_out_of_range_ints(
+    col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, errors: dict[int, str]
+) -> pa.Array | pa.ChunkedArray:
+    """Report integers that do not fit a narrower integer column per row, and null them out so the
+    cast of the rest succeeds (the rows are reported, so nothing is written for them)."""
+    bounds = T.int_bounds(col.type)
+    if bounds is None or not pa.types.is_integer(arr.type) or not len(arr):
+        return arr
+    lo, hi = bounds
+    mm = pc.min_max(arr).as_py()
+    if mm["min"] is None or (mm["min"] >= lo and mm["max"] <= hi):
+        return arr
+    bad = pc.fill_null(pc.or_(pc.less(arr, lo), pc.greater(arr, hi)), False)
+    values = arr.to_pylist() if isinstance(arr, pa.Array) else arr.combine_chunks().to_pylist()
+    for r in np.flatnonzero(bad.to_numpy(zero_copy_only=False)).tolist():
+        errors.setdefault(int(r), f"column '{col.name}': value {values[r]} out of range for {col.type.name}")
+    return pc.if_else(bad, pa.scalar(None, arr.type), arr)
 
 
 # --- casting one Arrow column to a column's type ----------------------------------------------------------

@@ -190,6 +190,11 @@ def type_from_name(name: str | KuduType) -> KuduType:
     return t
 
 
+def int_bounds(kt: KuduType) -> tuple[int, int] | None:
+    """(min, max) of an integer type; None for other types."""
+    return _INT_BOUNDS.get(kt.name)
+
+
 def type_from_id(type_id: int) -> KuduType:
     for t in ALL_TYPES:
         if t.type_id == type_id:

@@ -245,7 +245,7 @@ def test_validate_batch_wrong_type_names_column(schema: Schema) -> None:
 
 def test_validate_batch_int_overflow_rejected() -> None:
     s = Schema([C("k", T.INT8, nullable=False)], 1)
-    with pytest.raises(KuduInvalidArgument, match="column 'k': cannot convert int64 to int8"):
+    with pytest.raises(KuduInvalidArgument, match="column 'k': value 300 out of range for int8"):
         s.validate_batch(pa.table({"k": [1, 300]}), for_op="insert")
 
 
@@ -331,3 +331,13 @@ def test_validate_batch_rows_reports_oversized_keys() -> None:
     t = pa.table({"a": ["x" * 9000, "short"], "b": [b"y" * 9000, b""]})
     _, errors = s.validate_batch_rows(t, for_op="upsert")
     assert errors == {0: "encoded primary key of 18002 bytes exceeds 16384"}
+
+
+def test_out_of_range_ints_are_row_errors() -> None:
+    s = Schema([C("k", T.INT64, nullable=False), C("b", T.INT8, nullable=False)], 1)
+    out, errors = s.validate_batch_rows(pa.table({"k": [1, 2, 3], "b": [1, 300, -129]}), for_op="insert")
+    assert errors == {
+        1: "column 'b': value 300 out of range for int8",
+        2: "column 'b': value -129 out of range for int8",
+    }
+    assert out.column("b").to_pylist()[0] == 1
