@@ -8,6 +8,7 @@ whole Arrow batches without touching Python objects per cell.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -372,6 +373,47 @@ class Schema:
         while nkeys < len(cols) and nkeys < self.num_key_columns and cols[nkeys] is self.columns[nkeys]:
             nkeys += 1
         return _projection(cols, nkeys)
+
+    # -- AlterTable steps (each returns a new Schema; the rules are Kudu's) ------------------------------
+
+    def add_column(self, col: ColumnSchema) -> Schema:
+        """A new non-key column at the end; it must be nullable or have a default (existing rows)."""
+        if col.name in self._index:
+            raise KuduInvalidArgument(f"column '{col.name}' already exists", {"column": col.name})
+        if not col.nullable and col.default is None:
+            raise KuduInvalidArgument(
+                f"column '{col.name}': a new column must be nullable or have a default", {"column": col.name}
+            )
+        return Schema([*self.columns, col], self.num_key_columns)
+
+    def drop_column(self, name: str) -> Schema:
+        if self.is_key_column(name):
+            raise KuduInvalidArgument(f"cannot drop key column '{name}'", {"column": name})
+        return Schema([c for c in self.columns if c.name != name], self.num_key_columns)
+
+    def rename_column(self, old: str, new: str) -> Schema:
+        """Any column may be renamed, key columns too."""
+        i = self.column_index(old)
+        if new != old and new in self._index:
+            raise KuduInvalidArgument(f"column '{new}' already exists", {"column": new})
+        cols = list(self.columns)
+        cols[i] = dataclasses.replace(cols[i], name=new)
+        return Schema(cols, self.num_key_columns)
+
+    def alter_column(self, name: str, **changes: Any) -> Schema:
+        """Change what Kudu lets AlterTable change: ``default`` (None removes it), ``comment``,
+        ``encoding``, ``compression``, ``block_size``, ``immutable``. Type, nullability, precision,
+        scale and length are fixed for the life of a column."""
+        allowed = {"default", "comment", "encoding", "compression", "block_size", "immutable"}
+        bad = set(changes) - allowed
+        if bad:
+            raise KuduInvalidArgument(
+                f"column '{name}': cannot alter {', '.join(sorted(bad))}", {"column": name}
+            )
+        i = self.column_index(name)
+        cols = list(self.columns)
+        cols[i] = dataclasses.replace(cols[i], **changes)
+        return Schema(cols, self.num_key_columns)
 
     # -- per-row validation -----------------------------------------------------------------------------
 

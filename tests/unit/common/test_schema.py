@@ -341,3 +341,24 @@ def test_out_of_range_ints_are_row_errors() -> None:
         2: "column 'b': value -129 out of range for int8",
     }
     assert out.column("b").to_pylist()[0] == 1
+
+
+def test_alter_steps_follow_kudu_rules(schema: Schema) -> None:
+    s2 = schema.add_column(C("extra", T.INT32, nullable=False, default=0))
+    assert s2.names[-1] == "extra" and schema.names[-1] == "f"
+    with pytest.raises(KuduInvalidArgument, match="must be nullable or have a default"):
+        schema.add_column(C("x", T.INT32, nullable=False))
+    with pytest.raises(KuduInvalidArgument, match="column 'val' already exists"):
+        schema.add_column(C("val", T.INT32))
+    with pytest.raises(KuduInvalidArgument, match="cannot drop key column 'ts'"):
+        schema.drop_column("ts")
+    assert "val" not in schema.drop_column("val")
+    renamed = schema.rename_column("key", "id")
+    assert renamed.key_names == ["id", "ts"]
+    with pytest.raises(KuduInvalidArgument, match="column 'val' already exists"):
+        schema.rename_column("key", "val")
+    altered = schema.alter_column("val", default="x", comment="c", encoding="dict")
+    assert altered.column("val").default == "x" and altered.column("val").encoding == "dict"
+    assert altered.alter_column("val", default=None).column("val").default is None
+    with pytest.raises(KuduInvalidArgument, match="cannot alter nullable, type"):
+        schema.alter_column("val", type=T.BINARY, nullable=False)
