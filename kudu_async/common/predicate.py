@@ -92,6 +92,8 @@ class ColumnPredicate:
 
     def evaluate(self, batch: pa.RecordBatch | pa.Table) -> pa.BooleanArray:
         """One boolean per row (never null): True where the row matches."""
+        if self.column not in batch.schema.names:
+            raise KuduInvalidArgument(f"predicate column '{self.column}' is not in the batch")
         col = batch.column(self.column)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()

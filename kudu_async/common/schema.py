@@ -349,7 +349,11 @@ class Schema:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Schema:
         try:
-            return cls([ColumnSchema.from_dict(c) for c in d["columns"]], int(d["num_key_columns"]))
+            cols = [ColumnSchema.from_dict(c) for c in d["columns"]]
+            nkeys = int(d["num_key_columns"])
+            if nkeys == 0 and cols:
+                return _projection(cols, 0)  # a keyless projection (see ``project``)
+            return cls(cols, nkeys)
         except (KeyError, TypeError) as e:
             raise KuduInvalidArgument(f"malformed schema: {e!r}") from None
 

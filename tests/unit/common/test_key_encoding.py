@@ -199,3 +199,11 @@ def test_vectorised_equals_scalar(data: st.DataObject) -> None:
     arrays = [pa.array([r[i] for r in rows], c.arrow_type) for i, c in enumerate(cols)]
     batch = pa.record_batch(arrays, names=[c.name for c in cols])
     assert encode_keys(schema, batch).to_pylist() == [encode_key(schema, r) for r in rows]
+
+
+def test_encode_keys_accepts_multi_chunk_tables() -> None:
+    s = key_schema(K("a", T.STRING), K("b", T.INT32))
+    b1 = pa.record_batch({"a": pa.array(["x", "y"]), "b": pa.array([1, 2], pa.int32())})
+    b2 = pa.record_batch({"a": pa.array(["z"]), "b": pa.array([-3], pa.int32())})
+    table = pa.Table.from_batches([b1, b2])
+    assert encode_keys(s, table).to_pylist() == [encode_key(s, r) for r in [("x", 1), ("y", 2), ("z", -3)]]

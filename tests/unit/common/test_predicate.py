@@ -125,3 +125,8 @@ def test_decimal_value_finer_than_the_column_scale_is_rejected_clearly() -> None
         KuduInvalidArgument, match=r"predicate on column 'dec': 1.234 does not fit decimal\(5,2\)"
     ):
         ev("dec", ">", Decimal("1.234"))
+
+
+def test_missing_column_is_invalid_argument() -> None:
+    with pytest.raises(KuduInvalidArgument, match="predicate column 'zz' is not in the batch"):
+        ev("zz", "=", 1)

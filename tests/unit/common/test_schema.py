@@ -362,3 +362,8 @@ def test_alter_steps_follow_kudu_rules(schema: Schema) -> None:
     assert altered.alter_column("val", default=None).column("val").default is None
     with pytest.raises(KuduInvalidArgument, match="cannot alter nullable, type"):
         schema.alter_column("val", type=T.BINARY, nullable=False)
+
+
+def test_keyless_projection_roundtrips_through_dict(schema: Schema) -> None:
+    p = schema.project(["val", "key"])
+    assert Schema.from_dict(p.to_dict()) == p
