@@ -332,6 +332,7 @@ class Tablet:
         if bad:
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         errors: dict[int, RowError] = {}
+        rows = self._validate_rows(rows, op_types, errors)
         keys = self._encode_keys_checked(rows, errors)
         self._check_nulls(rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
@@ -359,17 +360,50 @@ class Tablet:
             locked=locked,
         )
 
+    def _validate_rows(
+        self, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
+    ) -> pa.RecordBatch:
+        """Per-row INVALID_ARGUMENT via common's ``Schema.validate_batch_rows`` (vectorised).
+
+        Insert-like rows are checked as inserts (every value), UPDATE/DELETE rows as deletes (key
+        columns; NOT NULL for set columns of updates is checked by :meth:`_check_nulls`). A batch of
+        only insert-like rows also takes the normalised values (e.g. VARCHAR truncation).
+        """
+        validate = getattr(self.info.schema, "validate_batch_rows", None)
+        if validate is None or rows.num_rows == 0:
+            return rows
+        insertish = np.isin(op_types, self._INSERTISH)
+        if insertish.all():
+            out, errs = validate(rows, for_op="insert")
+            for i, msg in errs.items():
+                errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", msg)
+            return out if out.schema.equals(self.info.arrow, check_metadata=False) else rows
+        for mask, for_op in ((insertish, "insert"), (~insertish, "delete")):
+            idx = np.flatnonzero(mask)
+            if len(idx):
+                _, errs = validate(rows.take(pa.array(idx)), for_op=for_op)
+                for j, msg in errs.items():
+                    i = int(idx[int(j)])
+                    errors[i] = RowError(i, "INVALID_ARGUMENT", msg)
+        return rows
+
     def _encode_keys_checked(self, rows: pa.RecordBatch, errors: dict[int, RowError]) -> list[bytes | None]:
         null_mask = None
         for name in self.info.key_names:
             m = pc.is_null(rows.column(name))
             null_mask = m if null_mask is None else pc.or_(null_mask, m)
-        if null_mask is None or not pc.any(null_mask).as_py():
+        has_nulls = null_mask is not None and pc.any(null_mask).as_py()
+        if not has_nulls and not errors:
             return list(self.info.encode_keys(rows))
-        nulls = null_mask.to_numpy(zero_copy_only=False)
-        for i in np.flatnonzero(nulls):
-            errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", "primary key column is NULL")
-        good = np.flatnonzero(~nulls)
+        bad = (
+            null_mask.to_numpy(zero_copy_only=False).copy()
+            if has_nulls and null_mask is not None
+            else np.zeros(rows.num_rows, dtype=bool)
+        )
+        for i in np.flatnonzero(bad):
+            errors.setdefault(int(i), RowError(int(i), "INVALID_ARGUMENT", "primary key column is NULL"))
+        bad[list(errors)] = True  # rows already invalid (e.g. an oversize key) are not encoded
+        good = np.flatnonzero(~bad)
         enc = self.info.encode_keys(rows.take(pa.array(good))) if len(good) else []
         out: list[bytes | None] = [None] * rows.num_rows
         for gi, k in zip(good.tolist(), enc, strict=True):

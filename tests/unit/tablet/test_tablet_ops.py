@@ -330,3 +330,11 @@ def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: 
     assert [h_["name"] for h_ in mm.status()["history"]] == ["FlushMRSOp", "CompactRowSetsOp"]
     assert len(h.tablet.rowsets()) == 2  # the two overlapping ones merged; the new one is disjoint
     assert [r[0] for r in h.rows(projection=["key"])] == [*range(20), 100]
+
+
+@pytest.mark.skipif(not HAVE_COMMON, reason="row validation comes from kudu_async.common.schema")
+def test_oversize_cell_is_invalid_argument_for_that_row_only(h: Harness) -> None:
+    res = h.write([INS, INS, U], [1, 2, 3], s=["ok", "x" * (64 * 1024 + 1), "y"])
+    assert codes(res) == {1: "INVALID_ARGUMENT", 2: "NOT_FOUND"}
+    assert "s" in res.row_errors[0].message
+    assert h.rows(projection=["key"]) == [(1,)]
