@@ -110,12 +110,17 @@ def encode_key_prefix(schema: Schema, values: Sequence[Any]) -> bytes:
     return encode_values(schema.key_columns, list(values), allow_prefix=True)
 
 
-def decode_values(columns: Sequence[ColumnSchema], data: bytes) -> tuple[Any, ...]:
-    """Inverse of ``encode_values`` (full keys only); values come back in canonical form."""
+def decode_values(
+    columns: Sequence[ColumnSchema], data: bytes, *, allow_prefix: bool = False
+) -> tuple[Any, ...]:
+    """Inverse of ``encode_values``; values come back in canonical form. With ``allow_prefix`` the
+    data may stop after any component (partial range bounds)."""
     out: list[Any] = []
     pos = 0
     last = len(columns) - 1
     for i, col in enumerate(columns):
+        if allow_prefix and out and pos == len(data):
+            break
         width = component_width(col)
         if width is not None:
             chunk = data[pos : pos + width]

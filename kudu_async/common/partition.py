@@ -24,7 +24,9 @@ import pyarrow.compute as pc
 import xxhash
 
 from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduCorruption
 from kudu_async.common.key_encoding import (
+    decode_values,
     encode_columns,
     encode_values,
     prefix_successor,
@@ -351,7 +353,7 @@ class PartitionSchema:
             if not prev_hi or prev_hi > lo:
                 raise KuduInvalidArgument("range partitions overlap")
         for split in splits:
-            s = self.encode_range_key(split, prefix_ok=False)
+            s = self.encode_range_key(split)  # missing trailing columns = their minimum, as Kudu
             if not s:
                 raise KuduInvalidArgument("a split row needs values for the range columns")
             for i, (lo, hi) in enumerate(ranges):
@@ -385,6 +387,43 @@ class PartitionSchema:
                 out.append(Partition(tuple(buckets), lo, hi, start, end))
         out.sort(key=lambda p: p.partition_key_start)
         return out
+
+    # -- display ----------------------------------------------------------------------------------------
+
+    def _bound_text(self, key: bytes) -> tuple[str, bool]:
+        """(values as text, whether ``key`` is a normalised "just after" bound)."""
+        cols = self.range_columns
+        for data, after in ((key, False), (key[:-1], True)):
+            if after and not key.endswith(b"\x00"):
+                break
+            try:
+                vals = decode_values(cols, data, allow_prefix=True)
+            except (KuduCorruption, UnicodeDecodeError):
+                continue
+            return (repr(vals[0]) if len(vals) == 1 else repr(vals)), after
+        return "0x" + key.hex(), False
+
+    def partition_debug_string(self, p: Partition) -> str:
+        """Kudu-style description for admin pages and the CLI, e.g.
+        ``HASH (k) PARTITION 2, RANGE (k) PARTITION 10 <= VALUES < 20``."""
+        parts = [
+            f"HASH ({', '.join(d.columns)}) PARTITION {b}"
+            for d, b in zip(self.hash_dimensions, p.hash_buckets, strict=True)
+        ]
+        if self.range_schema.columns:
+            cols = ", ".join(self.range_schema.columns)
+            if not p.range_key_start and not p.range_key_end:
+                parts.append(f"RANGE ({cols}) PARTITION UNBOUNDED")
+            else:
+                text = "VALUES"
+                if p.range_key_start:
+                    lo, after = self._bound_text(p.range_key_start)
+                    text = f"{lo} {'<' if after else '<='} {text}"
+                if p.range_key_end:
+                    hi, after = self._bound_text(p.range_key_end)
+                    text = f"{text} {'<=' if after else '<'} {hi}"
+                parts.append(f"RANGE ({cols}) PARTITION {text}")
+        return ", ".join(parts)
 
     # -- pruning ----------------------------------------------------------------------------------------
 

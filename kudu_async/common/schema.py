@@ -63,7 +63,8 @@ def _norm_op(for_op: str) -> str:
     return op
 
 
-def _check_identifier(kind: str, name: Any) -> None:
+def check_identifier(kind: str, name: Any) -> None:
+    """Kudu's identifier rule for table and column names: non-empty UTF-8 of at most 256 bytes."""
     if not isinstance(name, str) or not name:
         raise KuduInvalidArgument(f"{kind} name must be a non-empty string, got {name!r}")
     try:
@@ -110,7 +111,7 @@ class ColumnSchema:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", T.type_from_name(self.type))
-        _check_identifier("column", self.name)
+        check_identifier("column", self.name)
         kt = self.type
         if kt is T.DECIMAL:
             if self.precision is None:

@@ -299,3 +299,24 @@ def test_primary_key_bounds_prune_ranges(schema: Schema) -> None:
     assert {p.range_key_start for p in kept} == {ps.encode_range_key((10, ""))}
     assert len(kept) == 2
     assert ps.prune(parts, [], lower_bound_key=hi, upper_bound_key=lo) == []
+
+
+def test_partition_debug_strings(schema: Schema) -> None:
+    ps = PartitionSchema(schema, [HashDimension(["s"], 2)], ["k"])
+    bounds = [((0,), (10,)), RangeBound((20,), (30,), False, True), ((40,), None)]
+    texts = [ps.partition_debug_string(p) for p in ps.create_partitions(bounds)]
+    assert texts[:3] == [
+        "HASH (s) PARTITION 0, RANGE (k) PARTITION 0 <= VALUES < 10",
+        "HASH (s) PARTITION 0, RANGE (k) PARTITION 20 < VALUES <= 30",
+        "HASH (s) PARTITION 0, RANGE (k) PARTITION 40 <= VALUES",
+    ]
+    ps2 = PartitionSchema(schema, [], ["k", "s"])
+    texts = [ps2.partition_debug_string(p) for p in ps2.create_partitions([], [(1, "a"), (2,)])]
+    assert texts == [
+        "RANGE (k, s) PARTITION VALUES < (1, 'a')",
+        "RANGE (k, s) PARTITION (1, 'a') <= VALUES < 2",
+        "RANGE (k, s) PARTITION 2 <= VALUES",
+    ]
+    assert PartitionSchema(schema, [], ["k"]).partition_debug_string(Partition((), b"", b"", b"", b"")) == (
+        "RANGE (k) PARTITION UNBOUNDED"
+    )
