@@ -23,8 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from kudu_async.common.errors import KuduInvalidArgument
-from kudu_async.common.errors import KuduCorruption
+from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 from kudu_async.common.key_encoding import (
     decode_values,
     encode_columns,
