@@ -99,6 +99,8 @@ class RangeBound:
     upper: RowLike | None = None
     lower_inclusive: bool = True
     upper_inclusive: bool = False
+    hash_dimensions: tuple[HashDimension, ...] | None = None
+    """A per-range hash schema (Kudu 1.17 "custom range partition"); None = the table's default."""
 
     @classmethod
     def of(cls, value: Any) -> RangeBound:
@@ -130,6 +132,30 @@ def _inclusive(kind: Any) -> bool:
     if k in ("exclusive", "exclusive_bound", "exclusive_range_lower_bound", "exclusive_range_upper_bound"):
         return False
     raise KuduInvalidArgument(f"bound type must be 'inclusive' or 'exclusive', got {kind!r}")
+
+
+@dataclass(frozen=True)
+class RangeWithHashSchema:
+    """A range [lower, upper) of encoded range keys whose rows use their own hash dimensions."""
+
+    lower: bytes
+    upper: bytes
+    hash_dimensions: tuple[HashDimension, ...]
+
+    def contains(self, range_key: bytes) -> bool:
+        return range_key >= self.lower and (not self.upper or range_key < self.upper)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lower": self.lower,
+            "upper": self.upper,
+            "hash_dimensions": [d.to_dict() for d in self.hash_dimensions],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RangeWithHashSchema:
+        dims = tuple(HashDimension.from_dict(h) for h in d["hash_dimensions"])
+        return cls(bytes(d["lower"]), bytes(d["upper"]), dims)
 
 
 @dataclass(frozen=True)
@@ -178,12 +204,15 @@ class PartitionSchema:
     schema: Schema
     hash_dimensions: tuple[HashDimension, ...] = ()
     range_schema: RangeSchema = field(default_factory=RangeSchema)
+    custom_ranges: tuple[RangeWithHashSchema, ...] = ()
 
     def __init__(
         self,
         schema: Schema,
         hash_dimensions: Iterable[HashDimension] = (),
         range_columns: RangeSchema | Sequence[str] | None = None,
+        *,
+        custom_ranges: Iterable[RangeWithHashSchema] = (),
     ) -> None:
         dims = tuple(hash_dimensions)
         if range_columns is None:
@@ -196,18 +225,18 @@ class PartitionSchema:
         object.__setattr__(self, "hash_dimensions", dims)
         object.__setattr__(self, "range_schema", rs)
         key_names = set(schema.key_names)
-        used: set[str] = set()
-        for d in dims:
-            if not isinstance(d, HashDimension):
-                raise KuduInvalidArgument(f"expected HashDimension, got {type(d).__name__}")
-            for c in d.columns:
-                if c not in schema:
-                    raise KuduInvalidArgument(f"hash partition column '{c}' is not in the schema")
-                if c not in key_names:
-                    raise KuduInvalidArgument(f"hash partition column '{c}' is not a primary key column")
-                if c in used:
-                    raise KuduInvalidArgument(f"hash partition levels share column '{c}'")
-                used.add(c)
+        _check_hash_dimensions(schema, dims)
+        customs = tuple(sorted(custom_ranges, key=lambda r: r.lower))
+        for r in customs:
+            _check_hash_dimensions(schema, r.hash_dimensions)
+            if len(r.hash_dimensions) != len(dims):
+                raise KuduInvalidArgument(
+                    f"a range's hash schema has {len(r.hash_dimensions)} levels; the table has {len(dims)}"
+                )
+        for a, b in itertools.pairwise(customs):
+            if not a.upper or a.upper > b.lower:
+                raise KuduInvalidArgument("range partitions overlap")
+        object.__setattr__(self, "custom_ranges", customs)
         for c in rs.columns:
             if c not in schema:
                 raise KuduInvalidArgument(f"range partition column '{c}' is not in the schema")
@@ -225,10 +254,13 @@ class PartitionSchema:
 
     def to_dict(self) -> dict[str, Any]:
         """msgpack-able form (the schema travels separately)."""
-        return {
+        d: dict[str, Any] = {
             "hash_dimensions": [d.to_dict() for d in self.hash_dimensions],
             "range_columns": list(self.range_schema.columns),
         }
+        if self.custom_ranges:
+            d["custom_ranges"] = [r.to_dict() for r in self.custom_ranges]
+        return d
 
     @classmethod
     def from_dict(cls, schema: Schema, d: Mapping[str, Any]) -> PartitionSchema:
@@ -236,7 +268,41 @@ class PartitionSchema:
             schema,
             [HashDimension.from_dict(h) for h in d.get("hash_dimensions", [])],
             list(d.get("range_columns", [])),
+            custom_ranges=[RangeWithHashSchema.from_dict(r) for r in d.get("custom_ranges", [])],
         )
+
+    # -- per-range hash schemas -------------------------------------------------------------------------
+
+    def hash_dimensions_for(self, range_key: bytes) -> tuple[HashDimension, ...]:
+        """The hash dimensions of the range holding ``range_key`` (custom if it has one)."""
+        if self.custom_ranges:
+            i = bisect.bisect_right([r.lower for r in self.custom_ranges], range_key) - 1
+            if i >= 0 and self.custom_ranges[i].contains(range_key):
+                return self.custom_ranges[i].hash_dimensions
+        return self.hash_dimensions
+
+    def with_custom_ranges(self, range_bounds: Iterable[Any]) -> PartitionSchema:
+        """This schema plus the bounds that carry their own ``hash_dimensions`` (create table, or an
+        AlterTable adding a custom range); use the result for keys, partitions and pruning."""
+        added = []
+        for b in (RangeBound.of(x) for x in range_bounds):
+            if b.hash_dimensions is None:
+                continue
+            lo, hi = self._encode_bound(b)
+            added.append(RangeWithHashSchema(lo, hi, tuple(b.hash_dimensions)))
+        if not added:
+            return self
+        return PartitionSchema(
+            self.schema,
+            self.hash_dimensions,
+            self.range_schema,
+            custom_ranges=[*self.custom_ranges, *added],
+        )
+
+    def without_custom_range(self, lower: bytes, upper: bytes) -> PartitionSchema:
+        """This schema without the custom range [lower, upper) (AlterTable dropping that range)."""
+        keep = [r for r in self.custom_ranges if (r.lower, r.upper) != (lower, upper)]
+        return PartitionSchema(self.schema, self.hash_dimensions, self.range_schema, custom_ranges=keep)
 
     # -- keys -------------------------------------------------------------------------------------------
 
@@ -249,9 +315,10 @@ class PartitionSchema:
                         break
                     raise KuduInvalidArgument(f"column '{c.name}': value missing", {"column": c.name})
                 out.append(row[c.name])
-            if prefix_ok and len(out) < len(row):
-                extra = set(row) - {c.name for c in columns[: len(out)]}
-                raise KuduInvalidArgument(f"bound names columns outside its prefix: {sorted(extra)}")
+            if prefix_ok and len(out) < len(columns):
+                skipped = {c.name for c in columns[len(out) :]} & set(row)
+                if skipped:
+                    raise KuduInvalidArgument(f"bound skips a range column before {sorted(skipped)}")
             return out
         return list(row)
 
@@ -270,9 +337,16 @@ class PartitionSchema:
         enc = encode_values(self._dim_columns(dim), list(values))
         return xxhash.xxh64_intdigest(enc, seed=dim.seed) % dim.num_buckets
 
-    def hash_buckets_of(self, row: Mapping[str, Any]) -> tuple[int, ...]:
+    def hash_buckets_of(
+        self, row: Mapping[str, Any], dims: Sequence[HashDimension] | None = None
+    ) -> tuple[int, ...]:
+        """The row's bucket per hash level (of ``dims``; by default those of the row's range)."""
+        if dims is None:
+            dims = self.hash_dimensions
+            if self.custom_ranges:
+                dims = self.hash_dimensions_for(self._range_key_of(row))
         out = []
-        for d in self.hash_dimensions:
+        for d in dims:
             vals = []
             for c in d.columns:
                 if c not in row:
@@ -285,37 +359,63 @@ class PartitionSchema:
         """The partition key of one row (a dict by name, or a tuple in schema column order)."""
         if not isinstance(row, Mapping):
             row = dict(zip(self.schema.names, row, strict=False))
-        buckets = self.hash_buckets_of(row)
-        rng = b""
-        if self.range_schema.columns:
-            rng = encode_values(
-                self.range_columns, self._row_values(row, self.range_columns, prefix_ok=False)
-            )
+        rng = self._range_key_of(row)
+        buckets = self.hash_buckets_of(row, self.hash_dimensions_for(rng))
         return _bucket_prefix(buckets) + rng
+
+    def _range_key_of(self, row: Mapping[str, Any]) -> bytes:
+        if not self.range_schema.columns:
+            return b""
+        return encode_values(self.range_columns, self._row_values(row, self.range_columns, prefix_ok=False))
 
     def partition_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
         """Vectorised ``partition_key`` for every row of a batch (a ``pa.BinaryArray``)."""
         n = batch.num_rows
         parts: list[pa.Array] = []
         names = batch.schema.names
-        for d in self.hash_dimensions:
-            for c in d.columns:
-                if c not in names:
-                    raise KuduInvalidArgument(f"column '{c}': value missing", {"column": c})
-            enc = encode_columns(self._dim_columns(d), [batch.column(c) for c in d.columns])
-            buckets = hash_encoded(enc, d.seed, d.num_buckets)
+        needed = [c for d in self.hash_dimensions for c in d.columns] + list(self.range_schema.columns)
+        for r in self.custom_ranges:
+            needed += [c for d in r.hash_dimensions for c in d.columns]
+        for c in needed:
+            if c not in names:
+                raise KuduInvalidArgument(f"column '{c}': value missing", {"column": c})
+        range_keys = None
+        if self.range_schema.columns:
+            range_keys = encode_columns(
+                self.range_columns, [batch.column(c) for c in self.range_schema.columns]
+            )
+        # Which hash schema each row uses: 0 = the default, i + 1 = custom range i.
+        groups = np.zeros(n, dtype=np.int64)
+        if self.custom_ranges and range_keys is not None:
+            for i, r in enumerate(self.custom_ranges):
+                inside = pc.greater_equal(range_keys, pa.scalar(r.lower, pa.binary()))
+                if r.upper:
+                    inside = pc.and_(inside, pc.less(range_keys, pa.scalar(r.upper, pa.binary())))
+                groups[inside.to_numpy(zero_copy_only=False)] = i + 1
+        schemas = [self.hash_dimensions, *(r.hash_dimensions for r in self.custom_ranges)]
+        offsets = np.arange(0, 4 * n + 1, 4, dtype=np.int32).tobytes()
+        for level in range(len(self.hash_dimensions)):
+            buckets = np.zeros(n, dtype=np.uint32)
+            for g, dims in enumerate(schemas):
+                rows = np.flatnonzero(groups == g) if len(schemas) > 1 else None
+                if rows is not None and not len(rows):
+                    continue
+                d = dims[level]
+                cols = [batch.column(c) for c in d.columns]
+                if rows is not None:
+                    idx = pa.array(rows)
+                    cols = [c.take(idx) for c in cols]
+                h = hash_encoded(encode_columns(self._dim_columns(d), cols), d.seed, d.num_buckets)
+                if rows is None:
+                    buckets = h
+                else:
+                    buckets[rows] = h
             raw = buckets.astype(">u4").tobytes()
-            offsets = np.arange(0, 4 * n + 1, 4, dtype=np.int32).tobytes()
             parts.append(
                 pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
             )
-        if self.range_schema.columns:
-            for c in self.range_schema.columns:
-                if c not in names:
-                    raise KuduInvalidArgument(f"column '{c}': value missing", {"column": c})
-            parts.append(
-                encode_columns(self.range_columns, [batch.column(c) for c in self.range_schema.columns])
-            )
+        if range_keys is not None:
+            parts.append(range_keys)
         if not parts:
             return pa.array([b""] * n, pa.binary())
         out = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, b"")
@@ -336,14 +436,13 @@ class PartitionSchema:
             raise KuduInvalidArgument("range bounds or splits given but there are no range columns")
         ranges: list[tuple[bytes, bytes]] = []
         for b in bounds:
-            lo = self.encode_range_key(b.lower)
-            hi = self.encode_range_key(b.upper)
-            if lo and not b.lower_inclusive:
-                lo = lo + b"\x00"
-            if hi and b.upper_inclusive:
-                hi = hi + b"\x00"
-            if hi and lo >= hi:
-                raise KuduInvalidArgument(f"range partition lower bound is not below its upper bound: {b!r}")
+            lo, hi = self._encode_bound(b)
+            if b.hash_dimensions is not None and not any(
+                (r.lower, r.upper) == (lo, hi) for r in self.custom_ranges
+            ):
+                raise KuduInvalidArgument(
+                    "a range with its own hash schema must be registered first (with_custom_ranges)"
+                )
             ranges.append((lo, hi))
         if not ranges:
             ranges = [(b"", b"")]
@@ -363,6 +462,18 @@ class PartitionSchema:
                 raise KuduInvalidArgument(f"split row {split!r} is not strictly inside a range partition")
         return ranges
 
+    def _encode_bound(self, b: RangeBound) -> tuple[bytes, bytes]:
+        """[lo, hi) in encoded range-key space, exclusive-lower/inclusive-upper normalised."""
+        lo = self.encode_range_key(b.lower)
+        hi = self.encode_range_key(b.upper)
+        if lo and not b.lower_inclusive:
+            lo = lo + b"\x00"
+        if hi and b.upper_inclusive:
+            hi = hi + b"\x00"
+        if hi and lo >= hi:
+            raise KuduInvalidArgument(f"range partition lower bound is not below its upper bound: {b!r}")
+        return lo, hi
+
     def create_partitions(
         self, range_bounds: Iterable[Any] = (), split_rows: Iterable[RowLike] = ()
     ) -> list[Partition]:
@@ -373,9 +484,10 @@ class PartitionSchema:
     def partitions_for_ranges(self, ranges: Sequence[tuple[bytes, bytes]]) -> list[Partition]:
         """Partitions for already encoded ranges (AlterTable's add-range uses this for the new range)."""
         out = []
-        for buckets in itertools.product(*(range(d.num_buckets) for d in self.hash_dimensions)):
-            prefix = _bucket_prefix(buckets)
-            for lo, hi in ranges:
+        for lo, hi in ranges:
+            dims = self.hash_dimensions_for(lo)
+            for buckets in itertools.product(*(range(d.num_buckets) for d in dims)):
+                prefix = _bucket_prefix(buckets)
                 start = prefix + lo
                 if hi:
                     end = prefix + hi
@@ -407,7 +519,7 @@ class PartitionSchema:
         ``HASH (k) PARTITION 2, RANGE (k) PARTITION 10 <= VALUES < 20``."""
         parts = [
             f"HASH ({', '.join(d.columns)}) PARTITION {b}"
-            for d, b in zip(self.hash_dimensions, p.hash_buckets, strict=True)
+            for d, b in zip(self.hash_dimensions_for(p.range_key_start), p.hash_buckets, strict=True)
         ]
         if self.range_schema.columns:
             cols = ", ".join(self.range_schema.columns)
@@ -451,7 +563,7 @@ class PartitionSchema:
                 and any(p.op == "IS NULL" for p in preds)
             ):
                 return []  # key columns are NOT NULL
-        allowed: list[set[int] | None] = [self._allowed_buckets(d, by_col) for d in self.hash_dimensions]
+        allowed_by_schema: dict[tuple[HashDimension, ...], list[set[int] | None]] = {}
         lo, hi = self._range_interval(by_col)
         if lo is None:
             return []
@@ -463,6 +575,11 @@ class PartitionSchema:
                 return []
         out = []
         for p in partitions:
+            dims = self.hash_dimensions_for(p.range_key_start)
+            allowed = allowed_by_schema.get(dims)
+            if allowed is None:
+                allowed = [self._allowed_buckets(d, by_col) for d in dims]
+                allowed_by_schema[dims] = allowed
             if any(a is not None and b not in a for a, b in zip(allowed, p.hash_buckets, strict=True)):
                 continue
             if p.range_key_end and lo >= p.range_key_end:
@@ -550,6 +667,23 @@ class PartitionSchema:
         else:
             hi = prefix_successor(encode_values(cols, prefix, allow_prefix=True)) if prefix else b""
         return lo, hi
+
+
+def _check_hash_dimensions(schema: Schema, dims: Sequence[HashDimension]) -> None:
+    """Kudu's rules: hash levels use primary-key columns only, and no two levels share a column."""
+    key_names = set(schema.key_names)
+    used: set[str] = set()
+    for d in dims:
+        if not isinstance(d, HashDimension):
+            raise KuduInvalidArgument(f"expected HashDimension, got {type(d).__name__}")
+        for c in d.columns:
+            if c not in schema:
+                raise KuduInvalidArgument(f"hash partition column '{c}' is not in the schema")
+            if c not in key_names:
+                raise KuduInvalidArgument(f"hash partition column '{c}' is not a primary key column")
+            if c in used:
+                raise KuduInvalidArgument(f"hash partition levels share column '{c}'")
+            used.add(c)
 
 
 def _within(v: Any, lower: tuple[Any, bool] | None, upper: tuple[Any, bool] | None) -> bool:

@@ -273,8 +273,13 @@ def test_pruning_never_drops_a_matching_row(
     schema = Schema(
         [ColumnSchema("k", T.INT64, nullable=False), ColumnSchema("s", T.STRING, nullable=False)], 2
     )
-    ps = PartitionSchema(schema, [HashDimension(["s"], 3)], ["k", "s"])
-    parts = ps.create_partitions([((-100,), (0, "m")), ((0, "m"), (20,)), ((25,), None)])
+    bounds = [
+        RangeBound((-100,), (0, "m")),
+        RangeBound((0, "m"), (20,), hash_dimensions=(HashDimension(["s"], 4, seed=5),)),
+        RangeBound((25,), None),
+    ]
+    ps = PartitionSchema(schema, [HashDimension(["s"], 3)], ["k", "s"]).with_custom_ranges(bounds)
+    parts = ps.create_partitions(bounds)
     lo = encode_key(schema, lower) if lower else b""
     hi = encode_key(schema, upper) if upper else b""
     kept = ps.prune(parts, preds, lower_bound_key=lo, upper_bound_key=hi)
@@ -320,3 +325,70 @@ def test_partition_debug_strings(schema: Schema) -> None:
     assert PartitionSchema(schema, [], ["k"]).partition_debug_string(Partition((), b"", b"", b"", b"")) == (
         "RANGE (k) PARTITION UNBOUNDED"
     )
+
+
+# --- per-range hash schemas (custom range partitions) ---------------------------------------------------
+
+
+def custom_table(schema: Schema) -> tuple[PartitionSchema, list[Partition]]:
+    base = PartitionSchema(schema, [HashDimension(["s"], 2)], ["k"])
+    bounds = [
+        RangeBound((0,), (10,), hash_dimensions=(HashDimension(["s"], 5, seed=1),)),
+        RangeBound((10,), (20,)),
+    ]
+    ps = base.with_custom_ranges(bounds)
+    return ps, ps.create_partitions(bounds)
+
+
+def test_custom_range_has_its_own_bucket_count(schema: Schema) -> None:
+    ps, parts = custom_table(schema)
+    assert len(parts) == 5 + 2
+    assert sorted(p.hash_buckets[0] for p in parts if p.range_key_start == ps.encode_range_key((0,))) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_custom_range_keys_vectorised_equal_scalar_and_land_in_their_partition(schema: Schema) -> None:
+    ps, parts = custom_table(schema)
+    rows: list[dict[str, Any]] = [
+        {"k": k, "s": s, "v": None} for k in (0, 3, 9, 10, 15, 19) for s in ("a", "b", "c", "dd")
+    ]
+    batch = schema.validate_batch(pa.Table.from_pylist(rows), for_op="insert")
+    keys = ps.partition_keys(batch).to_pylist()
+    assert keys == [ps.partition_key(r) for r in rows]
+    for r, key in zip(rows, keys, strict=True):
+        p = find_partition(parts, key)
+        assert p is not None and p.contains(key)
+        expected_buckets = 5 if r["k"] < 10 else 2
+        assert p.hash_buckets[0] < expected_buckets
+    low_buckets = {ps.hash_buckets_of(r)[0] for r in rows if r["k"] < 10}
+    assert low_buckets - {0, 1}, "the 5-bucket range uses buckets beyond the default 2"
+
+
+def test_custom_ranges_roundtrip_and_prune(schema: Schema) -> None:
+    ps, parts = custom_table(schema)
+    assert PartitionSchema.from_dict(schema, msgpack.unpackb(msgpack.packb(ps.to_dict()))) == ps
+    kept = ps.prune(parts, [ColumnPredicate("s", "=", "a")])
+    assert len(kept) == 2  # one bucket in each range
+    assert all(
+        p.contains(ps.partition_key({"k": p_k, "s": "a"})) for p, p_k in zip(kept, (0, 10), strict=True)
+    )
+    text = ps.partition_debug_string(parts[0])
+    assert text.startswith("HASH (s) PARTITION 0, RANGE (k) PARTITION 0 <= VALUES < 10")
+
+
+def test_custom_range_rules(schema: Schema) -> None:
+    base = PartitionSchema(schema, [HashDimension(["s"], 2)], ["k"])
+    with pytest.raises(KuduInvalidArgument, match="has 2 levels; the table has 1"):
+        base.with_custom_ranges(
+            [RangeBound((0,), (10,), hash_dimensions=(HashDimension(["s"], 3), HashDimension(["k"], 3)))]
+        )
+    with pytest.raises(KuduInvalidArgument, match="registered first"):
+        base.create_partitions([RangeBound((0,), (10,), hash_dimensions=(HashDimension(["s"], 3),))])
+    ps, _ = custom_table(schema)
+    dropped = ps.without_custom_range(ps.encode_range_key((0,)), ps.encode_range_key((10,)))
+    assert dropped.custom_ranges == ()
