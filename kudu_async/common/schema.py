@@ -529,9 +529,9 @@ class Schema:
                 if not c.nullable and arr.null_count:
                     for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
                         errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
-                if c.type.is_string_like and n:
+                limit = T.MAX_CELL_SIZE_BYTES
+                if c.type.is_string_like and n and _max_cell_bytes(arr) > limit:
                     sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
-                    limit = T.MAX_CELL_SIZE_BYTES
                     for r in np.flatnonzero(sizes > limit).tolist():
                         errors.setdefault(
                             int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}"
@@ -584,6 +584,17 @@ def _max_key_bound(schema: Schema, row: Mapping[str, Any]) -> int:
     return total
 
 
+def _max_cell_bytes(arr: pa.Array) -> int:
+    """Largest cell of a string/binary array: one pass over the offsets, no per-cell work."""
+    if len(arr) == 0:
+        return 0
+    if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)
+        return int(np.diff(offsets[arr.offset :]).max())
+    mx = pc.max(pc.binary_length(arr)).as_py()
+    return int(mx or 0)
+
+
 def _oversized_keys(schema: Schema, batch: pa.RecordBatch) -> dict[int, str]:
     """Rows whose encoded key exceeds 16 KiB; only rows whose cheap size bound allows it are encoded."""
     bound = np.zeros(batch.num_rows, dtype=np.int64)
@@ -619,11 +630,27 @@ def _null_out_of_range_ints(
     bounds = T.int_bounds(col.type)
     if bounds is None or not pa.types.is_integer(arr.type) or not len(arr):
         return arr
+    if pa.types.is_signed_integer(arr.type) and arr.type.bit_width <= 8 * (col.type.fixed_width or 8):
+        return arr  # every value of a narrower or equal signed type fits
     lo, hi = bounds
     mm = pc.min_max(arr).as_py()
     if mm["min"] is None or (mm["min"] >= lo and mm["max"] <= hi):
         return arr
-    bad = pc.fill_null(pc.or_(pc.less(arr, lo), pc.greater(arr, hi)), False)
+
+    # Compare only on the side that overflows, so the bound always fits the source type (unsigned).
+    def below() -> pa.Array:
+        return pc.less(arr, pa.scalar(lo, arr.type))
+
+    def above() -> pa.Array:
+        return pc.greater(arr, pa.scalar(hi, arr.type))
+
+    if mm["min"] < lo and mm["max"] > hi:
+        bad = pc.or_(below(), above())
+    elif mm["min"] < lo:
+        bad = below()
+    else:
+        bad = above()
+    bad = pc.fill_null(bad, False)
     values = arr.to_pylist() if isinstance(arr, pa.Array) else arr.combine_chunks().to_pylist()
     for r in np.flatnonzero(bad.to_numpy(zero_copy_only=False)).tolist():
         errors.setdefault(int(r), f"column '{col.name}': value {values[r]} out of range for {col.type.name}")

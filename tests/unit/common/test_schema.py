@@ -367,3 +367,20 @@ def test_alter_steps_follow_kudu_rules(schema: Schema) -> None:
 def test_keyless_projection_roundtrips_through_dict(schema: Schema) -> None:
     p = schema.project(["val", "key"])
     assert Schema.from_dict(p.to_dict()) == p
+
+
+def test_unsigned_values_beyond_int64_are_row_errors() -> None:
+    s = Schema([C("k", T.INT64, nullable=False)], 1)
+    t = pa.table({"k": pa.array([1, 2**63], pa.uint64())})
+    _, errors = s.validate_batch_rows(t, for_op="insert")
+    assert errors == {1: f"column 'k': value {2**63} out of range for int64"}
+
+
+def test_cell_limit_checked_on_sliced_arrays() -> None:
+    s = Schema([C("k", T.INT64, nullable=False), C("b", T.BINARY)], 1)
+    arr = pa.array([b"x" * 70000, b"ok", b"y" * 70001], pa.binary())
+    batch = pa.record_batch({"k": pa.array([1, 2]), "b": arr.slice(1, 2)})
+    _, errors = s.validate_batch_rows(batch, for_op="insert")
+    assert errors == {1: "column 'b': cell of 70001 bytes exceeds 65536"}
+    _, errors = s.validate_batch_rows(pa.record_batch({"k": [1], "b": arr.slice(1, 1)}), for_op="insert")
+    assert errors == {}
