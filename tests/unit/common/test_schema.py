@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 
 import msgpack
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
@@ -384,3 +387,58 @@ def test_cell_limit_checked_on_sliced_arrays() -> None:
     assert errors == {1: "column 'b': cell of 70001 bytes exceeds 65536"}
     _, errors = s.validate_batch_rows(pa.record_batch({"k": [1], "b": arr.slice(1, 1)}), for_op="insert")
     assert errors == {}
+
+
+ALL_TYPES_SCHEMA = Schema(
+    [
+        C("k", T.INT32, nullable=False),
+        C("i8", T.INT8),
+        C("i64", T.INT64),
+        C("f", T.FLOAT),
+        C("dbl", T.DOUBLE),
+        C("bo", T.BOOL),
+        C("s", T.STRING),
+        C("bi", T.BINARY),
+        C("ts", T.UNIXTIME_MICROS),
+        C("day", T.DATE),
+        C("dec", T.DECIMAL, precision=12, scale=3),
+        C("vc", T.VARCHAR, length=3),
+    ],
+    1,
+)
+
+_row_values = {
+    "i8": st.integers(-128, 127),
+    "i64": st.integers(-(2**63), 2**63 - 1),
+    "f": st.floats(allow_nan=False, width=32),
+    "dbl": st.floats(allow_nan=False),
+    "bo": st.booleans(),
+    "s": st.text(max_size=5),
+    "bi": st.binary(max_size=5),
+    "ts": st.integers(-62135596800000000, 253402300799999999),  # to_pylist needs datetime range
+    "day": st.dates(),
+    "dec": st.integers(-(10**12) + 1, 10**12 - 1).map(lambda u: T.unscaled_to_decimal(u, 3)),
+    "vc": st.text(max_size=6),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries({}, optional={k: st.none() | v for k, v in _row_values.items()}), max_size=8
+    )
+)
+def test_vectorised_and_per_row_validation_agree(rows: list[dict[str, Any]]) -> None:
+    rows = [{"k": i, **r} for i, r in enumerate(rows)]
+    per_row = [ALL_TYPES_SCHEMA.validate_row(r, for_op="insert") for r in rows]
+    expected = pa.RecordBatch.from_arrays(
+        [pa.array([r[c.name] for r in per_row], c.arrow_type) for c in ALL_TYPES_SCHEMA],
+        schema=ALL_TYPES_SCHEMA.to_arrow(),
+    )
+    arrays = [pa.array([r.get(c.name) for r in rows], c.arrow_type) for c in ALL_TYPES_SCHEMA]
+    vc = ALL_TYPES_SCHEMA.column_index("vc")
+    arrays[vc] = pa.array([r.get("vc") for r in rows], pa.string())  # untruncated input
+    got = ALL_TYPES_SCHEMA.validate_batch(
+        pa.RecordBatch.from_arrays(arrays, names=ALL_TYPES_SCHEMA.names), for_op="insert"
+    )
+    assert got.to_pylist() == expected.to_pylist()
