@@ -27,7 +27,7 @@ def rows_to_batch(
         names = list(checked[0])
         for i, r in enumerate(checked):
             if list(r) != names:
-                raise_mixed(i)
+                _raise_mixed(i)
     else:
         names = schema.names if for_op.lower() not in ("delete", "delete_ignore") else schema.key_names
     cols = [schema.column(n) for n in names]
@@ -35,7 +35,7 @@ def rows_to_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([c.to_arrow_field() for c in cols]))
 
 
-def raise_mixed(row_index: int) -> None:
+def _raise_mixed(row_index: int) -> None:
     from kudu_async.common.errors import KuduInvalidArgument
 
     raise KuduInvalidArgument(f"row {row_index} sets different columns than row 0; split the batch")
