@@ -1,0 +1,81 @@
+"""Rows (dicts/tuples) <-> Arrow record batches for a schema, and Arrow IPC stream bytes.
+
+The per-row forms exist for the kudu-python style API and tests; everything that moves data in bulk
+(writes to the tablet, scan results on the wire) stays Arrow, and crosses the wire as IPC stream bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from kudu_async.common.schema import Schema
+
+
+def rows_to_batch(
+    schema: Schema, rows: Iterable[Mapping[str, Any] | Sequence[Any]], *, for_op: str = "insert"
+) -> pa.RecordBatch:
+    """Validate rows one by one (``Schema.validate_row``) and build one RecordBatch.
+
+    The batch has the columns ``validate_row`` returns for ``for_op`` (all columns for inserts and
+    upserts); for updates every row must set the same columns.
+    """
+    checked = [schema.validate_row(r, for_op=for_op) for r in rows]
+    if checked:
+        names = list(checked[0])
+        for i, r in enumerate(checked):
+            if list(r) != names:
+                _raise_mixed(i)
+    else:
+        names = schema.names if for_op.lower() not in ("delete", "delete_ignore") else schema.key_names
+    cols = [schema.column(n) for n in names]
+    arrays = [pa.array([r[c.name] for r in checked], c.arrow_type) for c in cols]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([c.to_arrow_field() for c in cols]))
+
+
+def _raise_mixed(row_index: int) -> None:
+    from kudu_async.common.errors import KuduInvalidArgument
+
+    raise KuduInvalidArgument(f"row {row_index} sets different columns than row 0; split the batch")
+
+
+def batch_to_rows(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts (timestamps as UTC datetimes, dates, Decimals: Arrow's Python forms)."""
+    return batch.to_pylist()
+
+
+def batch_to_tuples(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
+    """Rows as tuples in column order (kudu-python's ``read_all_tuples`` shape)."""
+    cols = [c.to_pylist() for c in batch.columns]
+    return list(zip(*cols, strict=True)) if cols else []
+
+
+def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> bytes:
+    """Arrow IPC *stream* bytes of a batch, table or list of batches (all with one schema)."""
+    if isinstance(batch, pa.RecordBatch | pa.Table):
+        batches: list[pa.RecordBatch] = [batch] if isinstance(batch, pa.RecordBatch) else batch.to_batches()
+        schema = batch.schema
+    else:
+        batches = list(batch)
+        if not batches:
+            raise ValueError("batch_to_ipc needs at least one batch (or a Table) to know the schema")
+        schema = batches[0].schema
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_to_batches(data: bytes | memoryview | pa.Buffer) -> list[pa.RecordBatch]:
+    """The record batches of IPC stream bytes (zero-copy over ``data``)."""
+    with pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data) as r:
+        return list(r)
+
+
+def ipc_to_table(data: bytes | memoryview | pa.Buffer) -> pa.Table:
+    """IPC stream bytes as one Table (keeps the schema even with zero batches)."""
+    with pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data) as r:
+        return r.read_all()

@@ -1,0 +1,752 @@
+"""Table schemas: columns, Kudu's schema rules, Arrow conversion and write validation.
+
+A ``Schema`` is immutable and validated on construction, so every layer (client, master, tablet) can
+trust one it holds. Two validation paths exist on purpose: ``validate_row`` for the per-row client
+API (kudu-python's ``op['col'] = v``) and the vectorised ``validate_batch`` that the write path uses on
+whole Arrow batches without touching Python objects per cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kudu_async.common import types as T
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
+
+MAX_COLUMNS = 300
+MAX_IDENTIFIER_LENGTH = 256
+MAX_ENCODED_KEY_SIZE_BYTES = 16 * 1024
+
+# Kudu's encodings and compression codecs, with the column types each encoding applies to.
+ENCODINGS = ("auto", "plain", "prefix", "group_varint", "rle", "dict", "bit_shuffle")
+_ENCODING_ALIASES = {
+    "bitshuffle": "bit_shuffle",
+    "auto_encoding": "auto",
+    "plain_encoding": "plain",
+    "prefix_encoding": "prefix",
+    "dict_encoding": "dict",
+}
+COMPRESSIONS = ("default", "none", "snappy", "lz4", "zlib")
+_COMPRESSION_ALIASES = {"default_compression": "default", "no_compression": "none"}
+_INT_LIKE = ("int8", "int16", "int32", "int64", "date", "unixtime_micros")
+_ALLOWED_ENCODINGS: dict[str, tuple[str, ...]] = {
+    **{n: ("auto", "plain", "bit_shuffle", "rle") for n in _INT_LIKE},
+    "float": ("auto", "plain", "bit_shuffle"),
+    "double": ("auto", "plain", "bit_shuffle"),
+    "decimal": ("auto", "plain", "bit_shuffle"),
+    "bool": ("auto", "plain", "rle"),
+    "string": ("auto", "plain", "prefix", "dict"),
+    "varchar": ("auto", "plain", "prefix", "dict"),
+    "binary": ("auto", "plain", "prefix", "dict"),
+}
+
+# Write operations (RowOperationsPB.Type names, lower case) and which columns each needs.
+INSERT_LIKE_OPS = frozenset({"insert", "insert_ignore", "upsert", "upsert_ignore"})
+UPDATE_OPS = frozenset({"update", "update_ignore"})
+DELETE_OPS = frozenset({"delete", "delete_ignore"})
+WRITE_OPS = INSERT_LIKE_OPS | UPDATE_OPS | DELETE_OPS
+
+_VARCHAR_META = b"kudu.varchar_length"
+
+
+def _norm_op(for_op: str) -> str:
+    op = str(for_op).lower()
+    if op not in WRITE_OPS:
+        raise KuduInvalidArgument(f"unknown write operation '{for_op}'")
+    return op
+
+
+def check_identifier(kind: str, name: Any) -> None:
+    """Kudu's identifier rule for table and column names: non-empty UTF-8 of at most 256 bytes."""
+    if not isinstance(name, str) or not name:
+        raise KuduInvalidArgument(f"{kind} name must be a non-empty string, got {name!r}")
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise KuduInvalidArgument(f"{kind} name {name!r} is not valid UTF-8") from None
+    if len(encoded) > MAX_IDENTIFIER_LENGTH:
+        raise KuduInvalidArgument(
+            f"{kind} name '{name[:40]}...' is {len(encoded)} bytes; the limit is {MAX_IDENTIFIER_LENGTH}"
+        )
+
+
+def _norm_choice(
+    kind: str, value: str | None, choices: Sequence[str], aliases: Mapping[str, str]
+) -> str | None:
+    if value is None:
+        return None
+    v = str(value).strip().lower()
+    for prefix in ("encoding_", "compression_"):
+        if v.startswith(prefix):
+            v = v[len(prefix) :]
+    v = aliases.get(v, v)
+    if v not in choices:
+        raise KuduInvalidArgument(f"unknown {kind} '{value}'; expected one of {', '.join(choices)}")
+    return v
+
+
+@dataclass(frozen=True)
+class ColumnSchema:
+    """One column: Kudu's attributes, validated on construction (default coerced to the type)."""
+
+    name: str
+    type: T.KuduType
+    nullable: bool = True
+    default: Any = None
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+    comment: str | None = None
+    encoding: str | None = None
+    compression: str | None = None
+    immutable: bool = False
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", T.type_from_name(self.type))
+        check_identifier("column", self.name)
+        kt = self.type
+        if kt is T.DECIMAL:
+            if self.precision is None:
+                raise KuduInvalidArgument(f"column '{self.name}': decimal needs a precision")
+            if not 1 <= self.precision <= T.MAX_DECIMAL_PRECISION:
+                raise KuduInvalidArgument(
+                    f"column '{self.name}': decimal precision {self.precision} not in 1..38"
+                )
+            scale = 0 if self.scale is None else self.scale
+            if not 0 <= scale <= self.precision:
+                raise KuduInvalidArgument(
+                    f"column '{self.name}': decimal scale {scale} not in 0..{self.precision}"
+                )
+            object.__setattr__(self, "scale", scale)
+        elif self.precision is not None or self.scale is not None:
+            raise KuduInvalidArgument(f"column '{self.name}': precision/scale only apply to decimal")
+        if kt is T.VARCHAR:
+            if self.length is None:
+                raise KuduInvalidArgument(f"column '{self.name}': varchar needs a length")
+            if not 1 <= self.length <= T.MAX_VARCHAR_LENGTH:
+                raise KuduInvalidArgument(
+                    f"column '{self.name}': varchar length {self.length} not in 1..{T.MAX_VARCHAR_LENGTH}"
+                )
+        elif self.length is not None:
+            raise KuduInvalidArgument(f"column '{self.name}': length only applies to varchar")
+        enc = _norm_choice("encoding", self.encoding, ENCODINGS, _ENCODING_ALIASES)
+        if enc is not None and enc not in _ALLOWED_ENCODINGS[kt.name]:
+            raise KuduInvalidArgument(f"column '{self.name}': encoding {enc} not supported for {kt.name}")
+        object.__setattr__(self, "encoding", enc)
+        object.__setattr__(
+            self,
+            "compression",
+            _norm_choice("compression", self.compression, COMPRESSIONS, _COMPRESSION_ALIASES),
+        )
+        if self.default is not None:
+            object.__setattr__(self, "default", self.coerce(self.default))
+
+    # -- derived facts ----------------------------------------------------------------------------------
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return self.type.arrow_type(self.precision, self.scale, self.length)
+
+    @property
+    def type_label(self) -> str:
+        """``int64``, ``decimal(10,2)``, ``varchar(20)``: how errors and describe show the type."""
+        if self.type is T.DECIMAL:
+            return f"decimal({self.precision},{self.scale})"
+        if self.type is T.VARCHAR:
+            return f"varchar({self.length})"
+        return self.type.name
+
+    def to_arrow_field(self) -> pa.Field:
+        meta = None
+        if self.type is T.VARCHAR:
+            meta = {_VARCHAR_META: str(self.length).encode()}
+        return pa.field(self.name, self.arrow_type, self.nullable, metadata=meta)
+
+    def coerce(self, value: Any) -> Any:
+        """Canonical form of one non-None value for this column (KuduInvalidArgument if it does not fit)."""
+        return T.coerce_value(
+            self.type, value, column=self.name, precision=self.precision, scale=self.scale, length=self.length
+        )
+
+    # -- wire form ----------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """msgpack-able form; the default is stored in its physical form (ints for date/decimal)."""
+        d: dict[str, Any] = {"name": self.name, "type": self.type.name, "nullable": self.nullable}
+        if self.default is not None:
+            d["default"] = T.to_physical(self.type, self.default, self.scale)
+        for attr in ("precision", "scale", "length", "comment", "encoding", "compression", "block_size"):
+            v = getattr(self, attr)
+            if v is not None:
+                d[attr] = v
+        if self.immutable:
+            d["immutable"] = True
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ColumnSchema:
+        kt = T.type_from_name(d["type"])
+        default = d.get("default")
+        if default is not None:
+            default = T.from_physical(kt, default, d.get("scale"))
+        return cls(
+            name=d["name"],
+            type=kt,
+            nullable=bool(d.get("nullable", True)),
+            default=default,
+            precision=d.get("precision"),
+            scale=d.get("scale"),
+            length=d.get("length"),
+            comment=d.get("comment"),
+            encoding=d.get("encoding"),
+            compression=d.get("compression"),
+            immutable=bool(d.get("immutable", False)),
+            block_size=d.get("block_size"),
+        )
+
+    @classmethod
+    def from_arrow_field(cls, f: pa.Field, *, nullable: bool | None = None) -> ColumnSchema:
+        kt, attrs = T.type_from_arrow(f.type)
+        length = None
+        if f.metadata and _VARCHAR_META in f.metadata:
+            kt, length = T.VARCHAR, int(f.metadata[_VARCHAR_META])
+        return cls(
+            f.name,
+            kt,
+            f.nullable if nullable is None else nullable,
+            precision=attrs.get("precision"),
+            scale=attrs.get("scale"),
+            length=length,
+        )
+
+
+@dataclass(frozen=True, init=False)
+class Schema:
+    """An ordered list of columns whose first ``num_key_columns`` form the primary key."""
+
+    columns: tuple[ColumnSchema, ...]
+    num_key_columns: int
+    _index: dict[str, int] = field(repr=False, compare=False)
+
+    def __init__(self, columns: Iterable[ColumnSchema], key_column_count: int) -> None:
+        cols = tuple(columns)
+        for c in cols:
+            if not isinstance(c, ColumnSchema):
+                raise KuduInvalidArgument(f"expected ColumnSchema, got {type(c).__name__}")
+        if not cols:
+            raise KuduInvalidArgument("a schema needs at least one column")
+        if len(cols) > MAX_COLUMNS:
+            raise KuduInvalidArgument(f"schema has {len(cols)} columns; the limit is {MAX_COLUMNS}")
+        if isinstance(key_column_count, bool) or not isinstance(key_column_count, int):
+            raise KuduInvalidArgument("key_column_count must be an int")
+        if not 1 <= key_column_count <= len(cols):
+            raise KuduInvalidArgument(
+                f"the primary key must be a non-empty prefix of the columns (got {key_column_count} of "
+                f"{len(cols)})"
+            )
+        index: dict[str, int] = {}
+        for i, c in enumerate(cols):
+            if c.name in index:
+                raise KuduInvalidArgument(f"duplicate column name '{c.name}'")
+            index[c.name] = i
+        for c in cols[:key_column_count]:
+            if c.nullable:
+                raise KuduInvalidArgument(f"key column '{c.name}' must be NOT NULL")
+            if not c.type.key_allowed:
+                raise KuduInvalidArgument(f"key column '{c.name}' may not be of type {c.type.name}")
+        object.__setattr__(self, "columns", cols)
+        object.__setattr__(self, "num_key_columns", key_column_count)
+        object.__setattr__(self, "_index", index)
+
+    # -- lookups ----------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    def __iter__(self) -> Iterator[ColumnSchema]:
+        return iter(self.columns)
+
+    def __getitem__(self, item: int | str) -> ColumnSchema:
+        if isinstance(item, str):
+            return self.column(item)
+        return self.columns[item]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schema):
+            return NotImplemented
+        return self.columns == other.columns and self.num_key_columns == other.num_key_columns
+
+    def __hash__(self) -> int:
+        return hash((self.columns, self.num_key_columns))
+
+    @property
+    def key_column_count(self) -> int:
+        return self.num_key_columns
+
+    def column(self, name: str) -> ColumnSchema:
+        return self.columns[self.column_index(name)]
+
+    def column_index(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise KuduNotFound(f"column '{name}' is not in the schema", {"column": name}) from None
+
+    def has_column(self, name: str) -> bool:
+        return name in self._index
+
+    @property
+    def key_columns(self) -> tuple[ColumnSchema, ...]:
+        return self.columns[: self.num_key_columns]
+
+    @property
+    def key_names(self) -> list[str]:
+        return [c.name for c in self.key_columns]
+
+    def primary_keys(self) -> list[str]:
+        """kudu-python's name for the key column names."""
+        return self.key_names
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def num_columns(self) -> int:
+        return len(self.columns)
+
+    def is_key_column(self, name: str) -> bool:
+        return self.column_index(name) < self.num_key_columns
+
+    # -- conversions ------------------------------------------------------------------------------------
+
+    def to_arrow(self) -> pa.Schema:
+        return pa.schema([c.to_arrow_field() for c in self.columns])
+
+    @classmethod
+    def from_arrow(cls, schema: pa.Schema, num_key_columns: int) -> Schema:
+        """A Schema from Arrow fields; key columns are made NOT NULL (Arrow fields default nullable)."""
+        cols = [
+            ColumnSchema.from_arrow_field(f, nullable=False if i < num_key_columns else None)
+            for i, f in enumerate(schema)
+        ]
+        return cls(cols, num_key_columns)
+
+    def to_dict(self) -> dict[str, Any]:
+        """msgpack-able form for the wire and tablet metadata; ``from_dict`` restores it exactly."""
+        return {"columns": [c.to_dict() for c in self.columns], "num_key_columns": self.num_key_columns}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Schema:
+        try:
+            cols = [ColumnSchema.from_dict(c) for c in d["columns"]]
+            nkeys = int(d["num_key_columns"])
+            if nkeys == 0 and cols:
+                return _projection(cols, 0)  # a keyless projection (see ``project``)
+            return cls(cols, nkeys)
+        except (KeyError, TypeError) as e:
+            raise KuduInvalidArgument(f"malformed schema: {e!r}") from None
+
+    def project(self, names: Sequence[str]) -> Schema:
+        """The named columns in the given order (for scans).
+
+        The result's key is its leading run of the table's key columns in key order; a projection
+        without the first key column has ``num_key_columns == 0`` (a keyless view, only valid for typing
+        and Arrow conversion, not for writes).
+        """
+        seen: set[str] = set()
+        cols = []
+        for n in names:
+            if n in seen:
+                raise KuduInvalidArgument(f"column '{n}' projected twice")
+            seen.add(n)
+            cols.append(self.column(n))
+        if not cols:
+            raise KuduInvalidArgument("a projection needs at least one column")
+        nkeys = 0
+        while nkeys < len(cols) and nkeys < self.num_key_columns and cols[nkeys] is self.columns[nkeys]:
+            nkeys += 1
+        return _projection(cols, nkeys)
+
+    # -- AlterTable steps (each returns a new Schema; the rules are Kudu's) ------------------------------
+
+    def add_column(self, col: ColumnSchema) -> Schema:
+        """A new non-key column at the end; it must be nullable or have a default (existing rows)."""
+        if col.name in self._index:
+            raise KuduInvalidArgument(f"column '{col.name}' already exists", {"column": col.name})
+        if not col.nullable and col.default is None:
+            raise KuduInvalidArgument(
+                f"column '{col.name}': a new column must be nullable or have a default", {"column": col.name}
+            )
+        return Schema([*self.columns, col], self.num_key_columns)
+
+    def drop_column(self, name: str) -> Schema:
+        if self.is_key_column(name):
+            raise KuduInvalidArgument(f"cannot drop key column '{name}'", {"column": name})
+        return Schema([c for c in self.columns if c.name != name], self.num_key_columns)
+
+    def rename_column(self, old: str, new: str) -> Schema:
+        """Any column may be renamed, key columns too."""
+        i = self.column_index(old)
+        if new != old and new in self._index:
+            raise KuduInvalidArgument(f"column '{new}' already exists", {"column": new})
+        cols = list(self.columns)
+        cols[i] = dataclasses.replace(cols[i], name=new)
+        return Schema(cols, self.num_key_columns)
+
+    def alter_column(self, name: str, **changes: Any) -> Schema:
+        """Change what Kudu lets AlterTable change: ``default`` (None removes it), ``comment``,
+        ``encoding``, ``compression``, ``block_size``, ``immutable``. Type, nullability, precision,
+        scale and length are fixed for the life of a column."""
+        allowed = {"default", "comment", "encoding", "compression", "block_size", "immutable"}
+        bad = set(changes) - allowed
+        if bad:
+            raise KuduInvalidArgument(
+                f"column '{name}': cannot alter {', '.join(sorted(bad))}", {"column": name}
+            )
+        i = self.column_index(name)
+        cols = list(self.columns)
+        cols[i] = dataclasses.replace(cols[i], **changes)
+        return Schema(cols, self.num_key_columns)
+
+    # -- per-row validation -----------------------------------------------------------------------------
+
+    def validate_row(
+        self, row: Mapping[str, Any] | Sequence[Any], *, for_op: str = "insert"
+    ) -> dict[str, Any]:
+        """Check one row for ``for_op`` and return ``{name: canonical value}``.
+
+        insert/upsert: every column, defaults filled in, NOT NULL enforced. update: key + given columns.
+        delete: key columns only (other given columns are checked and dropped).
+        """
+        op = _norm_op(for_op)
+        if isinstance(row, Mapping):
+            given = dict(row)
+        else:
+            vals = list(row)
+            if len(vals) > len(self.columns):
+                raise KuduInvalidArgument(
+                    f"row has {len(vals)} values; the schema has {len(self.columns)} columns"
+                )
+            given = {c.name: v for c, v in zip(self.columns, vals, strict=False)}
+        for name in given:
+            if name not in self._index:
+                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        out: dict[str, Any] = {}
+        for i, c in enumerate(self.columns):
+            is_key = i < self.num_key_columns
+            if c.name in given:
+                v = given[c.name]
+                if v is None:
+                    if not c.nullable:
+                        raise KuduInvalidArgument(
+                            f"column '{c.name}': NULL in NOT NULL column", {"column": c.name}
+                        )
+                    if op in DELETE_OPS and not is_key:
+                        continue
+                    out[c.name] = None
+                    continue
+                cv = c.coerce(v)
+                if op in DELETE_OPS and not is_key:
+                    continue
+                out[c.name] = cv
+            elif is_key:
+                raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
+            elif op in INSERT_LIKE_OPS:
+                if c.default is not None:
+                    out[c.name] = c.default
+                elif c.nullable:
+                    out[c.name] = None
+                else:
+                    raise KuduInvalidArgument(
+                        f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name}
+                    )
+        if _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
+            from kudu_async.common.key_encoding import encode_key
+
+            encode_key(self, [out[c.name] for c in self.key_columns])
+        return out
+
+    # -- vectorised validation --------------------------------------------------------------------------
+
+    def validate_batch(self, batch: pa.RecordBatch | pa.Table, *, for_op: str) -> pa.RecordBatch:
+        """Check and normalise a whole batch for ``for_op`` with pyarrow.compute (no per-cell Python).
+
+        Columns may come in any order and be a subset. Returns one RecordBatch with the schema's Arrow
+        types: for insert/upsert every column (missing ones filled with the default or NULL); for
+        update the key columns plus the given ones, in schema order; for delete the key columns only.
+        VARCHAR values are truncated to their length. Any violation raises KuduInvalidArgument naming the
+        column; the whole batch is rejected (``validate_batch_rows`` reports row by row instead).
+        """
+        out, errors = self.validate_batch_rows(batch, for_op=for_op)
+        if errors:
+            row = min(errors)
+            raise KuduInvalidArgument(errors[row], {"row_index": row, "rows_with_errors": len(errors)})
+        return out
+
+    def validate_batch_rows(
+        self, batch: pa.RecordBatch | pa.Table, *, for_op: str
+    ) -> tuple[pa.RecordBatch, dict[int, str]]:
+        """Like ``validate_batch`` but problems confined to rows come back as ``{row_index: message}``
+        (NULL in a NOT NULL column, a cell over 64 KiB, an encoded key over 16 KiB) with every row kept,
+        so the write path can answer INVALID_ARGUMENT for those rows only. Problems of a whole column
+        (wrong type, unknown or missing column) still raise KuduInvalidArgument.
+        """
+        op = _norm_op(for_op)
+        if isinstance(batch, pa.Table):
+            arrays_in = {n: batch.column(i).combine_chunks() for i, n in enumerate(batch.schema.names)}
+        elif isinstance(batch, pa.RecordBatch):
+            arrays_in = {n: batch.column(i) for i, n in enumerate(batch.schema.names)}
+        else:
+            raise KuduInvalidArgument(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+        if len(arrays_in) != batch.num_columns:
+            raise KuduInvalidArgument("batch has duplicate column names")
+        n = batch.num_rows
+        for name in arrays_in:
+            if name not in self._index:
+                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        errors: dict[int, str] = {}
+        out_cols: list[ColumnSchema] = []
+        out_arrays: list[pa.Array] = []
+        for i, c in enumerate(self.columns):
+            is_key = i < self.num_key_columns
+            if c.name in arrays_in:
+                if op in DELETE_OPS and not is_key:
+                    continue
+                arr = _null_out_of_range_ints(c, arrays_in[c.name], errors)
+                arr = cast_column(c, arr, check_cells=False)
+                if not c.nullable and arr.null_count:
+                    for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
+                        errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
+                limit = T.MAX_CELL_SIZE_BYTES
+                if c.type.is_string_like and n and _max_cell_bytes(arr) > limit:
+                    sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+                    for r in np.flatnonzero(sizes > limit).tolist():
+                        errors.setdefault(
+                            int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}"
+                        )
+            elif is_key:
+                raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
+            elif op in INSERT_LIKE_OPS:
+                if c.default is not None:
+                    arr = pa.array([c.default] * n, c.arrow_type) if n else pa.array([], c.arrow_type)
+                elif c.nullable:
+                    arr = pa.nulls(n, c.arrow_type)
+                else:
+                    raise KuduInvalidArgument(
+                        f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name}
+                    )
+            else:
+                continue
+            out_cols.append(c)
+            out_arrays.append(arr)
+        fields = [c.to_arrow_field() for c in out_cols]
+        result = pa.RecordBatch.from_arrays(out_arrays, schema=pa.schema(fields))
+        if n:
+            for r, msg in _oversized_keys(self, result).items():
+                errors.setdefault(r, msg)
+        return result, errors
+
+
+def _projection(cols: list[ColumnSchema], nkeys: int) -> Schema:
+    """Build a projected Schema bypassing the key-prefix rule when the projection has no key."""
+    if nkeys:
+        return Schema(cols, nkeys)
+    s = object.__new__(Schema)
+    object.__setattr__(s, "columns", tuple(cols))
+    object.__setattr__(s, "num_key_columns", 0)
+    object.__setattr__(s, "_index", {c.name: i for i, c in enumerate(cols)})
+    return s
+
+
+def _max_key_bound(schema: Schema, row: Mapping[str, Any]) -> int:
+    """A cheap upper bound of a row's encoded key size (each byte may be escaped, plus terminator)."""
+    total = 0
+    for c in schema.key_columns:
+        v = row.get(c.name)
+        if isinstance(v, str):
+            total += 4 * len(v) * 2 + 2
+        elif isinstance(v, bytes):
+            total += 2 * len(v) + 2
+        else:
+            total += 16
+    return total
+
+
+def _max_cell_bytes(arr: pa.Array) -> int:
+    """Largest cell of a string/binary array: one pass over the offsets, no per-cell work."""
+    if len(arr) == 0:
+        return 0
+    if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)
+        return int(np.diff(offsets[arr.offset :]).max())
+    mx = pc.max(pc.binary_length(arr)).as_py()
+    return int(mx or 0)
+
+
+def _oversized_keys(schema: Schema, batch: pa.RecordBatch) -> dict[int, str]:
+    """Rows whose encoded key exceeds 16 KiB; only rows whose cheap size bound allows it are encoded."""
+    bound = np.zeros(batch.num_rows, dtype=np.int64)
+    has_variable = False
+    for c in schema.key_columns:
+        if c.type.is_string_like:
+            has_variable = True
+            lengths = pc.fill_null(pc.binary_length(batch.column(c.name)), 0)
+            bound += 2 * lengths.to_numpy(zero_copy_only=False).astype(np.int64) + 2
+        else:
+            bound += 16
+    if not has_variable:
+        return {}
+    from kudu_async.common.key_encoding import encode_values
+
+    out: dict[int, str] = {}
+    for r in np.flatnonzero(bound > MAX_ENCODED_KEY_SIZE_BYTES).tolist():
+        values = [batch.column(c.name)[r].as_py() for c in schema.key_columns]
+        if any(v is None for v in values):
+            continue  # already reported as NULL in a NOT NULL column
+        try:
+            encode_values(schema.key_columns, values)
+        except KuduInvalidArgument as e:
+            out[int(r)] = e.message
+    return out
+
+
+def _null_out_of_range_ints(
+    col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, errors: dict[int, str]
+) -> pa.Array | pa.ChunkedArray:
+    """Report integers that do not fit a narrower integer column per row, and null them out so the
+    cast of the rest succeeds (the rows are reported, so nothing is written for them)."""
+    bounds = T.int_bounds(col.type)
+    if bounds is None or not pa.types.is_integer(arr.type) or not len(arr):
+        return arr
+    if pa.types.is_signed_integer(arr.type) and arr.type.bit_width <= 8 * (col.type.fixed_width or 8):
+        return arr  # every value of a narrower or equal signed type fits
+    lo, hi = bounds
+    mm = pc.min_max(arr).as_py()
+    if mm["min"] is None or (mm["min"] >= lo and mm["max"] <= hi):
+        return arr
+
+    # Compare only on the side that overflows, so the bound always fits the source type (unsigned).
+    def below() -> pa.Array:
+        return pc.less(arr, pa.scalar(lo, arr.type))
+
+    def above() -> pa.Array:
+        return pc.greater(arr, pa.scalar(hi, arr.type))
+
+    if mm["min"] < lo and mm["max"] > hi:
+        bad = pc.or_(below(), above())
+    elif mm["min"] < lo:
+        bad = below()
+    else:
+        bad = above()
+    bad = pc.fill_null(bad, False)
+    values = arr.to_pylist() if isinstance(arr, pa.Array) else arr.combine_chunks().to_pylist()
+    for r in np.flatnonzero(bad.to_numpy(zero_copy_only=False)).tolist():
+        errors.setdefault(int(r), f"column '{col.name}': value {values[r]} out of range for {col.type.name}")
+    return pc.if_else(bad, pa.scalar(None, arr.type), arr)
+
+
+# --- casting one Arrow column to a column's type ----------------------------------------------------------
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    if pa.types.is_null(t):
+        return "null"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    return "other"
+
+
+# Which source kinds may be cast (safely, checked by Arrow) to each Kudu type.
+_CASTABLE: dict[str, frozenset[str]] = {
+    **{n: frozenset({"int"}) for n in ("int8", "int16", "int32", "int64")},
+    "float": frozenset({"int", "float"}),
+    "double": frozenset({"int", "float"}),
+    "bool": frozenset({"bool"}),
+    "string": frozenset({"string"}),
+    "varchar": frozenset({"string"}),
+    "binary": frozenset({"binary", "string"}),
+    "unixtime_micros": frozenset({"timestamp", "int"}),
+    "date": frozenset({"date"}),
+    "decimal": frozenset({"decimal", "int"}),
+}
+
+
+def _arrow_type_label(t: pa.DataType) -> str:
+    k = _kind(t)
+    if k == "string":
+        return "str"
+    return str(t)
+
+
+def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, *, check_cells: bool = True) -> pa.Array:
+    """Cast an Arrow array to the column's type, enforcing Kudu's cell rules (vectorised).
+
+    Only lossless, same-kind casts are allowed (int widths with range checks, int -> float/decimal,
+    timestamps of any unit/zone to UTC microseconds, string -> binary); strings are not parsed into
+    numbers. VARCHAR is truncated to its length; cells over 64 KiB are rejected.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    target = col.arrow_type
+    src = arr.type
+    if pa.types.is_dictionary(src):
+        arr = arr.dictionary_decode()
+        src = arr.type
+    if not src.equals(target):
+        kind = _kind(src)
+        if kind != "null" and kind not in _CASTABLE[col.type.name]:
+            raise KuduInvalidArgument(
+                f"column '{col.name}': expected {col.type_label}, got {_arrow_type_label(src)}",
+                {"column": col.name},
+            )
+        try:
+            if kind == "int" and col.type is T.UNIXTIME_MICROS:
+                arr = pc.cast(arr, pa.int64(), safe=True).view(target)
+            else:
+                arr = pc.cast(arr, target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise KuduInvalidArgument(
+                f"column '{col.name}': cannot convert {src} to {col.type_label}: {e}", {"column": col.name}
+            ) from None
+    if col.type.is_string_like and len(arr):
+        if col.type is T.VARCHAR and col.length is not None:
+            too_long = pc.max(pc.utf8_length(arr)).as_py()
+            if too_long is not None and too_long > col.length:
+                arr = pc.utf8_slice_codeunits(arr, 0, col.length)
+        biggest = pc.max(pc.binary_length(arr)).as_py() if check_cells else None
+        if biggest is not None and biggest > T.MAX_CELL_SIZE_BYTES:
+            raise KuduInvalidArgument(
+                f"column '{col.name}': cell of {biggest} bytes exceeds {T.MAX_CELL_SIZE_BYTES}",
+                {"column": col.name},
+            )
+    return arr

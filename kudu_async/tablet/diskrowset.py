@@ -1,0 +1,299 @@
+"""DiskRowSet: immutable columnar base data on disk plus its REDO delta stores.
+
+File format (measured against Parquet, see ``docs``/report): Arrow IPC *file* format, uncompressed,
+read memory-mapped, one record batch per rowset. Base data is sorted by encoded primary key and carries
+the encoded key (``_key``, which doubles as the key index searched by binary search) and the insert
+timestamp (``_ts``). A bloom filter block answers "certainly absent" for key probes; min/max keys live
+in the tablet metadata so rowsets can be pruned without opening them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from kudu_async.common.errors import KuduCorruption
+from kudu_async.fs.block_manager import BlockManager
+from kudu_async.fs.tablet_metadata import RowSetMetadata
+from kudu_async.tablet.bloom import BloomFilter
+from kudu_async.tablet.delta_store import (
+    LIVE_COL,
+    ROW_COL,
+    SEQ_COL,
+    DeltaMemStore,
+    apply_deltas,
+    mutations_to_table,
+)
+from kudu_async.tablet.memrowset import Mutation, apply_mutations
+from kudu_async.tablet.mvcc import MvccSnapshot
+from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
+
+TARGET_ROWSET_BYTES = 32 * 1024 * 1024
+
+
+def _ipc_writer(table: pa.Table) -> Callable[[BinaryIO], object]:
+    def write(f: BinaryIO) -> None:
+        sink = pa.PythonFile(f, mode="w")
+        with ipc.new_file(sink, table.schema) as w:
+            w.write_table(table, max_chunksize=max(1, table.num_rows))
+
+    return write
+
+
+def read_ipc_table(path: str) -> pa.Table:
+    """Open an IPC file memory-mapped: columns are paged in only when touched."""
+    try:
+        return ipc.open_file(pa.memory_map(path, "r")).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise KuduCorruption(f"cannot read block {path}: {e}") from e
+
+
+def _fixed_width_view(keys: pa.Array) -> tuple[np.ndarray | None, int]:
+    """A numpy ``S<width>`` view of the key column when every key has one width (int keys, ...).
+
+    numpy compares ``S`` values with trailing NUL bytes stripped, which keeps the order of equal-width
+    byte strings (NUL is the smallest byte), so ``searchsorted`` is a valid C-speed binary search.
+    """
+    n = len(keys)
+    if n == 0 or keys.offset != 0:
+        return None, 0
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1)
+    widths = np.diff(offsets)
+    width = int(widths[0])
+    if width == 0 or not (widths == width).all():
+        return None, 0
+    data = keys.buffers()[2]
+    return np.frombuffer(data, dtype=f"S{width}", count=n, offset=int(offsets[0])), width
+
+
+class _KeyView:
+    """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
+
+    def __init__(self, arr: pa.Array) -> None:
+        self._arr = arr
+
+    def __len__(self) -> int:
+        return len(self._arr)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self._arr[i].as_py()
+
+
+class DiskRowSet:
+    """One flushed rowset; the tablet mutates its delta stores only under the component lock."""
+
+    def __init__(self, info: SchemaInfo, meta: RowSetMetadata, bm: BlockManager) -> None:
+        self.info = info
+        self.meta = meta
+        self.bm = bm
+        self.base = read_ipc_table(bm.path(meta.base_block))
+        if self.base.num_rows != meta.num_rows:
+            raise KuduCorruption(
+                f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
+            )
+        self.keys: pa.Array = self.base.column(KEY_COL).combine_chunks()
+        self._fixed, self._width = _fixed_width_view(self.keys)
+        with open(bm.path(meta.bloom_block), "rb") as f:
+            self.bloom = BloomFilter.from_bytes(f.read())
+        self.min_key = bytes.fromhex(meta.min_key_hex)
+        self.max_key = bytes.fromhex(meta.max_key_hex)
+        self.delta_tables: list[pa.Table] = [read_ipc_table(bm.path(b)) for b in meta.delta_blocks]
+        self.dms = DeltaMemStore(info)
+        self.flushing_dms: list[DeltaMemStore] = []
+        self.latest: dict[int, tuple[int, bool]] = {}
+        for t in self.delta_tables:
+            self._note_latest(t)
+        self.busy = False
+        self.retired = False
+
+    def _note_latest(self, t: pa.Table) -> None:
+        if t.num_rows == 0:
+            return
+        s = (
+            t.select([ROW_COL, TS_COL, SEQ_COL, LIVE_COL])
+            .sort_by([(TS_COL, "ascending"), (SEQ_COL, "ascending")])
+            .to_pydict()
+        )
+        for r, ts, live in zip(s[ROW_COL], s[TS_COL], s[LIVE_COL], strict=True):
+            self.latest[r] = (ts, live)
+
+    @property
+    def id(self) -> int:
+        return self.meta.id
+
+    def num_rows(self) -> int:
+        return self.meta.num_rows
+
+    def base_bytes(self) -> int:
+        return self.base.nbytes
+
+    def delta_memory_bytes(self) -> int:
+        return self.dms.memory_bytes() + sum(d.memory_bytes() for d in self.flushing_dms)
+
+    def num_delta_rows_on_disk(self) -> int:
+        return sum(t.num_rows for t in self.delta_tables)
+
+    # -- key probes ----------------------------------------------------------------------------
+
+    def may_contain_key(self, key: bytes) -> bool:
+        return self.min_key <= key <= self.max_key and self.bloom.may_contain(key)
+
+    def find_row(self, key: bytes) -> int | None:
+        """Position of ``key`` in the base data, by range check, bloom filter and binary search."""
+        if not self.may_contain_key(key):
+            return None
+        if self._fixed is not None:
+            if len(key) != self._width:
+                return None
+            j = int(np.searchsorted(self._fixed, key))
+            return j if j < len(self._fixed) and self.keys[j].as_py() == key else None
+        view = _KeyView(self.keys)
+        i = bisect.bisect_left(view, key)
+        if i < len(view) and view[i] == key:
+            return i
+        return None
+
+    def row_bounds(self, lower: bytes | None, upper: bytes | None, lower_exclusive: bool) -> tuple[int, int]:
+        view = _KeyView(self.keys)
+        lo = 0
+        if lower is not None:
+            lo = (bisect.bisect_right if lower_exclusive else bisect.bisect_left)(view, lower)
+        hi = len(view) if upper is None else bisect.bisect_left(view, upper)
+        return lo, max(lo, hi)
+
+    def row_latest(self, row: int) -> tuple[int, bool]:
+        """(timestamp of the last change, live now) of a base row, deltas included."""
+        muts = self.dms.by_row.get(row)
+        if muts:
+            return muts[-1].ts, muts[-1].live
+        for d in reversed(self.flushing_dms):
+            muts = d.by_row.get(row)
+            if muts:
+                return muts[-1].ts, muts[-1].live
+        hit = self.latest.get(row)
+        if hit is not None:
+            return hit
+        return int(self.base.column(TS_COL)[row].as_py()), True
+
+    def mutate(self, row: int, m: Mutation) -> None:
+        if self.dms.created_at is None:
+            self.dms.created_at = time.monotonic()
+        self.dms.add(row, m)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def delta_snapshot(self) -> pa.Table | None:
+        """All deltas (files, flushing and active DMS) as one table; call under the component lock."""
+        parts = [*self.delta_tables, *(d.to_table() for d in self.flushing_dms if len(d))]
+        if len(self.dms):
+            parts.append(self.dms.to_table())
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def scan(
+        self,
+        snap: MvccSnapshot,
+        columns: list[str],
+        deltas: pa.Table | None,
+        lower: bytes | None,
+        upper: bytes | None,
+        lower_exclusive: bool = False,
+    ) -> pa.Table:
+        """Rows live at ``snap`` within the key bounds: ``columns`` plus ``_key``, vectorised."""
+        lo, hi = self.row_bounds(lower, upper, lower_exclusive)
+        if lo >= hi:
+            return self.base.select([*columns, KEY_COL]).slice(0, 0)
+        t = self.base.select([*columns, KEY_COL, TS_COL]).slice(lo, hi - lo)
+        value_cols = [c for c in columns if c not in self.info.key_names]
+        t, live = apply_deltas(t, lo, deltas, snap, value_cols)
+        masks = []
+        if snap.may_have_invisible(self.meta.max_ts):
+            masks.append(snap.visible_mask(t.column(TS_COL)))
+        if live is not None:
+            masks.append(pa.array(live))
+        if masks:
+            m = masks[0] if len(masks) == 1 else pc.and_(masks[0], masks[1])
+            t = t.filter(m)
+        return t.drop_columns([TS_COL])
+
+    def get_row(self, row: int, snap: MvccSnapshot) -> dict[int, Any] | None:
+        """One row as of ``snap`` (point lookup path; per-row Python is fine here)."""
+        if not snap.is_visible(int(self.base.column(TS_COL)[row].as_py())):
+            return None
+        values = {i: self.base.column(i)[row].as_py() for i in range(len(self.info.names))}
+        muts: list[Mutation] = []
+        if self.delta_tables and row in self.latest:
+            for t in self.delta_tables:
+                rc = t.column(ROW_COL)
+                sub = t.filter(pc.equal(rc, pa.scalar(row, pa.uint32())))
+                if sub.num_rows:
+                    from kudu_async.tablet.delta_store import delta_rows_to_mutations
+
+                    keys = {row: b""}
+                    muts.extend(m for _, m in delta_rows_to_mutations(self.info, sub, keys))  # type: ignore[arg-type]
+        for d in [*self.flushing_dms, self.dms]:
+            muts.extend(d.by_row.get(row, ()))
+        muts.sort(key=lambda m: (m.ts, m.seq))
+        return apply_mutations(values, muts, snap)
+
+
+def write_rowsets(
+    bm: BlockManager,
+    info: SchemaInfo,
+    table: pa.Table,
+    deltas: list[tuple[int, Mutation]],
+    first_id: int,
+    target_bytes: int = TARGET_ROWSET_BYTES,
+) -> list[RowSetMetadata]:
+    """Write a key-sorted table (with ``_key``/``_ts``) as rowsets of about ``target_bytes`` each.
+
+    Returns their metadata; nothing refers to the blocks until the caller commits new tablet metadata.
+    """
+    n = table.num_rows
+    if n == 0:
+        return []
+    per_row = max(1, table.nbytes // n)
+    rows_per_rs = max(1, target_bytes // per_row)
+    pieces = math.ceil(n / rows_per_rs)
+    by_piece: list[list[tuple[int, Mutation]]] = [[] for _ in range(pieces)]
+    for pos, m in deltas:
+        by_piece[pos // rows_per_rs].append((pos % rows_per_rs, m))
+    out = []
+    for p in range(pieces):
+        piece = table.slice(p * rows_per_rs, rows_per_rs).combine_chunks()
+        keys = piece.column(KEY_COL)
+        base_block = bm.write_block(_ipc_writer(piece))
+        bloom = BloomFilter.build(keys.to_pylist())
+        data = bloom.to_bytes()
+        bloom_block = bm.write_block(lambda f, data=data: f.write(data))  # type: ignore[misc]
+        delta_blocks = []
+        max_ts = int(pc.max(piece.column(TS_COL)).as_py())
+        if by_piece[p]:
+            dt = mutations_to_table(info, by_piece[p])
+            delta_blocks.append(bm.write_block(_ipc_writer(dt)))
+        out.append(
+            RowSetMetadata(
+                id=first_id + p,
+                base_block=base_block,
+                bloom_block=bloom_block,
+                num_rows=piece.num_rows,
+                min_key_hex=keys[0].as_py().hex(),
+                max_key_hex=keys[-1].as_py().hex(),
+                max_ts=max_ts,
+                delta_blocks=delta_blocks,
+            )
+        )
+    return out
+
+
+def write_delta_block(bm: BlockManager, table: pa.Table) -> str:
+    return bm.write_block(_ipc_writer(table))

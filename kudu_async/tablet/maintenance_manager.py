@@ -1,0 +1,276 @@
+"""Maintenance manager: picks flushes and compactions across tablets and runs them on worker threads.
+
+Every poll it asks each registered tablet for candidate ops (:func:`tablet_ops`), scores them and hands
+the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (MemRowSet +
+DeltaMemStore bytes above the flush threshold: flush the biggest), then age (a non-empty store older than
+``flush_threshold_secs``), then performance benefit (rowset overlap, delta file count, delta/base ratio).
+Queue, running ops and history are plain JSON-able dicts for the admin page.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kudu_async.tablet.tablet import Tablet
+
+COMPACTION_BUDGET_BYTES = 128 * 1024 * 1024
+
+
+@dataclass
+class MaintenanceOp:
+    """A candidate op: what it would free (RAM), how much it would help reads, and how to run it."""
+
+    name: str
+    tablet_id: str
+    ram_anchored: int
+    age_s: float
+    perf_improvement: float
+    run: Callable[[], bool]
+    key: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tablet_id": self.tablet_id,
+            "ram_anchored_bytes": self.ram_anchored,
+            "age_s": round(self.age_s, 3),
+            "perf_improvement": round(self.perf_improvement, 4),
+        }
+
+
+def _bind(fn: Callable[[Any], bool], arg: Any) -> Callable[[], bool]:
+    return lambda: fn(arg)
+
+
+def _overlap_depth(tablet: Tablet) -> tuple[float, list[int]]:
+    """Max number of rowsets covering one key, and the ids of the rowsets at that point."""
+    rs = tablet.rowsets()
+    events = sorted([(d.min_key, 0, d.id) for d in rs] + [(d.max_key, 1, d.id) for d in rs])
+    live: set[int] = set()
+    best: set[int] = set()
+    for _, kind, rid in events:
+        if kind == 0:
+            live.add(rid)
+            if len(live) > len(best):
+                best = set(live)
+        else:
+            live.discard(rid)
+    return float(len(best)), sorted(best)
+
+
+def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
+    """The flush and compaction ops this tablet could run now."""
+    ops: list[MaintenanceOp] = []
+    now = time.monotonic()
+    tid = tablet.tablet_id
+    mrs_bytes = tablet.mrs_memory_bytes()
+    created = tablet._mrs.created_at
+    if mrs_bytes:
+        ops.append(
+            MaintenanceOp(
+                "FlushMRSOp",
+                tid,
+                mrs_bytes,
+                now - created if created else 0.0,
+                0.0,
+                tablet.flush_mrs,
+                key=f"{tid}/mrs",
+            )
+        )
+    opts = tablet.options
+    for d in tablet.rowsets():
+        dms_bytes = d.dms.memory_bytes()
+        if dms_bytes:
+            age = now - d.dms.created_at if d.dms.created_at else 0.0
+            ops.append(
+                MaintenanceOp(
+                    "FlushDeltaMemStoresOp",
+                    tid,
+                    dms_bytes,
+                    age,
+                    0.0,
+                    _bind(tablet.flush_dms, d.id),
+                    key=f"{tid}/dms/{d.id}",
+                )
+            )
+        nfiles = len(d.delta_tables)
+        if nfiles >= opts.delta_minor_compact_max_files:
+            ops.append(
+                MaintenanceOp(
+                    "MinorDeltaCompactionOp",
+                    tid,
+                    0,
+                    0.0,
+                    nfiles / 100.0,
+                    _bind(tablet.minor_delta_compaction, d.id),
+                    key=f"{tid}/minor/{d.id}",
+                )
+            )
+        ratio = d.num_delta_rows_on_disk() / max(1, d.num_rows())
+        if nfiles and ratio >= opts.delta_major_compact_min_ratio:
+            ops.append(
+                MaintenanceOp(
+                    "MajorDeltaCompactionOp",
+                    tid,
+                    0,
+                    0.0,
+                    ratio,
+                    _bind(tablet.compact_rowsets, [d.id]),
+                    key=f"{tid}/major/{d.id}",
+                )
+            )
+    depth, ids = _overlap_depth(tablet)
+    # Respect a merge budget (Kudu's tablet_compaction_budget_mb) so compaction memory stays bounded.
+    by_id = {d.id: d for d in tablet.rowsets()}
+    budget, chosen = COMPACTION_BUDGET_BYTES, list[int]()
+    for rid in sorted(ids, key=lambda r: by_id[r].base_bytes() if r in by_id else 0):
+        size = by_id[rid].base_bytes() if rid in by_id else 0
+        if chosen and size > budget:
+            break
+        chosen.append(rid)
+        budget -= size
+    ids = chosen
+    depth = min(depth, float(len(ids)))
+    if depth >= 2:
+        ops.append(
+            MaintenanceOp(
+                "CompactRowSetsOp",
+                tid,
+                0,
+                0.0,
+                depth - 1.0,
+                _bind(tablet.compact_rowsets, ids),
+                key=f"{tid}/compact",
+            )
+        )
+    return ops
+
+
+class MaintenanceManager:
+    """Runs :class:`MaintenanceOp` s on ``num_threads`` workers; ``poll_once`` is the thread-free core."""
+
+    def __init__(
+        self,
+        *,
+        num_threads: int = 1,
+        polling_interval_s: float = 0.25,
+        memory_threshold_bytes: int = 64 * 1024 * 1024,
+        flush_age_s: float = 120.0,
+        history_size: int = 64,
+    ) -> None:
+        self.num_threads = num_threads
+        self.polling_interval_s = polling_interval_s
+        self.memory_threshold_bytes = memory_threshold_bytes
+        self.flush_age_s = flush_age_s
+        self._tablets: dict[str, Tablet] = {}
+        self._lock = threading.Lock()
+        self._running: dict[str, dict[str, Any]] = {}
+        self._history: deque[dict[str, Any]] = deque(maxlen=history_size)
+        self._pool: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_queue: list[dict[str, Any]] = []
+
+    def register(self, tablet: Tablet) -> None:
+        with self._lock:
+            self._tablets[tablet.tablet_id] = tablet
+
+    def unregister(self, tablet_id: str) -> None:
+        with self._lock:
+            self._tablets.pop(tablet_id, None)
+
+    def score(self, op: MaintenanceOp, total_ram: int) -> float:
+        """Memory pressure beats age beats read benefit; 0 means "not worth running"."""
+        if op.ram_anchored and total_ram >= self.memory_threshold_bytes:
+            return 1e12 + op.ram_anchored
+        if op.ram_anchored and op.age_s >= self.flush_age_s:
+            return 1e9 + op.age_s
+        return op.perf_improvement
+
+    def candidates(self) -> list[tuple[float, MaintenanceOp]]:
+        with self._lock:
+            tablets = list(self._tablets.values())
+            busy = set(self._running)
+        ops = [op for t in tablets for op in tablet_ops(t)]
+        total_ram = sum(op.ram_anchored for op in ops)
+        scored = sorted(
+            ((self.score(op, total_ram), op) for op in ops if op.key not in busy), key=lambda so: -so[0]
+        )
+        self._last_queue = [{**op.to_dict(), "score": s} for s, op in scored]
+        return [(s, op) for s, op in scored if s > 0]
+
+    def poll_once(self, run_inline: bool = False) -> MaintenanceOp | None:
+        """Pick the best op; run it inline (tests) or submit it to the worker pool."""
+        with self._lock:
+            if not run_inline and len(self._running) >= self.num_threads:
+                return None
+        cands = self.candidates()
+        if not cands:
+            return None
+        op = cands[0][1]
+        with self._lock:
+            self._running[op.key] = {**op.to_dict(), "started_at": time.time()}
+        if run_inline:
+            self._execute(op)
+        else:
+            assert self._pool is not None
+            self._pool.submit(self._execute, op)
+        return op
+
+    def _execute(self, op: MaintenanceOp) -> None:
+        start = time.monotonic()
+        entry = op.to_dict()
+        try:
+            did = op.run()
+            entry["result"] = "OK" if did else "NOTHING_TO_DO"
+        except Exception as e:  # a failed op is recorded and retried later; the tablet stays usable
+            entry["result"] = f"ERROR: {e!r}"
+            entry["traceback"] = traceback.format_exc(limit=5)
+        entry["duration_s"] = round(time.monotonic() - start, 4)
+        entry["finished_at"] = time.time()
+        with self._lock:
+            self._running.pop(op.key, None)
+            self._history.append(entry)
+
+    def start(self) -> None:
+        """Start the polling thread and the worker pool."""
+        if self._thread is not None:
+            return
+        self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="maintenance")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="maintenance-scheduler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.polling_interval_s):
+            try:
+                while self.poll_once() is not None:
+                    pass
+            except Exception:  # keep scheduling even if one tablet misbehaves
+                traceback.print_exc()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able queue / running / history for ``/api/v1/maintenance``."""
+        with self._lock:
+            return {
+                "num_threads": self.num_threads,
+                "queue": list(self._last_queue),
+                "running": list(self._running.values()),
+                "history": list(self._history),
+            }

@@ -1,0 +1,66 @@
+"""Write operation types, the write op a Raft entry carries, and per-row results."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+
+class OpType(enum.IntEnum):
+    """Row operation types, numbered as Kudu's RowOperationsPB so wire values carry over."""
+
+    INSERT = 1
+    UPDATE = 2
+    DELETE = 3
+    UPSERT = 5
+    INSERT_IGNORE = 10
+    UPDATE_IGNORE = 11
+    DELETE_IGNORE = 12
+    UPSERT_IGNORE = 13
+
+
+@dataclass(frozen=True)
+class WriteOp:
+    """A batch of row operations: one op type per row, rows in schema column order.
+
+    ``set_columns`` (rows x columns, bool) says which columns an UPDATE/UPSERT row really sets; None
+    means every column is set. INSERT rows must carry every column's value (defaults already filled
+    in by the client/row conversion); unset cells of UPDATE rows are ignored.
+    """
+
+    op_types: Sequence[int] | np.ndarray | pa.Array
+    rows: pa.RecordBatch
+    set_columns: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class LoggedWrite:
+    """A write as the WAL records it: what bootstrap replays."""
+
+    log_index: int
+    timestamp: int
+    op: WriteOp
+
+
+@dataclass(frozen=True)
+class RowError:
+    row_index: int
+    code: str  # ALREADY_PRESENT | NOT_FOUND | INVALID_ARGUMENT
+    message: str
+
+
+@dataclass
+class WriteResult:
+    """Per-row failures plus counts; rows not listed in ``row_errors`` succeeded (or were ignored)."""
+
+    timestamp: int
+    log_index: int
+    row_errors: list[RowError] = field(default_factory=list)
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    ignored: int = 0

@@ -1,0 +1,67 @@
+"""The tablet's view of a table schema: Arrow layout, key columns and the key encoder.
+
+Everything the storage needs from ``kudu_async.common.schema``/``key_encoding`` goes through this one
+class, so the storage depends on a narrow surface of the common API.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pyarrow as pa
+
+KEY_COL = "_key"
+TS_COL = "_ts"
+
+
+def _key_encoding() -> Any:
+    """common.key_encoding, imported late so the storage can load before it (tests stand in for it)."""
+    return importlib.import_module("kudu_async.common.key_encoding")
+
+
+def _num_key_columns(schema: Any) -> int:
+    for attr in ("key_column_count", "num_key_columns", "num_primary_key_columns"):
+        v = getattr(schema, attr, None)
+        if v is not None:
+            return int(v() if callable(v) else v)
+    for attr in ("primary_key", "key_columns", "primary_key_columns"):
+        v = getattr(schema, attr, None)
+        if v is not None:
+            return len(v() if callable(v) else v)
+    raise TypeError(f"cannot find the key columns of schema {schema!r}")
+
+
+class SchemaInfo:
+    """Derived, immutable facts about a schema that the storage uses on every operation."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.arrow: pa.Schema = schema.to_arrow()
+        self.names: list[str] = list(self.arrow.names)
+        self.num_key_columns = _num_key_columns(schema)
+        self.key_names = self.names[: self.num_key_columns]
+        self.value_indices = list(range(self.num_key_columns, len(self.names)))
+        self.nullable = [f.nullable for f in self.arrow]
+        self.storage_arrow = pa.schema(
+            [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]
+        )
+
+    def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> list[bytes]:
+        """Order-preserving encoded primary keys of every row, via common.key_encoding."""
+        encoded: pa.Array = _key_encoding().encode_keys(self.schema, batch)
+        return encoded.to_pylist()
+
+    def encode_key(self, values: Any) -> bytes:
+        key: bytes = _key_encoding().encode_key(self.schema, values)
+        return key
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = self.schema.to_dict()
+        return d
+
+    @staticmethod
+    def schema_from_dict(d: dict[str, Any]) -> Any:
+        from kudu_async.common.schema import Schema
+
+        return Schema.from_dict(d)

@@ -1,0 +1,1097 @@
+"""Tablet: one replica's storage — write ops, scans, flushes, compactions, open and bootstrap.
+
+Write contract (the Raft layer sits between the two halves, as in Kudu):
+
+1. ``prepare_write(op, timestamp)`` validates the rows, takes the row locks of every key in the batch
+   (blocking up to ``lock_timeout_s``; pass 0 from an event loop and retry on KuduTimedOut), decides per
+   row what will happen (insert / update / delete / error / ignored) and registers ``timestamp`` with MVCC
+   as in flight. Nothing is visible yet. Timestamps must increase in log-index order (the leader's
+   hybrid clock guarantees it).
+2. The caller replicates the op (the WAL entry is a :class:`LoggedWrite`), then calls
+   ``apply_write(prepared, log_index)``: the mutations go into the MemRowSet/delta stores, MVCC commits
+   the timestamp (scans see it from now on), locks are released and the :class:`WriteResult` returned.
+   ``abort_write(prepared)`` instead drops the locks and the MVCC registration.
+
+Because the locks are held from prepare to apply, the per-row outcome decided in prepare stays valid.
+
+Storage invariant: a key lives in exactly one rowset (the MemRowSet or one DiskRowSet); re-inserting a
+deleted key adds a re-insert mutation to the rowset that holds it. Hence every op's effect on a key is
+in one store, durable stores hold a prefix of each key's history, and replay can skip a row whose key
+already has history at or after the op's timestamp (see :meth:`Tablet.open`).
+
+Concurrency: one component lock (short holds) guards the rowset lists, the MemRowSet and delta stores;
+flush and compaction do their I/O outside it in worker threads and swap the result in under it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib
+import itertools
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kudu_async.common.clock import HybridClock, timestamp_from_seconds_ago
+from kudu_async.common.errors import (
+    KuduIllegalState,
+    KuduInvalidArgument,
+    KuduNotFound,
+)
+from kudu_async.fs.block_manager import BlockManager
+from kudu_async.fs.tablet_metadata import (
+    RowSetMetadata,
+    TabletMetadata,
+    read_tablet_metadata,
+    write_tablet_metadata,
+)
+from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
+from kudu_async.tablet.delta_store import DeltaMemStore
+from kudu_async.tablet.diskrowset import (
+    TARGET_ROWSET_BYTES,
+    DiskRowSet,
+    _KeyView,
+    read_ipc_table,
+    write_delta_block,
+    write_rowsets,
+)
+from kudu_async.tablet.lock_manager import LockManager
+from kudu_async.tablet.memrowset import MemRowSet, MRSRow, Mutation
+from kudu_async.tablet.mvcc import MvccManager, MvccSnapshot
+from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp, WriteResult
+from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
+
+READ_LATEST = "READ_LATEST"
+READ_AT_SNAPSHOT = "READ_AT_SNAPSHOT"
+
+_INSERT, _UPDATE, _DELETE = 1, 2, 3
+_IGNORE_OPS = {OpType.INSERT_IGNORE, OpType.UPDATE_IGNORE, OpType.DELETE_IGNORE, OpType.UPSERT_IGNORE}
+
+
+@dataclass
+class TabletOptions:
+    """Storage knobs (Kudu's flag names in comments)."""
+
+    flush_threshold_bytes: int = 64 * 1024 * 1024  # flush_threshold_mb (ours: 64 MiB)
+    flush_threshold_secs: float = 120.0  # flush_threshold_secs
+    history_max_age_sec: float = 7 * 24 * 3600.0  # tablet_history_max_age_sec
+    target_rowset_bytes: int = TARGET_ROWSET_BYTES  # budgeted_compaction_target_rowset_size
+    delta_minor_compact_max_files: int = 10  # tablet_delta_store_minor_compact_max (Kudu: 1000)
+    delta_major_compact_min_ratio: float = 0.1  # tablet_delta_store_major_compact_min_ratio
+    scan_batch_bytes: int = 1024 * 1024  # scanner_default_batch_size_bytes
+    lock_timeout_s: float = 10.0
+    sync: bool = True
+
+
+@dataclass
+class ScanSpec:
+    """What to read: projection, predicates, PK bounds (encoded keys), limit and read mode."""
+
+    projection: list[str] | None = None
+    predicates: list[Any] = field(default_factory=list)
+    lower_key: bytes | None = None  # inclusive
+    upper_key: bytes | None = None  # exclusive
+    resume_after_key: bytes | None = None  # exclusive: the last key a previous scan returned
+    limit: int | None = None
+    read_mode: str = READ_LATEST
+    snapshot_ts: int | None = None
+    ordered: bool = False
+    batch_bytes: int | None = None
+    snapshot_wait_s: float = 10.0
+
+
+@dataclass
+class PreparedWrite:
+    """The outcome of :meth:`Tablet.prepare_write`; pass it to apply_write or abort_write."""
+
+    op: WriteOp
+    timestamp: int
+    owner: int
+    keys: list[bytes | None]
+    actions: list[tuple[int, bytes, int, Any, Any]]  # (row index, key, _INSERT/_UPDATE/_DELETE, location)
+    errors: list[RowError]
+    ignored: int
+    locked: list[bytes]
+    state: str = "prepared"
+
+
+class TabletScanner:
+    """Iterator of Arrow record batches; ``last_key`` is the encoded key of the last row returned."""
+
+    def __init__(
+        self,
+        batches: Iterator[tuple[pa.RecordBatch, bytes | None]],
+        snapshot: MvccSnapshot,
+        snapshot_ts: int | None,
+    ) -> None:
+        self._it = batches
+        self.snapshot = snapshot
+        self.snapshot_ts = snapshot_ts
+        self.last_key: bytes | None = None
+        self.rows_returned = 0
+
+    def __iter__(self) -> TabletScanner:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        batch, last = next(self._it)
+        if last is not None:
+            self.last_key = last
+        self.rows_returned += batch.num_rows
+        return batch
+
+    def to_table(self) -> pa.Table | None:
+        """Drain the scan into one table (tests, small scans); None when no row matched."""
+        batches = list(self)
+        return pa.Table.from_batches(batches) if batches else None
+
+
+def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
+    """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
+    view = _KeyView(t.column(KEY_COL).combine_chunks())
+    a = 0 if lo is None else bisect.bisect_left(view, lo)
+    b = len(view) if hi is None else bisect.bisect_left(view, hi)
+    return t.slice(a, max(0, b - a))
+
+
+def _ordered_pieces(
+    mrs_tables: list[pa.Table],
+    drs: list[tuple[DiskRowSet, pa.Table | None]],
+    snap: MvccSnapshot,
+    needed: list[str],
+    lower: bytes | None,
+    upper: bytes | None,
+    lower_excl: bool,
+) -> Iterator[pa.Table]:
+    """Key-ordered pieces with memory bounded by the largest cluster of overlapping rowsets.
+
+    Rowsets are grouped into clusters of transitively overlapping key ranges; clusters are disjoint,
+    so each is merged (concat + sort) on its own and emitted in key order, with the MemRowSet rows
+    that fall in it or in the gap before it.
+    """
+    mrs = pa.concat_tables(mrs_tables).sort_by([(KEY_COL, "ascending")]) if mrs_tables else None
+    clusters: list[list[tuple[DiskRowSet, pa.Table | None]]] = []
+    cmax = b""
+    for item in drs:  # sorted by min key
+        if clusters and item[0].min_key <= cmax:
+            clusters[-1].append(item)
+            cmax = max(cmax, item[0].max_key)
+        else:
+            clusters.append([item])
+            cmax = item[0].max_key
+    prev_hi: bytes | None = None
+    for cl in clusters:
+        lo = cl[0][0].min_key
+        hi_incl = max(d.max_key for d, _ in cl)
+        hi = hi_incl + b"\x00"  # smallest key above hi_incl
+        parts = [d.scan(snap, needed, deltas, lower, upper, lower_excl) for d, deltas in cl]
+        if mrs is not None:
+            gap = _key_slice(mrs, prev_hi, lo)
+            if gap.num_rows:
+                yield gap
+            parts.append(_key_slice(mrs, lo, hi))
+        prev_hi = hi
+        merged = pa.concat_tables(parts)
+        yield merged.sort_by([(KEY_COL, "ascending")]) if len(parts) > 1 else merged
+    if mrs is not None:
+        tail = _key_slice(mrs, prev_hi, None)
+        if tail.num_rows:
+            yield tail
+
+
+def _pred_column(pred: Any) -> str:
+    col = getattr(pred, "column", None) or getattr(pred, "column_name", None)
+    return col if isinstance(col, str) else col.name  # type: ignore[union-attr]
+
+
+class Tablet:
+    """One tablet replica's storage; see the module docstring for the contracts."""
+
+    def __init__(
+        self,
+        tablet_dir: str,
+        meta: TabletMetadata,
+        schema: Any,
+        bm: BlockManager,
+        options: TabletOptions,
+        clock: HybridClock,
+    ) -> None:
+        self.tablet_dir = tablet_dir
+        self.tablet_id = meta.tablet_id
+        self.info = SchemaInfo(schema)
+        self.options = options
+        self.clock = clock
+        self.bm = bm
+        self.mvcc = MvccManager()
+        self.locks = LockManager()
+        self._lock = threading.RLock()
+        self._seq = itertools.count(1)
+        self._owner = itertools.count(1)
+        self._mrs_ids = itertools.count(1)
+        self._next_rowset_id = meta.next_rowset_id
+        self._mrs = self._new_mrs()
+        self._flushing_mrs: list[MemRowSet] = []
+        self._drs: list[DiskRowSet] = [DiskRowSet(self.info, rs, bm) for rs in meta.rowsets]
+        self._last_applied_index = meta.last_flushed_log_index
+        self._last_flushed_index = meta.last_flushed_log_index
+        self._mrs_flush_running = False
+        durable_max = max(
+            [rs.max_ts for rs in meta.rowsets]
+            + [
+                int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables if t.num_rows
+            ],
+            default=-1,
+        )
+        self.mvcc.mark_committed_up_to(durable_max)
+        self.clock.update(durable_max)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        tablet_dir: str,
+        schema: Any,
+        *,
+        tablet_id: str = "",
+        options: TabletOptions | None = None,
+        clock: HybridClock | None = None,
+    ) -> Tablet:
+        """Create an empty tablet (metadata written durably) and open it."""
+        options = options or TabletOptions()
+        os.makedirs(tablet_dir, exist_ok=True)
+        meta = TabletMetadata(tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict())
+        write_tablet_metadata(tablet_dir, meta, sync=options.sync)
+        return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
+
+    @classmethod
+    def open(
+        cls,
+        tablet_dir: str,
+        *,
+        log_ops: Iterable[LoggedWrite] = (),
+        options: TabletOptions | None = None,
+        clock: HybridClock | None = None,
+        schema: Any = None,
+    ) -> Tablet:
+        """Open a tablet and bootstrap it: replay logged writes above the last flushed log index.
+
+        Rows whose key already has history at or after the op's timestamp are skipped (their effect
+        is already in flushed files); every other row is re-applied exactly as it was the first time.
+        """
+        options = options or TabletOptions()
+        clock = clock or HybridClock()
+        meta = read_tablet_metadata(tablet_dir)
+        if schema is None:
+            schema = SchemaInfo.schema_from_dict(meta.schema)
+        bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync)
+        bm.delete_orphans(meta.live_blocks())
+        tablet = cls(tablet_dir, meta, schema, bm, options, clock)
+        for entry in log_ops:
+            if entry.log_index <= meta.last_flushed_log_index:
+                continue
+            clock.update(entry.timestamp)
+            prepared = tablet.prepare_write(entry.op, entry.timestamp, replay=True)
+            tablet.apply_write(prepared, entry.log_index)
+        return tablet
+
+    def _new_mrs(self) -> MemRowSet:
+        return MemRowSet(self.info, next(self._mrs_ids))
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def prepare_write(
+        self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
+    ) -> PreparedWrite:
+        """Validate, lock and decide every row; register ``timestamp`` with MVCC (see module doc)."""
+        rows = op.rows
+        if rows.schema.names != self.info.names:
+            raise KuduInvalidArgument(
+                f"write columns {rows.schema.names} do not match the schema columns {self.info.names}"
+            )
+        if not rows.schema.equals(self.info.arrow, check_metadata=False):
+            rows = pa.RecordBatch.from_arrays(
+                [c.cast(f.type) for c, f in zip(rows.columns, self.info.arrow, strict=True)],
+                schema=self.info.arrow,
+            )
+        n = rows.num_rows
+        op_types = np.asarray(
+            op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types,
+            dtype=np.int64,
+        )
+        if len(op_types) != n:
+            raise KuduInvalidArgument(f"{len(op_types)} op types for {n} rows")
+        bad = set(op_types.tolist()) - {int(t) for t in OpType}
+        if bad:
+            raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
+        errors: dict[int, RowError] = {}
+        rows = self._validate_rows(rows, op_types, errors)
+        keys = self._encode_keys_checked(rows, errors)
+        self._check_nulls(rows, op_types, op.set_columns, errors)
+        owner = next(self._owner)
+        locked = [k for k in dict.fromkeys(k for k in keys if k is not None)]
+        self.locks.acquire(
+            locked, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        )
+        try:
+            with self._lock:
+                actions, ignored = self._decide(
+                    rows, op_types, op.set_columns, keys, errors, timestamp, replay
+                )
+            self.mvcc.start_op(timestamp)
+        except BaseException:
+            self.locks.release(locked, owner)
+            raise
+        return PreparedWrite(
+            op=WriteOp(op_types, rows, op.set_columns),
+            timestamp=timestamp,
+            owner=owner,
+            keys=keys,
+            actions=actions,
+            errors=sorted(errors.values(), key=lambda e: e.row_index),
+            ignored=ignored,
+            locked=locked,
+        )
+
+    def _validate_rows(
+        self, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
+    ) -> pa.RecordBatch:
+        """Per-row INVALID_ARGUMENT via common's ``Schema.validate_batch_rows`` (vectorised).
+
+        Insert-like rows are checked as inserts (every value), UPDATE/DELETE rows as deletes (key
+        columns; NOT NULL for set columns of updates is checked by :meth:`_check_nulls`). A batch of
+        only insert-like rows also takes the normalised values (e.g. VARCHAR truncation).
+        """
+        validate = getattr(self.info.schema, "validate_batch_rows", None)
+        if validate is None or rows.num_rows == 0:
+            return rows
+        insertish = np.isin(op_types, self._INSERTISH)
+        if insertish.all():
+            out, errs = validate(rows, for_op="insert")
+            for i, msg in errs.items():
+                errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", msg)
+            return out if out.schema.equals(self.info.arrow, check_metadata=False) else rows
+        for mask, for_op in ((insertish, "insert"), (~insertish, "delete")):
+            idx = np.flatnonzero(mask)
+            if len(idx):
+                _, errs = validate(rows.take(pa.array(idx)), for_op=for_op)
+                for j, msg in errs.items():
+                    i = int(idx[int(j)])
+                    errors[i] = RowError(i, "INVALID_ARGUMENT", msg)
+        return rows
+
+    def _encode_keys_checked(self, rows: pa.RecordBatch, errors: dict[int, RowError]) -> list[bytes | None]:
+        null_mask = None
+        for name in self.info.key_names:
+            m = pc.is_null(rows.column(name))
+            null_mask = m if null_mask is None else pc.or_(null_mask, m)
+        has_nulls = null_mask is not None and pc.any(null_mask).as_py()
+        if not has_nulls and not errors:
+            return list(self.info.encode_keys(rows))
+        bad = (
+            null_mask.to_numpy(zero_copy_only=False).copy()
+            if has_nulls and null_mask is not None
+            else np.zeros(rows.num_rows, dtype=bool)
+        )
+        for i in np.flatnonzero(bad):
+            errors.setdefault(int(i), RowError(int(i), "INVALID_ARGUMENT", "primary key column is NULL"))
+        bad[list(errors)] = True  # rows already invalid (e.g. an oversize key) are not encoded
+        good = np.flatnonzero(~bad)
+        enc = self.info.encode_keys(rows.take(pa.array(good))) if len(good) else []
+        out: list[bytes | None] = [None] * rows.num_rows
+        for gi, k in zip(good.tolist(), enc, strict=True):
+            out[gi] = k
+        return out
+
+    def _check_nulls(
+        self,
+        rows: pa.RecordBatch,
+        op_types: np.ndarray,
+        set_columns: np.ndarray | None,
+        errors: dict[int, RowError],
+    ) -> None:
+        full_row = np.isin(
+            op_types, [OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE]
+        )
+        mutating = np.isin(op_types, [OpType.UPDATE, OpType.UPDATE_IGNORE])
+        for ci, f in enumerate(self.info.arrow):
+            if f.nullable or ci < self.info.num_key_columns or rows.column(ci).null_count == 0:
+                continue
+            isnull = pc.is_null(rows.column(ci)).to_numpy(zero_copy_only=False)
+            check = full_row | mutating if set_columns is None else full_row | (mutating & set_columns[:, ci])
+            for i in np.flatnonzero(isnull & check):
+                errors.setdefault(
+                    int(i),
+                    RowError(int(i), "INVALID_ARGUMENT", f"column '{f.name}' is NOT NULL but got NULL"),
+                )
+
+    def _candidate_drs(self, keys: list[bytes | None]) -> list[DiskRowSet]:
+        present = [k for k in keys if k is not None]
+        if not present or not self._drs:
+            return []
+        lo, hi = min(present), max(present)
+        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]
+
+    def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
+        """Where ``key`` lives: (MemRowSet, MRSRow) or (DiskRowSet, row position) or None."""
+        r = self._mrs.get(key)
+        if r is not None:
+            return self._mrs, r
+        for m in self._flushing_mrs:
+            r = m.get(key)
+            if r is not None:
+                return m, r
+        for d in self._drs if drs is None else drs:
+            pos = d.find_row(key)
+            if pos is not None:
+                return d, pos
+        return None
+
+    @staticmethod
+    def _loc_latest(loc: tuple[Any, Any] | None) -> tuple[int, bool]:
+        if loc is None:
+            return -1, False
+        store, ref = loc
+        if isinstance(ref, MRSRow):
+            return ref.max_ts(), ref.latest_live()
+        return store.row_latest(ref)
+
+    def _decide(
+        self,
+        rows: pa.RecordBatch,
+        op_types: np.ndarray,
+        set_columns: np.ndarray | None,
+        keys: list[bytes | None],
+        errors: dict[int, RowError],
+        ts: int,
+        replay: bool,
+    ) -> tuple[list[tuple[int, bytes, int, Any, Any]], int]:
+        drs = self._candidate_drs(keys)
+        if not drs and not replay and not errors and self._all_fresh_inserts(op_types, keys):
+            return [(i, k, _INSERT, None, None) for i, k in enumerate(keys)], 0  # type: ignore[misc]
+        overlay: dict[bytes, bool] = {}
+        locs: dict[bytes, Any] = {}
+        skipped: set[bytes] = set()
+        actions: list[tuple[int, bytes, int, Any, Any]] = []
+        ignored = 0
+        pyrows: dict[str, list[Any]] | None = None
+        for i, (t, key) in enumerate(zip(op_types.tolist(), keys, strict=True)):
+            if key is None or i in errors:
+                continue
+            if key in skipped:
+                continue
+            if key in overlay:
+                live = overlay[key]
+            else:
+                loc = self._locate(key, drs)
+                locs[key] = loc
+                latest_ts, live = self._loc_latest(loc)
+                if replay and latest_ts >= ts:
+                    skipped.add(key)  # this op's effect on the key is already in durable files
+                    continue
+            if t in (OpType.INSERT, OpType.INSERT_IGNORE):
+                if live:
+                    if t == OpType.INSERT:
+                        errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
+                    else:
+                        ignored += 1
+                    continue
+                actions.append((i, key, _INSERT, None, locs[key]))
+                overlay[key] = True
+            elif t in (OpType.UPSERT, OpType.UPSERT_IGNORE):
+                if live:
+                    if pyrows is None:
+                        pyrows = rows.to_pydict()
+                    actions.append((i, key, _UPDATE, self._changes(pyrows, i, set_columns), locs[key]))
+                else:
+                    actions.append((i, key, _INSERT, None, locs[key]))
+                overlay[key] = True
+            elif t in (OpType.UPDATE, OpType.UPDATE_IGNORE):
+                if not live:
+                    if t == OpType.UPDATE:
+                        errors[i] = RowError(i, "NOT_FOUND", "key not found")
+                    else:
+                        ignored += 1
+                    continue
+                if pyrows is None:
+                    pyrows = rows.to_pydict()
+                actions.append((i, key, _UPDATE, self._changes(pyrows, i, set_columns), locs[key]))
+            else:  # DELETE, DELETE_IGNORE
+                if not live:
+                    if t == OpType.DELETE:
+                        errors[i] = RowError(i, "NOT_FOUND", "key not found")
+                    else:
+                        ignored += 1
+                    continue
+                actions.append((i, key, _DELETE, None, locs[key]))
+                overlay[key] = False
+        return actions, ignored
+
+    _INSERTISH = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
+
+    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None]) -> bool:
+        """Fast path: only insert-like rows, distinct keys, none present in a MemRowSet."""
+        if not np.isin(op_types, self._INSERTISH).all() or len(set(keys)) != len(keys):
+            return False
+        return all(m.rows.keys().isdisjoint(keys) for m in [self._mrs, *self._flushing_mrs])
+
+    def _changes(
+        self, pyrows: dict[str, list[Any]], i: int, set_columns: np.ndarray | None
+    ) -> dict[int, Any]:
+        names = self.info.names
+        return {
+            c: pyrows[names[c]][i]
+            for c in self.info.value_indices
+            if set_columns is None or set_columns[i, c]
+        }
+
+    def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
+        """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
+        if prepared.state != "prepared":
+            raise KuduIllegalState(f"write is {prepared.state}, cannot apply")
+        ts = prepared.timestamp
+        res = WriteResult(ts, log_index, list(prepared.errors), ignored=prepared.ignored)
+        try:
+            with self._lock:
+                self._apply_locked(prepared, log_index, res)
+                self._last_applied_index = max(self._last_applied_index, log_index)
+                self.mvcc.commit_op(ts)
+        finally:
+            prepared.state = "applied"
+            self.locks.release(prepared.locked, prepared.owner)
+        return res
+
+    def _apply_locked(self, prepared: PreparedWrite, log_index: int, res: WriteResult) -> None:
+        ts = prepared.timestamp
+        rows = prepared.op.rows
+        base_rownum: int | None = None
+        pyrows: dict[str, list[Any]] | None = None
+        locs: dict[bytes, Any] = {}
+        acts = prepared.actions
+        if (
+            acts
+            and all(a[2] == _INSERT and a[4] is None for a in acts)
+            and len(acts) == rows.num_rows
+            and not self._mrs.retired
+        ):
+            base = self._mrs.add_batch(rows)
+            if self._mrs.created_at is None:
+                self._mrs.created_at = time.monotonic()
+            self._mrs.insert_many([a[1] for a in acts], range(base, base + len(acts)), ts, log_index)
+            res.inserted += len(acts)
+            return
+        for i, key, kind, changes, prepared_loc in acts:
+            loc = locs.get(key, prepared_loc)
+            if loc is not None and loc[0].retired:
+                loc = self._locate(key)
+            if kind == _INSERT:
+                if loc is None:
+                    if base_rownum is None:
+                        base_rownum = self._mrs.add_batch(rows)
+                        if self._mrs.created_at is None:
+                            self._mrs.created_at = time.monotonic()
+                    self._mrs.insert(key, base_rownum + i, ts, log_index)
+                    locs[key] = (self._mrs, self._mrs.get(key))
+                else:
+                    if pyrows is None:
+                        pyrows = rows.to_pydict()
+                    vals = {c: pyrows[self.info.names[c]][i] for c in self.info.value_indices}
+                    kv = tuple(pyrows[n][i] for n in self.info.key_names)
+                    self._mutate(
+                        loc,
+                        Mutation(
+                            ts, next(self._seq), True, vals, log_index, key, reinsert=True, key_values=kv
+                        ),
+                    )
+                    locs[key] = loc
+                res.inserted += 1
+            elif kind == _UPDATE:
+                self._mutate(loc, Mutation(ts, next(self._seq), True, changes, log_index, key))
+                locs[key] = loc
+                res.updated += 1
+            else:
+                self._mutate(loc, Mutation(ts, next(self._seq), False, None, log_index, key))
+                locs[key] = loc
+                res.deleted += 1
+
+    @staticmethod
+    def _mutate(loc: Any, m: Mutation) -> None:
+        store, ref = loc
+        store.mutate(ref, m)
+
+    def abort_write(self, prepared: PreparedWrite) -> None:
+        """Give up a prepared op (not replicated): release its locks, forget its timestamp."""
+        if prepared.state != "prepared":
+            return
+        prepared.state = "aborted"
+        self.mvcc.abort_op(prepared.timestamp)
+        self.locks.release(prepared.locked, prepared.owner)
+
+    def write(self, op: WriteOp, timestamp: int, log_index: int) -> WriteResult:
+        """prepare + apply in one call, for callers without replication in between (tests, bench)."""
+        return self.apply_write(self.prepare_write(op, timestamp), log_index)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def ancient_history_mark(self) -> int:
+        return timestamp_from_seconds_ago(self.clock.now(), self.options.history_max_age_sec)
+
+    def _snapshot_for(self, spec: ScanSpec) -> tuple[MvccSnapshot, int | None]:
+        if spec.read_mode == READ_LATEST:
+            return self.mvcc.snapshot_latest(), None
+        if spec.read_mode != READ_AT_SNAPSHOT:
+            raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
+        ts = spec.snapshot_ts if spec.snapshot_ts is not None else self.clock.now()
+        if ts < self.ancient_history_mark():
+            raise KuduInvalidArgument(f"snapshot timestamp {ts} is older than the ancient history mark")
+        self.clock.update(ts)
+        self.mvcc.wait_clean_up_to(ts, spec.snapshot_wait_s)
+        return MvccSnapshot.at(ts), ts
+
+    def scan(self, spec: ScanSpec | None = None) -> TabletScanner:
+        """Start a scan; returns an iterator of bounded-size Arrow record batches."""
+        spec = spec or ScanSpec()
+        snap, snap_ts = self._snapshot_for(spec)
+        projection = list(spec.projection) if spec.projection is not None else list(self.info.names)
+        for c in projection:
+            if c not in self.info.names:
+                raise KuduInvalidArgument(f"projected column '{c}' is not in the schema")
+        pred_cols = [_pred_column(p) for p in spec.predicates]
+        for c in pred_cols:
+            if c not in self.info.names:
+                raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
+        needed = [c for c in self.info.names if c in projection or c in pred_cols]
+        lower, upper = spec.lower_key, spec.upper_key
+        for p in spec.predicates:
+            plo, phi = self._key_bounds_of(p)
+            if plo is not None and (lower is None or plo > lower):
+                lower = plo
+            if phi is not None and (upper is None or phi < upper):
+                upper = phi
+        lower_excl = False
+        if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
+            lower, lower_excl = spec.resume_after_key, True
+        with self._lock:
+            mrs_tables = [
+                m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
+                for m in [self._mrs, *self._flushing_mrs]
+                if len(m)
+            ]
+            drs = [
+                (d, d.delta_snapshot())
+                for d in self._drs
+                if (upper is None or d.min_key < upper) and (lower is None or d.max_key >= lower)
+            ]
+        drs.sort(key=lambda it: it[0].min_key)
+
+        def pieces() -> Iterator[pa.Table]:
+            if spec.ordered:
+                yield from _ordered_pieces(mrs_tables, drs, snap, needed, lower, upper, lower_excl)
+                return
+            yield from mrs_tables
+            for d, deltas in drs:
+                yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
+
+        def filtered() -> Iterator[pa.Table]:
+            for t in pieces():
+                if t.num_rows and spec.predicates:
+                    mask = None
+                    for p in spec.predicates:
+                        m = p.evaluate(t)
+                        mask = m if mask is None else pc.and_(mask, m)
+                        mask = pc.fill_null(mask, False)
+                    t = t.filter(mask)
+                if t.num_rows:
+                    yield t.select([*projection, KEY_COL])
+
+        source: Iterator[pa.Table] = filtered()
+        return TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
+
+    def _key_bounds_of(self, pred: Any) -> tuple[bytes | None, bytes | None]:
+        """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:
+        the predicate itself is still evaluated, so (None, None) is always a safe answer)."""
+        if _pred_column(pred) != self.info.key_names[0]:
+            return None, None
+        op = getattr(pred, "op", None)
+        value = getattr(pred, "value", None)
+        if op not in ("=", "<", "<=", ">", ">=", "IN") or value is None:
+            return None, None
+        ke = importlib.import_module("kudu_async.common.key_encoding")
+        single = self.info.num_key_columns == 1
+
+        def eq_bounds(v: Any) -> tuple[bytes, bytes | None]:
+            if single:  # the whole key: the next key up is the encoding plus a zero byte
+                e: bytes = ke.encode_key(self.info.schema, [v])
+                return e, e + b"\x00"
+            pfx: bytes = ke.encode_key_prefix(self.info.schema, [v])
+            return pfx, ke.prefix_successor(pfx) or None
+
+        try:
+            if op == "IN":
+                if not value:
+                    return None, None
+                bounds = [eq_bounds(v) for v in value]
+                lo = min(b[0] for b in bounds)
+                his = [b[1] for b in bounds]
+                return lo, (None if any(h is None for h in his) else max(h for h in his if h is not None))
+            elo, ehi = eq_bounds(value)
+        except Exception:  # a value the encoder does not take: no pruning, the predicate still filters
+            return None, None
+        if op == "=":
+            return elo, ehi
+        if op == ">=":
+            return elo, None
+        if op == ">":
+            return ehi, None
+        if op == "<":
+            return None, elo
+        return None, ehi  # <=
+
+    def _batches(
+        self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str]
+    ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
+        remaining = spec.limit
+        target = spec.batch_bytes or self.options.scan_batch_bytes
+        for t in source:
+            if remaining is not None:
+                if remaining <= 0:
+                    return
+                t = t.slice(0, remaining)
+            per_row = max(1, t.nbytes // max(1, t.num_rows))
+            step = max(1, target // per_row)
+            for start in range(0, t.num_rows, step):
+                piece = t.slice(start, step)
+                last = piece.column(KEY_COL)[-1].as_py()
+                out = piece.select(projection).combine_chunks()
+                batch = out.to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], out.schema)
+                if remaining is not None:
+                    remaining -= batch.num_rows
+                yield batch, last
+
+    def lookup(self, key: bytes, snapshot: MvccSnapshot | None = None) -> dict[str, Any] | None:
+        """Point read of one encoded primary key at a snapshot (default: latest committed)."""
+        snap = snapshot or self.mvcc.snapshot_latest()
+        with self._lock:
+            loc = self._locate(key)
+            if loc is None:
+                return None
+            store, ref = loc
+            vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
+        if vals is None:
+            return None
+        return {self.info.names[i]: vals[i] for i in range(len(self.info.names))}
+
+    # -- memory and state -------------------------------------------------------------------------
+
+    def mrs_memory_bytes(self) -> int:
+        with self._lock:
+            return self._mrs.memory_bytes() + sum(m.memory_bytes() for m in self._flushing_mrs)
+
+    def dms_memory_bytes(self) -> int:
+        with self._lock:
+            return sum(d.delta_memory_bytes() for d in self._drs)
+
+    def _replay_start_locked(self, drop_mrs: Any = None, drop_frozen_of: Sequence[DiskRowSet] = ()) -> int:
+        """Last log index whose effects are all in durable files (bootstrap replays after it)."""
+        mins = [
+            m.min_log_index
+            for m in [self._mrs, *self._flushing_mrs]
+            if m.min_log_index is not None and m is not drop_mrs
+        ]
+        for d in self._drs:
+            stores = [d.dms] if d in drop_frozen_of else [d.dms, *d.flushing_dms]
+            mins.extend(s.min_log_index for s in stores if s.min_log_index is not None)
+        return (min(mins) - 1) if mins else self._last_applied_index
+
+    def earliest_needed_log_index(self) -> int:
+        """Log anchor: WAL entries from this index on must be kept for bootstrap."""
+        with self._lock:
+            return self._replay_start_locked() + 1
+
+    def _effective_ahm(self) -> int:
+        ahm = self.ancient_history_mark()
+        with self._lock:
+            mins = [m.min_ts for m in [self._mrs, *self._flushing_mrs] if m.min_ts is not None]
+            for d in self._drs:
+                mins.extend(s.min_ts for s in [d.dms, *d.flushing_dms] if s.min_ts is not None)
+        inflight = self.mvcc.min_in_flight()
+        if inflight is not None:
+            mins.append(inflight)
+        return min([ahm, *[m - 1 for m in mins]])
+
+    def _write_metadata_locked(
+        self,
+        rowsets: list[DiskRowSet] | None = None,
+        *,
+        drop_mrs: Any = None,
+        drop_frozen_of: Sequence[DiskRowSet] = (),
+        extra_min_index: int | None = None,
+    ) -> None:
+        """Commit ``rowsets`` (default: the current ones) durably, with the replay start index.
+
+        ``drop_mrs``/``drop_frozen_of`` name in-memory stores whose content those rowsets now hold;
+        ``extra_min_index`` is the oldest log index of mutations about to be carried over.
+        """
+        rowsets = self._drs if rowsets is None else rowsets
+        replay_start = self._replay_start_locked(drop_mrs, drop_frozen_of)
+        if extra_min_index is not None:
+            replay_start = min(replay_start, extra_min_index - 1)
+        meta = TabletMetadata(
+            tablet_id=self.tablet_id,
+            schema=self.info.to_dict(),
+            rowsets=[d.meta for d in rowsets],
+            last_flushed_log_index=replay_start,
+            next_rowset_id=self._next_rowset_id,
+        )
+        meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
+        write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
+        self._last_flushed_index = meta.last_flushed_log_index
+
+    def _carry_over_locked(self, muts: Iterable[Mutation]) -> None:
+        """Re-apply mutations that arrived during a flush/compaction to the rowsets that now hold the key."""
+        for m in muts:
+            loc = self._locate(m.key)
+            if loc is None:
+                if not m.reinsert:
+                    raise AssertionError("carried-over mutation of a key that no rowset holds")
+                self._insert_values_locked(m)
+            else:
+                self._mutate(loc, m)
+
+    def _insert_values_locked(self, m: Mutation) -> None:
+        key_vals = m.key_values
+        if key_vals is None:
+            raise AssertionError("re-insert mutation without its key values")
+        cols = [
+            pa.array(
+                [key_vals[i] if i < self.info.num_key_columns else m.changes[i]],  # type: ignore[index]
+                f.type,
+            )
+            for i, f in enumerate(self.info.arrow)
+        ]
+        rownum = self._mrs.add_batch(pa.RecordBatch.from_arrays(cols, schema=self.info.arrow))
+        self._mrs.insert(m.key, rownum, m.ts, m.log_index)
+
+    # -- flush ------------------------------------------------------------------------------------
+
+    def flush_mrs(self) -> bool:
+        """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do.
+
+        A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
+        swapped in under the component lock, and the metadata write commits the flush.
+        """
+        with self._lock:
+            if self._mrs_flush_running:
+                return False
+            if self._flushing_mrs:
+                old = self._flushing_mrs[0]  # a flush of it failed earlier: retry it first
+            elif len(self._mrs):
+                old = self._mrs
+                old.sorted_keys()  # merge pending keys now, under the lock: the index stays read-only
+                self._mrs = self._new_mrs()
+                self._flushing_mrs.append(old)
+            else:
+                return False
+            self._mrs_flush_running = True
+            freeze_seq = next(self._seq)
+            first_id = self._next_rowset_id
+            self._next_rowset_id += 1000
+        new_ids: list[str] = []
+        try:
+            table, deltas = old.flush_input(freeze_seq)
+            metas = write_rowsets(
+                self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
+            )
+            new_ids = [b for rs in metas for b in rs.blocks()]
+            new_drs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
+            with self._lock:
+                late = old.mutations_since(freeze_seq)
+                # Commit point first: if it fails nothing in memory has changed.
+                self._write_metadata_locked(
+                    [*self._drs, *new_drs],
+                    drop_mrs=old,
+                    extra_min_index=min((m.log_index for m in late), default=None),
+                )
+                self._flushing_mrs.remove(old)
+                old.retired = True
+                self._drs.extend(new_drs)
+                self._carry_over_locked(late)
+            new_ids = []
+            return True
+        except BaseException:
+            # Never referenced by committed metadata. The frozen MemRowSet stays readable (and
+            # writable for its keys) in _flushing_mrs; the next flush_mrs retries it.
+            self.bm.delete_blocks(new_ids)
+            raise
+        finally:
+            with self._lock:
+                self._mrs_flush_running = False
+
+    def flush_dms(self, drs_id: int | None = None) -> bool:
+        """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
+        with self._lock:
+            cands = [d for d in self._drs if len(d.dms) and not d.busy and (drs_id is None or d.id == drs_id)]
+            if not cands:
+                return False
+            d = max(cands, key=lambda x: x.dms.memory_bytes())
+            d.busy = True
+            frozen = d.dms
+            d.dms = DeltaMemStore(self.info)
+            d.flushing_dms.append(frozen)
+        try:
+            block = write_delta_block(self.bm, frozen.to_table())
+            table = read_ipc_table(self.bm.path(block))
+            with self._lock:
+                d.delta_tables.append(table)
+                d._note_latest(table)
+                d.meta.delta_blocks.append(block)
+                d.flushing_dms.remove(frozen)
+                self._write_metadata_locked()
+            return True
+        finally:
+            d.busy = False
+
+    def flush_all(self) -> None:
+        """Flush the MemRowSet and every DeltaMemStore (used before shutdown and by tests)."""
+        self.flush_mrs()
+        while self.flush_dms():
+            pass
+
+    # -- compaction -------------------------------------------------------------------------------
+
+    def _claim(self, ids: Sequence[int] | None) -> list[DiskRowSet]:
+        with self._lock:
+            chosen = [d for d in self._drs if not d.busy and (ids is None or d.id in ids)]
+            for d in chosen:
+                d.busy = True
+            return chosen
+
+    def compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
+        """Merging compaction (also a major delta compaction when given one rowset).
+
+        Inputs are frozen (their DeltaMemStores swapped out) under the lock, merged outside it, and
+        the outputs swapped in with any mutations that arrived meanwhile carried over.
+        """
+        inputs = self._claim(rowset_ids)
+        if not inputs or (
+            rowset_ids is None and len(inputs) < 2 and not inputs[0].delta_tables and not len(inputs[0].dms)
+        ):
+            for d in inputs:
+                d.busy = False
+            return False
+        old_blocks: list[str] = []
+        new_ids: list[str] = []
+        try:
+            with self._lock:
+                frozen = []
+                for d in inputs:
+                    d.flushing_dms.append(d.dms)
+                    d.dms = DeltaMemStore(self.info)
+                    frozen.append(CompactionInput(d.base, d.delta_snapshot()))
+                first_id = self._next_rowset_id
+                self._next_rowset_id += 1000
+            ahm = self._effective_ahm()
+            table, deltas = merge_rowsets(self.info, frozen, ahm)
+            metas = write_rowsets(
+                self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
+            )
+            new_ids = [b for rs in metas for b in rs.blocks()]
+            outputs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
+            with self._lock:
+                late = sorted((m for d in inputs for _, m in d.dms.items), key=lambda m: m.seq)
+                self._write_metadata_locked(
+                    [*(d for d in self._drs if d not in inputs), *outputs], drop_frozen_of=inputs
+                )
+                new_ids = []
+                self._drs = [d for d in self._drs if d not in inputs] + outputs
+                for d in inputs:
+                    d.retired = True
+                    old_blocks.extend(d.meta.blocks())
+                self._carry_over_locked(late)
+        except BaseException:
+            self.bm.delete_blocks(new_ids)
+            raise
+        finally:
+            for d in inputs:
+                d.busy = False
+        self.bm.delete_blocks(old_blocks)
+        return True
+
+    def minor_delta_compaction(self, rowset_id: int) -> bool:
+        """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
+        claimed = self._claim([rowset_id])
+        if not claimed:
+            return False
+        d = claimed[0]
+        try:
+            if len(d.delta_tables) < 2:
+                return False
+            tables = list(d.delta_tables)
+            blocks = list(d.meta.delta_blocks)
+            merged = pa.concat_tables(tables).sort_by([("_row", "ascending"), (TS_COL, "ascending")])
+            block = write_delta_block(self.bm, merged)
+            table = read_ipc_table(self.bm.path(block))
+            with self._lock:
+                d.delta_tables = [table, *d.delta_tables[len(tables) :]]
+                d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks) :]]
+                self._write_metadata_locked()
+        finally:
+            d.busy = False
+        self.bm.delete_blocks(blocks)
+        return True
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def rowsets(self) -> list[DiskRowSet]:
+        with self._lock:
+            return list(self._drs)
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able state for admin pages: rowsets, memory, log anchors."""
+        with self._lock:
+            return {
+                "tablet_id": self.tablet_id,
+                "mrs_rows": len(self._mrs),
+                "mrs_bytes": self._mrs.memory_bytes(),
+                "flushing_mrs": len(self._flushing_mrs),
+                "dms_bytes": sum(d.delta_memory_bytes() for d in self._drs),
+                "last_applied_log_index": self._last_applied_index,
+                "last_flushed_log_index": self._last_flushed_index,
+                "rowsets": [
+                    {
+                        "id": d.id,
+                        "rows": d.num_rows(),
+                        "min_key": d.min_key.hex(),
+                        "max_key": d.max_key.hex(),
+                        "delta_files": len(d.delta_tables),
+                        "dms_bytes": d.dms.memory_bytes(),
+                        "base_bytes": d.base_bytes(),
+                    }
+                    for d in self._drs
+                ],
+            }
+
+    def schema_dict(self) -> dict[str, Any]:
+        return self.info.to_dict()
+
+    def drs_metadata(self) -> list[RowSetMetadata]:
+        with self._lock:
+            return [d.meta for d in self._drs]
+
+
+__all__ = [
+    "READ_AT_SNAPSHOT",
+    "READ_LATEST",
+    "KuduNotFound",
+    "ScanSpec",
+    "Tablet",
+    "TabletOptions",
+    "TabletScanner",
+]

@@ -1,0 +1,278 @@
+"""Single-tablet storage benchmark (issue 6 item 9): no network, no Raft.
+
+    python scripts/bench/tablet.py [--rows 5000000] [--dir /tmp/x] [--flush-mb 64]
+
+(a) insert rows/s in 1,000-row batches of (int64 key, int32, double, 20-char string), with the
+maintenance manager flushing in a worker thread; (b) point lookups p50/p99, half on flushed data;
+(c) full scan, predicate on a non-key column, 2 of 4 columns projected; (d) the same with 10% of rows
+updated and not compacted; (e) peak RSS; and the same scan with plain pyarrow over one Parquet file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+from kudu_async.common.clock import HybridClock
+from kudu_async.tablet.maintenance_manager import MaintenanceManager
+from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+
+FIELDS = [
+    pa.field("key", pa.int64(), False),
+    pa.field("i32", pa.int32(), True),
+    pa.field("d", pa.float64(), True),
+    pa.field("s", pa.string(), True),
+]
+
+
+def make_schema() -> Any:
+    """The common Schema when it exists; otherwise the storage tests' stand-in."""
+    try:
+        from kudu_async.common.schema import Schema
+
+        return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)  # type: ignore[attr-defined]
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "unit", "tablet"))
+        import conftest  # type: ignore[import-not-found]
+
+        return conftest.make_schema()
+
+
+class Pred:
+    """``column < value`` in the shape of common.predicate.ColumnPredicate."""
+
+    def __init__(self, column: str, value: int) -> None:
+        self.column = column
+        self.value = value
+
+    def evaluate(self, batch: Any) -> Any:
+        return pc.less(batch.column(self.column), self.value)
+
+
+def rss_mb() -> float:
+    """Peak RSS (includes file pages of memory-mapped rowsets touched by scans)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class AnonPeak:
+    """Samples RssAnon (heap, not memory-mapped file pages) to report the engine's own peak memory."""
+
+    def __init__(self) -> None:
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak_kb = max(self.peak_kb, _anon_kb())
+
+    def mb(self) -> float:
+        self.peak_kb = max(self.peak_kb, _anon_kb())
+        return self.peak_kb / 1024
+
+
+def _anon_kb() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def make_batch(schema: pa.Schema, start: int, n: int, rng: np.random.Generator) -> pa.RecordBatch:
+    keys = np.arange(start, start + n, dtype=np.int64)
+    strs = pa.array([f"{k:020d}" for k in keys.tolist()], pa.string())
+    return pa.record_batch(
+        [pa.array(keys), pa.array(rng.integers(0, 1000, n, dtype=np.int32)), pa.array(rng.random(n)), strs],
+        schema=schema,
+    )
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def timed_scan(tablet: Tablet) -> tuple[float, int]:
+    spec = ScanSpec(projection=["key", "d"], predicates=[Pred("i32", 500)])
+    start = time.perf_counter()
+    n = sum(b.num_rows for b in tablet.scan(spec))
+    return time.perf_counter() - start, n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--lookups", type=int, default=20_000)
+    ap.add_argument("--flush-mb", type=int, default=64)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--sync", action="store_true", help="fsync files (default off: measure the engine)")
+    args = ap.parse_args()
+    root = args.dir or tempfile.mkdtemp(prefix="kudu-bench-tablet-")
+    schema = make_schema()
+    arrow = schema.to_arrow()
+    opts = TabletOptions(flush_threshold_bytes=args.flush_mb << 20, sync=args.sync)
+    clock = HybridClock()
+    tablet = Tablet.create(os.path.join(root, "tablet"), schema, tablet_id="bench", options=opts, clock=clock)
+    mm = MaintenanceManager(
+        num_threads=1, polling_interval_s=0.05, memory_threshold_bytes=opts.flush_threshold_bytes
+    )
+    mm.register(tablet)
+    mm.start()
+    rng = np.random.default_rng(1)
+    anon = AnonPeak()
+    print(
+        f"dir={root} rows={args.rows} batch={args.batch} flush_threshold={args.flush_mb} MiB sync={args.sync}"
+    )
+
+    # (a) inserts
+    write_s = 0.0
+    wall0 = time.perf_counter()
+    index = 0
+    op_types = np.full(args.batch, OpType.INSERT, dtype=np.int64)
+    for start in range(0, args.rows, args.batch):
+        n = min(args.batch, args.rows - start)
+        b = make_batch(arrow, start, n, rng)
+        index += 1
+        t0 = time.perf_counter()
+        res = tablet.write(WriteOp(op_types[:n], b), clock.now(), index)
+        write_s += time.perf_counter() - t0
+        assert not res.row_errors
+    wall = time.perf_counter() - wall0
+    print(
+        f"(a) insert: {args.rows / write_s:,.0f} rows/s in write calls, {args.rows / wall:,.0f} rows/s wall "
+        f"(incl. row generation); rowsets={len(tablet.rowsets())} "
+        f"mrs_bytes={tablet.mrs_memory_bytes() >> 20} MiB "
+        f"peak rss={rss_mb():.0f} MiB, peak anon={anon.mb():.0f} MiB"
+    )
+    mm.stop()
+    flushed_max = max((int.from_bytes(r.max_key, "big") ^ (1 << 63) for r in tablet.rowsets()), default=-1)
+
+    # (b) point lookups: half on flushed rows, half in the MemRowSet
+    info = tablet.info
+
+    def key_of(k: int) -> bytes:
+        return info.encode_keys(
+            pa.record_batch(
+                [pa.array([k], pa.int64()), pa.array([0], pa.int32()), pa.array([0.0]), pa.array([""])],
+                schema=arrow,
+            )
+        )[0]
+
+    lat: list[float] = []
+    hits = 0
+    for i in range(args.lookups):
+        if i % 2 == 0 and flushed_max >= 0:
+            k = random.randint(0, flushed_max)
+        else:
+            k = (
+                random.randint(flushed_max + 1, args.rows - 1)
+                if flushed_max + 1 < args.rows
+                else random.randint(0, args.rows - 1)
+            )
+        kb = key_of(k)
+        t0 = time.perf_counter()
+        row = tablet.lookup(kb)
+        lat.append(time.perf_counter() - t0)
+        hits += row is not None
+    print(
+        f"(b) lookup: p50={pct(lat, 0.5) * 1e6:.0f} us p99={pct(lat, 0.99) * 1e6:.0f} us "
+        f"({hits}/{args.lookups} found; flushed up to key {flushed_max})"
+    )
+
+    # (c) scan with predicate on a non-key column, 2 of 4 columns
+    tablet.flush_mrs()
+    timed_scan(tablet)
+    secs, matched = timed_scan(tablet)
+    scan_rate = args.rows / secs
+    print(f"(c) scan: {scan_rate:,.0f} rows/s ({matched} matched, {secs:.3f} s)")
+    print(
+        f"    peak so far (before the Parquet comparison loads a full copy): rss={rss_mb():.0f} MiB "
+        f"anon={anon.mb():.0f} MiB"
+    )
+
+    # Plain pyarrow over one Parquet file holding the same data.
+    full = tablet.scan(ScanSpec(projection=["key", "i32", "d", "s"])).to_table()
+    pq_path = os.path.join(root, "plain.parquet")
+    assert full is not None
+    pq.write_table(full, pq_path)
+    del full
+    best = None
+    for _ in range(2):
+        t0 = time.perf_counter()
+        t = pq.read_table(pq_path, columns=["key", "i32", "d"])
+        t = t.filter(pc.less(t.column("i32"), 500)).select(["key", "d"])
+        el = time.perf_counter() - t0
+        best = el if best is None else min(best, el)
+    assert best is not None
+    pq_rate = args.rows / best
+    print(f"    plain Parquet scan: {pq_rate:,.0f} rows/s; ratio tablet/parquet = {scan_rate / pq_rate:.2f}")
+
+    # (d) 10% of rows updated, deltas not compacted
+    n_upd = args.rows // 10
+    upd_keys = np.sort(rng.choice(args.rows, n_upd, replace=False))
+    set_cols = np.zeros((args.batch, 4), dtype=bool)
+    set_cols[:, 1] = True
+    upd_types = np.full(args.batch, OpType.UPDATE, dtype=np.int64)
+    t0 = time.perf_counter()
+    for s in range(0, n_upd, args.batch):
+        ks = upd_keys[s : s + args.batch]
+        n = len(ks)
+        b = pa.record_batch(
+            [
+                pa.array(ks),
+                pa.array(rng.integers(0, 1000, n, dtype=np.int32)),
+                pa.array(np.zeros(n)),
+                pa.array([""] * n),
+            ],
+            schema=arrow,
+        )
+        index += 1
+        res = tablet.write(WriteOp(upd_types[:n], b, set_cols[:n]), clock.now(), index)
+        assert not res.row_errors, res.row_errors[:3]
+    upd_s = time.perf_counter() - t0
+    while tablet.flush_dms():
+        pass
+    timed_scan(tablet)
+    secs, matched = timed_scan(tablet)
+    print(
+        f"(d) scan with 10% updated ({n_upd} updates at {n_upd / upd_s:,.0f} rows/s, flushed to delta files, "
+        f"not compacted): {args.rows / secs:,.0f} rows/s ({matched} matched); ratio to parquet "
+        f"{args.rows / secs / pq_rate:.2f}"
+    )
+    print(f"(e) peak RSS: {rss_mb():.0f} MiB (anon {anon.mb():.0f} MiB); data on disk {du(root) >> 20} MiB")
+    print(
+        "maintenance history:",
+        [(h["name"], h["result"], h["duration_s"]) for h in mm.status()["history"]][:8],
+    )
+    if args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+if __name__ == "__main__":
+    main()
