@@ -296,3 +296,32 @@ async def test_two_hundred_idle_replicas_cost_little_cpu(kv_cluster) -> None:
     share = (_cpu_seconds(ts.pid) - c0) / (time.monotonic() - t0)
     print(f"\nidle CPU of a tserver with {n} replicas: {share * 100:.2f}% of a core")
     assert share < 0.15, f"{share * 100:.1f}% of a core for {n} idle replicas"
+
+
+async def test_kudu_admin_steps_down_and_transfers_leadership(kv_cluster) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cluster, kv = kv_cluster
+    await kv.create()
+    leader = await kv.wait_leader()
+    servers = ",".join(ts.rpc_address for ts in cluster.tservers)
+    target = next(ts for ts in cluster.tservers if ts is not leader)
+
+    def admin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kudu_async.tools.admin", *args], capture_output=True,
+                              text=True, timeout=30)
+
+    r = await asyncio.get_running_loop().run_in_executor(
+        None, admin, "tablet", "transfer-leadership", GROUP, target.uuid, "--servers", servers)
+    assert r.returncode == 0, r.stderr
+    new = await kv.wait_leader(among=[target], timeout_s=10)
+    assert new is target
+    r = await asyncio.get_running_loop().run_in_executor(
+        None, admin, "tablet", "leader-step-down", GROUP, "--servers", servers)
+    assert r.returncode == 0, r.stderr
+    state = json.loads((await asyncio.get_running_loop().run_in_executor(
+        None, admin, "tablet", "raft-state", GROUP, "--servers", servers)).stdout)
+    assert set(state) == {ts.rpc_address for ts in cluster.tservers}
+    await kv.put("after-admin", "1")  # a leader is back and the group takes writes
