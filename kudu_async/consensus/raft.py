@@ -296,6 +296,7 @@ class RaftNode:
         self._votes: dict[str, bool] = {}
         # Follower side: the leader we ack and how far our log is known to agree with it.
         self._ack_leader: str | None = None
+        self._ack_term = 0
         self._ack_match = self.commit
         self._ack_sent = 0
         # Leader side.
@@ -902,8 +903,10 @@ class RaftNode:
         if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             self._set_role(Role.FOLLOWER if self._promotable() else Role.LEARNER)
             self._reset_timer()
-        if self._ack_leader != leader:
+        if self._ack_leader != leader or self._ack_term != self.term:
+            # Agreement is per (leader, term): the same node may lead a later term with a shorter log.
             self._ack_leader = leader
+            self._ack_term = self.term
             self._ack_match = self.commit
             self._ack_sent = 0
 
@@ -1184,7 +1187,7 @@ class RaftNode:
     def _maybe_send_ack(self) -> None:
         """Send the deferred ack once our agreed entries are durable (never before: Kudu commits on it)."""
         leader = self._ack_leader
-        if leader is None or leader != self.leader or self.role is Role.LEADER:
+        if leader is None or leader != self.leader or self._ack_term != self.term or self.role is Role.LEADER:
             return
         ack = min(self._ack_match, self._log.stable)
         if ack > self._ack_sent:
