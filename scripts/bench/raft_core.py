@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kudu_async.consensus.raft import Config, Message, RaftNode, RaftOptions, Role  # noqa: E402
+from kudu_async.consensus.raft import Config, Message, RaftNode, RaftOptions, Role
 
 GROUP = "bench"
 
@@ -31,7 +31,10 @@ class Cluster:
         ids = [f"n{i + 1}" for i in range(n)]
         opts = RaftOptions(max_inflight_msgs=256)
         cfg = Config(frozenset(ids))
-        self.nodes = {i: RaftNode.bootstrap(i, GROUP, cfg, options=opts, rng=random.Random(k)) for k, i in enumerate(ids)}
+        self.nodes = {
+            i: RaftNode.bootstrap(i, GROUP, cfg, options=opts, rng=random.Random(k))
+            for k, i in enumerate(ids)
+        }
         self.queue: deque[Message] = deque()
         self.applied = dict.fromkeys(ids, 0)
 
@@ -112,8 +115,11 @@ def main() -> int:
             f"{r['committed_per_s']:,.0f} entries/s (applied on all 3: {r['applied_everywhere']:,})"
         )
     goal = 200_000
-    print(f"best: {best:,.0f} committed entries/s through 3 nodes "
-          f"(batch {args.batch}, payload {args.payload} B); goal {goal:,}: {'met' if best >= goal else 'MISSED'}")
+    print(
+        f"best: {best:,.0f} committed entries/s through 3 nodes "
+        f"(batch {args.batch}, payload {args.payload} B); goal {goal:,}: "
+        f"{'met' if best >= goal else 'MISSED'}"
+    )
     return 0
 
 
