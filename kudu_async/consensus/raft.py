@@ -409,6 +409,13 @@ class RaftNode:
         pr = self._progress.get(peer)
         return None if pr is None else (pr.state, pr.match, pr.next)
 
+    def retention_index(self) -> int:
+        """Lowest index a log GC should keep so no live follower needs a tablet copy: on the leader the
+        smallest follower match + 1 (the driver bounds this by its retention limit), else applied + 1."""
+        if self.role is not Role.LEADER or not self._progress:
+            return self._applied + 1
+        return min(pr.match for pr in self._progress.values()) + 1
+
     def snapshot_meta(self) -> SnapshotMeta:
         return SnapshotMeta(self._log.snapshot_index, self._log.snapshot_term, self._snap_config)
 

@@ -558,6 +558,14 @@ def test_compacted_follower_gets_needs_snapshot() -> None:
     assert notes and notes[0].peer == "c" and notes[0].snapshot.index == a.log.snapshot_index
 
 
+def test_retention_index_keeps_entries_a_slow_follower_needs() -> None:
+    net = Net()
+    a = net.elect("a")
+    net.cut = {"c"}
+    _replicated(net, "a", 5)
+    assert a.retention_index() == a.peer_state("c")[1] + 1 < a.applied_index
+
+
 def test_install_snapshot_restarts_log_and_resumes_replication() -> None:
     net = Net()
     a = net.elect("a")
