@@ -38,6 +38,7 @@ import enum
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from typing import Final
 
 from kudu_async.common.errors import (
@@ -579,7 +580,7 @@ class RaftNode:
             return self._log.last_index()
         term = self.term
         first = self._log.last_index() + 1
-        self._append_own([Entry(term, i, NORMAL, p) for i, p in enumerate(payloads, first)])
+        self._append_own(list(map(Entry, repeat(term), count(first), repeat(NORMAL), payloads)))
         return first + len(payloads) - 1
 
     def propose_config_change(self, op: ConfigChangeOp, peer: str) -> int:
