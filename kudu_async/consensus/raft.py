@@ -8,7 +8,9 @@ lets ``tests/sim`` check Raft's safety properties on thousands of seeded runs.
 Inputs: :meth:`RaftNode.tick`, :meth:`~RaftNode.step`, :meth:`~RaftNode.propose`,
 :meth:`~RaftNode.persisted`, :meth:`~RaftNode.applied`, :meth:`~RaftNode.propose_config_change`,
 :meth:`~RaftNode.step_down`, :meth:`~RaftNode.transfer_leadership`, :meth:`~RaftNode.read_index`,
-:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot`.
+:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot` (plus ``propose_batch`` for many
+payloads at once). Views: ``role``, ``term``, ``leader``, ``commit``, ``config``, ``lease_valid()``,
+``retention_index()``, ``peer_state(peer)``.
 
 Output: after inputs the caller takes one :class:`Ready` with :meth:`RaftNode.ready` and handles it
 under this **ordering contract** (the asyncio driver and the WAL follow it):
@@ -26,6 +28,12 @@ under this **ordering contract** (the asyncio driver and the WAL follow it):
 6. ``read_states``: a linearizable read for ``ctx`` may be served once ``applied >= index``.
    ``needs_snapshot``: a follower is behind the compacted log; start a tablet copy to it.
    ``role``: the role/term/leader after this Ready (None when unchanged).
+
+Several inputs may be fed before one ``ready()``; the batch then covers all of them. The hard state's
+commit is never above the durable log, so a restarted replica never mistakes an overwritten
+undurable entry for a committed one. ``persisted`` identifies a write by (index, term); a report from
+an older write is ignored unless that entry is still in the log (an A-B-A rewrite of the same
+(index, term) by three leaders within one disk write is not distinguished; it is the same entry).
 
 Kudu specifics kept on purpose: on a log mismatch the leader jumps the follower back to its reported
 committed index; a commit needs a majority of voters holding the entry *durably*, which need not
