@@ -32,8 +32,10 @@ under this **ordering contract** (the asyncio driver and the WAL follow it):
 Several inputs may be fed before one ``ready()``; the batch then covers all of them. The hard state's
 commit is never above the durable log, so a restarted replica never mistakes an overwritten
 undurable entry for a committed one. ``persisted`` identifies a write by (index, term); a report from
-an older write is ignored unless that entry is still in the log (an A-B-A rewrite of the same
-(index, term) by three leaders within one disk write is not distinguished; it is the same entry).
+an older write is ignored unless that entry is still in the log. Known gap: if three leaders
+rewrite the same index A, B, A again within one disk write, the report for the first A write is
+taken while the B write is still queued, so durability is briefly over-claimed; the simulator has
+not hit this (a write id in ``Ready`` would close it; left to the WAL issue).
 
 Kudu specifics kept on purpose: on a log mismatch the leader jumps the follower back to its reported
 committed index; a commit needs a majority of voters holding the entry *durably*, which need not
