@@ -84,6 +84,19 @@ def test_failed_elections_back_off_exponentially_with_cap() -> None:
     assert sum(late) / len(late) > 2 * sum(first) / len(first)  # x1.5 per failed round, until capped
 
 
+def test_leader_sends_heartbeat_every_h_ticks() -> None:
+    net = Net()
+    a = net.elect("a")
+    net.take()
+    sent_at = []
+    for t in range(1, 3 * OPTS.heartbeat_ticks + 1):
+        net.tick(["a"])
+        if any(isinstance(m, Heartbeat) for m in net.take()):
+            sent_at.append(t)
+    assert len(sent_at) == 3 and all(b - a == OPTS.heartbeat_ticks for a, b in itertools.pairwise(sent_at))
+    assert a.is_leader
+
+
 def test_pre_vote_does_not_bump_terms() -> None:
     net = Net()
     net.tick(["a"], times=2 * ET)  # a times out, others have stickiness from start-up
@@ -291,6 +304,19 @@ def test_inflight_bytes_bound_pauses_replication() -> None:
     assert len([m for m in net.inflight if m.dst == "b" and isinstance(m, AppendRequest)]) == 2
     net.deliver()
     assert a.peer_state("b")[1] == a.last_index  # the rest follows as acks free the window
+
+
+def test_inflight_bytes_bound_pauses_replication_by_size() -> None:
+    opts = RaftOptions(max_inflight_bytes=300, max_msg_bytes=1 << 20)
+    net = Net(options=opts)
+    a = net.elect("a")
+    for _ in range(5):
+        a.propose(b"x" * 200)  # each message carries ~224 bytes
+        net.handle("a")
+    sent = [m for m in net.inflight if m.dst == "b" and isinstance(m, AppendRequest)]
+    assert len(sent) == 2  # the second message crossed the 300-byte bound; the rest waits
+    net.deliver()
+    assert a.peer_state("b")[1] == a.last_index
 
 
 def test_probe_mode_sends_one_append_at_a_time() -> None:
