@@ -8,7 +8,9 @@ lets ``tests/sim`` check Raft's safety properties on thousands of seeded runs.
 Inputs: :meth:`RaftNode.tick`, :meth:`~RaftNode.step`, :meth:`~RaftNode.propose`,
 :meth:`~RaftNode.persisted`, :meth:`~RaftNode.applied`, :meth:`~RaftNode.propose_config_change`,
 :meth:`~RaftNode.step_down`, :meth:`~RaftNode.transfer_leadership`, :meth:`~RaftNode.read_index`,
-:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot`.
+:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot` (plus ``propose_batch`` for many
+payloads at once). Views: ``role``, ``term``, ``leader``, ``commit``, ``config``, ``lease_valid()``,
+``retention_index()``, ``peer_state(peer)``.
 
 Output: after inputs the caller takes one :class:`Ready` with :meth:`RaftNode.ready` and handles it
 under this **ordering contract** (the asyncio driver and the WAL follow it):
@@ -27,6 +29,14 @@ under this **ordering contract** (the asyncio driver and the WAL follow it):
    ``needs_snapshot``: a follower is behind the compacted log; start a tablet copy to it.
    ``role``: the role/term/leader after this Ready (None when unchanged).
 
+Several inputs may be fed before one ``ready()``; the batch then covers all of them. The hard state's
+commit is never above the durable log, so a restarted replica never mistakes an overwritten
+undurable entry for a committed one. ``persisted`` identifies a write by (index, term); a report from
+an older write is ignored unless that entry is still in the log. Known gap: if three leaders
+rewrite the same index A, B, A again within one disk write, the report for the first A write is
+taken while the B write is still queued, so durability is briefly over-claimed; the simulator has
+not hit this (a write id in ``Ready`` would close it; left to the WAL issue).
+
 Kudu specifics kept on purpose: on a log mismatch the leader jumps the follower back to its reported
 committed index; a commit needs a majority of voters holding the entry *durably*, which need not
 include the leader; a config takes effect when appended (one change at a time).
@@ -38,6 +48,7 @@ import enum
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from typing import Final
 
 from kudu_async.common.errors import (
@@ -296,6 +307,7 @@ class RaftNode:
         self._votes: dict[str, bool] = {}
         # Follower side: the leader we ack and how far our log is known to agree with it.
         self._ack_leader: str | None = None
+        self._ack_term = 0
         self._ack_match = self.commit
         self._ack_sent = 0
         # Leader side.
@@ -407,6 +419,13 @@ class RaftNode:
         """(mode, match, next) of a follower as the leader sees it; for admin pages and tests."""
         pr = self._progress.get(peer)
         return None if pr is None else (pr.state, pr.match, pr.next)
+
+    def retention_index(self) -> int:
+        """Lowest index a log GC should keep so no live follower needs a tablet copy: on the leader the
+        smallest follower match + 1 (the driver bounds this by its retention limit), else applied + 1."""
+        if self.role is not Role.LEADER or not self._progress:
+            return self._applied + 1
+        return min(pr.match for pr in self._progress.values()) + 1
 
     def snapshot_meta(self) -> SnapshotMeta:
         return SnapshotMeta(self._log.snapshot_index, self._log.snapshot_term, self._snap_config)
@@ -571,7 +590,7 @@ class RaftNode:
             return self._log.last_index()
         term = self.term
         first = self._log.last_index() + 1
-        self._append_own([Entry(term, i, NORMAL, p) for i, p in enumerate(payloads, first)])
+        self._append_own(list(map(Entry, repeat(term), count(first), repeat(NORMAL), payloads)))
         return first + len(payloads) - 1
 
     def propose_config_change(self, op: ConfigChangeOp, peer: str) -> int:
@@ -902,8 +921,10 @@ class RaftNode:
         if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             self._set_role(Role.FOLLOWER if self._promotable() else Role.LEARNER)
             self._reset_timer()
-        if self._ack_leader != leader:
+        if self._ack_leader != leader or self._ack_term != self.term:
+            # Agreement is per (leader, term): the same node may lead a later term with a shorter log.
             self._ack_leader = leader
+            self._ack_term = self.term
             self._ack_match = self.commit
             self._ack_sent = 0
 
@@ -1184,7 +1205,7 @@ class RaftNode:
     def _maybe_send_ack(self) -> None:
         """Send the deferred ack once our agreed entries are durable (never before: Kudu commits on it)."""
         leader = self._ack_leader
-        if leader is None or leader != self.leader or self.role is Role.LEADER:
+        if leader is None or leader != self.leader or self._ack_term != self.term or self.role is Role.LEADER:
             return
         ack = min(self._ack_match, self._log.stable)
         if ack > self._ack_sent:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import msgpack
 
@@ -43,12 +43,14 @@ class EntryKind(enum.IntEnum):
 _KINDS: tuple[EntryKind, ...] = (EntryKind.NORMAL, EntryKind.NOOP, EntryKind.CONFIG)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One log entry (Kudu: an op with opid term.index). The payload is opaque to consensus."""
+class Entry(NamedTuple):
+    """One log entry (Kudu: an op with opid term.index). The payload is opaque to consensus.
+
+    A NamedTuple rather than a frozen dataclass: it is just as immutable, and building one is several
+    times cheaper, which matters because every proposal creates one (the core's hot path)."""
 
     term: int
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: Raft calls it index
     kind: EntryKind
     payload: bytes
 

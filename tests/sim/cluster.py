@@ -129,7 +129,8 @@ class Simulation:
         self.committed: dict[int, int] = {}  # index -> term, from any node's commit index
         self.max_committed = 0
         self.applied_at: dict[int, tuple[int, bytes]] = {}
-        self.entries_seen: dict[tuple[int, int], tuple[bytes, int]] = {}  # (index, term) -> payload, prev term
+        # (index, term) -> (payload, previous entry's term): the log matching witness.
+        self.entries_seen: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.reads: dict[bytes, int] = {}
         self.copies: list[tuple[int, str, SnapshotMeta, list[tuple[int, bytes]]]] = []
         self.proposed = 0
@@ -196,7 +197,7 @@ class Simulation:
         for rs in rd.read_states:
             want = self.reads.pop(rs.ctx, None)
             if want is not None and rs.index < want:
-                raise SafetyViolation(f"read index {rs.index} for {rs.ctx!r} misses commit {want} seen before it")
+                raise SafetyViolation(f"read index {rs.index} for {rs.ctx!r} misses earlier commit {want}")
         for ns in rd.needs_snapshot:
             self.copies.append((self.now + self.rng.randint(2, 10), ns.peer, ns.snapshot, list(d.snap_data)))
         if rd.role is not None:
@@ -215,7 +216,7 @@ class Simulation:
             if got is None:
                 seen[key] = (e.payload, -1 if prev is None else prev)
             elif got[0] != e.payload or (prev is not None and got[1] != -1 and got[1] != prev):
-                raise SafetyViolation(f"log matching: {n.id} has a different entry {key}: {got} vs {e.payload!r}/{prev}")
+                raise SafetyViolation(f"log matching: {n.id} differs at {key}: {got} vs {e.payload!r}/{prev}")
 
     def _check_new_leader(self, n: SimNode, r: RaftNode) -> None:
         """Election safety and leader completeness."""
@@ -299,7 +300,7 @@ class Simulation:
                     del log[max(0, trunc - base) :]
                 if entries:
                     if entries[0].index != base + len(log) + 1:
-                        raise SafetyViolation(f"{n.id} durable log gap: {entries[0].index} after {base + len(log)}")
+                        raise SafetyViolation(f"{n.id} log gap: {entries[0].index} after {base + len(log)}")
                     log.extend(entries)
                 if log:
                     n.raft.persisted(log[-1].index, log[-1].term)
@@ -483,6 +484,7 @@ class Simulation:
         bound = 3 * (et + p.max_backoff_ticks) + 4 * et
         start = self.now
         leader: SimNode | None = None
+        elected = False
         marker = f"{self.seed}:marker".encode()
         index = 0
         deadline = start + p.liveness_ticks * TICK
@@ -502,8 +504,10 @@ class Simulation:
                     leader = cand
                     self.handle(cand)
                     self.log(f"liveness: leader {cand.id} after {(self.now - start) // TICK} ticks")
-            if leader is None and self.now - start > bound * TICK:
-                raise SafetyViolation(f"liveness: no working leader {bound} ticks after healing")
+            if leaders:
+                elected = True
+            if not elected and self.now - start > bound * TICK:
+                raise SafetyViolation(f"liveness: no leader elected {bound} ticks after healing")
             if leader is not None:
                 lr = leader.raft
                 if lr is None or lr.role is not Role.LEADER:
@@ -512,7 +516,7 @@ class Simulation:
                 voters = lr.config.voters
                 if all(len(self.nodes[v].sm) >= index for v in voters):
                     for v in voters:
-                        term, payload = self.nodes[v].sm[index - 1]
+                        _term, payload = self.nodes[v].sm[index - 1]
                         if payload != marker:
                             raise SafetyViolation(f"liveness: {v} applied {payload!r} at the marker index")
                     self._check_final()
@@ -551,7 +555,16 @@ def params_for_seed(seed: int, steps: int | None = None) -> SimParams:
     elif kind == 2:
         p = SimParams(nodes=5, initial_voters=3, p_config=0.03)
     else:
-        p = SimParams(nodes=3, p_crash=0.01, drop=0.15, duplicate=0.1, p_partition=0.02)
+        # Harsh: more crashes and loss, one entry per AppendEntries (more interleavings per entry).
+        p = SimParams(
+            nodes=3,
+            p_crash=0.01,
+            drop=0.15,
+            duplicate=0.1,
+            p_partition=0.02,
+            max_msg_bytes=1,
+            max_inflight_msgs=16,
+        )
     if steps is not None:
         p = SimParams(**{**_fields(p), "steps": steps})
     return p
