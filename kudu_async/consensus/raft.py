@@ -1084,6 +1084,13 @@ class RaftNode:
             self._send_timeout_now(m.src)
         if pr.match < self._log.last_index():
             self._send_append(m.src, pr, allow_empty=pr.state is PeerState.PROBE)
+        elif m.accepted < pr.match and pr.state is not PeerState.SNAPSHOT:
+            # The follower restarted: its log still holds what it acked, but it no longer knows that the
+            # log agrees with ours, so it cannot advance its commit index. With nothing new to send, a
+            # probe at our match point re-establishes the agreement.
+            if pr.state is PeerState.REPLICATE:
+                pr.reset(PeerState.PROBE, pr.match + 1)
+            self._send_append(m.src, pr, allow_empty=True)
 
     def _release_reads(self) -> None:
         voters = self.config.voters
