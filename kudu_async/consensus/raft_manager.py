@@ -55,6 +55,7 @@ class RaftManager:
         self.executor = executor
         self.options = options or ReplicaOptions()
         self.transport = ConsensusTransport(rpc_client, node_uuid)
+        self.transport.on_reply = self._deliver_replies
         self.ticker = Ticker(tick_interval_s)
         self.replicas: dict[str, RaftReplica] = {}
         self._factories: dict[str, StateMachineFactory] = {}
@@ -135,7 +136,21 @@ class RaftManager:
     # --- RPC handlers ---------------------------------------------------------------------------------
 
     async def _rpc_batch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        _, raw_messages = ConsensusTransport.parse_batch(request, self.node_uuid)
+        sender, raw_messages = ConsensusTransport.parse_batch(request, self.node_uuid)
+        self.transport.begin_capture(sender)
+        try:
+            self._deliver(raw_messages)
+        finally:
+            replies = self.transport.end_capture()
+        return {"messages": replies}
+
+    def _deliver_replies(self, sender: str, raw_messages: list[dict[str, Any]]) -> None:
+        try:
+            self._deliver(raw_messages)
+        except KuduBadStatus as e:
+            log.warning("bad consensus reply dropped", extra={"peer": sender, "error": str(e)})
+
+    def _deliver(self, raw_messages: list[dict[str, Any]]) -> None:
         messages = [message_from_dict(m) for m in raw_messages]  # all validated before any is stepped
         for m in messages:
             if m.dst != self.node_uuid:
@@ -146,7 +161,6 @@ class RaftManager:
                 self.unknown_group_messages += 1
                 continue
             replica.receive(m)
-        return {}
 
     async def _rpc_step_down(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         replica = self.get(_field(request, "group"))

@@ -128,6 +128,8 @@ class RaftReplica:
         self._reads: dict[bytes, asyncio.Future[int]] = {}
         self._read_seq = 0
         self._wake = asyncio.Event()
+        self._busy = False  # the driver is between taking a Ready and finishing it
+        self._readies: list[Ready] = []  # taken by the inline path, waiting for the driver
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[None]] = set()
         self._applied_since_gc = 0
@@ -200,8 +202,7 @@ class RaftReplica:
     def tick(self) -> None:
         if self.state is ReplicaState.RUNNING and self.raft is not None:
             self.raft.tick()
-            if self.raft.has_ready():
-                self._wake.set()
+            self._after_input(self.raft)
 
     def receive(self, message: Message) -> None:
         """A message from a peer (already decoded and validated by the transport layer)."""
@@ -209,7 +210,26 @@ class RaftReplica:
             return
         self.last_contact[message.src] = time.monotonic()
         self.raft.step(message)
-        if self.raft.has_ready():
+        self._after_input(self.raft)
+
+    def _after_input(self, raft: RaftNode) -> None:
+        """Handle a Ready that needs no I/O at once; wake the driver for anything else.
+
+        Idle groups only trade heartbeats: sending them inline, instead of waking a driver task per
+        message, is what keeps hundreds of idle replicas cheap. It is only done while the driver is idle,
+        so Readies are still handled strictly in order.
+        """
+        if not raft.has_ready():
+            return
+        if self._busy or self._readies:
+            self._wake.set()
+            return
+        rd = raft.ready()
+        if rd.snapshot is None and rd.hard_state is None and not rd.entries and not rd.committed:
+            self._handle_after_io(rd)
+            self._notify_waiters()
+        else:
+            self._readies.append(rd)
             self._wake.set()
 
     def _require_running(self) -> RaftNode:
@@ -307,10 +327,14 @@ class RaftReplica:
                 self._wake.clear()
                 raft = self.raft
                 assert raft is not None
-                if self._queued:
-                    self._propose_queued(raft)
-                while self.state is ReplicaState.RUNNING and raft.has_ready():
-                    await self._handle(raft.ready())
+                self._busy = True
+                try:
+                    if self._queued:
+                        self._propose_queued(raft)
+                    while self.state is ReplicaState.RUNNING and (self._readies or raft.has_ready()):
+                        await self._handle(self._readies.pop(0) if self._readies else raft.ready())
+                finally:
+                    self._busy = False
                 self._notify_waiters()
         except asyncio.CancelledError:
             raise
@@ -345,6 +369,13 @@ class RaftReplica:
             self._send(m)
         if rd.committed:
             await self._apply(rd.committed)
+        self._handle_after_io(rd, messages_sent=True)
+
+    def _handle_after_io(self, rd: Ready, messages_sent: bool = False) -> None:
+        """The parts of a Ready that need no disk: messages (unless sent already), reads, notices, role."""
+        if not messages_sent:
+            for m in rd.messages:
+                self._send(m)
         for rs in rd.read_states:
             fut = self._reads.get(rs.ctx)
             if fut is not None and not fut.done():
@@ -536,6 +567,9 @@ class RaftReplica:
             "first_log_index": raft.first_index,
             "peers": peers,
             "pending_proposals": len(self._queued) + len(self._inflight),
+            "driver_busy": self._busy,
+            "readies_waiting": len(self._readies),
+            "log_writes_in_flight": len(self._writes),
             "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
         })
         return out

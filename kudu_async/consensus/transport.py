@@ -36,6 +36,7 @@ class _PeerOutbox:
     address: str
     messages: list[WireMessage] = field(default_factory=list)
     bytes_estimate: int = 0
+    only_heartbeats: bool = True
     in_flight: bool = False
     failures: int = 0
     retry_at: float = 0.0
@@ -55,6 +56,7 @@ class ConsensusTransport:
         max_outbox_bytes: int = 16 * 1024 * 1024,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
+        heartbeat_window_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rpc = rpc
@@ -65,10 +67,16 @@ class ConsensusTransport:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._clock = clock
+        self.heartbeat_window_s = heartbeat_window_s
+        self._hb_flush_scheduled = False
         self._peers: dict[str, _PeerOutbox] = {}
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        # While a received batch from this peer is being handled, replies to it ride back in the response.
+        self._capture_peer: str | None = None
+        self._captured: list[WireMessage] = []
+        self.on_reply: Callable[[str, list[WireMessage]], None] | None = None
         self.batches_sent = 0
         self.messages_sent = 0
 
@@ -77,6 +85,9 @@ class ConsensusTransport:
     def send(self, peer_uuid: str, address: str, message: WireMessage, size_hint: int = 64) -> None:
         """Queue ``message`` for ``peer_uuid``; it leaves with everything else queued this loop turn."""
         if self._closed:
+            return
+        if peer_uuid == self._capture_peer:
+            self._captured.append(message)
             return
         box = self._peers.get(peer_uuid)
         if box is None:
@@ -90,18 +101,35 @@ class ConsensusTransport:
             return
         box.messages.append(message)
         box.bytes_estimate += size_hint
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if message.get("t") != "hb":
+            box.only_heartbeats = False
+        loop = asyncio.get_running_loop()
+        if not box.only_heartbeats:
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+        elif not self._hb_flush_scheduled:
+            # Heartbeats of many groups, due on different ticks, leave together at the window's end:
+            # one RPC per peer per window instead of one per tick (Kudu: multi_raft_heartbeat_window_ms).
+            self._hb_flush_scheduled = True
+            window = self.heartbeat_window_s
+            loop.call_at((loop.time() // window + 1) * window, self._flush_heartbeats)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        for peer_uuid, box in self._peers.items():
+            if box.messages and not box.in_flight and not box.only_heartbeats:
+                self._start_send(peer_uuid, box)
+
+    def _flush_heartbeats(self) -> None:
+        self._hb_flush_scheduled = False
         for peer_uuid, box in self._peers.items():
             if box.messages and not box.in_flight:
                 self._start_send(peer_uuid, box)
 
     def _start_send(self, peer_uuid: str, box: _PeerOutbox) -> None:
         batch, box.messages, box.bytes_estimate = box.messages, [], 0
+        box.only_heartbeats = True
         box.in_flight = True
         task = asyncio.get_running_loop().create_task(self._send_batch(peer_uuid, box, batch))
         self._tasks.add(task)
@@ -109,9 +137,14 @@ class ConsensusTransport:
 
     async def _send_batch(self, peer_uuid: str, box: _PeerOutbox, batch: list[WireMessage]) -> None:
         try:
-            await self.rpc.call(box.address, SERVICE, BATCH_METHOD,
-                                {"from": self.node_uuid, "to": peer_uuid, "messages": batch},
-                                timeout_s=self.rpc_timeout_s)
+            reply = await self.rpc.call(box.address, SERVICE, BATCH_METHOD,
+                                        {"from": self.node_uuid, "to": peer_uuid, "messages": batch},
+                                        timeout_s=self.rpc_timeout_s)
+            replies = reply.get("messages") if isinstance(reply, dict) else None
+            if replies and self.on_reply is not None:
+                if not isinstance(replies, list) or not all(isinstance(m, dict) for m in replies):
+                    raise KuduInvalidArgument(f"Consensus/Batch reply from {peer_uuid}: 'messages' must be maps")
+                self.on_reply(peer_uuid, replies)
             box.failures = 0
             box.retry_at = 0.0
             self.batches_sent += 1
@@ -121,7 +154,7 @@ class ConsensusTransport:
             delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** min(box.failures - 1, 16))
             box.retry_at = self._clock() + delay * random.uniform(0.5, 1.0)
             box.dropped += len(batch) + len(box.messages)
-            box.messages, box.bytes_estimate = [], 0
+            box.messages, box.bytes_estimate, box.only_heartbeats = [], 0, True
             if box.failures == 1 or box.failures % 50 == 0:
                 log.info("consensus peer unreachable, backing off",
                          extra={"peer": peer_uuid, "address": box.address, "error": str(e), "failures": box.failures})
@@ -130,6 +163,15 @@ class ConsensusTransport:
             box.in_flight = False
             if box.messages and not self._closed:  # what queued while this batch was in flight
                 self._start_send(peer_uuid, box)
+
+    def begin_capture(self, peer_uuid: str) -> None:
+        """Until ``end_capture``, messages to ``peer_uuid`` are kept to answer its batch with."""
+        self._capture_peer = peer_uuid
+        self._captured = []
+
+    def end_capture(self) -> list[WireMessage]:
+        out, self._captured, self._capture_peer = self._captured, [], None
+        return out
 
     def peer_status(self) -> dict[str, dict[str, Any]]:
         now = self._clock()

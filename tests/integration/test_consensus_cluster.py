@@ -101,7 +101,8 @@ class KV:
             if len(digests) == 1 and (expected_count is None or dumps[0]["count"] == expected_count):
                 return dumps[0]
             if time.monotonic() > deadline:
-                raise AssertionError(f"replicas did not converge: {dumps}")
+                states = [await self.state(ts) for ts in self.cluster.tservers]
+                raise AssertionError(f"replicas did not converge: {dumps}\nraft states: {states}")
             await asyncio.sleep(0.1)
 
     async def close(self) -> None:
