@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from kudu_async.rpc.client import RpcClient
 
 from kudu_async.common.errors import KuduNoSuchMethod
+from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 
 pytestmark = pytest.mark.integration
