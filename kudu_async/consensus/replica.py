@@ -251,16 +251,25 @@ class RaftReplica:
         Raises NOT_THE_LEADER (with the known leader in details), ABORTED (lost to a new leader),
         SERVICE_UNAVAILABLE (too many pending) or TIMED_OUT.
         """
+        return (await self.replicate_many([payload], timeout_s))[0]
+
+    async def replicate_many(self, payloads: list[bytes], timeout_s: float = 10.0) -> list[Any]:
+        """Replicate several entries proposed together (one Raft append); results in order.
+
+        Each entry commits on its own; if one fails the call raises, and the others may still commit,
+        exactly as separate calls would.
+        """
         raft = self._require_running()
         if not raft.is_leader:
             raise KuduNotTheLeader(f"replica {self.node_uuid} of {self.group} is not the leader", self.leader_hint())
-        if len(self._queued) + len(self._inflight) >= self.options.max_pending_proposals:
+        if len(self._queued) + len(self._inflight) + len(payloads) > self.options.max_pending_proposals:
             raise KuduServiceUnavailable(f"replica {self.group}: too many pending proposals")
-        prop = _Proposal(payload, asyncio.get_running_loop().create_future())
-        self._queued.append(prop)
+        loop = asyncio.get_running_loop()
+        props = [_Proposal(p, loop.create_future()) for p in payloads]
+        self._queued.extend(props)
         self._wake.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(prop.future), timeout_s)
+            return await asyncio.wait_for(asyncio.gather(*(asyncio.shield(p.future) for p in props)), timeout_s)
         except TimeoutError:
             raise KuduTimedOut(f"replicating to {self.group} did not commit within {timeout_s:.1f}s") from None
 

@@ -19,6 +19,7 @@ from kudu_async.rpc.server import CallContext, RpcServer
 KIND = "test_kv"
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 64 * 1024
+MAX_BATCH = 1000
 
 
 class KVStateMachine:
@@ -46,7 +47,7 @@ class KVStateMachine:
 
 
 class TestKVService:
-    """RPC service ``TestKV``: CreateGroup, Put, Get, Dump."""
+    """RPC service ``TestKV``: CreateGroup, Put, PutBatch, Get, Dump."""
 
     __test__ = False  # not a pytest class
 
@@ -60,7 +61,7 @@ class TestKVService:
         return sm
 
     def register_rpc(self, server: RpcServer) -> None:
-        for name in ("CreateGroup", "Put", "Get", "Dump"):
+        for name in ("CreateGroup", "Put", "PutBatch", "Get", "Dump"):
             server.register("TestKV", name, getattr(self, f"_rpc_{name.lower()}"))
 
     async def _rpc_creategroup(self, request: Any, ctx: CallContext) -> dict[str, Any]:
@@ -73,17 +74,23 @@ class TestKVService:
 
     async def _rpc_put(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         replica = self.raft.get(_get(request, "group"))
-        key, value = _get(request, "key"), _get(request, "value")
-        if not isinstance(key, str) or len(key.encode()) > MAX_KEY_BYTES:
-            raise KuduInvalidArgument(f"'key' must be a string of at most {MAX_KEY_BYTES} bytes")
-        if isinstance(value, str):
-            value = value.encode()
-        if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
-            raise KuduInvalidArgument(f"'value' must be bytes or a string of at most {MAX_VALUE_BYTES} bytes")
-        remaining = ctx.remaining()
-        timeout = 10.0 if remaining is None else max(0.05, remaining - 0.05)
-        result: dict[str, Any] = await replica.replicate(msgpack.packb(["put", key, value]), timeout)
+        entry = _put_entry(_get(request, "key"), _get(request, "value"))
+        result: dict[str, Any] = await replica.replicate(entry, _timeout(ctx))
         return result
+
+    async def _rpc_putbatch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        """Many puts in one call, proposed together: the client-side batching Kudu's writes use."""
+        replica = self.raft.get(_get(request, "group"))
+        items = _get(request, "items")
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+            raise KuduInvalidArgument(f"'items' must be a list of 1-{MAX_BATCH} [key, value] pairs")
+        entries = []
+        for i, item in enumerate(items):
+            if not isinstance(item, list | tuple) or len(item) != 2:
+                raise KuduInvalidArgument(f"items[{i}]: expected [key, value]")
+            entries.append(_put_entry(item[0], item[1]))
+        results = await replica.replicate_many(entries, _timeout(ctx))
+        return {"first_index": results[0]["index"], "last_index": results[-1]["index"]}
 
     async def _rpc_get(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         group = _get(request, "group")
@@ -103,6 +110,21 @@ class TestKVService:
         if request.get("with_data", False):
             out["data"] = sm.data
         return out
+
+
+def _put_entry(key: Any, value: Any) -> bytes:
+    if not isinstance(key, str) or len(key.encode()) > MAX_KEY_BYTES:
+        raise KuduInvalidArgument(f"'key' must be a string of at most {MAX_KEY_BYTES} bytes")
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
+        raise KuduInvalidArgument(f"'value' must be bytes or a string of at most {MAX_VALUE_BYTES} bytes")
+    return msgpack.packb(["put", key, value])
+
+
+def _timeout(ctx: CallContext) -> float:
+    remaining = ctx.remaining()
+    return 10.0 if remaining is None else max(0.05, remaining - 0.05)
 
 
 def _get(request: Any, name: str) -> Any:

@@ -2,7 +2,8 @@
 """Consensus benchmark: 3 tserver processes, replicated TestKV groups, fsync on.
 
 A client proposes small entries (TestKV/Put to each group's leader) with bounded concurrency and prints
-committed entries/s and p50/p99 commit latency, first for one group and then for many groups at once.
+committed entries/s and p50/p99 commit latency, for one group and for many groups at once; each also
+with many entries per RPC (TestKV/PutBatch, proposed together), as Kudu's clients batch rows per Write.
 Each phase is bounded by a count and a time limit.
 """
 
@@ -41,7 +42,9 @@ async def find_leaders(
     return leaders
 
 
-async def run_phase(rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float) -> None:
+async def run_phase(
+    rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float, batch: int = 1
+) -> None:
     groups = list(leaders)
     latencies: list[float] = []
     errors = 0
@@ -52,22 +55,26 @@ async def run_phase(rpc: RpcClient, leaders: dict[str, str], concurrency: int, m
         nonlocal next_op, errors
         while next_op < max_ops and time.monotonic() < deadline:
             i = next_op
-            next_op += 1
-            g = groups[i % len(groups)]
+            next_op += batch
+            g = groups[(i // batch) % len(groups)]
             t0 = time.perf_counter()
             try:
-                await rpc.call(leaders[g], "TestKV", "Put", {"group": g, "key": f"k{i}", "value": b"x" * 32},
-                               timeout_s=10)
-                latencies.append(time.perf_counter() - t0)
+                if batch == 1:
+                    await rpc.call(leaders[g], "TestKV", "Put", {"group": g, "key": f"k{i}", "value": b"x" * 32},
+                                   timeout_s=10)
+                else:
+                    items = [[f"k{j}", b"x" * 32] for j in range(i, i + batch)]
+                    await rpc.call(leaders[g], "TestKV", "PutBatch", {"group": g, "items": items}, timeout_s=10)
+                latencies.extend([time.perf_counter() - t0] * batch)
             except KuduBadStatus:
-                errors += 1
+                errors += batch
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     elapsed = time.perf_counter() - t0
     lat = sorted(latencies)
     p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: float("nan"))
-    label = f"groups={len(groups)} concurrency={concurrency}"
+    label = f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}"
     print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, errors {errors})")
     print(f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "
           f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms")
@@ -79,6 +86,7 @@ async def main() -> None:
     ap.add_argument("--ops", type=int, default=50_000, help="max entries per phase")
     ap.add_argument("--seconds", type=float, default=10.0, help="max seconds per phase")
     ap.add_argument("--groups", type=int, default=100, help="groups in the multi-group phase")
+    ap.add_argument("--batch", type=int, default=100, help="entries per RPC in the batched phases")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-consensus-") as d:
         cluster = MiniCluster(1, 3, base_dir=d, tserver_flags=["--enable-test-kv", "true"])
@@ -92,8 +100,12 @@ async def main() -> None:
                     await rpc.call(ts.rpc_address, "TestKV", "CreateGroup", {"group": g, "peers": peers})
             print("fsync on (log_force_fsync_all=true); 3 tservers on 127.0.0.1; client in this process")
             leaders = await find_leaders(rpc, cluster, names)
-            await run_phase(rpc, {"g-0": leaders["g-0"]}, args.concurrency, args.ops, args.seconds)
-            await run_phase(rpc, {g: leaders[g] for g in names[1:]}, args.concurrency, args.ops, args.seconds)
+            one = {"g-0": leaders["g-0"]}
+            many = {g: leaders[g] for g in names[1:]}
+            await run_phase(rpc, one, args.concurrency, args.ops, args.seconds)
+            await run_phase(rpc, one, args.concurrency, args.ops * 10, args.seconds, args.batch)
+            await run_phase(rpc, many, args.concurrency, args.ops, args.seconds)
+            await run_phase(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.batch)
         finally:
             await rpc.close()
             cluster.shutdown()

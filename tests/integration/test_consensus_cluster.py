@@ -16,6 +16,7 @@ import pytest
 from kudu_async.common.errors import (
     KuduAborted,
     KuduBadStatus,
+    KuduInvalidArgument,
     KuduNetworkError,
     KuduNotTheLeader,
     KuduServiceUnavailable,
@@ -145,6 +146,13 @@ async def test_three_nodes_elect_a_leader_fast_and_replicate_identically(kv_clus
     assert time.monotonic() - t0 < 3.0
     n = 10_000 if LONG else 2_000
     await put_many(kv, "k", n, concurrency=64)
+    leader = await kv.wait_leader()
+    batch = {"group": GROUP, "items": [[f"b{i}", f"v{i}"] for i in range(500)]}
+    got = await kv.rpc.call(leader.rpc_address, "TestKV", "PutBatch", batch)
+    assert got["last_index"] - got["first_index"] == 499
+    with pytest.raises(KuduInvalidArgument, match="items"):
+        await kv.rpc.call(leader.rpc_address, "TestKV", "PutBatch", {"group": GROUP, "items": [["k"]]})
+    n += 500
     final = await kv.wait_converged(expected_count=n)
     assert final["count"] == n
     raft = cluster.http_json(cluster.tservers[0], "/api/v1/raft")
