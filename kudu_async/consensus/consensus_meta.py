@@ -16,7 +16,7 @@ import crc32c
 import msgpack
 
 from kudu_async.common.errors import KuduCorruption
-from kudu_async.fs.fs_manager import atomic_write_bytes
+from kudu_async.fs.io_util import atomic_write_bytes
 
 _MAGIC = b"kcmeta1\n"
 _CRC = struct.Struct(">I")

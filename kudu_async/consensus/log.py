@@ -32,7 +32,7 @@ import crc32c
 import msgpack
 
 from kudu_async.common.errors import KuduAborted, KuduCorruption, KuduIllegalState, KuduNotFound
-from kudu_async.fs.fs_manager import fsync_dir
+from kudu_async.fs.io_util import fsync_dir
 
 log = logging.getLogger(__name__)
 

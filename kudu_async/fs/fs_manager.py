@@ -16,37 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kudu_async.common.errors import KuduCorruption, KuduIllegalState, KuduIOError
+from kudu_async.fs.io_util import atomic_write_bytes
 
 INSTANCE_FILE = "instance"
 FORMAT_VERSION = 1
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a crash leaves the old file or the new one, never a mix.
-
-    Blocking (it fsyncs): call it from an executor when an event loop is running.
-    """
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or create in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

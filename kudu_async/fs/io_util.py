@@ -14,7 +14,10 @@ from typing import BinaryIO
 TMP_SUFFIX = ".tmp"
 
 
-def fsync_dir(path: str) -> None:
+StrPath = str | os.PathLike[str]
+
+
+def fsync_dir(path: StrPath) -> None:
     """Make the directory entry changes (create, rename, unlink) under ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -23,13 +26,14 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str, data: bytes, *, sync: bool = True) -> None:
+def atomic_write_bytes(path: StrPath, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` by ``data`` atomically: readers and crashes see the old or the new bytes only."""
     atomic_write_with(path, lambda f: f.write(data), sync=sync)
 
 
-def atomic_write_with(path: str, writer: Callable[[BinaryIO], object], *, sync: bool = True) -> None:
+def atomic_write_with(path: StrPath, writer: Callable[[BinaryIO], object], *, sync: bool = True) -> None:
     """Write ``path`` through ``writer(file)`` to a temp file, fsync, rename, fsync the directory."""
+    path = os.fspath(path)
     tmp = path + TMP_SUFFIX
     try:
         with open(tmp, "wb") as f:
