@@ -412,7 +412,6 @@ class LogWriter:
         self._failed: BaseException | None = None
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"wal-writer {wal.dir.name}")
         self.syncs = 0
-        self.batches_appended = 0
 
     async def append(self, entries: Sequence[LogEntry]) -> None:
         """Append and wait until durable, waiting first for room if too much is pending."""
@@ -476,7 +475,6 @@ class LogWriter:
     def _write_all(self, batches: Iterable[Sequence[LogEntry]]) -> None:
         for entries in batches:
             self.wal.append(entries)
-            self.batches_appended += 1
         self.wal.sync()
 
     async def close(self) -> None:

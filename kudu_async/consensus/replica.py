@@ -45,7 +45,6 @@ from kudu_async.consensus.raft import (
     RaftNode,
     RaftOptions,
     Ready,
-    Role,
     SnapshotMeta,
 )
 from kudu_async.consensus.transport import ConsensusTransport
@@ -135,7 +134,6 @@ class RaftReplica:
         self._applied_since_gc = 0
         self._snapshot_warned: set[str] = set()
         self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
-        self.role_listeners: list[Callable[[RaftReplica], None]] = []
 
     @property
     def cmeta_path(self) -> Path:
@@ -397,8 +395,6 @@ class RaftReplica:
         if rd.role is not None:
             log.info("raft role change", extra={"group": self.group, "role": rd.role.role.value,
                                                 "term": rd.role.term, "leader": rd.role.leader})
-            for listener in self.role_listeners:
-                listener(self)
 
     async def _persist_hard_state(self, hs: HardState) -> None:
         cm = self._cmeta
@@ -582,7 +578,3 @@ class RaftReplica:
             "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
         })
         return out
-
-    @property
-    def role(self) -> Role | None:
-        return self.raft.role if self.raft is not None else None

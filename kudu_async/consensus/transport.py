@@ -14,7 +14,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 # A message handed to the transport: a msgpack-able dict naming its Raft group.
 WireMessage = dict[str, Any]
-Dispatch = Callable[[str, list[WireMessage]], Awaitable[None]]
 
 SERVICE = "Consensus"
 BATCH_METHOD = "Batch"

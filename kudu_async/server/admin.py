@@ -123,8 +123,9 @@ async def mem_trackers(request: web.Request) -> web.Response:
 
 
 async def raft_status(request: web.Request) -> web.Response:
-    return web.json_response({"replicas": _node(request).raft.status(),
-                              "peers": _node(request).raft.transport.peer_status()})
+    raft = _node(request).raft
+    return web.json_response({"replicas": raft.status(), "peers": raft.transport.peer_status(),
+                              "messages_for_unknown_groups": raft.unknown_group_messages})
 
 
 async def home(request: web.Request) -> web.Response:

@@ -153,9 +153,6 @@ class Node:
         log.info("received %s", sig.name)
         self._stopping.set()
 
-    def request_stop(self) -> None:
-        self._stopping.set()
-
     # --- shared services ------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
