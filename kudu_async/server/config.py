@@ -185,6 +185,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("leader_failure_max_missed_heartbeat_periods", _to_float, 3.0,
          "Missed heartbeats before a follower starts an election.", check=_positive),
     Flag("heartbeat_interval_ms", _to_int, 1000, "tserver -> master heartbeat period.", check=_positive),
+    Flag("tserver_unresponsive_timeout_ms", _to_int, 60000, "Master: a tserver silent for this long counts as "
+         "dead (no new replicas are placed on it).", check=_positive),
     Flag("raft_tick_interval_ms", _to_int, 100, "Period of the node-level Raft ticker (heartbeats and "
          "election timeouts are whole numbers of ticks).", check=_positive),
     Flag("log_force_fsync_all", _to_bool, True, "fsync the WAL before acknowledging (group commit keeps it "
