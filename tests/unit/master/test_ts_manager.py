@@ -176,10 +176,10 @@ def test_valid_heartbeat_request_parses() -> None:
     assert req2.report is None
 
 
-def _set(d: dict[str, Any], path: str, value: Any) -> None:
+def _set(d: Any, path: str, value: Any) -> None:
     keys = path.split(".")
     for k in keys[:-1]:
-        d = d[int(k)] if isinstance(d, list) else d[k]  # type: ignore[call-overload]
+        d = d[int(k)] if isinstance(d, list) else d[k]
     if value is _DELETE:
         del d[keys[-1]]
     else:
