@@ -1,15 +1,24 @@
-"""TSManager: registration, liveness on a hand-driven clock, full/incremental reports, validation."""
+"""TSManager (registration, liveness on a hand-driven clock, reports, validation) and the Master service on it."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
+from kudu_async.fs.fs_manager import FsManager
+from kudu_async.master.master import Master
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
+from kudu_async.rpc import RpcClient
+from kudu_async.server.config import load_config
+from kudu_async.tserver.heartbeater import Heartbeater
 
 TIMEOUT_S = 60.0
 
@@ -259,3 +268,106 @@ def test_bad_report_changes_no_state(m: TSManager) -> None:
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(KuduInvalidArgument):
         TSManager(0)
+
+
+# --- the Master/TSHeartbeat service, in process over real RPC ----------------------------------------------
+
+
+async def wait_until(pred: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def master_node(tmp_path: Path) -> AsyncIterator[Master]:
+    config = load_config(["--role", "master", "--data-dir", str(tmp_path / "m"), "--rpc-bind", "127.0.0.1:0",
+                          "--http-bind", "127.0.0.1:0", "--tserver-unresponsive-timeout-ms", "500"], {})
+    fs = FsManager(config.data_dir, "master")
+    fs.open_or_create()
+    node = Master(config, fs)
+    await node.start()
+    yield node
+    await node.stop()
+
+
+@pytest.fixture
+async def rpc() -> AsyncIterator[RpcClient]:
+    c = RpcClient("test")
+    yield c
+    await c.close()
+
+
+async def test_service_registration_reports_and_reregistration(master_node: Master, rpc: RpcClient) -> None:
+    addr = master_node.rpc_address
+
+    async def hb(**fields: Any) -> dict[str, Any]:
+        req = {"ts": ts_info(), "register": False, "report": None, "num_live_tablets": 1, "leader_count": 1}
+        req.update(fields)
+        resp: dict[str, Any] = await rpc.call(addr, "Master", "TSHeartbeat", req)
+        return resp
+
+    resp = await hb(report=report(0, [tablet("t1")], full=True))  # unknown and not registering
+    assert resp["needs_reregister"] is True and master_node.ts_manager.descriptors(0.0) == []
+    resp = await hb(register=True, report=report(0, [tablet("t1")]))  # incremental right after registering
+    assert resp == {"leader": True, "master_uuid": master_node.uuid, "needs_reregister": False,
+                    "needs_full_report": True, "tablets_to_delete": [], "tablets_to_create": []}
+    assert master_node.ts_manager.tablets() == []
+    resp = await hb(report=report(1, [tablet("t1")], full=True))
+    assert resp["needs_full_report"] is False and master_node.ts_manager.tablets() == ["t1"]
+    moved = {**ts_info(), "rpc_address": "127.0.0.1:7999"}
+    resp = await hb(ts=moved, report=report(2, [], removed=("t1",)))  # moved without registering
+    assert resp["needs_reregister"] is True and master_node.ts_manager.tablets() == ["t1"]
+    resp = await hb(ts=moved, register=True, report=report(0, [], full=True))
+    assert resp["needs_full_report"] is False and master_node.ts_manager.tablets() == []
+    [listed] = (await rpc.call(addr, "Master", "ListTabletServers", {}))["servers"]
+    assert listed["rpc_address"] == "127.0.0.1:7999" and listed["live"] is True and listed["num_replicas"] == 1
+    with pytest.raises(KuduInvalidArgument, match=r"report\.tablets\[0\]\.term"):
+        await hb(report=report(3, [{**tablet("t2"), "term": "one"}]))
+    assert master_node.ts_manager.tablets() == []
+    assert master_node.status()["num_live_tservers"] == 1
+    await asyncio.sleep(0.6)  # the unresponsive timeout is 500 ms here
+    assert (master_node.status()["num_live_tservers"], master_node.status()["num_dead_tservers"]) == (0, 1)
+
+
+async def test_follower_master_records_tservers_but_ignores_reports(
+        master_node: Master, rpc: RpcClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(master_node, "is_catalog_leader", lambda: False)
+    req = {"ts": ts_info(), "register": True, "report": report(0, [tablet("t1")], full=True),
+           "num_live_tablets": 1, "leader_count": 0}
+    resp = await rpc.call(master_node.rpc_address, "Master", "TSHeartbeat", req)
+    assert resp["leader"] is False and resp["needs_full_report"] is False and resp["needs_reregister"] is False
+    assert master_node.ts_manager.tablets() == [] and master_node.ts_manager.live_tservers(time.monotonic()) == [
+        "ts-a"]
+
+
+async def test_real_heartbeater_fills_the_real_masters_directory(master_node: Master, rpc: RpcClient) -> None:
+    hosted = {"t1": tablet("t1", role="LEADER"), "t2": tablet("t2")}
+    deletes: list[dict[str, Any]] = []
+
+    def reports(ids: set[str] | None) -> list[dict[str, Any]]:
+        return [r for i, r in sorted(hosted.items()) if ids is None or i in ids]
+
+    async def on_item(item: dict[str, Any]) -> None:
+        deletes.append(item)
+
+    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, on_item, interval_s=0.05)
+    await hb.start()
+    try:
+        tsm = master_node.ts_manager
+        await wait_until(lambda: tsm.tablets() == ["t1", "t2"], "the full report")
+        del hosted["t2"]
+        hosted["t1"] = tablet("t1", role="FOLLOWER", term=2, leader="ts-b", opid_index=4)
+        hb.mark_dirty("t1")
+        hb.mark_dirty("t2")
+        await wait_until(lambda: tsm.tablets() == ["t1"], "the incremental report")
+        info = tsm.tablet_info("t1")
+        assert info is not None
+        assert (info["leader_uuid"], info["term"], info["config"]["opid_index"]) == ("ts-b", 2, 4)
+        [d] = tsm.descriptors(time.monotonic())
+        assert d["live"] and (d["num_replicas"], d["num_leaders"]) == (1, 0)
+        assert hb.status()[0]["master_uuid"] == master_node.uuid and deletes == []
+    finally:
+        await hb.stop()
