@@ -12,8 +12,11 @@ change racing with a heartbeat is never lost, and a master that is down keeps it
 others keep up.
 
 Failures back off exponentially with jitter (capped at ``max_backoff_s``) and are logged once per streak.
-An unexpected exception (a bug, or a failing callback) is logged with its traceback and the per-master
-loop is restarted after the same backoff; it never dies silently and never spins.
+An unexpected exception (a bug, or ``reports``/``ts_info`` raising) is logged with its traceback and the
+per-master loop is restarted after the same backoff; it never dies silently and never spins.
+
+The leader master's ``tablets_to_delete``/``tablets_to_create`` go to ``on_delete``/``on_create``, each
+in its own task so slow tablet work never delays a heartbeat; their exceptions are logged, not fatal.
 """
 
 from __future__ import annotations
