@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.schema import Schema
 
 
@@ -79,3 +81,53 @@ def ipc_to_table(data: bytes | memoryview | pa.Buffer) -> pa.Table:
     """IPC stream bytes as one Table (keeps the schema even with zero batches)."""
     with pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data) as r:
         return r.read_all()
+
+
+# --- row operations on the wire (Write RPC and the tablet WAL) ------------------------------------------
+
+VALID_OP_TYPES = (1, 2, 3, 5, 10, 11, 12, 13)  # Kudu's RowOperationsPB numbers: see tablet.ops.OpType
+
+
+def encode_row_operations(
+    rows: pa.RecordBatch, op_types: Sequence[int] | np.ndarray, set_columns: np.ndarray | None = None
+) -> dict[str, Any]:
+    """``{"rows": IPC, "op_types": int8 bytes, "set_columns": packed bitmap | None}`` of a batch of
+    operations: rows in schema column order, one op type per row, and for partial updates a rows x
+    columns bool matrix of the cells each row sets."""
+    types = np.asarray(op_types, dtype=np.int8)
+    if len(types) != rows.num_rows:
+        raise KuduInvalidArgument(f"{len(types)} op types for {rows.num_rows} rows")
+    bitmap = None if set_columns is None else np.packbits(np.asarray(set_columns, dtype=bool)).tobytes()
+    return {"rows": batch_to_ipc(rows), "op_types": types.tobytes(), "set_columns": bitmap}
+
+
+def decode_row_operations(
+    rows_ipc: Any, op_types: Any, set_columns: Any
+) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray | None]:
+    """Parse and check the shape of encoded row operations (values are checked later, per row)."""
+    if not isinstance(rows_ipc, bytes | bytearray | memoryview):
+        raise KuduInvalidArgument("'rows' must be Arrow IPC stream bytes")
+    if not isinstance(op_types, bytes | bytearray):
+        raise KuduInvalidArgument("'op_types' must be bytes: one int8 operation type per row")
+    try:
+        table = ipc_to_table(bytes(rows_ipc))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise KuduInvalidArgument(f"'rows' is not a valid Arrow IPC stream: {e}") from None
+    batches = table.combine_chunks().to_batches()
+    rows = batches[0] if batches else pa.RecordBatch.from_pylist([], table.schema)
+    types = np.frombuffer(bytes(op_types), dtype=np.int8)
+    if len(types) != rows.num_rows:
+        raise KuduInvalidArgument(f"{len(types)} op types for {rows.num_rows} rows")
+    bad = np.setdiff1d(types, np.array(VALID_OP_TYPES, dtype=np.int8))
+    if len(bad):
+        raise KuduInvalidArgument(f"unknown row operation types {sorted(int(b) for b in bad)}")
+    matrix = None
+    if set_columns is not None:
+        if not isinstance(set_columns, bytes | bytearray):
+            raise KuduInvalidArgument("'set_columns' must be a packed bitmap (bytes) or absent")
+        cells = rows.num_rows * rows.num_columns
+        bits = np.unpackbits(np.frombuffer(bytes(set_columns), dtype=np.uint8))
+        if len(bits) < cells or len(bits) - cells >= 8:
+            raise KuduInvalidArgument(f"'set_columns' has {len(bits)} bits for {cells} cells")
+        matrix = bits[:cells].reshape(rows.num_rows, rows.num_columns).astype(bool)
+    return rows, types.astype(np.int64), matrix

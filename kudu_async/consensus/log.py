@@ -352,6 +352,10 @@ class Log:
 
     # --- garbage collection ---------------------------------------------------------------------------
 
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
     def segment_info(self) -> list[dict[str, int]]:
         return [{"seqno": s.seqno, "bytes": s.size, "first_index": s.first_index, "last_index": s.last_index}
                 for s in self._segments]

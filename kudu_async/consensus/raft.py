@@ -427,6 +427,12 @@ class RaftNode:
             return self._applied + 1
         return min(pr.match for pr in self._progress.values()) + 1
 
+    @property
+    def config_index(self) -> int:
+        """Log index of the entry that made the current config (the compaction point if it predates it):
+        whoever compares reports of one group keeps the config with the highest index (Kudu's opid_index)."""
+        return self._configs[-1][0] if self._configs else self._log.snapshot_index
+
     def snapshot_meta(self) -> SnapshotMeta:
         return SnapshotMeta(self._log.snapshot_index, self._log.snapshot_term, self._snap_config)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -25,6 +26,7 @@ from kudu_async.consensus.consensus_meta import ConsensusMetadata
 from kudu_async.consensus.raft import message_from_dict
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState, StateMachine
 from kudu_async.consensus.transport import ConsensusTransport, Ticker
+from kudu_async.fs.io_util import atomic_write_bytes
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.server import CallContext, RpcServer
 
@@ -49,6 +51,7 @@ class RaftManager:
         executor: Executor | None = None,
         options: ReplicaOptions | None = None,
         tick_interval_s: float = 0.1,
+        max_parallel_opens: int = 4,
     ) -> None:
         self.node_uuid = node_uuid
         self.root = root
@@ -60,6 +63,13 @@ class RaftManager:
         self.replicas: dict[str, RaftReplica] = {}
         self._factories: dict[str, StateMachineFactory] = {}
         self.unknown_group_messages = 0
+        self.max_parallel_opens = max_parallel_opens
+        self.opening: set[str] = set()  # on disk, not open yet: never report those as missing
+        self.tombstoned: set[str] = set()
+        self._open_task: asyncio.Task[None] | None = None
+        self.transport.on_missing = self._peer_missing_groups
+        # Set by the role: a leader's peer needs a copy of (group) -> called with (group, peer, address).
+        self.on_peer_needs_copy: Callable[[str, str, str], None] | None = None
 
     def register_kind(self, kind: str, factory: StateMachineFactory) -> None:
         """How to build the state machine of replicas created with ``kind``."""
@@ -71,22 +81,53 @@ class RaftManager:
         server.register("Consensus", "TransferLeadership", self._rpc_transfer)
         server.register("Consensus", "GetState", self._rpc_get_state)
 
-    async def start(self) -> None:
-        """Reopen every replica on disk and start ticking."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        for d in sorted(p for p in self.root.iterdir() if p.is_dir()):
-            await self._reopen(d)
-        self.ticker.start()
+    async def start(self, background: bool = False) -> None:
+        """Reopen every replica on disk (``max_parallel_opens`` at a time) and start ticking.
 
-    async def _reopen(self, d: Path) -> None:
-        group = d.name
+        With ``background`` the reopening runs as a task and this returns at once, so the node serves
+        (and reports its replicas as bootstrapping) while hundreds of replicas replay their logs.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        dirs = sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        for d in dirs:
+            if (d / TOMBSTONE_FILE).exists():
+                self.tombstoned.add(d.name)
+            else:
+                self.opening.add(d.name)
+        self.ticker.start()
+        if background:
+            self._open_task = asyncio.get_running_loop().create_task(self._reopen_all(dirs), name="raft-reopen")
+        else:
+            await self._reopen_all(dirs)
+
+    async def _reopen_all(self, dirs: list[Path]) -> None:
+        sem = asyncio.Semaphore(self.max_parallel_opens)
+
+        async def one(d: Path) -> None:
+            async with sem:
+                await self.open_existing(d.name)
+
+        await asyncio.gather(*(one(d) for d in dirs if d.name not in self.tombstoned))
+        log.info("replicas reopened", extra={"count": len(self.replicas), "tombstoned": len(self.tombstoned)})
+
+    async def wait_opened(self) -> None:
+        if self._open_task is not None:
+            await asyncio.shield(self._open_task)
+
+    async def open_existing(self, group: str) -> RaftReplica | None:
+        """Open a replica whose directory is on disk (at start, or after a tablet copy installed it)."""
+        d = self.root / group
+        self.opening.add(group)
         try:
             cm = await asyncio.get_running_loop().run_in_executor(self.executor, ConsensusMetadata.load,
                                                                   d / "cmeta")
             extra = dict((cm.config if cm else {}).get("extra", {}))
-            await self._open_replica(group, extra, None)
+            return await self._open_replica(group, extra, None)
         except KuduBadStatus as e:
             log.error("replica could not be reopened; it stays FAILED", extra={"group": group, "error": str(e)})
+            return self.replicas.get(group)
+        finally:
+            self.opening.discard(group)
 
     async def create_replica(self, group: str, kind: str, peers: dict[str, str],
                              extra: dict[str, Any] | None = None) -> RaftReplica:
@@ -98,6 +139,9 @@ class RaftManager:
             raise KuduInvalidArgument(f"unknown replica kind {kind!r}; this node hosts {sorted(self._factories)}")
         if self.node_uuid not in peers:
             raise KuduInvalidArgument(f"config of {group} does not include this node {self.node_uuid}")
+        if group in self.tombstoned:
+            # A new incarnation replaces the tombstone (Kudu keeps the tombstone's term; we start afresh).
+            await self.remove_replica(group, tombstone=False)
         return await self._open_replica(group, {**(extra or {}), "kind": kind}, peers)
 
     async def _open_replica(self, group: str, extra: dict[str, Any], peers: dict[str, str] | None) -> RaftReplica:
@@ -107,6 +151,8 @@ class RaftManager:
         replica = RaftReplica(group, self.node_uuid, self.root / group, sm, self.transport, self.executor,
                               self.options, extra)
         self.replicas[group] = replica
+        self.tombstoned.discard(group)
+        replica.on_peer_needs_copy = lambda peer, address: self._needs_copy(group, peer, address)
         if factory is None:
             replica.state = ReplicaState.FAILED
             replica.error = f"no state machine for kind {kind!r} on this node"
@@ -118,6 +164,34 @@ class RaftManager:
 
         self.ticker.register(group, replica.tick, on_tick_error)
         return replica
+
+    def _needs_copy(self, group: str, peer: str, address: str) -> None:
+        if self.on_peer_needs_copy is not None:
+            self.on_peer_needs_copy(group, peer, address)
+
+    def _peer_missing_groups(self, peer: str, groups: list[str]) -> None:
+        """A peer answered that it has no replica of these groups: their leaders here ask for a copy."""
+        for group in groups:
+            replica = self.replicas.get(group) if isinstance(group, str) else None
+            if replica is not None:
+                replica.peer_needs_copy(peer)
+
+    def replica_dir(self, group: str) -> Path:
+        return self.root / check_group_id(group)
+
+    async def remove_replica(self, group: str, *, tombstone: bool) -> None:
+        """Stop a replica and delete its files; a tombstone keeps ``cmeta`` (term and vote survive, so
+        the replica can never vote twice in a term if it comes back) and marks the directory."""
+        replica = self.replicas.pop(group, None)
+        self.ticker.unregister(group)
+        if replica is not None:
+            await replica.close()
+        d = self.replica_dir(group)
+        await asyncio.get_running_loop().run_in_executor(self.executor, _delete_replica_files, d, tombstone)
+        if tombstone:
+            self.tombstoned.add(group)
+        else:
+            self.tombstoned.discard(group)
 
     def get(self, group: Any) -> RaftReplica:
         replica = self.replicas.get(check_group_id(group))
@@ -138,11 +212,15 @@ class RaftManager:
     async def _rpc_batch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         sender, raw_messages = ConsensusTransport.parse_batch(request, self.node_uuid)
         self.transport.begin_capture(sender)
+        missing: set[str] = set()
         try:
-            self._deliver(raw_messages)
+            self._deliver(raw_messages, missing)
         finally:
             replies = self.transport.end_capture()
-        return {"messages": replies}
+        out: dict[str, Any] = {"messages": replies}
+        if missing:
+            out["missing"] = sorted(missing)
+        return out
 
     def _deliver_replies(self, sender: str, raw_messages: list[dict[str, Any]]) -> None:
         try:
@@ -150,7 +228,7 @@ class RaftManager:
         except KuduBadStatus as e:
             log.warning("bad consensus reply dropped", extra={"peer": sender, "error": str(e)})
 
-    def _deliver(self, raw_messages: list[dict[str, Any]]) -> None:
+    def _deliver(self, raw_messages: list[dict[str, Any]], missing: set[str] | None = None) -> None:
         messages = [message_from_dict(m) for m in raw_messages]  # all validated before any is stepped
         for m in messages:
             if m.dst != self.node_uuid:
@@ -159,6 +237,8 @@ class RaftManager:
             replica = self.replicas.get(m.group)
             if replica is None:
                 self.unknown_group_messages += 1
+                if missing is not None and m.group not in self.opening:
+                    missing.add(m.group)  # no replica, or a tombstone: the leader may copy one here
                 continue
             replica.receive(m)
 
@@ -186,6 +266,25 @@ def _field(request: Any, name: str) -> Any:
     if not isinstance(request, dict) or name not in request:
         raise KuduInvalidArgument(f"request must be a map with {name!r}")
     return request[name]
+
+
+TOMBSTONE_FILE = "TOMBSTONED"
+
+
+def _delete_replica_files(d: Path, tombstone: bool) -> None:
+    if not d.exists():
+        return
+    if not tombstone:
+        shutil.rmtree(d)
+        return
+    for child in d.iterdir():
+        if child.name == "cmeta":
+            continue
+        if child.is_dir():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    atomic_write_bytes(str(d / TOMBSTONE_FILE), b"tombstoned\n")
 
 
 class _FailedStateMachine:

@@ -132,8 +132,12 @@ class RaftReplica:
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[None]] = set()
         self._applied_since_gc = 0
+        self._segments_at_gc = 0
         self._snapshot_warned: set[str] = set()
         self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
+        # Set by the host: called when a peer needs a tablet copy (behind the retained log, or missing).
+        self.on_peer_needs_copy: Callable[[str, str], None] | None = None
+        self.gc_holds = 0
 
     @property
     def cmeta_path(self) -> Path:
@@ -257,6 +261,18 @@ class RaftReplica:
         Each entry commits on its own; if one fails the call raises, and the others may still commit,
         exactly as separate calls would.
         """
+        futures = self.propose(payloads)
+        try:
+            return await asyncio.wait_for(asyncio.gather(*(asyncio.shield(f) for f in futures)), timeout_s)
+        except TimeoutError:
+            raise KuduTimedOut(f"replicating to {self.group} did not commit within {timeout_s:.1f}s") from None
+
+    def propose(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
+        """Queue entries for replication now, in call order; each future resolves as ``replicate`` would.
+
+        For callers that must fix the order of proposals synchronously (a tablet assigns timestamps in
+        log order) and follow each entry's fate even after they stop waiting for it.
+        """
         raft = self._require_running()
         if not raft.is_leader:
             raise KuduNotTheLeader(f"replica {self.node_uuid} of {self.group} is not the leader", self.leader_hint())
@@ -266,10 +282,14 @@ class RaftReplica:
         props = [_Proposal(p, loop.create_future()) for p in payloads]
         self._queued.extend(props)
         self._wake.set()
-        try:
-            return await asyncio.wait_for(asyncio.gather(*(asyncio.shield(p.future) for p in props)), timeout_s)
-        except TimeoutError:
-            raise KuduTimedOut(f"replicating to {self.group} did not commit within {timeout_s:.1f}s") from None
+        return [p.future for p in props]
+
+    def is_leader_ready(self) -> bool:
+        """Leader whose own term's first entry is applied: every earlier entry is applied too, so the
+        state machine has seen everything a new proposal must be ordered after."""
+        raft = self.raft
+        return (self.state is ReplicaState.RUNNING and raft is not None and raft.is_leader
+                and raft.applied_index >= raft.commit and raft.log.term_at(raft.applied_index) == raft.term)
 
     async def read_index(self, timeout_s: float = 10.0, use_lease: bool = True) -> int:
         """A linearizable read point: once ``applied >= `` the returned index, reads see every commit."""
@@ -392,6 +412,7 @@ class RaftReplica:
                 self._snapshot_warned.add(ns.peer)
                 log.warning("peer is behind the retained log and needs a tablet copy",
                             extra={"group": self.group, "peer": ns.peer, "snapshot_index": ns.snapshot.index})
+            self.peer_needs_copy(ns.peer)
         if rd.role is not None:
             log.info("raft role change", extra={"group": self.group, "role": rd.role.role.value,
                                                 "term": rd.role.term, "leader": rd.role.leader})
@@ -465,14 +486,19 @@ class RaftReplica:
                         f"entry {e.index} of {self.group} was replaced by a new leader's entry", self.leader_hint()))
         raft.applied(committed[-1].index)
         self._applied_since_gc += len(committed)
-        if self._applied_since_gc >= self.options.gc_every_applied:
+        segments = self.wal.num_segments if self.wal is not None else 0
+        # Every N entries, or when the log rolled a segment (large entries: few of them fill a segment).
+        if self._applied_since_gc >= self.options.gc_every_applied or segments > self._segments_at_gc:
             self._applied_since_gc = 0
             await self._maybe_gc()
+            self._segments_at_gc = self.wal.num_segments if self.wal is not None else 0
 
     async def _maybe_gc(self) -> None:
         """Drop log segments the state machine has made durable and no peer still needs."""
         raft, wal = self.raft, self.wal
         assert raft is not None and wal is not None
+        if self.gc_holds:
+            return  # a tablet copy is capturing the log and compaction point
         durable = min(self.sm.durable_index(), raft.applied_index)
         if durable <= raft.snapshot_meta().index:
             return
@@ -489,6 +515,19 @@ class RaftReplica:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self._cmeta.save, self.cmeta_path)  # compaction point first
         await loop.run_in_executor(self.executor, wal.gc, retain_from)
+
+    def peer_needs_copy(self, peer: str) -> None:
+        """Ask the host to copy this replica to ``peer`` (only a leader does; the host rate-limits)."""
+        raft = self.raft
+        if self.on_peer_needs_copy is None or raft is None or not raft.is_leader or peer not in raft.config.members:
+            return
+        address = self.peers.get(peer)
+        if address is not None:
+            self.on_peer_needs_copy(peer, address)
+
+    def notify(self) -> None:
+        """Re-check ``wait_for`` conditions after a change outside Raft (e.g. the state machine's)."""
+        self._notify_waiters()
 
     def _notify_waiters(self) -> None:
         if not self._role_waiters:
@@ -538,6 +577,24 @@ class RaftReplica:
             cm.commit_index = min(self.raft.commit, self.raft.stable_index)
             self._save_cmeta_config()
             await asyncio.get_running_loop().run_in_executor(self.executor, cm.save, self.cmeta_path)
+
+    # --- tablet copy (source side) --------------------------------------------------------------------
+
+    def copy_metadata(self) -> bytes:
+        """Consensus metadata for a copy of this replica: its term, compaction point, config and commit
+        index as of now, but no vote (the copy never voted). Capture it while ``gc_holds`` is raised and
+        before linking the WAL, so the log files hold every entry after the compaction point."""
+        raft = self._require_running()
+        snap = raft.snapshot_meta()
+        cm = ConsensusMetadata(raft.term, None, min(raft.commit, raft.stable_index),
+                               {"peers": dict(self.peers), "snapshot": [snap.index, snap.term, snap.config.to_dict()],
+                                "extra": self.extra_meta})
+        return cm.to_bytes()
+
+    def wal_files(self) -> list[Path]:
+        """The WAL's segment files (call from a worker thread while ``gc_holds`` is raised)."""
+        d = self.dir / "wal"
+        return sorted(p for p in d.iterdir() if p.is_file()) if d.exists() else []
 
     # --- introspection --------------------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ class ConsensusTransport:
         self._capture_peer: str | None = None
         self._captured: list[WireMessage] = []
         self.on_reply: Callable[[str, list[WireMessage]], None] | None = None
+        self.on_missing: Callable[[str, list[str]], None] | None = None  # peer has no replica of these groups
         self.batches_sent = 0
         self.messages_sent = 0
 
@@ -144,6 +145,11 @@ class ConsensusTransport:
                 if not isinstance(replies, list) or not all(isinstance(m, dict) for m in replies):
                     raise KuduInvalidArgument(f"Consensus/Batch reply from {peer_uuid}: 'messages' must be maps")
                 self.on_reply(peer_uuid, replies)
+            missing = reply.get("missing") if isinstance(reply, dict) else None
+            if missing and self.on_missing is not None:
+                if not isinstance(missing, list) or not all(isinstance(g, str) for g in missing):
+                    raise KuduInvalidArgument(f"Consensus/Batch reply from {peer_uuid}: 'missing' must be group ids")
+                self.on_missing(peer_uuid, missing)
             box.failures = 0
             box.retry_at = 0.0
             self.batches_sent += 1

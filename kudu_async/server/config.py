@@ -195,6 +195,21 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
+    # --- tablet server: storage, scans, back-pressure ---
+    Flag("flush_threshold_mb", _to_int, 64, "Flush a tablet's MemRowSet at this size (Kudu: 1024).",
+         check=_positive),
+    Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive),
+    Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.",
+         check=_positive),
+    Flag("maintenance_manager_num_threads", _to_int, 1, "Worker threads for flushes and compactions.",
+         check=_positive),
+    Flag("tablet_memory_limit_mb", _to_int, 256, "MemRowSet + DeltaMemStore bytes of one tablet above which "
+         "writes get SERVICE_UNAVAILABLE until flushes catch up.", check=_positive),
+    Flag("tablet_max_pending_writes", _to_int, 256, "Writes in flight per tablet before SERVICE_UNAVAILABLE.",
+         check=_positive),
+    Flag("scanner_ttl_ms", _to_int, 60_000, "Idle scanners expire after this long.", check=_positive),
+    Flag("tablet_bootstrap_parallelism", _to_int, 4, "Tablets opened (log replayed) at once on start.",
+         check=_positive),
 )
 FLAGS_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 

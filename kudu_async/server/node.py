@@ -38,6 +38,8 @@ class Node:
     """One cluster node process. Use ``await node.start()`` then ``await node.stop()``."""
 
     role = "node"
+    # A tserver reopens its (possibly hundreds of) replicas after it starts serving; a master waits.
+    open_replicas_in_background = False
 
     def __init__(self, config: NodeConfig, fs: FsManager) -> None:
         self.config = config
@@ -84,6 +86,7 @@ class Node:
                 max_retained_segments=config.log_max_segments_to_retain,
             ),
             tick_interval_s=tick_ms / 1000.0,
+            max_parallel_opens=config.tablet_bootstrap_parallelism,
         )
         self.raft.register_rpc(self.rpc_server)
         self.rpc_address = config.rpc_bind
@@ -114,7 +117,7 @@ class Node:
         await self.rpc_server.start(rpc_host, rpc_port)
         self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
         await self.on_start()
-        await self.raft.start()
+        await self.raft.start(background=self.open_replicas_in_background)
         http_host, http_port = self.config.http_hostport
         self._http_runner = web.AppRunner(build_admin_app(self), access_log=None, handle_signals=False)
         await self._http_runner.setup()

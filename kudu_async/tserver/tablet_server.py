@@ -1,13 +1,29 @@
-"""The tablet server role. Tablet hosting and tablet copy arrive with the tserver issue."""
+"""The tablet server role: hosts tablet replicas behind the ``TabletServer`` RPC service.
+
+It wires the tablet manager (replicas, creation, deletion, copy), the scanner registry, the maintenance
+manager (flushes and compactions on worker threads) and the admin pages onto the node shell.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
+from aiohttp import web
+
+from kudu_async.common.clock import HybridClock
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.server.admin import NODE_KEY, json_response
 from kudu_async.server.config import parse_master_addresses
 from kudu_async.server.node import Node
+from kudu_async.tablet.maintenance_manager import MaintenanceManager
+from kudu_async.tablet.tablet import TabletOptions
 from kudu_async.tserver.heartbeater import Heartbeater
+from kudu_async.tserver.scanners import ScannerManager
+from kudu_async.tserver.service import TabletService
+from kudu_async.tserver.tablet_manager import TabletManager
+from kudu_async.tserver.tablet_replica import WriteLimits
 from kudu_async.tserver.test_kv import TestKVService
 from kudu_async.version import __version__
 
@@ -16,41 +32,139 @@ log = logging.getLogger(__name__)
 
 class TabletServer(Node):
     role = "tserver"
-    heartbeater: Heartbeater | None = None
+    open_replicas_in_background = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.config
+        self.clock = HybridClock()
+        flush_bytes = cfg.flush_threshold_mb * 1024 * 1024
+        self.maintenance = MaintenanceManager(
+            num_threads=cfg.maintenance_manager_num_threads,
+            memory_threshold_bytes=flush_bytes,
+            flush_age_s=float(cfg.flush_threshold_secs),
+        )
+        options = TabletOptions(
+            flush_threshold_bytes=flush_bytes,
+            flush_threshold_secs=float(cfg.flush_threshold_secs),
+            history_max_age_sec=float(cfg.tablet_history_max_age_sec),
+            sync=cfg.log_force_fsync_all,
+        )
+        limits = WriteLimits(max_pending_writes=cfg.tablet_max_pending_writes,
+                             memory_limit_bytes=cfg.tablet_memory_limit_mb * 1024 * 1024)
+        self.tablets = TabletManager(self.uuid, self.fs.root, self.raft, self.rpc_client, self.io_executor,
+                                     self.metrics, options, limits, self.maintenance,
+                                     self_address=lambda: self.rpc_address, clock=self.clock)
+        self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
+        self.service = TabletService(self.tablets, self.scanners, self.clock.update)
+        self.service.register_rpc(self.rpc_server)
+        self.tablets.copy_source.register_rpc(self.rpc_server)
+        self._poll_task: asyncio.Task[None] | None = None
+        self.heartbeater = Heartbeater(
+            self.rpc_client,
+            parse_master_addresses(cfg.master_addresses),
+            ts_info=self._ts_info,
+            reports=self.tablets.reports,
+            on_delete=self._master_says_delete,
+            on_create=self._master_says_create,
+            interval_s=cfg.heartbeat_interval_ms / 1000.0,
+            tablet_counts=self._tablet_counts,
+        )
+        self.tablets.on_change = self.heartbeater.mark_dirty
 
     async def on_start(self) -> None:
         if self.config.enable_test_kv:
             kv = TestKVService(self.raft)
             kv.register_rpc(self.rpc_server)
-        await self._start_heartbeater()
+        await self.tablets.copy_source.start()
+        await self.scanners.start()
+        self.maintenance.start()
+        self._poll_task = asyncio.get_running_loop().create_task(self._poll_changes(), name="tablet-state-poll")
+        await self.heartbeater.start()
+
+    async def _poll_changes(self) -> None:
+        """Once a second, note which tablets changed role/term/config/state for the next tablet report."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.tablets.poll_changes()
+            except Exception:
+                log.exception("tablet state poll failed; continuing")
 
     async def on_stop(self) -> None:
-        if self.heartbeater is not None:
-            await self.heartbeater.stop()
+        await self.heartbeater.stop()
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            await asyncio.gather(self._poll_task, return_exceptions=True)
+        await self.scanners.stop()
+        await self.tablets.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self.maintenance.stop)
 
-    def role_status(self) -> dict[str, Any]:
-        return {"heartbeat": self.heartbeater.status() if self.heartbeater is not None else []}
-
-    # --- heartbeats to the masters --------------------------------------------------------------------
-    # Minimal wiring: the tablet manager (written separately) replaces ``reports`` and the callbacks.
-
-    async def _start_heartbeater(self) -> None:
-        self.heartbeater = Heartbeater(
-            self.rpc_client,
-            parse_master_addresses(self.config.master_addresses),
-            ts_info=self._ts_info,
-            reports=lambda ids: [],  # no tablets hosted yet
-            on_delete=self._log_tablet_request,
-            on_create=self._log_tablet_request,
-            interval_s=self.config.heartbeat_interval_ms / 1000.0,
-        )
-        await self.heartbeater.start()
+    def _tablet_counts(self) -> tuple[int, int]:
+        """(live tablets, leaders) for heartbeats."""
+        live = leaders = 0
+        for r in self.tablets.replicas.values():
+            live += 1
+            rr = r.raft
+            if rr is not None and rr.raft is not None and rr.raft.is_leader:
+                leaders += 1
+        return live, leaders
 
     def _ts_info(self) -> dict[str, Any]:
         """Our registration; read at every heartbeat, so the HTTP port bound after start is picked up."""
         return {"uuid": self.uuid, "rpc_address": self.rpc_address, "http_address": self.http_address,
                 "version": __version__, "start_time": self.started_at}
 
-    async def _log_tablet_request(self, item: dict[str, Any]) -> None:
-        log.warning("master asked for tablet work this tserver cannot do yet (no tablet manager)",
-                    extra={"request": repr(item)[:500]})
+    async def _master_says_create(self, item: dict[str, Any]) -> None:
+        await self.tablets.create_tablet(item)
+
+    async def _master_says_delete(self, item: dict[str, Any]) -> None:
+        tablet_id = item.get("tablet_id")
+        if not isinstance(tablet_id, str):
+            raise KuduInvalidArgument(f"master asked to delete a malformed tablet entry: {item!r}")
+        try:
+            self.scanners.close_tablet(tablet_id)
+            await self.tablets.delete_tablet(tablet_id, str(item.get("delete_type", "DELETED")))
+        except KuduBadStatus as e:
+            log.warning("delete asked by the master failed", extra={"tablet": tablet_id, "error": str(e)})
+
+    def role_status(self) -> dict[str, Any]:
+        states: dict[str, int] = {}
+        for rep in self.tablets.reports(None):
+            states[rep["state"]] = states.get(rep["state"], 0) + 1
+        _, leaders = self._tablet_counts()
+        return {"num_tablets": sum(states.values()), "tablet_states": states, "num_leaders": leaders,
+                "heartbeat": self.heartbeater.status()}
+
+    def add_admin_routes(self, app: web.Application) -> None:
+        app.router.add_get("/api/v1/tablets", _tablets)
+        app.router.add_get("/api/v1/tablets/{tablet_id}", _tablet)
+        app.router.add_get("/api/v1/maintenance", _maintenance)
+        app.router.add_get("/api/v1/scans", _scans)
+
+
+def _ts(request: web.Request) -> TabletServer:
+    node = request.app[NODE_KEY]
+    assert isinstance(node, TabletServer)
+    return node
+
+
+async def _tablets(request: web.Request) -> web.Response:
+    return json_response({"tablets": _ts(request).tablets.list_tablets()})
+
+
+async def _tablet(request: web.Request) -> web.Response:
+    ts = _ts(request)
+    replica = ts.tablets.get(request.match_info["tablet_id"])
+    return json_response(replica.status())
+
+
+async def _maintenance(request: web.Request) -> web.Response:
+    ts = _ts(request)
+    return json_response({**ts.maintenance.status(), "tablet_copies": ts.tablets.copy_history,
+                              "copy_sessions": ts.tablets.copy_source.status()})
+
+
+async def _scans(request: web.Request) -> web.Response:
+    ts = _ts(request)
+    return json_response({"scanners": ts.scanners.status(), "expired": ts.scanners.expired})

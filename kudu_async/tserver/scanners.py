@@ -1,0 +1,132 @@
+"""Open scanners of a tablet server: continued by id, expired when idle (Kudu: scanner_ttl_ms).
+
+Each scanner pulls Arrow batches from its tablet in a worker thread, one call at a time, and keeps one
+batch of look-ahead so an answer can say whether more rows follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from kudu_async.common.errors import KuduNotFound, KuduServiceUnavailable
+from kudu_async.common.row_conversion import batch_to_ipc
+from kudu_async.tablet.tablet import TabletScanner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Scanner:
+    id: str
+    tablet_id: str
+    it: TabletScanner
+    schema: pa.Schema
+    snapshot_ts: int | None
+    created: float = field(default_factory=time.monotonic)
+    last_access: float = field(default_factory=time.monotonic)
+    lookahead: pa.RecordBatch | None = None
+    done: bool = False
+    rows: int = 0
+    batches: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        return {"scanner_id": self.id, "tablet_id": self.tablet_id, "rows_returned": self.rows,
+                "batches": self.batches, "idle_s": round(now - self.last_access, 3),
+                "age_s": round(now - self.created, 3), "snapshot_ts": self.snapshot_ts}
+
+
+class ScannerManager:
+    def __init__(self, executor: Executor | None, ttl_s: float = 60.0, max_scanners: int = 1000) -> None:
+        self.executor = executor
+        self.ttl_s = ttl_s
+        self.max_scanners = max_scanners
+        self.scanners: dict[str, Scanner] = {}
+        self.expired = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None) -> Scanner:
+        if len(self.scanners) >= self.max_scanners:
+            raise KuduServiceUnavailable(f"{len(self.scanners)} scanners open on this server; retry later",
+                                         {"retryable": True})
+        sc = Scanner(secrets.token_hex(12), tablet_id, it, schema, snapshot_ts)
+        self.scanners[sc.id] = sc
+        return sc
+
+    def get(self, scanner_id: str) -> Scanner:
+        sc = self.scanners.get(scanner_id)
+        if sc is None:
+            raise KuduNotFound(f"scanner {scanner_id} not found (it expired after {self.ttl_s:.0f}s idle, "
+                               "finished, or the server restarted)", {"error": "SCANNER_EXPIRED"})
+        sc.last_access = time.monotonic()
+        return sc
+
+    def close(self, scanner_id: str) -> None:
+        self.scanners.pop(scanner_id, None)
+
+    def close_tablet(self, tablet_id: str) -> None:
+        for sid in [s.id for s in self.scanners.values() if s.tablet_id == tablet_id]:
+            self.close(sid)
+
+    async def next_batch(self, sc: Scanner) -> dict[str, Any]:
+        """The next batch as IPC bytes, whether more follow, and the resume key."""
+        async with sc.lock:
+            batch, more = await asyncio.get_running_loop().run_in_executor(self.executor, self._pull, sc)
+            sc.last_access = time.monotonic()
+            if batch is not None:
+                sc.rows += batch.num_rows
+                sc.batches += 1
+            data = batch_to_ipc(batch if batch is not None else pa.RecordBatch.from_pylist([], sc.schema))
+            if not more:
+                self.close(sc.id)
+            return {"scanner_id": sc.id if more else None, "data": data,
+                    "rows": 0 if batch is None else batch.num_rows, "has_more": more,
+                    "last_key": sc.it.last_key, "snapshot_ts": sc.snapshot_ts}
+
+    @staticmethod
+    def _pull(sc: Scanner) -> tuple[pa.RecordBatch | None, bool]:
+        batch = sc.lookahead
+        sc.lookahead = None
+        if batch is None and not sc.done:
+            batch = next(sc.it, None)
+            if batch is None:
+                sc.done = True
+        if not sc.done:
+            sc.lookahead = next(sc.it, None)
+            if sc.lookahead is None:
+                sc.done = True
+        return batch, not sc.done
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._reap(), name="scanner-reaper")
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(5.0, max(0.05, self.ttl_s / 4)))
+            try:
+                now = time.monotonic()
+                idle = [s for s in self.scanners.values() if now - s.last_access > self.ttl_s and not s.lock.locked()]
+                for sc in idle:
+                    self.close(sc.id)
+                    self.expired += 1
+                    log.info("scanner expired", extra={"scanner": sc.id, "tablet": sc.tablet_id})
+            except Exception:
+                log.exception("scanner reaper pass failed; continuing")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.scanners.clear()
+
+    def status(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [s.to_dict(now) for s in self.scanners.values()]

@@ -1,0 +1,193 @@
+"""The ``TabletServer`` RPC service: every request is validated here before any tablet sees it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec
+from kudu_async.tserver.scanners import ScannerManager
+from kudu_async.tserver.tablet_manager import TabletManager
+from kudu_async.tserver.wire import decode_write_op
+
+SERVICE = "TabletServer"
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+
+
+class TabletService:
+    def __init__(self, manager: TabletManager, scanners: ScannerManager, clock_update: Any) -> None:
+        self.manager = manager
+        self.scanners = scanners
+        self._clock_update = clock_update
+
+    def register_rpc(self, server: RpcServer) -> None:
+        for name in ("CreateTablet", "DeleteTablet", "Write", "Scan", "ScannerKeepAlive", "Checksum",
+                     "ListTablets", "GetSafeTime", "StartTabletCopy", "AlterSchema", "FlushTablet"):
+            server.register(SERVICE, name, getattr(self, f"_rpc_{name.lower()}"))
+
+    async def _rpc_createtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return await self.manager.create_tablet(_map(request))
+
+    async def _rpc_deletetablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        cas = req.get("cas_config_index")
+        if cas is not None and not isinstance(cas, int):
+            raise KuduInvalidArgument("'cas_config_index' must be an integer")
+        self.scanners.close_tablet(_str(req, "tablet_id"))
+        return await self.manager.delete_tablet(_str(req, "tablet_id"), _str(req, "delete_type", "DELETED"), cas)
+
+    async def _rpc_write(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        replica = self.manager.get(_str(req, "tablet_id"))
+        version = _int(req, "schema_version", 0)
+        op = decode_write_op(req.get("rows"), req.get("op_types"), req.get("set_columns"))
+        propagated = req.get("propagated_timestamp")
+        if propagated is not None:
+            self._clock_update(_int(req, "propagated_timestamp"))
+        res = await replica.write(op, version, _timeout(ctx))
+        return {
+            "timestamp": res.timestamp,
+            "row_errors": [{"row_index": e.row_index, "code": e.code, "message": e.message} for e in res.row_errors],
+            "inserted": res.inserted, "updated": res.updated, "deleted": res.deleted, "ignored": res.ignored,
+        }
+
+    async def _rpc_scan(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        scanner_id = req.get("scanner_id")
+        if scanner_id is not None:
+            if not isinstance(scanner_id, str):
+                raise KuduInvalidArgument("'scanner_id' must be a string")
+            if req.get("close"):
+                self.scanners.close(scanner_id)
+                return {"scanner_id": None, "has_more": False, "rows": 0, "data": None}
+            return await self.scanners.next_batch(self.scanners.get(scanner_id))
+        replica = self.manager.get(_str(req, "tablet_id"))
+        schema = replica.tablet.info.schema
+        projection = req.get("projection")
+        if projection is not None and (not isinstance(projection, list)
+                                       or not all(isinstance(c, str) for c in projection)):
+            raise KuduInvalidArgument("'projection' must be a list of column names")
+        for c in projection or []:
+            if c not in replica.tablet.info.names:
+                raise KuduInvalidArgument(f"projected column '{c}' is not in the table's schema")
+        preds_raw = req.get("predicates") or []
+        if not isinstance(preds_raw, list) or not all(isinstance(p, dict) for p in preds_raw):
+            raise KuduInvalidArgument("'predicates' must be a list of predicate maps")
+        predicates = []
+        for p in preds_raw:
+            pred = ColumnPredicate.from_dict(p)
+            if pred.column not in replica.tablet.info.names:
+                raise KuduInvalidArgument(f"predicate column '{pred.column}' is not in the table's schema")
+            predicates.append(pred.bind(schema))
+        read_mode = _str(req, "read_mode", READ_LATEST)
+        if read_mode not in (READ_LATEST, READ_AT_SNAPSHOT):
+            raise KuduInvalidArgument(f"'read_mode' must be {READ_LATEST} or {READ_AT_SNAPSHOT}, not {read_mode!r}")
+        version = req.get("schema_version")
+        if version is not None and version != replica.tablet.schema_version:
+            raise KuduInvalidArgument(
+                f"tablet {replica.tablet_id} has schema version {replica.tablet.schema_version}, the scan was "
+                f"built for {version}: reload the table schema", {"error": "MISMATCHED_SCHEMA",
+                                                                   "schema_version": replica.tablet.schema_version})
+        batch_bytes = req.get("batch_bytes")
+        if batch_bytes is not None and (not isinstance(batch_bytes, int) or not 1 <= batch_bytes <= MAX_BATCH_BYTES):
+            raise KuduInvalidArgument(f"'batch_bytes' must be 1..{MAX_BATCH_BYTES}")
+        limit = req.get("limit")
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise KuduInvalidArgument("'limit' must be a non-negative integer")
+        propagated = req.get("propagated_timestamp")
+        if propagated is not None:
+            self._clock_update(_int(req, "propagated_timestamp"))
+        spec = ScanSpec(
+            projection=projection, predicates=predicates,
+            lower_key=_bytes_or_none(req, "lower_key"), upper_key=_bytes_or_none(req, "upper_key"),
+            resume_after_key=_bytes_or_none(req, "resume_after_key"), limit=limit, read_mode=read_mode,
+            snapshot_ts=_int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None,
+            ordered=bool(req.get("ordered", False)), batch_bytes=batch_bytes,
+        )
+        it = await replica.open_scan(spec, _timeout(ctx))
+        names = projection if projection is not None else replica.tablet.info.names
+        arrow = replica.tablet.info.arrow
+        out_schema = pa.schema([arrow.field(n) for n in names])
+        sc = self.scanners.add(replica.tablet_id, it, out_schema, spec.snapshot_ts)
+        out = await self.scanners.next_batch(sc)
+        out["schema_version"] = replica.tablet.schema_version
+        return out
+
+    async def _rpc_scannerkeepalive(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        self.scanners.get(_str(_map(request), "scanner_id"))
+        return {}
+
+    async def _rpc_checksum(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        replica = self.manager.get(_str(req, "tablet_id"))
+        ts = _int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None
+        return await replica.checksum(ts, _timeout(ctx))
+
+    async def _rpc_listtablets(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return {"tablets": self.manager.list_tablets()}
+
+    async def _rpc_getsafetime(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        replica = self.manager.get(_str(req, "tablet_id"))
+        index = await replica.leader_safe_index(_int(req, "timestamp"), time.monotonic() + _timeout(ctx))
+        return {"index": index}
+
+    async def _rpc_starttabletcopy(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        return await self.manager.start_tablet_copy(_str(req, "tablet_id"), _str(req, "source_uuid"),
+                                                    _str(req, "source_address"), _int(req, "caller_term", 0))
+
+    async def _rpc_alterschema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        req = _map(request)
+        replica = self.manager.get(_str(req, "tablet_id"))
+        schema = req.get("schema")
+        if not isinstance(schema, dict):
+            raise KuduInvalidArgument("'schema' must be a schema map")
+        version = await replica.alter_schema(schema, _int(req, "schema_version"), _timeout(ctx))
+        return {"schema_version": version}
+
+    async def _rpc_flushtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        """Operator/test tool: flush a tablet's memory stores now (as the maintenance manager would)."""
+        replica = self.manager.get(_str(_map(request), "tablet_id"))
+        await asyncio.get_running_loop().run_in_executor(self.manager.executor, replica.tablet.flush_all)
+        return {"last_flushed_log_index": replica.tablet.earliest_needed_log_index() - 1}
+
+
+def _map(request: Any) -> dict[str, Any]:
+    if not isinstance(request, dict):
+        raise KuduInvalidArgument("request body must be a map")
+    return request
+
+
+def _str(req: dict[str, Any], name: str, default: str | None = None) -> str:
+    v = req.get(name, default)
+    if not isinstance(v, str) or not v:
+        raise KuduInvalidArgument(f"'{name}' must be a non-empty string")
+    return v
+
+
+def _int(req: dict[str, Any], name: str, default: int | None = None) -> int:
+    v = req.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise KuduInvalidArgument(f"'{name}' must be a non-negative integer")
+    return v
+
+
+def _bytes_or_none(req: dict[str, Any], name: str) -> bytes | None:
+    v = req.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, bytes | bytearray):
+        raise KuduInvalidArgument(f"'{name}' must be bytes (an encoded primary key)")
+    return bytes(v)
+
+
+def _timeout(ctx: CallContext) -> float:
+    remaining = ctx.remaining()
+    return 10.0 if remaining is None else max(0.05, remaining - 0.05)

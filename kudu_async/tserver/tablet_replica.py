@@ -1,0 +1,444 @@
+"""One tablet replica on a tablet server: the tablet storage as the state machine of its Raft group.
+
+Write path (leader), as Kudu orders it: one write at a time per tablet takes a timestamp, is prepared
+(rows validated, row locks taken, per-row outcome decided, timestamp registered with MVCC) and is queued
+for Raft, so timestamps increase in log order. The reply waits for the entry to be committed (durable on
+a majority) and applied. Followers, and bootstrap after a restart, prepare and apply each committed entry
+as it is applied, deciding exactly what the leader decided.
+
+Reads: READ_LATEST is served by the leader after a Raft read index confirms it still leads;
+READ_AT_SNAPSHOT(t) by any replica once its safe time has passed t: every write with a timestamp <= t is
+applied there. On the leader that is MVCC being clean up to t after its clock has moved past t; on a
+follower it holds once it has applied a write at or after t, or up to the index the leader names for t.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from kudu_async.common.clock import HybridClock
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduIllegalState,
+    KuduInvalidArgument,
+    KuduNotTheLeader,
+    KuduServiceUnavailable,
+    KuduTabletFailed,
+    KuduTabletNotRunning,
+    KuduTimedOut,
+)
+from kudu_async.common.metrics import MetricEntity
+from kudu_async.consensus.replica import RaftReplica, ReplicaState
+from kudu_async.tablet.ops import WriteOp, WriteResult
+from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrite, ScanSpec, Tablet, TabletScanner
+from kudu_async.tserver.wire import WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
+
+log = logging.getLogger(__name__)
+
+
+class TabletState(enum.Enum):
+    INITIALIZED = "INITIALIZED"
+    BOOTSTRAPPING = "BOOTSTRAPPING"
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    TOMBSTONED = "TOMBSTONED"
+
+
+@dataclass
+class WriteLimits:
+    """Back-pressure: beyond these a write gets SERVICE_UNAVAILABLE (retryable) instead of queueing."""
+
+    max_pending_writes: int = 256
+    max_pending_bytes: int = 64 * 1024 * 1024
+    memory_limit_bytes: int = 256 * 1024 * 1024  # MemRowSet + DeltaMemStores of one tablet
+    max_rows_per_write: int = 100_000
+    lock_wait_s: float = 5.0
+
+
+# (leader tablet id, timestamp) -> the index up to which a follower must apply to be safe at timestamp.
+SafeIndexFetcher = Callable[["TabletReplica", int, float], Awaitable[int]]
+
+
+class TabletReplica:
+    """A tablet's storage behind its Raft replica; implements the consensus ``StateMachine``."""
+
+    def __init__(
+        self,
+        tablet_id: str,
+        info: dict[str, Any],
+        tablet: Tablet,
+        get_raft: Callable[[], RaftReplica | None],
+        executor: Executor | None,
+        clock: HybridClock,
+        metrics: MetricEntity,
+        limits: WriteLimits,
+        on_change: Callable[[str], None],
+        fetch_safe_index: SafeIndexFetcher,
+    ) -> None:
+        self.tablet_id = tablet_id
+        self.info = info  # table_id, table_name, partition, partition_schema
+        self.tablet = tablet
+        self._get_raft = get_raft
+        self.executor = executor
+        self.clock = clock
+        self.metrics = metrics
+        self.limits = limits
+        self._on_change = on_change
+        self._fetch_safe_index = fetch_safe_index
+        self.error: str | None = None
+        self.stopped = False
+        self.bootstrap_target: int | None = None  # commit index seen when Raft came up: RUNNING once applied
+        self._prepare_lock = asyncio.Lock()
+        self._pending: dict[tuple[int, int], PreparedWrite] = {}  # (term, timestamp) -> prepared on this leader
+        self._pending_bytes = 0
+        self.max_applied_ts = clock.peek()
+        self._last_role: tuple[str | None, int, str | None] = (None, 0, None)
+        self._c_inserted = metrics.counter("rows_inserted", "Rows inserted", "rows")
+        self._c_updated = metrics.counter("rows_updated", "Rows updated", "rows")
+        self._c_deleted = metrics.counter("rows_deleted", "Rows deleted", "rows")
+        self._c_writes = metrics.counter("write_ops", "Write operations applied", "operations")
+        self._c_rejected = metrics.counter("writes_rejected_backpressure",
+                                           "Writes refused with SERVICE_UNAVAILABLE by back-pressure", "operations")
+        self._c_scans = metrics.counter("scans_started", "Scanners opened", "scanners")
+        metrics.gauge("memrowset_size", "MemRowSet bytes", "bytes", read=tablet.mrs_memory_bytes)
+        metrics.gauge("delta_memstore_size", "DeltaMemStore bytes", "bytes", read=tablet.dms_memory_bytes)
+        metrics.gauge("num_rowsets_on_disk", "DiskRowSets", "units", read=lambda: len(tablet.rowsets()))
+        metrics.gauge("pending_writes", "Writes prepared and not yet applied", "operations",
+                      read=lambda: len(self._pending))
+
+    # --- state ----------------------------------------------------------------------------------------
+
+    @property
+    def raft(self) -> RaftReplica | None:
+        return self._get_raft()
+
+    @property
+    def state(self) -> TabletState:
+        if self.error is not None:
+            return TabletState.FAILED
+        r = self.raft
+        if self.stopped:
+            return TabletState.STOPPED
+        if r is None or r.state is ReplicaState.INITIALIZING:
+            return TabletState.BOOTSTRAPPING
+        if r.state is ReplicaState.FAILED:
+            return TabletState.FAILED
+        if r.state is ReplicaState.STOPPED:
+            return TabletState.STOPPED
+        if r.raft is not None:
+            if self.bootstrap_target is None:
+                self.bootstrap_target = r.raft.commit
+            if r.raft.applied_index < self.bootstrap_target:
+                return TabletState.BOOTSTRAPPING
+        return TabletState.RUNNING
+
+    @property
+    def failure_reason(self) -> str | None:
+        r = self.raft
+        return self.error or (r.error if r is not None else None)
+
+    def _running_raft(self) -> RaftReplica:
+        st = self.state
+        r = self.raft
+        if st is TabletState.FAILED:
+            raise KuduTabletFailed(f"tablet {self.tablet_id} is FAILED: {self.failure_reason}")
+        if st is not TabletState.RUNNING or r is None:
+            raise KuduTabletNotRunning(f"tablet {self.tablet_id} is {st.value}", {"state": st.value})
+        return r
+
+    def _leader(self) -> RaftReplica:
+        r = self._running_raft()
+        if r.raft is None or not r.raft.is_leader:
+            raise KuduNotTheLeader(f"this replica of tablet {self.tablet_id} is not the leader", r.leader_hint())
+        return r
+
+    def check_role_change(self) -> None:
+        """Tell the heartbeater when role, term or leader moved (cheap: called on every Ready batch)."""
+        r = self.raft
+        raft = r.raft if r is not None else None
+        cur = (raft.role.value, raft.term, raft.leader) if raft is not None else (None, 0, None)
+        if cur != self._last_role:
+            self._last_role = cur
+            self._on_change(self.tablet_id)
+
+    # --- StateMachine ---------------------------------------------------------------------------------
+
+    async def apply(self, index: int, term: int, payload: bytes) -> Any:
+        entry = decode_entry(payload)
+        loop = asyncio.get_running_loop()
+        if isinstance(entry, WriteEntry):
+            prepared = self._pending.pop((term, entry.timestamp), None)
+            if prepared is None:
+                self._abort_stale_pending()
+                result = await loop.run_in_executor(self.executor, self._replay_write, entry, index)
+            else:
+                self._pending_bytes -= prepared.op.rows.nbytes
+                result = await loop.run_in_executor(self.executor, self.tablet.apply_write, prepared, index)
+            self.max_applied_ts = max(self.max_applied_ts, entry.timestamp)
+            self._c_writes.increment()
+            self._c_inserted.increment(result.inserted)
+            self._c_updated.increment(result.updated)
+            self._c_deleted.increment(result.deleted)
+            return result
+        self._abort_stale_pending()
+        changed = await loop.run_in_executor(self.executor, self.tablet.alter_schema,
+                                             _schema_from_dict(entry.schema), entry.version, index)
+        if changed:
+            log.info("tablet schema altered", extra={"tablet": self.tablet_id, "version": entry.version})
+            self._on_change(self.tablet_id)
+        return {"schema_version": self.tablet.schema_version}
+
+    def durable_index(self) -> int:
+        return self.tablet.earliest_needed_log_index() - 1
+
+    def _replay_write(self, entry: WriteEntry, index: int) -> WriteResult:
+        if entry.schema_version != self.tablet.schema_version:
+            raise KuduIllegalState(
+                f"log index {index} holds a write for schema version {entry.schema_version}, "
+                f"the tablet is at version {self.tablet.schema_version}")
+        self.clock.update(entry.timestamp)
+        prepared = self.tablet.prepare_write(entry.op, entry.timestamp, replay=True,
+                                             lock_timeout_s=self.limits.lock_wait_s)
+        return self.tablet.apply_write(prepared, index)
+
+    def _abort_stale_pending(self) -> None:
+        """An entry this replica did not prepare is being applied: we lost leadership, and what we
+        prepared will either never commit or arrive here again (then it is replayed like a follower's)."""
+        if not self._pending:
+            return
+        for prepared in self._pending.values():
+            self.tablet.abort_write(prepared)
+        log.info("aborted writes prepared in a lost leadership", extra={"tablet": self.tablet_id,
+                                                                        "count": len(self._pending)})
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    # --- writes ---------------------------------------------------------------------------------------
+
+    async def write(self, op: WriteOp, schema_version: int, timeout_s: float) -> WriteResult:
+        """Replicate and apply one batch; returns per-row errors. Leader only."""
+        r = self._leader()
+        deadline = time.monotonic() + timeout_s
+        if schema_version != self.tablet.schema_version:
+            raise KuduInvalidArgument(
+                f"tablet {self.tablet_id} has schema version {self.tablet.schema_version}; the write was built "
+                f"for version {schema_version}: reload the table schema and retry",
+                {"error": "MISMATCHED_SCHEMA", "schema_version": self.tablet.schema_version})
+        n = op.rows.num_rows
+        if n > self.limits.max_rows_per_write:
+            raise KuduInvalidArgument(f"write of {n} rows exceeds the limit of {self.limits.max_rows_per_write}")
+        self._check_backpressure(op.rows.nbytes)
+        if not r.is_leader_ready():
+            await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
+                             max(0.01, deadline - time.monotonic()))
+            r = self._leader()
+        fut = await self._prepare_and_propose(r, op, deadline)
+        try:
+            result: WriteResult = await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            raise KuduTimedOut(
+                f"write to tablet {self.tablet_id} did not commit in time; it may still commit") from None
+        return result
+
+    def _check_backpressure(self, nbytes: int) -> None:
+        lim = self.limits
+        why = None
+        if len(self._pending) >= lim.max_pending_writes:
+            why = f"{len(self._pending)} writes pending"
+        elif self._pending_bytes + nbytes > lim.max_pending_bytes:
+            why = f"{self._pending_bytes} bytes of writes pending"
+        else:
+            mem = self.tablet.mrs_memory_bytes() + self.tablet.dms_memory_bytes()
+            if mem > lim.memory_limit_bytes:
+                why = f"{mem} bytes in memory stores (limit {lim.memory_limit_bytes}) while flushes catch up"
+        if why is not None:
+            self._c_rejected.increment()
+            raise KuduServiceUnavailable(f"tablet {self.tablet_id} is busy: {why}; retry later",
+                                         {"retryable": True})
+
+    async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        delay = 0.001
+        while True:
+            async with self._prepare_lock:
+                r = self._leader()
+                ts = self.clock.now()
+                try:
+                    prepared = await loop.run_in_executor(self.executor, self._prepare_no_wait, op, ts)
+                except KuduTimedOut:
+                    prepared = None  # a row lock is held by a write in flight: wait outside the lock
+                if prepared is not None:
+                    try:
+                        entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op)
+                        fut = r.propose([entry])[0]
+                    except BaseException:
+                        self.tablet.abort_write(prepared)
+                        raise
+                    assert r.raft is not None
+                    key = (r.raft.term, ts)  # the entry's term: a later leader may reuse the timestamp
+                    self._pending[key] = prepared
+                    self._pending_bytes += prepared.op.rows.nbytes
+                    fut.add_done_callback(functools.partial(self._proposal_done, key))
+                    return fut
+            if time.monotonic() + delay > deadline:
+                raise KuduTimedOut(f"write to tablet {self.tablet_id}: rows stayed locked by writes in flight")
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(0.05, delay * 2)
+
+    def _prepare_no_wait(self, op: WriteOp, ts: int) -> PreparedWrite:
+        return self.tablet.prepare_write(op, ts, lock_timeout_s=0)
+
+    def _proposal_done(self, key: tuple[int, int], fut: asyncio.Future[Any]) -> None:
+        """An entry that will never be applied gives back its locks and MVCC slot."""
+        if fut.cancelled() or fut.exception() is not None:
+            prepared = self._pending.pop(key, None)
+            if prepared is not None:
+                self._pending_bytes -= prepared.op.rows.nbytes
+                self.tablet.abort_write(prepared)
+                r = self.raft
+                if r is not None:
+                    r.notify()
+
+    async def alter_schema(self, schema: dict[str, Any], version: int, timeout_s: float) -> int:
+        """Replicate an AlterSchema; returns the schema version now in force. Idempotent by version."""
+        r = self._leader()
+        if version <= self.tablet.schema_version:
+            return self.tablet.schema_version
+        _schema_from_dict(schema)  # validate before it reaches the log
+        deadline = time.monotonic() + timeout_s
+        if not r.is_leader_ready():
+            await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
+                             max(0.01, deadline - time.monotonic()))
+            r = self._leader()
+        async with self._prepare_lock:  # ordered after every write prepared for the old schema
+            fut = r.propose([encode_alter_entry(schema, version)])[0]
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            raise KuduTimedOut(f"AlterSchema on tablet {self.tablet_id} did not commit in time") from None
+        return self.tablet.schema_version
+
+    # --- reads ----------------------------------------------------------------------------------------
+
+    async def open_scan(self, spec: ScanSpec, timeout_s: float) -> TabletScanner:
+        """Position a scan: READ_LATEST on the confirmed leader, READ_AT_SNAPSHOT where safe."""
+        deadline = time.monotonic() + timeout_s
+        if spec.read_mode == READ_LATEST:
+            r = self._leader()
+            index = await r.read_index(timeout_s=max(0.01, deadline - time.monotonic()))
+            await self._wait_applied(r, index, deadline)
+        elif spec.read_mode == READ_AT_SNAPSHOT:
+            if spec.snapshot_ts is None:
+                spec.snapshot_ts = self.clock.now()
+            await self.wait_safe_time(spec.snapshot_ts, deadline)
+            spec.snapshot_wait_s = 0.0
+        else:
+            raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
+        scanner = await asyncio.get_running_loop().run_in_executor(self.executor, self.tablet.scan, spec)
+        self._c_scans.increment()
+        return scanner
+
+    async def _wait_applied(self, r: RaftReplica, index: int, deadline: float) -> None:
+        def applied(rr: RaftReplica) -> bool:
+            return rr.raft is not None and rr.raft.applied_index >= index
+
+        await r.wait_for(applied, max(0.01, deadline - time.monotonic()))
+
+    async def wait_safe_time(self, ts: int, deadline: float) -> None:
+        """Return once every write with a timestamp <= ``ts`` is applied on this replica."""
+        r = self._running_raft()
+        mvcc = self.tablet.mvcc
+        if r.raft is not None and r.raft.is_leader:
+            await self.leader_safe_index(ts, deadline)
+            return
+        if ts > self.max_applied_ts:
+            index = await self._fetch_safe_index(self, ts, max(0.01, deadline - time.monotonic()))
+            await self._wait_applied(r, index, deadline)
+            self.max_applied_ts = max(self.max_applied_ts, ts)
+        self.clock.update(ts)
+        await r.wait_for(lambda rr: mvcc.is_clean_up_to(ts), max(0.01, deadline - time.monotonic()))
+
+    async def leader_safe_index(self, ts: int, deadline: float) -> int:
+        """On the leader: make every later write take a timestamp > ``ts``, wait until the writes at or
+        before it are applied, and return an index a follower must reach to be safe at ``ts``."""
+        r = self._leader()
+        async with self._prepare_lock:  # no timestamp is between assignment and MVCC registration now
+            self.clock.update(ts)
+        mvcc = self.tablet.mvcc
+        await r.wait_for(lambda rr: mvcc.is_clean_up_to(ts), max(0.01, deadline - time.monotonic()))
+        assert r.raft is not None
+        return r.raft.applied_index
+
+    async def checksum(self, snapshot_ts: int | None, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        if snapshot_ts is None:
+            snapshot_ts = self.clock.now()
+        await self.wait_safe_time(snapshot_ts, deadline)
+        out: dict[str, Any] = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.tablet.checksum, snapshot_ts)
+        return out
+
+    # --- lifecycle and introspection ------------------------------------------------------------------
+
+    def abort_all(self) -> None:
+        """Before the replica goes away: nothing prepared here will be applied by this object."""
+        with contextlib.suppress(KuduBadStatus):
+            self._abort_stale_pending()
+
+    def report(self) -> dict[str, Any]:
+        """The tablet report the heartbeater sends to masters."""
+        r = self.raft
+        raft = r.raft if r is not None else None
+        cfg: dict[str, Any] = {"opid_index": 0, "voters": [], "non_voters": [], "peers": {}}
+        if raft is not None and r is not None:
+            cfg = {"opid_index": raft.config_index, "voters": sorted(raft.config.voters),
+                   "non_voters": sorted(raft.config.learners), "peers": dict(r.peers)}
+        return {
+            "tablet_id": self.tablet_id,
+            "table_id": self.info.get("table_id", ""),
+            "state": self.state.value,
+            "error": self.failure_reason,
+            "role": raft.role.value if raft is not None else None,
+            "term": raft.term if raft is not None else 0,
+            "leader_uuid": raft.leader if raft is not None else None,
+            "config": cfg,
+            "schema_version": self.tablet.schema_version,
+        }
+
+    def status(self) -> dict[str, Any]:
+        r = self.raft
+        storage = self.tablet.status()
+        return {
+            "tablet_id": self.tablet_id,
+            "table_id": self.info.get("table_id", ""),
+            "table_name": self.info.get("table_name", ""),
+            "partition": self.info.get("partition"),
+            "state": self.state.value,
+            "error": self.failure_reason,
+            "schema_version": self.tablet.schema_version,
+            "schema": self.tablet.schema_dict(),
+            "consensus": r.status() if r is not None else None,
+            "pending_writes": len(self._pending),
+            "pending_write_bytes": self._pending_bytes,
+            "max_applied_timestamp": self.max_applied_ts,
+            "memrowset_bytes": storage["mrs_bytes"],
+            "delta_memstore_bytes": storage["dms_bytes"],
+            "storage": storage,
+        }
+
+
+def _schema_from_dict(d: dict[str, Any]) -> Any:
+    from kudu_async.common.schema import Schema
+
+    return Schema.from_dict(d)

@@ -1,0 +1,322 @@
+"""Tablet servers in real processes: replicated tablets created by direct RPC, written, scanned, killed,
+copied and restarted (the master is not involved yet)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduInvalidArgument,
+    KuduNotFound,
+    KuduNotTheLeader,
+    KuduServiceUnavailable,
+)
+from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.rpc.client import RpcClient
+from kudu_async.testing import MiniCluster
+from kudu_async.testing.tablet_client import INSERT, UPSERT, TabletClient
+
+pytestmark = pytest.mark.integration
+LONG = os.environ.get("KUDU_LONG_TESTS") == "1"
+SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"),
+                 ColumnSchema("n", "int32")], 1)
+
+
+def rows(keys: range | list[int], tag: str = "v") -> pa.RecordBatch:
+    ks = list(keys)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(ks, pa.int64()), pa.array([f"{tag}{k}" for k in ks], pa.string()),
+         pa.array([k % 1000 for k in ks], pa.int32())], schema=SCHEMA.to_arrow())
+
+
+@pytest.fixture
+async def rpc() -> AsyncIterator[RpcClient]:
+    client = RpcClient("test-client")
+    yield client
+    await client.close()
+
+
+def addresses(cluster: MiniCluster, n: int | None = None) -> dict[str, str]:
+    tss = cluster.tservers if n is None else cluster.tservers[:n]
+    return {ts.uuid: ts.rpc_address for ts in tss}
+
+
+async def wait_checksums_equal(tc: TabletClient, addrs: list[str], rows_expected: int,
+                               timeout_s: float = 30.0) -> dict:
+    """Every replica's checksum at one snapshot, once all agree (followers may still be applying)."""
+    deadline = time.monotonic() + timeout_s
+    last: list = []
+    while time.monotonic() < deadline:
+        try:
+            leader = await tc.wait_leader(5.0)
+            first = await tc.checksum(leader)
+            snap = first["snapshot_ts"]
+            last = [await tc.checksum(a, snap) for a in addrs]
+            if all(c == last[0] for c in last) and last[0]["rows"] == rows_expected:
+                return last[0]
+        except KuduBadStatus as e:
+            last = [str(e)]
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"replica checksums never matched with {rows_expected} rows: {last}")
+
+
+async def test_three_replicas_take_100k_rows_and_agree(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3)
+    tc = TabletClient(rpc, "tablet-a", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader = await tc.wait_leader()
+    total = 100_000
+    batch = 2_000
+    started = time.monotonic()
+    sem = asyncio.Semaphore(4)
+
+    async def one(lo: int) -> None:
+        async with sem:
+            reply = await tc.write(rows(range(lo, min(total, lo + batch))), INSERT)
+            assert reply["row_errors"] == [], reply["row_errors"][:3]
+
+    await asyncio.gather(*(one(lo) for lo in range(0, total, batch)))
+    elapsed = time.monotonic() - started
+    print(f"\n100k rows through one 3-replica tablet: {total / elapsed:,.0f} rows/s")
+    addrs = list(tc.addresses.values())
+    agreed = await wait_checksums_equal(tc, addrs, total)
+    assert agreed["rows"] == total
+
+    # A duplicate key gets a per-row ALREADY_PRESENT; the rest of the batch still applies.
+    reply = await tc.write(rows([5, total + 1]), INSERT)
+    assert [e["code"] for e in reply["row_errors"]] == ["ALREADY_PRESENT"]
+    assert reply["inserted"] == 1
+
+    # Snapshot scans return identical rows on every replica.
+    _, snap = await tc.scan(leader, read_mode="READ_AT_SNAPSHOT", batch_bytes=256 * 1024)
+    results = [(await tc.scan(a, read_mode="READ_AT_SNAPSHOT", snapshot_ts=snap))[0] for a in addrs]
+    assert results[0].num_rows == total + 1
+    for r in results[1:]:
+        assert r.equals(results[0])
+    # READ_LATEST is the leader's: a follower refuses it and names the leader.
+    follower = next(a for a in addrs if a != leader)
+    with pytest.raises(KuduNotTheLeader) as ei:
+        await rpc.call(follower, "TabletServer", "Scan", {"tablet_id": "tablet-a", "read_mode": "READ_LATEST"})
+    assert ei.value.details.get("leader_address") == leader
+    # Followers refuse writes too.
+    with pytest.raises(KuduNotTheLeader):
+        await rpc.call(follower, "TabletServer", "Write", {"tablet_id": "tablet-a", "schema_version": 0,
+                                                           **_ops(rows([total + 2]))})
+
+
+async def wait_master_sees(cluster: MiniCluster, replicas: int, leaders: int, timeout_s: float = 10.0) -> None:
+    """Poll the master's tserver list until its incremental tablet reports show these counts."""
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while time.monotonic() < deadline:
+        seen = [(d["num_replicas"], d["num_leaders"]) for d in cluster.http_json(cluster.masters[0].name,
+                                                                                  "/api/v1/tservers")]
+        if seen == [(replicas, leaders)]:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"master saw {seen}, expected [({replicas}, {leaders})]")
+
+
+def _ops(batch: pa.RecordBatch, op: int = INSERT) -> dict:
+    from kudu_async.common.row_conversion import encode_row_operations
+
+    return encode_row_operations(batch, [op] * batch.num_rows)
+
+
+async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
+    ts = cluster.tservers[0]
+    tc = TabletClient(rpc, "tablet-b", SCHEMA, addresses(cluster))
+    await tc.create()
+    await tc.create()  # the master may retry: same answer, no error
+    await tc.wait_leader()
+    listed = await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {})
+    assert [t["tablet_id"] for t in listed["tablets"]] == ["tablet-b"]
+    bad = [
+        ("Write", {"tablet_id": "tablet-b", "rows": b"not arrow", "op_types": b"\x01"}),
+        ("Write", {"tablet_id": "tablet-b", **_ops(rows([1])), "op_types": b"\x63"}),
+        ("Write", {"tablet_id": "nope", **_ops(rows([1]))}),
+        ("Scan", {"tablet_id": "tablet-b", "projection": ["missing"]}),
+        ("Scan", {"tablet_id": "tablet-b", "read_mode": "READ_SOMETIME"}),
+        ("CreateTablet", {"tablet_id": "../x", "table_id": "t", "schema": SCHEMA.to_dict(), "peers": {}}),
+        ("DeleteTablet", {"tablet_id": "tablet-b", "delete_type": "SHRED"}),
+    ]
+    for method, req in bad:
+        with pytest.raises((KuduInvalidArgument, KuduNotFound)):
+            await rpc.call(ts.rpc_address, "TabletServer", method, req)
+    reply = await tc.write(rows(range(10)))  # still serving, nothing lost
+    assert reply["inserted"] == 10
+    # Admin pages: the tablet list, one tablet's detail, maintenance and per-tablet metrics.
+    listed_http = cluster.http_json(ts.name, "/api/v1/tablets")
+    assert [(t["tablet_id"], t["state"], t["role"]) for t in listed_http["tablets"]] == [
+        ("tablet-b", "RUNNING", "LEADER")]
+    detail = cluster.http_json(ts.name, "/api/v1/tablets/tablet-b")
+    assert detail["consensus"]["role"] == "LEADER" and detail["storage"]["mrs_rows"] == 10
+    assert [c["name"] for c in detail["schema"]["columns"]] == ["key", "val", "n"]
+    assert "memrowset_bytes" in detail and "rowsets" in detail["storage"]
+    await rpc.call(ts.rpc_address, "TabletServer", "FlushTablet", {"tablet_id": "tablet-b"})
+    detail = cluster.http_json(ts.name, "/api/v1/tablets/tablet-b")
+    assert sum(r["rows"] for r in detail["storage"]["rowsets"]) == 10
+    maint = cluster.http_json(ts.name, "/api/v1/maintenance")
+    assert {"queue", "running", "history"} <= set(maint)
+    metrics = cluster.http_json(ts.name, "/metrics?types=tablet")
+    tablet_metrics = {m["name"]: m["value"] for e in metrics if e["id"] == "tablet-b" for m in e["metrics"]}
+    assert tablet_metrics["rows_inserted"] == 10
+    missing = cluster.http_get(ts.name, "/api/v1/tablets/nope")
+    assert missing[0] == 404
+    # The heartbeater reported the replica (and its leadership) to the master.
+    await wait_master_sees(cluster, replicas=1, leaders=1)
+    # A write built for another schema version is refused with a clear error.
+    with pytest.raises(KuduInvalidArgument, match="schema version"):
+        await rpc.call(ts.rpc_address, "TabletServer", "Write",
+                       {"tablet_id": "tablet-b", "schema_version": 7, **_ops(rows([99]))})
+    assert (await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-b"}))["deleted"]
+    assert not (await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-b"}))["deleted"]
+    listed = await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {})
+    assert listed["tablets"] == []
+    await wait_master_sees(cluster, replicas=0, leaders=0)
+    assert not (Path(ts.data_dir) / "tablets" / "tablet-b").exists()
+    assert not (Path(ts.data_dir) / "consensus" / "tablet-b").exists()
+
+
+async def test_kill_leader_during_writes_loses_nothing_acknowledged(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3)
+    tc = TabletClient(rpc, "tablet-k", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader_addr = await tc.wait_leader()
+    acked: list[int] = []
+    batch = 200
+    n_batches = 150 if LONG else 60
+    stop_at = n_batches // 3
+
+    third = asyncio.Event()
+
+    async def writer() -> None:
+        for i in range(n_batches):
+            keys = range(i * batch, (i + 1) * batch)
+            await tc.write(rows(keys), UPSERT, timeout_s=60.0)
+            acked.extend(keys)
+            if i + 1 == stop_at:
+                third.set()
+
+    task = asyncio.create_task(writer())
+    await asyncio.wait_for(third.wait(), 60)
+    victim = next(ts for ts in cluster.tservers if ts.rpc_address == leader_addr)
+    cluster.kill_node(victim.name)
+    await asyncio.wait_for(task, 120)
+    new_leader = await tc.wait_leader(exclude=[leader_addr])
+    assert new_leader != leader_addr
+    cluster.restart_node(victim.name)
+    table, _ = await tc.scan()
+    got = set(table.column("key").to_pylist())
+    assert set(acked) <= got
+    assert len(acked) == n_batches * batch
+    await wait_checksums_equal(tc, list(tc.addresses.values()), len(got), timeout_s=60.0)
+
+
+async def test_deleted_replica_is_rebuilt_by_tablet_copy(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3)
+    tc = TabletClient(rpc, "tablet-c", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader = await tc.wait_leader()
+    await tc.write(rows(range(0, 5000)), INSERT)
+    await rpc.call(leader, "TabletServer", "FlushTablet", {"tablet_id": "tablet-c"})  # some data in files
+    await tc.write(rows(range(5000, 8000)), INSERT)
+    victim = next(ts for ts in cluster.tservers if ts.rpc_address != leader)
+    cluster.stop_node(victim.name)
+    data = Path(victim.data_dir)
+    shutil.rmtree(data / "consensus" / "tablet-c")
+    shutil.rmtree(data / "tablets" / "tablet-c")
+    await tc.write(rows(range(8000, 9000)), INSERT)  # the majority goes on meanwhile
+    cluster.restart_node(victim.name)
+    agreed = await wait_checksums_equal(tc, list(tc.addresses.values()), 9000, timeout_s=60.0)
+    assert agreed["rows"] == 9000
+    st = await rpc.call(victim.rpc_address, "Consensus", "GetState", {"group": "tablet-c"})
+    assert st["role"] == "FOLLOWER"
+    copies = cluster.http_json(victim.name, "/api/v1/maintenance")["tablet_copies"]
+    assert [c["result"] for c in copies if c["tablet_id"] == "tablet-c"][-1] == "OK"
+    maint = cluster.http_json(next(t for t in cluster.tservers if t.rpc_address == leader).name,
+                                    "/api/v1/maintenance")
+    assert "copy_sessions" in maint
+
+
+async def test_restart_with_50_tablets_bootstraps_all(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
+    ts = cluster.tservers[0]
+    clients = [TabletClient(rpc, f"t50-{i:02d}", SCHEMA, addresses(cluster)) for i in range(50)]
+    await asyncio.gather(*(c.create() for c in clients))
+    await asyncio.gather(*(c.wait_leader(30.0) for c in clients))
+    await asyncio.gather(*(c.write(rows(range(i * 100, i * 100 + 100))) for i, c in enumerate(clients)))
+    started = time.monotonic()
+    cluster.restart_node(ts.name)
+    deadline = started + 60
+    while True:
+        listed = await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {})
+        states = [t["state"] for t in listed["tablets"]]
+        if len(states) == 50 and all(s == "RUNNING" for s in states):
+            break
+        assert time.monotonic() < deadline, states
+        await asyncio.sleep(0.05)
+    print(f"\n50-tablet restart: all RUNNING {time.monotonic() - started:.2f}s after the restart began")
+    for i, c in enumerate(clients):
+        await c.wait_leader()
+        table, _ = await c.scan()
+        assert sorted(table.column("key").to_pylist()) == list(range(i * 100, i * 100 + 100))
+
+
+async def test_backpressure_and_scanner_expiry(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=1,
+                                   tserver_flags=["--tablet-memory-limit-mb", "1", "--flush-threshold-mb", "512",
+                                                  "--scanner-ttl-ms", "600"])
+    tc = TabletClient(rpc, "tablet-p", SCHEMA, addresses(cluster))
+    await tc.create()
+    addr = await tc.wait_leader()
+    refused = 0
+    for i in range(40):  # bounded: ~40 x 5,000 rows, well past the 1 MiB memory limit
+        try:
+            batch = rows(range(i * 5000, (i + 1) * 5000))
+            await rpc.call(addr, "TabletServer", "Write", {"tablet_id": "tablet-p", "schema_version": 0, **_ops(batch)})
+        except KuduServiceUnavailable as e:
+            assert "busy" in e.message
+            refused += 1
+            break
+    assert refused == 1
+    first = await rpc.call(addr, "TabletServer", "Scan", {"tablet_id": "tablet-p", "batch_bytes": 1024,
+                                                          "read_mode": "READ_LATEST"})
+    assert first["has_more"]
+    await asyncio.sleep(2.0)
+    with pytest.raises(KuduNotFound, match="expired"):
+        await rpc.call(addr, "TabletServer", "Scan", {"scanner_id": first["scanner_id"]})
+
+
+async def test_follower_behind_the_retained_log_is_copied(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3,
+                                   tserver_flags=["--log-segment-size-mb", "1", "--log-max-segments-to-retain", "2"])
+    tc = TabletClient(rpc, "tablet-g", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader = await tc.wait_leader()
+    victim = next(ts for ts in cluster.tservers if ts.rpc_address != leader)
+    cluster.stop_node(victim.name)
+    wide = [str(i) * 200 for i in range(10)]
+    for i in range(30):  # ~30 x 400 KiB of WAL: well past 2 retained 1 MiB segments
+        b = rows(range(i * 2000, (i + 1) * 2000))
+        b = b.set_column(1, "val", pa.array([wide[k % 10] for k in range(2000)], pa.string()))
+        await tc.write(b, INSERT)
+    await rpc.call(leader, "TabletServer", "FlushTablet", {"tablet_id": "tablet-g"})
+    for i in range(30, 36):  # more entries after the flush let the leader collect its log
+        await tc.write(rows(range(i * 2000, (i + 1) * 2000)), INSERT)
+    st = await rpc.call(leader, "Consensus", "GetState", {"group": "tablet-g"})
+    assert st["first_log_index"] > 2, st  # the entries the stopped follower needs are gone
+    cluster.restart_node(victim.name)
+    await wait_checksums_equal(tc, list(tc.addresses.values()), 36 * 2000, timeout_s=90.0)
+    copies = cluster.http_json(victim.name, "/api/v1/maintenance")["tablet_copies"]
+    assert [c["result"] for c in copies if c["tablet_id"] == "tablet-g"][-1] == "OK"

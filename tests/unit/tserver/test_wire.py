@@ -1,0 +1,53 @@
+"""The Write wire form and the tablet WAL entries: round trips and clear errors for bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.row_conversion import decode_row_operations, encode_row_operations
+from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tserver.wire import AlterEntry, WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
+
+
+def _batch(n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"k": pa.array(range(n), pa.int64()), "v": pa.array([f"x{i}" for i in range(n)])})
+
+
+def test_row_operations_round_trip_with_partial_update_bitmap() -> None:
+    b = _batch(5)
+    cells = np.array([[True, i % 2 == 0] for i in range(5)])
+    enc = encode_row_operations(b, [OpType.UPDATE] * 5, cells)
+    rows, types, matrix = decode_row_operations(enc["rows"], enc["op_types"], enc["set_columns"])
+    assert rows.equals(b)
+    assert types.tolist() == [2] * 5
+    assert matrix is not None and (matrix == cells).all()
+
+
+@pytest.mark.parametrize(
+    ("rows", "types", "bits", "message"),
+    [
+        (b"garbage", b"\x01", None, "not a valid Arrow IPC"),
+        (None, b"\x01", None, "Arrow IPC stream bytes"),
+        ("ok", b"\x01\x01", None, "2 op types for 1 rows"),
+        ("ok", b"\x63", None, "unknown row operation types \\[99\\]"),
+        ("ok", b"\x01", b"\x00\x00\x00", "bits for 2 cells"),
+        ("ok", [1], None, "'op_types' must be bytes"),
+    ],
+)
+def test_bad_row_operations_are_named(rows: object, types: object, bits: object, message: str) -> None:
+    good = encode_row_operations(_batch(1), [1])
+    with pytest.raises(KuduInvalidArgument, match=message):
+        decode_row_operations(good["rows"] if rows == "ok" else rows, types, bits)
+
+
+def test_wal_entries_round_trip() -> None:
+    op = WriteOp(np.array([1, 5, 3]), _batch(3), None)
+    entry = decode_entry(encode_write_entry(1234, 2, op))
+    assert isinstance(entry, WriteEntry)
+    assert (entry.timestamp, entry.schema_version) == (1234, 2)
+    assert entry.op.rows.equals(op.rows) and list(entry.op.op_types) == [1, 5, 3]
+    alter = decode_entry(encode_alter_entry({"columns": [], "num_key_columns": 0}, 3))
+    assert alter == AlterEntry({"columns": [], "num_key_columns": 0}, 3)
