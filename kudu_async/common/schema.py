@@ -108,6 +108,8 @@ class ColumnSchema:
     compression: str | None = None
     immutable: bool = False
     block_size: int | None = None
+    # Stable identity across renames (Kudu's column id): storage maps files to the schema by it.
+    id: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", T.type_from_name(self.type))
@@ -189,6 +191,8 @@ class ColumnSchema:
                 d[attr] = v
         if self.immutable:
             d["immutable"] = True
+        if self.id is not None:
+            d["id"] = self.id
         return d
 
     @classmethod
@@ -210,6 +214,7 @@ class ColumnSchema:
             compression=d.get("compression"),
             immutable=bool(d.get("immutable", False)),
             block_size=d.get("block_size"),
+            id=_column_id(d.get("id")),
         )
 
     @classmethod
@@ -226,6 +231,14 @@ class ColumnSchema:
             scale=attrs.get("scale"),
             length=length,
         )
+
+
+def _column_id(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise KuduInvalidArgument(f"column id must be a non-negative integer, got {v!r}")
+    return v
 
 
 @dataclass(frozen=True, init=False)
@@ -378,6 +391,26 @@ class Schema:
         while nkeys < len(cols) and nkeys < self.num_key_columns and cols[nkeys] is self.columns[nkeys]:
             nkeys += 1
         return _projection(cols, nkeys)
+
+    # -- column ids -------------------------------------------------------------------------------------
+
+    @property
+    def next_column_id(self) -> int:
+        return max((c.id for c in self.columns if c.id is not None), default=-1) + 1
+
+    def with_column_ids(self, first_free: int | None = None) -> Schema:
+        """Every column without an id gets a fresh one (after every id present, or ``first_free``)."""
+        nxt = max(self.next_column_id, first_free or 0)
+        cols = []
+        for c in self.columns:
+            if c.id is None:
+                c = dataclasses.replace(c, id=nxt)
+                nxt += 1
+            cols.append(c)
+        ids = [c.id for c in cols]
+        if len(set(ids)) != len(ids):
+            raise KuduInvalidArgument(f"column ids must be unique, got {ids}")
+        return Schema(cols, self.num_key_columns)
 
     # -- AlterTable steps (each returns a new Schema; the rules are Kudu's) ------------------------------
 

@@ -46,6 +46,7 @@ class TabletMetadata:
     last_flushed_log_index: int = 0
     next_rowset_id: int = 0
     version: int = FORMAT_VERSION
+    schema_version: int = 0  # bumped by each AlterSchema; writes must be built for the current one
 
     def live_blocks(self) -> set[str]:
         return {b for rs in self.rowsets for b in rs.blocks()}

@@ -10,6 +10,7 @@ in the tablet metadata so rowsets can be pruned without opening them.
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import time
 from collections.abc import Callable
@@ -30,16 +31,81 @@ from kudu_async.tablet.delta_store import (
     SEQ_COL,
     DeltaMemStore,
     apply_deltas,
+    delta_schema,
     mutations_to_table,
+    set_col,
 )
 from kudu_async.tablet.memrowset import Mutation, apply_mutations
 from kudu_async.tablet.mvcc import MvccSnapshot
-from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
+from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, SchemaInfo
 
 TARGET_ROWSET_BYTES = 32 * 1024 * 1024
 
 
-def _ipc_writer(table: pa.Table) -> Callable[[BinaryIO], object]:
+def file_column_ids(t: pa.Table) -> dict[int, str] | None:
+    """column id -> name in a file written with ``SchemaInfo.file_metadata`` (None: older file)."""
+    md = t.schema.metadata
+    if not md or FILE_IDS_META not in md:
+        return None
+    return {int(i): name for name, i in json.loads(md[FILE_IDS_META]).items()}
+
+
+def _needs_adapting(info: SchemaInfo, ids: dict[int, str] | None) -> bool:
+    if ids is None or None in info.ids:
+        return False  # files and schema without ids: names are the identity (no alter has happened)
+    return ids != {i: n for i, n in zip(info.ids, info.names, strict=True)}
+
+
+def _fill(field: pa.Field, default: Any, n: int) -> pa.Array:
+    if default is None:
+        return pa.nulls(n, field.type)
+    return pa.repeat(pa.scalar(default, field.type), n)
+
+
+def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
+    """A base table written for an older schema, seen through the current one (matched by column id):
+    renamed columns under their new name, dropped ones gone, added ones filled with their default."""
+    ids = file_column_ids(t)
+    if not _needs_adapting(info, ids):
+        return t
+    assert ids is not None
+    cols, fields = [], []
+    for i, (cid, f) in enumerate(zip(info.ids, info.arrow, strict=True)):
+        src = ids.get(cid)  # type: ignore[arg-type]
+        if src is not None and src in t.column_names:
+            cols.append(t.column(src))
+        else:
+            cols.append(pa.chunked_array([_fill(f, info.schema.columns[i].default, t.num_rows)], f.type))
+        fields.append(f)
+    for name in (KEY_COL, TS_COL):
+        cols.append(t.column(name))
+        fields.append(t.schema.field(name))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=info.file_metadata()))
+
+
+def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
+    """A delta table written for an older schema, seen through the current one (see ``adapt_base``)."""
+    ids = file_column_ids(t)
+    if not _needs_adapting(info, ids):
+        return t
+    assert ids is not None
+    target = delta_schema(info)
+    cols = [t.column(c) for c in (ROW_COL, TS_COL, SEQ_COL, LIVE_COL)]
+    n = t.num_rows
+    for i in info.value_indices:
+        f = info.arrow.field(i)
+        src = ids.get(info.ids[i])  # type: ignore[arg-type]
+        if src is not None and src in t.column_names:
+            cols += [t.column(src), t.column(set_col(src))]
+        else:
+            cols += [pa.chunked_array([pa.nulls(n, f.type)]), pa.chunked_array([pa.repeat(False, n)])]
+    return pa.Table.from_arrays(cols, schema=target.with_metadata(info.file_metadata()))
+
+
+def _ipc_writer(table: pa.Table, info: SchemaInfo | None = None) -> Callable[[BinaryIO], object]:
+    if info is not None:
+        table = table.replace_schema_metadata(info.file_metadata())
+
     def write(f: BinaryIO) -> None:
         sink = pa.PythonFile(f, mode="w")
         with ipc.new_file(sink, table.schema) as w:
@@ -94,7 +160,7 @@ class DiskRowSet:
         self.info = info
         self.meta = meta
         self.bm = bm
-        self.base = read_ipc_table(bm.path(meta.base_block))
+        self.base = adapt_base(info, read_ipc_table(bm.path(meta.base_block)))
         if self.base.num_rows != meta.num_rows:
             raise KuduCorruption(
                 f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
@@ -105,7 +171,7 @@ class DiskRowSet:
             self.bloom = BloomFilter.from_bytes(f.read())
         self.min_key = bytes.fromhex(meta.min_key_hex)
         self.max_key = bytes.fromhex(meta.max_key_hex)
-        self.delta_tables: list[pa.Table] = [read_ipc_table(bm.path(b)) for b in meta.delta_blocks]
+        self.delta_tables: list[pa.Table] = [adapt_deltas(info, read_ipc_table(bm.path(b))) for b in meta.delta_blocks]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
         self.latest: dict[int, tuple[int, bool]] = {}
@@ -271,7 +337,7 @@ def write_rowsets(
     for p in range(pieces):
         piece = table.slice(p * rows_per_rs, rows_per_rs).combine_chunks()
         keys = piece.column(KEY_COL)
-        base_block = bm.write_block(_ipc_writer(piece))
+        base_block = bm.write_block(_ipc_writer(piece, info))
         bloom = BloomFilter.build(keys.to_pylist())
         data = bloom.to_bytes()
         bloom_block = bm.write_block(lambda f, data=data: f.write(data))  # type: ignore[misc]
@@ -279,7 +345,7 @@ def write_rowsets(
         max_ts = int(pc.max(piece.column(TS_COL)).as_py())
         if by_piece[p]:
             dt = mutations_to_table(info, by_piece[p])
-            delta_blocks.append(bm.write_block(_ipc_writer(dt)))
+            delta_blocks.append(bm.write_block(_ipc_writer(dt, info)))
         out.append(
             RowSetMetadata(
                 id=first_id + p,
@@ -295,5 +361,5 @@ def write_rowsets(
     return out
 
 
-def write_delta_block(bm: BlockManager, table: pa.Table) -> str:
-    return bm.write_block(_ipc_writer(table))
+def write_delta_block(bm: BlockManager, table: pa.Table, info: SchemaInfo | None = None) -> str:
+    return bm.write_block(_ipc_writer(table, info))

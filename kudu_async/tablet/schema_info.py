@@ -7,11 +7,13 @@ class, so the storage depends on a narrow surface of the common API.
 from __future__ import annotations
 
 import importlib
+import json
 from typing import Any
 
 import pyarrow as pa
 
 KEY_COL = "_key"
+FILE_IDS_META = b"kudu.column_ids"
 TS_COL = "_ts"
 
 
@@ -43,9 +45,18 @@ class SchemaInfo:
         self.key_names = self.names[: self.num_key_columns]
         self.value_indices = list(range(self.num_key_columns, len(self.names)))
         self.nullable = [f.nullable for f in self.arrow]
+        self.ids: list[int | None] = [getattr(c, "id", None) for c in getattr(schema, "columns", ())] or [
+            None
+        ] * len(self.names)
         self.storage_arrow = pa.schema(
             [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]
         )
+
+    def file_metadata(self) -> dict[bytes, bytes]:
+        """Arrow schema metadata written into every base and delta file: which column id each named
+        column holds, so files written before a rename, add or drop map onto later schemas."""
+        ids = {n: i for n, i in zip(self.names, self.ids, strict=True) if i is not None}
+        return {FILE_IDS_META: json.dumps(ids, sort_keys=True).encode()} if ids else {}
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> list[bytes]:
         """Order-preserving encoded primary keys of every row, via common.key_encoding."""

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from kudu_async.common.clock import HybridClock, timestamp_from_seconds_ago
 from kudu_async.common.errors import (
@@ -120,6 +121,7 @@ class PreparedWrite:
     ignored: int
     locked: list[bytes]
     state: str = "prepared"
+    schema_version: int = 0
 
 
 class TabletScanner:
@@ -226,6 +228,11 @@ class Tablet:
         self.tablet_dir = tablet_dir
         self.tablet_id = meta.tablet_id
         self.info = SchemaInfo(schema)
+        self.schema_version = meta.schema_version
+        # Flushes, compactions and schema changes of this tablet run one at a time: an alter must not
+        # swap the schema under a flush or compaction writing files for the old one.
+        self._maint_lock = threading.RLock()
+        self._stats = {"flushes": 0, "bytes_flushed": 0, "compactions": 0, "bytes_compacted": 0}
         self.options = options
         self.clock = clock
         self.bm = bm
@@ -267,6 +274,8 @@ class Tablet:
         """Create an empty tablet (metadata written durably) and open it."""
         options = options or TabletOptions()
         os.makedirs(tablet_dir, exist_ok=True)
+        if hasattr(schema, "with_column_ids"):  # storage tests may pass a minimal stand-in schema
+            schema = schema.with_column_ids()
         meta = TabletMetadata(tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict())
         write_tablet_metadata(tablet_dir, meta, sync=options.sync)
         return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
@@ -358,6 +367,7 @@ class Tablet:
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
             locked=locked,
+            schema_version=self.schema_version,
         )
 
     def _validate_rows(
@@ -556,6 +566,11 @@ class Tablet:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
         if prepared.state != "prepared":
             raise KuduIllegalState(f"write is {prepared.state}, cannot apply")
+        if prepared.schema_version != self.schema_version:
+            self.abort_write(prepared)
+            raise KuduIllegalState(
+                f"write prepared for schema version {prepared.schema_version}, the tablet is at {self.schema_version}"
+            )
         ts = prepared.timestamp
         res = WriteResult(ts, log_index, list(prepared.errors), ignored=prepared.ignored)
         try:
@@ -849,6 +864,7 @@ class Tablet:
             rowsets=[d.meta for d in rowsets],
             last_flushed_log_index=replay_start,
             next_rowset_id=self._next_rowset_id,
+            schema_version=self.schema_version,
         )
         meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
         write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
@@ -881,7 +897,7 @@ class Tablet:
 
     # -- flush ------------------------------------------------------------------------------------
 
-    def flush_mrs(self) -> bool:
+    def _flush_mrs(self) -> bool:
         """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do.
 
         A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
@@ -910,6 +926,7 @@ class Tablet:
                 self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
             )
             new_ids = [b for rs in metas for b in rs.blocks()]
+            written = self._blocks_bytes(new_ids)
             new_drs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
             with self._lock:
                 late = old.mutations_since(freeze_seq)
@@ -923,6 +940,8 @@ class Tablet:
                 old.retired = True
                 self._drs.extend(new_drs)
                 self._carry_over_locked(late)
+                self._stats["flushes"] += 1
+                self._stats["bytes_flushed"] += written
             new_ids = []
             return True
         except BaseException:
@@ -934,7 +953,7 @@ class Tablet:
             with self._lock:
                 self._mrs_flush_running = False
 
-    def flush_dms(self, drs_id: int | None = None) -> bool:
+    def _flush_dms(self, drs_id: int | None = None) -> bool:
         """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
         with self._lock:
             cands = [d for d in self._drs if len(d.dms) and not d.busy and (drs_id is None or d.id == drs_id)]
@@ -946,7 +965,8 @@ class Tablet:
             d.dms = DeltaMemStore(self.info)
             d.flushing_dms.append(frozen)
         try:
-            block = write_delta_block(self.bm, frozen.to_table())
+            block = write_delta_block(self.bm, frozen.to_table(), self.info)
+            written = self._blocks_bytes([block])
             table = read_ipc_table(self.bm.path(block))
             with self._lock:
                 d.delta_tables.append(table)
@@ -954,9 +974,43 @@ class Tablet:
                 d.meta.delta_blocks.append(block)
                 d.flushing_dms.remove(frozen)
                 self._write_metadata_locked()
+                self._stats["flushes"] += 1
+                self._stats["bytes_flushed"] += written
             return True
         finally:
             d.busy = False
+
+    def flush_mrs(self) -> bool:
+        """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do.
+
+        A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
+        swapped in under the component lock, and the metadata write commits the flush.
+        """
+        with self._maint_lock:
+            return self._flush_mrs()
+
+    def flush_dms(self, drs_id: int | None = None) -> bool:
+        """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
+        with self._maint_lock:
+            return self._flush_dms(drs_id)
+
+    def compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
+        """Merging compaction (also a major delta compaction when given one rowset); see ``_compact_rowsets``."""
+        with self._maint_lock:
+            return self._compact_rowsets(rowset_ids)
+
+    def minor_delta_compaction(self, rowset_id: int) -> bool:
+        """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
+        with self._maint_lock:
+            return self._minor_delta_compaction(rowset_id)
+
+    def _blocks_bytes(self, block_ids: Sequence[str]) -> int:
+        return sum(os.path.getsize(self.bm.path(b)) for b in block_ids)
+
+    def stats(self) -> dict[str, int]:
+        """Monotonic counters of flushes and compactions (per-tablet metrics)."""
+        with self._lock:
+            return dict(self._stats)
 
     def flush_all(self) -> None:
         """Flush the MemRowSet and every DeltaMemStore (used before shutdown and by tests)."""
@@ -973,7 +1027,7 @@ class Tablet:
                 d.busy = True
             return chosen
 
-    def compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
+    def _compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
         """Merging compaction (also a major delta compaction when given one rowset).
 
         Inputs are frozen (their DeltaMemStores swapped out) under the lock, merged outside it, and
@@ -1003,6 +1057,7 @@ class Tablet:
                 self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
             )
             new_ids = [b for rs in metas for b in rs.blocks()]
+            written = self._blocks_bytes(new_ids)
             outputs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
             with self._lock:
                 late = sorted((m for d in inputs for _, m in d.dms.items), key=lambda m: m.seq)
@@ -1015,6 +1070,8 @@ class Tablet:
                     d.retired = True
                     old_blocks.extend(d.meta.blocks())
                 self._carry_over_locked(late)
+                self._stats["compactions"] += 1
+                self._stats["bytes_compacted"] += written
         except BaseException:
             self.bm.delete_blocks(new_ids)
             raise
@@ -1024,7 +1081,7 @@ class Tablet:
         self.bm.delete_blocks(old_blocks)
         return True
 
-    def minor_delta_compaction(self, rowset_id: int) -> bool:
+    def _minor_delta_compaction(self, rowset_id: int) -> bool:
         """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
         claimed = self._claim([rowset_id])
         if not claimed:
@@ -1036,16 +1093,110 @@ class Tablet:
             tables = list(d.delta_tables)
             blocks = list(d.meta.delta_blocks)
             merged = pa.concat_tables(tables).sort_by([("_row", "ascending"), (TS_COL, "ascending")])
-            block = write_delta_block(self.bm, merged)
+            block = write_delta_block(self.bm, merged, self.info)
+            written = self._blocks_bytes([block])
             table = read_ipc_table(self.bm.path(block))
             with self._lock:
                 d.delta_tables = [table, *d.delta_tables[len(tables) :]]
                 d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks) :]]
                 self._write_metadata_locked()
+                self._stats["compactions"] += 1
+                self._stats["bytes_compacted"] += written
         finally:
             d.busy = False
         self.bm.delete_blocks(blocks)
         return True
+
+    # -- schema changes ---------------------------------------------------------------------------
+
+    def alter_schema(self, new_schema: Any, version: int, log_index: int) -> bool:
+        """Apply an AlterSchema replicated at ``log_index``; False if ``version`` is not newer (replay).
+
+        Columns are matched by id: renamed ones keep their data, added ones read as their default (or
+        NULL) in older rows, dropped ones disappear. Everything in memory is flushed first and the new
+        schema is committed with a replay start at ``log_index``, so bootstrap never replays a write
+        built for the old schema against the new one (and replays the alter itself if it crashed before).
+        """
+        with self._maint_lock:
+            if version <= self.schema_version:
+                return False
+            schema = self._check_alter(new_schema)
+            self.flush_all()
+            new_info = SchemaInfo(schema)
+            with self._lock:
+                if len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs):
+                    raise KuduIllegalState(f"tablet {self.tablet_id}: writes arrived during AlterSchema")
+                old_info, old_version, old_drs = self.info, self.schema_version, self._drs
+                self.info, self.schema_version = new_info, version
+                self._last_applied_index = max(self._last_applied_index, log_index)
+                try:
+                    new_drs = [DiskRowSet(new_info, d.meta, self.bm) for d in old_drs]
+                    self._write_metadata_locked(new_drs)
+                except BaseException:
+                    self.info, self.schema_version = old_info, old_version
+                    raise
+                self._drs = new_drs
+                for d in old_drs:
+                    d.retired = True  # scans already open keep reading them with the old schema
+                self._mrs = self._new_mrs()
+            return True
+
+    def _check_alter(self, new_schema: Any) -> Any:
+        """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
+        cur = self.info.schema
+        cur_by_id = {c.id: c for c in cur.columns}
+        next_id = max([c.id for c in cur.columns if c.id is not None], default=-1) + 1
+        schema = new_schema.with_column_ids(next_id)
+        new_ids = [c.id for c in schema.columns]
+        if [c.id for c in schema.key_columns] != [c.id for c in cur.key_columns]:
+            raise KuduInvalidArgument("AlterSchema cannot change the primary key columns")
+        for c in schema.columns:
+            old = cur_by_id.get(c.id)
+            if old is None:
+                if c.id < next_id:
+                    raise KuduInvalidArgument(f"column '{c.name}' reuses the id {c.id} of a dropped column")
+                if not c.nullable and c.default is None:
+                    raise KuduInvalidArgument(f"added column '{c.name}' must be nullable or have a default",
+                                              {"column": c.name})
+                continue
+            for attr in ("type", "nullable", "precision", "scale", "length"):
+                if getattr(c, attr) != getattr(old, attr):
+                    raise KuduInvalidArgument(f"column '{old.name}': cannot change its {attr}", {"column": old.name})
+        dropped = [c.name for c in cur.columns if c.id not in new_ids]
+        key_dropped = [n for n in dropped if cur.is_key_column(n)]
+        if key_dropped:
+            raise KuduInvalidArgument(f"cannot drop key column '{key_dropped[0]}'", {"column": key_dropped[0]})
+        return schema
+
+    # -- checksum ---------------------------------------------------------------------------------
+
+    def checksum(self, snapshot_ts: int | None = None) -> dict[str, Any]:
+        """Rows and a 64-bit checksum of what is visible at ``snapshot_ts`` (default: now).
+
+        Definition: rows in primary-key order; for each column (in schema order) three byte streams are
+        hashed: its validity (one byte per row), its values (fixed-width types: the raw value with NULL
+        as 0; strings, binaries and decimals as text: the int64 lengths) and, for variable-width types,
+        the concatenated bytes. The column names and the three digests of every column, then the row
+        count, make the result (xxh64). It depends on the logical rows only, never on how they are split
+        into MemRowSet, DiskRowSets, deltas or scan batches.
+        """
+        ts = snapshot_ts if snapshot_ts is not None else self.clock.now()
+        spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
+        names = list(self.info.names)
+        streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]
+        rows = 0
+        for batch in self.scan(spec):
+            rows += batch.num_rows
+            for col, hashers in zip(batch.columns, streams, strict=True):
+                for h, data in zip(hashers, _canonical_streams(col), strict=True):
+                    h.update(data)
+        total = xxhash.xxh64()
+        for name, hashers in zip(names, streams, strict=True):
+            total.update(name.encode() + b"\0")
+            for h in hashers:
+                total.update(h.digest())
+        total.update(rows.to_bytes(8, "little"))
+        return {"rows": rows, "checksum": total.intdigest(), "snapshot_ts": ts}
 
     # -- introspection ----------------------------------------------------------------------------
 
@@ -1084,6 +1235,30 @@ class Tablet:
     def drs_metadata(self) -> list[RowSetMetadata]:
         with self._lock:
             return [d.meta for d in self._drs]
+
+
+def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes]:
+    """(validity, values-or-lengths, var-width bytes) of one column chunk; see ``Tablet.checksum``."""
+    valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes()
+    typ = col.type
+    if pa.types.is_decimal(typ):
+        col = pc.cast(col, pa.string())
+        typ = col.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_binary(
+        typ
+    ):
+        b = pc.fill_null(pc.cast(col, pa.large_binary()), pa.scalar(b"", pa.large_binary()))
+        lengths = pc.binary_length(b).to_numpy(zero_copy_only=False).astype("<i8").tobytes()
+        offsets = np.frombuffer(b.buffers()[1], dtype="<i8", count=len(b) + 1, offset=b.offset * 8)
+        data = b.buffers()[2]
+        body = b"" if data is None else data.to_pybytes()[int(offsets[0]) : int(offsets[-1])]
+        return valid, lengths, body
+    if pa.types.is_boolean(typ):
+        flags = pc.fill_null(col, False).to_numpy(zero_copy_only=False).astype(np.uint8)
+        return valid, flags.tobytes(), b""
+    as_int = col.cast(pa.int64()) if pa.types.is_temporal(typ) else col
+    vals = pc.fill_null(as_int, pa.scalar(0, as_int.type)).to_numpy(zero_copy_only=False)
+    return valid, np.ascontiguousarray(vals).view(np.uint8).tobytes(), b""
 
 
 __all__ = [

@@ -1,0 +1,176 @@
+"""AlterSchema in the storage (columns matched by id across files) and the replica checksum."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kudu_async.common.clock import ManualHybridClock
+from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet
+
+BASE = Schema([ColumnSchema("k", "int64", nullable=False), ColumnSchema("s", "string"),
+               ColumnSchema("x", "int32"), ColumnSchema("d", "decimal", precision=9, scale=2)], 1)
+
+
+class Writer:
+    def __init__(self, tablet: Tablet, clock: ManualHybridClock) -> None:
+        self.t, self.clock, self.index = tablet, clock, 0
+
+    def write(self, ops: list[int], cols: dict[str, list], set_columns: np.ndarray | None = None) -> None:
+        self.clock.advance(10)
+        self.index += 1
+        arrow = self.t.info.arrow
+        batch = pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in arrow], schema=arrow)
+        res = self.t.write(WriteOp(ops, batch, set_columns), self.clock.now(), self.index)
+        assert not res.row_errors, res.row_errors
+
+    def alter(self, schema: Schema, version: int) -> bool:
+        self.index += 1
+        return self.t.alter_schema(schema, version, self.index)
+
+
+def rows_of(t: Tablet) -> dict[int, dict]:
+    table = t.scan(ScanSpec(ordered=True)).to_table()
+    return {} if table is None else {r[t.info.key_names[0]]: r for r in table.to_pylist()}
+
+
+@pytest.fixture
+def w(tmp_path: Path) -> Writer:
+    clock = ManualHybridClock(1_000_000)
+    return Writer(Tablet.create(str(tmp_path / "t"), BASE, clock=clock), clock)
+
+
+def _seed(w: Writer) -> None:
+    from decimal import Decimal
+
+    w.write([OpType.INSERT] * 3, {"k": [1, 2, 3], "s": ["a", "b", "c"], "x": [10, 20, None],
+                                  "d": [Decimal("1.50"), None, Decimal("3.25")]})
+    w.t.flush_mrs()  # rows 1-3 in a DiskRowSet
+    w.write([OpType.UPDATE], {"k": [2], "s": ["b2"], "x": [21], "d": [None]},
+            np.array([[True, True, True, False]]))  # a delta on the DiskRowSet
+    w.write([OpType.INSERT], {"k": [4], "s": ["d"], "x": [40], "d": [None]})  # the MemRowSet
+
+
+def test_create_assigns_ids_and_persists_version(w: Writer, tmp_path: Path) -> None:
+    assert [c.id for c in w.t.info.schema.columns] == [0, 1, 2, 3]
+    assert w.t.schema_version == 0
+    assert Schema.from_dict(BASE.to_dict()).with_column_ids().columns[3].id == 3
+    renamed = w.t.info.schema.rename_column("s", "label")
+    assert renamed.column("label").id == 1 and renamed == renamed.with_column_ids()
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_add_drop_rename_across_files_deltas_and_memory(w: Writer, tmp_path: Path, compact: bool) -> None:
+    _seed(w)
+    cur = w.t.info.schema
+    new = cur.drop_column("x").rename_column("s", "label").add_column(ColumnSchema("extra", "int32", default=7))
+    assert w.alter(new, 1)
+    assert not w.alter(new, 1)  # replayed: nothing happens
+    assert w.t.schema_version == 1 and w.t.info.names == ["k", "label", "d", "extra"]
+    got = rows_of(w.t)
+    assert got[2] == {"k": 2, "label": "b2", "d": None, "extra": 7}
+    assert got[4]["label"] == "d" and got[4]["extra"] == 7
+    # Writes in the new shape; an UPDATE of an old row sets the added column; delete + re-insert.
+    w.write([OpType.UPDATE], {"k": [1], "label": [None], "d": [None], "extra": [70]},
+            np.array([[True, False, False, True]]))
+    w.write([OpType.DELETE], {"k": [3], "label": [None], "d": [None], "extra": [None]})
+    w.write([OpType.INSERT, OpType.INSERT], {"k": [3, 5], "label": ["c2", "e"], "d": [None, None], "extra": [None, 5]})
+    if compact:
+        w.t.flush_all()
+        w.t.compact_rowsets()
+    got = rows_of(w.t)
+    assert got[1] == {"k": 1, "label": "a", "d": got[1]["d"], "extra": 70} and str(got[1]["d"]) == "1.50"
+    assert got[3] == {"k": 3, "label": "c2", "d": None, "extra": None}
+    assert got[5]["extra"] == 5 and len(got) == 5
+    # Reopen (after a flush: no log replay here): the schema, its version and every mapping survive.
+    w.t.flush_all()
+    reopened = Tablet.open(str(tmp_path / "t"), clock=w.clock)
+    assert reopened.schema_version == 1 and rows_of(reopened) == got
+
+
+def test_replay_before_and_after_the_alter(w: Writer, tmp_path: Path) -> None:
+    _seed(w)  # in memory: one DMS delta and one MemRowSet row, never flushed
+    new = w.t.info.schema.add_column(ColumnSchema("extra", "string"))
+    # A crash before the alter: old-schema writes replay against the old schema, then the alter again.
+    fresh = Tablet.open(str(tmp_path / "t"), clock=w.clock)
+    assert fresh.schema_version == 0 and 4 not in rows_of(fresh)  # the MemRowSet write was only in memory
+    assert w.alter(new, 1)
+    after = Tablet.open(str(tmp_path / "t"), clock=w.clock)
+    assert after.schema_version == 1
+    assert after.earliest_needed_log_index() > w.index  # nothing at or before the alter is replayed
+    assert rows_of(after)[4]["extra"] is None and rows_of(after)[2]["s"] == "b2"
+
+
+def test_invalid_alterations_name_the_column(w: Writer) -> None:
+    cur = w.t.info.schema
+    bad = [
+        (Schema([*cur.columns, ColumnSchema("t", "string", nullable=False)], 1), "must be nullable"),
+        (Schema([*cur.columns[:2], ColumnSchema("x", "int32", nullable=False, default=1, id=2), cur.columns[3]], 1),
+         "nullable"),
+        (Schema([ColumnSchema("k", "int32", nullable=False, id=0), *cur.columns[1:]], 1), "type"),
+        (Schema([ColumnSchema("k2", "int64", nullable=False, id=9), *cur.columns[1:]], 1), "primary key"),
+    ]
+    for schema, msg in bad:
+        with pytest.raises(KuduInvalidArgument, match=msg):
+            w.alter(schema, 1)
+    assert w.t.schema_version == 0
+
+
+def test_write_prepared_before_an_alter_is_refused_at_apply(w: Writer) -> None:
+    arrow = w.t.info.arrow
+    batch = pa.RecordBatch.from_arrays([pa.array([9], f.type) if f.name == "k" else pa.nulls(1, f.type)
+                                        for f in arrow], schema=arrow)
+    prepared = w.t.prepare_write(WriteOp([OpType.INSERT], batch), w.clock.now())
+    assert w.alter(w.t.info.schema.add_column(ColumnSchema("y", "int8")), 1) is True
+    with pytest.raises(KuduIllegalState, match="schema version"):
+        w.t.apply_write(prepared, 99)
+    assert prepared.state == "aborted" and w.t.mvcc.in_flight() == []  # locks and MVCC slot given back
+
+
+def test_checksum_ignores_layout_and_sees_values(tmp_path: Path) -> None:
+    def build(name: str, layout: str) -> Tablet:
+        clock = ManualHybridClock(5_000_000)
+        wr = Writer(Tablet.create(str(tmp_path / name), BASE, clock=clock), clock)
+        keys = list(range(200))
+        for part in ([keys[:100], keys[100:]] if layout != "one" else [keys]):
+            wr.write([OpType.INSERT] * len(part), {"k": part, "s": [f"s{k}" if k % 7 else None for k in part],
+                                                   "x": [k * 3 for k in part], "d": [None] * len(part)})
+            if layout in ("flushed", "compacted"):
+                wr.t.flush_mrs()
+        wr.write([OpType.DELETE], {"k": [5], "s": [None], "x": [None], "d": [None]})
+        if layout == "compacted":
+            wr.t.flush_all()
+            wr.t.compact_rowsets()
+        return wr.t
+
+    sums = {layout: build(layout, layout).checksum() for layout in ("one", "flushed", "compacted")}
+    assert len({(s["rows"], s["checksum"]) for s in sums.values()}) == 1
+    assert sums["one"]["rows"] == 199
+    clock = ManualHybridClock(5_000_000)
+    other = Writer(build("other", "one"), clock)
+    other.clock = other.t.clock  # type: ignore[assignment]
+    before = other.t.checksum()
+    other.clock.advance(10)  # type: ignore[attr-defined]
+    other.index = 10
+    other.write([OpType.UPDATE], {"k": [7], "s": ["changed"], "x": [21], "d": [None]})
+    assert other.t.checksum()["checksum"] != before["checksum"]
+    # An older snapshot ignores the later write.
+    assert other.t.checksum(before["snapshot_ts"]) == before
+    spec_rows = other.t.scan(ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=before["snapshot_ts"])).to_table()
+    assert spec_rows is not None and spec_rows.num_rows == 199
+
+
+def test_stats_count_flushes_and_compactions(w: Writer) -> None:
+    _seed(w)
+    before = w.t.stats()
+    w.t.flush_all()
+    w.t.compact_rowsets()
+    after = w.t.stats()
+    assert after["flushes"] > before["flushes"] and after["bytes_flushed"] > before["bytes_flushed"]
+    assert after["compactions"] == before["compactions"] + 1 and after["bytes_compacted"] > 0
