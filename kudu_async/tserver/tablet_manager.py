@@ -153,8 +153,7 @@ class TabletManager:
         schema_d = req.get("schema")
         if not isinstance(schema_d, dict):
             raise KuduInvalidArgument("'schema' must be a schema map")
-        schema = Schema.from_dict(schema_d)
-        schema = schema.with_column_ids() if hasattr(schema, "with_column_ids") else schema  # TEMP
+        schema = Schema.from_dict(schema_d).with_column_ids()
         peers = req.get("peers")
         if not isinstance(peers, dict) or not peers or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in peers.items()):

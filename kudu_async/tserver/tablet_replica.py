@@ -29,7 +29,6 @@ from typing import Any
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import (
     KuduBadStatus,
-    KuduIllegalState,
     KuduInvalidArgument,
     KuduNotTheLeader,
     KuduServiceUnavailable,
@@ -114,6 +113,11 @@ class TabletReplica:
         metrics.gauge("memrowset_size", "MemRowSet bytes", "bytes", read=tablet.mrs_memory_bytes)
         metrics.gauge("delta_memstore_size", "DeltaMemStore bytes", "bytes", read=tablet.dms_memory_bytes)
         metrics.gauge("num_rowsets_on_disk", "DiskRowSets", "units", read=lambda: len(tablet.rowsets()))
+        for key, unit, text in (("flushes", "operations", "MemRowSet and DeltaMemStore flushes"),
+                                ("bytes_flushed", "bytes", "Bytes written by flushes"),
+                                ("compactions", "operations", "Rowset and delta compactions that did work"),
+                                ("bytes_compacted", "bytes", "Bytes written by compactions")):
+            metrics.gauge(key, text + " (monotonic)", unit, read=functools.partial(_stat, tablet, key))
         metrics.gauge("pending_writes", "Writes prepared and not yet applied", "operations",
                       read=lambda: len(self._pending))
 
@@ -179,6 +183,12 @@ class TabletReplica:
         loop = asyncio.get_running_loop()
         if isinstance(entry, WriteEntry):
             prepared = self._pending.pop((term, entry.timestamp), None)
+            if entry.schema_version != self.tablet.schema_version:
+                # An AlterSchema committed before this write: every replica refuses it the same way.
+                if prepared is not None:
+                    self._pending_bytes -= prepared.op.rows.nbytes
+                    self.tablet.abort_write(prepared)
+                return _mismatch(self.tablet_id, self.tablet.schema_version, entry.schema_version)
             if prepared is None:
                 self._abort_stale_pending()
                 result = await loop.run_in_executor(self.executor, self._replay_write, entry, index)
@@ -203,10 +213,6 @@ class TabletReplica:
         return self.tablet.earliest_needed_log_index() - 1
 
     def _replay_write(self, entry: WriteEntry, index: int) -> WriteResult:
-        if entry.schema_version != self.tablet.schema_version:
-            raise KuduIllegalState(
-                f"log index {index} holds a write for schema version {entry.schema_version}, "
-                f"the tablet is at version {self.tablet.schema_version}")
         self.clock.update(entry.timestamp)
         prepared = self.tablet.prepare_write(entry.op, entry.timestamp, replay=True,
                                              lock_timeout_s=self.limits.lock_wait_s)
@@ -231,10 +237,7 @@ class TabletReplica:
         r = self._leader()
         deadline = time.monotonic() + timeout_s
         if schema_version != self.tablet.schema_version:
-            raise KuduInvalidArgument(
-                f"tablet {self.tablet_id} has schema version {self.tablet.schema_version}; the write was built "
-                f"for version {schema_version}: reload the table schema and retry",
-                {"error": "MISMATCHED_SCHEMA", "schema_version": self.tablet.schema_version})
+            raise _mismatch(self.tablet_id, self.tablet.schema_version, schema_version)
         n = op.rows.num_rows
         if n > self.limits.max_rows_per_write:
             raise KuduInvalidArgument(f"write of {n} rows exceeds the limit of {self.limits.max_rows_per_write}")
@@ -245,10 +248,13 @@ class TabletReplica:
             r = self._leader()
         fut = await self._prepare_and_propose(r, op, deadline)
         try:
-            result: WriteResult = await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
+            result = await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
         except TimeoutError:
             raise KuduTimedOut(
                 f"write to tablet {self.tablet_id} did not commit in time; it may still commit") from None
+        if isinstance(result, KuduBadStatus):
+            raise result
+        assert isinstance(result, WriteResult)
         return result
 
     def _check_backpressure(self, nbytes: int) -> None:
@@ -321,12 +327,14 @@ class TabletReplica:
             await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
                              max(0.01, deadline - time.monotonic()))
             r = self._leader()
-        async with self._prepare_lock:  # ordered after every write prepared for the old schema
+        # Like Kudu's schema lock: no write is prepared between proposing the alter and applying it (one
+        # that slipped in would be refused at apply anyway, identically on every replica).
+        async with self._prepare_lock:
             fut = r.propose([encode_alter_entry(schema, version)])[0]
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
-        except TimeoutError:
-            raise KuduTimedOut(f"AlterSchema on tablet {self.tablet_id} did not commit in time") from None
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                raise KuduTimedOut(f"AlterSchema on tablet {self.tablet_id} did not commit in time") from None
         return self.tablet.schema_version
 
     # --- reads ----------------------------------------------------------------------------------------
@@ -436,6 +444,16 @@ class TabletReplica:
             "delta_memstore_bytes": storage["dms_bytes"],
             "storage": storage,
         }
+
+
+def _stat(tablet: Tablet, key: str) -> int:
+    return tablet.stats()[key]
+
+
+def _mismatch(tablet_id: str, have: int, got: int) -> KuduInvalidArgument:
+    return KuduInvalidArgument(
+        f"tablet {tablet_id} has schema version {have}; the write was built for version {got}: "
+        "reload the table schema and retry", {"error": "MISMATCHED_SCHEMA", "schema_version": have})
 
 
 def _schema_from_dict(d: dict[str, Any]) -> Any:

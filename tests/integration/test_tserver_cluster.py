@@ -171,6 +171,7 @@ async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, r
     metrics = cluster.http_json(ts.name, "/metrics?types=tablet")
     tablet_metrics = {m["name"]: m["value"] for e in metrics if e["id"] == "tablet-b" for m in e["metrics"]}
     assert tablet_metrics["rows_inserted"] == 10
+    assert tablet_metrics["flushes"] >= 1 and tablet_metrics["bytes_flushed"] > 0
     missing = cluster.http_get(ts.name, "/api/v1/tablets/nope")
     assert missing[0] == 404
     # The heartbeater reported the replica (and its leadership) to the master.
@@ -320,3 +321,39 @@ async def test_follower_behind_the_retained_log_is_copied(mini_cluster_factory, 
     await wait_checksums_equal(tc, list(tc.addresses.values()), 36 * 2000, timeout_s=90.0)
     copies = cluster.http_json(victim.name, "/api/v1/maintenance")["tablet_copies"]
     assert [c["result"] for c in copies if c["tablet_id"] == "tablet-g"][-1] == "OK"
+
+
+async def test_alter_schema_is_replicated_and_old_writes_are_refused(mini_cluster_factory, rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3)
+    tc = TabletClient(rpc, "tablet-s", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader = await tc.wait_leader()
+    await tc.write(rows(range(100)))
+    leader_node = next(t for t in cluster.tservers if t.rpc_address == leader)
+    current = Schema.from_dict(cluster.http_json(leader_node.name, "/api/v1/tablets/tablet-s")["schema"])
+    altered = current.add_column(ColumnSchema("extra", "int32", default=7)).rename_column("val", "label")
+    reply = await rpc.call(leader, "TabletServer", "AlterSchema",
+                           {"tablet_id": "tablet-s", "schema": altered.to_dict(), "schema_version": 1})
+    assert reply["schema_version"] == 1
+    with pytest.raises(KuduInvalidArgument, match="schema version") as ei:
+        await rpc.call(leader, "TabletServer", "Write", {"tablet_id": "tablet-s", "schema_version": 0,
+                                                         **_ops(rows([500]))})
+    assert ei.value.details["error"] == "MISMATCHED_SCHEMA" and ei.value.details["schema_version"] == 1
+    new_rows = pa.RecordBatch.from_arrays(
+        [pa.array([1000, 1001], pa.int64()), pa.array(["a", "b"]), pa.array([1, 2], pa.int32()),
+         pa.array([70, None], pa.int32())], schema=altered.to_arrow())
+    tc.schema_version = 1
+    assert (await tc.write(new_rows))["inserted"] == 2
+    # Every replica applied the alter: same rows, the new column's default on old rows, the renamed column.
+    await wait_checksums_equal(tc, list(tc.addresses.values()), 102)
+    follower = next(a for a in tc.addresses.values() if a != leader)
+    _, snap = await tc.scan(leader, read_mode="READ_AT_SNAPSHOT")
+    table, _ = await tc.scan(follower, read_mode="READ_AT_SNAPSHOT", snapshot_ts=snap)
+    assert table.column_names == ["key", "label", "n", "extra"]
+    got = {r["key"]: (r["label"], r["extra"]) for r in table.to_pylist()}
+    assert got[5] == ("v5", 7) and got[1000] == ("a", 70) and got[1001] == ("b", None)
+    # A replica restarted after the alter replays it (or finds it durable) and agrees.
+    victim = next(t for t in cluster.tservers if t.rpc_address == follower)
+    cluster.kill_node(victim.name)
+    cluster.restart_node(victim.name)
+    await wait_checksums_equal(tc, list(tc.addresses.values()), 102)

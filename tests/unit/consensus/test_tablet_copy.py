@@ -72,6 +72,11 @@ async def env(tmp_path: Path) -> AsyncIterator[tuple[RpcServer, TabletCopySource
     await server.stop(1.0)
 
 
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
 def _make(root: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         p = root / name
@@ -80,7 +85,7 @@ def _make(root: Path, files: dict[str, bytes]) -> None:
 
 
 async def test_round_trip_files_and_blobs(env) -> None:  # type: ignore[no-untyped-def]
-    server, source, client, images, tmp = env
+    server, source, client, _images, tmp = env
     content = {"empty": b"", "small": b"abc", "nested/deep/big": bytes(range(256)) * 1000}  # 256 KB: 4 chunks
     _make(tmp / "src" / "t1", content)
     seen: list[tuple[int, int]] = []
@@ -97,12 +102,11 @@ async def test_round_trip_files_and_blobs(env) -> None:  # type: ignore[no-untyp
 
 
 async def test_session_image_survives_deletes_and_appends(env) -> None:  # type: ignore[no-untyped-def]
-    server, source, client, images, tmp = env
+    server, _source, client, _images, tmp = env
     _make(tmp / "src" / "t2", {"seg": b"x" * 1000, "gone": b"y" * 500})
     begin = await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t2"})
     (tmp / "src" / "t2" / "gone").unlink()
-    with open(tmp / "src" / "t2" / "seg", "ab") as f:
-        f.write(b"z" * 300)  # appended after the session began: not served
+    _append(tmp / "src" / "t2" / "seg", b"z" * 300)  # appended after the session began: not served
     sizes = {f["name"]: f["size"] for f in begin["files"]}
     assert sizes["seg"] == 1000 and sizes["gone"] == 500
     chunk = await client.call(server.address, "TabletCopy", "FetchData",
@@ -119,7 +123,7 @@ async def test_session_image_survives_deletes_and_appends(env) -> None:  # type:
 
 
 async def test_damaged_chunks_are_refetched_once_then_fail(env) -> None:  # type: ignore[no-untyped-def]
-    server, source, client, images, tmp = env
+    server, source, client, _images, tmp = env
     _make(tmp / "src" / "t3", {"f": b"q" * 200_000})
     source.damage = 1  # one bad chunk: refetched, copy succeeds
     await fetch_tablet_copy(client, server.address, "t3", tmp / "ok")
@@ -131,7 +135,7 @@ async def test_damaged_chunks_are_refetched_once_then_fail(env) -> None:  # type
 
 
 async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ignore[no-untyped-def]
-    server, source, client, images, tmp = env
+    server, source, client, _images, tmp = env
     with pytest.raises(KuduNotFound):
         await fetch_tablet_copy(client, server.address, "nope", tmp / "x")
     assert not (tmp / "x").exists()
@@ -148,7 +152,7 @@ async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ign
 
 
 async def test_path_traversal_is_refused_both_sides(env) -> None:  # type: ignore[no-untyped-def]
-    server, source, client, images, tmp = env
+    server, _source, client, images, tmp = env
     for bad in ("../x", "/etc/passwd", "a/../b", "a//b", "", "./a"):
         with pytest.raises(KuduInvalidArgument):
             check_relative_name(bad)
@@ -160,7 +164,7 @@ async def test_path_traversal_is_refused_both_sides(env) -> None:  # type: ignor
 
 
 async def test_stop_removes_sessions(env) -> None:  # type: ignore[no-untyped-def]
-    server, source, client, images, tmp = env
+    server, source, client, _images, tmp = env
     _make(tmp / "src" / "t6", {"f": b"1"})
     await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t6"})
     assert any((tmp / "sessions").iterdir())
