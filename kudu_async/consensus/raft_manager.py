@@ -19,11 +19,12 @@ from typing import Any
 from kudu_async.common.errors import (
     KuduAlreadyPresent,
     KuduBadStatus,
+    KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
 )
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
-from kudu_async.consensus.raft import message_from_dict
+from kudu_async.consensus.raft import ConfigChangeOp, message_from_dict
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState, StateMachine
 from kudu_async.consensus.transport import ConsensusTransport, Ticker
 from kudu_async.fs.io_util import atomic_write_bytes
@@ -80,6 +81,7 @@ class RaftManager:
         server.register("Consensus", "StepDown", self._rpc_step_down)
         server.register("Consensus", "TransferLeadership", self._rpc_transfer)
         server.register("Consensus", "GetState", self._rpc_get_state)
+        server.register("Consensus", "ChangeConfig", self._rpc_change_config)
 
     async def start(self, background: bool = False) -> None:
         """Reopen every replica on disk (``max_parallel_opens`` at a time) and start ticking.
@@ -254,6 +256,31 @@ class RaftManager:
             raise KuduInvalidArgument("'peer' must be a replica uuid")
         replica.transfer_leadership(peer)
         return replica.leader_hint()
+
+    async def _rpc_change_config(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        """One-server config change on the leader (the master's re-replication uses it: ADD_LEARNER,
+        which a tablet copy then fills, PROMOTE, REMOVE). ``cas_config_index`` guards against races."""
+        replica = self.get(_field(request, "group"))
+        try:
+            op = ConfigChangeOp(_field(request, "op"))
+        except ValueError:
+            raise KuduInvalidArgument(f"'op' must be one of {[o.value for o in ConfigChangeOp]}") from None
+        peer = _field(request, "peer")
+        address = request.get("address")
+        if not isinstance(peer, str) or not peer:
+            raise KuduInvalidArgument("'peer' must be a replica uuid")
+        if address is not None and not isinstance(address, str):
+            raise KuduInvalidArgument("'address' must be host:port")
+        if op in (ConfigChangeOp.ADD_VOTER, ConfigChangeOp.ADD_LEARNER) and not address and peer not in replica.peers:
+            raise KuduInvalidArgument(f"adding {peer} needs its 'address'")
+        cas = request.get("cas_config_index")
+        raft = replica.raft
+        if cas is not None and raft is not None and raft.config_index != cas:
+            raise KuduIllegalState(f"config of {replica.group} is at index {raft.config_index}, not {cas}",
+                                   {"config_index": raft.config_index})
+        remaining = ctx.remaining()
+        index = await replica.change_config(op, peer, address, 30.0 if remaining is None else max(0.05, remaining))
+        return {**replica.leader_hint(), "config_index": index}
 
     async def _rpc_get_state(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         group = request.get("group") if isinstance(request, dict) else None

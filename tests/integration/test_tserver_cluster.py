@@ -357,3 +357,45 @@ async def test_alter_schema_is_replicated_and_old_writes_are_refused(mini_cluste
     cluster.kill_node(victim.name)
     cluster.restart_node(victim.name)
     await wait_checksums_equal(tc, list(tc.addresses.values()), 102)
+
+
+async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_factory, rpc: RpcClient) -> None:
+    """Kudu's 3-4-3 re-replication, driven by hand: add a NON_VOTER, it is copied, promote it, evict one."""
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=4)
+    first3 = addresses(cluster, 3)
+    tc = TabletClient(rpc, "tablet-r", SCHEMA, first3)
+    await tc.create()
+    leader = await tc.wait_leader()
+    await tc.write(rows(range(3000)))
+    new = cluster.tservers[3]
+    await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "ADD_LEARNER",
+                                                         "peer": new.uuid, "address": new.rpc_address})
+    deadline = time.monotonic() + 60
+    while True:  # the leader finds the learner lacks the tablet and has it copied there
+        try:
+            st = await rpc.call(new.rpc_address, "Consensus", "GetState", {"group": "tablet-r"})
+            if st["state"] == "RUNNING" and st["applied_index"] >= 3:
+                break
+        except KuduNotFound:
+            pass
+        assert time.monotonic() < deadline, "learner never received a copy"
+        await asyncio.sleep(0.1)
+    while True:  # a learner is promoted once caught up
+        try:
+            await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "PROMOTE",
+                                                                 "peer": new.uuid})
+            break
+        except KuduBadStatus as e:
+            assert time.monotonic() < deadline, f"promotion kept failing: {e}"
+            await asyncio.sleep(0.2)
+    evicted = next(u for u, a in first3.items() if a != leader)
+    await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "REMOVE", "peer": evicted})
+    await rpc.call(first3[evicted], "TabletServer", "DeleteTablet", {"tablet_id": "tablet-r",
+                                                                     "delete_type": "TOMBSTONED"})
+    tc.addresses = {u: a for u, a in {**first3, new.uuid: new.rpc_address}.items() if u != evicted}
+    await tc.write(rows(range(3000, 4000)))
+    await wait_checksums_equal(tc, list(tc.addresses.values()), 4000)
+    st = await rpc.call(leader, "Consensus", "GetState", {"group": "tablet-r"})
+    assert sorted(p["uuid"] for p in st["peers"] if p["member_type"] == "VOTER") == sorted(tc.addresses)
+    listed = await rpc.call(first3[evicted], "TabletServer", "ListTablets", {})
+    assert [(t["tablet_id"], t["state"]) for t in listed["tablets"]] == [("tablet-r", "TOMBSTONED")]
