@@ -33,11 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
     t_sub = tablet.add_subparsers(dest="command", required=True)
     for name, help_text in (("leader-step-down", "make the group's leader step down (an election follows)"),
                             ("transfer-leadership", "hand leadership to a named, caught-up replica"),
-                            ("raft-state", "each server's view of the group")):
+                            ("raft-state", "each server's view of the group"),
+                            ("change-config", "add a NON_VOTER (ADD_LEARNER; filled by tablet copy), PROMOTE it, "
+                                              "ADD_VOTER or REMOVE a replica, through the leader")):
         c = t_sub.add_parser(name, help=help_text)
         c.add_argument("group", help="tablet id / raft group id")
         if name == "transfer-leadership":
             c.add_argument("peer", help="uuid of the replica that should lead")
+        if name == "change-config":
+            c.add_argument("op", choices=("ADD_LEARNER", "PROMOTE", "ADD_VOTER", "REMOVE"))
+            c.add_argument("peer", help="uuid of the replica to add, promote or remove")
+            c.add_argument("--address", help="RPC address of an added replica's tablet server")
         c.add_argument("--servers", required=True, help="comma-separated RPC addresses of the replicas' servers")
     masters = sub.add_parser("master", help="the masters")
     m_sub = masters.add_subparsers(dest="command", required=True)
@@ -82,6 +88,11 @@ async def _tablet_command(client: RpcClient, args: argparse.Namespace, timeout_s
         raise KuduBadStatus(f"no server in {servers} leads {args.group}: {states}")
     # With a stale leader still around, the one with the highest term is the real one.
     leader = max(leaders, key=lambda a: states[a].get("term", 0))
+    if args.command == "change-config":
+        req = {"group": args.group, "op": args.op, "peer": args.peer}
+        if args.address:
+            req["address"] = args.address
+        return await client.call(leader, "Consensus", "ChangeConfig", req, timeout_s=timeout_s)
     if args.command == "leader-step-down":
         return await client.call(leader, "Consensus", "StepDown", {"group": args.group}, timeout_s=timeout_s)
     return await client.call(leader, "Consensus", "TransferLeadership", {"group": args.group, "peer": args.peer},

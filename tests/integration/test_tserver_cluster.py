@@ -4,8 +4,10 @@ copied and restarted (the master is not involved yet)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -389,7 +391,13 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
             assert time.monotonic() < deadline, f"promotion kept failing: {e}"
             await asyncio.sleep(0.2)
     evicted = next(u for u, a in first3.items() if a != leader)
-    await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "REMOVE", "peer": evicted})
+    servers = ",".join([*first3.values(), new.rpc_address])
+    admin = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kudu_async.tools.admin", "tablet", "change-config", "tablet-r", "REMOVE", evicted,
+        "--servers", servers, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(admin.communicate(), 60)
+    assert admin.returncode == 0, err.decode()
+    assert json.loads(out)["config_index"] > 0
     await rpc.call(first3[evicted], "TabletServer", "DeleteTablet", {"tablet_id": "tablet-r",
                                                                      "delete_type": "TOMBSTONED"})
     tc.addresses = {u: a for u, a in {**first3, new.uuid: new.rpc_address}.items() if u != evicted}
