@@ -92,13 +92,20 @@ def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
     target = delta_schema(info)
     cols = [t.column(c) for c in (ROW_COL, TS_COL, SEQ_COL, LIVE_COL)]
     n = t.num_rows
+    # A delta that set every value column of its day is a whole row (a re-insert): it sets an added
+    # column too, to that column's default, as the row would read; partial updates leave it alone.
+    whole_row = t.column(LIVE_COL)
+    for name in t.column_names:
+        if name.startswith("_set_"):
+            whole_row = pc.and_(whole_row, t.column(name))
     for i in info.value_indices:
         f = info.arrow.field(i)
         src = ids.get(info.ids[i])  # type: ignore[arg-type]
         if src is not None and src in t.column_names:
             cols += [t.column(src), t.column(set_col(src))]
         else:
-            cols += [pa.chunked_array([pa.nulls(n, f.type)]), pa.chunked_array([pa.repeat(False, n)])]
+            fill = _fill(f, info.schema.columns[i].default, n)
+            cols += [pa.chunked_array([fill], f.type), pc.fill_null(whole_row, False)]
     return pa.Table.from_arrays(cols, schema=target.with_metadata(info.file_metadata()))
 
 

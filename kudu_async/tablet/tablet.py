@@ -300,6 +300,10 @@ class Tablet:
         meta = read_tablet_metadata(tablet_dir)
         if schema is None:
             schema = SchemaInfo.schema_from_dict(meta.schema)
+        if hasattr(schema, "with_column_ids") and any(c.id is None for c in schema.columns):
+            # Written before column ids existed: number the columns now (files without ids map by name);
+            # the next metadata write persists them, so later alters can match columns by id.
+            schema = schema.with_column_ids()
         bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync)
         bm.delete_orphans(meta.live_blocks())
         tablet = cls(tablet_dir, meta, schema, bm, options, clock)
@@ -1180,7 +1184,8 @@ class Tablet:
         count, make the result (xxh64). It depends on the logical rows only, never on how they are split
         into MemRowSet, DiskRowSets, deltas or scan batches.
         """
-        ts = snapshot_ts if snapshot_ts is not None else self.clock.now()
+        # Default: everything committed now (below the oldest write in flight), never waiting on one.
+        ts = snapshot_ts if snapshot_ts is not None else self.mvcc.snapshot_latest().clean_ts - 1
         spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
         names = list(self.info.names)
         streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]
@@ -1191,8 +1196,9 @@ class Tablet:
                 for h, data in zip(hashers, _canonical_streams(col), strict=True):
                     h.update(data)
         total = xxhash.xxh64()
-        for name, hashers in zip(names, streams, strict=True):
-            total.update(name.encode() + b"\0")
+        types = [str(f.type) for f in self.info.arrow]
+        for name, typ, hashers in zip(names, types, streams, strict=True):
+            total.update(f"{name}:{typ}".encode() + b"\0")
             for h in hashers:
                 total.update(h.digest())
         total.update(rows.to_bytes(8, "little"))
@@ -1209,6 +1215,7 @@ class Tablet:
         with self._lock:
             return {
                 "tablet_id": self.tablet_id,
+                "schema_version": self.schema_version,
                 "mrs_rows": len(self._mrs),
                 "mrs_bytes": self._mrs.memory_bytes(),
                 "flushing_mrs": len(self._flushing_mrs),
@@ -1237,7 +1244,7 @@ class Tablet:
             return [d.meta for d in self._drs]
 
 
-def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes]:
+def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]:
     """(validity, values-or-lengths, var-width bytes) of one column chunk; see ``Tablet.checksum``."""
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes()
     typ = col.type
@@ -1251,7 +1258,8 @@ def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes]:
         lengths = pc.binary_length(b).to_numpy(zero_copy_only=False).astype("<i8").tobytes()
         offsets = np.frombuffer(b.buffers()[1], dtype="<i8", count=len(b) + 1, offset=b.offset * 8)
         data = b.buffers()[2]
-        body = b"" if data is None else data.to_pybytes()[int(offsets[0]) : int(offsets[-1])]
+        # A view of just this slice's bytes: batches share one big buffer, so never copy all of it.
+        body = b"" if data is None else memoryview(data)[int(offsets[0]) : int(offsets[-1])]
         return valid, lengths, body
     if pa.types.is_boolean(typ):
         flags = pc.fill_null(col, False).to_numpy(zero_copy_only=False).astype(np.uint8)
