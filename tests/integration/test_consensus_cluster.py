@@ -245,6 +245,19 @@ async def test_repeated_kill9_under_fsync_load_recovers_every_time(kv_cluster) -
     assert all(k in data for k in acked)
 
 
+async def wait_replica_open(kv: KV, ts: NodeProcess, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            st = await kv.state(ts)
+            if st["state"] != "INITIALIZING":
+                return st
+        except KuduBadStatus:
+            pass
+        assert time.monotonic() < deadline, f"replica on {ts.name} never opened"
+        await asyncio.sleep(0.05)
+
+
 def _wal_segments(ts: NodeProcess) -> list[Path]:
     return sorted((ts.data_dir / "consensus" / GROUP / "wal").glob("wal-*"))
 
@@ -264,7 +277,7 @@ async def test_torn_wal_tail_is_recovered_and_mid_log_damage_fails_only_the_repl
     with seg.open("ab") as fh:
         fh.write(b"\x00\x00\x10\x00" + os.urandom(40))  # a header claiming 4 KiB, then a few bytes
     await asyncio.get_running_loop().run_in_executor(None, cluster.restart_node, ts)
-    st = await kv.state(ts)
+    st = await wait_replica_open(kv, ts)  # tservers reopen replicas in the background after they serve
     assert st["state"] == "RUNNING"
     assert seg.stat().st_size == size_before  # the torn frame was cut off, nothing else
     assert '"truncating torn WAL tail"' in ts.log_path.read_text()
@@ -278,7 +291,7 @@ async def test_torn_wal_tail_is_recovered_and_mid_log_damage_fails_only_the_repl
     data[len(data) // 3] ^= 0xFF
     seg.write_bytes(bytes(data))
     await asyncio.get_running_loop().run_in_executor(None, cluster.restart_node, ts2)
-    st = await kv.state(ts2)
+    st = await wait_replica_open(kv, ts2)
     assert st["state"] == "FAILED" and "corrupt" in st["error"]
     assert await kv.rpc.call(ts2.rpc_address, "Generic", "Ping", {}) == {}
     await kv.put("still-writable", "1")  # the other two still form a majority
