@@ -7,13 +7,19 @@ only (as in Kudu, where followers answer ``leader: false`` and a new leader asks
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import time
 from typing import Any
 
 from aiohttp import web
 
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader
+from kudu_async.consensus.replica import RaftReplica
 from kudu_async.fs.fs_manager import FsManager
+from kudu_async.master import sys_catalog
+from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
 from kudu_async.rpc.server import CallContext
 from kudu_async.server.admin import NODE_KEY
@@ -33,14 +39,107 @@ class Master(Node):
         self.rpc_server.register("Master", "TSHeartbeat", self._rpc_ts_heartbeat)
         self.rpc_server.register("Master", "ListTabletServers", self._rpc_list_tablet_servers)
 
-    def is_catalog_leader(self) -> bool:
-        """Whether this master leads the sys catalog (and so processes tablet reports).
+        self.rpc_server.register("Master", "ConnectToMaster", self._rpc_connect_to_master)
+        self.rpc_server.register("Master", "ListMasters", self._rpc_list_masters)
+        self.catalog: SysCatalogStateMachine | None = None
+        self.raft.register_kind(sys_catalog.KIND, self._open_catalog)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._was_leader = False
 
-        Placeholder until the sys-catalog issue: there is no replicated catalog yet, so every master
-        acts as leader. That issue replaces this with the catalog tablet's Raft role and calls
-        ``ts_manager.request_full_reports()`` on becoming leader.
-        """
-        return True
+    async def _open_catalog(self, group: str, extra: dict[str, Any]) -> SysCatalogStateMachine:
+        sm = SysCatalogStateMachine(self.fs.root / "sys-catalog", self.io_executor)
+        await asyncio.get_running_loop().run_in_executor(self.io_executor, self._load_catalog, sm)
+        self.catalog = sm
+        return sm
+
+    @staticmethod
+    def _load_catalog(sm: SysCatalogStateMachine) -> None:
+        sm.path.parent.mkdir(parents=True, exist_ok=True)
+        sm.load()
+
+    async def on_started(self) -> None:
+        if sys_catalog.GROUP not in self.raft.replicas:
+            self._spawn(self._create_catalog(), "create-sys-catalog")
+        self._spawn(self._watch_leadership(), "catalog-leadership")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
+
+    async def on_stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.catalog is not None and self.catalog.applied_index > self.catalog.durable_index():
+            await self.catalog.snapshot()
+
+    async def _create_catalog(self) -> None:
+        """First start: learn every master's uuid (they all must answer), then create the catalog group
+        with all of them as voters. Every master computes the same initial config."""
+        peers: dict[str, str] = {}
+        delay = 0.1
+        for addr in self.config.masters:
+            if addr == self.rpc_address or len(self.config.masters) == 1:  # a lone master is this one
+                peers[self.uuid] = self.rpc_address
+                continue
+            while True:
+                try:
+                    st = await self.rpc_client.call(addr, "Generic", "GetStatus", {}, timeout_s=2.0)
+                    if st.get("role") != "master" or not isinstance(st.get("uuid"), str):
+                        raise KuduIllegalState(f"{addr} is not a master: {st.get('role')!r}")
+                    peers[st["uuid"]] = addr
+                    break
+                except KuduBadStatus as e:
+                    if delay >= 2.0:
+                        log.warning("waiting for master to answer before creating the catalog",
+                                    extra={"master": addr, "error": str(e)})
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                    delay = min(5.0, delay * 2)
+        if self.uuid not in peers:
+            raise KuduIllegalState(f"this master's address {self.rpc_address} is not in --master-addresses "
+                                   f"{self.config.masters}")
+        if sys_catalog.GROUP not in self.raft.replicas:
+            await self.raft.create_replica(sys_catalog.GROUP, sys_catalog.KIND, peers)
+            log.info("sys catalog created", extra={"masters": sorted(peers)})
+
+    async def _watch_leadership(self) -> None:
+        """A master that becomes catalog leader asks every tserver for a full report (Kudu does too)."""
+        while True:
+            await asyncio.sleep(0.2)
+            leader = self.is_catalog_leader()
+            if leader and not self._was_leader:
+                log.info("became catalog leader; asking tservers for full reports")
+                self.ts_manager.request_full_reports()
+            self._was_leader = leader
+
+    def catalog_replica(self) -> RaftReplica | None:
+        return self.raft.replicas.get(sys_catalog.GROUP)
+
+    def is_catalog_leader(self) -> bool:
+        """Whether this master leads the sys catalog and has applied all of it (its caches are current)."""
+        r = self.catalog_replica()
+        return r is not None and r.is_leader_ready()
+
+    def leader_info(self) -> dict[str, Any]:
+        r = self.catalog_replica()
+        if r is None or r.raft is None:
+            return {"leader_uuid": None, "leader_address": None, "term": 0}
+        hint = r.leader_hint()
+        return {"leader_uuid": hint["leader"], "leader_address": hint["leader_address"], "term": hint["term"]}
+
+    def masters(self) -> list[dict[str, Any]]:
+        r = self.catalog_replica()
+        if r is None or r.raft is None:
+            return [{"uuid": self.uuid if a == self.rpc_address else None, "rpc_address": a, "role": "UNKNOWN"}
+                    for a in self.config.masters]
+        leader = r.raft.leader
+        return [{"uuid": u, "rpc_address": a,
+                 "role": "LEADER" if u == leader else "FOLLOWER" if u in r.raft.config.voters else "LEARNER"}
+                for u, a in sorted(r.peers.items(), key=lambda kv: kv[1])]
+
+    def require_leader(self) -> None:
+        """Only the catalog leader answers clients; others say who leads."""
+        if not self.is_catalog_leader():
+            raise KuduNotTheLeader(f"master {self.uuid} is not the catalog leader", self.leader_info())
 
     # --- RPC ------------------------------------------------------------------------------------------
 
@@ -74,6 +173,14 @@ class Master(Node):
             resp["needs_full_report"] = tsm.needs_full_report(req.uuid)
         return resp
 
+    async def _rpc_connect_to_master(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        """Leader discovery for clients and tools: any master answers with what it knows."""
+        return {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(),
+                "masters": self.masters()}
+
+    async def _rpc_list_masters(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return {"masters": self.masters()}
+
     async def _rpc_list_tablet_servers(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return {"servers": self.ts_manager.descriptors(time.monotonic())}
 
@@ -81,14 +188,29 @@ class Master(Node):
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/api/v1/tservers", _tservers_page)
+        app.router.add_get("/api/v1/leader", _leader_page)
+        app.router.add_get("/api/v1/masters", _masters_page)
 
     def role_status(self) -> dict[str, Any]:
         ds = self.ts_manager.descriptors(time.monotonic())
         live = sum(1 for d in ds if d["live"])
-        return {"num_live_tservers": live, "num_dead_tservers": len(ds) - live}
+        return {"num_live_tservers": live, "num_dead_tservers": len(ds) - live,
+                "is_leader": self.is_catalog_leader(), **self.leader_info()}
 
 
 async def _tservers_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tservers``: every registered tserver (live and dead), sorted by uuid."""
     master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
     return web.json_response(master.ts_manager.descriptors(time.monotonic()))
+
+
+async def _leader_page(request: web.Request) -> web.Response:
+    """``GET /api/v1/leader``: the catalog leader as this master knows it."""
+    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    return web.json_response(master.leader_info())
+
+
+async def _masters_page(request: web.Request) -> web.Response:
+    """``GET /api/v1/masters``: uuid, RPC address and Raft role of every master."""
+    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    return web.json_response({"masters": master.masters()})

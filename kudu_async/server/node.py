@@ -100,6 +100,9 @@ class Node:
     async def on_start(self) -> None:
         """Start role services; called after RPC is bound and before HTTP is up."""
 
+    async def on_started(self) -> None:
+        """Called once RPC, replicas and HTTP are all up (e.g. to create a replica that needs peers)."""
+
     async def on_stop(self) -> None:
         """Stop role background work; in-flight RPCs are still allowed to finish."""
 
@@ -128,6 +131,7 @@ class Node:
             self.http_address = format_hostport(http_host, addresses[0][1])
         log.info("node started", extra={"rpc_address": self.rpc_address, "http_address": self.http_address,
                                         "version": __version__})
+        await self.on_started()
 
     async def stop(self) -> None:
         grace = self.config.shutdown_grace_ms / 1000.0

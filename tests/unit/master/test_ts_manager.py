@@ -289,6 +289,10 @@ async def master_node(tmp_path: Path) -> AsyncIterator[Master]:
     fs.open_or_create()
     node = Master(config, fs)
     await node.start()
+    deadline = time.monotonic() + 10
+    while not node.is_catalog_leader():  # a lone master creates its catalog and elects itself at once
+        assert time.monotonic() < deadline, "single master never led its catalog"
+        await asyncio.sleep(0.02)
     yield node
     await node.stop()
 
