@@ -174,3 +174,20 @@ def test_stats_count_flushes_and_compactions(w: Writer) -> None:
     after = w.t.stats()
     assert after["flushes"] > before["flushes"] and after["bytes_flushed"] > before["bytes_flushed"]
     assert after["compactions"] == before["compactions"] + 1 and after["bytes_compacted"] > 0
+
+
+def test_compaction_after_alter_keeps_a_reinsert_written_before_it(tmp_path: Path) -> None:
+    from kudu_async.tablet.tablet import TabletOptions
+
+    clock = ManualHybridClock(1_000_000)
+    w = Writer(Tablet.create(str(tmp_path / "t"), BASE, clock=clock, options=TabletOptions(history_max_age_sec=1)),
+               clock)
+    cols = {"k": [1], "s": ["a"], "x": [1], "d": [None]}
+    w.write([OpType.INSERT], cols)
+    w.t.flush_mrs()
+    w.write([OpType.DELETE], cols)
+    clock.advance(5_000_000)  # the delete is now older than the history mark: compaction folds it away
+    w.write([OpType.INSERT], {**cols, "s": ["again"]})  # a re-insert: a whole-row delta on the DiskRowSet
+    assert w.alter(w.t.info.schema.add_column(ColumnSchema("extra", "int32", default=3)), 1)  # flushes it
+    assert w.t.compact_rowsets([w.t.rowsets()[0].id])
+    assert rows_of(w.t)[1] == {"k": 1, "s": "again", "x": 1, "d": None, "extra": 3}
