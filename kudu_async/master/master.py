@@ -15,14 +15,15 @@ from typing import Any
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument, KuduNotTheLeader
 from kudu_async.consensus.replica import RaftReplica
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
+from kudu_async.master.catalog_manager import CatalogManager
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
 from kudu_async.rpc.server import CallContext
-from kudu_async.server.admin import NODE_KEY
+from kudu_async.server.admin import NODE_KEY, json_response
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
 
@@ -44,7 +45,12 @@ class Master(Node):
         self.catalog: SysCatalogStateMachine | None = None
         self.raft.register_kind(sys_catalog.KIND, self._open_catalog)
         self._tasks: list[asyncio.Task[None]] = []
+        self._bg: set[asyncio.Task[None]] = set()
         self._was_leader = False
+        self.catalog_manager = CatalogManager(self)
+        for name in ("CreateTable", "IsCreateTableDone", "DeleteTable", "ListTables", "GetTableSchema",
+                     "GetTableLocations", "GetTabletLocations"):
+            self.rpc_server.register("Master", name, getattr(self, f"_rpc_{_snake(name)}"))
 
     async def _open_catalog(self, group: str, extra: dict[str, Any]) -> SysCatalogStateMachine:
         sm = SysCatalogStateMachine(self.fs.root / "sys-catalog", self.io_executor)
@@ -61,14 +67,16 @@ class Master(Node):
         if sys_catalog.GROUP not in self.raft.replicas:
             self._spawn(self._create_catalog(), "create-sys-catalog")
         self._spawn(self._watch_leadership(), "catalog-leadership")
+        self.catalog_manager.start()
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
 
     async def on_stop(self) -> None:
-        for t in self._tasks:
+        await self.catalog_manager.stop()
+        for t in [*self._tasks, *self._bg]:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._bg, return_exceptions=True)
         if self.catalog is not None and self.catalog.applied_index > self.catalog.durable_index():
             await self.catalog.snapshot()
 
@@ -178,6 +186,29 @@ class Master(Node):
         return {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(),
                 "masters": self.masters()}
 
+    # --- DDL and locations (leader only; each validates its request) -----------------------------------
+
+    async def _rpc_create_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return await self.catalog_manager.create_table(_map(request), _timeout(ctx))
+
+    async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.catalog_manager.is_create_table_done(_map(request))
+
+    async def _rpc_delete_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return await self.catalog_manager.delete_table(_map(request), _timeout(ctx))
+
+    async def _rpc_list_tables(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.catalog_manager.list_tables(_map(request))
+
+    async def _rpc_get_table_schema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.catalog_manager.get_table_schema(_map(request))
+
+    async def _rpc_get_table_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.catalog_manager.get_table_locations(_map(request))
+
+    async def _rpc_get_tablet_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.catalog_manager.get_tablet_locations(_map(request))
+
     async def _rpc_list_masters(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return {"masters": self.masters()}
 
@@ -190,6 +221,8 @@ class Master(Node):
         app.router.add_get("/api/v1/tservers", _tservers_page)
         app.router.add_get("/api/v1/leader", _leader_page)
         app.router.add_get("/api/v1/masters", _masters_page)
+        app.router.add_get("/api/v1/tables", _tables_page)
+        app.router.add_get("/api/v1/tables/{name}", _table_page)
 
     def role_status(self) -> dict[str, Any]:
         ds = self.ts_manager.descriptors(time.monotonic())
@@ -214,3 +247,36 @@ async def _masters_page(request: web.Request) -> web.Response:
     """``GET /api/v1/masters``: uuid, RPC address and Raft role of every master."""
     master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
     return web.json_response({"masters": master.masters()})
+
+
+async def _tables_page(request: web.Request) -> web.Response:
+    """``GET /api/v1/tables``: every table in the catalog (any master; followers may lag)."""
+    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    tables = [{"name": t["name"], "table_id": t["id"], "state": t["state"], "num_tablets": len(t["tablet_ids"]),
+               "num_replicas": t["num_replicas"], "schema_version": t["schema_version"]}
+              for t in master.catalog_manager.tables.values()]
+    return json_response({"tables": sorted(tables, key=lambda t: t["name"])})
+
+
+async def _table_page(request: web.Request) -> web.Response:
+    """``GET /api/v1/tables/{name}``: schema, partitioning and each tablet with its replicas and leader."""
+    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    cm = master.catalog_manager
+    t = cm.find_table(request.match_info["name"])
+    tablets = [cm._location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]
+    return json_response({**{k: v for k, v in t.items() if k != "tablet_ids"}, "tablets": tablets})
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def _map(request: Any) -> dict[str, Any]:
+    if not isinstance(request, dict):
+        raise KuduInvalidArgument("request body must be a map")
+    return request
+
+
+def _timeout(ctx: CallContext) -> float:
+    remaining = ctx.remaining()
+    return 30.0 if remaining is None else max(0.05, remaining - 0.05)

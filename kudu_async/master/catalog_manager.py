@@ -1,0 +1,346 @@
+"""Tables and tablets: DDL on the sys catalog, and the leader's background work that carries it out.
+
+Every change is written to the sys catalog through Raft first; the in-memory maps change only when the
+entry is applied, on every master. Work that touches tservers (creating and deleting tablet replicas)
+is driven by a loop on the leader that reads the catalog's states (CREATING, DELETING) and repeats its
+idempotent RPCs until the tservers' reports show the result, so a new leader simply resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kudu_async.common.errors import (
+    KuduAlreadyPresent,
+    KuduBadStatus,
+    KuduInvalidArgument,
+    KuduNotFound,
+)
+from kudu_async.common.partition import PartitionSchema
+from kudu_async.common.schema import Schema
+from kudu_async.common.types import value_from_wire
+from kudu_async.master.sys_catalog import delete, encode_ops, put
+
+if TYPE_CHECKING:
+    from kudu_async.master.master import Master
+
+log = logging.getLogger(__name__)
+
+TABLE_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
+MAX_TABLETS_PER_TABLE = 1000
+MAX_REPLICAS = 7
+RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
+
+
+class CatalogManager:
+    def __init__(self, master: Master) -> None:
+        self.master = master
+        self._task: asyncio.Task[None] | None = None
+        self._asked: dict[tuple[str, str, str], float] = {}  # (action, tablet, server) -> last time asked
+        self._wake = asyncio.Event()
+
+    # --- catalog access -------------------------------------------------------------------------------
+
+    @property
+    def tables(self) -> dict[str, dict[str, Any]]:
+        cat = self.master.catalog
+        return {} if cat is None else cat.tables
+
+    @property
+    def tablets(self) -> dict[str, dict[str, Any]]:
+        cat = self.master.catalog
+        return {} if cat is None else cat.tablets
+
+    async def _write(self, ops: list[list[Any]], timeout_s: float = 30.0) -> None:
+        self.master.require_leader()
+        replica = self.master.catalog_replica()
+        assert replica is not None
+        await replica.replicate(encode_ops(ops), timeout_s)
+
+    def find_table(self, name: Any = None, table_id: Any = None) -> dict[str, Any]:
+        if table_id is not None:
+            t = self.tables.get(table_id) if isinstance(table_id, str) else None
+            if t is not None and t["state"] != "DELETED":
+                return t
+            raise KuduNotFound(f"table id {table_id!r} not found")
+        if not isinstance(name, str):
+            raise KuduInvalidArgument("give the table's 'name' (or 'table_id')")
+        for t in self.tables.values():
+            if t["name"] == name and t["state"] not in ("DELETING", "DELETED"):
+                return t
+        raise KuduNotFound(f"the table does not exist: table_name: \"{name}\"", {"table_name": name})
+
+    # --- DDL ------------------------------------------------------------------------------------------
+
+    async def create_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.master.require_leader()
+        name = req.get("name")
+        if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+            raise KuduInvalidArgument("'name' must be 1-256 characters without control characters")
+        if not isinstance(req.get("schema"), dict):
+            raise KuduInvalidArgument("'schema' must be a schema map")
+        schema = Schema.from_dict(req["schema"]).with_column_ids()
+        ps_d = req.get("partition_schema") or {}
+        if not isinstance(ps_d, dict):
+            raise KuduInvalidArgument("'partition_schema' must be a map")
+        pschema = PartitionSchema.from_dict(schema, ps_d)
+        n = req.get("num_replicas", 3)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > MAX_REPLICAS or n % 2 == 0:
+            raise KuduInvalidArgument(f"'num_replicas' must be odd and 1..{MAX_REPLICAS}, got {n!r}")
+        bounds = [_wire_bound(b) for b in _list(req, "range_bounds")]
+        splits = [value_from_wire(s) for s in _list(req, "split_rows")]
+        partitions = pschema.create_partitions(bounds, splits)
+        if len(partitions) > MAX_TABLETS_PER_TABLE:
+            raise KuduInvalidArgument(f"{len(partitions)} tablets exceed the limit of {MAX_TABLETS_PER_TABLE}")
+        for t in self.tables.values():
+            if t["name"] == name and t["state"] not in ("DELETING", "DELETED"):
+                raise KuduAlreadyPresent(f"table {name} already exists with id {t['id']}",
+                                         {"table_id": t["id"], "table_name": name})
+        now = time.monotonic()
+        live = self.master.ts_manager.live_tservers(now)
+        if len(live) < n:
+            raise KuduInvalidArgument(
+                f"not enough live tablet servers to create a table with the requested replication factor {n}; "
+                f"{len(live)} tablet servers are alive", {"live_tservers": len(live)})
+        load = self._replica_counts(live)
+        table_id = uuid.uuid4().hex
+        ops: list[list[Any]] = []
+        tablet_ids = []
+        for p in partitions:
+            tid = uuid.uuid4().hex
+            chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]  # fewest replicas first
+            for u in chosen:
+                load[u] += 1
+            replicas = {u: self._address(u) for u in chosen}
+            ops.append(put("tablet", tid, {"id": tid, "table_id": table_id, "partition": p.to_dict(),
+                                           "replicas": replicas, "state": "CREATING"}))
+            tablet_ids.append(tid)
+        table = {"id": table_id, "name": name, "state": "CREATING", "schema": schema.to_dict(),
+                 "schema_version": 0, "partition_schema": pschema.to_dict(), "num_replicas": n,
+                 "tablet_ids": tablet_ids, "created_at": time.time()}
+        await self._write([put("table", table_id, table), *ops], timeout_s)
+        log.info("table created in the catalog", extra={"table": name, "table_id": table_id,
+                                                         "tablets": len(tablet_ids)})
+        self._wake.set()
+        return {"table_id": table_id}
+
+    def is_create_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.master.require_leader()
+        t = self.find_table(req.get("name"), req.get("table_id"))
+        return {"done": t["state"] == "RUNNING", "state": t["state"], "table_id": t["id"]}
+
+    async def delete_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.master.require_leader()
+        t = self.find_table(req.get("name"), req.get("table_id"))
+        await self._write([put("table", t["id"], {**t, "state": "DELETING"})], timeout_s)
+        self._wake.set()
+        return {"table_id": t["id"]}
+
+    def list_tables(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.master.require_leader()
+        name_filter = req.get("name_filter")
+        if name_filter is not None and not isinstance(name_filter, str):
+            raise KuduInvalidArgument("'name_filter' must be a string")
+        out = [{"name": t["name"], "table_id": t["id"], "state": t["state"]} for t in self.tables.values()
+               if t["state"] not in ("DELETING", "DELETED") and (not name_filter or name_filter in t["name"])]
+        return {"tables": sorted(out, key=lambda t: t["name"])}
+
+    def get_table_schema(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.master.require_leader()
+        t = self.find_table(req.get("name"), req.get("table_id"))
+        return {"table_id": t["id"], "name": t["name"], "schema": t["schema"], "schema_version": t["schema_version"],
+                "partition_schema": t["partition_schema"], "num_replicas": t["num_replicas"],
+                "create_table_done": t["state"] == "RUNNING"}
+
+    def get_table_locations(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Tablets of a table whose partition-key range meets [start, end), from the caches."""
+        self.master.require_leader()
+        t = self.find_table(req.get("name"), req.get("table_id"))
+        start = req.get("partition_key_start") or b""
+        end = req.get("partition_key_end") or b""
+        if not isinstance(start, bytes) or not isinstance(end, bytes):
+            raise KuduInvalidArgument("partition keys must be bytes")
+        limit = req.get("max_returned", 1000)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise KuduInvalidArgument("'max_returned' must be a positive integer")
+        out = []
+        for tid in t["tablet_ids"]:
+            rec = self.tablets.get(tid)
+            if rec is None:
+                continue
+            p = rec["partition"]
+            if end and p["partition_key_start"] >= end:
+                continue
+            if p["partition_key_end"] and p["partition_key_end"] <= start:
+                continue
+            out.append(self._location(rec))
+        out.sort(key=lambda loc: loc["partition"]["partition_key_start"])
+        return {"table_id": t["id"], "tablets": out[:limit], "schema_version": t["schema_version"]}
+
+    def get_tablet_locations(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.master.require_leader()
+        ids = req.get("tablet_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise KuduInvalidArgument("'tablet_ids' must be a list of tablet ids")
+        out, missing = [], []
+        for tid in ids:
+            rec = self.tablets.get(tid)
+            if rec is None:
+                missing.append(tid)
+            else:
+                out.append(self._location(rec))
+        return {"tablets": out, "missing": missing}
+
+    def _location(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """Replicas as the tservers report them (the newest config), else the catalog's placement."""
+        info = self.master.ts_manager.tablet_info(rec["id"])
+        replicas: list[dict[str, Any]] = []
+        if info is not None and info.get("config"):
+            cfg = info["config"]
+            peers = cfg.get("peers", {})
+            for u in [*cfg.get("voters", []), *cfg.get("non_voters", [])]:
+                role = ("LEADER" if u == info.get("leader_uuid") else
+                        "FOLLOWER" if u in cfg.get("voters", []) else "LEARNER")
+                replicas.append({"uuid": u, "rpc_address": peers.get(u) or self._address(u), "role": role})
+        else:
+            replicas = [{"uuid": u, "rpc_address": a, "role": "UNKNOWN"} for u, a in rec["replicas"].items()]
+        return {"tablet_id": rec["id"], "partition": rec["partition"], "state": rec["state"], "replicas": replicas}
+
+    def _replica_counts(self, live: list[str]) -> dict[str, int]:
+        counts = {u: 0 for u in live}
+        for rec in self.tablets.values():
+            for u in rec["replicas"]:
+                if u in counts:
+                    counts[u] += 1
+        return counts
+
+    def _address(self, ts_uuid: str) -> str:
+        reg = self.master.ts_manager.registration(ts_uuid)
+        return str(reg["rpc_address"]) if reg else ""
+
+    # --- the leader's background work ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="catalog-manager")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):  # a pass every 0.5 s, or at once when DDL arrives
+                await asyncio.wait_for(self._wake.wait(), 0.5)
+            self._wake.clear()
+            if not self.master.is_catalog_leader():
+                continue
+            try:
+                await self.process_once()
+            except KuduBadStatus as e:
+                log.info("catalog work deferred", extra={"error": str(e)})
+            except Exception:
+                log.exception("catalog background work failed; retrying")
+
+    async def process_once(self) -> None:
+        """One pass: push CREATING tablets to their tservers, finish tables, delete DELETING ones."""
+        now = time.monotonic()
+        for table in list(self.tables.values()):
+            if table["state"] == "CREATING":
+                await self._drive_create(table, now)
+            elif table["state"] == "DELETING":
+                await self._drive_delete(table, now)
+
+    async def _drive_create(self, table: dict[str, Any], now: float) -> None:
+        done_ops: list[list[Any]] = []
+        all_running = True
+        for tid in table["tablet_ids"]:
+            rec = self.tablets.get(tid)
+            if rec is None or rec["state"] == "RUNNING":
+                continue
+            info = self.master.ts_manager.tablet_info(tid)
+            if info is not None and info.get("leader_uuid"):
+                done_ops.append(put("tablet", tid, {**rec, "state": "RUNNING"}))
+                continue
+            all_running = False
+            req = {"tablet_id": tid, "table_id": table["id"], "table_name": table["name"],
+                   "schema": table["schema"], "partition": rec["partition"],
+                   "partition_schema": table["partition_schema"], "peers": rec["replicas"]}
+            for u, addr in rec["replicas"].items():
+                self._ask(("create", tid, u), now, addr, "CreateTablet", req)
+        if all_running:
+            done_ops.append(put("table", table["id"], {**table, "state": "RUNNING"}))
+            log.info("table is RUNNING", extra={"table": table["name"], "table_id": table["id"]})
+        if done_ops:
+            await self._write(done_ops)
+
+    async def _drive_delete(self, table: dict[str, Any], now: float) -> None:
+        remaining: list[str] = []
+        ops: list[list[Any]] = []
+        for tid in table["tablet_ids"]:
+            rec = self.tablets.get(tid)
+            if rec is None:
+                continue
+            reported = self.master.ts_manager.tablet_replicas(tid)
+            holders = {u: self._address(u) for u in reported} | dict(rec["replicas"])
+            still = [u for u in holders if u in reported]
+            if not still:
+                ops.append(delete("tablet", tid))
+                continue
+            remaining.append(tid)
+            for u in still:
+                self._ask(("delete", tid, u), now, holders[u], "DeleteTablet",
+                          {"tablet_id": tid, "delete_type": "DELETED"})
+        if not remaining:
+            ops.append(delete("table", table["id"]))
+            log.info("table deleted", extra={"table": table["name"], "table_id": table["id"]})
+        if ops:
+            await self._write(ops)
+
+    def _ask(self, key: tuple[str, str, str], now: float, address: str, method: str, req: dict[str, Any]) -> None:
+        """Fire an idempotent tserver RPC at most every RPC_RETRY_S per (action, tablet, server)."""
+        if not address or now - self._asked.get(key, -RPC_RETRY_S) < RPC_RETRY_S:
+            return
+        self._asked[key] = now
+
+        async def call() -> None:
+            try:
+                await self.master.rpc_client.call(address, "TabletServer", method, req, timeout_s=10.0)
+            except KuduBadStatus as e:
+                log.info("tserver call for the catalog failed; will retry",
+                         extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)})
+
+        task = asyncio.get_running_loop().create_task(call())
+        self.master._bg.add(task)
+        task.add_done_callback(self.master._bg.discard)
+
+
+def _list(req: dict[str, Any], name: str) -> list[Any]:
+    v = req.get(name) or []
+    if not isinstance(v, list):
+        raise KuduInvalidArgument(f"'{name}' must be a list")
+    return v
+
+
+def _wire_row(row: Any) -> Any:
+    """A bound row from the wire: a map column -> value or a list of values (tagged values decoded)."""
+    if isinstance(row, dict):
+        return {k: value_from_wire(v) for k, v in row.items()}
+    return value_from_wire(row)
+
+
+def _wire_bound(b: Any) -> Any:
+    """``{"lower", "upper", "lower_bound_type", "upper_bound_type"}`` or ``[lower, upper(, types)]``."""
+    if isinstance(b, dict):
+        return {k: _wire_row(v) if k in ("lower", "upper") else v for k, v in b.items()}
+    if isinstance(b, list) and len(b) in (2, 4):
+        return [_wire_row(v) if i < 2 else v for i, v in enumerate(b)]
+    raise KuduInvalidArgument(f"bad range bound {b!r}")
+
