@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 from kudu_async.common.errors import (
     KuduAlreadyPresent,
     KuduBadStatus,
+    KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
 )
 from kudu_async.common.partition import PartitionSchema
-from kudu_async.common.schema import Schema
+from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.common.types import value_from_wire
 from kudu_async.master.sys_catalog import delete, encode_ops, put
 
@@ -143,6 +144,97 @@ class CatalogManager:
         self._wake.set()
         return {"table_id": t["id"]}
 
+    async def alter_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Rename the table, change columns, add or drop range partitions: one catalog write; the
+        leader then pushes the new schema version to every tablet and creates/deletes range tablets."""
+        self.master.require_leader()
+        t = self.find_table(req.get("name"), req.get("table_id"))
+        if t["state"] == "CREATING":
+            raise KuduIllegalState(f"table {t['name']} is still being created; retry AlterTable later")
+        steps = _list(req, "alter_schema_steps")
+        new_name = req.get("new_name")
+        if new_name is not None:
+            if not isinstance(new_name, str) or not TABLE_NAME_RE.match(new_name):
+                raise KuduInvalidArgument("'new_name' must be 1-256 characters without control characters")
+            if any(o["name"] == new_name and o["id"] != t["id"] and o["state"] not in ("DELETING", "DELETED")
+                   for o in self.tables.values()):
+                raise KuduAlreadyPresent(f"table {new_name} already exists")
+        schema = Schema.from_dict(t["schema"])
+        next_id = max(int(t.get("next_column_id", 0)), schema.next_column_id)
+        pschema = PartitionSchema.from_dict(schema, t["partition_schema"])
+        tablet_ids = list(t["tablet_ids"])
+        dropped: list[str] = []
+        ops: list[list[Any]] = []
+        schema_changed = False
+        live = self.master.ts_manager.live_tservers(time.monotonic())
+        load = self._replica_counts(live)
+        for i, step in enumerate(steps):
+            if not isinstance(step, dict) or not isinstance(step.get("type"), str):
+                raise KuduInvalidArgument(f"alter_schema_steps[{i}] must be a map with a 'type'")
+            kind = step["type"]
+            if kind == "ADD_COLUMN":
+                if not isinstance(step.get("column"), dict):
+                    raise KuduInvalidArgument(f"alter_schema_steps[{i}]: ADD_COLUMN needs a 'column' map")
+                col = ColumnSchema.from_dict({k: v for k, v in step["column"].items() if k != "id"})
+                schema = schema.add_column(col).with_column_ids(next_id)
+                next_id = schema.next_column_id
+                schema_changed = True
+            elif kind == "DROP_COLUMN":
+                schema, schema_changed = schema.drop_column(_step_str(step, "name", i)), True
+            elif kind == "RENAME_COLUMN":
+                schema = schema.rename_column(_step_str(step, "old_name", i), _step_str(step, "new_name", i))
+                schema_changed = True
+            elif kind == "ALTER_COLUMN":
+                changes = {k: value_from_wire(v) for k, v in step.items() if k not in ("type", "name")}
+                schema, schema_changed = schema.alter_column(_step_str(step, "name", i), **changes), True
+            elif kind in ("ADD_RANGE_PARTITION", "DROP_RANGE_PARTITION"):
+                bound = _wire_bound([step.get("lower"), step.get("upper"),
+                                     step.get("lower_bound_type", "inclusive"),
+                                     step.get("upper_bound_type", "exclusive")])
+                [(lo, hi)] = pschema.range_partitions([bound])
+                current = {tid: self.tablets[tid] for tid in tablet_ids if tid in self.tablets}
+                same = [tid for tid, r in current.items()
+                        if (r["partition"]["range_key_start"], r["partition"]["range_key_end"]) == (lo, hi)]
+                if kind == "DROP_RANGE_PARTITION":
+                    if not same:
+                        raise KuduInvalidArgument(f"alter_schema_steps[{i}]: no range partition matches that bound")
+                    tablet_ids = [tid for tid in tablet_ids if tid not in same]
+                    dropped += same
+                    continue
+                for r in current.values():
+                    rlo, rhi = r["partition"]["range_key_start"], r["partition"]["range_key_end"]
+                    if (not hi or rlo < hi) and (not rhi or lo < rhi):
+                        raise KuduInvalidArgument(f"alter_schema_steps[{i}]: new range partition overlaps an "
+                                                  "existing one")
+                n = t["num_replicas"]
+                if len(live) < n:
+                    raise KuduInvalidArgument(f"not enough live tablet servers ({len(live)}) for {n} replicas")
+                for p in pschema.partitions_for_ranges([(lo, hi)]):
+                    tid = uuid.uuid4().hex
+                    chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]
+                    for u in chosen:
+                        load[u] += 1
+                    ops.append(put("tablet", tid, {"id": tid, "table_id": t["id"], "partition": p.to_dict(),
+                                                   "replicas": {u: self._address(u) for u in chosen},
+                                                   "state": "CREATING"}))
+                    tablet_ids.append(tid)
+            else:
+                raise KuduInvalidArgument(f"alter_schema_steps[{i}]: unknown step type {kind!r}")
+        version = t["schema_version"] + (1 if schema_changed else 0)
+        work = schema_changed or dropped or len(tablet_ids) != len(t["tablet_ids"])
+        table = {**t, "name": new_name or t["name"], "schema": schema.to_dict(), "schema_version": version,
+                 "next_column_id": next_id, "tablet_ids": tablet_ids,
+                 "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
+                 "state": "ALTERING" if work else t["state"]}
+        await self._write([put("table", t["id"], table), *ops], timeout_s)
+        self._wake.set()
+        return {"table_id": t["id"], "schema_version": version}
+
+    def is_alter_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.master.require_leader()
+        t = self.find_table(req.get("name"), req.get("table_id"))
+        return {"done": t["state"] == "RUNNING", "state": t["state"], "schema_version": t["schema_version"]}
+
     def list_tables(self, req: dict[str, Any]) -> dict[str, Any]:
         self.master.require_leader()
         name_filter = req.get("name_filter")
@@ -250,41 +342,62 @@ class CatalogManager:
                 log.exception("catalog background work failed; retrying")
 
     async def process_once(self) -> None:
-        """One pass: push CREATING tablets to their tservers, finish tables, delete DELETING ones."""
+        """One pass: create CREATING tablets, push a new schema to ALTERING tables' tablet leaders,
+        delete dropped tablets and DELETING tables, and mark tables RUNNING once all of it is done."""
         now = time.monotonic()
         for table in list(self.tables.values()):
-            if table["state"] == "CREATING":
-                await self._drive_create(table, now)
-            elif table["state"] == "DELETING":
-                await self._drive_delete(table, now)
+            if table["state"] == "DELETING":
+                remaining, ops = self._delete_tablets(table["tablet_ids"], now)
+                if not remaining:
+                    ops.append(delete("table", table["id"]))
+                    log.info("table deleted", extra={"table": table["name"], "table_id": table["id"]})
+                if ops:
+                    await self._write(ops)
+            elif table["state"] in ("CREATING", "ALTERING"):
+                await self._drive_table(table, now)
 
-    async def _drive_create(self, table: dict[str, Any], now: float) -> None:
-        done_ops: list[list[Any]] = []
-        all_running = True
+    async def _drive_table(self, table: dict[str, Any], now: float) -> None:
+        ops: list[list[Any]] = []
+        pending = False
+        version = table["schema_version"]
         for tid in table["tablet_ids"]:
             rec = self.tablets.get(tid)
-            if rec is None or rec["state"] == "RUNNING":
+            if rec is None:
                 continue
             info = self.master.ts_manager.tablet_info(tid)
-            if info is not None and info.get("leader_uuid"):
-                done_ops.append(put("tablet", tid, {**rec, "state": "RUNNING"}))
-                continue
-            all_running = False
-            req = {"tablet_id": tid, "table_id": table["id"], "table_name": table["name"],
-                   "schema": table["schema"], "partition": rec["partition"],
-                   "partition_schema": table["partition_schema"], "peers": rec["replicas"]}
-            for u, addr in rec["replicas"].items():
-                self._ask(("create", tid, u), now, addr, "CreateTablet", req)
-        if all_running:
-            done_ops.append(put("table", table["id"], {**table, "state": "RUNNING"}))
-            log.info("table is RUNNING", extra={"table": table["name"], "table_id": table["id"]})
-        if done_ops:
-            await self._write(done_ops)
+            leader = info.get("leader_uuid") if info is not None else None
+            if rec["state"] == "CREATING":
+                if leader:
+                    ops.append(put("tablet", tid, {**rec, "state": "RUNNING"}))
+                    continue
+                pending = True
+                req = {"tablet_id": tid, "table_id": table["id"], "table_name": table["name"],
+                       "schema": table["schema"], "schema_version": version, "partition": rec["partition"],
+                       "partition_schema": table["partition_schema"], "peers": rec["replicas"]}
+                for u, addr in rec["replicas"].items():
+                    self._ask(("create", tid, u), now, addr, "CreateTablet", req)
+            elif table["state"] == "ALTERING":
+                have = self.master.ts_manager.tablet_replicas(tid).get(leader or "", {}).get("schema_version", -1)
+                if leader is None or have < version:
+                    pending = True
+                    if leader is not None:
+                        self._ask(("alter", tid, f"{leader}@{version}"), now, self._address(leader), "AlterSchema",
+                                  {"tablet_id": tid, "schema": table["schema"], "schema_version": version})
+        dropped = table.get("dropped_tablet_ids", [])
+        remaining, drop_ops = self._delete_tablets(dropped, now)
+        ops += drop_ops
+        if not pending and not remaining:
+            ops.append(put("table", table["id"], {**table, "state": "RUNNING", "dropped_tablet_ids": []}))
+            log.info("table is RUNNING", extra={"table": table["name"], "table_id": table["id"],
+                                                "schema_version": version})
+        if ops:
+            await self._write(ops)
 
-    async def _drive_delete(self, table: dict[str, Any], now: float) -> None:
+    def _delete_tablets(self, tablet_ids: list[str], now: float) -> tuple[list[str], list[list[Any]]]:
+        """Ask every server still reporting these tablets to delete them; drop the records of those gone."""
         remaining: list[str] = []
         ops: list[list[Any]] = []
-        for tid in table["tablet_ids"]:
+        for tid in tablet_ids:
             rec = self.tablets.get(tid)
             if rec is None:
                 continue
@@ -298,11 +411,7 @@ class CatalogManager:
             for u in still:
                 self._ask(("delete", tid, u), now, holders[u], "DeleteTablet",
                           {"tablet_id": tid, "delete_type": "DELETED"})
-        if not remaining:
-            ops.append(delete("table", table["id"]))
-            log.info("table deleted", extra={"table": table["name"], "table_id": table["id"]})
-        if ops:
-            await self._write(ops)
+        return remaining, ops
 
     def _ask(self, key: tuple[str, str, str], now: float, address: str, method: str, req: dict[str, Any]) -> None:
         """Fire an idempotent tserver RPC at most every RPC_RETRY_S per (action, tablet, server)."""
@@ -326,6 +435,13 @@ def _list(req: dict[str, Any], name: str) -> list[Any]:
     v = req.get(name) or []
     if not isinstance(v, list):
         raise KuduInvalidArgument(f"'{name}' must be a list")
+    return v
+
+
+def _step_str(step: dict[str, Any], key: str, i: int) -> str:
+    v = step.get(key)
+    if not isinstance(v, str) or not v:
+        raise KuduInvalidArgument(f"alter_schema_steps[{i}]: '{key}' must be a column name")
     return v
 
 

@@ -48,8 +48,8 @@ class Master(Node):
         self._bg: set[asyncio.Task[None]] = set()
         self._was_leader = False
         self.catalog_manager = CatalogManager(self)
-        for name in ("CreateTable", "IsCreateTableDone", "DeleteTable", "ListTables", "GetTableSchema",
-                     "GetTableLocations", "GetTabletLocations"):
+        for name in ("CreateTable", "IsCreateTableDone", "AlterTable", "IsAlterTableDone", "DeleteTable",
+                     "ListTables", "GetTableSchema", "GetTableLocations", "GetTabletLocations"):
             self.rpc_server.register("Master", name, getattr(self, f"_rpc_{_snake(name)}"))
 
     async def _open_catalog(self, group: str, extra: dict[str, Any]) -> SysCatalogStateMachine:
@@ -193,6 +193,12 @@ class Master(Node):
 
     async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return self.catalog_manager.is_create_table_done(_map(request))
+
+    async def _rpc_alter_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return await self.catalog_manager.alter_table(_map(request), _timeout(ctx))
+
+    async def _rpc_is_alter_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        return self.catalog_manager.is_alter_table_done(_map(request))
 
     async def _rpc_delete_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return await self.catalog_manager.delete_table(_map(request), _timeout(ctx))

@@ -270,13 +270,16 @@ class Tablet:
         tablet_id: str = "",
         options: TabletOptions | None = None,
         clock: HybridClock | None = None,
+        schema_version: int = 0,
     ) -> Tablet:
-        """Create an empty tablet (metadata written durably) and open it."""
+        """Create an empty tablet (metadata written durably) and open it; a tablet added to an altered
+        table (a new range) starts at the table's current ``schema_version``."""
         options = options or TabletOptions()
         os.makedirs(tablet_dir, exist_ok=True)
         if hasattr(schema, "with_column_ids"):  # storage tests may pass a minimal stand-in schema
             schema = schema.with_column_ids()
-        meta = TabletMetadata(tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict())
+        meta = TabletMetadata(tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict(),
+                              schema_version=schema_version)
         write_tablet_metadata(tablet_dir, meta, sync=options.sync)
         return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
 

@@ -124,7 +124,8 @@ class TabletManager:
         if os.path.exists(metadata_path(str(tdir))):
             return Tablet.open(str(tdir), options=self.options, clock=self.clock)
         schema = Schema.from_dict(extra["schema"])
-        return Tablet.create(str(tdir), schema, tablet_id=group, options=self.options, clock=self.clock)
+        return Tablet.create(str(tdir), schema, tablet_id=group, options=self.options, clock=self.clock,
+                             schema_version=int(extra.get("schema_version") or 0))
 
     def _mark_dirty(self, tablet_id: str) -> None:
         self.on_change(tablet_id)
@@ -154,6 +155,9 @@ class TabletManager:
         if not isinstance(schema_d, dict):
             raise KuduInvalidArgument("'schema' must be a schema map")
         schema = Schema.from_dict(schema_d).with_column_ids()
+        schema_version = req.get("schema_version", 0)
+        if isinstance(schema_version, bool) or not isinstance(schema_version, int) or schema_version < 0:
+            raise KuduInvalidArgument("'schema_version' must be a non-negative integer")
         peers = req.get("peers")
         if not isinstance(peers, dict) or not peers or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in peers.items()):
@@ -183,7 +187,8 @@ class TabletManager:
             # Leftover storage without a replica (a crash mid-create, or an old deleted incarnation).
             await asyncio.get_running_loop().run_in_executor(self.executor, _rmtree, tdir)
             extra = {"table_id": table_id, "table_name": table_name, "partition": partition,
-                     "partition_schema": partition_schema, "schema": schema.to_dict()}
+                     "partition_schema": partition_schema, "schema": schema.to_dict(),
+                     "schema_version": schema_version}
             await self.raft.create_replica(tablet_id, TABLET_KIND, dict(peers), extra)
             log.info("tablet created", extra={"tablet": tablet_id, "table": table_name, "peers": sorted(peers)})
             return {"tablet_id": tablet_id, "created": True}

@@ -156,3 +156,37 @@ async def test_bad_ddl_requests_are_named(mini_cluster_factory, rpc: RpcClient) 
             await master_call(cluster, rpc, "CreateTable", req)
     await master_call(cluster, rpc, "CreateTable", {**base, "num_replicas": 1})
     await wait_created(cluster, rpc, "t")
+
+
+async def test_alter_table_survives_leader_master_kill_and_reaches_every_tablet(mini_cluster_factory,
+                                                                               rpc: RpcClient) -> None:
+    cluster = mini_cluster_factory(num_masters=3, num_tservers=3)
+    await create_table(cluster, rpc, "evolving")
+    await wait_created(cluster, rpc, "evolving")
+    assert await write_and_read(cluster, rpc, "evolving", list(range(0, 100_000, 1000))) == 100
+    info = await master_call(cluster, rpc, "ConnectToMaster", {})
+    leader = next(m for m in cluster.masters if m.uuid == info["leader_uuid"])
+    steps = [{"type": "ADD_COLUMN", "column": {"name": "extra", "type": "int32", "default": 5}},
+             {"type": "RENAME_COLUMN", "old_name": "val", "new_name": "label"},
+             {"type": "ADD_RANGE_PARTITION", "lower": {"key": 100_000}, "upper": {"key": 150_000}},
+             {"type": "DROP_RANGE_PARTITION", "lower": {"key": 0}, "upper": {"key": 50_000}}]
+    reply = await master_call(cluster, rpc, "AlterTable", {"name": "evolving", "alter_schema_steps": steps,
+                                                            "new_name": "evolved"})
+    assert reply["schema_version"] == 1
+    cluster.kill_node(leader.name)  # the next leader pushes the schema and makes/drops the range tablets
+    deadline = time.monotonic() + 90
+    while not (await master_call(cluster, rpc, "IsAlterTableDone", {"name": "evolved"}))["done"]:
+        assert time.monotonic() < deadline, "AlterTable never finished after the leader master died"
+        await asyncio.sleep(0.2)
+    schema = await master_call(cluster, rpc, "GetTableSchema", {"name": "evolved"})
+    new = Schema.from_dict(schema["schema"])
+    assert schema["schema_version"] == 1 and new.names == ["key", "label", "extra"]
+    locs = (await master_call(cluster, rpc, "GetTableLocations", {"name": "evolved"}))["tablets"]
+    ranges = sorted({(loc["partition"]["range_key_start"], loc["partition"]["range_key_end"]) for loc in locs})
+    assert len(locs) == 6 and len(ranges) == 2  # [50k, 100k) and the new [100k, 150k), 3 buckets each
+    for loc in locs:  # every tablet's leader reports the new schema version
+        tc = TabletClient(rpc, loc["tablet_id"], new, {r["uuid"]: r["rpc_address"] for r in loc["replicas"]})
+        tc.schema_version = 1
+        table, _ = await tc.scan()
+        assert table.column_names == ["key", "label", "extra"]
+        assert all(v == 5 for v in table.column("extra").to_pylist())
