@@ -35,7 +35,7 @@ from kudu_async.common.errors import (
 )
 from kudu_async.fs.io_util import fsync_dir
 from kudu_async.rpc.client import RpcClient
-from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.rpc.server import CallContext, RpcServer, require_map
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class TabletCopySource:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def _rpc_begin(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         group = req.get("group")
         if not isinstance(group, str) or not group:
             raise KuduInvalidArgument("'group' must be a non-empty string")
@@ -196,7 +196,7 @@ class TabletCopySource:
         return s
 
     async def _rpc_fetch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         s = self._session(req)
         name = check_relative_name(req.get("name"))
         f = s.files.get(name)
@@ -227,7 +227,7 @@ class TabletCopySource:
         return data
 
     async def _rpc_end(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        sid = _map(request).get("session_id")
+        sid = require_map(request).get("session_id")
         if isinstance(sid, str):
             await self._end(sid)
         return {}
@@ -365,9 +365,3 @@ def _fsync_tree(root: Path) -> None:
 def _rmtree(path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
-
-
-def _map(request: Any) -> dict[str, Any]:
-    if not isinstance(request, dict):
-        raise KuduInvalidArgument("request body must be a map")
-    return request

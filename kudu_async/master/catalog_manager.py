@@ -272,7 +272,7 @@ class CatalogManager:
                 continue
             if p["partition_key_end"] and p["partition_key_end"] <= start:
                 continue
-            out.append(self._location(rec))
+            out.append(self.location(rec))
         out.sort(key=lambda loc: loc["partition"]["partition_key_start"])
         return {"table_id": t["id"], "tablets": out[:limit], "schema_version": t["schema_version"]}
 
@@ -287,10 +287,10 @@ class CatalogManager:
             if rec is None:
                 missing.append(tid)
             else:
-                out.append(self._location(rec))
+                out.append(self.location(rec))
         return {"tablets": out, "missing": missing}
 
-    def _location(self, rec: dict[str, Any]) -> dict[str, Any]:
+    def location(self, rec: dict[str, Any]) -> dict[str, Any]:
         """Replicas as the tservers report them (the newest config), else the catalog's placement."""
         info = self.master.ts_manager.tablet_info(rec["id"])
         replicas: list[dict[str, Any]] = []
@@ -426,9 +426,7 @@ class CatalogManager:
                 log.info("tserver call for the catalog failed; will retry",
                          extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)})
 
-        task = asyncio.get_running_loop().create_task(call())
-        self.master._bg.add(task)
-        task.add_done_callback(self.master._bg.discard)
+        self.master.spawn_background(call())
 
 
 def _list(req: dict[str, Any], name: str) -> list[Any]:

@@ -15,14 +15,14 @@ from typing import Any
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument, KuduNotTheLeader
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader
 from kudu_async.consensus.replica import RaftReplica
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
 from kudu_async.master.catalog_manager import CatalogManager
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
-from kudu_async.rpc.server import CallContext
+from kudu_async.rpc.server import CallContext, require_map
 from kudu_async.server.admin import NODE_KEY, json_response
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
@@ -68,6 +68,12 @@ class Master(Node):
             self._spawn(self._create_catalog(), "create-sys-catalog")
         self._spawn(self._watch_leadership(), "catalog-leadership")
         self.catalog_manager.start()
+
+    def spawn_background(self, coro: Any) -> None:
+        """Run a short background job (a tserver RPC for the catalog); cancelled on stop."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
@@ -189,31 +195,31 @@ class Master(Node):
     # --- DDL and locations (leader only; each validates its request) -----------------------------------
 
     async def _rpc_create_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.catalog_manager.create_table(_map(request), _timeout(ctx))
+        return await self.catalog_manager.create_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.is_create_table_done(_map(request))
+        return self.catalog_manager.is_create_table_done(require_map(request))
 
     async def _rpc_alter_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.catalog_manager.alter_table(_map(request), _timeout(ctx))
+        return await self.catalog_manager.alter_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_is_alter_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.is_alter_table_done(_map(request))
+        return self.catalog_manager.is_alter_table_done(require_map(request))
 
     async def _rpc_delete_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.catalog_manager.delete_table(_map(request), _timeout(ctx))
+        return await self.catalog_manager.delete_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_list_tables(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.list_tables(_map(request))
+        return self.catalog_manager.list_tables(require_map(request))
 
     async def _rpc_get_table_schema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.get_table_schema(_map(request))
+        return self.catalog_manager.get_table_schema(require_map(request))
 
     async def _rpc_get_table_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.get_table_locations(_map(request))
+        return self.catalog_manager.get_table_locations(require_map(request))
 
     async def _rpc_get_tablet_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.get_tablet_locations(_map(request))
+        return self.catalog_manager.get_tablet_locations(require_map(request))
 
     async def _rpc_list_masters(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return {"masters": self.masters()}
@@ -269,20 +275,9 @@ async def _table_page(request: web.Request) -> web.Response:
     master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
     cm = master.catalog_manager
     t = cm.find_table(request.match_info["name"])
-    tablets = [cm._location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]
+    tablets = [cm.location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]
     return json_response({**{k: v for k, v in t.items() if k != "tablet_ids"}, "tablets": tablets})
 
 
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
-
-
-def _map(request: Any) -> dict[str, Any]:
-    if not isinstance(request, dict):
-        raise KuduInvalidArgument("request body must be a map")
-    return request
-
-
-def _timeout(ctx: CallContext) -> float:
-    remaining = ctx.remaining()
-    return 30.0 if remaining is None else max(0.05, remaining - 0.05)

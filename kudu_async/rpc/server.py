@@ -80,6 +80,19 @@ class CallContext:
             return None
         return self.deadline - asyncio.get_running_loop().time()
 
+    def time_left(self, default_s: float = 10.0, margin_s: float = 0.05) -> float:
+        """A timeout for work done on behalf of this call: what the caller's deadline leaves (minus a margin
+        to answer in), or ``default_s`` without a deadline; never below 50 ms."""
+        remaining = self.remaining()
+        return default_s if remaining is None else max(0.05, remaining - margin_s)
+
+
+def require_map(request: Any) -> dict[str, Any]:
+    """Every service's first check: the body is a map (msgpack or JSON object)."""
+    if not isinstance(request, dict):
+        raise KuduInvalidArgument("request body must be a map")
+    return request
+
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.predicate import ColumnPredicate
-from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.rpc.server import CallContext, RpcServer, require_map
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec
 from kudu_async.tserver.scanners import ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager
@@ -32,10 +32,10 @@ class TabletService:
             server.register(SERVICE, name, getattr(self, f"_rpc_{name.lower()}"))
 
     async def _rpc_createtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.manager.create_tablet(_map(request))
+        return await self.manager.create_tablet(require_map(request))
 
     async def _rpc_deletetablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         cas = req.get("cas_config_index")
         if cas is not None and not isinstance(cas, int):
             raise KuduInvalidArgument("'cas_config_index' must be an integer")
@@ -43,14 +43,14 @@ class TabletService:
         return await self.manager.delete_tablet(_str(req, "tablet_id"), _str(req, "delete_type", "DELETED"), cas)
 
     async def _rpc_write(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         replica = self.manager.get(_str(req, "tablet_id"))
         version = _int(req, "schema_version", 0)
         op = decode_write_op(req.get("rows"), req.get("op_types"), req.get("set_columns"))
         propagated = req.get("propagated_timestamp")
         if propagated is not None:
             self._clock_update(_int(req, "propagated_timestamp"))
-        res = await replica.write(op, version, _timeout(ctx))
+        res = await replica.write(op, version, ctx.time_left())
         return {
             "timestamp": res.timestamp,
             "row_errors": [{"row_index": e.row_index, "code": e.code, "message": e.message} for e in res.row_errors],
@@ -58,7 +58,7 @@ class TabletService:
         }
 
     async def _rpc_scan(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         scanner_id = req.get("scanner_id")
         if scanner_id is not None:
             if not isinstance(scanner_id, str):
@@ -110,7 +110,7 @@ class TabletService:
             snapshot_ts=_int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None,
             ordered=bool(req.get("ordered", False)), batch_bytes=batch_bytes,
         )
-        it = await replica.open_scan(spec, _timeout(ctx))
+        it = await replica.open_scan(spec, ctx.time_left())
         names = projection if projection is not None else replica.tablet.info.names
         arrow = replica.tablet.info.arrow
         out_schema = pa.schema([arrow.field(n) for n in names])
@@ -120,49 +120,43 @@ class TabletService:
         return out
 
     async def _rpc_scannerkeepalive(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        self.scanners.get(_str(_map(request), "scanner_id"))
+        self.scanners.get(_str(require_map(request), "scanner_id"))
         return {}
 
     async def _rpc_checksum(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         replica = self.manager.get(_str(req, "tablet_id"))
         ts = _int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None
-        return await replica.checksum(ts, _timeout(ctx))
+        return await replica.checksum(ts, ctx.time_left())
 
     async def _rpc_listtablets(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return {"tablets": self.manager.list_tablets()}
 
     async def _rpc_getsafetime(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         replica = self.manager.get(_str(req, "tablet_id"))
-        index = await replica.leader_safe_index(_int(req, "timestamp"), time.monotonic() + _timeout(ctx))
+        index = await replica.leader_safe_index(_int(req, "timestamp"), time.monotonic() + ctx.time_left())
         return {"index": index}
 
     async def _rpc_starttabletcopy(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         return await self.manager.start_tablet_copy(_str(req, "tablet_id"), _str(req, "source_uuid"),
                                                     _str(req, "source_address"), _int(req, "caller_term", 0))
 
     async def _rpc_alterschema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = _map(request)
+        req = require_map(request)
         replica = self.manager.get(_str(req, "tablet_id"))
         schema = req.get("schema")
         if not isinstance(schema, dict):
             raise KuduInvalidArgument("'schema' must be a schema map")
-        version = await replica.alter_schema(schema, _int(req, "schema_version"), _timeout(ctx))
+        version = await replica.alter_schema(schema, _int(req, "schema_version"), ctx.time_left())
         return {"schema_version": version}
 
     async def _rpc_flushtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         """Operator/test tool: flush a tablet's memory stores now (as the maintenance manager would)."""
-        replica = self.manager.get(_str(_map(request), "tablet_id"))
+        replica = self.manager.get(_str(require_map(request), "tablet_id"))
         await asyncio.get_running_loop().run_in_executor(self.manager.executor, replica.tablet.flush_all)
         return {"last_flushed_log_index": replica.tablet.earliest_needed_log_index() - 1}
-
-
-def _map(request: Any) -> dict[str, Any]:
-    if not isinstance(request, dict):
-        raise KuduInvalidArgument("request body must be a map")
-    return request
 
 
 def _str(req: dict[str, Any], name: str, default: str | None = None) -> str:
@@ -186,8 +180,3 @@ def _bytes_or_none(req: dict[str, Any], name: str) -> bytes | None:
     if not isinstance(v, bytes | bytearray):
         raise KuduInvalidArgument(f"'{name}' must be bytes (an encoded primary key)")
     return bytes(v)
-
-
-def _timeout(ctx: CallContext) -> float:
-    remaining = ctx.remaining()
-    return 10.0 if remaining is None else max(0.05, remaining - 0.05)

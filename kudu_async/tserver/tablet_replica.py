@@ -102,7 +102,6 @@ class TabletReplica:
         self._pending: dict[tuple[int, int], PreparedWrite] = {}  # (term, timestamp) -> prepared on this leader
         self._pending_bytes = 0
         self.max_applied_ts = clock.peek()
-        self._last_role: tuple[str | None, int, str | None] = (None, 0, None)
         self._c_inserted = metrics.counter("rows_inserted", "Rows inserted", "rows")
         self._c_updated = metrics.counter("rows_updated", "Rows updated", "rows")
         self._c_deleted = metrics.counter("rows_deleted", "Rows deleted", "rows")
@@ -166,15 +165,6 @@ class TabletReplica:
         if r.raft is None or not r.raft.is_leader:
             raise KuduNotTheLeader(f"this replica of tablet {self.tablet_id} is not the leader", r.leader_hint())
         return r
-
-    def check_role_change(self) -> None:
-        """Tell the heartbeater when role, term or leader moved (cheap: called on every Ready batch)."""
-        r = self.raft
-        raft = r.raft if r is not None else None
-        cur = (raft.role.value, raft.term, raft.leader) if raft is not None else (None, 0, None)
-        if cur != self._last_role:
-            self._last_role = cur
-            self._on_change(self.tablet_id)
 
     # --- StateMachine ---------------------------------------------------------------------------------
 

@@ -75,7 +75,7 @@ class TestKVService:
     async def _rpc_put(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         replica = self.raft.get(_get(request, "group"))
         entry = _put_entry(_get(request, "key"), _get(request, "value"))
-        result: dict[str, Any] = await replica.replicate(entry, _timeout(ctx))
+        result: dict[str, Any] = await replica.replicate(entry, ctx.time_left())
         return result
 
     async def _rpc_putbatch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
@@ -89,7 +89,7 @@ class TestKVService:
             if not isinstance(item, list | tuple) or len(item) != 2:
                 raise KuduInvalidArgument(f"items[{i}]: expected [key, value]")
             entries.append(_put_entry(item[0], item[1]))
-        results = await replica.replicate_many(entries, _timeout(ctx))
+        results = await replica.replicate_many(entries, ctx.time_left())
         return {"first_index": results[0]["index"], "last_index": results[-1]["index"]}
 
     async def _rpc_get(self, request: Any, ctx: CallContext) -> dict[str, Any]:
@@ -120,11 +120,6 @@ def _put_entry(key: Any, value: Any) -> bytes:
     if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
         raise KuduInvalidArgument(f"'value' must be bytes or a string of at most {MAX_VALUE_BYTES} bytes")
     return msgpack.packb(["put", key, value])
-
-
-def _timeout(ctx: CallContext) -> float:
-    remaining = ctx.remaining()
-    return 10.0 if remaining is None else max(0.05, remaining - 0.05)
 
 
 def _get(request: Any, name: str) -> Any:
