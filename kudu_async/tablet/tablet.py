@@ -1178,17 +1178,24 @@ class Tablet:
     # -- checksum ---------------------------------------------------------------------------------
 
     def checksum(self, snapshot_ts: int | None = None) -> dict[str, Any]:
-        """Rows and a 64-bit checksum of what is visible at ``snapshot_ts`` (default: now).
+        """Rows and a 64-bit checksum of what is visible at READ_AT_SNAPSHOT ``snapshot_ts``.
+
+        ``snapshot_ts`` None: ``clock.now()`` when no write is in flight, else just below the oldest
+        one (so this never waits on a write), reported back as ``snapshot_ts``.
 
         Definition: rows in primary-key order; for each column (in schema order) three byte streams are
         hashed: its validity (one byte per row), its values (fixed-width types: the raw value with NULL
         as 0; strings, binaries and decimals as text: the int64 lengths) and, for variable-width types,
-        the concatenated bytes. The column names and the three digests of every column, then the row
+        the concatenated bytes. Each column's name and Arrow type and its three digests, then the row
         count, make the result (xxh64). It depends on the logical rows only, never on how they are split
         into MemRowSet, DiskRowSets, deltas or scan batches.
         """
-        # Default: everything committed now (below the oldest write in flight), never waiting on one.
-        ts = snapshot_ts if snapshot_ts is not None else self.mvcc.snapshot_latest().clean_ts - 1
+        ts = snapshot_ts
+        if ts is None:
+            # Not the MVCC clean point: on an idle tablet that is its last write (-1 when empty), which
+            # can be older than the ancient history mark and so not a valid snapshot.
+            inflight = self.mvcc.min_in_flight()
+            ts = self.clock.now() if inflight is None else inflight - 1
         spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
         names = list(self.info.names)
         streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]

@@ -191,3 +191,17 @@ def test_compaction_after_alter_keeps_a_reinsert_written_before_it(tmp_path: Pat
     assert w.alter(w.t.info.schema.add_column(ColumnSchema("extra", "int32", default=3)), 1)  # flushes it
     assert w.t.compact_rowsets([w.t.rowsets()[0].id])
     assert rows_of(w.t)[1] == {"k": 1, "s": "again", "x": 1, "d": None, "extra": 3}
+
+
+def test_checksum_default_snapshot_on_empty_and_idle_tablets(tmp_path: Path) -> None:
+    from kudu_async.tablet.tablet import TabletOptions
+
+    clock = ManualHybridClock(1_000_000)
+    t = Tablet.create(str(tmp_path / "t"), BASE, clock=clock, options=TabletOptions(history_max_age_sec=1))
+    empty = t.checksum()
+    assert empty["rows"] == 0 and 0 < empty["snapshot_ts"] < clock.now()
+    w = Writer(t, clock)
+    w.write([OpType.INSERT], {"k": [1], "s": ["a"], "x": [1], "d": [None]})
+    clock.advance(10_000_000)  # the last write is now older than the history mark
+    idle = t.checksum()
+    assert idle["rows"] == 1 and idle["snapshot_ts"] > t.ancient_history_mark()
