@@ -47,6 +47,9 @@ class TabletMetadata:
     next_rowset_id: int = 0
     version: int = FORMAT_VERSION
     schema_version: int = 0  # bumped by each AlterSchema; writes must be built for the current one
+    # Columns this tablet gained by an AlterSchema, as they were when added (column dicts): rows written
+    # before then read the default the column had at that moment (Kudu's read default), not a later one.
+    added_columns: list[dict[str, Any]] = field(default_factory=list)
 
     def live_blocks(self) -> set[str]:
         return {b for rs in self.rowsets for b in rs.blocks()}

@@ -64,7 +64,7 @@ def _fill(field: pa.Field, default: Any, n: int) -> pa.Array:
 
 def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A base table written for an older schema, seen through the current one (matched by column id):
-    renamed columns under their new name, dropped ones gone, added ones filled with their default."""
+    renamed columns under their new name, dropped ones gone, added ones filled with their read default."""
     ids = file_column_ids(t)
     if not _needs_adapting(info, ids):
         return t
@@ -75,7 +75,7 @@ def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
         if src is not None and src in t.column_names:
             cols.append(t.column(src))
         else:
-            cols.append(pa.chunked_array([_fill(f, info.schema.columns[i].default, t.num_rows)], f.type))
+            cols.append(pa.chunked_array([_fill(f, info.read_default(i), t.num_rows)], f.type))
         fields.append(f)
     for name in (KEY_COL, TS_COL):
         cols.append(t.column(name))
@@ -104,7 +104,7 @@ def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
         if src is not None and src in t.column_names:
             cols += [t.column(src), t.column(set_col(src))]
         else:
-            fill = _fill(f, info.schema.columns[i].default, n)
+            fill = _fill(f, info.read_default(i), n)
             cols += [pa.chunked_array([fill], f.type), pc.fill_null(whole_row, False)]
     return pa.Table.from_arrays(cols, schema=target.with_metadata(info.file_metadata()))
 
