@@ -1237,12 +1237,19 @@ class Tablet:
         ``snapshot_ts`` None: ``clock.now()`` when no write is in flight, else just below the oldest
         one (so this never waits on a write), reported back as ``snapshot_ts``.
 
-        Definition: rows in primary-key order; for each column (in schema order) three byte streams are
-        hashed: its validity (one byte per row), its values (fixed-width types: the raw value with NULL
-        as 0; strings, binaries and decimals as text: the int64 lengths) and, for variable-width types,
-        the concatenated bytes. Each column's name and Arrow type and its three digests, then the row
-        count, make the result (xxh64). It depends on the logical rows only, never on how they are split
-        into MemRowSet, DiskRowSets, deltas or scan batches.
+        Definition (the same on every replica and platform): the rows in primary-key order (an
+        ordered scan); per column, in schema order, three xxh64 streams:
+
+        - validity: one byte per row (1 set, 0 NULL);
+        - values: fixed-width types as little-endian raw values with NULL as 0 (bool one byte, dates
+          int64 days, timestamps int64 micros); variable-width types (string, binary, varchar, and
+          decimals as their fixed-scale text) as int64 lengths, NULL as length 0;
+        - bytes: the concatenated variable-width values (empty for fixed-width types).
+
+        The result is xxh64 over, per column, its name, NUL, Arrow type, NUL and its three digests,
+        then the row count (8 bytes little-endian). Streams are fed batch by batch, so memory stays
+        bounded and the result never depends on how rows are split into MemRowSet, DiskRowSets,
+        deltas or scan batches.
         """
         ts = snapshot_ts
         if ts is None:
@@ -1265,7 +1272,7 @@ class Tablet:
         total = xxhash.xxh64()
         types = [str(f.type) for f in info.arrow]
         for name, typ, hashers in zip(names, types, streams, strict=True):
-            total.update(f"{name}:{typ}".encode() + b"\0")
+            total.update(f"{name}\0{typ}\0".encode())
             for h in hashers:
                 total.update(h.digest())
         total.update(rows.to_bytes(8, "little"))
@@ -1337,9 +1344,14 @@ def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]
     if pa.types.is_boolean(typ):
         flags = pc.fill_null(col, False).to_numpy(zero_copy_only=False).astype(np.uint8)
         return valid, flags.tobytes(), b""
-    as_int = col.cast(pa.int64()) if pa.types.is_temporal(typ) else col
+    if pa.types.is_temporal(typ):
+        # Canonical integers: days for dates (Arrow has no date32 -> int64 cast), micros for timestamps.
+        as_int = (col.cast(pa.int32()) if pa.types.is_date32(typ) else col).cast(pa.int64())
+    else:
+        as_int = col
     vals = pc.fill_null(as_int, pa.scalar(0, as_int.type)).to_numpy(zero_copy_only=False)
-    return valid, np.ascontiguousarray(vals).view(np.uint8).tobytes(), b""
+    vals = np.ascontiguousarray(vals, dtype=vals.dtype.newbyteorder("<"))  # a no-op on little-endian hosts
+    return valid, vals.view(np.uint8).tobytes(), b""
 
 
 __all__ = [

@@ -293,3 +293,70 @@ def test_metadata_written_before_alter_support_loads(tmp_path: Path) -> None:
            "next_rowset_id": 0, "version": 1}
     meta = TabletMetadata.from_json(json.dumps(raw).encode())
     assert meta.schema_version == 0 and meta.added_columns == []
+
+
+def test_lookup_and_key_predicates_after_renaming_the_key(w: Writer) -> None:
+    from kudu_async.common.key_encoding import encode_key
+    from kudu_async.common.predicate import ColumnPredicate
+
+    _seed(w)
+    w.t.flush_all()  # the update of row 2 is now in a delta file written for the old schema
+    w.write([OpType.UPDATE], {"k": [3], "s": ["c3"], "x": [None], "d": [None]},
+            np.array([[True, True, False, False]]))  # and one in the DeltaMemStore (flushed by the alter)
+    new = w.t.info.schema.rename_column("k", "id").rename_column("x", "n").add_column(
+        ColumnSchema("extra", "string", default="e"))
+    assert w.alter(new, 1)
+    schema = w.t.info.schema
+    assert w.t.lookup(encode_key(schema, [2])) == {"id": 2, "s": "b2", "n": 21, "d": None, "extra": "e"}
+    assert w.t.lookup(encode_key(schema, [3]))["s"] == "c3"  # type: ignore[index]
+    pred = ColumnPredicate("id", ">=", 3)
+    got = w.t.scan(ScanSpec(predicates=[pred], ordered=True)).to_table()
+    assert got is not None and got.column("id").to_pylist() == [3, 4]
+    w.write([OpType.UPDATE], {"id": [2], "s": [None], "n": [None], "d": [None], "extra": ["set"]},
+            np.array([[True, False, False, False, True]]))
+    assert w.t.lookup(encode_key(schema, [2]))["extra"] == "set"  # type: ignore[index]
+
+
+def test_checksum_covers_every_type_and_ignores_batching(tmp_path: Path) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    cols = [ColumnSchema("k", "int32", nullable=False), ColumnSchema("i8", "int8"), ColumnSchema("i16", "int16"),
+            ColumnSchema("i64", "int64"), ColumnSchema("f", "float"), ColumnSchema("db", "double"),
+            ColumnSchema("b", "bool"), ColumnSchema("s", "string"), ColumnSchema("bin", "binary"),
+            ColumnSchema("ts", "unixtime_micros"), ColumnSchema("dt", "date"),
+            ColumnSchema("dec", "decimal", precision=20, scale=3), ColumnSchema("vc", "varchar", length=5)]
+    schema = Schema(cols, 1)
+    n = 60
+    data = {"k": list(range(n)), "i8": [i % 100 for i in range(n)], "i16": [i * 7 for i in range(n)],
+            "i64": [i << 40 for i in range(n)], "f": [i / 4 for i in range(n)], "db": [i / 3 for i in range(n)],
+            "b": [i % 2 == 0 for i in range(n)], "s": [("x" * (i % 5)) for i in range(n)],
+            "bin": [bytes([i]) * (i % 3) for i in range(n)],
+            "ts": [dt.datetime(2020, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(n)],
+            "dt": [dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in range(n)],
+            "dec": [Decimal(i) / 8 for i in range(n)], "vc": [str(i) for i in range(n)]}
+    for j, name in enumerate(data):  # NULLs in every nullable column, at different rows
+        if name != "k":
+            data[name][(j * 11) % n] = None
+
+    def build(name: str, layout: str, batch_bytes: int | None = None) -> dict:
+        clock = ManualHybridClock(1_000_000)
+        wr = Writer(Tablet.create(str(tmp_path / name), schema, clock=clock), clock)
+        parts = [range(0, n, 2), range(1, n, 2)] if layout != "one" else [range(n)]
+        for part in parts:
+            wr.write([OpType.INSERT] * len(part), {c: [v[i] for i in part] for c, v in data.items()})
+            if layout != "one":
+                wr.t.flush_mrs()  # two interleaved, overlapping DiskRowSets
+        if layout == "compacted":
+            wr.t.compact_rowsets()
+        ts = clock.now()
+        out = wr.t.checksum(ts)
+        if batch_bytes:  # the same rows through tiny scan batches hash the same
+            wr.t.options.scan_batch_bytes = batch_bytes
+            assert wr.t.checksum(ts)["checksum"] == out["checksum"]
+        return out
+
+    sums = [build("one", "one"), build("flushed", "flushed", 64), build("compacted", "compacted")]
+    assert sums[0]["rows"] == n and len({s["checksum"] for s in sums}) == 1
+    data["dec"][7] = Decimal("0.876")  # 7/8 + 0.001: one value differs
+    assert build("changed", "one")["checksum"] != sums[0]["checksum"]
