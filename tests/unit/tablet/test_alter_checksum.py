@@ -360,3 +360,48 @@ def test_checksum_covers_every_type_and_ignores_batching(tmp_path: Path) -> None
     assert sums[0]["rows"] == n and len({s["checksum"] for s in sums}) == 1
     data["dec"][7] = Decimal("0.876")  # 7/8 + 0.001: one value differs
     assert build("changed", "one")["checksum"] != sums[0]["checksum"]
+
+
+def test_more_invalid_alterations(w: Writer) -> None:
+    cur = w.t.info.schema
+    k, s, x, d = cur.columns
+    from dataclasses import replace
+
+    bad = [
+        (Schema([k, s, x], 1).add_column(ColumnSchema("d2", "decimal", precision=9, scale=3, id=3)), "'d'.*scale"),
+        (Schema([k, s, x, replace(d, precision=10)], 1), "'d'.*precision"),
+        (Schema([k, replace(s, nullable=False, default="z"), x, d], 1), "'s'.*nullable"),
+        (Schema([k, replace(s, nullable=False), x, d], 2), "key column 's'"),  # a value column cannot join the key
+        (Schema([k, s, x, d, ColumnSchema("old", "int32", id=2)], 1), "unique"),
+    ]
+    for schema, msg in bad:
+        with pytest.raises(KuduInvalidArgument, match=msg):
+            w.alter(schema, 1)
+    assert w.alter(cur.drop_column("x"), 1)
+    with pytest.raises(KuduInvalidArgument, match="reuses the id 2"):  # a dropped id never comes back
+        w.alter(Schema([*w.t.info.schema.columns, ColumnSchema("x", "int32", id=2)], 1), 2)
+    assert w.t.schema_version == 1 and w.t.info.names == ["k", "s", "d"]
+
+
+def test_stats_are_monotonic_and_count_only_work_done(w: Writer) -> None:
+    assert w.t.stats() == {"flushes": 0, "bytes_flushed": 0, "compactions": 0, "bytes_compacted": 0}
+    _seed(w)  # one MRS flush so far
+    s1 = w.t.stats()
+    assert s1["flushes"] == 1 and s1["bytes_flushed"] > 0 and s1["compactions"] == 0
+    assert not w.t.flush_dms(99_999) and w.t.stats() == s1  # nothing to do: nothing counted
+    drs_id = w.t.rowsets()[0].id
+    assert w.t.flush_dms(drs_id)  # a DMS flush counts as a flush, with its block's bytes
+    s2 = w.t.stats()
+    assert s2["flushes"] == 2 and s2["bytes_flushed"] > s1["bytes_flushed"]
+    w.write([OpType.UPDATE], {"k": [1], "s": ["a2"], "x": [None], "d": [None]},
+            np.array([[True, True, False, False]]))
+    assert w.t.flush_dms(drs_id)
+    assert not w.t.minor_delta_compaction(99_999)
+    assert w.t.minor_delta_compaction(drs_id)  # two delta files into one
+    s3 = w.t.stats()
+    assert s3["flushes"] == 3 and s3["compactions"] == 1 and s3["bytes_compacted"] > 0
+    assert w.t.compact_rowsets([drs_id])  # a major delta compaction of the one rowset
+    w.t.flush_mrs()
+    s4 = w.t.stats()
+    assert s4["compactions"] == 2 and s4["bytes_compacted"] > s3["bytes_compacted"] and s4["flushes"] == 4
+    assert all(s4[key] >= s3[key] for key in s4)
