@@ -42,11 +42,12 @@ from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, Schema
 TARGET_ROWSET_BYTES = 32 * 1024 * 1024
 
 
-def file_column_ids(t: pa.Table) -> dict[int, str] | None:
-    """column id -> name in a file written with ``SchemaInfo.file_metadata`` (None: older file)."""
+def file_column_ids(t: pa.Table, info: SchemaInfo | None = None) -> dict[int, str] | None:
+    """column id -> name in a file written with ``SchemaInfo.file_metadata``; for an older file
+    without that map, the ids its schema got since (``info.legacy_ids``), else None (names rule)."""
     md = t.schema.metadata
     if not md or FILE_IDS_META not in md:
-        return None
+        return (info.legacy_ids or None) if info is not None else None
     return {int(i): name for name, i in json.loads(md[FILE_IDS_META]).items()}
 
 
@@ -65,7 +66,7 @@ def _fill(field: pa.Field, default: Any, n: int) -> pa.Array:
 def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A base table written for an older schema, seen through the current one (matched by column id):
     renamed columns under their new name, dropped ones gone, added ones filled with their read default."""
-    ids = file_column_ids(t)
+    ids = file_column_ids(t, info)
     if not _needs_adapting(info, ids):
         return t
     assert ids is not None
@@ -85,7 +86,7 @@ def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
 
 def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A delta table written for an older schema, seen through the current one (see ``adapt_base``)."""
-    ids = file_column_ids(t)
+    ids = file_column_ids(t, info)
     if not _needs_adapting(info, ids):
         return t
     assert ids is not None

@@ -37,8 +37,15 @@ def _num_key_columns(schema: Any) -> int:
 class SchemaInfo:
     """Derived, immutable facts about a schema that the storage uses on every operation."""
 
-    def __init__(self, schema: Any, read_defaults: dict[int, Any] | None = None) -> None:
+    def __init__(
+        self,
+        schema: Any,
+        read_defaults: dict[int, Any] | None = None,
+        legacy_ids: dict[int, str] | None = None,
+    ) -> None:
         self.schema = schema
+        # column id -> name of files written before column ids existed (they carry no id map).
+        self.legacy_ids: dict[int, str] = dict(legacy_ids or {})
         # column id -> the value rows written before that column existed read (Kudu's read default):
         # fixed when an AlterSchema adds the column, so a later default change only affects new writes.
         self.read_defaults: dict[int, Any] = dict(read_defaults or {})

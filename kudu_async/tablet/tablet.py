@@ -229,7 +229,8 @@ class Tablet:
         self.tablet_dir = tablet_dir
         self.tablet_id = meta.tablet_id
         self._added_columns: list[dict[str, Any]] = list(meta.added_columns)
-        self.info = _schema_info(schema, self._added_columns)
+        self._legacy_ids: dict[str, int] = dict(meta.legacy_column_ids)
+        self.info = _schema_info(schema, self._added_columns, self._legacy_ids)
         self.schema_version = meta.schema_version
         # Flushes, compactions and schema changes of this tablet run one at a time: an alter must not
         # swap the schema under a flush or compaction writing files for the old one.
@@ -306,9 +307,13 @@ class Tablet:
         if schema is None:
             schema = SchemaInfo.schema_from_dict(meta.schema)
         if hasattr(schema, "with_column_ids") and any(c.id is None for c in schema.columns):
-            # Written before column ids existed: number the columns now (files without ids map by name);
-            # the next metadata write persists them, so later alters can match columns by id.
+            # Written before column ids existed: number the columns now (deterministically, so a crash
+            # before the next metadata write numbers them the same) and remember which id each file
+            # column name got: those files carry no id map, and later alters match columns by id.
             schema = schema.with_column_ids()
+            meta_cols = meta.schema.get("columns", [])
+            if not meta.legacy_column_ids and not all(isinstance(c, dict) and "id" in c for c in meta_cols):
+                meta.legacy_column_ids = {c.name: c.id for c in schema.columns}
         bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync)
         bm.delete_orphans(meta.live_blocks())
         tablet = cls(tablet_dir, meta, schema, bm, options, clock)
@@ -901,6 +906,7 @@ class Tablet:
             next_rowset_id=self._next_rowset_id,
             schema_version=self.schema_version,
             added_columns=self._added_columns,
+            legacy_column_ids=self._legacy_ids,
         )
         meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
         write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
@@ -1164,7 +1170,7 @@ class Tablet:
             # default), whatever later alters make of its write default.
             added = [d for d in self._added_columns if d.get("id") in ids]
             added += [c.to_dict() for c in schema.columns if c.id not in cur_ids]
-            new_info = _schema_info(schema, added)
+            new_info = _schema_info(schema, added, self._legacy_ids)
             while True:
                 self.flush_all()
                 with self._lock:
@@ -1318,10 +1324,14 @@ class Tablet:
             return [d.meta for d in self._drs]
 
 
-def _schema_info(schema: Any, added_columns: list[dict[str, Any]]) -> SchemaInfo:
-    """The storage view of ``schema``, with the read defaults of the columns added by alters."""
+def _schema_info(schema: Any, added_columns: list[dict[str, Any]], legacy_ids: dict[str, int]) -> SchemaInfo:
+    """The storage view of ``schema``: read defaults of columns added by alters, ids of legacy files."""
     added = [SchemaInfo.column_from_dict(d) for d in added_columns]
-    return SchemaInfo(schema, {c.id: c.default for c in added if c.id is not None})
+    return SchemaInfo(
+        schema,
+        {c.id: c.default for c in added if c.id is not None},
+        {i: name for name, i in legacy_ids.items()},
+    )
 
 
 def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]:
