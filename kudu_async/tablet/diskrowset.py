@@ -164,7 +164,15 @@ class _KeyView:
 class DiskRowSet:
     """One flushed rowset; the tablet mutates its delta stores only under the component lock."""
 
-    def __init__(self, info: SchemaInfo, meta: RowSetMetadata, bm: BlockManager) -> None:
+    def __init__(
+        self,
+        info: SchemaInfo,
+        meta: RowSetMetadata,
+        bm: BlockManager,
+        latest: dict[int, tuple[int, bool]] | None = None,
+    ) -> None:
+        """Open a rowset's files seen through ``info``; ``latest`` reuses the per-row last-change map
+        of the same files opened before (it depends on rows and timestamps, not on the schema)."""
         self.info = info
         self.meta = meta
         self.bm = bm
@@ -182,9 +190,12 @@ class DiskRowSet:
         self.delta_tables: list[pa.Table] = [adapt_deltas(info, read_ipc_table(bm.path(b))) for b in meta.delta_blocks]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
-        self.latest: dict[int, tuple[int, bool]] = {}
-        for t in self.delta_tables:
-            self._note_latest(t)
+        if latest is not None:
+            self.latest: dict[int, tuple[int, bool]] = dict(latest)
+        else:
+            self.latest = {}
+            for t in self.delta_tables:
+                self._note_latest(t)
         self.busy = False
         self.retired = False
 

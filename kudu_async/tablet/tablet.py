@@ -1177,7 +1177,7 @@ class Tablet:
                     old_drs = list(self._drs)
                 # Files are re-read outside the component lock: only this thread (holding the
                 # maintenance lock) changes the rowset list or their files.
-                new_drs = [DiskRowSet(new_info, d.meta, self.bm) for d in old_drs]
+                new_drs = [DiskRowSet(new_info, d.meta, self.bm, latest=d.latest) for d in old_drs]
                 with self._lock:
                     if self._drs != old_drs or self._dirty_locked():
                         continue  # a write for the old schema was applied meanwhile: flush it too
