@@ -14,6 +14,11 @@ Write contract (the Raft layer sits between the two halves, as in Kudu):
 
 Because the locks are held from prepare to apply, the per-row outcome decided in prepare stays valid.
 
+Schema changes: ``alter_schema(schema, version, log_index)`` is applied in log order like a write. A
+write is prepared against one schema version and ``apply_write`` refuses it (KuduIllegalState) if an
+alter landed in between; files keep the column ids they were written with and are read through the
+current schema by id (see :mod:`kudu_async.tablet.diskrowset`).
+
 Storage invariant: a key lives in exactly one rowset (the MemRowSet or one DiskRowSet); re-inserting a
 deleted key adds a re-insert mutation to the rowset that holds it. Hence every op's effect on a key is
 in one store, durable stores hold a prefix of each key's history, and replay can skip a row whose key
