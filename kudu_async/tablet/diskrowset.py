@@ -42,11 +42,12 @@ from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, Schema
 TARGET_ROWSET_BYTES = 32 * 1024 * 1024
 
 
-def file_column_ids(t: pa.Table) -> dict[int, str] | None:
-    """column id -> name in a file written with ``SchemaInfo.file_metadata`` (None: older file)."""
+def file_column_ids(t: pa.Table, info: SchemaInfo | None = None) -> dict[int, str] | None:
+    """column id -> name in a file written with ``SchemaInfo.file_metadata``; for an older file
+    without that map, the ids its schema got since (``info.legacy_ids``), else None (names rule)."""
     md = t.schema.metadata
     if not md or FILE_IDS_META not in md:
-        return None
+        return (info.legacy_ids or None) if info is not None else None
     return {int(i): name for name, i in json.loads(md[FILE_IDS_META]).items()}
 
 
@@ -64,8 +65,8 @@ def _fill(field: pa.Field, default: Any, n: int) -> pa.Array:
 
 def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A base table written for an older schema, seen through the current one (matched by column id):
-    renamed columns under their new name, dropped ones gone, added ones filled with their default."""
-    ids = file_column_ids(t)
+    renamed columns under their new name, dropped ones gone, added ones filled with their read default."""
+    ids = file_column_ids(t, info)
     if not _needs_adapting(info, ids):
         return t
     assert ids is not None
@@ -75,7 +76,7 @@ def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
         if src is not None and src in t.column_names:
             cols.append(t.column(src))
         else:
-            cols.append(pa.chunked_array([_fill(f, info.schema.columns[i].default, t.num_rows)], f.type))
+            cols.append(pa.chunked_array([_fill(f, info.read_default(i), t.num_rows)], f.type))
         fields.append(f)
     for name in (KEY_COL, TS_COL):
         cols.append(t.column(name))
@@ -85,7 +86,7 @@ def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
 
 def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A delta table written for an older schema, seen through the current one (see ``adapt_base``)."""
-    ids = file_column_ids(t)
+    ids = file_column_ids(t, info)
     if not _needs_adapting(info, ids):
         return t
     assert ids is not None
@@ -104,7 +105,7 @@ def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
         if src is not None and src in t.column_names:
             cols += [t.column(src), t.column(set_col(src))]
         else:
-            fill = _fill(f, info.schema.columns[i].default, n)
+            fill = _fill(f, info.read_default(i), n)
             cols += [pa.chunked_array([fill], f.type), pc.fill_null(whole_row, False)]
     return pa.Table.from_arrays(cols, schema=target.with_metadata(info.file_metadata()))
 
@@ -163,7 +164,15 @@ class _KeyView:
 class DiskRowSet:
     """One flushed rowset; the tablet mutates its delta stores only under the component lock."""
 
-    def __init__(self, info: SchemaInfo, meta: RowSetMetadata, bm: BlockManager) -> None:
+    def __init__(
+        self,
+        info: SchemaInfo,
+        meta: RowSetMetadata,
+        bm: BlockManager,
+        latest: dict[int, tuple[int, bool]] | None = None,
+    ) -> None:
+        """Open a rowset's files seen through ``info``; ``latest`` reuses the per-row last-change map
+        of the same files opened before (it depends on rows and timestamps, not on the schema)."""
         self.info = info
         self.meta = meta
         self.bm = bm
@@ -181,9 +190,12 @@ class DiskRowSet:
         self.delta_tables: list[pa.Table] = [adapt_deltas(info, read_ipc_table(bm.path(b))) for b in meta.delta_blocks]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
-        self.latest: dict[int, tuple[int, bool]] = {}
-        for t in self.delta_tables:
-            self._note_latest(t)
+        if latest is not None:
+            self.latest: dict[int, tuple[int, bool]] = dict(latest)
+        else:
+            self.latest = {}
+            for t in self.delta_tables:
+                self._note_latest(t)
         self.busy = False
         self.retired = False
 

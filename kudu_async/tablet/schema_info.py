@@ -37,8 +37,18 @@ def _num_key_columns(schema: Any) -> int:
 class SchemaInfo:
     """Derived, immutable facts about a schema that the storage uses on every operation."""
 
-    def __init__(self, schema: Any) -> None:
+    def __init__(
+        self,
+        schema: Any,
+        read_defaults: dict[int, Any] | None = None,
+        legacy_ids: dict[int, str] | None = None,
+    ) -> None:
         self.schema = schema
+        # column id -> name of files written before column ids existed (they carry no id map).
+        self.legacy_ids: dict[int, str] = dict(legacy_ids or {})
+        # column id -> the value rows written before that column existed read (Kudu's read default):
+        # fixed when an AlterSchema adds the column, so a later default change only affects new writes.
+        self.read_defaults: dict[int, Any] = dict(read_defaults or {})
         self.arrow: pa.Schema = schema.to_arrow()
         self.names: list[str] = list(self.arrow.names)
         self.num_key_columns = _num_key_columns(schema)
@@ -51,6 +61,13 @@ class SchemaInfo:
         self.storage_arrow = pa.schema(
             [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]
         )
+
+    def read_default(self, i: int) -> Any:
+        """The value column ``i`` has in rows written before it was added (None: NULL)."""
+        cid = self.ids[i]
+        if cid is not None and cid in self.read_defaults:
+            return self.read_defaults[cid]
+        return getattr(self.schema.columns[i], "default", None)
 
     def file_metadata(self) -> dict[bytes, bytes]:
         """Arrow schema metadata written into every base and delta file: which column id each named
@@ -76,3 +93,9 @@ class SchemaInfo:
         from kudu_async.common.schema import Schema
 
         return Schema.from_dict(d)
+
+    @staticmethod
+    def column_from_dict(d: dict[str, Any]) -> Any:
+        from kudu_async.common.schema import ColumnSchema
+
+        return ColumnSchema.from_dict(d)

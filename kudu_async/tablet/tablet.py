@@ -14,6 +14,11 @@ Write contract (the Raft layer sits between the two halves, as in Kudu):
 
 Because the locks are held from prepare to apply, the per-row outcome decided in prepare stays valid.
 
+Schema changes: ``alter_schema(schema, version, log_index)`` is applied in log order like a write. A
+write is prepared against one schema version and ``apply_write`` refuses it (KuduIllegalState) if an
+alter landed in between; files keep the column ids they were written with and are read through the
+current schema by id (see :mod:`kudu_async.tablet.diskrowset`).
+
 Storage invariant: a key lives in exactly one rowset (the MemRowSet or one DiskRowSet); re-inserting a
 deleted key adds a re-insert mutation to the rowset that holds it. Hence every op's effect on a key is
 in one store, durable stores hold a prefix of each key's history, and replay can skip a row whose key
@@ -138,6 +143,7 @@ class TabletScanner:
         self.snapshot_ts = snapshot_ts
         self.last_key: bytes | None = None
         self.rows_returned = 0
+        self.info: SchemaInfo | None = None  # the schema this scan reads with (set by Tablet.scan)
 
     def __iter__(self) -> TabletScanner:
         return self
@@ -227,7 +233,9 @@ class Tablet:
     ) -> None:
         self.tablet_dir = tablet_dir
         self.tablet_id = meta.tablet_id
-        self.info = SchemaInfo(schema)
+        self._added_columns: list[dict[str, Any]] = list(meta.added_columns)
+        self._legacy_ids: dict[str, int] = dict(meta.legacy_column_ids)
+        self.info = _schema_info(schema, self._added_columns, self._legacy_ids)
         self.schema_version = meta.schema_version
         # Flushes, compactions and schema changes of this tablet run one at a time: an alter must not
         # swap the schema under a flush or compaction writing files for the old one.
@@ -304,9 +312,13 @@ class Tablet:
         if schema is None:
             schema = SchemaInfo.schema_from_dict(meta.schema)
         if hasattr(schema, "with_column_ids") and any(c.id is None for c in schema.columns):
-            # Written before column ids existed: number the columns now (files without ids map by name);
-            # the next metadata write persists them, so later alters can match columns by id.
+            # Written before column ids existed: number the columns now (deterministically, so a crash
+            # before the next metadata write numbers them the same) and remember which id each file
+            # column name got: those files carry no id map, and later alters match columns by id.
             schema = schema.with_column_ids()
+            meta_cols = meta.schema.get("columns", [])
+            if not meta.legacy_column_ids and not all(isinstance(c, dict) and "id" in c for c in meta_cols):
+                meta.legacy_column_ids = {c.name: c.id for c in schema.columns}
         bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync)
         bm.delete_orphans(meta.live_blocks())
         tablet = cls(tablet_dir, meta, schema, bm, options, clock)
@@ -326,16 +338,22 @@ class Tablet:
     def prepare_write(
         self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
     ) -> PreparedWrite:
-        """Validate, lock and decide every row; register ``timestamp`` with MVCC (see module doc)."""
+        """Validate, lock and decide every row; register ``timestamp`` with MVCC (see module doc).
+
+        The write is validated against the schema current when it starts and records that version:
+        if an AlterSchema lands before it is applied, :meth:`apply_write` refuses it.
+        """
+        with self._lock:  # one consistent (schema, version) pair: an alter swaps both under this lock
+            info, version = self.info, self.schema_version
         rows = op.rows
-        if rows.schema.names != self.info.names:
+        if rows.schema.names != info.names:
             raise KuduInvalidArgument(
-                f"write columns {rows.schema.names} do not match the schema columns {self.info.names}"
+                f"write columns {rows.schema.names} do not match the schema columns {info.names}"
             )
-        if not rows.schema.equals(self.info.arrow, check_metadata=False):
+        if not rows.schema.equals(info.arrow, check_metadata=False):
             rows = pa.RecordBatch.from_arrays(
-                [c.cast(f.type) for c, f in zip(rows.columns, self.info.arrow, strict=True)],
-                schema=self.info.arrow,
+                [c.cast(f.type) for c, f in zip(rows.columns, info.arrow, strict=True)],
+                schema=info.arrow,
             )
         n = rows.num_rows
         op_types = np.asarray(
@@ -348,9 +366,9 @@ class Tablet:
         if bad:
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         errors: dict[int, RowError] = {}
-        rows = self._validate_rows(rows, op_types, errors)
-        keys = self._encode_keys_checked(rows, errors)
-        self._check_nulls(rows, op_types, op.set_columns, errors)
+        rows = self._validate_rows(info, rows, op_types, errors)
+        keys = self._encode_keys_checked(info, rows, errors)
+        self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
         locked = [k for k in dict.fromkeys(k for k in keys if k is not None)]
         self.locks.acquire(
@@ -358,6 +376,11 @@ class Tablet:
         )
         try:
             with self._lock:
+                if self.schema_version != version:
+                    raise KuduIllegalState(
+                        f"tablet {self.tablet_id}: schema changed to version {self.schema_version} while "
+                        f"preparing a write for version {version}"
+                    )
                 actions, ignored = self._decide(
                     rows, op_types, op.set_columns, keys, errors, timestamp, replay
                 )
@@ -374,11 +397,11 @@ class Tablet:
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
             locked=locked,
-            schema_version=self.schema_version,
+            schema_version=version,
         )
 
     def _validate_rows(
-        self, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
+        self, info: SchemaInfo, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
     ) -> pa.RecordBatch:
         """Per-row INVALID_ARGUMENT via common's ``Schema.validate_batch_rows`` (vectorised).
 
@@ -386,7 +409,7 @@ class Tablet:
         columns; NOT NULL for set columns of updates is checked by :meth:`_check_nulls`). A batch of
         only insert-like rows also takes the normalised values (e.g. VARCHAR truncation).
         """
-        validate = getattr(self.info.schema, "validate_batch_rows", None)
+        validate = getattr(info.schema, "validate_batch_rows", None)
         if validate is None or rows.num_rows == 0:
             return rows
         insertish = np.isin(op_types, self._INSERTISH)
@@ -394,7 +417,7 @@ class Tablet:
             out, errs = validate(rows, for_op="insert")
             for i, msg in errs.items():
                 errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", msg)
-            return out if out.schema.equals(self.info.arrow, check_metadata=False) else rows
+            return out if out.schema.equals(info.arrow, check_metadata=False) else rows
         for mask, for_op in ((insertish, "insert"), (~insertish, "delete")):
             idx = np.flatnonzero(mask)
             if len(idx):
@@ -404,14 +427,16 @@ class Tablet:
                     errors[i] = RowError(i, "INVALID_ARGUMENT", msg)
         return rows
 
-    def _encode_keys_checked(self, rows: pa.RecordBatch, errors: dict[int, RowError]) -> list[bytes | None]:
+    def _encode_keys_checked(
+        self, info: SchemaInfo, rows: pa.RecordBatch, errors: dict[int, RowError]
+    ) -> list[bytes | None]:
         null_mask = None
-        for name in self.info.key_names:
+        for name in info.key_names:
             m = pc.is_null(rows.column(name))
             null_mask = m if null_mask is None else pc.or_(null_mask, m)
         has_nulls = null_mask is not None and pc.any(null_mask).as_py()
         if not has_nulls and not errors:
-            return list(self.info.encode_keys(rows))
+            return list(info.encode_keys(rows))
         bad = (
             null_mask.to_numpy(zero_copy_only=False).copy()
             if has_nulls and null_mask is not None
@@ -421,7 +446,7 @@ class Tablet:
             errors.setdefault(int(i), RowError(int(i), "INVALID_ARGUMENT", "primary key column is NULL"))
         bad[list(errors)] = True  # rows already invalid (e.g. an oversize key) are not encoded
         good = np.flatnonzero(~bad)
-        enc = self.info.encode_keys(rows.take(pa.array(good))) if len(good) else []
+        enc = info.encode_keys(rows.take(pa.array(good))) if len(good) else []
         out: list[bytes | None] = [None] * rows.num_rows
         for gi, k in zip(good.tolist(), enc, strict=True):
             out[gi] = k
@@ -429,6 +454,7 @@ class Tablet:
 
     def _check_nulls(
         self,
+        info: SchemaInfo,
         rows: pa.RecordBatch,
         op_types: np.ndarray,
         set_columns: np.ndarray | None,
@@ -438,8 +464,8 @@ class Tablet:
             op_types, [OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE]
         )
         mutating = np.isin(op_types, [OpType.UPDATE, OpType.UPDATE_IGNORE])
-        for ci, f in enumerate(self.info.arrow):
-            if f.nullable or ci < self.info.num_key_columns or rows.column(ci).null_count == 0:
+        for ci, f in enumerate(info.arrow):
+            if f.nullable or ci < info.num_key_columns or rows.column(ci).null_count == 0:
                 continue
             isnull = pc.is_null(rows.column(ci)).to_numpy(zero_copy_only=False)
             check = full_row | mutating if set_columns is None else full_row | (mutating & set_columns[:, ci])
@@ -573,21 +599,25 @@ class Tablet:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
         if prepared.state != "prepared":
             raise KuduIllegalState(f"write is {prepared.state}, cannot apply")
-        if prepared.schema_version != self.schema_version:
-            self.abort_write(prepared)
-            raise KuduIllegalState(
-                f"write prepared for schema version {prepared.schema_version}, the tablet is at {self.schema_version}"
-            )
         ts = prepared.timestamp
         res = WriteResult(ts, log_index, list(prepared.errors), ignored=prepared.ignored)
+        current = prepared.schema_version
         try:
-            with self._lock:
-                self._apply_locked(prepared, log_index, res)
-                self._last_applied_index = max(self._last_applied_index, log_index)
-                self.mvcc.commit_op(ts)
+            with self._lock:  # checked under the lock that AlterSchema swaps the schema under
+                current = self.schema_version
+                if current == prepared.schema_version:
+                    self._apply_locked(prepared, log_index, res)
+                    self._last_applied_index = max(self._last_applied_index, log_index)
+                    self.mvcc.commit_op(ts)
         finally:
-            prepared.state = "applied"
-            self.locks.release(prepared.locked, prepared.owner)
+            if current == prepared.schema_version:
+                prepared.state = "applied"
+                self.locks.release(prepared.locked, prepared.owner)
+        if current != prepared.schema_version:
+            self.abort_write(prepared)
+            raise KuduIllegalState(
+                f"write prepared for schema version {prepared.schema_version}, the tablet is at {current}"
+            )
         return res
 
     def _apply_locked(self, prepared: PreparedWrite, log_index: int, res: WriteResult) -> None:
@@ -678,29 +708,34 @@ class Tablet:
         return MvccSnapshot.at(ts), ts
 
     def scan(self, spec: ScanSpec | None = None) -> TabletScanner:
-        """Start a scan; returns an iterator of bounded-size Arrow record batches."""
+        """Start a scan; returns an iterator of bounded-size Arrow record batches.
+
+        The schema, MemRowSet contents and rowsets are taken together under the component lock, so a
+        scan reads with one schema throughout even if an AlterSchema lands while it runs.
+        """
         spec = spec or ScanSpec()
         snap, snap_ts = self._snapshot_for(spec)
-        projection = list(spec.projection) if spec.projection is not None else list(self.info.names)
-        for c in projection:
-            if c not in self.info.names:
-                raise KuduInvalidArgument(f"projected column '{c}' is not in the schema")
-        pred_cols = [_pred_column(p) for p in spec.predicates]
-        for c in pred_cols:
-            if c not in self.info.names:
-                raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
-        needed = [c for c in self.info.names if c in projection or c in pred_cols]
-        lower, upper = spec.lower_key, spec.upper_key
-        for p in spec.predicates:
-            plo, phi = self._key_bounds_of(p)
-            if plo is not None and (lower is None or plo > lower):
-                lower = plo
-            if phi is not None and (upper is None or phi < upper):
-                upper = phi
-        lower_excl = False
-        if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
-            lower, lower_excl = spec.resume_after_key, True
         with self._lock:
+            info = self.info
+            projection = list(spec.projection) if spec.projection is not None else list(info.names)
+            for c in projection:
+                if c not in info.names:
+                    raise KuduInvalidArgument(f"projected column '{c}' is not in the schema")
+            pred_cols = [_pred_column(p) for p in spec.predicates]
+            for c in pred_cols:
+                if c not in info.names:
+                    raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
+            needed = [c for c in info.names if c in projection or c in pred_cols]
+            lower, upper = spec.lower_key, spec.upper_key
+            for p in spec.predicates:
+                plo, phi = self._key_bounds_of(info, p)
+                if plo is not None and (lower is None or plo > lower):
+                    lower = plo
+                if phi is not None and (upper is None or phi < upper):
+                    upper = phi
+            lower_excl = False
+            if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
+                lower, lower_excl = spec.resume_after_key, True
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
                 for m in [self._mrs, *self._flushing_mrs]
@@ -734,25 +769,27 @@ class Tablet:
                     yield t.select([*projection, KEY_COL])
 
         source: Iterator[pa.Table] = filtered()
-        return TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
+        scanner = TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
+        scanner.info = info
+        return scanner
 
-    def _key_bounds_of(self, pred: Any) -> tuple[bytes | None, bytes | None]:
+    def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
         """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:
         the predicate itself is still evaluated, so (None, None) is always a safe answer)."""
-        if _pred_column(pred) != self.info.key_names[0]:
+        if _pred_column(pred) != info.key_names[0]:
             return None, None
         op = getattr(pred, "op", None)
         value = getattr(pred, "value", None)
         if op not in ("=", "<", "<=", ">", ">=", "IN") or value is None:
             return None, None
         ke = importlib.import_module("kudu_async.common.key_encoding")
-        single = self.info.num_key_columns == 1
+        single = info.num_key_columns == 1
 
         def eq_bounds(v: Any) -> tuple[bytes, bytes | None]:
             if single:  # the whole key: the next key up is the encoding plus a zero byte
-                e: bytes = ke.encode_key(self.info.schema, [v])
+                e: bytes = ke.encode_key(info.schema, [v])
                 return e, e + b"\x00"
-            pfx: bytes = ke.encode_key_prefix(self.info.schema, [v])
+            pfx: bytes = ke.encode_key_prefix(info.schema, [v])
             return pfx, ke.prefix_successor(pfx) or None
 
         try:
@@ -806,9 +843,10 @@ class Tablet:
                 return None
             store, ref = loc
             vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
+            names = store.info.names  # the schema the values were read with
         if vals is None:
             return None
-        return {self.info.names[i]: vals[i] for i in range(len(self.info.names))}
+        return {names[i]: vals[i] for i in range(len(names))}
 
     # -- memory and state -------------------------------------------------------------------------
 
@@ -872,6 +910,8 @@ class Tablet:
             last_flushed_log_index=replay_start,
             next_rowset_id=self._next_rowset_id,
             schema_version=self.schema_version,
+            added_columns=self._added_columns,
+            legacy_column_ids=self._legacy_ids,
         )
         meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
         write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
@@ -1123,30 +1163,48 @@ class Tablet:
         NULL) in older rows, dropped ones disappear. Everything in memory is flushed first and the new
         schema is committed with a replay start at ``log_index``, so bootstrap never replays a write
         built for the old schema against the new one (and replays the alter itself if it crashed before).
+        Writes prepared for the old schema are refused by :meth:`apply_write`.
         """
         with self._maint_lock:
             if version <= self.schema_version:
                 return False
             schema = self._check_alter(new_schema)
-            self.flush_all()
-            new_info = SchemaInfo(schema)
-            with self._lock:
-                if len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs):
-                    raise KuduIllegalState(f"tablet {self.tablet_id}: writes arrived during AlterSchema")
-                old_info, old_version, old_drs = self.info, self.schema_version, self._drs
-                self.info, self.schema_version = new_info, version
-                self._last_applied_index = max(self._last_applied_index, log_index)
-                try:
-                    new_drs = [DiskRowSet(new_info, d.meta, self.bm) for d in old_drs]
-                    self._write_metadata_locked(new_drs)
-                except BaseException:
-                    self.info, self.schema_version = old_info, old_version
-                    raise
-                self._drs = new_drs
-                for d in old_drs:
-                    d.retired = True  # scans already open keep reading them with the old schema
-                self._mrs = self._new_mrs()
-            return True
+            ids = {c.id for c in schema.columns}
+            cur_ids = set(self.info.ids)
+            # The default an added column has now is what older rows read from then on (Kudu's read
+            # default), whatever later alters make of its write default.
+            added = [d for d in self._added_columns if d.get("id") in ids]
+            added += [c.to_dict() for c in schema.columns if c.id not in cur_ids]
+            new_info = _schema_info(schema, added, self._legacy_ids)
+            while True:
+                self.flush_all()
+                with self._lock:
+                    old_drs = list(self._drs)
+                # Files are re-read outside the component lock: only this thread (holding the
+                # maintenance lock) changes the rowset list or their files.
+                new_drs = [DiskRowSet(new_info, d.meta, self.bm, latest=d.latest) for d in old_drs]
+                with self._lock:
+                    if self._drs != old_drs or self._dirty_locked():
+                        continue  # a write for the old schema was applied meanwhile: flush it too
+                    saved = (self.info, self.schema_version, self._added_columns, self._last_applied_index)
+                    self.info, self.schema_version, self._added_columns = new_info, version, added
+                    self._last_applied_index = max(self._last_applied_index, log_index)
+                    try:
+                        self._write_metadata_locked(new_drs)
+                    except BaseException:
+                        self.info, self.schema_version, self._added_columns, self._last_applied_index = saved
+                        raise
+                    self._drs = new_drs
+                    for d in old_drs:
+                        d.retired = True  # scans already open keep reading them with the old schema
+                    self._mrs = self._new_mrs()
+                    return True
+
+    def _dirty_locked(self) -> bool:
+        """Anything in memory that is not in a file yet (MemRowSets, DeltaMemStores)?"""
+        return bool(
+            len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs)
+        )
 
     def _check_alter(self, new_schema: Any) -> Any:
         """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
@@ -1155,8 +1213,15 @@ class Tablet:
         next_id = max([c.id for c in cur.columns if c.id is not None], default=-1) + 1
         schema = new_schema.with_column_ids(next_id)
         new_ids = [c.id for c in schema.columns]
-        if [c.id for c in schema.key_columns] != [c.id for c in cur.key_columns]:
-            raise KuduInvalidArgument("AlterSchema cannot change the primary key columns")
+        new_key = [(c.id, c.name) for c in schema.key_columns]
+        cur_key = [(c.id, c.name) for c in cur.key_columns]
+        if [i for i, _ in new_key] != [i for i, _ in cur_key]:
+            # Name the first key position that differs (the current column there, else the new one).
+            pos = next(p for p in range(max(len(new_key), len(cur_key)))
+                       if p >= len(new_key) or p >= len(cur_key) or new_key[p][0] != cur_key[p][0])
+            name = cur_key[pos][1] if pos < len(cur_key) else new_key[pos][1]
+            raise KuduInvalidArgument(f"AlterSchema cannot change the primary key columns (key column '{name}')",
+                                      {"column": name})
         for c in schema.columns:
             old = cur_by_id.get(c.id)
             if old is None:
@@ -1178,30 +1243,47 @@ class Tablet:
     # -- checksum ---------------------------------------------------------------------------------
 
     def checksum(self, snapshot_ts: int | None = None) -> dict[str, Any]:
-        """Rows and a 64-bit checksum of what is visible at ``snapshot_ts`` (default: now).
+        """Rows and a 64-bit checksum of what is visible at READ_AT_SNAPSHOT ``snapshot_ts``.
 
-        Definition: rows in primary-key order; for each column (in schema order) three byte streams are
-        hashed: its validity (one byte per row), its values (fixed-width types: the raw value with NULL
-        as 0; strings, binaries and decimals as text: the int64 lengths) and, for variable-width types,
-        the concatenated bytes. The column names and the three digests of every column, then the row
-        count, make the result (xxh64). It depends on the logical rows only, never on how they are split
-        into MemRowSet, DiskRowSets, deltas or scan batches.
+        ``snapshot_ts`` None: ``clock.now()`` when no write is in flight, else just below the oldest
+        one (so this never waits on a write), reported back as ``snapshot_ts``.
+
+        Definition (the same on every replica and platform): the rows in primary-key order (an
+        ordered scan); per column, in schema order, three xxh64 streams:
+
+        - validity: one byte per row (1 set, 0 NULL);
+        - values: fixed-width types as little-endian raw values with NULL as 0 (bool one byte, dates
+          int64 days, timestamps int64 micros); variable-width types (string, binary, varchar, and
+          decimals as their fixed-scale text) as int64 lengths, NULL as length 0;
+        - bytes: the concatenated variable-width values (empty for fixed-width types).
+
+        The result is xxh64 over, per column, its name, NUL, Arrow type, NUL and its three digests,
+        then the row count (8 bytes little-endian). Streams are fed batch by batch, so memory stays
+        bounded and the result never depends on how rows are split into MemRowSet, DiskRowSets,
+        deltas or scan batches.
         """
-        # Default: everything committed now (below the oldest write in flight), never waiting on one.
-        ts = snapshot_ts if snapshot_ts is not None else self.mvcc.snapshot_latest().clean_ts - 1
+        ts = snapshot_ts
+        if ts is None:
+            # Not the MVCC clean point: on an idle tablet that is its last write (-1 when empty), which
+            # can be older than the ancient history mark and so not a valid snapshot.
+            inflight = self.mvcc.min_in_flight()
+            ts = self.clock.now() if inflight is None else inflight - 1
         spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
-        names = list(self.info.names)
+        scanner = self.scan(spec)
+        info = scanner.info
+        assert info is not None
+        names = list(info.names)
         streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]
         rows = 0
-        for batch in self.scan(spec):
+        for batch in scanner:
             rows += batch.num_rows
             for col, hashers in zip(batch.columns, streams, strict=True):
                 for h, data in zip(hashers, _canonical_streams(col), strict=True):
                     h.update(data)
         total = xxhash.xxh64()
-        types = [str(f.type) for f in self.info.arrow]
+        types = [str(f.type) for f in info.arrow]
         for name, typ, hashers in zip(names, types, streams, strict=True):
-            total.update(f"{name}:{typ}".encode() + b"\0")
+            total.update(f"{name}\0{typ}\0".encode())
             for h in hashers:
                 total.update(h.digest())
         total.update(rows.to_bytes(8, "little"))
@@ -1247,6 +1329,16 @@ class Tablet:
             return [d.meta for d in self._drs]
 
 
+def _schema_info(schema: Any, added_columns: list[dict[str, Any]], legacy_ids: dict[str, int]) -> SchemaInfo:
+    """The storage view of ``schema``: read defaults of columns added by alters, ids of legacy files."""
+    added = [SchemaInfo.column_from_dict(d) for d in added_columns]
+    return SchemaInfo(
+        schema,
+        {c.id: c.default for c in added if c.id is not None},
+        {i: name for name, i in legacy_ids.items()},
+    )
+
+
 def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]:
     """(validity, values-or-lengths, var-width bytes) of one column chunk; see ``Tablet.checksum``."""
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes()
@@ -1267,9 +1359,14 @@ def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]
     if pa.types.is_boolean(typ):
         flags = pc.fill_null(col, False).to_numpy(zero_copy_only=False).astype(np.uint8)
         return valid, flags.tobytes(), b""
-    as_int = col.cast(pa.int64()) if pa.types.is_temporal(typ) else col
+    if pa.types.is_temporal(typ):
+        # Canonical integers: days for dates (Arrow has no date32 -> int64 cast), micros for timestamps.
+        as_int = (col.cast(pa.int32()) if pa.types.is_date32(typ) else col).cast(pa.int64())
+    else:
+        as_int = col
     vals = pc.fill_null(as_int, pa.scalar(0, as_int.type)).to_numpy(zero_copy_only=False)
-    return valid, np.ascontiguousarray(vals).view(np.uint8).tobytes(), b""
+    vals = np.ascontiguousarray(vals, dtype=vals.dtype.newbyteorder("<"))  # a no-op on little-endian hosts
+    return valid, vals.view(np.uint8).tobytes(), b""
 
 
 __all__ = [

@@ -442,3 +442,46 @@ def test_vectorised_and_per_row_validation_agree(rows: list[dict[str, Any]]) -> 
         pa.RecordBatch.from_arrays(arrays, names=ALL_TYPES_SCHEMA.names), for_op="insert"
     )
     assert got.to_pylist() == expected.to_pylist()
+
+
+# --- column ids -------------------------------------------------------------------------------------------
+
+
+def test_column_ids_default_to_none_and_round_trip(schema: Schema) -> None:
+    assert all(c.id is None for c in schema.columns)
+    assert "id" not in schema.columns[0].to_dict()  # dicts written before ids existed still look the same
+    with_ids = schema.with_column_ids()
+    d = with_ids.to_dict()
+    assert [c["id"] for c in d["columns"]] == list(range(len(schema.columns)))
+    back = Schema.from_dict(msgpack.unpackb(msgpack.packb(d)))
+    assert [c.id for c in back.columns] == [c.id for c in with_ids.columns]
+    assert Schema.from_dict(schema.to_dict()).columns[0].id is None  # an old dict without ids loads
+
+
+@pytest.mark.parametrize("bad", [-1, True, "3", 1.5])
+def test_column_id_must_be_a_non_negative_int(bad: object) -> None:
+    with pytest.raises(KuduInvalidArgument, match="column id"):
+        ColumnSchema.from_dict({"name": "a", "type": "int32", "id": bad})
+
+
+def test_with_column_ids_numbers_only_the_missing_ones_after_the_max() -> None:
+    s = Schema([C("k", T.INT64, nullable=False, id=4), C("a", T.INT32), C("b", T.STRING, id=1), C("c", T.INT8)], 1)
+    got = s.with_column_ids()
+    assert [c.id for c in got.columns] == [4, 5, 1, 6]  # fresh ids above every present one, in column order
+    assert [c.id for c in got.with_column_ids().columns] == [4, 5, 1, 6]  # idempotent
+    assert [c.id for c in s.with_column_ids(10).columns] == [4, 10, 1, 11]  # or above a given floor
+    with pytest.raises(KuduInvalidArgument, match="unique"):
+        Schema([C("k", T.INT64, nullable=False, id=2), C("a", T.INT32, id=2)], 1).with_column_ids()
+
+
+def test_alter_steps_keep_column_ids(schema: Schema) -> None:
+    s = schema.with_column_ids()
+    ids = {c.name: c.id for c in s.columns}
+    renamed = s.rename_column("key", "id").rename_column("val", "label")
+    assert renamed.column("id").id == ids["key"] and renamed.column("label").id == ids["val"]
+    dropped = renamed.drop_column("n")
+    assert [c.id for c in dropped.columns] == [ids[n] for n in s.names if n != "n"]
+    added = dropped.add_column(C("n", T.INT32)).with_column_ids()
+    assert added.column("n").id == max(ids.values()) + 1  # a re-added name is a new column
+    assert s.alter_column("n", default=9).column("n").id == ids["n"]
+    assert [c.id for c in s.project(["val", "key"]).columns] == [ids["val"], ids["key"]]

@@ -191,3 +191,251 @@ def test_compaction_after_alter_keeps_a_reinsert_written_before_it(tmp_path: Pat
     assert w.alter(w.t.info.schema.add_column(ColumnSchema("extra", "int32", default=3)), 1)  # flushes it
     assert w.t.compact_rowsets([w.t.rowsets()[0].id])
     assert rows_of(w.t)[1] == {"k": 1, "s": "again", "x": 1, "d": None, "extra": 3}
+
+
+def test_checksum_default_snapshot_on_empty_and_idle_tablets(tmp_path: Path) -> None:
+    from kudu_async.tablet.tablet import TabletOptions
+
+    clock = ManualHybridClock(1_000_000)
+    t = Tablet.create(str(tmp_path / "t"), BASE, clock=clock, options=TabletOptions(history_max_age_sec=1))
+    empty = t.checksum()
+    assert empty["rows"] == 0 and 0 < empty["snapshot_ts"] < clock.now()
+    w = Writer(t, clock)
+    w.write([OpType.INSERT], {"k": [1], "s": ["a"], "x": [1], "d": [None]})
+    clock.advance(10_000_000)  # the last write is now older than the history mark
+    idle = t.checksum()
+    assert idle["rows"] == 1 and idle["snapshot_ts"] > t.ancient_history_mark()
+
+
+def test_added_column_read_default_is_fixed_when_added(tmp_path: Path) -> None:
+    """Kudu's read default: rows older than an added column read the default it had when added, so a
+    later default change (or whether a compaction materialised the value in between) never shows."""
+
+    def build(name: str, compact_between: bool) -> Writer:
+        clock = ManualHybridClock(1_000_000)
+        wr = Writer(Tablet.create(str(tmp_path / name), BASE, clock=clock), clock)
+        _seed(wr)
+        assert wr.alter(wr.t.info.schema.add_column(ColumnSchema("extra", "int32", default=7)), 1)
+        if compact_between:
+            assert wr.t.compact_rowsets()  # writes extra=7 into the files
+        assert wr.alter(wr.t.info.schema.alter_column("extra", default=9), 2)
+        wr.write([OpType.INSERT], {"k": [10], "s": ["new"], "x": [None], "d": [None], "extra": [9]})
+        return wr
+
+    plain, compacted = build("plain", False), build("compacted", True)
+    for wr in (plain, compacted):
+        got = rows_of(wr.t)
+        assert [got[k]["extra"] for k in (1, 2, 3, 4, 10)] == [7, 7, 7, 7, 9]
+    ts = plain.clock.now()
+    assert plain.t.checksum(ts) == compacted.t.checksum(ts)
+    plain.t.flush_all()
+    assert plain.t.compact_rowsets()
+    reopened = Tablet.open(str(tmp_path / "plain"), clock=plain.clock)
+    assert [rows_of(reopened)[k]["extra"] for k in (1, 4, 10)] == [7, 7, 9]
+
+
+def test_dropping_then_re_adding_a_name_never_shows_the_old_data(w: Writer) -> None:
+    _seed(w)
+    assert w.alter(w.t.info.schema.drop_column("x"), 1)
+    assert w.alter(w.t.info.schema.add_column(ColumnSchema("x", "int32")), 2)  # a new column (new id)
+    assert w.t.info.schema.column("x").id == 4
+    got = rows_of(w.t)
+    assert all(r["x"] is None for r in got.values()) and got[2]["s"] == "b2"
+    w.t.compact_rowsets()
+    assert rows_of(w.t) == got
+
+
+def test_scan_opened_before_an_alter_keeps_its_schema(w: Writer) -> None:
+    _seed(w)
+    w.t.flush_all()
+    w.write([OpType.INSERT], {"k": [5], "s": ["e"], "x": [50], "d": [None]})
+    scanner = w.t.scan(ScanSpec(ordered=True, batch_bytes=1))  # one row per batch: mostly unread yet
+    first = next(scanner)
+    new = w.t.info.schema.drop_column("x").rename_column("s", "label").add_column(ColumnSchema("y", "int8"))
+    assert w.alter(new, 1)
+    w.t.compact_rowsets()  # the files the scan reads are retired and deleted
+    rest = list(scanner)
+    assert all(b.schema.names == ["k", "s", "x", "d"] for b in [first, *rest])
+    assert [r["k"] for b in [first, *rest] for r in b.to_pylist()] == [1, 2, 3, 4, 5]
+    assert rows_of(w.t)[5] == {"k": 5, "label": "e", "d": None, "y": None}
+
+
+def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kudu_async.tablet.tablet as tablet_mod
+
+    _seed(w)
+    real = tablet_mod.write_tablet_metadata
+
+    def failing(tablet_dir: str, meta: object, *, sync: bool = True) -> None:
+        if getattr(meta, "schema_version", 0) == 1:
+            raise OSError("disk full")
+        real(tablet_dir, meta, sync=sync)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", failing)
+    new = w.t.info.schema.add_column(ColumnSchema("extra", "int32"))
+    with pytest.raises(OSError):
+        w.alter(new, 1)
+    alter_index = w.index
+    assert w.t.schema_version == 0 and w.t.info.names == ["k", "s", "x", "d"]
+    assert w.t.earliest_needed_log_index() <= alter_index  # the alter is still to be replayed
+    w.write([OpType.INSERT], {"k": [6], "s": ["f"], "x": [6], "d": [None]})  # the old schema still works
+    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", real)
+    assert w.alter(new, 1)
+    assert rows_of(w.t)[6]["extra"] is None
+
+
+def test_metadata_written_before_alter_support_loads(tmp_path: Path) -> None:
+    import json
+
+    from kudu_async.fs.tablet_metadata import TabletMetadata
+
+    raw = {"tablet_id": "t", "schema": BASE.to_dict(), "rowsets": [], "last_flushed_log_index": 3,
+           "next_rowset_id": 0, "version": 1}
+    meta = TabletMetadata.from_json(json.dumps(raw).encode())
+    assert meta.schema_version == 0 and meta.added_columns == []
+
+
+def test_lookup_and_key_predicates_after_renaming_the_key(w: Writer) -> None:
+    from kudu_async.common.key_encoding import encode_key
+    from kudu_async.common.predicate import ColumnPredicate
+
+    _seed(w)
+    w.t.flush_all()  # the update of row 2 is now in a delta file written for the old schema
+    w.write([OpType.UPDATE], {"k": [3], "s": ["c3"], "x": [None], "d": [None]},
+            np.array([[True, True, False, False]]))  # and one in the DeltaMemStore (flushed by the alter)
+    new = w.t.info.schema.rename_column("k", "id").rename_column("x", "n").add_column(
+        ColumnSchema("extra", "string", default="e"))
+    assert w.alter(new, 1)
+    schema = w.t.info.schema
+    assert w.t.lookup(encode_key(schema, [2])) == {"id": 2, "s": "b2", "n": 21, "d": None, "extra": "e"}
+    assert w.t.lookup(encode_key(schema, [3]))["s"] == "c3"  # type: ignore[index]
+    pred = ColumnPredicate("id", ">=", 3)
+    got = w.t.scan(ScanSpec(predicates=[pred], ordered=True)).to_table()
+    assert got is not None and got.column("id").to_pylist() == [3, 4]
+    w.write([OpType.UPDATE], {"id": [2], "s": [None], "n": [None], "d": [None], "extra": ["set"]},
+            np.array([[True, False, False, False, True]]))
+    assert w.t.lookup(encode_key(schema, [2]))["extra"] == "set"  # type: ignore[index]
+
+
+def test_checksum_covers_every_type_and_ignores_batching(tmp_path: Path) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    cols = [ColumnSchema("k", "int32", nullable=False), ColumnSchema("i8", "int8"), ColumnSchema("i16", "int16"),
+            ColumnSchema("i64", "int64"), ColumnSchema("f", "float"), ColumnSchema("db", "double"),
+            ColumnSchema("b", "bool"), ColumnSchema("s", "string"), ColumnSchema("bin", "binary"),
+            ColumnSchema("ts", "unixtime_micros"), ColumnSchema("dt", "date"),
+            ColumnSchema("dec", "decimal", precision=20, scale=3), ColumnSchema("vc", "varchar", length=5)]
+    schema = Schema(cols, 1)
+    n = 60
+    data = {"k": list(range(n)), "i8": [i % 100 for i in range(n)], "i16": [i * 7 for i in range(n)],
+            "i64": [i << 40 for i in range(n)], "f": [i / 4 for i in range(n)], "db": [i / 3 for i in range(n)],
+            "b": [i % 2 == 0 for i in range(n)], "s": [("x" * (i % 5)) for i in range(n)],
+            "bin": [bytes([i]) * (i % 3) for i in range(n)],
+            "ts": [dt.datetime(2020, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(n)],
+            "dt": [dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in range(n)],
+            "dec": [Decimal(i) / 8 for i in range(n)], "vc": [str(i) for i in range(n)]}
+    for j, name in enumerate(data):  # NULLs in every nullable column, at different rows
+        if name != "k":
+            data[name][(j * 11) % n] = None
+
+    def build(name: str, layout: str, batch_bytes: int | None = None) -> dict:
+        clock = ManualHybridClock(1_000_000)
+        wr = Writer(Tablet.create(str(tmp_path / name), schema, clock=clock), clock)
+        parts = [range(0, n, 2), range(1, n, 2)] if layout != "one" else [range(n)]
+        for part in parts:
+            wr.write([OpType.INSERT] * len(part), {c: [v[i] for i in part] for c, v in data.items()})
+            if layout != "one":
+                wr.t.flush_mrs()  # two interleaved, overlapping DiskRowSets
+        if layout == "compacted":
+            wr.t.compact_rowsets()
+        ts = clock.now()
+        out = wr.t.checksum(ts)
+        if batch_bytes:  # the same rows through tiny scan batches hash the same
+            wr.t.options.scan_batch_bytes = batch_bytes
+            assert wr.t.checksum(ts)["checksum"] == out["checksum"]
+        return out
+
+    sums = [build("one", "one"), build("flushed", "flushed", 64), build("compacted", "compacted")]
+    assert sums[0]["rows"] == n and len({s["checksum"] for s in sums}) == 1
+    data["dec"][7] = Decimal("0.876")  # 7/8 + 0.001: one value differs
+    assert build("changed", "one")["checksum"] != sums[0]["checksum"]
+
+
+def test_more_invalid_alterations(w: Writer) -> None:
+    cur = w.t.info.schema
+    k, s, x, d = cur.columns
+    from dataclasses import replace
+
+    bad = [
+        (Schema([k, s, x], 1).add_column(ColumnSchema("d2", "decimal", precision=9, scale=3, id=3)), "'d'.*scale"),
+        (Schema([k, s, x, replace(d, precision=10)], 1), "'d'.*precision"),
+        (Schema([k, replace(s, nullable=False, default="z"), x, d], 1), "'s'.*nullable"),
+        (Schema([k, replace(s, nullable=False), x, d], 2), "key column 's'"),  # a value column cannot join the key
+        (Schema([k, s, x, d, ColumnSchema("old", "int32", id=2)], 1), "unique"),
+    ]
+    for schema, msg in bad:
+        with pytest.raises(KuduInvalidArgument, match=msg):
+            w.alter(schema, 1)
+    assert w.alter(cur.drop_column("x"), 1)
+    with pytest.raises(KuduInvalidArgument, match="reuses the id 2"):  # a dropped id never comes back
+        w.alter(Schema([*w.t.info.schema.columns, ColumnSchema("x", "int32", id=2)], 1), 2)
+    assert w.t.schema_version == 1 and w.t.info.names == ["k", "s", "d"]
+
+
+def test_stats_are_monotonic_and_count_only_work_done(w: Writer) -> None:
+    assert w.t.stats() == {"flushes": 0, "bytes_flushed": 0, "compactions": 0, "bytes_compacted": 0}
+    _seed(w)  # one MRS flush so far
+    s1 = w.t.stats()
+    assert s1["flushes"] == 1 and s1["bytes_flushed"] > 0 and s1["compactions"] == 0
+    assert not w.t.flush_dms(99_999) and w.t.stats() == s1  # nothing to do: nothing counted
+    drs_id = w.t.rowsets()[0].id
+    assert w.t.flush_dms(drs_id)  # a DMS flush counts as a flush, with its block's bytes
+    s2 = w.t.stats()
+    assert s2["flushes"] == 2 and s2["bytes_flushed"] > s1["bytes_flushed"]
+    w.write([OpType.UPDATE], {"k": [1], "s": ["a2"], "x": [None], "d": [None]},
+            np.array([[True, True, False, False]]))
+    assert w.t.flush_dms(drs_id)
+    assert not w.t.minor_delta_compaction(99_999)
+    assert w.t.minor_delta_compaction(drs_id)  # two delta files into one
+    s3 = w.t.stats()
+    assert s3["flushes"] == 3 and s3["compactions"] == 1 and s3["bytes_compacted"] > 0
+    assert w.t.compact_rowsets([drs_id])  # a major delta compaction of the one rowset
+    w.t.flush_mrs()
+    s4 = w.t.stats()
+    assert s4["compactions"] == 2 and s4["bytes_compacted"] > s3["bytes_compacted"] and s4["flushes"] == 4
+    assert all(s4[key] >= s3[key] for key in s4)
+
+
+def test_tablet_written_before_column_ids_can_be_altered(w: Writer, tmp_path: Path) -> None:
+    """Files without an id map (written before ids existed) map by the ids their schema got on open."""
+    import os
+
+    import pyarrow.ipc as ipc
+
+    from kudu_async.fs.tablet_metadata import read_tablet_metadata, write_tablet_metadata
+
+    _seed(w)
+    w.t.flush_all()  # a base file and a delta file
+    path = str(tmp_path / "t")
+    meta = read_tablet_metadata(path)
+    for col in meta.schema["columns"]:
+        del col["id"]
+    for rs in meta.rowsets:
+        for block in [rs.base_block, *rs.delta_blocks]:
+            p = w.t.bm.path(block)
+            table = ipc.open_file(pa.memory_map(p)).read_all().replace_schema_metadata(None)
+            os.replace(p, p + ".old")
+            with pa.OSFile(p, "wb") as f, ipc.new_file(f, table.schema) as out:
+                out.write_table(table)
+    write_tablet_metadata(path, meta)
+    before = rows_of(w.t)
+
+    legacy = Tablet.open(path, clock=w.clock)
+    assert [c.id for c in legacy.info.schema.columns] == [0, 1, 2, 3] and rows_of(legacy) == before
+    new = legacy.info.schema.rename_column("s", "label").drop_column("x").add_column(ColumnSchema("y", "int8"))
+    w.index += 1
+    assert legacy.alter_schema(new, 1, w.index)
+    want = {k: {"k": k, "label": r["s"], "d": r["d"], "y": None} for k, r in before.items()}
+    assert rows_of(legacy) == want
+    assert rows_of(Tablet.open(path, clock=w.clock)) == want  # the legacy id map was persisted
