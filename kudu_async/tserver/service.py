@@ -111,8 +111,9 @@ class TabletService:
             ordered=bool(req.get("ordered", False)), batch_bytes=batch_bytes,
         )
         it = await replica.open_scan(spec, ctx.time_left())
-        names = projection if projection is not None else replica.tablet.info.names
-        arrow = replica.tablet.info.arrow
+        info = it.info or replica.tablet.info  # the schema the scan reads with, even if an alter just landed
+        names = projection if projection is not None else info.names
+        arrow = info.arrow
         out_schema = pa.schema([arrow.field(n) for n in names])
         sc = self.scanners.add(replica.tablet_id, it, out_schema, spec.snapshot_ts)
         out = await self.scanners.next_batch(sc)
