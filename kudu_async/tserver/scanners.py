@@ -79,12 +79,11 @@ class ScannerManager:
     async def next_batch(self, sc: Scanner) -> dict[str, Any]:
         """The next batch as IPC bytes, whether more follow, and the resume key."""
         async with sc.lock:
-            batch, more = await asyncio.get_running_loop().run_in_executor(self.executor, self._pull, sc)
+            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, self._pull, sc)
             sc.last_access = time.monotonic()
             if batch is not None:
                 sc.rows += batch.num_rows
                 sc.batches += 1
-            data = batch_to_ipc(batch if batch is not None else pa.RecordBatch.from_pylist([], sc.schema))
             if not more:
                 self.close(sc.id)
             return {"scanner_id": sc.id if more else None, "data": data,
@@ -92,7 +91,14 @@ class ScannerManager:
                     "last_key": sc.it.last_key, "snapshot_ts": sc.snapshot_ts}
 
     @staticmethod
-    def _pull(sc: Scanner) -> tuple[pa.RecordBatch | None, bool]:
+    def _pull(sc: Scanner) -> tuple[pa.RecordBatch | None, bytes, bool]:
+        """Next batch, its IPC bytes and whether more follow: all of it off the event loop."""
+        batch, more = ScannerManager._next(sc)
+        data = batch_to_ipc(batch if batch is not None else pa.RecordBatch.from_pylist([], sc.schema))
+        return batch, data, more
+
+    @staticmethod
+    def _next(sc: Scanner) -> tuple[pa.RecordBatch | None, bool]:
         batch = sc.lookahead
         sc.lookahead = None
         if batch is None and not sc.done:
