@@ -11,29 +11,34 @@ anything fails. This module knows nothing of tablets: consensus must not import 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import random
 import secrets
 import shutil
+import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import crc32c
 
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduCorruption,
+    KuduIllegalState,
     KuduInvalidArgument,
+    KuduIOError,
     KuduNotFound,
     KuduServiceUnavailable,
     KuduTimedOut,
 )
 from kudu_async.fs.io_util import fsync_dir
+from kudu_async.rpc import codec
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.server import CallContext, RpcServer, require_map
 
@@ -41,6 +46,13 @@ log = logging.getLogger(__name__)
 
 SERVICE = "TabletCopy"
 READ_BLOCK = 1024 * 1024
+BLOBS_DIR = ".blobs"  # inside a session dir: where blobs are written; providers must not use this name
+MAX_NAME_LEN = 512
+
+_T = TypeVar("_T")
+
+# os.link failures that mean "no hard link possible here", not "something is wrong": copy instead.
+_LINK_FALLBACK_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
 
 
 @dataclass
@@ -55,20 +67,40 @@ ManifestProvider = Callable[[str, dict[str, Any], Path], Awaitable[CopyManifest]
 
 def check_relative_name(name: Any) -> str:
     """A relative, normalised path inside the image: never absolute, never escaping with ``..``."""
-    if not isinstance(name, str) or not name or len(name) > 512 or "\\" in name or "\0" in name:
-        raise KuduInvalidArgument(f"bad file name in tablet copy: {name!r}")
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_LEN or "\\" in name or "\0" in name:
+        raise KuduInvalidArgument(f"bad file name in tablet copy: {name!r:.600}")
     p = PurePosixPath(name)
     if p.is_absolute() or any(part in ("..", ".", "") for part in name.split("/")):
         raise KuduInvalidArgument(f"file name {name!r} in tablet copy must be relative and normalised")
     return name
 
 
+def check_names(names: Iterable[Any]) -> list[str]:
+    """Every name valid, none twice, none a directory of another (``a`` and ``a/b`` cannot both be files)."""
+    out = [check_relative_name(n) for n in names]
+    seen = set(out)
+    if len(seen) != len(out):
+        raise KuduInvalidArgument("tablet copy file list names a file twice")
+    for n in out:
+        for parent in PurePosixPath(n).parents:
+            if str(parent) in seen:
+                raise KuduInvalidArgument(f"tablet copy file list has both {str(parent)!r} and {n!r}")
+    return out
+
+
 def link_or_copy(src: Path, dst: Path) -> None:
-    """Hard-link ``src`` at ``dst`` (same inode: later deletes of ``src`` do not matter), copying across devices."""
+    """Hard-link ``src`` at ``dst`` (same inode: later deletes of ``src`` do not matter), copying across devices.
+
+    Only "cannot link here" errors fall back to a copy; a missing ``src`` or an existing ``dst`` raise.
+    """
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dst)
-    except OSError:
+    except OSError as e:
+        if e.errno not in _LINK_FALLBACK_ERRNOS:
+            raise
+        if dst.exists():
+            raise FileExistsError(errno.EEXIST, "tablet copy will not overwrite", str(dst)) from e
         shutil.copy2(src, dst)
 
 
@@ -85,6 +117,19 @@ def _file_crc(path: Path, size: int) -> int:
     return crc
 
 
+async def _offload(executor: Executor | None, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in the executor. If we are cancelled meanwhile, the worker still runs to its end: wait for
+    it before re-raising, so that the cleanup that follows never races a write or mkdir still in progress."""
+    fut = asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait([fut])
+        if not fut.cancelled() and fut.exception() is not None:
+            log.debug("executor work finished with an error after cancellation", exc_info=fut.exception())
+        raise
+
+
 @dataclass
 class _Session:
     id: str
@@ -94,6 +139,7 @@ class _Session:
     meta: dict[str, Any]
     last_access: float = field(default_factory=time.monotonic)
     bytes_sent: int = 0
+    reading: int = 0  # FetchData reads in flight: the reaper leaves such a session alone
 
 
 class TabletCopySource:
@@ -102,6 +148,8 @@ class TabletCopySource:
     def __init__(self, staging_root: Path, provider: ManifestProvider, executor: Executor | None = None, *,
                  session_idle_timeout_s: float = 60.0, max_sessions: int = 8,
                  max_chunk_bytes: int = 4 * 1024 * 1024) -> None:
+        if session_idle_timeout_s <= 0 or max_sessions <= 0 or max_chunk_bytes <= 0:
+            raise KuduInvalidArgument("tablet copy source limits must be positive")
         self.staging_root = staging_root
         self.provider = provider
         self.executor = executor
@@ -110,6 +158,8 @@ class TabletCopySource:
         self.max_chunk_bytes = max_chunk_bytes
         self.sessions: dict[str, _Session] = {}
         self._starting = 0
+        self._stopped = False
+        self._orphans: set[Path] = set()  # session dirs whose removal failed; the reaper retries them
         self._task: asyncio.Task[None] | None = None
 
     def register_rpc(self, server: RpcServer) -> None:
@@ -118,25 +168,33 @@ class TabletCopySource:
         server.register(SERVICE, "EndSession", self._rpc_end)
 
     async def start(self) -> None:
-        await self._run(_rmtree, self.staging_root)  # sessions of a previous process are gone with it
+        """Wipe sessions left by a previous process (their clients are gone) and start the idle reaper."""
+        if self._task is not None:
+            return
+        self._stopped = False
+        await self._run(_rmtree, self.staging_root)
         self._task = asyncio.get_running_loop().create_task(self._reap(), name="tablet-copy-reaper")
 
     async def stop(self) -> None:
+        """End every session and refuse new ones; a BeginSession still running removes its own dir."""
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         for sid in list(self.sessions):
             await self._end(sid)
+        for d in list(self._orphans):
+            await self._remove_dir(d)
 
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()
-        return [{"session_id": s.id, "group": s.group, "files": len(s.files),
+        return [{"id": s.id, "session_id": s.id, "group": s.group, "files": len(s.files),
                  "bytes": sum(f[1] for f in s.files.values()), "bytes_sent": s.bytes_sent,
                  "idle_s": round(now - s.last_access, 3)} for s in self.sessions.values()]
 
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await _offload(self.executor, fn, *args)
 
     async def _rpc_begin(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         req = require_map(request)
@@ -146,6 +204,8 @@ class TabletCopySource:
         extra = req.get("extra") or {}
         if not isinstance(extra, dict):
             raise KuduInvalidArgument("'extra' must be a map")
+        if self._stopped:
+            raise KuduServiceUnavailable("tablet copy source is stopped", {"retryable": True})
         if len(self.sessions) + self._starting >= self.max_sessions:
             raise KuduServiceUnavailable(f"{self.max_sessions} tablet copy sessions already open; retry later",
                                          {"retryable": True})
@@ -153,45 +213,76 @@ class TabletCopySource:
         sdir = self.staging_root / sid
         self._starting += 1
         try:
-            await self._run(lambda: sdir.mkdir(parents=True, exist_ok=False))
+            # Shielded: a provider cancelled half-way could leave links behind after our cleanup.
+            prep = asyncio.get_running_loop().create_task(self._prepare(group, extra, sdir))
             try:
-                manifest = await self.provider(group, extra, sdir)
-                files = await self._run(self._freeze, manifest, sdir)
-            except BaseException:
-                await self._run(_rmtree, sdir)
+                files, meta = await asyncio.shield(prep)
+            except asyncio.CancelledError:
+                await asyncio.wait([prep])
+                if not prep.cancelled() and prep.exception() is None:
+                    await self._remove_dir(sdir)
                 raise
         finally:
             self._starting -= 1
-        session = _Session(sid, group, sdir, files, dict(manifest.meta))
+        if self._stopped:  # stop() ran while the provider worked: nobody will end this session
+            await self._remove_dir(sdir)
+            raise KuduServiceUnavailable("tablet copy source stopped while the session was being set up",
+                                         {"retryable": True})
+        session = _Session(sid, group, sdir, files, meta)
         self.sessions[sid] = session
         log.info("tablet copy session started", extra={"session": sid, "group": group, "files": len(files),
                                                        "bytes": sum(f[1] for f in files.values())})
-        return {"session_id": sid, "meta": session.meta,
+        return {"session_id": sid, "meta": meta,
                 "files": [{"name": n, "size": f[1], "crc32c": f[2]} for n, f in sorted(files.items())]}
+
+    async def _prepare(self, group: str, extra: dict[str, Any],
+                       sdir: Path) -> tuple[dict[str, tuple[Path, int, int]], dict[str, Any]]:
+        """Session dir, manifest, then sizes and CRCs frozen; on any failure the dir is gone again."""
+        await self._run(lambda: sdir.mkdir(parents=True, exist_ok=False))
+        try:
+            manifest = await self.provider(group, extra, sdir)
+            if not isinstance(manifest, CopyManifest) or not isinstance(manifest.meta, dict):
+                raise KuduIllegalState(f"tablet copy provider returned {type(manifest).__name__}, not a CopyManifest")
+            try:
+                codec.encode_msgpack(manifest.meta)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise KuduInvalidArgument(f"tablet copy meta for {group} is not msgpack-able: {e}") from None
+            try:
+                files = await self._run(self._freeze, manifest, sdir)
+            except OSError as e:
+                raise KuduIOError(f"tablet copy session for {group}: {e}") from e
+            return files, dict(manifest.meta)
+        except BaseException:
+            await self._remove_dir(sdir)
+            raise
 
     @staticmethod
     def _freeze(manifest: CopyManifest, sdir: Path) -> dict[str, tuple[Path, int, int]]:
+        """Write the blobs and fix every file's size and CRC32C (runs in the executor)."""
+        check_names([*manifest.blobs, *manifest.files])
         out: dict[str, tuple[Path, int, int]] = {}
         for name, data in manifest.blobs.items():
-            check_relative_name(name)
-            path = sdir / "blobs" / name
+            if not isinstance(data, bytes | bytearray):
+                raise KuduInvalidArgument(f"tablet copy blob {name!r} is {type(data).__name__}, not bytes")
+            path = sdir / BLOBS_DIR / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            with open(path, "xb") as f:
+                f.write(data)
             out[name] = (path, len(data), crc32c.crc32c(data))
-        for name, path in manifest.files.items():
-            check_relative_name(name)
-            if name in out:
-                raise KuduInvalidArgument(f"tablet copy manifest names {name!r} twice")
-            size = os.path.getsize(path)
-            out[name] = (Path(path), size, _file_crc(Path(path), size))
+        for name, src in manifest.files.items():
+            path = Path(src)
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise KuduInvalidArgument(f"tablet copy file {name!r} ({path}) is not a regular file")
+            out[name] = (path, st.st_size, _file_crc(path, st.st_size))
         return out
 
     def _session(self, req: dict[str, Any]) -> _Session:
         sid = req.get("session_id")
         s = self.sessions.get(sid) if isinstance(sid, str) else None
         if s is None:
-            raise KuduNotFound(f"tablet copy session {sid!r} not found (ended or expired after "
-                               f"{self.session_idle_timeout_s:.0f}s idle)")
+            raise KuduNotFound(f"tablet copy session {sid!r:.40} not found (ended or expired after "
+                               f"{self.session_idle_timeout_s:g}s idle)")
         s.last_access = time.monotonic()
         return s
 
@@ -204,23 +295,32 @@ class TabletCopySource:
             raise KuduInvalidArgument(f"session {s.id} has no file {name!r}")
         offset, max_bytes = req.get("offset"), req.get("max_bytes", self.max_chunk_bytes)
         if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= f[1]:
-            raise KuduInvalidArgument(f"'offset' must be 0..{f[1]} for {name!r}")
+            raise KuduInvalidArgument(f"'offset' must be 0..{f[1]} for {name!r}, got {offset!r:.40}")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
             raise KuduInvalidArgument("'max_bytes' must be a positive integer")
         n = min(max_bytes, self.max_chunk_bytes, f[1] - offset)
-        data = await self._run(self._read, f[0], offset, n)
+        s.reading += 1
+        try:
+            data, crc = await self._run(self._read, f[0], offset, n)
+        except OSError as e:
+            if s.id not in self.sessions:  # EndSession removed the dir under our read
+                raise KuduNotFound(f"tablet copy session {s.id} ended while {name!r} was being read") from e
+            raise KuduIOError(f"tablet copy session {s.id}: reading {name!r} at {offset}: {e}") from e
+        finally:
+            s.reading -= 1
         s.bytes_sent += len(data)
         s.last_access = time.monotonic()
-        crc = crc32c.crc32c(data)
         return {"data": self._chunk_hook(data), "crc32c": crc, "eof": offset + len(data) >= f[1]}
 
-    def _read(self, path: Path, offset: int, n: int) -> bytes:
+    @staticmethod
+    def _read(path: Path, offset: int, n: int) -> tuple[bytes, int]:
+        """``n`` bytes at ``offset`` and their CRC32C (runs in the executor)."""
         with open(path, "rb") as fh:
             fh.seek(offset)
             data = fh.read(n)
         if len(data) != n:
-            raise KuduCorruption(f"{path}: short read at {offset}")
-        return data
+            raise KuduCorruption(f"{path}: short read at offset {offset}: {len(data)} of {n} bytes")
+        return data, crc32c.crc32c(data)
 
     def _chunk_hook(self, data: bytes) -> bytes:
         """Identity; tests override it to damage a chunk after its CRC is taken (damage in flight)."""
@@ -235,18 +335,29 @@ class TabletCopySource:
     async def _end(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)
         if s is not None:
-            await self._run(_rmtree, s.dir)
+            await self._remove_dir(s.dir)
+
+    async def _remove_dir(self, d: Path) -> None:
+        """Remove a session dir; a failure is logged and retried by the reaper rather than raised."""
+        try:
+            await self._run(_rmtree, d)
+        except OSError:
+            log.exception("removing tablet copy session dir %s failed; will retry", d)
+            self._orphans.add(d)
+        else:
+            self._orphans.discard(d)
 
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(min(5.0, max(0.05, self.session_idle_timeout_s / 4)))
             now = time.monotonic()
-            for s in [s for s in self.sessions.values() if now - s.last_access > self.session_idle_timeout_s]:
-                log.warning("tablet copy session expired", extra={"session": s.id, "group": s.group})
-                try:
-                    await self._end(s.id)
-                except OSError:
-                    log.exception("removing an expired copy session failed; retrying later")
+            for s in [s for s in self.sessions.values()
+                      if s.reading == 0 and now - s.last_access > self.session_idle_timeout_s]:
+                log.warning("tablet copy session expired", extra={"session": s.id, "group": s.group,
+                                                                  "idle_s": round(now - s.last_access, 1)})
+                await self._end(s.id)
+            for d in list(self._orphans):
+                await self._remove_dir(d)
 
 
 async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: str, dest_dir: Path, *,

@@ -4,16 +4,26 @@ damaged chunks, expiry, limits and path safety."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument, KuduNotFound, KuduServiceUnavailable
+from kudu_async.common.errors import (
+    KuduCorruption,
+    KuduInvalidArgument,
+    KuduNotFound,
+    KuduServiceUnavailable,
+    KuduTimedOut,
+)
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.consensus.tablet_copy import (
     CopyManifest,
     TabletCopySource,
+    check_names,
     check_relative_name,
     fetch_tablet_copy,
     link_or_copy,
@@ -22,16 +32,29 @@ from kudu_async.rpc import RpcClient, RpcServer
 
 
 class Images:
-    """A provider over a source directory: links every file of ``src/<group>`` into the session."""
+    """A provider over a source directory: links every file of ``src/<group>`` into the session.
+
+    Like the tablet server's, it does its linking in an executor thread, which a cancellation of the
+    BeginSession call cannot stop half-way.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.names: dict[str, str] | None = None  # override: name -> source relative path
+        self.gate: threading.Event | None = None  # set: the linking thread waits for it (a slow provider)
 
     async def __call__(self, group: str, extra: dict, session_dir: Path) -> CopyManifest:
         src = self.root / group
         if not src.exists():
             raise KuduNotFound(f"no tablet {group}")
+        files = await asyncio.get_running_loop().run_in_executor(None, self._link_all, src, session_dir)
+        if self.names is not None:
+            files = {n: src / r for n, r in self.names.items()}
+        return CopyManifest(files=files, blobs={"meta/cmeta": b"blob-bytes"}, meta={"group": group, "n": len(files)})
+
+    def _link_all(self, src: Path, session_dir: Path) -> dict[str, Path]:
+        if self.gate is not None:
+            assert self.gate.wait(10.0)
         files = {}
         for p in sorted(src.rglob("*")):
             if p.is_file():
@@ -39,9 +62,7 @@ class Images:
                 dst = session_dir / "files" / rel
                 link_or_copy(p, dst)
                 files[rel] = dst
-        if self.names is not None:
-            files = {n: src / r for n, r in self.names.items()}
-        return CopyManifest(files=files, blobs={"meta/cmeta": b"blob-bytes"}, meta={"group": group, "n": len(files)})
+        return files
 
 
 class Damaging(TabletCopySource):
@@ -103,9 +124,10 @@ async def test_round_trip_files_and_blobs(env) -> None:  # type: ignore[no-untyp
 
 async def test_session_image_survives_deletes_and_appends(env) -> None:  # type: ignore[no-untyped-def]
     server, _source, client, _images, tmp = env
-    _make(tmp / "src" / "t2", {"seg": b"x" * 1000, "gone": b"y" * 500})
+    _make(tmp / "src" / "t2", {"seg": b"x" * 1000, "gone": b"y" * 500, "moved": b"m" * 10})
     begin = await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t2"})
     (tmp / "src" / "t2" / "gone").unlink()
+    (tmp / "src" / "t2" / "moved").rename(tmp / "src" / "moved-elsewhere")
     _append(tmp / "src" / "t2" / "seg", b"z" * 300)  # appended after the session began: not served
     sizes = {f["name"]: f["size"] for f in begin["files"]}
     assert sizes["seg"] == 1000 and sizes["gone"] == 500
@@ -115,6 +137,9 @@ async def test_session_image_survives_deletes_and_appends(env) -> None:  # type:
     gone = await client.call(server.address, "TabletCopy", "FetchData",
                              {"session_id": begin["session_id"], "name": "gone", "offset": 0, "max_bytes": 5000})
     assert gone["data"] == b"y" * 500
+    moved = await client.call(server.address, "TabletCopy", "FetchData",
+                              {"session_id": begin["session_id"], "name": "moved", "offset": 0})
+    assert moved["data"] == b"m" * 10
     with pytest.raises(KuduInvalidArgument):
         await client.call(server.address, "TabletCopy", "FetchData",
                           {"session_id": begin["session_id"], "name": "seg", "offset": 1001})
@@ -139,6 +164,7 @@ async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ign
     with pytest.raises(KuduNotFound):
         await fetch_tablet_copy(client, server.address, "nope", tmp / "x")
     assert not (tmp / "x").exists()
+    assert not any((tmp / "sessions").iterdir())  # the provider's failure left no session dir
     _make(tmp / "src" / "t4", {"f": b"1"})
     a = await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t4"})
     await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t4"})
@@ -170,3 +196,79 @@ async def test_stop_removes_sessions(env) -> None:  # type: ignore[no-untyped-de
     assert any((tmp / "sessions").iterdir())
     await source.stop()
     assert not any((tmp / "sessions").iterdir())
+
+
+async def test_stopped_source_refuses_sessions_until_started_again(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, client, _images, tmp = env
+    _make(tmp / "src" / "t7", {"f": b"1"})
+    await source.stop()
+    with pytest.raises(KuduServiceUnavailable, match="stopped"):
+        await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t7"})
+    await source.start()
+    await fetch_tablet_copy(client, server.address, "t7", tmp / "d7")
+    assert (tmp / "d7" / "f").read_bytes() == b"1"
+
+
+async def test_start_wipes_sessions_of_a_previous_process(tmp_path: Path) -> None:
+    stale = tmp_path / "sessions" / "0123abcd"
+    _make(stale, {"files/seg": b"old"})
+    source = TabletCopySource(tmp_path / "sessions", Images(tmp_path / "src"))
+    await source.start()
+    try:
+        assert not stale.exists()
+    finally:
+        await source.stop()
+
+
+async def test_begin_cut_off_by_its_deadline_leaves_no_session(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, client, images, tmp = env
+    _make(tmp / "src" / "t8", {"f": b"1" * 100})
+    images.gate = threading.Event()
+    with pytest.raises(KuduTimedOut):
+        await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t8"}, timeout_s=0.3)
+    await asyncio.sleep(0.3)  # well past the server's own deadline: the handler has been cancelled
+    images.gate.set()  # the provider's thread links after its caller gave up: the links must not stay behind
+    for _ in range(100):
+        if not any((tmp / "sessions").iterdir()):
+            break
+        await asyncio.sleep(0.02)
+    assert not any((tmp / "sessions").iterdir())
+    assert source.status() == []
+
+
+async def test_bad_manifests_are_refused_and_cleaned_up(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, client, images, tmp = env
+    _make(tmp / "src" / "t9", {"a": b"1", "d/x": b"2"})
+    for names in ({"a": "a", "a/b": "a"},  # "a" both a file and a directory
+                  {"d": "d"}):  # a directory is not a file to serve
+        images.names = names
+        with pytest.raises(KuduInvalidArgument):
+            await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t9"})
+        assert not any((tmp / "sessions").iterdir()) and source.status() == []
+
+
+def test_check_names_refuses_duplicates_and_file_directory_clashes() -> None:
+    assert check_names(["a/b", "a/c", "b"]) == ["a/b", "a/c", "b"]
+    for bad in (["a", "a"], ["a", "a/b"], ["x/y", "x/y/z"], ["ok", "../no"]):
+        with pytest.raises(KuduInvalidArgument):
+            check_names(bad)
+
+
+def test_link_or_copy_links_and_copies_only_when_linking_is_impossible(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "src"
+    src.write_bytes(b"data")
+    link_or_copy(src, tmp_path / "linked" / "deep" / "f")
+    assert os.stat(tmp_path / "linked" / "deep" / "f").st_ino == os.stat(src).st_ino
+    with pytest.raises(FileExistsError):  # never overwrites
+        link_or_copy(src, tmp_path / "linked" / "deep" / "f")
+    with pytest.raises(FileNotFoundError):
+        link_or_copy(tmp_path / "missing", tmp_path / "m")
+
+    def cross_device(a: object, b: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    link_or_copy(src, tmp_path / "copied")
+    assert (tmp_path / "copied").read_bytes() == b"data"
+    assert os.stat(tmp_path / "copied").st_ino != os.stat(src).st_ino
