@@ -33,7 +33,9 @@ from kudu_async.common.errors import (
     KuduIllegalState,
     KuduInvalidArgument,
     KuduIOError,
+    KuduNetworkError,
     KuduNotFound,
+    KuduRemoteError,
     KuduServiceUnavailable,
     KuduTimedOut,
 )
@@ -360,65 +362,85 @@ class TabletCopySource:
                 await self._remove_dir(d)
 
 
+# Transient failures worth retrying a chunk for; anything else (NOT_FOUND for an expired session, a bad
+# request, corruption, the source's disk failing) will not get better by asking again.
+_RETRYABLE = (KuduNetworkError, KuduTimedOut, KuduServiceUnavailable)
+_MAX_BACKOFF_S = 2.0
+
+
+class _Deadline:
+    """The copy's overall deadline; every RPC and backoff sleep is cut to what is left of it."""
+
+    def __init__(self, timeout_s: float, what: str) -> None:
+        self.timeout_s = timeout_s
+        self.end = time.monotonic() + timeout_s
+        self.what = what
+
+    def left(self, cause: BaseException | None = None) -> float:
+        remaining = self.end - time.monotonic()
+        if remaining <= 0:
+            tail = f"; last error: {cause}" if cause is not None else ""
+            raise KuduTimedOut(f"{self.what} did not finish in {self.timeout_s:g}s{tail}")
+        return remaining
+
+
 async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: str, dest_dir: Path, *,
                             extra: dict[str, Any] | None = None, chunk_bytes: int = 1024 * 1024,
                             timeout_s: float = 300.0, executor: Executor | None = None,
                             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Copy ``group``'s image from ``source_address`` into ``dest_dir``; returns the source's meta.
 
-    On any failure ``dest_dir`` is removed and the error raised. Every file and directory is fsynced.
+    ``dest_dir`` must not exist or be empty. On any failure (cancellation included) ``dest_dir`` is removed
+    and the error raised; on success every file and directory under it is fsynced. One chunk is in memory
+    at a time. The session is always ended (best effort: an unreachable source expires it).
     """
-    loop = asyncio.get_running_loop()
-    deadline = time.monotonic() + timeout_s
-
-    def left() -> float:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise KuduTimedOut(f"tablet copy of {group} from {source_address} did not finish in {timeout_s:.0f}s")
-        return remaining
+    if chunk_bytes <= 0 or timeout_s <= 0:
+        raise KuduInvalidArgument("chunk_bytes and timeout_s must be positive")
+    deadline = _Deadline(timeout_s, f"tablet copy of {group} from {source_address}")
 
     def _prepare() -> None:
-        if dest_dir.exists() and any(dest_dir.iterdir()):
-            raise KuduInvalidArgument(f"tablet copy destination {dest_dir} is not empty")
+        if dest_dir.exists() and (not dest_dir.is_dir() or any(dest_dir.iterdir())):
+            raise KuduInvalidArgument(f"tablet copy destination {dest_dir} is not an empty directory")
         dest_dir.mkdir(parents=True, exist_ok=True)
 
-    await loop.run_in_executor(executor, _prepare)
+    await _offload(executor, _prepare)
     session_id: str | None = None
     try:
         begin = await rpc_client.call(source_address, SERVICE, "BeginSession", {"group": group, "extra": extra or {}},
-                                      timeout_s=min(left(), 60.0))
-        session_id = begin["session_id"]
-        files = begin["files"]
-        total = sum(int(f["size"]) for f in files)
+                                      timeout_s=min(deadline.left(), 60.0))
+        if isinstance(begin, dict) and isinstance(begin.get("session_id"), str):
+            session_id = begin["session_id"]  # known before anything else is checked: it is ended below
+        files, meta = _parse_begin(begin, group, source_address)
+        total = sum(size for _, size, _ in files)
         done = 0
-        for f in files:
-            name = check_relative_name(f["name"])
-            size, want_crc = int(f["size"]), int(f["crc32c"])
-            path = dest_dir / name
-            fh = await loop.run_in_executor(executor, _open_for_write, path)
+        for name, size, want_crc in files:
+            assert session_id is not None
+            fh = await _offload(executor, _open_for_write, dest_dir / name)
             try:
                 offset, crc = 0, 0
                 while offset < size:
                     chunk = await _fetch_chunk(rpc_client, source_address, session_id, name, offset,
-                                               chunk_bytes, left, group)
-                    await loop.run_in_executor(executor, fh.write, chunk)
-                    crc = crc32c.crc32c(chunk, crc)
+                                               min(chunk_bytes, size - offset), deadline, group)
+                    crc = await _offload(executor, _write, fh, chunk, crc)
                     offset += len(chunk)
                     done += len(chunk)
+                    del chunk  # bounded memory: at most one chunk alive
                     if progress is not None:
                         progress(done, total)
-                if offset != size or crc != want_crc:
-                    raise KuduCorruption(f"tablet copy of {group}: {name} has {offset} bytes with CRC32C {crc:#x}, "
-                                         f"the source said {size} bytes with {want_crc:#x}")
-                await loop.run_in_executor(executor, _sync_close, fh)
+                if crc != want_crc:
+                    raise KuduCorruption(f"tablet copy of {group}: {name} ({size} bytes) has CRC32C {crc:#010x}, "
+                                         f"the source said {want_crc:#010x}")
+                await _offload(executor, _sync_close, fh)
             except BaseException:
-                await loop.run_in_executor(executor, fh.close)
+                await _offload(executor, _close_quietly, fh)
                 raise
-        await loop.run_in_executor(executor, _fsync_tree, dest_dir)
-        meta: dict[str, Any] = dict(begin.get("meta") or {})
+        await _offload(executor, _fsync_tree, dest_dir)
         return meta
     except BaseException:
-        await loop.run_in_executor(executor, _rmtree, dest_dir)
+        try:
+            await _offload(executor, _rmtree, dest_dir)
+        except OSError:
+            log.exception("removing the failed tablet copy at %s failed", dest_dir)
         raise
     finally:
         if session_id is not None:
@@ -429,42 +451,85 @@ async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: s
                 log.info("ending a tablet copy session failed (it will expire)", extra={"error": str(e)})
 
 
-async def _fetch_chunk(rpc: RpcClient, address: str, session_id: str, name: str, offset: int, chunk_bytes: int,
-                       left: Callable[[], float], group: str) -> bytes:
-    """One chunk, retried with jittered backoff on transient errors; a damaged chunk is refetched once."""
+def _parse_begin(begin: Any, group: str, source: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
+    """The source's file list, checked before a byte is written: a malicious or broken source must not
+    be able to write outside the destination, nor make us loop on nonsense sizes."""
+    if not isinstance(begin, dict) or not isinstance(begin.get("session_id"), str):
+        raise KuduRemoteError(f"tablet copy of {group}: {source} answered BeginSession without a session id")
+    raw, meta = begin.get("files"), begin.get("meta")
+    if not isinstance(raw, list) or not isinstance(meta, dict | None):
+        raise KuduRemoteError(f"tablet copy of {group}: {source} sent a malformed file list or meta")
+    files: list[tuple[str, int, int]] = []
+    for f in raw:
+        size, crc = (f.get("size"), f.get("crc32c")) if isinstance(f, dict) else (None, None)
+        if (isinstance(size, bool) or not isinstance(size, int) or size < 0
+                or isinstance(crc, bool) or not isinstance(crc, int) or not 0 <= crc < 1 << 32):
+            raise KuduRemoteError(f"tablet copy of {group}: {source} sent a bad file entry {f!r:.200}")
+        files.append((f.get("name"), size, crc))
+    check_names(name for name, _, _ in files)
+    return files, dict(meta or {})
+
+
+async def _fetch_chunk(rpc: RpcClient, address: str, session_id: str, name: str, offset: int, want: int,
+                       deadline: _Deadline, group: str) -> bytes:
+    """Up to ``want`` bytes of ``name`` at ``offset``: transient failures retried with jittered exponential
+    backoff inside the deadline; a chunk failing its CRC32C is refetched once (damage in flight)."""
     delay = 0.05
     damaged = 0
+    last: BaseException | None = None
     while True:
+        call_timeout = min(deadline.left(last), 30.0)
         try:
             reply = await rpc.call(address, SERVICE, "FetchData", {"session_id": session_id, "name": name,
-                                                                   "offset": offset, "max_bytes": chunk_bytes},
-                                   timeout_s=min(left(), 30.0))
-            data = reply["data"]
-            if not isinstance(data, bytes) or not data or crc32c.crc32c(data) != reply["crc32c"]:
-                damaged += 1
-                if damaged > 1:
-                    raise KuduCorruption(f"tablet copy of {group}: chunk of {name} at offset {offset} failed its "
-                                         "CRC32C check twice")
-                continue
+                                                                   "offset": offset, "max_bytes": want},
+                                   timeout_s=call_timeout)
+        except _RETRYABLE as e:
+            last = e
+            pause = min(deadline.left(e), delay * random.uniform(0.5, 1.0))
+            log.info("tablet copy chunk failed; retrying", extra={"group": group, "file": name, "offset": offset,
+                                                                  "error": str(e)})
+            await asyncio.sleep(pause)
+            delay = min(_MAX_BACKOFF_S, delay * 2)
+            continue
+        data = reply.get("data") if isinstance(reply, dict) else None
+        crc = reply.get("crc32c") if isinstance(reply, dict) else None
+        if not isinstance(data, bytes) or not 0 < len(data) <= want:
+            shown = len(data) if isinstance(data, bytes) else type(data).__name__
+            raise KuduCorruption(f"tablet copy of {group}: chunk of {name} at offset {offset} has {shown} bytes, "
+                                 f"expected 1..{want}")
+        if crc32c.crc32c(data) == crc:
             return data
-        except (KuduNotFound, KuduInvalidArgument, KuduCorruption):
-            raise
-        except KuduBadStatus as e:
-            remaining = left()
-            log.info("tablet copy chunk failed; retrying", extra={"group": group, "file": name, "error": str(e)})
-            await asyncio.sleep(min(remaining, delay * random.uniform(0.5, 1.0)))
-            delay = min(2.0, delay * 2)
+        damaged += 1
+        if damaged > 1:
+            raise KuduCorruption(f"tablet copy of {group}: chunk of {name} at offset {offset} failed its "
+                                 "CRC32C check twice")
+        log.warning("tablet copy chunk failed its CRC32C check; refetching",
+                    extra={"group": group, "file": name, "offset": offset})
 
 
 def _open_for_write(path: Path) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "xb")
+    return open(path, "xb")  # exclusive: never through a name that already exists
+
+
+def _write(fh: Any, data: bytes, crc: int) -> int:
+    """Append ``data``; returns the file's running CRC32C (both off the loop)."""
+    fh.write(data)
+    return crc32c.crc32c(data, crc)
 
 
 def _sync_close(fh: Any) -> None:
     fh.flush()
     os.fsync(fh.fileno())
     fh.close()
+
+
+def _close_quietly(fh: Any) -> None:
+    """Close on a failure path: an error here must not hide the one being raised."""
+    try:
+        fh.close()
+    except OSError:
+        log.warning("closing a failed tablet copy file failed", exc_info=True)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -7,14 +7,17 @@ import asyncio
 import errno
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import crc32c
 import pytest
 
 from kudu_async.common.errors import (
     KuduCorruption,
     KuduInvalidArgument,
+    KuduNetworkError,
     KuduNotFound,
     KuduServiceUnavailable,
     KuduTimedOut,
@@ -28,7 +31,7 @@ from kudu_async.consensus.tablet_copy import (
     fetch_tablet_copy,
     link_or_copy,
 )
-from kudu_async.rpc import RpcClient, RpcServer
+from kudu_async.rpc import CallContext, RpcClient, RpcServer
 
 
 class Images:
@@ -77,6 +80,40 @@ class Damaging(TabletCopySource):
         return data
 
 
+class HookedClient(RpcClient):
+    """Awaits ``before_fetch(n)`` before its n-th FetchData call (from 0): stalls, failures, edits on the source."""
+
+    def __init__(self, before_fetch: Callable[[int], Awaitable[None]]) -> None:
+        super().__init__("dst")
+        self.before_fetch = before_fetch
+        self.fetches = 0
+
+    async def call(self, addr: str, service: str, method: str, request: Any = None, timeout_s: float = 10.0) -> Any:
+        if method == "FetchData":
+            self.fetches += 1
+            await self.before_fetch(self.fetches - 1)
+        return await super().call(addr, service, method, request, timeout_s)
+
+
+class EvilSource:
+    """A TabletCopy service that serves whatever file list and chunk it is given."""
+
+    def __init__(self, files: list[dict[str, Any]], chunk: bytes) -> None:
+        self.files = files
+        self.chunk = chunk
+        self.ended = 0
+
+    async def BeginSession(self, req: Any, ctx: CallContext) -> dict[str, Any]:
+        return {"session_id": "evil", "files": self.files, "meta": {}}
+
+    async def FetchData(self, req: Any, ctx: CallContext) -> dict[str, Any]:
+        return {"data": self.chunk, "crc32c": crc32c.crc32c(self.chunk), "eof": True}
+
+    async def EndSession(self, req: Any, ctx: CallContext) -> dict[str, Any]:
+        self.ended += 1
+        return {}
+
+
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[tuple[RpcServer, TabletCopySource, RpcClient, Images, Path]]:
     images = Images(tmp_path / "src")
@@ -95,6 +132,12 @@ async def env(tmp_path: Path) -> AsyncIterator[tuple[RpcServer, TabletCopySource
 
 def _append(path: Path, data: bytes) -> None:
     with open(path, "ab") as f:
+        f.write(data)
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    """Write over the start of ``path`` in place (same inode, unlike an atomic replace)."""
+    with open(path, "r+b") as f:
         f.write(data)
 
 
@@ -157,6 +200,7 @@ async def test_damaged_chunks_are_refetched_once_then_fail(env) -> None:  # type
     with pytest.raises(KuduCorruption, match="CRC32C"):
         await fetch_tablet_copy(client, server.address, "t3", tmp / "bad")
     assert not (tmp / "bad").exists()
+    assert source.status() == []  # ended by the failing fetcher, not left to expire
 
 
 async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ignore[no-untyped-def]
@@ -272,3 +316,149 @@ def test_link_or_copy_links_and_copies_only_when_linking_is_impossible(
     link_or_copy(src, tmp_path / "copied")
     assert (tmp_path / "copied").read_bytes() == b"data"
     assert os.stat(tmp_path / "copied").st_ino != os.stat(src).st_ino
+
+
+async def test_malicious_source_cannot_write_outside_dest(tmp_path: Path) -> None:
+    evil_server = RpcServer(node_name="evil")
+    await evil_server.start("127.0.0.1", 0)
+    client = RpcClient("dst")
+    try:
+        for name in ("../escape", "/tmp/escape-abs", "a/../../escape"):
+            evil = EvilSource([{"name": name, "size": 4, "crc32c": crc32c.crc32c(b"evil")}], b"evil")
+            server = RpcServer(node_name="evil")
+            server.register_service("TabletCopy", evil)
+            await server.start("127.0.0.1", 0)
+            try:
+                with pytest.raises(KuduInvalidArgument):
+                    await fetch_tablet_copy(client, server.address, "t", tmp_path / "dest" / "d")
+            finally:
+                await server.stop(1.0)
+            assert not (tmp_path / "dest" / "d").exists()
+            assert not (tmp_path / "dest" / "escape").exists() and not (tmp_path / "escape").exists()
+            assert evil.ended == 1  # the session is ended even when its file list is refused
+    finally:
+        await client.close()
+        await evil_server.stop(1.0)
+
+
+async def test_source_sending_more_than_asked_is_corruption(tmp_path: Path) -> None:
+    evil = EvilSource([{"name": "f", "size": 4, "crc32c": crc32c.crc32c(b"abcd")}], b"abcd-and-more")
+    server = RpcServer(node_name="evil")
+    server.register_service("TabletCopy", evil)
+    await server.start("127.0.0.1", 0)
+    client = RpcClient("dst")
+    try:
+        with pytest.raises(KuduCorruption, match="offset 0"):
+            await fetch_tablet_copy(client, server.address, "t", tmp_path / "d")
+        assert not (tmp_path / "d").exists() and evil.ended == 1
+    finally:
+        await client.close()
+        await server.stop(1.0)
+
+
+async def test_session_expiring_mid_copy_fails_the_fetch_cleanly(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, _client, _images, tmp = env
+    _make(tmp / "src" / "e1", {"f": b"e" * 200_000})
+
+    async def stall(n: int) -> None:
+        if n == 1:  # after the first chunk the fetcher goes quiet past the 0.5 s idle timeout
+            await asyncio.sleep(1.5)
+
+    client = HookedClient(stall)
+    try:
+        with pytest.raises(KuduNotFound, match="expired"):
+            await fetch_tablet_copy(client, server.address, "e1", tmp / "d", chunk_bytes=64 * 1024)
+    finally:
+        await client.close()
+    assert not (tmp / "d").exists()
+    assert source.status() == [] and not any((tmp / "sessions").iterdir())
+
+
+async def test_transient_chunk_failures_are_retried(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, _client, _images, tmp = env
+    _make(tmp / "src" / "r1", {"f": bytes(range(256)) * 500})
+
+    async def flaky(n: int) -> None:
+        if n in (0, 1, 3):
+            raise KuduNetworkError("connection reset (test)")
+
+    client = HookedClient(flaky)
+    try:
+        await fetch_tablet_copy(client, server.address, "r1", tmp / "d", chunk_bytes=50_000)
+    finally:
+        await client.close()
+    assert (tmp / "d" / "f").read_bytes() == bytes(range(256)) * 500
+    assert client.fetches == 3 + 1 + 3  # 3 chunks of f, 1 of the blob, 3 failed attempts
+    assert source.status() == []
+
+
+async def test_chunk_failing_until_the_deadline_times_out(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, _client, _images, tmp = env
+    _make(tmp / "src" / "r2", {"f": b"1" * 10})
+
+    async def down(n: int) -> None:
+        raise KuduNetworkError("connection refused (test)")
+
+    client = HookedClient(down)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        with pytest.raises(KuduTimedOut, match="connection refused"):
+            await fetch_tablet_copy(client, server.address, "r2", tmp / "d", timeout_s=0.6)
+    finally:
+        await client.close()
+    assert loop.time() - t0 < 3.0
+    assert client.fetches > 2  # backed off and retried, not hammering and not giving up at once
+    assert not (tmp / "d").exists() and source.status() == []
+
+
+async def test_file_changed_in_place_after_begin_fails_the_whole_file_check(env) -> None:  # type: ignore[no-untyped-def]
+    server, _source, _client, _images, tmp = env
+    _make(tmp / "src" / "w1", {"f": b"a" * 100_000})
+
+    async def scribble(n: int) -> None:
+        if n == 1:  # the session holds a hard link: an in-place write reaches it; only the file CRC can tell
+            _overwrite(tmp / "src" / "w1" / "f", b"b" * 100_000)
+
+    client = HookedClient(scribble)
+    try:
+        with pytest.raises(KuduCorruption, match=r"f \(100000 bytes\) has CRC32C"):
+            await fetch_tablet_copy(client, server.address, "w1", tmp / "d", chunk_bytes=40_000)
+    finally:
+        await client.close()
+    assert not (tmp / "d").exists()
+
+
+async def test_cancelled_fetch_removes_dest_and_ends_session(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, _client, _images, tmp = env
+    _make(tmp / "src" / "c1", {"f": b"c" * 100_000})
+    stalled = asyncio.Event()
+
+    async def hang(n: int) -> None:
+        if n == 1:
+            stalled.set()
+            await asyncio.sleep(60)
+
+    client = HookedClient(hang)
+    try:
+        task = asyncio.create_task(fetch_tablet_copy(client, server.address, "c1", tmp / "d", chunk_bytes=40_000))
+        await asyncio.wait_for(stalled.wait(), 5)
+        assert (tmp / "d" / "f").exists()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await client.close()
+    assert not (tmp / "d").exists() and source.status() == []
+
+
+async def test_non_empty_destination_is_refused_and_left_alone(env) -> None:  # type: ignore[no-untyped-def]
+    server, source, client, _images, tmp = env
+    _make(tmp / "src" / "n1", {"f": b"1"})
+    _make(tmp / "d", {"precious": b"keep"})
+    with pytest.raises(KuduInvalidArgument, match="not an empty directory"):
+        await fetch_tablet_copy(client, server.address, "n1", tmp / "d")
+    assert (tmp / "d" / "precious").read_bytes() == b"keep"
+    (tmp / "d" / "precious").unlink()
+    await fetch_tablet_copy(client, server.address, "n1", tmp / "d")  # an existing empty dir is fine
+    assert (tmp / "d" / "f").read_bytes() == b"1" and source.status() == []
