@@ -6,6 +6,7 @@ The per-row forms exist for the kudu-python style API and tests; everything that
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -85,7 +86,20 @@ def ipc_to_table(data: bytes | memoryview | pa.Buffer) -> pa.Table:
 
 # --- row operations on the wire (Write RPC and the tablet WAL) ------------------------------------------
 
-VALID_OP_TYPES = (1, 2, 3, 5, 10, 11, 12, 13)  # Kudu's RowOperationsPB numbers: see tablet.ops.OpType
+class OpType(enum.IntEnum):
+    """Row operation types, numbered as Kudu's RowOperationsPB so wire values carry over."""
+
+    INSERT = 1
+    UPDATE = 2
+    DELETE = 3
+    UPSERT = 5
+    INSERT_IGNORE = 10
+    UPDATE_IGNORE = 11
+    DELETE_IGNORE = 12
+    UPSERT_IGNORE = 13
+
+
+VALID_OP_TYPES = tuple(int(t) for t in OpType)
 
 
 def encode_row_operations(

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from kudu_async.common.row_conversion import OpType
 
-class OpType(enum.IntEnum):
-    """Row operation types, numbered as Kudu's RowOperationsPB so wire values carry over."""
-
-    INSERT = 1
-    UPDATE = 2
-    DELETE = 3
-    UPSERT = 5
-    INSERT_IGNORE = 10
-    UPDATE_IGNORE = 11
-    DELETE_IGNORE = 12
-    UPSERT_IGNORE = 13
+__all__ = ["LoggedWrite", "OpType", "RowError", "WriteOp", "WriteResult"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,231 @@
+"""Where things are: the leader master, and each table's tablets with their replicas (cached, expiring).
+
+The client asks the masters only when it must: on first use of a table, when a cached entry expires
+(``LOCATION_TTL_S``), or when a tablet server says the cache is wrong (tablet not found there, no
+leader among the replicas it knows). Tablet leaders are learned from the master's answer and corrected
+by NOT_THE_LEADER hints, so a leader change costs one extra RPC, not a master round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kudu_async.client.retry import RETRYABLE, Deadline
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduInvalidArgument,
+    KuduNotTheLeader,
+)
+from kudu_async.common.partition import Partition
+from kudu_async.rpc.client import RpcClient
+
+log = logging.getLogger(__name__)
+
+LOCATION_TTL_S = 300.0
+
+
+def parse_master_addresses(addresses: Sequence[str]) -> list[str]:
+    out = []
+    for a in addresses:
+        if not isinstance(a, str) or ":" not in a:
+            raise KuduInvalidArgument(f"master address {a!r} must be 'host:port'")
+        host, _, port = a.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise KuduInvalidArgument(f"master address {a!r} must be 'host:port' with a port in 1..65535")
+        out.append(f"{host}:{int(port)}")
+    if not out:
+        raise KuduInvalidArgument("at least one master address is needed")
+    return list(dict.fromkeys(out))
+
+
+class MasterClient:
+    """Calls on the leader master, finding it (and re-finding it after a failover) by itself."""
+
+    def __init__(self, rpc: RpcClient, addresses: Sequence[str], rpc_timeout_s: float) -> None:
+        self.rpc = rpc
+        self.addresses = parse_master_addresses(addresses)
+        self.rpc_timeout_s = rpc_timeout_s
+        self.leader: str | None = None
+
+    async def call(self, method: str, req: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+        last: BaseException | None = None
+        while True:
+            deadline.left(last)
+            addr = self.leader or await self._find_leader(deadline)
+            if addr is not None:
+                try:
+                    reply: dict[str, Any] = await self.rpc.call(addr, "Master", method, req,
+                                                                timeout_s=deadline.rpc_timeout(self.rpc_timeout_s))
+                    self.leader = addr
+                    return reply
+                except KuduNotTheLeader as e:
+                    last = e
+                    hint = e.details.get("leader_address")
+                    self.leader = hint if hint in self.addresses and hint != addr else None
+                except RETRYABLE as e:
+                    last = e
+                    self.leader = None
+            else:
+                last = KuduNotTheLeader(f"no leader master among {', '.join(self.addresses)}")
+            await deadline.backoff(last)
+
+    async def find_leader(self, deadline: Deadline) -> str:
+        """The leader master's address, waiting (with backoff) for one to be elected."""
+        while True:
+            addr = self.leader or await self._find_leader(deadline)
+            if addr is not None:
+                return addr
+            await deadline.backoff(KuduNotTheLeader(f"no leader master among {', '.join(self.addresses)}"))
+
+    async def _find_leader(self, deadline: Deadline) -> str | None:
+        """Ask every master at once; the first that says it leads wins, else the hint most of them give."""
+        timeout = deadline.rpc_timeout(min(self.rpc_timeout_s, 3.0))
+
+        async def ask(addr: str) -> dict[str, Any] | None:
+            try:
+                r: dict[str, Any] = await self.rpc.call(addr, "Master", "ConnectToMaster", {}, timeout_s=timeout)
+                return r
+            except KuduBadStatus:
+                return None
+
+        answers = await asyncio.gather(*(ask(a) for a in self.addresses))
+        hints: list[str] = []
+        for addr, ans in zip(self.addresses, answers, strict=True):
+            if ans is None:
+                continue
+            if ans.get("leader"):
+                self.leader = addr
+                return addr
+            if ans.get("leader_address") in self.addresses:
+                hints.append(ans["leader_address"])
+        return None if not hints else max(set(hints), key=hints.count)
+
+
+@dataclass
+class ReplicaLocation:
+    uuid: str
+    rpc_address: str
+    role: str  # LEADER | FOLLOWER | LEARNER | UNKNOWN
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uuid": self.uuid, "rpc_address": self.rpc_address, "role": self.role}
+
+
+@dataclass
+class TabletLocation:
+    """One tablet of a table, and where its replicas are (kudu-python's ``Tablet``)."""
+
+    tablet_id: str
+    partition: Partition
+    replicas: list[ReplicaLocation]
+    leader_address: str | None = None
+    failed: set[str] = field(default_factory=set)  # addresses that failed us recently
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> TabletLocation:
+        reps = [ReplicaLocation(r["uuid"], r["rpc_address"], r.get("role", "UNKNOWN"))
+                for r in d.get("replicas", []) if r.get("rpc_address")]
+        leader = next((r.rpc_address for r in reps if r.role == "LEADER"), None)
+        return cls(d["tablet_id"], Partition.from_dict(d["partition"]), reps, leader)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"tablet_id": self.tablet_id, "partition": self.partition.to_dict(),
+                "replicas": [r.to_dict() for r in self.replicas]}
+
+    def id(self) -> str:  # kudu-python: Tablet.id()
+        return self.tablet_id
+
+    def addresses(self) -> list[str]:
+        return [r.rpc_address for r in self.replicas if r.role != "LEARNER"]
+
+    def next_leader_guess(self) -> str | None:
+        """The known leader, else a replica that has not failed us yet (they tell who leads)."""
+        if self.leader_address and self.leader_address not in self.failed:
+            return self.leader_address
+        for a in self.addresses():
+            if a not in self.failed:
+                return a
+        return None
+
+
+class TableLocations:
+    """All tablets of one table, sorted by partition-key start (the master sends them that way)."""
+
+    def __init__(self, table_id: str, tablets: list[TabletLocation]) -> None:
+        self.table_id = table_id
+        self.tablets = sorted(tablets, key=lambda t: t.partition.partition_key_start)
+        self.starts = [t.partition.partition_key_start for t in self.tablets]
+        self.fetched_at = time.monotonic()
+
+    def expired(self, now: float) -> bool:
+        return now - self.fetched_at > LOCATION_TTL_S
+
+    def find(self, partition_key: bytes) -> TabletLocation | None:
+        i = bisect.bisect_right(self.starts, partition_key) - 1
+        if i < 0:
+            return None
+        t = self.tablets[i]
+        return t if t.partition.contains(partition_key) else None
+
+    def assign(self, keys: list[bytes]) -> np.ndarray:
+        """For each partition key, the index of its tablet, or -1 where no tablet covers it (a range gap)."""
+        if not keys:
+            return np.zeros(0, dtype=np.int64)
+        starts = np.array(self.starts, dtype=object)
+        arr = np.array(keys, dtype=object)
+        idx = np.searchsorted(starts, arr, side="right").astype(np.int64) - 1
+        ends = np.array([t.partition.partition_key_end for t in self.tablets], dtype=object)
+        out = idx.copy()
+        valid = idx >= 0
+        if valid.any():
+            e = ends[idx[valid]]
+            k = arr[valid]
+            inside = np.array([not end or key < end for key, end in zip(k, e, strict=True)], dtype=bool)
+            sub = out[valid]
+            sub[~inside] = -1
+            out[valid] = sub
+        return out
+
+    def by_id(self, tablet_id: str) -> TabletLocation | None:
+        return next((t for t in self.tablets if t.tablet_id == tablet_id), None)
+
+
+class MetaCache:
+    """Table locations by table id; one fetch in flight per table."""
+
+    def __init__(self, masters: MasterClient) -> None:
+        self.masters = masters
+        self._tables: dict[str, TableLocations] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def locations(self, table_id: str, deadline: Deadline, *, refresh: bool = False) -> TableLocations:
+        cached = self._tables.get(table_id)
+        if cached is not None and not refresh and not cached.expired(time.monotonic()):
+            return cached
+        lock = self._locks.setdefault(table_id, asyncio.Lock())
+        async with lock:
+            now_cached = self._tables.get(table_id)
+            if now_cached is not None and now_cached is not cached and not now_cached.expired(time.monotonic()):
+                return now_cached  # someone refreshed while we waited
+            reply = await self.masters.call("GetTableLocations", {"table_id": table_id}, deadline)
+            tablets = [TabletLocation.from_wire(t) for t in reply.get("tablets", [])]
+            if cached is not None:  # keep learned leaders when the master does not know one yet
+                for t in tablets:
+                    old = cached.by_id(t.tablet_id)
+                    if old is not None and t.leader_address is None and old.leader_address in t.addresses():
+                        t.leader_address = old.leader_address
+            locs = TableLocations(table_id, tablets)
+            self._tables[table_id] = locs
+            return locs
+
+    def invalidate(self, table_id: str) -> None:
+        self._tables.pop(table_id, None)
+

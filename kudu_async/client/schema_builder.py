@@ -1,0 +1,211 @@
+"""kudu-python's schema builder and partitioning objects, building our common Schema and PartitionSchema.
+
+``kudu.schema_builder()`` -> ``SchemaBuilder.add_column(...)`` returns a fluent ``ColumnSpec``; ``build()``
+gives a ``Schema``. ``Partitioning`` collects hash levels, range columns, range bounds and split rows,
+and becomes the wire form CreateTable takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kudu_async.common import types as T
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.partition import HashDimension, PartitionSchema
+from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.common.types import value_to_wire
+
+NO_DEFAULT: Any = object()  # "no default given" (None is a real default: NULL)
+
+
+class ColumnSpec:
+    """One column being described; every setter returns the spec so calls chain."""
+
+    def __init__(self, builder: SchemaBuilder, name: str) -> None:
+        self._builder = builder
+        self.name = name
+        self._type: T.KuduType | None = None
+        self._nullable: bool | None = None
+        self._default: Any = NO_DEFAULT
+        self._attrs: dict[str, Any] = {}
+        self._primary_key = False
+
+    def type(self, type_: Any) -> ColumnSpec:
+        self._type = T.type_from_name(type_)
+        return self
+
+    def nullable(self, nullable: bool = True) -> ColumnSpec:
+        self._nullable = bool(nullable)
+        return self
+
+    def primary_key(self) -> ColumnSpec:
+        self._primary_key = True
+        return self
+
+    def default(self, value: Any) -> ColumnSpec:
+        self._default = value
+        return self
+
+    def remove_default(self) -> ColumnSpec:
+        self._default = NO_DEFAULT
+        return self
+
+    def _set(self, key: str, value: Any) -> ColumnSpec:
+        self._attrs[key] = value
+        return self
+
+    def compression(self, compression: str) -> ColumnSpec:
+        return self._set("compression", compression)
+
+    def encoding(self, encoding: str) -> ColumnSpec:
+        return self._set("encoding", encoding)
+
+    def precision(self, precision: int) -> ColumnSpec:
+        return self._set("precision", precision)
+
+    def scale(self, scale: int) -> ColumnSpec:
+        return self._set("scale", scale)
+
+    def length(self, length: int) -> ColumnSpec:
+        return self._set("length", length)
+
+    def comment(self, comment: str) -> ColumnSpec:
+        return self._set("comment", comment)
+
+    def block_size(self, block_size: int) -> ColumnSpec:
+        return self._set("block_size", block_size)
+
+    def immutable(self, immutable: bool = True) -> ColumnSpec:
+        return self._set("immutable", bool(immutable))
+
+    def mutable(self) -> ColumnSpec:
+        return self._set("immutable", False)
+
+    def rename(self, new_name: str) -> ColumnSpec:
+        """Used by the table alterer (``alter_column(name).rename(new)``)."""
+        return self._set("new_name", new_name)
+
+    def to_column(self, *, key: bool) -> ColumnSchema:
+        if self._type is None:
+            raise KuduInvalidArgument(f"column '{self.name}': no type given")
+        nullable = (not key) if self._nullable is None else self._nullable
+        if key and nullable:
+            raise KuduInvalidArgument(f"key column '{self.name}' cannot be nullable")
+        attrs = {k: v for k, v in self._attrs.items() if k != "new_name"}
+        return ColumnSchema(self.name, self._type, nullable,
+                            None if self._default is NO_DEFAULT else self._default, **attrs)
+
+
+class SchemaBuilder:
+    """kudu-python's ``SchemaBuilder``: key columns first, as Kudu requires."""
+
+    def __init__(self) -> None:
+        self._specs: list[ColumnSpec] = []
+        self._keys: list[str] | None = None
+
+    def add_column(self, name: str, type_: Any = None, nullable: bool | None = None, compression: str | None = None,
+                   encoding: str | None = None, primary_key: bool = False, block_size: int | None = None,
+                   default: Any = NO_DEFAULT, precision: int | None = None, scale: int | None = None,
+                   length: int | None = None, comment: str | None = None) -> ColumnSpec:
+        if any(s.name == name for s in self._specs):
+            raise KuduInvalidArgument(f"column '{name}' added twice")
+        spec = ColumnSpec(self, name)
+        self._specs.append(spec)
+        if type_ is not None:
+            spec.type(type_)
+        if nullable is not None:
+            spec.nullable(nullable)
+        if primary_key:
+            spec.primary_key()
+        if default is not NO_DEFAULT:
+            spec.default(default)
+        for key, v in (("compression", compression), ("encoding", encoding), ("block_size", block_size),
+                       ("precision", precision), ("scale", scale), ("length", length), ("comment", comment)):
+            if v is not None:
+                spec._set(key, v)
+        return spec
+
+    def set_primary_keys(self, key_names: Sequence[str]) -> SchemaBuilder:
+        self._keys = list(key_names)
+        return self
+
+    def build(self) -> Schema:
+        if not self._specs:
+            raise KuduInvalidArgument("a schema needs at least one column")
+        keys = self._keys if self._keys is not None else [s.name for s in self._specs if s._primary_key]
+        if not keys:
+            raise KuduInvalidArgument("no primary key: mark columns with primary_key() or set_primary_keys()")
+        names = [s.name for s in self._specs]
+        for k in keys:
+            if k not in names:
+                raise KuduInvalidArgument(f"primary key column '{k}' is not in the schema")
+        if names[: len(keys)] != keys:
+            raise KuduInvalidArgument(f"primary key columns {keys} must be the first columns, in order "
+                                      f"(the schema starts with {names[: len(keys)]})")
+        cols = [s.to_column(key=i < len(keys)) for i, s in enumerate(self._specs)]
+        return Schema(cols, len(keys))
+
+
+def schema_builder() -> SchemaBuilder:
+    return SchemaBuilder()
+
+
+class Partitioning:
+    """kudu-python's ``Partitioning``: hash levels plus range columns, bounds and split rows."""
+
+    def __init__(self) -> None:
+        self._hash: list[tuple[list[str], int, int | None]] = []
+        self._range_cols: list[str] | None = None
+        self._bounds: list[tuple[Any, Any, str, str]] = []
+        self._splits: list[Any] = []
+
+    def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int,
+                            seed: int | None = None) -> Partitioning:
+        cols = [column_names] if isinstance(column_names, str) else list(column_names)
+        self._hash.append((cols, num_buckets, seed))
+        return self
+
+    def set_range_partition_columns(self, column_names: Sequence[str] | str) -> Partitioning:
+        self._range_cols = [column_names] if isinstance(column_names, str) else list(column_names)
+        return self
+
+    def add_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
+                            lower_bound_type: str = "inclusive", upper_bound_type: str = "exclusive") -> Partitioning:
+        self._bounds.append((lower_bound, upper_bound, lower_bound_type, upper_bound_type))
+        return self
+
+    def add_range_partition_split(self, split_row: Any) -> Partitioning:
+        self._splits.append(split_row)
+        return self
+
+    def partition_schema(self, schema: Schema) -> PartitionSchema:
+        dims = [HashDimension(cols, n, 0 if seed is None else seed) for cols, n, seed in self._hash]
+        ranges = schema.key_names if self._range_cols is None else self._range_cols
+        return PartitionSchema(schema, dims, ranges)
+
+    def to_wire(self, schema: Schema) -> dict[str, Any]:
+        """``partition_schema``, ``range_bounds`` and ``split_rows`` of a CreateTable request (validated here,
+        so a bad bound is named before anything reaches the master)."""
+        ps = self.partition_schema(schema)
+        ps.create_partitions(self._bounds, self._splits)  # raises on overlaps, bad splits, wrong columns
+        return {"partition_schema": ps.to_dict(),
+                "range_bounds": [bound_to_wire(ps, lo, hi, lt, ut) for lo, hi, lt, ut in self._bounds],
+                "split_rows": [row_to_wire(ps, s) for s in self._splits]}
+
+
+def row_to_wire(ps: PartitionSchema, row: Any) -> Any:
+    """A bound or split row over the range columns, as a map of wire values (tuples by range order)."""
+    if row is None:
+        return None
+    if isinstance(row, Mapping):
+        d = dict(row)
+    else:
+        vals = [row] if not isinstance(row, list | tuple) else list(row)
+        d = dict(zip(ps.range_schema.columns, vals, strict=False))
+    return {k: value_to_wire(v) for k, v in d.items()}
+
+
+def bound_to_wire(ps: PartitionSchema, lower: Any, upper: Any, lower_type: str, upper_type: str) -> dict[str, Any]:
+    return {"lower": row_to_wire(ps, lower), "upper": row_to_wire(ps, upper),
+            "lower_bound_type": lower_type, "upper_bound_type": upper_type}

@@ -1,0 +1,489 @@
+"""Write sessions: buffer operations, route them to tablet leaders in per-tablet Arrow batches, collect
+per-row errors (kudu-python's ``Session``, async core).
+
+Routing is vectorised: a flush builds one Arrow batch per table, computes every row's partition key
+with pyarrow, finds each row's tablet by binary search over the tablets' start keys, and sends one Write
+per tablet (split to bounded RPCs). Tablets are written concurrently; a tablet's RPCs go in order, so
+operations on one row apply in the order they were applied to the session. A write that meets a schema
+change is rebuilt for the new schema; a tablet that moved is re-routed after a location refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from kudu_async.client.meta_cache import TableLocations
+from kudu_async.client.retry import Deadline
+from kudu_async.client.table import OPERATIONS, Table, WriteOperation, op_type_of
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduIncomplete,
+    KuduInvalidArgument,
+    KuduIOError,
+    KuduNotFound,
+    error_from_code,
+)
+from kudu_async.common.row_conversion import OpType, encode_row_operations
+from kudu_async.common.schema import ColumnSchema, Schema
+
+if TYPE_CHECKING:
+    from kudu_async.client.aio import AsyncClient
+
+log = logging.getLogger(__name__)
+
+FLUSH_AUTO_SYNC = "sync"
+FLUSH_AUTO_BACKGROUND = "background"
+FLUSH_MANUAL = "manual"
+_FLUSH_MODES = {"sync": FLUSH_AUTO_SYNC, "auto_sync": FLUSH_AUTO_SYNC, "auto_flush_sync": FLUSH_AUTO_SYNC,
+                "background": FLUSH_AUTO_BACKGROUND, "auto_background": FLUSH_AUTO_BACKGROUND,
+                "auto_flush_background": FLUSH_AUTO_BACKGROUND, "manual": FLUSH_MANUAL, "manual_flush": FLUSH_MANUAL}
+
+MAX_ROWS_PER_RPC = 20_000
+MAX_BYTES_PER_RPC = 8 * 1024 * 1024
+MAX_PENDING_ERRORS = 10_000
+MAX_TABLETS_IN_FLIGHT = 32
+_IGNORE_KINDS = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE))
+_METRIC_NAMES = {OpType.INSERT: "insert", OpType.INSERT_IGNORE: "insert", OpType.UPSERT: "upsert",
+                 OpType.UPSERT_IGNORE: "upsert", OpType.UPDATE: "update", OpType.UPDATE_IGNORE: "update",
+                 OpType.DELETE: "delete", OpType.DELETE_IGNORE: "delete"}
+
+
+class KuduError:
+    """One failed row of a flush (kudu-python's ``KuduError``): the status and the operation."""
+
+    def __init__(self, status: KuduBadStatus, op: WriteOperation | dict[str, Any], possibly_successful: bool = False):
+        self.status = status
+        self._op = op
+        self._possibly = possibly_successful
+
+    def failed_op(self) -> WriteOperation | dict[str, Any]:
+        return self._op
+
+    def was_possibly_successful(self) -> bool:
+        return self._possibly
+
+    def __str__(self) -> str:
+        return f"{self.status} ({self._op!r})"
+
+    __repr__ = __str__
+
+
+@dataclass
+class _Batch:
+    """Row operations for one table: full-schema rows, one op type per row, the cells each row sets."""
+
+    table: Table
+    rows: pa.RecordBatch
+    op_types: np.ndarray  # int8
+    set_cols: np.ndarray | None  # rows x columns bool; None = every cell set
+    ops: Sequence[WriteOperation] | None  # for errors; None for Arrow input (the row itself is reported)
+
+    def failed(self, i: int) -> WriteOperation | dict[str, Any]:
+        if self.ops is not None:
+            return self.ops[i]
+        return self.rows.slice(i, 1).to_pylist()[0]
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    n = 0
+    for v in row.values():
+        n += len(v) if isinstance(v, str | bytes) else 8
+    return n + 16
+
+
+class AsyncSession:
+    def __init__(self, client: AsyncClient, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000,
+                 mutation_buffer_sz: int = 7 * 1024 * 1024, mutation_buffer_max_num: int = 100_000,
+                 flush_interval_ms: int = 1000, flush_watermark: float = 0.5) -> None:
+        self.client = client
+        self.flush_mode = FLUSH_MANUAL
+        self.set_flush_mode(flush_mode)
+        self.timeout_ms = timeout_ms
+        self.set_timeout_ms(timeout_ms)
+        self.buffer_bytes_limit = mutation_buffer_sz
+        self.buffer_max_num = mutation_buffer_max_num
+        self.flush_interval_ms = flush_interval_ms
+        self.flush_watermark = flush_watermark
+        self._buf: list[tuple[WriteOperation, dict[str, Any]]] = []
+        self._buf_bytes = 0
+        self._errors: list[KuduError] = []
+        self._overflowed = False
+        self._metrics: dict[str, int] = {f"successful_{k}s": 0 for k in ("insert", "upsert", "update", "delete")}
+        self._metrics.update({f"{k}_ignore_errors": 0 for k in ("insert", "upsert", "update", "delete")})
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- configuration (kudu-python names) -----------------------------------------------------------
+
+    def set_flush_mode(self, mode: str) -> None:
+        m = _FLUSH_MODES.get(str(mode).lower())
+        if m is None:
+            raise KuduInvalidArgument(f"flush mode must be one of manual, sync, background; not {mode!r}")
+        self.flush_mode = m
+
+    def set_timeout_ms(self, ms: int) -> None:
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
+            raise KuduInvalidArgument("timeout_ms must be a positive integer")
+        self.timeout_ms = ms
+
+    def set_mutation_buffer_space(self, size_bytes: int) -> None:
+        self.buffer_bytes_limit = int(size_bytes)
+
+    def set_mutation_buffer_max_num(self, n: int) -> None:
+        self.buffer_max_num = int(n)
+
+    def set_mutation_buffer_flush_watermark(self, watermark: float) -> None:
+        if not 0.0 < watermark <= 1.0:
+            raise KuduInvalidArgument("flush watermark is a fraction in (0, 1]")
+        self.flush_watermark = watermark
+
+    def set_mutation_buffer_flush_interval(self, ms: int) -> None:
+        self.flush_interval_ms = int(ms)
+
+    # --- applying ------------------------------------------------------------------------------------
+
+    async def apply(self, op: WriteOperation) -> None:
+        """Buffer (or, in FLUSH_AUTO_SYNC, send) one operation; a bad row is refused here, naming why."""
+        if self._closed:
+            raise KuduIncomplete("session is closed")
+        if not isinstance(op, WriteOperation):
+            raise KuduInvalidArgument(f"apply() takes an operation from table.new_insert() etc., not {op!r}")
+        row = op.validated(op.table.schema)
+        if self.flush_mode == FLUSH_AUTO_SYNC:
+            errors_before = len(self._errors)
+            await self._write_ops([(op, row)])
+            if len(self._errors) > errors_before:
+                raise self._errors[-1].status
+            return
+        size = _row_bytes(row)
+        if self._buf_bytes + size > self.buffer_bytes_limit or len(self._buf) >= self.buffer_max_num:
+            if self.flush_mode == FLUSH_MANUAL:
+                raise KuduIncomplete(f"mutation buffer is full ({len(self._buf)} operations, {self._buf_bytes} bytes);"
+                                     " flush() first or set_mutation_buffer_space()")
+            await self._start_background_flush()
+            while self._inflight and self._buf and (self._buf_bytes + size > self.buffer_bytes_limit):
+                await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+        self._buf.append((op, row))
+        self._buf_bytes += size
+        if self.flush_mode == FLUSH_AUTO_BACKGROUND:
+            self._ensure_timer()
+            if self._buf_bytes >= self.buffer_bytes_limit * self.flush_watermark:
+                await self._start_background_flush()
+
+    async def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
+        """Write a whole Arrow batch of one operation type now (the bulk path: no per-row Python).
+
+        Columns may be any subset in any order (missing ones take their defaults for inserts and upserts;
+        updates set only the given columns). Returns the number of rows sent; failed rows go to
+        ``get_pending_errors()`` like any other, and this raises like ``flush()`` when some failed.
+        """
+        op_type = op_type_of(op)
+        name = OPERATIONS[str(op).lower()].op_name
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist(
+                [], batch.schema)
+        given = set(batch.schema.names)
+        checked, bad = table.schema.validate_batch_rows(batch, for_op=name)
+        full, set_cols = _widen(table.schema, checked, given)
+        n = full.num_rows
+        errors_before = len(self._errors)
+        keep = np.ones(n, dtype=bool)
+        for i, msg in bad.items():
+            keep[i] = False
+            self._add_error(KuduError(KuduInvalidArgument(msg), full.slice(i, 1).to_pylist()[0]))
+        if not keep.all():
+            idx = pa.array(np.flatnonzero(keep))
+            full = full.take(idx)
+            set_cols = None if set_cols is None else set_cols[keep]
+        if full.num_rows:
+            await self._send(_Batch(table, full, np.full(full.num_rows, int(op_type), dtype=np.int8), set_cols, None))
+        self._raise_if_new_errors(errors_before, "apply_arrow")
+        return n
+
+    async def flush(self) -> None:
+        """Send everything buffered and wait; raises KuduBadStatus when rows failed (see get_pending_errors)."""
+        errors_before = len(self._errors)
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        if self._buf:
+            ops, self._buf, self._buf_bytes = self._buf, [], 0
+            await self._write_ops(ops)
+        self._raise_if_new_errors(errors_before, "flush")
+
+    def _raise_if_new_errors(self, before: int, what: str) -> None:
+        new = len(self._errors) - before
+        if new > 0 or (self._overflowed and before >= MAX_PENDING_ERRORS):
+            first = self._errors[before] if new > 0 else self._errors[-1]
+            raise KuduIOError(f"{what}: {max(new, 1)} row(s) failed; first: {first}; see get_pending_errors()",
+                                {"errors": new})
+
+    async def _start_background_flush(self) -> None:
+        if not self._buf:
+            return
+        ops, self._buf, self._buf_bytes = self._buf, [], 0
+        task = asyncio.get_running_loop().create_task(self._write_ops(ops))
+        self._inflight.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background flush failed", exc_info=task.exception())
+
+    def _ensure_timer(self) -> None:
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.get_running_loop().create_task(self._interval_flusher())
+
+    async def _interval_flusher(self) -> None:
+        while not self._closed and self.flush_mode == FLUSH_AUTO_BACKGROUND:
+            await asyncio.sleep(self.flush_interval_ms / 1000.0)
+            await self._start_background_flush()
+
+    async def close(self) -> None:
+        """Flush what is buffered, then stop the background flusher."""
+        if self._closed:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._timer
+
+    # --- errors and metrics --------------------------------------------------------------------------
+
+    def _add_error(self, err: KuduError) -> None:
+        if len(self._errors) >= MAX_PENDING_ERRORS:
+            self._overflowed = True
+            return
+        self._errors.append(err)
+
+    def get_pending_errors(self) -> tuple[list[KuduError], bool]:
+        """(errors, overflowed) and clear them, as kudu-python does."""
+        out, over = self._errors, self._overflowed
+        self._errors, self._overflowed = [], False
+        return out, over
+
+    def count_pending_errors(self) -> int:
+        return len(self._errors)
+
+    def get_write_op_metrics(self) -> dict[str, int]:
+        return dict(self._metrics)
+
+    def count_buffered_operations(self) -> int:
+        return len(self._buf)
+
+    # --- sending ---------------------------------------------------------------------------------------
+
+    async def _write_ops(self, ops: list[tuple[WriteOperation, dict[str, Any]]]) -> None:
+        by_table: dict[str, list[tuple[WriteOperation, dict[str, Any]]]] = {}
+        for op, row in ops:
+            by_table.setdefault(op.table.id, []).append((op, row))
+        await asyncio.gather(*(self._send(_ops_to_batch(group)) for group in by_table.values()))
+
+    async def _send(self, b: _Batch) -> None:
+        """Route a table's batch to its tablets and write them (tablets concurrently, in order per tablet)."""
+        deadline = Deadline(self.timeout_ms / 1000.0, f"write of {b.rows.num_rows} rows to table {b.table.name}")
+        try:
+            await self._route_and_write(b, deadline, refresh=False)
+        except KuduBadStatus as e:
+            # The whole batch failed (deadline, no leader, table gone): every row not yet answered fails,
+            # and may or may not have been applied.
+            for i in range(b.rows.num_rows):
+                self._add_error(KuduError(e, b.failed(i), possibly_successful=True))
+
+    async def _route_and_write(self, b: _Batch, deadline: Deadline, refresh: bool) -> None:
+        locs = await self.client.meta.locations(b.table.id, deadline, refresh=refresh)
+        keys = b.table.partition_schema.partition_keys(b.rows).to_pylist()
+        where = locs.assign(keys)
+        for i in np.flatnonzero(where < 0).tolist():
+            self._add_error(KuduError(KuduNotFound(f"no tablet of table {b.table.name} covers this row (no range "
+                                                   "partition for it)"), b.failed(i)))
+        tablets = [int(t) for t in np.unique(where[where >= 0])]
+        sem = asyncio.Semaphore(MAX_TABLETS_IN_FLIGHT)
+        moved: list[np.ndarray] = []
+
+        async def one(t: int) -> None:
+            rows = np.flatnonzero(where == t)
+            async with sem:
+                left = await self._write_tablet(b, locs, t, rows, deadline)
+            if left is not None and len(left):
+                moved.append(left)
+
+        await asyncio.gather(*(one(t) for t in tablets))
+        if moved:  # tablets not found where the cache said: refresh and route those rows again
+            idx = np.sort(np.concatenate(moved))
+            sub = _Batch(b.table, b.rows.take(pa.array(idx)), b.op_types[idx],
+                         None if b.set_cols is None else b.set_cols[idx],
+                         None if b.ops is None else [b.ops[i] for i in idx.tolist()])
+            await deadline.backoff(None)
+            await self._route_and_write(sub, deadline, refresh=True)
+
+    async def _write_tablet(self, b: _Batch, locs: TableLocations, t: int, rows: np.ndarray,
+                            deadline: Deadline) -> np.ndarray | None:
+        """Write ``rows`` of ``b`` to tablet ``t`` in ordered RPCs; returns the rows to re-route if it moved."""
+        tablet = locs.tablets[t]
+        for seg in _segments(b, rows):
+            try:
+                await self._write_segment(b, tablet.tablet_id, seg, deadline)
+            except _TabletMoved:
+                return rows[np.searchsorted(rows, seg[0]):]
+        return None
+
+    async def _write_segment(self, b: _Batch, tablet_id: str, seg: np.ndarray, deadline: Deadline) -> None:
+        idx = pa.array(seg)
+        while True:
+            schema = b.table.schema
+            rows = b.rows.take(idx)
+            types = b.op_types[seg]
+            set_cols = None if b.set_cols is None else b.set_cols[seg]
+            req = {"tablet_id": tablet_id, "schema_version": b.table.schema_version,
+                   **encode_row_operations(rows, types, set_cols)}
+            seen = self.client.latest_observed_timestamp()
+            if seen:
+                req["propagated_timestamp"] = seen
+            try:
+                reply = await self.client.call_tablet_leader(b.table, tablet_id, "Write", req, deadline)
+            except KuduNotFound as e:
+                if e.details.get("error") == "TABLET_NOT_FOUND":
+                    raise _TabletMoved() from e
+                raise
+            except KuduInvalidArgument as e:
+                if e.details.get("error") != "MISMATCHED_SCHEMA":
+                    raise
+                await self.client.reload_table(b.table, deadline)
+                if b.table.schema != schema:
+                    _adapt(b, schema, b.table.schema)
+                    continue
+                raise
+            self._take_reply(b, seg, types, reply)
+            return
+
+    def _take_reply(self, b: _Batch, seg: np.ndarray, types: np.ndarray, reply: dict[str, Any]) -> None:
+        if reply.get("timestamp"):
+            self.client.observe_timestamp(int(reply["timestamp"]))
+        failed = np.zeros(len(seg), dtype=bool)
+        for e in reply.get("row_errors") or []:
+            i = int(e["row_index"])
+            failed[i] = True
+            self._add_error(KuduError(error_from_code(str(e["code"]), str(e.get("message", ""))),
+                                      b.failed(int(seg[i]))))
+        ok = types[~failed]
+        ignored = int(reply.get("ignored", 0))
+        for t in np.unique(ok).tolist():
+            name = _METRIC_NAMES[OpType(t)]
+            n = int((ok == t).sum())
+            if t in _IGNORE_KINDS:  # a segment holds one ignore kind at most, so this is exact
+                self._metrics[f"{name}_ignore_errors"] += ignored
+                n -= ignored
+            self._metrics[f"successful_{name}s"] += n
+
+
+class _TabletMoved(Exception):
+    """The tablet is not where the location cache said (range dropped and re-added, replicas moved)."""
+
+
+def _segments(b: _Batch, rows: np.ndarray) -> list[np.ndarray]:
+    """Split one tablet's rows (kept in order) into RPC-sized runs holding at most one *_IGNORE kind."""
+    if not len(rows):
+        return []
+    per_row = max(1, b.rows.nbytes // max(1, b.rows.num_rows))
+    cap = max(1, min(MAX_ROWS_PER_RPC, MAX_BYTES_PER_RPC // per_row))
+    types = b.op_types[rows]
+    out: list[np.ndarray] = []
+    start = 0
+    kind = 0
+    for i in range(len(rows)):
+        t = int(types[i])
+        k = t if t in _IGNORE_KINDS else 0
+        if i - start >= cap or (k and kind and k != kind):
+            out.append(rows[start:i])
+            start, kind = i, 0
+        if k:
+            kind = k
+    out.append(rows[start:])
+    return out
+
+
+def _ops_to_batch(group: list[tuple[WriteOperation, dict[str, Any]]]) -> _Batch:
+    """Row operations of one table as a full-schema Arrow batch (per-row Python: this is the row API)."""
+    table = group[0][0].table
+    schema = table.schema
+    names = schema.names
+    n = len(group)
+    cols = {c: [None] * n for c in names}
+    set_cols = np.zeros((n, len(names)), dtype=bool)
+    types = np.empty(n, dtype=np.int8)
+    col_pos = {c: i for i, c in enumerate(names)}
+    for r, (op, row) in enumerate(group):
+        types[r] = int(op.op_type)
+        given = op.cells
+        for c, v in row.items():
+            cols[c][r] = v
+        if op.op_name.startswith("insert"):
+            set_cols[r, :] = True
+        else:
+            for c in given:
+                set_cols[r, col_pos[c]] = True
+            set_cols[r, : schema.num_key_columns] = True
+    arrays = [pa.array(cols[c.name], c.arrow_type) for c in schema.columns]
+    rows = pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
+    return _Batch(table, rows, types, None if set_cols.all() else set_cols, [op for op, _ in group])
+
+
+def _widen(schema: Schema, checked: pa.RecordBatch, given: set[str]) -> tuple[pa.RecordBatch, np.ndarray | None]:
+    """A validated batch (maybe fewer columns) as full-schema rows plus the cells it sets."""
+    n = checked.num_rows
+    arrays = []
+    set_cols = np.zeros((n, len(schema)), dtype=bool)
+    for ci, c in enumerate(schema.columns):
+        if c.name in checked.schema.names:
+            arrays.append(checked.column(c.name))
+            if c.name in given or ci < schema.num_key_columns:
+                set_cols[:, ci] = True
+        else:
+            arrays.append(pa.nulls(n, c.arrow_type))
+    full = pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
+    return full, (None if set_cols.all() else set_cols)
+
+
+def _adapt(b: _Batch, old: Schema, new: Schema) -> None:
+    """Rebuild ``b`` for a table schema that changed under it: columns matched by column id (so a rename
+    keeps its data), new ones unset (their default for inserted rows), dropped ones refused if set."""
+    n = b.rows.num_rows
+    set_cols = b.set_cols if b.set_cols is not None else np.ones((n, len(old)), dtype=bool)
+
+    def ident(c: ColumnSchema) -> Any:
+        return c.id if c.id is not None else c.name
+
+    new_pos = {ident(c): i for i, c in enumerate(new.columns)}
+    old_pos = {ident(c): i for i, c in enumerate(old.columns)}
+    for ci, c in enumerate(old.columns):
+        if ident(c) not in new_pos and set_cols[:, ci].any() and b.rows.column(ci).null_count < n:
+            raise KuduInvalidArgument(f"column '{c.name}' is no longer in table {b.table.name} (dropped while "
+                                      "this write was in flight)")
+    arrays = []
+    new_set = np.zeros((n, len(new)), dtype=bool)
+    insertish = np.isin(b.op_types, [int(OpType.INSERT), int(OpType.INSERT_IGNORE), int(OpType.UPSERT),
+                                     int(OpType.UPSERT_IGNORE)])
+    for ci, c in enumerate(new.columns):
+        oi = old_pos.get(ident(c))
+        if oi is not None:
+            arrays.append(b.rows.column(oi).cast(c.arrow_type))
+            new_set[:, ci] = set_cols[:, oi]
+        else:
+            vals = [c.default if ins else None for ins in insertish.tolist()]
+            arrays.append(pa.array(vals, c.arrow_type))
+    b.rows = pa.RecordBatch.from_arrays(arrays, schema=new.to_arrow())
+    b.set_cols = None if new_set.all() else new_set

@@ -1,0 +1,291 @@
+"""kudu-python's blocking API over the async client: each ``Client`` runs its ``AsyncClient`` on a private
+event-loop thread, and every blocking call submits a coroutine there and waits for it.
+
+So one client serves many threads (calls are serialised onto its loop, where the real concurrency is),
+and code written for kudu-python runs with ``import kudu_async as kudu``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanConfig, ScanToken
+from kudu_async.client.schema_builder import Partitioning
+from kudu_async.client.session import FLUSH_MANUAL, AsyncSession, KuduError
+from kudu_async.client.table import Table, WriteOperation
+from kudu_async.client.table_alterer import AsyncTableAlterer
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
+from kudu_async.common.schema import Schema
+
+_T = TypeVar("_T")
+
+
+class _LoopThread:
+    """One event loop in a daemon thread; ``run`` blocks the caller until a coroutine finishes there."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise KuduIllegalState("a blocking kudu_async call was made from the client's own loop thread")
+        if self.loop.is_closed():
+            coro.close()
+            raise KuduIllegalState("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class Client:
+    """kudu-python's ``Client`` (blocking). Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(self, masters: Sequence[str], admin_timeout_ms: int | None = None,
+                 rpc_timeout_ms: int | None = None) -> None:
+        self._loop = _LoopThread("kudu-client")
+        try:
+            self._async = self._loop.run(self._connect(masters, admin_timeout_ms, rpc_timeout_ms))
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    @staticmethod
+    async def _connect(masters: Sequence[str], admin_ms: int | None, rpc_ms: int | None) -> AsyncClient:
+        client = AsyncClient(masters, admin_ms, rpc_ms)
+        try:
+            await client.masters.find_leader(client._admin_deadline("connecting to the leader master"))
+        except KuduBadStatus:
+            await client.close()
+            raise
+        return client
+
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return self._loop.run(coro)
+
+    @property
+    def master_addrs(self) -> list[str]:
+        return self._async.master_addrs
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._run(self._async.close())
+            self._loop.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # DDL and metadata
+    def create_table(self, table_name: str, schema: Schema, partitioning: Partitioning | None = None,
+                     n_replicas: int | None = None, owner: str | None = None, comment: str | None = None) -> Table:
+        t = self._run(self._async.create_table(table_name, schema, partitioning, n_replicas, owner, comment))
+        t._owner = self
+        return t
+
+    def delete_table(self, table_name: str) -> None:
+        self._run(self._async.delete_table(table_name))
+
+    def table_exists(self, table_name: str) -> bool:
+        return self._run(self._async.table_exists(table_name))
+
+    def list_tables(self, match_substring: str | None = None) -> list[str]:
+        return self._run(self._async.list_tables(match_substring))
+
+    def table(self, table_name: str) -> Table:
+        return self._run(self._async.table(table_name, owner=self))
+
+    def new_table_alterer(self, table: Table) -> TableAlterer:
+        return TableAlterer(self, table)
+
+    def list_tablet_servers(self) -> list[dict[str, Any]]:
+        return self._run(self._async.list_tablet_servers())
+
+    def list_masters(self) -> list[dict[str, Any]]:
+        return self._run(self._async.list_masters())
+
+    def latest_observed_timestamp(self) -> int:
+        return self._async.latest_observed_timestamp()
+
+    def set_latest_observed_timestamp(self, ts: int) -> None:
+        self._loop.loop.call_soon_threadsafe(self._async.observe_timestamp, ts)
+
+    # sessions and scans
+    def new_session(self, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000, **kw: Any) -> Session:
+        return Session(self, self._async.new_session(flush_mode, timeout_ms, **kw))
+
+    def _new_scanner(self, table: Table) -> Scanner:
+        return Scanner(self, table)
+
+    def _new_token_builder(self, table: Table) -> ScanTokenBuilder:
+        return ScanTokenBuilder(self, table)
+
+    def deserialize_token_into_scanner(self, data: bytes) -> Scanner:
+        sc = self._run(self._async.deserialize_token_into_scanner(data, owner=self))
+        return Scanner(self, sc.table, sc)
+
+
+class TableAlterer(AsyncTableAlterer):
+    def __init__(self, client: Client, table: Table) -> None:
+        super().__init__(client._async, table)
+        self._sync = client
+
+    def alter(self, wait: bool = True) -> Table:  # type: ignore[override]
+        return self._sync._run(self.client.alter_table(self.table, self.request(), wait))
+
+
+class Session:
+    """kudu-python's ``Session`` (blocking); one per thread, as in Kudu."""
+
+    def __init__(self, client: Client, inner: AsyncSession) -> None:
+        self._client = client
+        self._s = inner
+
+    def apply(self, op: WriteOperation) -> None:
+        self._client._run(self._s.apply(op))
+
+    def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
+        return self._client._run(self._s.apply_arrow(table, batch, op))
+
+    def flush(self) -> None:
+        self._client._run(self._s.flush())
+
+    def close(self) -> None:
+        self._client._run(self._s.close())
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def get_pending_errors(self) -> tuple[list[KuduError], bool]:
+        return self._s.get_pending_errors()
+
+    def count_pending_errors(self) -> int:
+        return self._s.count_pending_errors()
+
+    def get_write_op_metrics(self) -> dict[str, int]:
+        return self._s.get_write_op_metrics()
+
+    def set_flush_mode(self, mode: str) -> None:
+        self._s.set_flush_mode(mode)
+
+    def set_timeout_ms(self, ms: int) -> None:
+        self._s.set_timeout_ms(ms)
+
+    def set_mutation_buffer_space(self, size_bytes: int) -> None:
+        self._s.set_mutation_buffer_space(size_bytes)
+
+    def set_mutation_buffer_max_num(self, n: int) -> None:
+        self._s.set_mutation_buffer_max_num(n)
+
+    def set_mutation_buffer_flush_watermark(self, watermark: float) -> None:
+        self._s.set_mutation_buffer_flush_watermark(watermark)
+
+    def set_mutation_buffer_flush_interval(self, ms: int) -> None:
+        self._s.set_mutation_buffer_flush_interval(ms)
+
+
+class Scanner(ScanConfig):
+    """kudu-python's ``Scanner`` (blocking): configure, ``open()``, then read."""
+
+    def __init__(self, client: Client, table: Table, inner: AsyncScanner | None = None) -> None:
+        super().__init__(table)
+        self._client = client
+        self._inner = inner
+        if inner is not None:
+            self.copy_config_from(inner)
+
+    def _scanner(self) -> AsyncScanner:
+        if self._inner is None:
+            self._inner = AsyncScanner(self._client._async, self.table)
+        self._inner.copy_config_from(self)
+        return self._inner
+
+    def open(self) -> Scanner:
+        sc = self._scanner()
+        self._client._run(sc.open())
+        return self
+
+    def _opened(self) -> AsyncScanner:
+        if self._inner is None or not self._inner._opened:
+            self.open()
+        assert self._inner is not None
+        return self._inner
+
+    def has_more_rows(self) -> bool:
+        return self._inner is not None and self._inner.has_more_rows()
+
+    def next_batch(self) -> pa.Table:
+        return self._client._run(self._opened().next_batch())
+
+    def read_next_batch_tuples(self) -> list[tuple[Any, ...]]:
+        return self._client._run(self._opened().read_next_batch_tuples())
+
+    def read_all_tuples(self) -> list[tuple[Any, ...]]:
+        return self._client._run(self._opened().read_all_tuples())
+
+    def to_arrow(self) -> pa.Table:
+        return self._client._run(self._opened().to_arrow())
+
+    def to_pandas(self, index: Any = None, coerce_float: bool = False) -> Any:
+        return self._client._run(self._opened().to_pandas(index, coerce_float))
+
+    def xbatches(self) -> Iterator[pa.Table]:
+        sc = self._opened()
+        while sc.has_more_rows():
+            b = self._client._run(sc.next_batch())
+            if b.num_rows:
+                yield b
+
+    def keep_alive(self) -> None:
+        if self._inner is not None:
+            self._client._run(self._inner.keep_alive())
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._client._run(self._inner.close())
+
+    def get_current_server(self) -> str | None:
+        return None if self._inner is None else self._inner.get_current_server()
+
+    def get_projection_schema(self) -> pa.Schema:
+        return self.output_schema()
+
+
+class ScanTokenBuilder(ScanConfig):
+    def __init__(self, client: Client, table: Table) -> None:
+        super().__init__(table)
+        self._client = client
+
+    def build(self) -> list[ScanToken]:
+        b = AsyncScanTokenBuilder(self._client._async, self.table)
+        b.copy_config_from(self)
+        return self._client._run(b.build())
+
+
+def connect(host: str | Sequence[str] = "127.0.0.1", port: int | Sequence[int] | None = 7051,
+            admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None, **_security: Any) -> Client:
+    """kudu-python's ``connect``: one host and port, lists of both, or ``"host:port"`` strings."""
+    return Client(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)

@@ -1,0 +1,122 @@
+"""kudu-python's ``TableAlterer``: collect column and partition changes, send them as one AlterTable."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kudu_async.client.schema_builder import NO_DEFAULT, ColumnSpec, SchemaBuilder, bound_to_wire
+from kudu_async.client.table import Table
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.types import value_to_wire
+
+if TYPE_CHECKING:
+    from kudu_async.client.aio import AsyncClient
+
+class _AlterColumnSpec(ColumnSpec):
+    """``alter_column(name)``: only what Kudu lets AlterTable change (default, comment, encoding,
+    compression, block size, mutability) and a rename."""
+
+    def type(self, type_: Any) -> ColumnSpec:
+        raise KuduInvalidArgument(f"column '{self.name}': a column's type cannot be altered")
+
+    def nullable(self, nullable: bool = True) -> ColumnSpec:
+        raise KuduInvalidArgument(f"column '{self.name}': nullability cannot be altered")
+
+    def steps(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        changes: dict[str, Any] = {k: v for k, v in self._attrs.items() if k != "new_name"}
+        for bad in ("precision", "scale", "length"):
+            if bad in changes:
+                raise KuduInvalidArgument(f"column '{self.name}': {bad} cannot be altered")
+        if self._default is not NO_DEFAULT:
+            changes["default"] = value_to_wire(self._default)
+        if self._default_removed:
+            changes["default"] = None
+        if changes:
+            out.append({"type": "ALTER_COLUMN", "name": self.name, **changes})
+        if "new_name" in self._attrs:
+            out.append({"type": "RENAME_COLUMN", "old_name": self.name, "new_name": self._attrs["new_name"]})
+        return out
+
+    _default_removed = False
+
+    def remove_default(self) -> ColumnSpec:
+        self._default_removed = True
+        return super().remove_default()
+
+
+class AsyncTableAlterer:
+    def __init__(self, client: AsyncClient, table: Table) -> None:
+        self.client = client
+        self.table = table
+        self._new_name: str | None = None
+        self._added: list[ColumnSpec] = []
+        self._altered: list[_AlterColumnSpec] = []
+        self._steps: list[dict[str, Any] | None] = []  # None marks where the next column spec goes
+        self._extra: dict[str, Any] = {}
+
+    def rename(self, new_name: str) -> AsyncTableAlterer:
+        self._new_name = new_name
+        return self
+
+    def add_column(self, name: str, type_: Any = None, nullable: bool | None = None, compression: str | None = None,
+                   encoding: str | None = None, default: Any = NO_DEFAULT, **kw: Any) -> ColumnSpec:
+        b = SchemaBuilder()
+        spec = b.add_column(name, type_, nullable, compression, encoding, **kw)
+        if default is not NO_DEFAULT:
+            spec.default(default)
+        self._added.append(spec)
+        self._steps.append({"type": "ADD_COLUMN", "spec": len(self._added) - 1})
+        return spec
+
+    def alter_column(self, name: str, rename_to: str | None = None) -> ColumnSpec:
+        if name not in self.table.schema:
+            raise KuduInvalidArgument(f"column '{name}' is not in table {self.table.name}")
+        spec = _AlterColumnSpec(SchemaBuilder(), name)
+        if rename_to is not None:
+            spec.rename(rename_to)
+        self._altered.append(spec)
+        self._steps.append({"type": "ALTER", "spec": len(self._altered) - 1})
+        return spec
+
+    def drop_column(self, name: str) -> AsyncTableAlterer:
+        if name not in self.table.schema:
+            raise KuduInvalidArgument(f"column '{name}' is not in table {self.table.name}")
+        self._steps.append({"type": "DROP_COLUMN", "name": name})
+        return self
+
+    def add_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
+                            lower_bound_type: str = "inclusive",
+                            upper_bound_type: str = "exclusive") -> AsyncTableAlterer:
+        b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
+        self._steps.append({"type": "ADD_RANGE_PARTITION", **b})
+        return self
+
+    def drop_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
+                             lower_bound_type: str = "inclusive",
+                            upper_bound_type: str = "exclusive") -> AsyncTableAlterer:
+        b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
+        self._steps.append({"type": "DROP_RANGE_PARTITION", **b})
+        return self
+
+    def request(self) -> dict[str, Any]:
+        steps: list[dict[str, Any]] = []
+        for s in self._steps:
+            assert s is not None
+            if s["type"] == "ADD_COLUMN":
+                spec = self._added[s["spec"]]
+                col = spec.to_column(key=False)
+                steps.append({"type": "ADD_COLUMN", "column": col.to_dict()})
+            elif s["type"] == "ALTER":
+                steps.extend(self._altered[s["spec"]].steps())
+            else:
+                steps.append(s)
+        req: dict[str, Any] = {"alter_schema_steps": steps, **self._extra}
+        if self._new_name is not None:
+            req["new_name"] = self._new_name
+        if not steps and not self._new_name and not self._extra:
+            raise KuduInvalidArgument("nothing to alter")
+        return req
+
+    async def alter(self, wait: bool = True) -> Table:
+        return await self.client.alter_table(self.table, self.request(), wait)
