@@ -1,0 +1,428 @@
+"""The ``kudu`` PySpark data source: batch reads (one Spark partition per scan token, Arrow batches,
+filters pushed to the tablets), batch writes through ``Session.apply_arrow`` and a streaming upsert sink.
+
+Everything a Spark task needs travels inside the pickled reader/writer as plain options and predicate
+maps; each Python worker keeps one client per cluster (as kudu-spark keeps one per JVM).
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from kudu_async.client.sync import Client, connect
+from kudu_async.client.table import Table
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.schema import Schema
+from kudu_async.spark.types import expected_arrow_schema, kudu_column, spark_schema
+
+log = logging.getLogger(__name__)
+
+NAME = "kudu"
+WRITE_OPERATIONS = ("insert", "insert_ignore", "upsert", "upsert_ignore", "update", "update_ignore", "delete",
+                    "delete_ignore")
+WRITE_FLUSH_ROWS = 100_000  # rows gathered from Spark's 10k-row batches before one apply_arrow
+_FILTER_OPS: dict[type, str] = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<",
+                                LessThanOrEqual: "<="}
+
+# --- options and the per-worker client -------------------------------------------------------------
+
+
+def _opt(options: Any, key: str, default: str | None = None) -> str | None:
+    v = options.get(key)
+    return default if v is None or v == "" else str(v)
+
+
+def _int_opt(options: Any, key: str, default: int | None = None) -> int | None:
+    v = _opt(options, key)
+    if v is None:
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise KuduInvalidArgument(f"option {key} must be an integer, got {v!r}") from None
+    if n < 0:
+        raise KuduInvalidArgument(f"option {key} must not be negative, got {n}")
+    return n
+
+
+def _bool_opt(options: Any, key: str, default: bool = False) -> bool:
+    v = _opt(options, key)
+    if v is None:
+        return default
+    if v.lower() in ("true", "1", "yes"):
+        return True
+    if v.lower() in ("false", "0", "no"):
+        return False
+    raise KuduInvalidArgument(f"option {key} must be true or false, got {v!r}")
+
+
+def _masters(options: Any) -> list[str]:
+    m = _opt(options, "kudu.master", "127.0.0.1:7051")
+    assert m is not None
+    return [a.strip() for a in m.split(",") if a.strip()]
+
+
+def _table_name(options: Any) -> str:
+    name = _opt(options, "kudu.table")
+    if name is None:
+        raise KuduInvalidArgument("option kudu.table is required")
+    return name
+
+
+_clients: dict[tuple[Any, ...], Client] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(options: Any) -> Client:
+    """This process's client for the cluster named by the options (created once, closed at exit)."""
+    timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000)
+    key = (tuple(_masters(options)), timeout)
+    with _clients_lock:
+        c = _clients.get(key)
+        if c is None:
+            c = connect(list(key[0]), admin_timeout_ms=timeout, rpc_timeout_ms=min(timeout or 10_000, 10_000))
+            _clients[key] = c
+        return c
+
+
+@atexit.register
+def _close_clients() -> None:
+    with _clients_lock:
+        for c in _clients.values():
+            try:
+                c.close()
+            except KuduBadStatus as e:
+                log.debug("closing a kudu client at exit failed: %s", e)
+        _clients.clear()
+
+
+# --- the data source --------------------------------------------------------------------------------
+
+
+class KuduDataSource(DataSource):
+    """``format("kudu")``; ``register(spark)`` registers this class and turns on Python filter pushdown."""
+
+    pushdown_default = True
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _table(self) -> Table:
+        return client_for(self.options).table(_table_name(self.options))
+
+    def schema(self) -> StructType:
+        table = self._table()
+        cols = _opt(self.options, "kudu.columns")
+        names = [c.strip() for c in cols.split(",")] if cols else None
+        for n in names or []:
+            if n not in table.schema:
+                raise KuduInvalidArgument(f"kudu.columns names '{n}', which is not a column of table {table.name}")
+        return spark_schema(table.schema, names)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        table = self._table()
+        for f in schema.fields:
+            if f.name not in table.schema:
+                raise KuduInvalidArgument(f"column '{f.name}' of the read schema is not in table {table.name}")
+        if _bool_opt(self.options, "kudu.filterPushdown", self.pushdown_default):
+            return KuduPushdownReader(dict(self.options), schema, table.schema)
+        return KuduReader(dict(self.options), schema, table.schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> KuduWriter:
+        _check_overwrite(overwrite)
+        op = _operation(self.options, "upsert")
+        table = _create_or_open(self.options, schema)
+        _check_write_columns(table, schema)
+        return KuduWriter(dict(self.options), op)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KuduStreamWriter:
+        _check_overwrite(overwrite)
+        op = _operation(self.options, "upsert")
+        if op not in ("upsert", "upsert_ignore", "delete_ignore", "update_ignore", "insert_ignore"):
+            raise KuduInvalidArgument(f"a streaming sink must be replayable: kudu.operation {op} would fail or "
+                                      "duplicate on a replayed micro-batch; use upsert")
+        table = _create_or_open(self.options, schema)
+        _check_write_columns(table, schema)
+        return KuduStreamWriter(dict(self.options), op)
+
+
+class DefaultSource(KuduDataSource):
+    """What Spark registers by itself (module ``pyspark_kudu_async``): pushdown only when asked with
+    option kudu.filterPushdown=true, since Spark refuses pushdown unless its session conf enables it."""
+
+    pushdown_default = False
+
+
+def register(spark: Any) -> None:
+    """Register ``format("kudu")`` on a SparkSession and enable Python data source filter pushdown."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(KuduDataSource)
+
+
+def _check_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise KuduInvalidArgument("the kudu data source only appends (mode 'append'); Kudu tables are updated by "
+                                  "key - use kudu.operation upsert/delete instead of overwrite")
+
+
+def _operation(options: Any, default: str) -> str:
+    op = (_opt(options, "kudu.operation", default) or default).lower()
+    if op not in WRITE_OPERATIONS:
+        raise KuduInvalidArgument(f"kudu.operation must be one of {', '.join(WRITE_OPERATIONS)}, not {op!r}")
+    return op
+
+
+def _create_or_open(options: Any, schema: StructType) -> Table:
+    client = client_for(options)
+    name = _table_name(options)
+    if not _bool_opt(options, "kudu.createTable") or client.table_exists(name):
+        return client.table(name)
+    keys_opt = _opt(options, "kudu.primaryKey")
+    if not keys_opt:
+        raise KuduInvalidArgument("kudu.createTable needs kudu.primaryKey (comma-separated key columns)")
+    keys = [k.strip() for k in keys_opt.split(",")]
+    by_name = {f.name: f for f in schema.fields}
+    for k in keys:
+        if k not in by_name:
+            raise KuduInvalidArgument(f"kudu.primaryKey names '{k}', which is not a DataFrame column")
+    cols = [kudu_column(by_name[k], key=True) for k in keys]
+    cols += [kudu_column(f, key=False) for f in schema.fields if f.name not in keys]
+    from kudu_async.client.schema_builder import Partitioning
+
+    part = Partitioning()
+    buckets = _int_opt(options, "kudu.hashBuckets", 3) or 0
+    hash_cols = [c.strip() for c in (_opt(options, "kudu.hashColumns") or keys_opt).split(",")]
+    if buckets >= 2:
+        part.add_hash_partitions(hash_cols, buckets)
+    part.set_range_partition_columns([])
+    replicas = _int_opt(options, "kudu.replicas", 3)
+    try:
+        return client.create_table(name, Schema(cols, len(keys)), part, n_replicas=replicas)
+    except KuduBadStatus as e:
+        if client.table_exists(name):  # another writer created it first
+            return client.table(name)
+        raise KuduInvalidArgument(f"creating table {name} from the DataFrame schema failed: {e}") from e
+
+
+def _check_write_columns(table: Table, schema: StructType) -> None:
+    for f in schema.fields:
+        if _match_column(table, f.name) is None:
+            raise KuduInvalidArgument(f"DataFrame column '{f.name}' is not a column of table {table.name} "
+                                      f"(its columns: {', '.join(table.schema.names)})")
+
+
+def _match_column(table: Table, name: str) -> str | None:
+    if name in table.schema:
+        return name
+    lower = {n.lower(): n for n in table.schema.names}
+    return lower.get(name.lower())
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+class KuduInputPartition(InputPartition):
+    """One scan token (one tablet) and its replicas' hosts."""
+
+    def __init__(self, token: bytes, tablet_id: str, hosts: list[str]) -> None:
+        super().__init__(tablet_id)
+        self.token = token
+        self.tablet_id = tablet_id
+        self.hosts = hosts
+
+
+class KuduReader(DataSourceReader):
+    def __init__(self, options: dict[str, Any], schema: StructType, table_schema: Schema) -> None:
+        self.options = options
+        self.columns = [f.name for f in schema.fields]
+        self.arrow_schema = expected_arrow_schema(schema)
+        self.table_schema_dict = table_schema.to_dict()
+        self.predicates: list[dict[str, Any]] = []
+
+    def partitions(self) -> list[InputPartition]:
+        table = client_for(self.options).table(_table_name(self.options))
+        b = table.scan_token_builder().set_projected_column_names(self.columns)
+        for p in self.predicates:
+            b.add_predicate(ColumnPredicate.from_dict(p))
+        mode = (_opt(self.options, "kudu.readMode", "READ_AT_SNAPSHOT") or "").upper()
+        if mode not in ("READ_LATEST", "READ_AT_SNAPSHOT"):
+            raise KuduInvalidArgument(f"kudu.readMode must be READ_LATEST or READ_AT_SNAPSHOT, not {mode!r}")
+        b.set_read_mode("latest" if mode == "READ_LATEST" else "snapshot")
+        snap = _int_opt(self.options, "kudu.snapshotTimestampMicros")
+        if snap is not None:
+            b.set_snapshot(snap)
+        if _bool_opt(self.options, "kudu.faultTolerantScan"):
+            b.set_fault_tolerant()
+        b.set_batch_size_bytes(_int_opt(self.options, "kudu.batchSize", 8 * 1024 * 1024) or 8 * 1024 * 1024)
+        return [KuduInputPartition(t.serialize(), t.tablet.tablet_id, t.hosts()) for t in b.build()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KuduInputPartition):
+            return  # Spark's placeholder partition when there are no tablets to scan
+        scanner = client_for(self.options).deserialize_token_into_scanner(partition.token)
+        scanner.open()
+        for table in scanner.xbatches():
+            for batch in table.to_batches():
+                yield _conform(batch, self.arrow_schema)
+
+
+class KuduPushdownReader(KuduReader):
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Accept comparisons, IN, IS [NOT] NULL on plain columns (ANDed by Spark); keep the rest for Spark.
+        A LIKE 'abc%' is pushed as ``>= 'abc'`` and also left to Spark (the prefix check stays exact)."""
+        schema = Schema.from_dict(self.table_schema_dict)
+        for f in filters:
+            pred, exact = _translate(f, schema)
+            if pred is not None:
+                self.predicates.append(pred.to_dict())
+            if not exact:
+                yield f
+
+
+def _translate(f: Filter, schema: Schema) -> tuple[ColumnPredicate | None, bool]:
+    """(predicate to push or None, whether the predicate alone is exactly ``f``)."""
+    attr: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
+    if len(attr) != 1 or attr[0] not in schema:
+        return None, False
+    col = attr[0]
+    value: Any = getattr(f, "value", None)
+    try:
+        if isinstance(f, IsNull):
+            return ColumnPredicate(col, "IS NULL"), True
+        if isinstance(f, IsNotNull):
+            return ColumnPredicate(col, "IS NOT NULL"), True
+        if isinstance(f, In):
+            vals = [_spark_value(v) for v in value]
+            return ColumnPredicate(col, "IN", vals).bind(schema), True
+        if isinstance(f, StringStartsWith) and schema.column(col).type.name in ("string", "varchar"):
+            return ColumnPredicate(col, ">=", value).bind(schema), False
+        op = _FILTER_OPS.get(type(f))
+        if op is None or value is None:
+            return None, False
+        return ColumnPredicate(col, op, _spark_value(value)).bind(schema), True
+    except KuduBadStatus:
+        return None, False  # a value the column cannot hold: Spark evaluates it
+
+
+def _spark_value(v: Any) -> Any:
+    """Spark hands timestamps as naive local datetimes: make them aware so they mean the same instant."""
+    if isinstance(v, _dt.datetime) and v.tzinfo is None:
+        return v.astimezone(_dt.UTC)
+    return v
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(schema):
+        return batch
+    arrays = [batch.column(f.name).cast(f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class KuduCommitMessage(WriterCommitMessage):
+    rows: int = 0
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+class KuduWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, Any], operation: str) -> None:
+        self.options = options
+        self.operation = operation
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KuduCommitMessage:
+        return _write_batches(self.options, self.operation, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, KuduCommitMessage))
+        log.info("kudu write committed", extra={"rows": rows, "table": _table_name(self.options)})
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Kudu writes are not transactional: rows written by tasks that succeeded stay.
+        log.warning("kudu write aborted; rows already written stay", extra={"table": _table_name(self.options)})
+
+
+class KuduStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch is upserted: replaying a batch after a failure leaves the same rows, no duplicates."""
+
+    def __init__(self, options: dict[str, Any], operation: str) -> None:
+        self.options = options
+        self.operation = operation
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KuduCommitMessage:
+        return _write_batches(self.options, self.operation, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, KuduCommitMessage))
+        log.info("kudu stream batch committed", extra={"rows": rows, "batch": batchId})
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning("kudu stream batch aborted (it will be replayed)", extra={"batch": batchId})
+
+
+def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[pa.RecordBatch]) -> KuduCommitMessage:
+    client = client_for(options)
+    table = client.table(_table_name(options))
+    timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000) or 30_000
+    session = client.new_session(timeout_ms=timeout)
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+    total = 0
+
+    def flush() -> int:
+        nonlocal pending, pending_rows
+        if not pending:
+            return 0
+        data = pa.Table.from_batches(pending).combine_chunks()
+        pending, pending_rows = [], 0
+        data = data.rename_columns([_match_column(table, n) or n for n in data.schema.names])
+        try:
+            return session.apply_arrow(table, data, operation)
+        except KuduBadStatus as e:
+            errors, overflowed = session.get_pending_errors()
+            first = "; ".join(f"{err.status} in row {err.failed_op()}" for err in errors[:5])
+            more = f" (and {len(errors) - 5}{'+' if overflowed else ''} more)" if len(errors) > 5 else ""
+            raise KuduBadStatus(f"kudu.operation {operation} into {table.name} failed for {len(errors)} row(s): "
+                                f"{first}{more}") from e
+
+    for batch in iterator:
+        pending.append(batch)
+        pending_rows += batch.num_rows
+        if pending_rows >= WRITE_FLUSH_ROWS:
+            total += flush()
+    total += flush()
+    return KuduCommitMessage(total, session.get_write_op_metrics())
+
+
+__all__ = ["NAME", "DefaultSource", "KuduDataSource", "register"]

@@ -1,0 +1,91 @@
+"""Kudu column types <-> Spark SQL types, and the Arrow schema Spark expects for a Kudu schema.
+
+Spark checks a Python source's first Arrow batch against the declared schema exactly (names, types and
+nullability), so the declared StructType follows each column's nullability, and batches are cast to
+``expected_arrow_schema`` before they are yielded.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql import types as st
+
+from kudu_async.common import types as T
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.schema import ColumnSchema, Schema
+
+
+def spark_type(col: ColumnSchema) -> st.DataType:
+    t = col.type
+    if t is T.INT8:
+        return st.ByteType()
+    if t is T.INT16:
+        return st.ShortType()
+    if t is T.INT32:
+        return st.IntegerType()
+    if t is T.INT64:
+        return st.LongType()
+    if t is T.FLOAT:
+        return st.FloatType()
+    if t is T.DOUBLE:
+        return st.DoubleType()
+    if t is T.BOOL:
+        return st.BooleanType()
+    if t in (T.STRING, T.VARCHAR):
+        return st.StringType()
+    if t is T.BINARY:
+        return st.BinaryType()
+    if t is T.UNIXTIME_MICROS:
+        return st.TimestampType()
+    if t is T.DATE:
+        return st.DateType()
+    if t is T.DECIMAL:
+        return st.DecimalType(col.precision or 38, col.scale or 0)
+    raise KuduInvalidArgument(f"column '{col.name}': type {t.name} has no Spark type")
+
+
+def spark_schema(schema: Schema, columns: list[str] | None = None) -> st.StructType:
+    names = columns if columns is not None else schema.names
+    return st.StructType([st.StructField(n, spark_type(schema.column(n)), schema.column(n).nullable) for n in names])
+
+
+def expected_arrow_schema(struct: st.StructType) -> pa.Schema:
+    """The Arrow schema Spark requires of yielded batches for ``struct``."""
+    fields = []
+    for f in struct.fields:
+        fields.append(pa.field(f.name, _arrow_type(f.dataType), f.nullable))
+    return pa.schema(fields)
+
+
+def _arrow_type(t: st.DataType) -> pa.DataType:
+    simple: list[tuple[type[st.DataType], pa.DataType]] = [
+        (st.ByteType, pa.int8()), (st.ShortType, pa.int16()), (st.IntegerType, pa.int32()),
+        (st.LongType, pa.int64()), (st.FloatType, pa.float32()), (st.DoubleType, pa.float64()),
+        (st.BooleanType, pa.bool_()), (st.StringType, pa.string()), (st.BinaryType, pa.binary()),
+        (st.DateType, pa.date32()), (st.TimestampType, pa.timestamp("us", tz="UTC")),
+        (st.TimestampNTZType, pa.timestamp("us")),
+    ]
+    for cls, at in simple:
+        if isinstance(t, cls):
+            return at
+    if isinstance(t, st.DecimalType):
+        return pa.decimal128(t.precision, t.scale)
+    raise KuduInvalidArgument(f"Spark type {t.simpleString()} cannot be read from a kudu_async table")
+
+
+def kudu_column(field: st.StructField, *, key: bool) -> ColumnSchema:
+    """A Kudu column for a Spark field (table creation from a DataFrame)."""
+    t = field.dataType
+    mapping: list[tuple[type[st.DataType], T.KuduType]] = [
+        (st.ByteType, T.INT8), (st.ShortType, T.INT16), (st.IntegerType, T.INT32), (st.LongType, T.INT64),
+        (st.FloatType, T.FLOAT), (st.DoubleType, T.DOUBLE), (st.BooleanType, T.BOOL), (st.StringType, T.STRING),
+        (st.BinaryType, T.BINARY), (st.DateType, T.DATE), (st.TimestampType, T.UNIXTIME_MICROS),
+        (st.TimestampNTZType, T.UNIXTIME_MICROS),
+    ]
+    for cls, kt in mapping:
+        if isinstance(t, cls):
+            return ColumnSchema(field.name, kt, nullable=not key and field.nullable)
+    if isinstance(t, st.DecimalType):
+        return ColumnSchema(field.name, T.DECIMAL, nullable=not key and field.nullable,
+                            precision=t.precision, scale=t.scale)
+    raise KuduInvalidArgument(f"column '{field.name}': Spark type {t.simpleString()} has no kudu_async type")
