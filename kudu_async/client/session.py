@@ -50,6 +50,7 @@ MAX_ROWS_PER_RPC = 20_000
 MAX_BYTES_PER_RPC = 8 * 1024 * 1024
 MAX_PENDING_ERRORS = 10_000
 MAX_TABLETS_IN_FLIGHT = 32
+MAX_REROUTES = 10
 _IGNORE_KINDS = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE))
 _METRIC_NAMES = {OpType.INSERT: "insert", OpType.INSERT_IGNORE: "insert", OpType.UPSERT: "upsert",
                  OpType.UPSERT_IGNORE: "upsert", OpType.UPDATE: "update", OpType.UPDATE_IGNORE: "update",
@@ -294,7 +295,9 @@ class AsyncSession:
 
     async def _send(self, b: _Batch) -> None:
         """Route a table's batch to its tablets and write them (tablets concurrently, in order per tablet)."""
-        deadline = Deadline(self.timeout_ms / 1000.0, f"write of {b.rows.num_rows} rows to table {b.table.name}")
+        # Routing (locations, re-routing after a move) shares one deadline; each Write RPC batch then gets
+        # the session timeout for itself, as in Kudu, so a bulk apply_arrow is not cut by one timeout.
+        deadline = Deadline(self.timeout_ms / 1000.0, f"routing {b.rows.num_rows} rows of table {b.table.name}")
         try:
             await self._route_and_write(b, deadline, refresh=False)
         except KuduBadStatus as e:
@@ -303,7 +306,7 @@ class AsyncSession:
             for i in range(b.rows.num_rows):
                 self._add_error(KuduError(e, b.failed(i), possibly_successful=True))
 
-    async def _route_and_write(self, b: _Batch, deadline: Deadline, refresh: bool) -> None:
+    async def _route_and_write(self, b: _Batch, deadline: Deadline, refresh: bool, hops: int = 0) -> None:
         locs = await self.client.meta.locations(b.table.id, deadline, refresh=refresh)
         keys = b.table.partition_schema.partition_keys(b.rows).to_pylist()
         where = locs.assign(keys)
@@ -327,8 +330,12 @@ class AsyncSession:
             sub = _Batch(b.table, b.rows.take(pa.array(idx)), b.op_types[idx],
                          None if b.set_cols is None else b.set_cols[idx],
                          None if b.ops is None else [b.ops[i] for i in idx.tolist()])
-            await deadline.backoff(None)
-            await self._route_and_write(sub, deadline, refresh=True)
+            if hops >= MAX_REROUTES:
+                raise KuduNotFound(f"{len(idx)} rows of table {b.table.name} found no tablet after {hops} location "
+                                   "refreshes (tablets keep moving or being dropped)")
+            again = Deadline(self.timeout_ms / 1000.0, f"re-routing {len(idx)} rows of table {b.table.name}")
+            await again.backoff(None)
+            await self._route_and_write(sub, again, refresh=True, hops=hops + 1)
 
     async def _write_tablet(self, b: _Batch, locs: TableLocations, t: int, rows: np.ndarray,
                             deadline: Deadline) -> np.ndarray | None:
@@ -341,7 +348,9 @@ class AsyncSession:
                 return rows[np.searchsorted(rows, seg[0]):]
         return None
 
-    async def _write_segment(self, b: _Batch, tablet_id: str, seg: np.ndarray, deadline: Deadline) -> None:
+    async def _write_segment(self, b: _Batch, tablet_id: str, seg: np.ndarray, routing: Deadline) -> None:
+        deadline = Deadline(self.timeout_ms / 1000.0,
+                            f"write of {len(seg)} rows to tablet {tablet_id} of table {b.table.name}")
         idx = pa.array(seg)
         while True:
             schema = b.table.schema
