@@ -54,6 +54,7 @@ class MasterClient:
         self.addresses = parse_master_addresses(addresses)
         self.rpc_timeout_s = rpc_timeout_s
         self.leader: str | None = None
+        self._errors: dict[str, str] = {}  # why each master did not answer, for the timeout message
 
     async def call(self, method: str, req: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         last: BaseException | None = None
@@ -74,8 +75,12 @@ class MasterClient:
                     last = e
                     self.leader = None
             else:
-                last = KuduNotTheLeader(f"no leader master among {', '.join(self.addresses)}")
+                last = self._no_leader()
             await deadline.backoff(last)
+
+    def _no_leader(self) -> KuduNotTheLeader:
+        why = "; ".join(f"{a}: {e}" for a, e in self._errors.items())
+        return KuduNotTheLeader(f"no leader master among {', '.join(self.addresses)}" + (f" ({why})" if why else ""))
 
     async def find_leader(self, deadline: Deadline) -> str:
         """The leader master's address, waiting (with backoff) for one to be elected."""
@@ -83,7 +88,7 @@ class MasterClient:
             addr = self.leader or await self._find_leader(deadline)
             if addr is not None:
                 return addr
-            await deadline.backoff(KuduNotTheLeader(f"no leader master among {', '.join(self.addresses)}"))
+            await deadline.backoff(self._no_leader())
 
     async def _find_leader(self, deadline: Deadline) -> str | None:
         """Ask every master at once; the first that says it leads wins, else the hint most of them give."""
@@ -92,8 +97,10 @@ class MasterClient:
         async def ask(addr: str) -> dict[str, Any] | None:
             try:
                 r: dict[str, Any] = await self.rpc.call(addr, "Master", "ConnectToMaster", {}, timeout_s=timeout)
+                self._errors.pop(addr, None)
                 return r
-            except KuduBadStatus:
+            except KuduBadStatus as e:
+                self._errors[addr] = str(e)
                 return None
 
         answers = await asyncio.gather(*(ask(a) for a in self.addresses))

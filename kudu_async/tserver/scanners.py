@@ -7,6 +7,7 @@ batch of look-ahead so an answer can say whether more rows follow.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import secrets
 import time
@@ -21,6 +22,7 @@ from kudu_async.common.row_conversion import batch_to_ipc
 from kudu_async.tablet.tablet import TabletScanner
 
 log = logging.getLogger(__name__)
+RECENT_SCANS = 200
 
 
 @dataclass
@@ -37,11 +39,12 @@ class Scanner:
     rows: int = 0
     batches: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    request: dict[str, Any] = field(default_factory=dict)  # projection, predicates, read mode: for /scans
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {"scanner_id": self.id, "tablet_id": self.tablet_id, "rows_returned": self.rows,
                 "batches": self.batches, "idle_s": round(now - self.last_access, 3),
-                "age_s": round(now - self.created, 3), "snapshot_ts": self.snapshot_ts}
+                "age_s": round(now - self.created, 3), "snapshot_ts": self.snapshot_ts, **self.request}
 
 
 class ScannerManager:
@@ -51,13 +54,16 @@ class ScannerManager:
         self.max_scanners = max_scanners
         self.scanners: dict[str, Scanner] = {}
         self.expired = 0
+        # Finished scans, newest last, as Kudu's /scans page shows them (bounded).
+        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_SCANS)
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None) -> Scanner:
+    def add(self, tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
+            request: dict[str, Any] | None = None) -> Scanner:
         if len(self.scanners) >= self.max_scanners:
             raise KuduServiceUnavailable(f"{len(self.scanners)} scanners open on this server; retry later",
                                          {"retryable": True})
-        sc = Scanner(secrets.token_hex(12), tablet_id, it, schema, snapshot_ts)
+        sc = Scanner(secrets.token_hex(12), tablet_id, it, schema, snapshot_ts, request=request or {})
         self.scanners[sc.id] = sc
         return sc
 
@@ -70,7 +76,9 @@ class ScannerManager:
         return sc
 
     def close(self, scanner_id: str) -> None:
-        self.scanners.pop(scanner_id, None)
+        sc = self.scanners.pop(scanner_id, None)
+        if sc is not None:
+            self.recent.append(sc.to_dict(time.monotonic()))
 
     def close_tablet(self, tablet_id: str) -> None:
         for sid in [s.id for s in self.scanners.values() if s.tablet_id == tablet_id]:
@@ -136,3 +144,6 @@ class ScannerManager:
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()
         return [s.to_dict(now) for s in self.scanners.values()]
+
+    def recent_scans(self) -> list[dict[str, Any]]:
+        return list(self.recent)

@@ -115,7 +115,9 @@ class TabletService:
         names = projection if projection is not None else info.names
         arrow = info.arrow
         out_schema = pa.schema([arrow.field(n) for n in names])
-        sc = self.scanners.add(replica.tablet_id, it, out_schema, spec.snapshot_ts)
+        sc = self.scanners.add(replica.tablet_id, it, out_schema, spec.snapshot_ts,
+                               {"projection": names, "predicates": [_pred_text(p) for p in predicates],
+                                "read_mode": read_mode})
         out = await self.scanners.next_batch(sc)
         out["schema_version"] = replica.tablet.schema_version
         return out
@@ -158,6 +160,13 @@ class TabletService:
         replica = self.manager.get(_str(require_map(request), "tablet_id"))
         await asyncio.get_running_loop().run_in_executor(self.manager.executor, replica.tablet.flush_all)
         return {"last_flushed_log_index": replica.tablet.earliest_needed_log_index() - 1}
+
+
+def _pred_text(p: ColumnPredicate) -> str:
+    """``key >= 5``: how a predicate shows on /api/v1/scans."""
+    if p.op in ("IS NULL", "IS NOT NULL"):
+        return f"{p.column} {p.op}"
+    return f"{p.column} {p.op} {list(p.value) if p.op == 'IN' else p.value!r}"
 
 
 def _str(req: dict[str, Any], name: str, default: str | None = None) -> str:

@@ -167,4 +167,5 @@ async def _maintenance(request: web.Request) -> web.Response:
 
 async def _scans(request: web.Request) -> web.Response:
     ts = _ts(request)
-    return json_response({"scanners": ts.scanners.status(), "expired": ts.scanners.expired})
+    return json_response({"scanners": ts.scanners.status(), "recent": ts.scanners.recent_scans(),
+                          "expired": ts.scanners.expired})
