@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Spark + kudu_async vs Spark + local Parquet: write N rows (key + 3 columns) from one DataFrame to a
+3-replica table and to Parquet, then read both back with a filter; prints times and the ratios.
+
+Goal (issue 10): the kudu write within 4x of the Parquet write time, the read within 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kudu_async.testing import MiniCluster
+
+
+def best(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        fn()
+        times.append(time.monotonic() - t0)
+    return min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--buckets", type=int, default=6, help="hash buckets of the kudu table [6]")
+    ap.add_argument("--runs", type=int, default=2, help="timed runs of each read (best is printed) [2]")
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import kudu_async.spark as ks
+
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    cluster = MiniCluster(num_masters=1, num_tservers=3, base_dir=work / "cluster").start()
+    try:
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.bindAddress", "127.0.0.1")
+                 .config("spark.driver.host", "127.0.0.1").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        ks.register(spark)
+        m = cluster.master_addresses
+        n = args.rows
+        df = spark.range(0, n).selectExpr("id as key", "cast(id % 1000 as int) as a", "concat('name-', id) as b",
+                                          "id * 0.5 as c").cache()
+        df.count()
+        pq = str(work / "parquet")
+        t0 = time.monotonic()
+        df.write.mode("overwrite").parquet(pq)
+        pq_write = time.monotonic() - t0
+        t0 = time.monotonic()
+        (df.write.format("kudu").option("kudu.master", m).option("kudu.table", "bench")
+         .option("kudu.createTable", "true").option("kudu.primaryKey", "key")
+         .option("kudu.hashBuckets", str(args.buckets)).option("kudu.operation", "insert").mode("append").save())
+        kudu_write = time.monotonic() - t0
+        cut = int(n * 0.9)
+        kdf = spark.read.format("kudu").option("kudu.master", m).option("kudu.table", "bench").load()
+        pdf = spark.read.parquet(pq)
+        expect = n - cut
+        for name, frame in (("kudu", kdf), ("parquet", pdf)):
+            got = frame.filter(f"key >= {cut}").count()
+            assert got == expect, f"{name}: {got} rows, expected {expect}"
+        kudu_read = best(lambda: kdf.filter(f"key >= {cut}").agg({"c": "sum"}).collect(), args.runs)
+        pq_read = best(lambda: pdf.filter(f"key >= {cut}").agg({"c": "sum"}).collect(), args.runs)
+        kudu_full = best(lambda: kdf.agg({"c": "sum"}).collect(), args.runs)
+        pq_full = best(lambda: pdf.agg({"c": "sum"}).collect(), args.runs)
+        print(f"rows: {n:,} (key + 3 columns), kudu table: {args.buckets} tablets x 3 replicas on 3 tservers")
+        print(f"write   kudu {kudu_write:7.2f}s ({n / kudu_write:,.0f} rows/s)   parquet {pq_write:6.2f}s   "
+              f"ratio {kudu_write / pq_write:5.1f}x   (goal <= 4x)")
+        print(f"read (key >= {cut}, sum c)   kudu {kudu_read:6.2f}s   parquet {pq_read:6.2f}s   "
+              f"ratio {kudu_read / pq_read:5.1f}x   (goal <= 3x)")
+        print(f"read (all rows, sum c)      kudu {kudu_full:6.2f}s   parquet {pq_full:6.2f}s   "
+              f"ratio {kudu_full / pq_full:5.1f}x   ({n / kudu_full:,.0f} rows/s from kudu)")
+        spark.stop()
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
