@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -33,20 +32,9 @@ COUNTRIES = ["DE", "US", "FR", "JP", "BR", "IN", "NL", "SE"]
 
 
 def spark_session() -> object:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from kudu_async.spark import local_session
 
-    import kudu_async.spark as ks
-
-    spark = (SparkSession.builder.master("local[2]").appName("kudu_async-pipeline")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "4")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    ks.register(spark)
-    return spark
+    return local_session("kudu_async-pipeline")
 
 
 def create_tables(client: kudu.Client) -> None:

@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.client.aio import connect as aio_connect
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanConfig, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_MANUAL, AsyncSession, KuduError
 from kudu_async.client.table import Table, WriteOperation
 from kudu_async.client.table_alterer import AsyncTableAlterer
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
+from kudu_async.common.errors import KuduIllegalState
 from kudu_async.common.schema import Schema
 
 _T = TypeVar("_T")
@@ -70,13 +71,7 @@ class Client:
 
     @staticmethod
     async def _connect(masters: Sequence[str], admin_ms: int | None, rpc_ms: int | None) -> AsyncClient:
-        client = AsyncClient(masters, admin_ms, rpc_ms)
-        try:
-            await client.masters.find_leader(client._admin_deadline("connecting to the leader master"))
-        except KuduBadStatus:
-            await client.close()
-            raise
-        return client
+        return await aio_connect(list(masters), None, admin_ms, rpc_ms)
 
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return self._loop.run(coro)

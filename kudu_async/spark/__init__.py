@@ -4,6 +4,6 @@
 available (and enables Python filter pushdown on the session). Needs the ``spark`` extra (pyspark).
 """
 
-from kudu_async.spark.source import NAME, DefaultSource, KuduDataSource, register
+from kudu_async.spark.source import NAME, DefaultSource, KuduDataSource, local_session, register
 
-__all__ = ["NAME", "DefaultSource", "KuduDataSource", "register"]
+__all__ = ["NAME", "DefaultSource", "KuduDataSource", "local_session", "register"]

@@ -188,6 +188,26 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KuduDataSource)
 
 
+def local_session(app_name: str = "kudu_async", partitions: int = 4) -> Any:
+    """A local SparkSession for tests, scripts and demos: local[2], UI and progress bars off, bound to
+    127.0.0.1, UTC, workers on this interpreter (PYSPARK_PYTHON), with the kudu source registered."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (SparkSession.builder.master("local[2]").appName(app_name)
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(partitions))
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def _check_overwrite(overwrite: bool) -> None:
     if overwrite:
         raise KuduInvalidArgument("the kudu data source only appends (mode 'append'); Kudu tables are updated by "
@@ -425,4 +445,4 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
     return KuduCommitMessage(total, session.get_write_op_metrics())
 
 
-__all__ = ["NAME", "DefaultSource", "KuduDataSource", "register"]
+__all__ = ["NAME", "DefaultSource", "KuduDataSource", "local_session", "register"]

@@ -8,7 +8,6 @@ Goal (issue 10): the kudu write within 4x of the Parquet write time, the read wi
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -35,20 +34,12 @@ def main() -> int:
     ap.add_argument("--buckets", type=int, default=6, help="hash buckets of the kudu table [6]")
     ap.add_argument("--runs", type=int, default=2, help="timed runs of each read (best is printed) [2]")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    import kudu_async.spark as ks
+    from kudu_async.spark import local_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     cluster = MiniCluster(num_masters=1, num_tservers=3, base_dir=work / "cluster").start()
     try:
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.sql.session.timeZone", "UTC").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        ks.register(spark)
+        spark = local_session("kudu_async-bench", partitions=2)
         m = cluster.master_addresses
         n = args.rows
         df = spark.range(0, n).selectExpr("id as key", "cast(id % 1000 as int) as a", "concat('name-', id) as b",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,19 +14,9 @@ from kudu_async.testing import MiniCluster  # noqa: E402
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from kudu_async.spark import local_session
 
-    import kudu_async.spark as ks
-
-    session = (SparkSession.builder.master("local[2]").appName("kudu_async-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "4")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    ks.register(session)
+    session = local_session("kudu_async-tests")
     yield session
     session.stop()
 
