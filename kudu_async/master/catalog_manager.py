@@ -4,20 +4,32 @@ Every change is written to the sys catalog through Raft first; the in-memory map
 entry is applied, on every master. Work that touches tservers (creating and deleting tablet replicas)
 is driven by a loop on the leader that reads the catalog's states (CREATING, DELETING) and repeats its
 idempotent RPCs until the tservers' reports show the result, so a new leader simply resumes it.
+
+DDL may carry a client ``request_id`` (a string, e.g. ``"<client uuid>:<sequence>"``): its result is
+written in the same catalog entry as the change, so a retry of an applied request (the reply was lost,
+or the leader died before sending it) gets the original reply from whichever master leads now, instead
+of ALREADY_PRESENT or NOT_FOUND or a second application. A request id reused for a different request is
+refused. A write planned against a catalog that changed before it committed is refused by the state
+machine (see ``sys_catalog``); DDL is then planned again on the new state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from kudu_async.common.errors import (
+    KuduAborted,
     KuduAlreadyPresent,
     KuduBadStatus,
     KuduIllegalState,
@@ -27,7 +39,7 @@ from kudu_async.common.errors import (
 from kudu_async.common.partition import PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.common.types import value_from_wire
-from kudu_async.master.sys_catalog import delete, encode_ops, put
+from kudu_async.master.sys_catalog import delete, encode_ops, put, request
 
 if TYPE_CHECKING:
     from kudu_async.master.master import Master
@@ -38,6 +50,16 @@ TABLE_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 MAX_TABLETS_PER_TABLE = 1000
 MAX_REPLICAS = 7
 RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
+MAX_REQUEST_ID_LEN = 128
+REQUEST_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID_LEN}}}")  # printable ASCII, no spaces
+MAX_DDL_PLANS = 8  # a DDL is planned again after a conflicting write at most this often
+
+
+class CatalogConflict(KuduAborted):
+    """The catalog changed between planning a write and committing it; nothing was applied."""
+
+
+Plan = tuple[list[list[Any]], dict[str, Any]]  # the catalog ops of one DDL and its reply
 
 
 class CatalogManager:
@@ -60,10 +82,57 @@ class CatalogManager:
         return {} if cat is None else cat.tablets
 
     async def _write(self, ops: list[list[Any]], timeout_s: float = 30.0) -> None:
+        """Replicate one batch; CatalogConflict (ABORTED) if it was planned on a catalog that changed."""
         self.master.require_leader()
         replica = self.master.catalog_replica()
         assert replica is not None
-        await replica.replicate(encode_ops(ops), timeout_s)
+        result = await replica.replicate(encode_ops(ops), timeout_s)
+        if isinstance(result, dict) and result.get("conflict"):
+            raise CatalogConflict(f"catalog write refused: {result['conflict']}")
+
+    async def _ddl(self, method: str, req: dict[str, Any], timeout_s: float,
+                   plan: Callable[[dict[str, Any]], Plan]) -> dict[str, Any]:
+        """Run one DDL exactly once per request id: answer a known id from the catalog, else plan the
+        change on the current catalog and write it with its result; plan again if the write conflicts."""
+        self.master.require_leader()
+        request_id = _request_id(req)
+        digest = _request_digest(method, req) if request_id is not None else ""
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(MAX_DDL_PLANS):
+            if request_id is not None:
+                done = self.remembered(request_id, method, digest)
+                if done is not None:
+                    log.info("DDL retry answered from the catalog",
+                             extra={"method": method, "request_id": request_id})
+                    return done
+            ops, result = plan(req)
+            if request_id is not None:
+                ops = [*ops, request(request_id, {"method": method, "digest": digest, "result": result,
+                                                   "time": time.time()})]
+            try:
+                await self._write(ops, max(0.05, deadline - time.monotonic()))
+            except CatalogConflict as e:
+                log.info("DDL write conflicted; planning it again",
+                         extra={"method": method, "request_id": request_id, "attempt": attempt, "error": str(e)})
+                if time.monotonic() >= deadline:
+                    raise
+                continue
+            log.info("DDL applied", extra={"method": method, "request_id": request_id, **result})
+            self._wake.set()
+            return result
+        raise CatalogConflict(f"{method}: the catalog kept changing under it ({MAX_DDL_PLANS} plans); retry")
+
+    def remembered(self, request_id: str, method: str, digest: str) -> dict[str, Any] | None:
+        """The original reply to an applied request id; INVALID_ARGUMENT if the id was used for another request."""
+        cat = self.master.catalog
+        entry = None if cat is None else cat.requests.get(request_id)
+        if entry is None:
+            return None
+        if entry.get("method") != method or entry.get("digest") != digest:
+            raise KuduInvalidArgument(
+                f"request_id {request_id!r} was already used for a different request ({entry.get('method')}); "
+                "a retry must repeat the original request exactly", {"request_id": request_id})
+        return dict(entry["result"])
 
     def find_table(self, name: Any = None, table_id: Any = None) -> dict[str, Any]:
         if table_id is not None:
@@ -81,7 +150,9 @@ class CatalogManager:
     # --- DDL ------------------------------------------------------------------------------------------
 
     async def create_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        self.master.require_leader()
+        return await self._ddl("CreateTable", req, timeout_s, self._plan_create_table)
+
+    def _plan_create_table(self, req: dict[str, Any]) -> Plan:
         name = req.get("name")
         if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
             raise KuduInvalidArgument("'name' must be 1-256 characters without control characters")
@@ -126,11 +197,7 @@ class CatalogManager:
         table = {"id": table_id, "name": name, "state": "CREATING", "schema": schema.to_dict(),
                  "schema_version": 0, "partition_schema": pschema.to_dict(), "num_replicas": n,
                  "tablet_ids": tablet_ids, "created_at": time.time()}
-        await self._write([put("table", table_id, table), *ops], timeout_s)
-        log.info("table created in the catalog", extra={"table": name, "table_id": table_id,
-                                                         "tablets": len(tablet_ids)})
-        self._wake.set()
-        return {"table_id": table_id}
+        return [put("table", table_id, table), *ops], {"table_id": table_id}
 
     def is_create_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
         self.master.require_leader()
@@ -138,16 +205,18 @@ class CatalogManager:
         return {"done": t["state"] == "RUNNING", "state": t["state"], "table_id": t["id"]}
 
     async def delete_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        self.master.require_leader()
+        return await self._ddl("DeleteTable", req, timeout_s, self._plan_delete_table)
+
+    def _plan_delete_table(self, req: dict[str, Any]) -> Plan:
         t = self.find_table(req.get("name"), req.get("table_id"))
-        await self._write([put("table", t["id"], {**t, "state": "DELETING"})], timeout_s)
-        self._wake.set()
-        return {"table_id": t["id"]}
+        return [put("table", t["id"], {**t, "state": "DELETING"})], {"table_id": t["id"]}
 
     async def alter_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Rename the table, change columns, add or drop range partitions: one catalog write; the
         leader then pushes the new schema version to every tablet and creates/deletes range tablets."""
-        self.master.require_leader()
+        return await self._ddl("AlterTable", req, timeout_s, self._plan_alter_table)
+
+    def _plan_alter_table(self, req: dict[str, Any]) -> Plan:
         t = self.find_table(req.get("name"), req.get("table_id"))
         if t["state"] == "CREATING":
             raise KuduIllegalState(f"table {t['name']} is still being created; retry AlterTable later")
@@ -226,9 +295,7 @@ class CatalogManager:
                  "next_column_id": next_id, "tablet_ids": tablet_ids,
                  "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
                  "state": "ALTERING" if work else t["state"]}
-        await self._write([put("table", t["id"], table), *ops], timeout_s)
-        self._wake.set()
-        return {"table_id": t["id"], "schema_version": version}
+        return [put("table", t["id"], table), *ops], {"table_id": t["id"], "schema_version": version}
 
     def is_alter_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
         self.master.require_leader()
@@ -357,6 +424,10 @@ class CatalogManager:
                 await self._drive_table(table, now)
 
     async def _drive_table(self, table: dict[str, Any], now: float) -> None:
+        current = self.tables.get(table["id"])  # this pass's list may predate a write made since
+        if current is None or current["state"] not in ("CREATING", "ALTERING"):
+            return
+        table = current
         ops: list[list[Any]] = []
         pending = False
         version = table["schema_version"]
@@ -427,6 +498,39 @@ class CatalogManager:
                          extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)})
 
         self.master.spawn_background(call())
+
+
+def _request_id(req: dict[str, Any]) -> str | None:
+    """The request's ``request_id`` (absent: no retry protection), checked: printable ASCII, 1-128 chars."""
+    rid = req.get("request_id")
+    if rid is None:
+        return None
+    if not isinstance(rid, str) or not REQUEST_ID_RE.fullmatch(rid):
+        raise KuduInvalidArgument(
+            f"'request_id' must be a string of 1-{MAX_REQUEST_ID_LEN} printable ASCII characters without "
+            f"spaces (e.g. '<client uuid>:<sequence>'), got {_short(rid)}")
+    return rid
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else f"{r[:57]}... ({len(r)} characters)"
+
+
+def _canonical(v: Any) -> Any:
+    """The request with map keys in a fixed order, so a retry re-encoded elsewhere has the same digest."""
+    if isinstance(v, dict):
+        return [[str(k), _canonical(x)] for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))]
+    if isinstance(v, (list, tuple)):
+        return [_canonical(x) for x in v]
+    return v
+
+
+def _request_digest(method: str, req: dict[str, Any]) -> str:
+    """What identifies a request besides its id: the method and every field but ``request_id``."""
+    body = {k: v for k, v in req.items() if k != "request_id"}
+    packed = msgpack.packb([method, _canonical(body)], use_bin_type=True, default=repr)
+    return hashlib.sha256(packed).hexdigest()[:32]
 
 
 def _list(req: dict[str, Any], name: str) -> list[Any]:

@@ -239,8 +239,11 @@ class Master(Node):
     def role_status(self) -> dict[str, Any]:
         ds = self.ts_manager.descriptors(time.monotonic())
         live = sum(1 for d in ds if d["live"])
+        cat = self.catalog
         return {"num_live_tservers": live, "num_dead_tservers": len(ds) - live,
-                "is_leader": self.is_catalog_leader(), **self.leader_info()}
+                "is_leader": self.is_catalog_leader(), **self.leader_info(),
+                "ddl_request_ids_remembered": 0 if cat is None else len(cat.requests),
+                "catalog_writes_refused": 0 if cat is None else cat.conflicts}
 
 
 async def _tservers_page(request: web.Request) -> web.Response:

@@ -1,0 +1,223 @@
+"""Exactly-once DDL on one in-process master: a retry under the same request id gets the original reply
+(never ALREADY_PRESENT, NOT_FOUND or a second application), also after a restart; an id reused for another
+request and malformed ids are refused; concurrent DDL on one table is planned again, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kudu_async.common.errors import KuduAlreadyPresent, KuduInvalidArgument, KuduNotFound
+from kudu_async.common.partition import HashDimension, PartitionSchema
+from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.fs.fs_manager import FsManager
+from kudu_async.master.catalog_manager import CatalogConflict, CatalogManager
+from kudu_async.master.master import Master
+from kudu_async.master.sys_catalog import put
+from kudu_async.server.config import load_config
+
+SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
+PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 2)], ["key"])
+TIMEOUT_S = 10.0
+
+
+async def start_master(data_dir: Path) -> Master:
+    config = load_config(["--role", "master", "--data-dir", str(data_dir), "--rpc-bind", "127.0.0.1:0",
+                          "--http-bind", "127.0.0.1:0", "--raft-tick-interval-ms", "20",
+                          "--raft-heartbeat-interval-ms", "100"], {})
+    fs = FsManager(config.data_dir, "master")
+    fs.open_or_create()
+    node = Master(config, fs)
+    await node.start()
+    await node.catalog_manager.stop()  # no background work: tables stay as the DDL wrote them
+    deadline = time.monotonic() + 10
+    while not node.is_catalog_leader():  # a lone master creates its catalog and elects itself at once
+        assert time.monotonic() < deadline, "single master never led its catalog"
+        await asyncio.sleep(0.02)
+    for i in range(3):  # placement needs live tservers; nothing is ever sent to these
+        node.ts_manager.register({"uuid": f"ts-{i}", "rpc_address": f"127.0.0.1:{9 + i}",
+                                  "http_address": f"127.0.0.1:{19 + i}", "version": "0.1.0",
+                                  "start_time": 1.0}, time.monotonic())
+    return node
+
+
+@pytest.fixture
+async def master(tmp_path: Path) -> AsyncIterator[Master]:
+    node = await start_master(tmp_path / "m")
+    yield node
+    await node.stop()
+
+
+def create_req(name: str, request_id: str | None, **extra: Any) -> dict[str, Any]:
+    req = {"name": name, "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict(), "num_replicas": 3,
+           **extra}
+    return req if request_id is None else {**req, "request_id": request_id}
+
+
+def add_column(name: str, column: str, request_id: str | None) -> dict[str, Any]:
+    req = {"name": name, "alter_schema_steps": [{"type": "ADD_COLUMN", "column": {"name": column, "type": "int32"}}]}
+    return req if request_id is None else {**req, "request_id": request_id}
+
+
+async def make_running(cm: CatalogManager, name: str) -> dict[str, Any]:
+    """What the background loop does once every tablet has a leader (it is stopped here)."""
+    t = cm.find_table(name)
+    await cm._write([put("table", t["id"], {**t, "state": "RUNNING"})])
+    return cm.find_table(name)
+
+
+def live_named(cm: CatalogManager, name: str) -> list[dict[str, Any]]:
+    return [t for t in cm.tables.values() if t["name"] == name and t["state"] not in ("DELETING", "DELETED")]
+
+
+async def test_create_table_retried_with_its_request_id_returns_the_original_table(master: Master) -> None:
+    cm = master.catalog_manager
+    first = await cm.create_table(create_req("t", "client-a:1"), TIMEOUT_S)
+    again = await cm.create_table(create_req("t", "client-a:1"), TIMEOUT_S)
+    assert again == first
+    assert [t["id"] for t in live_named(cm, "t")] == [first["table_id"]]
+    assert len(cm.tablets) == 2  # the tablets were made once
+    with pytest.raises(KuduAlreadyPresent):  # another request for the same name is still refused
+        await cm.create_table(create_req("t", "client-b:1"), TIMEOUT_S)
+    with pytest.raises(KuduAlreadyPresent):  # ... and so is one without an id
+        await cm.create_table(create_req("t", None), TIMEOUT_S)
+
+
+async def test_alter_table_retried_adds_the_column_and_bumps_the_version_once(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await make_running(cm, "t")
+    first = await cm.alter_table(add_column("t", "extra", "c:2"), TIMEOUT_S)
+    assert first["schema_version"] == 1
+    assert await cm.alter_table(add_column("t", "extra", "c:2"), TIMEOUT_S) == first
+    t = cm.find_table("t")
+    assert [c["name"] for c in t["schema"]["columns"]] == ["key", "val", "extra"] and t["schema_version"] == 1
+    with pytest.raises(KuduInvalidArgument, match="extra"):  # without the id it is a second, bad alter
+        await cm.alter_table(add_column("t", "extra", "c:3"), TIMEOUT_S)
+
+
+async def test_rename_retried_after_it_applied_is_not_not_found(master: Master) -> None:
+    cm = master.catalog_manager
+    created = await cm.create_table(create_req("old", "c:1"), TIMEOUT_S)
+    await make_running(cm, "old")
+    req = {"name": "old", "new_name": "new", "request_id": "c:2"}
+    first = await cm.alter_table(req, TIMEOUT_S)
+    assert await cm.alter_table(dict(req), TIMEOUT_S) == first == {"table_id": created["table_id"],
+                                                                   "schema_version": 0}
+    assert cm.find_table("new")["id"] == created["table_id"]
+    with pytest.raises(KuduNotFound):
+        await cm.alter_table({**req, "request_id": "c:3"}, TIMEOUT_S)
+
+
+async def test_delete_retried_after_the_table_is_gone_returns_the_original_reply(master: Master) -> None:
+    cm = master.catalog_manager
+    created = await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    first = await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    assert first == {"table_id": created["table_id"]}
+    t = cm.tables[created["table_id"]]
+    await cm._write([put("table", t["id"], {**t, "state": "DELETED"})])
+    assert await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S) == first
+    with pytest.raises(KuduNotFound):
+        await cm.delete_table({"name": "t", "request_id": "c:3"}, TIMEOUT_S)
+    # Even the create, retried after its table was deleted, answers what it answered then.
+    assert await cm.create_table(create_req("t", "c:1"), TIMEOUT_S) == created
+    assert live_named(cm, "t") == []
+
+
+async def test_a_request_id_reused_for_a_different_request_is_refused(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    with pytest.raises(KuduInvalidArgument, match="already used for a different request"):
+        await cm.create_table(create_req("t", "c:1", num_replicas=1), TIMEOUT_S)
+    with pytest.raises(KuduInvalidArgument, match=r"different request \(CreateTable\)"):
+        await cm.delete_table({"name": "t", "request_id": "c:1"}, TIMEOUT_S)
+    assert cm.find_table("t")["state"] == "CREATING"
+
+
+async def test_a_retry_with_its_fields_in_another_order_is_the_same_request(master: Master) -> None:
+    cm = master.catalog_manager
+    req = create_req("t", "c:1")
+    first = await cm.create_table(req, TIMEOUT_S)
+    reordered = dict(reversed(list(req.items())))
+    reordered["schema"] = dict(reversed(list(req["schema"].items())))
+    assert await cm.create_table(reordered, TIMEOUT_S) == first
+
+
+async def test_malformed_request_ids_are_refused_and_nothing_is_applied(master: Master) -> None:
+    cm = master.catalog_manager
+    for rid in (7, b"c:1", "", "x" * 129, "has space", "ctl\x01", "tab\t", "naïve", "nl\n", ["c", 1]):
+        with pytest.raises(KuduInvalidArgument, match="'request_id' must be a string of 1-128 printable ASCII"):
+            await cm.create_table({**create_req("t", None), "request_id": rid}, TIMEOUT_S)
+    assert cm.tables == {}
+    assert master.catalog is not None and master.catalog.requests == {}
+
+
+async def test_longest_request_id_is_accepted(master: Master) -> None:
+    cm = master.catalog_manager
+    rid = "k" * 128
+    first = await cm.create_table(create_req("t", rid), TIMEOUT_S)
+    assert await cm.create_table(create_req("t", rid), TIMEOUT_S) == first
+    assert master.catalog is not None and rid in master.catalog.requests
+
+
+async def test_concurrent_attempts_of_one_request_apply_it_once(master: Master) -> None:
+    cm = master.catalog_manager
+    replies = await asyncio.gather(*(cm.create_table(create_req("t", "c:1"), TIMEOUT_S) for _ in range(4)))
+    assert len({r["table_id"] for r in replies}) == 1
+    assert len(live_named(cm, "t")) == 1 and len(cm.tables) == 1 and len(cm.tablets) == 2
+
+
+async def test_concurrent_creates_of_one_name_make_one_table(master: Master) -> None:
+    cm = master.catalog_manager
+    results = await asyncio.gather(*(cm.create_table(create_req("t", f"c{i}:1"), TIMEOUT_S) for i in range(4)),
+                                   return_exceptions=True)
+    made = [r for r in results if isinstance(r, dict)]
+    assert len(made) == 1 and all(isinstance(r, KuduAlreadyPresent) for r in results if r not in made)
+    assert [t["id"] for t in cm.tables.values()] == [made[0]["table_id"]]
+    assert {r["table_id"] for r in cm.tablets.values()} == {made[0]["table_id"]}  # no tablets of a loser
+
+
+async def test_concurrent_alters_of_one_table_are_all_applied(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await make_running(cm, "t")
+    replies = await asyncio.gather(*(cm.alter_table(add_column("t", f"c{i}", f"c:{10 + i}"), TIMEOUT_S)
+                                     for i in range(5)))
+    assert sorted(r["schema_version"] for r in replies) == [1, 2, 3, 4, 5]
+    t = cm.find_table("t")
+    assert sorted(c["name"] for c in t["schema"]["columns"][2:]) == [f"c{i}" for i in range(5)]
+    assert t["schema_version"] == 5
+    assert master.catalog is not None and master.catalog.conflicts > 0  # some were planned again
+
+
+async def test_a_stale_background_write_never_undoes_an_acknowledged_alter(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    stale = await make_running(cm, "t")
+    await cm.alter_table(add_column("t", "extra", "c:2"), TIMEOUT_S)
+    with pytest.raises(CatalogConflict, match="changed since it was read"):
+        await cm._write([put("table", stale["id"], {**stale, "state": "RUNNING", "dropped_tablet_ids": []})])
+    t = cm.find_table("t")
+    assert t["schema_version"] == 1 and t["state"] == "ALTERING" and t["schema"]["columns"][-1]["name"] == "extra"
+
+
+async def test_request_ids_survive_a_master_restart(tmp_path: Path) -> None:
+    node = await start_master(tmp_path / "m")
+    try:
+        created = await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
+        deleted = await node.catalog_manager.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    finally:
+        await node.stop()
+    node = await start_master(tmp_path / "m")
+    try:
+        cm = node.catalog_manager
+        assert await cm.create_table(create_req("t", "c:1"), TIMEOUT_S) == created
+        assert await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S) == deleted
+        assert node.role_status()["ddl_request_ids_remembered"] == 2
+    finally:
+        await node.stop()

@@ -1,0 +1,152 @@
+"""The sys catalog state machine: whole-batch apply, stale writes and duplicate names refused, request ids
+remembered (bounded, in log order) and kept by the snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
+from kudu_async.master.sys_catalog import SysCatalogStateMachine, delete, encode_ops, put, request
+
+
+def table(tid: str, name: str, state: str = "RUNNING", **extra: Any) -> dict[str, Any]:
+    return {"id": tid, "name": name, "state": state, "tablet_ids": [], **extra}
+
+
+class Catalog:
+    """A state machine fed entries at increasing indexes, as the replica would."""
+
+    def __init__(self, directory: Path, **kw: Any) -> None:
+        self.sm = SysCatalogStateMachine(directory, None, **kw)
+        self.index = 0
+
+    async def apply(self, *ops: list[Any]) -> dict[str, Any]:
+        self.index += 1
+        result: dict[str, Any] = await self.sm.apply(self.index, 1, encode_ops(list(ops)))
+        return result
+
+
+@pytest.fixture
+def cat(tmp_path: Path) -> Catalog:
+    return Catalog(tmp_path)
+
+
+async def test_put_stamps_the_index_that_wrote_the_record_as_its_rev(cat: Catalog) -> None:
+    assert await cat.apply(put("table", "t1", table("t1", "a"))) == {"index": 1}
+    assert cat.sm.tables["t1"]["rev"] == 1
+    await cat.apply(put("table", "t1", {**cat.sm.tables["t1"], "state": "ALTERING"}))
+    assert cat.sm.tables["t1"] == {**table("t1", "a", "ALTERING"), "rev": 2}
+
+
+async def test_put_derived_from_an_overwritten_version_is_refused_and_changes_nothing(cat: Catalog) -> None:
+    await cat.apply(put("table", "t1", table("t1", "a")))
+    read_by_a = dict(cat.sm.tables["t1"])
+    read_by_b = dict(cat.sm.tables["t1"])
+    await cat.apply(put("table", "t1", {**read_by_a, "schema_version": 1, "state": "ALTERING"}))
+    result = await cat.apply(put("table", "t1", {**read_by_b, "state": "RUNNING"}),
+                             put("tablet", "x", {"id": "x", "table_id": "t1"}))
+    assert "changed since it was read" in result["conflict"] and result["index"] == 3
+    assert cat.sm.tables["t1"]["schema_version"] == 1 and cat.sm.tables["t1"]["state"] == "ALTERING"
+    assert "x" not in cat.sm.tablets  # the whole batch, not just the stale op
+    assert cat.sm.applied_index == 3 and cat.sm.conflicts == 1
+
+
+async def test_put_of_a_record_deleted_since_it_was_read_does_not_resurrect_it(cat: Catalog) -> None:
+    await cat.apply(put("tablet", "x", {"id": "x", "state": "CREATING"}))
+    stale = dict(cat.sm.tablets["x"])
+    await cat.apply(delete("tablet", "x"))
+    result = await cat.apply(put("tablet", "x", {**stale, "state": "RUNNING"}))
+    assert "deleted since it was read" in result["conflict"] and "x" not in cat.sm.tablets
+
+
+async def test_records_without_rev_from_older_catalogs_are_still_writable(cat: Catalog) -> None:
+    cat.sm.tables["old"] = table("old", "legacy")  # as loaded from a snapshot written before revs
+    assert "conflict" not in await cat.apply(put("table", "old", {**cat.sm.tables["old"], "state": "ALTERING"}))
+    assert cat.sm.tables["old"]["rev"] == 1
+
+
+async def test_two_live_tables_never_share_a_name(cat: Catalog) -> None:
+    await cat.apply(put("table", "t1", table("t1", "a")))
+    result = await cat.apply(put("table", "t2", table("t2", "a", "CREATING")))
+    assert "table name 'a' is taken by table t1" in result["conflict"] and "t2" not in cat.sm.tables
+    await cat.apply(put("table", "t3", table("t3", "b")))
+    renamed = await cat.apply(put("table", "t3", {**cat.sm.tables["t3"], "name": "a"}))
+    assert "taken" in renamed["conflict"] and cat.sm.tables["t3"]["name"] == "b"
+    # Within one batch too.
+    both = await cat.apply(put("table", "t4", table("t4", "c")), put("table", "t5", table("t5", "c")))
+    assert "taken by table t4" in both["conflict"] and not {"t4", "t5"} & set(cat.sm.tables)
+
+
+async def test_a_name_is_free_again_once_its_table_is_being_deleted(cat: Catalog) -> None:
+    await cat.apply(put("table", "t1", table("t1", "a")))
+    await cat.apply(put("table", "t1", {**cat.sm.tables["t1"], "state": "DELETING"}))
+    assert "conflict" not in await cat.apply(put("table", "t2", table("t2", "a", "CREATING")))
+    # ... and a deleting table may be written (the background loop's bookkeeping) while another holds it.
+    assert "conflict" not in await cat.apply(put("table", "t1", dict(cat.sm.tables["t1"])))
+    # Names move inside one batch: the check sees the batch's own earlier ops.
+    await cat.apply(put("table", "t3", table("t3", "b")))
+    t2, t3 = cat.sm.tables["t2"], cat.sm.tables["t3"]
+    swap = await cat.apply(put("table", "t2", {**t2, "name": "tmp"}), put("table", "t3", {**t3, "name": "a"}))
+    assert "conflict" not in swap and cat.sm.tables["t3"]["name"] == "a"
+
+
+async def test_request_id_is_recorded_with_its_result_and_a_second_use_is_refused(cat: Catalog) -> None:
+    entry = {"method": "CreateTable", "digest": "d1", "result": {"table_id": "t1"}, "time": 1.5}
+    await cat.apply(put("table", "t1", table("t1", "a")), request("c:1", entry))
+    assert cat.sm.requests["c:1"] == {**entry, "index": 1}
+    again = await cat.apply(put("table", "t9", table("t9", "z")), request("c:1", {**entry, "result": {}}))
+    assert "request id 'c:1' was already applied" in again["conflict"]
+    assert "t9" not in cat.sm.tables and cat.sm.requests["c:1"]["result"] == {"table_id": "t1"}
+    twice = await cat.apply(request("c:2", entry), request("c:2", entry))
+    assert "already applied" in twice["conflict"] and "c:2" not in cat.sm.requests
+
+
+async def test_remembered_request_ids_are_bounded_oldest_first(tmp_path: Path) -> None:
+    cat = Catalog(tmp_path, max_requests=3)
+    for i in range(1, 6):
+        await cat.apply(request(f"c:{i}", {"method": "DeleteTable", "digest": "", "result": {"table_id": str(i)}}))
+    assert list(cat.sm.requests) == ["c:3", "c:4", "c:5"]
+    # A refused batch forgets nothing.
+    await cat.apply(request("c:5", {"method": "DeleteTable", "digest": "", "result": {}}))
+    assert list(cat.sm.requests) == ["c:3", "c:4", "c:5"]
+
+
+async def test_snapshot_keeps_tables_tablets_request_ids_and_their_order(tmp_path: Path) -> None:
+    cat = Catalog(tmp_path, snapshot_every=1000)
+    for i in range(4):
+        entry = {"method": "CreateTable", "digest": "d", "result": {"table_id": f"t{i}"}}
+        await cat.apply(put("table", f"t{i}", table(f"t{i}", f"n{i}")), request(f"c:{9 - i}", entry))
+    await cat.apply(put("tablet", "x", {"id": "x", "table_id": "t0"}))
+    await cat.sm.snapshot()
+    again = SysCatalogStateMachine(tmp_path, None)
+    again.load()
+    assert again.applied_index == again.durable_index() == 5
+    assert again.tables == cat.sm.tables and again.tablets == cat.sm.tablets
+    assert list(again.requests.items()) == list(cat.sm.requests.items())
+    assert list(again.requests) == ["c:9", "c:8", "c:7", "c:6"]
+
+
+def test_snapshot_without_request_ids_loads_as_none_remembered(tmp_path: Path) -> None:
+    (tmp_path / "sys-catalog.snapshot").write_bytes(
+        msgpack.packb({"index": 7, "tables": {"t": table("t", "a")}, "tablets": {}}))
+    sm = SysCatalogStateMachine(tmp_path, None)
+    sm.load()
+    assert sm.applied_index == 7 and sm.requests == {} and sm.tables["t"]["name"] == "a"
+
+
+def test_damaged_snapshot_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "sys-catalog.snapshot").write_bytes(msgpack.packb({"index": 7, "tables": {}, "tablets": {},
+                                                                   "requests": [["c:1"]]}))
+    with pytest.raises(KuduCorruption):
+        SysCatalogStateMachine(tmp_path, None).load()
+
+
+@pytest.mark.parametrize("op", [["put", "table", "t"], ["put", "bogus", "t", {}], ["delete", "table"],
+                                ["request", "c:1"], ["request", 7, {}], ["remove", "table", "t"], "put"])
+def test_malformed_operations_are_refused_before_replication(op: Any) -> None:
+    with pytest.raises(KuduInvalidArgument, match="bad sys catalog operation"):
+        encode_ops([op])
