@@ -35,6 +35,7 @@ from kudu_async.common.errors import (
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
+    KuduServiceUnavailable,
 )
 from kudu_async.common.partition import PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
@@ -52,6 +53,8 @@ MAX_REPLICAS = 7
 RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
 MAX_REQUEST_ID_LEN = 128
 REQUEST_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID_LEN}}}")  # printable ASCII, no spaces
+# A master this young may not have heard again from every tserver (heartbeat + the tservers' backoff).
+REGISTRATION_GRACE_S = 10.0
 MAX_DDL_PLANS = 8  # a DDL is planned again after a conflicting write at most this often
 
 
@@ -177,10 +180,7 @@ class CatalogManager:
                                          {"table_id": t["id"], "table_name": name})
         now = time.monotonic()
         live = self.master.ts_manager.live_tservers(now)
-        if len(live) < n:
-            raise KuduInvalidArgument(
-                f"not enough live tablet servers to create a table with the requested replication factor {n}; "
-                f"{len(live)} tablet servers are alive", {"live_tservers": len(live)})
+        self._require_live(n, live, "to create a table with the requested replication factor")
         load = self._replica_counts(live)
         table_id = uuid.uuid4().hex
         ops: list[list[Any]] = []
@@ -276,8 +276,7 @@ class CatalogManager:
                         raise KuduInvalidArgument(f"alter_schema_steps[{i}]: new range partition overlaps an "
                                                   "existing one")
                 n = t["num_replicas"]
-                if len(live) < n:
-                    raise KuduInvalidArgument(f"not enough live tablet servers ({len(live)}) for {n} replicas")
+                self._require_live(n, live, "for a new range partition's replicas")
                 for p in pschema.partitions_for_ranges([(lo, hi)]):
                     tid = uuid.uuid4().hex
                     chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]
@@ -371,6 +370,24 @@ class CatalogManager:
         else:
             replicas = [{"uuid": u, "rpc_address": a, "role": "UNKNOWN"} for u, a in rec["replicas"].items()]
         return {"tablet_id": rec["id"], "partition": rec["partition"], "state": rec["state"], "replicas": replicas}
+
+    def _require_live(self, n: int, live: list[str], what: str) -> None:
+        """Enough live tservers for ``n`` replicas, else INVALID_ARGUMENT; but SERVICE_UNAVAILABLE (retry)
+        while a master that started moments ago has not yet heard from tservers the catalog places
+        replicas on: after a restart they register again only with their next heartbeats."""
+        if len(live) >= n:
+            return
+        details = {"live_tservers": len(live)}
+        unregistered = {u for rec in self.tablets.values() for u in rec["replicas"]
+                        if self.master.ts_manager.registration(u) is None}
+        uptime = self.master.uptime_s()
+        if unregistered and uptime < REGISTRATION_GRACE_S:
+            raise KuduServiceUnavailable(
+                f"not enough live tablet servers {what} ({len(live)} of {n}) yet: this master started "
+                f"{uptime:.1f}s ago and {len(unregistered)} tablet servers holding replicas have not registered "
+                "with it again; retry", details)
+        raise KuduInvalidArgument(f"not enough live tablet servers {what} {n}; {len(live)} tablet servers are "
+                                  "alive", details)
 
     def _replica_counts(self, live: list[str]) -> dict[str, int]:
         counts = {u: 0 for u in live}

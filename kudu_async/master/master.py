@@ -125,6 +125,9 @@ class Master(Node):
                 self.ts_manager.request_full_reports()
             self._was_leader = leader
 
+    def uptime_s(self) -> float:
+        return time.monotonic() - self._started_mono
+
     def catalog_replica(self) -> RaftReplica | None:
         return self.raft.replicas.get(sys_catalog.GROUP)
 

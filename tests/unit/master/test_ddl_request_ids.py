@@ -12,10 +12,16 @@ from typing import Any
 
 import pytest
 
-from kudu_async.common.errors import KuduAlreadyPresent, KuduInvalidArgument, KuduNotFound
+from kudu_async.common.errors import (
+    KuduAlreadyPresent,
+    KuduInvalidArgument,
+    KuduNotFound,
+    KuduServiceUnavailable,
+)
 from kudu_async.common.partition import HashDimension, PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.fs.fs_manager import FsManager
+from kudu_async.master import catalog_manager
 from kudu_async.master.catalog_manager import CatalogConflict, CatalogManager
 from kudu_async.master.master import Master
 from kudu_async.master.sys_catalog import put
@@ -26,7 +32,7 @@ PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 2)], ["key"])
 TIMEOUT_S = 10.0
 
 
-async def start_master(data_dir: Path) -> Master:
+async def start_master(data_dir: Path, tservers: int = 3) -> Master:
     config = load_config(["--role", "master", "--data-dir", str(data_dir), "--rpc-bind", "127.0.0.1:0",
                           "--http-bind", "127.0.0.1:0", "--raft-tick-interval-ms", "20",
                           "--raft-heartbeat-interval-ms", "100"], {})
@@ -39,7 +45,7 @@ async def start_master(data_dir: Path) -> Master:
     while not node.is_catalog_leader():  # a lone master creates its catalog and elects itself at once
         assert time.monotonic() < deadline, "single master never led its catalog"
         await asyncio.sleep(0.02)
-    for i in range(3):  # placement needs live tservers; nothing is ever sent to these
+    for i in range(tservers):  # placement needs live tservers; nothing is ever sent to these
         node.ts_manager.register({"uuid": f"ts-{i}", "rpc_address": f"127.0.0.1:{9 + i}",
                                   "http_address": f"127.0.0.1:{19 + i}", "version": "0.1.0",
                                   "start_time": 1.0}, time.monotonic())
@@ -219,5 +225,33 @@ async def test_request_ids_survive_a_master_restart(tmp_path: Path) -> None:
         assert await cm.create_table(create_req("t", "c:1"), TIMEOUT_S) == created
         assert await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S) == deleted
         assert node.role_status()["ddl_request_ids_remembered"] == 2
+    finally:
+        await node.stop()
+
+
+async def test_a_restarted_master_asks_for_a_retry_until_known_tservers_register_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = await start_master(tmp_path / "m")
+    try:
+        await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    finally:
+        await node.stop()
+    node = await start_master(tmp_path / "m", tservers=1)  # two of the three have not heartbeated yet
+    try:
+        cm = node.catalog_manager
+        with pytest.raises(KuduServiceUnavailable, match="2 tablet servers holding replicas have not registered"):
+            await cm.create_table(create_req("u", "c:2"), TIMEOUT_S)
+        monkeypatch.setattr(catalog_manager, "REGISTRATION_GRACE_S", 0.0)
+        with pytest.raises(KuduInvalidArgument, match="1 tablet servers are alive"):
+            await cm.create_table(create_req("u", "c:2"), TIMEOUT_S)
+    finally:
+        await node.stop()
+
+
+async def test_a_new_cluster_short_of_tservers_is_told_at_once(tmp_path: Path) -> None:
+    node = await start_master(tmp_path / "m", tservers=1)
+    try:  # no tablet is placed anywhere yet: no tserver is known to be missing
+        with pytest.raises(KuduInvalidArgument, match="not enough live tablet servers"):
+            await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
     finally:
         await node.stop()
