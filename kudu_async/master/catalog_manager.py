@@ -416,7 +416,7 @@ class CatalogManager:
             with contextlib.suppress(TimeoutError):  # a pass every 0.5 s, or at once when DDL arrives
                 await asyncio.wait_for(self._wake.wait(), 0.5)
             self._wake.clear()
-            if not self.master.is_catalog_leader():
+            if not self.master.check_leadership():
                 continue
             try:
                 await self.process_once()
@@ -492,7 +492,7 @@ class CatalogManager:
             reported = self.master.ts_manager.tablet_replicas(tid)
             holders = {u: self._address(u) for u in reported} | dict(rec["replicas"])
             still = [u for u in holders if u in reported]
-            if not still:
+            if not still and not any(self._may_hold_unreported(u, now) for u in holders):
                 ops.append(delete("tablet", tid))
                 continue
             remaining.append(tid)
@@ -500,6 +500,27 @@ class CatalogManager:
                 self._ask(("delete", tid, u), now, holders[u], "DeleteTablet",
                           {"tablet_id": tid, "delete_type": "DELETED"})
         return remaining, ops
+
+    def _may_hold_unreported(self, ts_uuid: str, now: float) -> bool:
+        """Whether a tserver may hold a replica its reports do not show: it has not sent this leader a full
+        report yet and is live, or has not registered with this master yet (which started less than an
+        unresponsive-timeout ago). A new leader's empty directory is no proof that a tablet is gone."""
+        tsm = self.master.ts_manager
+        if not tsm.needs_full_report(ts_uuid):
+            return False
+        if tsm.registration(ts_uuid) is None:
+            return self.master.uptime_s() < tsm.unresponsive_timeout_s
+        return tsm.is_live(ts_uuid, now)
+
+    def deleted_tablets_on(self, ts_uuid: str) -> list[dict[str, Any]]:
+        """For a heartbeat answer: replicas ``ts_uuid`` reports of tablets the catalog deleted (a late
+        CreateTablet, a tserver that was down while its table was deleted), to be deleted there too."""
+        cat = self.master.catalog
+        if cat is None:
+            return []
+        return [{"tablet_id": tid, "reason": "its tablet was deleted from the catalog", "delete_type": "DELETED"}
+                for tid in sorted(self.master.ts_manager.tablets_on(ts_uuid))
+                if tid in cat.deleted_tablets and tid not in cat.tablets]
 
     def _ask(self, key: tuple[str, str, str], now: float, address: str, method: str, req: dict[str, Any]) -> None:
         """Fire an idempotent tserver RPC at most every RPC_RETRY_S per (action, tablet, server)."""
@@ -509,7 +530,12 @@ class CatalogManager:
 
         async def call() -> None:
             try:
-                await self.master.rpc_client.call(address, "TabletServer", method, req, timeout_s=10.0)
+                reply = await self.master.rpc_client.call(address, "TabletServer", method, req, timeout_s=10.0)
+                if (method == "DeleteTablet" and isinstance(reply, dict) and reply.get("deleted") is False
+                        and key[2] in self.master.ts_manager.tablet_replicas(key[1])):
+                    # It had nothing to delete, yet the directory says it reports the tablet: a report was
+                    # lost. A full one puts the directory right (else the deletion would wait forever).
+                    self.master.ts_manager.request_full_report(key[2])
             except KuduBadStatus as e:
                 log.info("tserver call for the catalog failed; will retry",
                          extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)})

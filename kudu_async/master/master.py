@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader
-from kudu_async.consensus.replica import RaftReplica
+from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
 from kudu_async.master.catalog_manager import CatalogManager
@@ -46,7 +46,7 @@ class Master(Node):
         self.raft.register_kind(sys_catalog.KIND, self._open_catalog)
         self._tasks: list[asyncio.Task[None]] = []
         self._bg: set[asyncio.Task[None]] = set()
-        self._was_leader = False
+        self._reports_term = -1  # the term in which this master last asked tservers for full reports
         self.catalog_manager = CatalogManager(self)
         for name in ("CreateTable", "IsCreateTableDone", "AlterTable", "IsAlterTableDone", "DeleteTable",
                      "ListTables", "GetTableSchema", "GetTableLocations", "GetTabletLocations"):
@@ -116,14 +116,23 @@ class Master(Node):
             log.info("sys catalog created", extra={"masters": sorted(peers)})
 
     async def _watch_leadership(self) -> None:
-        """A master that becomes catalog leader asks every tserver for a full report (Kudu does too)."""
         while True:
             await asyncio.sleep(0.2)
-            leader = self.is_catalog_leader()
-            if leader and not self._was_leader:
-                log.info("became catalog leader; asking tservers for full reports")
-                self.ts_manager.request_full_reports()
-            self._was_leader = leader
+            self.check_leadership()
+
+    def check_leadership(self) -> bool:
+        """Whether this master is the ready catalog leader. In each term it leads, before anything acts on
+        the tserver directory (heartbeats, the catalog's background work), it asks every tserver for a full
+        report (Kudu does too): what it saw in an earlier term, or as a follower, may be stale."""
+        if not self.is_catalog_leader():
+            return False
+        replica = self.catalog_replica()
+        term = replica.raft.term if replica is not None and replica.raft is not None else -1
+        if term != self._reports_term:
+            log.info("became catalog leader; asking tservers for full reports", extra={"term": term})
+            self.ts_manager.request_full_reports()
+            self._reports_term = term
+        return True
 
     def uptime_s(self) -> float:
         return time.monotonic() - self._started_mono
@@ -132,9 +141,19 @@ class Master(Node):
         return self.raft.replicas.get(sys_catalog.GROUP)
 
     def is_catalog_leader(self) -> bool:
-        """Whether this master leads the sys catalog and has applied all of it (its caches are current)."""
+        """Whether this master leads the sys catalog and has applied its own term's first entry, hence every
+        entry of earlier terms: its caches hold everything any earlier leader acknowledged, and every write
+        of its own is applied before it is acknowledged.
+
+        Stable for the whole term: unlike ``RaftReplica.is_leader_ready`` it does not also ask that every
+        committed entry be applied, which is false for an instant after each write commits. That flapping
+        made the leader answer a tserver's heartbeat as a follower, and the tserver then took the report
+        it had carried (a deleted replica, say) as delivered: the directory kept a replica that was gone.
+        """
         r = self.catalog_replica()
-        return r is not None and r.is_leader_ready()
+        raft = r.raft if r is not None else None
+        return (r is not None and raft is not None and r.state is ReplicaState.RUNNING and raft.is_leader
+                and raft.log.term_at(raft.applied_index) == raft.term)
 
     def leader_info(self) -> dict[str, Any]:
         r = self.catalog_replica()
@@ -163,7 +182,7 @@ class Master(Node):
     async def _rpc_ts_heartbeat(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         req = parse_heartbeat_request(request)  # every field checked before any state changes
         now = time.monotonic()
-        leader = self.is_catalog_leader()
+        leader = self.check_leadership()
         tsm = self.ts_manager
         resp: dict[str, Any] = {
             "leader": leader,
@@ -188,6 +207,7 @@ class Master(Node):
             if req.report is not None:
                 tsm.process_report(req.uuid, req.report, now)
             resp["needs_full_report"] = tsm.needs_full_report(req.uuid)
+            resp["tablets_to_delete"] = self.catalog_manager.deleted_tablets_on(req.uuid)
         return resp
 
     async def _rpc_connect_to_master(self, request: Any, ctx: CallContext) -> dict[str, Any]:

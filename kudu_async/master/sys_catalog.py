@@ -21,6 +21,11 @@ under it:
 The request ids (``requests``, id -> {method, digest, result, time}) make DDL retries exactly-once: the
 leader answers a retry from here instead of applying it again. The newest ``max_requests`` are kept, the
 oldest (by log order, so every master drops the same ones) forgotten.
+
+The ids of deleted tablet records are remembered too (``deleted_tablets``, the newest ``max_deleted``):
+a replica a tserver still reports (a CreateTablet that landed after the deletion, a tserver that was
+down) is of a tablet that will never exist again, so the leader has it deleted. Tablet ids are never
+reused, so even a leader that lags knows no false deletion.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ KIND = "sys_catalog"
 KINDS = ("table", "tablet")
 SNAPSHOT_FILE = "sys-catalog.snapshot"
 MAX_REMEMBERED_REQUESTS = 10_000
+MAX_REMEMBERED_DELETED_TABLETS = 100_000
 DEAD_TABLE_STATES = ("DELETING", "DELETED")
 
 
@@ -85,14 +91,17 @@ class SysCatalogStateMachine:
     """The catalog maps, rebuilt from the snapshot plus the log; implements ``StateMachine``."""
 
     def __init__(self, directory: Path, executor: Executor | None, snapshot_every: int = 200,
-                 max_requests: int = MAX_REMEMBERED_REQUESTS) -> None:
+                 max_requests: int = MAX_REMEMBERED_REQUESTS,
+                 max_deleted: int = MAX_REMEMBERED_DELETED_TABLETS) -> None:
         self.path = directory / SNAPSHOT_FILE
         self.executor = executor
         self.snapshot_every = snapshot_every
         self.max_requests = max_requests
+        self.max_deleted = max_deleted
         self.tables: dict[str, dict[str, Any]] = {}
         self.tablets: dict[str, dict[str, Any]] = {}
         self.requests: dict[str, dict[str, Any]] = {}  # request id -> outcome, oldest first (log order)
+        self.deleted_tablets: dict[str, int] = {}  # tablet id -> index of its deletion, oldest first
         self.applied_index = 0
         self.conflicts = 0  # batches refused since start (this master)
         self._snapshot_index = 0
@@ -109,6 +118,7 @@ class SysCatalogStateMachine:
             doc = msgpack.unpackb(data, raw=False)
             self.tables, self.tablets = dict(doc["tables"]), dict(doc["tablets"])
             self.requests = {str(rid): dict(entry) for rid, entry in doc.get("requests", [])}
+            self.deleted_tablets = {str(tid): int(i) for tid, i in doc.get("deleted_tablets", [])}
             self.applied_index = self._snapshot_index = int(doc["index"])
         except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
             raise KuduCorruption(f"sys catalog snapshot {self.path} is unreadable: {e}") from e
@@ -161,10 +171,12 @@ class SysCatalogStateMachine:
                 target = self.tables if op[1] == "table" else self.tablets
                 if op[0] == "put":
                     target[op[2]] = {**op[3], "rev": index}
-                else:
-                    target.pop(op[2], None)
+                elif target.pop(op[2], None) is not None and op[1] == "tablet":
+                    self.deleted_tablets[op[2]] = index
             while len(self.requests) > self.max_requests:
                 del self.requests[next(iter(self.requests))]
+            while len(self.deleted_tablets) > self.max_deleted:
+                del self.deleted_tablets[next(iter(self.deleted_tablets))]
         else:
             self.conflicts += 1
             log.info("sys catalog batch refused", extra={"index": index, "reason": reason})
@@ -185,7 +197,8 @@ class SysCatalogStateMachine:
         index = self.applied_index
         data = msgpack.packb({"index": index, "tables": copy.deepcopy(self.tables),
                               "tablets": copy.deepcopy(self.tablets),
-                              "requests": [[rid, copy.deepcopy(e)] for rid, e in self.requests.items()]},
+                              "requests": [[rid, copy.deepcopy(e)] for rid, e in self.requests.items()],
+                              "deleted_tablets": list(self.deleted_tablets.items())},
                              use_bin_type=True)
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)
         self._snapshot_index = index

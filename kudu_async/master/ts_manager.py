@@ -324,6 +324,13 @@ class TSManager:
         for ts in self._ts.values():
             ts.needs_full_report = True
 
+    def request_full_report(self, uuid: str) -> None:
+        """Ask one tserver for a full report (its directory entry was found to disagree with it)."""
+        ts = self._ts.get(uuid)
+        if ts is not None and not ts.needs_full_report:
+            log.info("asking a tserver for a full report: the directory disagrees with it", extra={"ts_uuid": uuid})
+            ts.needs_full_report = True
+
     def descriptors(self, now: float) -> list[dict[str, Any]]:
         """Every registered tserver, live or dead, sorted by uuid (``/api/v1/tservers``)."""
         return [self._describe(self._ts[u], now) for u in sorted(self._ts)]
@@ -347,6 +354,8 @@ class TSManager:
             "num_leaders": ts.leader_count,
             # Replicas in this master's directory (only the leader processes reports).
             "num_reported_replicas": len(ts.tablets),
+            "awaiting_full_report": ts.needs_full_report,
+            "last_report_seq": ts.last_seq,
         }
 
     # --- tablet reports -----------------------------------------------------------------------------------
@@ -416,6 +425,11 @@ class TSManager:
     def tablets(self) -> list[str]:
         """Ids of the tablets at least one registered tserver reports a replica of, sorted."""
         return sorted(self._tablets)
+
+    def tablets_on(self, uuid: str) -> set[str]:
+        """Ids of the tablets ``uuid`` reports a replica of (empty if unknown)."""
+        ts = self._ts.get(uuid)
+        return set() if ts is None else set(ts.tablets)
 
     def tablet_replicas(self, tablet_id: str) -> dict[str, dict[str, Any]]:
         """tserver uuid -> that replica's latest report (empty if no tserver reports the tablet)."""

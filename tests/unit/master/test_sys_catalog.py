@@ -150,3 +150,20 @@ def test_damaged_snapshot_is_an_error(tmp_path: Path) -> None:
 def test_malformed_operations_are_refused_before_replication(op: Any) -> None:
     with pytest.raises(KuduInvalidArgument, match="bad sys catalog operation"):
         encode_ops([op])
+
+
+async def test_deleted_tablet_ids_are_remembered_bounded_and_kept_by_the_snapshot(tmp_path: Path) -> None:
+    cat = Catalog(tmp_path, max_deleted=2)
+    for tid in ("x", "y", "z"):
+        await cat.apply(put("tablet", tid, {"id": tid}))
+    await cat.apply(delete("tablet", "x"), delete("tablet", "never-existed"), delete("table", "t-none"))
+    assert cat.sm.deleted_tablets == {"x": 4}
+    await cat.apply(delete("tablet", "y"))
+    await cat.apply(delete("tablet", "z"))
+    assert list(cat.sm.deleted_tablets) == ["y", "z"]  # the oldest forgotten first
+    refused = await cat.apply(delete("tablet", "y"), put("table", "t", table("t", "a", rev=99)))
+    assert "conflict" in refused and list(cat.sm.deleted_tablets) == ["y", "z"]
+    await cat.sm.snapshot()
+    again = SysCatalogStateMachine(tmp_path, None)
+    again.load()
+    assert again.deleted_tablets == {"y": 5, "z": 6}

@@ -1,6 +1,7 @@
-"""Exactly-once DDL on one in-process master: a retry under the same request id gets the original reply
-(never ALREADY_PRESENT, NOT_FOUND or a second application), also after a restart; an id reused for another
-request and malformed ids are refused; concurrent DDL on one table is planned again, never lost."""
+"""The catalog manager on one in-process master: exactly-once DDL (a retry under the same request id gets
+the original reply, never ALREADY_PRESENT, NOT_FOUND or a second application, also after a restart; ids
+reused for another request and malformed ids are refused); concurrent DDL on one table planned again, never
+lost; deleted tablets concluded gone only on full reports, and replicas of deleted tablets deleted."""
 
 from __future__ import annotations
 
@@ -255,3 +256,76 @@ async def test_a_new_cluster_short_of_tservers_is_told_at_once(tmp_path: Path) -
             await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
     finally:
         await node.stop()
+
+
+async def test_a_new_leader_does_not_take_missing_reports_for_deleted_tablets(master: Master) -> None:
+    cm = master.catalog_manager
+    created = await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    assert master.check_leadership()  # every tserver is asked for a full report; none has sent one
+    await cm.process_once()
+    assert cm.tables[created["table_id"]]["state"] == "DELETING" and len(cm.tablets) == 2
+    # Full reports without the tablets arrive from every tserver: now they are known to be gone.
+    for i in range(3):
+        master.ts_manager.process_report(f"ts-{i}", {"full": True, "seq": 1, "tablets": [], "removed": []},
+                                         time.monotonic())
+    await cm.process_once()
+    assert cm.tables == {} and cm.tablets == {}
+    assert master.catalog is not None and len(master.catalog.deleted_tablets) == 2
+
+
+async def test_heartbeats_have_replicas_of_deleted_tablets_deleted(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    tablet_ids = sorted(cm.tablets)
+    await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    master.check_leadership()
+    for i in range(3):
+        master.ts_manager.process_report(f"ts-{i}", {"full": True, "seq": 1, "tablets": [], "removed": []},
+                                         time.monotonic())
+    await cm.process_once()
+    assert cm.tablets == {}
+    # A CreateTablet sent before the delete lands late: ts-0 reports a replica of a deleted tablet.
+    late = {"tablet_id": tablet_ids[0], "table_id": "x", "state": "RUNNING", "error": None, "role": "LEADER",
+            "term": 1, "leader_uuid": "ts-0", "schema_version": 0,
+            "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}}}
+    master.ts_manager.process_report("ts-0", {"full": False, "seq": 2, "tablets": [late], "removed": []},
+                                     time.monotonic())
+    assert cm.deleted_tablets_on("ts-0") == [{"tablet_id": tablet_ids[0], "delete_type": "DELETED",
+                                              "reason": "its tablet was deleted from the catalog"}]
+    assert cm.deleted_tablets_on("ts-1") == []
+
+
+async def test_a_tserver_with_nothing_to_delete_that_the_directory_lists_is_asked_for_a_full_report(
+        master: Master, monkeypatch: pytest.MonkeyPatch) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    tablet_id = sorted(cm.tablets)[0]
+    await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    master.check_leadership()
+    replica = {"tablet_id": tablet_id, "table_id": "x", "state": "RUNNING", "error": None, "role": "LEADER",
+               "term": 1, "leader_uuid": "ts-0", "schema_version": 0,
+               "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}}}
+    for i in range(3):  # ts-0's report of the replica is the last it sent; the deletion's report is lost
+        master.ts_manager.process_report(f"ts-{i}", {"full": True, "seq": 1, "tablets": [replica] if i == 0 else [],
+                                                      "removed": []}, time.monotonic())
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def fake_call(address: str, service: str, method: str, req: dict[str, Any], timeout_s: float) -> Any:
+        sent.append((address, method, req))
+        return {"tablet_id": req["tablet_id"], "deleted": False}
+
+    monkeypatch.setattr(master.rpc_client, "call", fake_call)
+    await cm.process_once()
+    for _ in range(100):
+        if master.ts_manager.needs_full_report("ts-0"):
+            break
+        await asyncio.sleep(0.01)
+    assert [(m, r["tablet_id"]) for _, m, r in sent] == [("DeleteTablet", tablet_id)]
+    assert master.ts_manager.needs_full_report("ts-0") and not master.ts_manager.needs_full_report("ts-1")
+    # Its full report without the replica settles it: the tablet and then the table leave the catalog.
+    master.ts_manager.process_report("ts-0", {"full": True, "seq": 2, "tablets": [], "removed": []},
+                                     time.monotonic())
+    await cm.process_once()
+    await cm.process_once()
+    assert cm.tables == {} and cm.tablets == {}
