@@ -47,6 +47,7 @@ from __future__ import annotations
 import enum
 import random
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import count, repeat
 from typing import Final
@@ -599,8 +600,11 @@ class RaftNode:
         self._append_own(list(map(Entry, repeat(term), count(first), repeat(NORMAL), payloads)))
         return first + len(payloads) - 1
 
-    def propose_config_change(self, op: ConfigChangeOp, peer: str) -> int:
-        """Append a CONFIG entry changing one server; it takes effect at once (when appended)."""
+    def propose_config_change(self, op: ConfigChangeOp, peer: str,
+                              addresses: Mapping[str, str] | None = None) -> int:
+        """Append a CONFIG entry changing one server; it takes effect at once (when appended).
+
+        ``addresses`` (uuid -> address) are stored in the entry for the hosts; the core never reads them."""
         self._require_leader()
         if self._conf_pending > self.commit:
             raise KuduIllegalState(
@@ -639,7 +643,7 @@ class RaftNode:
         new = Config(frozenset(voters), frozenset(learners))
         index = self._log.last_index() + 1
         self._conf_pending = index
-        self._append_own([Entry(self.term, index, CONFIG, new.encode())])
+        self._append_own([Entry(self.term, index, CONFIG, new.encode(addresses))])
         return index
 
     def step_down(self) -> None:

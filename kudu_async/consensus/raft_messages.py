@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -98,13 +99,32 @@ class Config:
                 f"malformed raft config: expected voters/learners, got {raw!r:.100}"
             ) from exc
 
-    def encode(self) -> bytes:
-        """Payload of a CONFIG entry (msgpack, so the WAL stays one format)."""
-        return msgpack.packb(self.to_dict(), use_bin_type=True)
+    def encode(self, addresses: Mapping[str, str] | None = None) -> bytes:
+        """Payload of a CONFIG entry (msgpack, so the WAL stays one format).
+
+        ``addresses`` (uuid -> RPC address, Kudu's ``last_known_addr``) ride along opaquely: the core
+        ignores them; replica hosts read them with ``config_addresses`` so every member (and a later
+        leader) can reach a server added by this entry."""
+        d: dict[str, Any] = self.to_dict()
+        if addresses:
+            d["addresses"] = dict(addresses)
+        return msgpack.packb(d, use_bin_type=True)
 
     @staticmethod
     def decode(payload: bytes) -> Config:
         return Config.from_dict(msgpack.unpackb(payload, raw=False))
+
+
+def config_addresses(payload: bytes) -> dict[str, str]:
+    """The member addresses a CONFIG entry carries (empty for entries written without them)."""
+    try:
+        raw = msgpack.unpackb(payload, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return {}
+    addrs = raw.get("addresses") if isinstance(raw, dict) else None
+    if not isinstance(addrs, dict):
+        return {}
+    return {k: v for k, v in addrs.items() if isinstance(k, str) and isinstance(v, str) and k and v}
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

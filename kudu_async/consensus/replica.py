@@ -17,7 +17,7 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +47,7 @@ from kudu_async.consensus.raft import (
     Ready,
     SnapshotMeta,
 )
+from kudu_async.consensus.raft_messages import config_addresses
 from kudu_async.consensus.transport import ConsensusTransport
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,7 @@ class RaftReplica:
         start = max(wal.first_index, snapshot.index + 1)
         entries = [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data)
                    for e in wal.read(start)] if start <= wal.last_index else []
+        self._learn_addresses(entries)
         durable = self.sm.durable_index()
         self._saved_commit = cmeta.commit_index
         self.raft = RaftNode.restart(
@@ -324,7 +326,10 @@ class RaftReplica:
         raft = self._require_running()
         if address:
             self.peers[peer] = address
-        index = raft.propose_config_change(op, peer)
+        # The entry carries every member's address, so followers (and whoever leads next) can reach a
+        # server they never heard of, and report it.
+        addresses = {u: self.peers[u] for u in sorted(raft.config.members | {peer}) if u in self.peers}
+        index = raft.propose_config_change(op, peer, addresses)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inflight[index] = _Proposal(b"", fut, raft.term, index)
         self._wake.set()
@@ -391,6 +396,7 @@ class RaftReplica:
         if rd.hard_state is not None:
             await self._persist_hard_state(rd.hard_state)
         if rd.entries:
+            self._learn_addresses(rd.entries)
             self._start_log_write(rd.entries)
         for m in rd.messages:
             self._send(m)
@@ -427,6 +433,12 @@ class RaftReplica:
         self._save_cmeta_config()
         self._commit_saved_at = now
         await asyncio.get_running_loop().run_in_executor(self.executor, cm.save, self.cmeta_path)
+
+    def _learn_addresses(self, entries: Sequence[Entry]) -> None:
+        """Member addresses from CONFIG entries (appended here, or replayed from the WAL)."""
+        for e in entries:
+            if e.kind is EntryKind.CONFIG:
+                self.peers.update(config_addresses(e.payload))
 
     def _save_cmeta_config(self) -> None:
         raft = self.raft

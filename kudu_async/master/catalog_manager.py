@@ -11,6 +11,12 @@ or the leader died before sending it) gets the original reply from whichever mas
 of ALREADY_PRESENT or NOT_FOUND or a second application. A request id reused for a different request is
 refused. A write planned against a catalog that changed before it committed is refused by the state
 machine (see ``sys_catalog``); DDL is then planned again on the new state.
+
+The same loop re-replicates (Kudu's 3-4-3 scheme, policy in ``rereplication.py``): a RUNNING tablet whose
+replica sits on a tserver silent for longer than ``--follower_unavailable_considered_failed_sec``, or
+reports FAILED, gets a NON_VOTER on another tserver (tablet-copied by its leader), which is promoted once
+running, and then the failed voter is removed; replicas left out of a config are tombstoned; the
+catalog's placement (``replicas``) follows the reported configs.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from kudu_async.common.errors import (
 from kudu_async.common.partition import PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.common.types import value_from_wire
+from kudu_async.master import rereplication
+from kudu_async.master.rereplication import ChangeConfig, ClusterView, TabletView, Tombstone
 from kudu_async.master.sys_catalog import delete, encode_ops, put, request
 
 if TYPE_CHECKING:
@@ -51,6 +59,9 @@ TABLE_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 MAX_TABLETS_PER_TABLE = 1000
 MAX_REPLICAS = 7
 RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
+PROMOTE_RETRY_S = 0.5  # a learner not caught up yet is asked about again this soon
+CHANGE_CONFIG_TIMEOUT_S = 10.0  # a re-replication ChangeConfig RPC (it waits for the commit)
+SETTLE_S = 10.0  # after a config change succeeded, wait this long at most for the reports to show it
 MAX_REQUEST_ID_LEN = 128
 REQUEST_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID_LEN}}}")  # printable ASCII, no spaces
 # A master this young may not have heard again from every tserver (heartbeat + the tservers' backoff).
@@ -71,6 +82,11 @@ class CatalogManager:
         self._task: asyncio.Task[None] | None = None
         self._asked: dict[tuple[str, str, str], float] = {}  # (action, tablet, server) -> last time asked
         self._wake = asyncio.Event()
+        self._leader_since: float | None = None  # when this master last became catalog leader
+        # Re-replication: tablet -> (op, config index the reports must reach, give up waiting at). The index
+        # is None while the ChangeConfig RPC is in flight; nothing else is planned for the tablet meanwhile.
+        self._rerep_busy: dict[str, tuple[str, int | None, float]] = {}
+        self._replace_hints: dict[str, str] = {}  # tablet -> the voter its new learner is to replace
 
     # --- catalog access -------------------------------------------------------------------------------
 
@@ -417,7 +433,10 @@ class CatalogManager:
                 await asyncio.wait_for(self._wake.wait(), 0.5)
             self._wake.clear()
             if not self.master.check_leadership():
+                self._leader_since = None
                 continue
+            if self._leader_since is None:
+                self._leader_since = time.monotonic()
             try:
                 await self.process_once()
             except KuduBadStatus as e:
@@ -439,6 +458,7 @@ class CatalogManager:
                     await self._write(ops)
             elif table["state"] in ("CREATING", "ALTERING"):
                 await self._drive_table(table, now)
+        await self._rereplicate(now)
 
     async def _drive_table(self, table: dict[str, Any], now: float) -> None:
         current = self.tables.get(table["id"])  # this pass's list may predate a write made since
@@ -522,10 +542,10 @@ class CatalogManager:
                 for tid in sorted(self.master.ts_manager.tablets_on(ts_uuid))
                 if tid in cat.deleted_tablets and tid not in cat.tablets]
 
-    def _ask(self, key: tuple[str, str, str], now: float, address: str, method: str, req: dict[str, Any]) -> None:
-        """Fire an idempotent tserver RPC at most every RPC_RETRY_S per (action, tablet, server)."""
+    def _ask(self, key: tuple[str, str, str], now: float, address: str, method: str, req: dict[str, Any]) -> bool:
+        """Fire an idempotent tserver RPC at most every RPC_RETRY_S per (action, tablet, server); True if sent."""
         if not address or now - self._asked.get(key, -RPC_RETRY_S) < RPC_RETRY_S:
-            return
+            return False
         self._asked[key] = now
 
         async def call() -> None:
@@ -539,6 +559,133 @@ class CatalogManager:
             except KuduBadStatus as e:
                 log.info("tserver call for the catalog failed; will retry",
                          extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)})
+
+        self.master.spawn_background(call())
+        return True
+
+    # --- re-replication (Kudu's 3-4-3 scheme; the policy is in rereplication.py) ----------------------
+
+    async def _rereplicate(self, now: float) -> None:
+        """Plan and send the next config change of every RUNNING tablet short of healthy replicas,
+        tombstone replicas no longer in their tablet's config, and keep the catalog's placement in step
+        with the reported configs."""
+        tsm = self.master.ts_manager
+        leader_since = self._leader_since if self._leader_since is not None else now
+        if len(self._asked) > 10_000:  # rate-limit keys of finished work (they name config indexes)
+            self._asked = {k: t for k, t in self._asked.items() if now - t < 60.0}
+        live = tsm.live_tservers(now)
+        if any(tsm.needs_full_report(u) for u in live):
+            return  # a new leader's directory is not trustworthy until every live tserver sent a full report
+        failed_after = float(self.master.config.follower_unavailable_considered_failed_sec)
+
+        def silent(u: str) -> float:
+            s = tsm.silent_for(u, now)
+            return now - leader_since if s is None else s  # never heard from: count from our leadership
+
+        views: list[TabletView] = []
+        seen: set[str] = set(live)
+        ops: list[list[Any]] = []
+        for table in self.tables.values():
+            if table["state"] in ("DELETING", "DELETED"):
+                continue
+            for tid in table["tablet_ids"]:
+                rec = self.tablets.get(tid)
+                if rec is None or rec["state"] != "RUNNING":
+                    continue
+                view = self._tablet_view(rec, table["num_replicas"], now)
+                if view is None:
+                    continue
+                placement = {u: view.peers.get(u) or rec["replicas"].get(u) or self._address(u)
+                             for u in view.members}
+                if placement != rec["replicas"]:
+                    ops.append(put("tablet", tid, {**rec, "replicas": placement}))
+                    log.info("tablet placement follows its reported config",
+                             extra={"tablet": tid, "config_index": view.config_index, "replicas": sorted(placement)})
+                seen |= view.members | set(view.replica_states)
+                if tid not in self._rerep_busy:
+                    views.append(view)
+        if ops:
+            await self._write(ops)
+        failed = frozenset(u for u in seen if silent(u) > failed_after)
+        usable = frozenset(live) - failed
+        cluster = ClusterView(live=usable, failed=failed, addresses={u: self._address(u) for u in seen},
+                              load=self._replica_counts(sorted(usable)))
+        in_flight_adds = sum(1 for op, _, _ in self._rerep_busy.values() if op == rereplication.ADD_LEARNER)
+        for action in rereplication.plan(views, cluster, rereplication.MAX_CONCURRENT_REREPLICATIONS, in_flight_adds):
+            if isinstance(action, Tombstone):
+                if self._ask(("tombstone", action.tablet_id, action.server), now, action.address, "DeleteTablet",
+                             {"tablet_id": action.tablet_id, "delete_type": "TOMBSTONED",
+                              "cas_config_index": action.cas_config_index}):
+                    log.info("re-replication: tombstoning a replica that left the config", extra={
+                        "tablet": action.tablet_id, "server": action.server, "reason": action.reason})
+            else:
+                self._change_config(action, now)
+
+    def _tablet_view(self, rec: dict[str, Any], num_replicas: int, now: float) -> TabletView | None:
+        """The reported state of one tablet, or None while it has no reported config. The leader counts
+        only if its own report says it leads in the newest term and its server is live."""
+        tid = rec["id"]
+        tsm = self.master.ts_manager
+        info = tsm.tablet_info(tid)
+        if info is None or not info.get("config") or not info["config"]["voters"]:
+            return None
+        cfg = info["config"]
+        busy = self._rerep_busy.get(tid)
+        if busy is not None and busy[1] is not None and (cfg["opid_index"] >= busy[1] or now > busy[2]):
+            del self._rerep_busy[tid]  # the reports show the change (or we stop waiting for them)
+        replicas = info["replicas"]
+        leader = info.get("leader_uuid")
+        mine = replicas.get(leader or "")
+        if (mine is None or mine.get("role") != "LEADER" or mine.get("state") != "RUNNING"
+                or mine.get("term") != info.get("term") or not tsm.is_live(leader or "", now)):
+            leader = None
+        voters, non_voters = frozenset(cfg["voters"]), frozenset(cfg["non_voters"])
+        hint = self._replace_hints.get(tid)
+        if hint is not None and hint not in voters:
+            del self._replace_hints[tid]  # the replaced voter is gone: done
+            hint = None
+        return TabletView(tid, num_replicas, cfg["opid_index"], voters, non_voters, dict(cfg["peers"]), leader,
+                          {u: str(r.get("state")) for u, r in replicas.items()}, hint)
+
+    def _change_config(self, action: ChangeConfig, now: float) -> None:
+        """Send one planned config change to the tablet leader (rate-limited per step; at most one in
+        flight per tablet); on success wait for the reports to show it before planning the next."""
+        tid = action.tablet_id
+        key = ("rerep", tid, f"{action.op}:{action.peer}@{action.cas_config_index}")
+        # A promotion refused because the learner's log is a moment behind is worth retrying soon.
+        retry_s = PROMOTE_RETRY_S if action.op == rereplication.PROMOTE else RPC_RETRY_S
+        if now - self._asked.get(key, -retry_s) < retry_s:
+            return
+        self._asked[key] = now
+        self._rerep_busy[tid] = (action.op, None, now + CHANGE_CONFIG_TIMEOUT_S + SETTLE_S)
+        if action.op == rereplication.ADD_LEARNER and action.replacing:
+            self._replace_hints[tid] = action.replacing
+        req: dict[str, Any] = {"group": tid, "op": action.op, "peer": action.peer,
+                               "cas_config_index": action.cas_config_index}
+        if action.address:
+            req["address"] = action.address
+        log.info("re-replication: asking the tablet leader to change its config", extra={
+            "tablet": tid, "op": action.op, "peer": action.peer, "leader": action.leader,
+            "cas_config_index": action.cas_config_index, "reason": action.reason})
+
+        async def call() -> None:
+            index: int | None = None
+            try:
+                resp = await self.master.rpc_client.call(action.leader_address, "Consensus", "ChangeConfig", req,
+                                                         timeout_s=CHANGE_CONFIG_TIMEOUT_S)
+                got = resp.get("config_index") if isinstance(resp, dict) else None
+                index = got if isinstance(got, int) else None
+                log.info("re-replication: config change committed", extra={
+                    "tablet": tid, "op": action.op, "peer": action.peer, "config_index": index})
+            except KuduBadStatus as e:
+                log.info("re-replication: config change refused or failed; will retry", extra={
+                    "tablet": tid, "op": action.op, "peer": action.peer, "error": str(e)})
+            finally:
+                if index is None:
+                    self._rerep_busy.pop(tid, None)
+                else:
+                    self._rerep_busy[tid] = (action.op, index, time.monotonic() + SETTLE_S)
+                self._wake.set()
 
         self.master.spawn_background(call())
 

@@ -311,6 +311,15 @@ class TSManager:
         ts = self._ts.get(uuid)
         return ts is not None and now - ts.last_heartbeat < self.unresponsive_timeout_s
 
+    def silent_for(self, uuid: str, now: float) -> float | None:
+        """Seconds since ``uuid`` was last heard from (its "dead since" clock); None if never registered here.
+
+        Re-replication counts a tserver's replicas as failed once this exceeds
+        ``--follower_unavailable_considered_failed_sec``; a heartbeat resets it.
+        """
+        ts = self._ts.get(uuid)
+        return None if ts is None else max(0.0, now - ts.last_heartbeat)
+
     def live_tservers(self, now: float) -> list[str]:
         """Uuids of the tservers heard from within the timeout, sorted (where new replicas may go)."""
         return sorted(u for u in self._ts if self.is_live(u, now))

@@ -187,6 +187,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("heartbeat_interval_ms", _to_int, 1000, "tserver -> master heartbeat period.", check=_positive),
     Flag("tserver_unresponsive_timeout_ms", _to_int, 60000, "Master: a tserver silent for this long counts as "
          "dead (no new replicas are placed on it).", check=_positive),
+    Flag("follower_unavailable_considered_failed_sec", _to_float, 300.0, "Master: the replicas of a tserver "
+         "silent for this long count as failed and are re-replicated elsewhere (Kudu's 3-4-3 scheme).",
+         check=_positive),
     Flag("raft_tick_interval_ms", _to_int, 100, "Period of the node-level Raft ticker (heartbeats and "
          "election timeouts are whole numbers of ticks).", check=_positive),
     Flag("log_force_fsync_all", _to_bool, True, "fsync the WAL before acknowledging (group commit keeps it "

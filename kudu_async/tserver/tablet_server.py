@@ -83,9 +83,11 @@ class TabletServer(Node):
         await self.heartbeater.start()
 
     async def _poll_changes(self) -> None:
-        """Once a second, note which tablets changed role/term/config/state for the next tablet report."""
+        """Every heartbeat interval (at most 1 s), note which tablets changed role/term/config/state for the
+        next tablet report."""
+        period = min(1.0, self.config.heartbeat_interval_ms / 1000.0)
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(period)
             try:
                 self.tablets.poll_changes()
             except Exception:

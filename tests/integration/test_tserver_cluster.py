@@ -382,6 +382,10 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
             pass
         assert time.monotonic() < deadline, "learner never received a copy"
         await asyncio.sleep(0.1)
+    for addr in first3.values():  # the config entry told every member (not only the leader) its address
+        st = await rpc.call(addr, "Consensus", "GetState", {"group": "tablet-r"})
+        assert {p["uuid"]: (p["member_type"], p["address"]) for p in st["peers"]}[new.uuid] == \
+            ("NON_VOTER", new.rpc_address), st["peers"]
     while True:  # a learner is promoted once caught up
         try:
             await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "PROMOTE",

@@ -37,6 +37,7 @@ from kudu_async.consensus.raft import (
     VoteResponse,
     message_from_dict,
 )
+from kudu_async.consensus.raft_messages import config_addresses
 from tests.unit.consensus.raft_harness import GROUP, OPTS, Net
 
 ET = OPTS.election_ticks  # 15 ticks = 1.5 s at 100 ms
@@ -434,6 +435,20 @@ def test_no_config_change_before_noop_commits() -> None:
     assert a.is_leader and a.commit == 0
     with pytest.raises(KuduIllegalState):
         a.propose_config_change(ConfigChangeOp.ADD_LEARNER, "l")
+
+
+def test_config_entry_carries_addresses_the_core_ignores() -> None:
+    net = Net()
+    a = net.elect("a")
+    addrs = {"a": "h:1", "b": "h:2", "c": "h:3", "l": "h:9"}
+    idx = a.propose_config_change(ConfigChangeOp.ADD_LEARNER, "l", addrs)
+    net.handle("a")
+    net.deliver()
+    entry = net["b"].log.entry(idx)
+    assert entry.kind is EntryKind.CONFIG and config_addresses(entry.payload) == addrs
+    assert Config.decode(entry.payload) == Config(frozenset("abc"), frozenset("l")) == net["b"].config
+    assert config_addresses(Config(frozenset("ab")).encode()) == {}  # entries written before addresses
+    assert config_addresses(b"\xc1") == {}
 
 
 def test_learner_promoted_only_when_caught_up() -> None:

@@ -375,3 +375,12 @@ async def test_real_heartbeater_fills_the_real_masters_directory(master_node: Ma
         assert hb.status()[0]["master_uuid"] == master_node.uuid and deletes == []
     finally:
         await hb.stop()
+
+
+def test_silent_for_counts_from_the_last_heartbeat_and_is_none_for_strangers(m: TSManager) -> None:
+    assert m.silent_for("ts-a", 100.0) is None
+    m.register(ts_info(), now=100.0)
+    assert m.silent_for("ts-a", 100.0) == 0.0
+    assert m.silent_for("ts-a", 403.5) == 303.5  # live or not, the clock runs until it is heard from again
+    m.heartbeat("ts-a", 400.0)
+    assert m.silent_for("ts-a", 403.5) == 3.5
