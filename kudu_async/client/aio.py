@@ -35,7 +35,9 @@ def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None
     if isinstance(host, str):
         hosts = [h.strip() for h in host.split(",") if h.strip()]
     elif isinstance(host, Sequence):
-        hosts = [str(h) for h in host]
+        if not all(isinstance(h, str) for h in host):
+            raise KuduInvalidArgument(f"host must be a string or a list of strings, not {list(host)!r}")
+        hosts = list(host)
     else:
         raise KuduInvalidArgument(f"host must be a string or a list of strings, not {type(host).__name__}")
     if not hosts:
@@ -45,7 +47,9 @@ def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None
     elif isinstance(port, int) and not isinstance(port, bool):
         ports = [port] * len(hosts)
     elif isinstance(port, Sequence) and not isinstance(port, str):
-        ports = [int(p) for p in port]
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in port):
+            raise KuduInvalidArgument(f"port must be an int or a list of ints, not {list(port)!r}")
+        ports = list(port)
         if len(ports) != len(hosts):
             raise KuduInvalidArgument(f"{len(hosts)} hosts but {len(ports)} ports")
     else:
