@@ -188,10 +188,19 @@ class Partitioning:
         """``partition_schema``, ``range_bounds`` and ``split_rows`` of a CreateTable request (validated here,
         so a bad bound is named before anything reaches the master)."""
         ps = self.partition_schema(schema)
-        ps.create_partitions(self._bounds, self._splits)  # raises on overlaps, bad splits, wrong columns
+        # raises on overlaps, bad splits, wrong columns
+        ps.create_partitions([(_as_row(lo), _as_row(hi), lt, ut) for lo, hi, lt, ut in self._bounds],
+                             [_as_row(s) for s in self._splits])
         return {"partition_schema": ps.to_dict(),
                 "range_bounds": [bound_to_wire(ps, lo, hi, lt, ut) for lo, hi, lt, ut in self._bounds],
                 "split_rows": [row_to_wire(ps, s) for s in self._splits]}
+
+
+def _as_row(row: Any) -> Any:
+    """A bound or split as a row: a lone value (one range column) becomes a one-value row."""
+    if row is None or isinstance(row, Mapping | list | tuple):
+        return row
+    return [row]
 
 
 def row_to_wire(ps: PartitionSchema, row: Any) -> Any:
