@@ -62,7 +62,7 @@ class Column:
     __hash__ = None  # type: ignore[assignment]
 
     def in_list(self, values: Sequence[Any]) -> Predicate:
-        return self._pred("IN", list(values))
+        return self._pred("IN", values)  # the predicate refuses a non-list (a str, a lone value)
 
     def is_null(self) -> Predicate:
         return Predicate(ColumnPredicate(self.name, "IS NULL"))
@@ -98,7 +98,10 @@ class WriteOperation:
             raise KuduInvalidArgument(f"a row must be a dict or a tuple/list, not {type(record).__name__}")
 
     def __setitem__(self, key: str | int, value: Any) -> None:
-        name = self.table.schema.names[key] if isinstance(key, int) else key
+        names = self.table.schema.names
+        if isinstance(key, int) and not 0 <= key < len(names):
+            raise KuduInvalidArgument(f"column index {key} is not in table {self.table.name} ({len(names)} columns)")
+        name = names[key] if isinstance(key, int) else key
         if name not in self.table.schema:
             raise KuduInvalidArgument(f"column '{name}' is not in table {self.table.name}")
         self._cells[name] = value
