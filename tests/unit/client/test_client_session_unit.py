@@ -1,0 +1,419 @@
+"""Sessions without a cluster: how operations become per-tablet Arrow batches (_ops_to_batch, _widen,
+_segments, _adapt), routing over tablet locations with range gaps, and the session's buffering rules.
+
+The routing tests use a fake client whose 'tablets' keep rows in dicts and answer Write as a tserver does
+(per-row ALREADY_PRESENT / NOT_FOUND, an 'ignored' count), so what a session sends can be checked exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import kudu_async as kudu
+from kudu_async.client import session as S
+from kudu_async.client.meta_cache import ReplicaLocation, TableLocations, TabletLocation
+from kudu_async.client.retry import Deadline
+from kudu_async.client.table import Table
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
+from kudu_async.common.partition import PartitionSchema
+from kudu_async.common.row_conversion import OpType, decode_row_operations
+from kudu_async.common.schema import ColumnSchema, Schema
+
+INS, U, D, UP = int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE), int(OpType.UPSERT)
+II, UI, DI, UPI = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE),
+                   int(OpType.UPSERT_IGNORE))
+
+
+def _batch(table: Table, ops: list[Any]) -> S._Batch:
+    return S._ops_to_batch([(op, op.validated(table.schema)) for op in ops])
+
+
+# --- _ops_to_batch -------------------------------------------------------------------------------------------
+
+
+def test_ops_to_batch_full_schema_rows_and_the_cells_each_op_sets(kv_table: Table) -> None:
+    b = _batch(kv_table, [kv_table.new_insert({"key": 1, "val": "a"}), kv_table.new_update({"key": 2, "val": "b"}),
+                          kv_table.new_delete({"key": 3}), kv_table.new_upsert({"key": 4, "n": 1})])
+    assert b.rows.schema == kv_table.schema.to_arrow()
+    assert b.rows.to_pylist() == [{"key": 1, "val": "a", "n": 7}, {"key": 2, "val": "b", "n": None},
+                                  {"key": 3, "val": None, "n": None}, {"key": 4, "val": None, "n": 1}]
+    assert b.op_types.tolist() == [INS, U, D, UP]
+    assert b.set_cols is not None
+    assert b.set_cols.tolist() == [[True, True, True],     # an insert sets every cell (defaults included)
+                                   [True, True, False],    # an update sets the key and what it names
+                                   [True, False, False],   # a delete only the key
+                                   [True, False, True]]    # an upsert leaves unnamed cells alone on update
+    assert repr(b.failed(1)) == "Update(t, {'key': 2, 'val': 'b'})"
+
+
+def test_ops_to_batch_of_inserts_only_needs_no_bitmap(kv_table: Table) -> None:
+    b = _batch(kv_table, [kv_table.new_insert({"key": k}) for k in range(3)])
+    assert b.set_cols is None
+    assert b.rows.column("n").to_pylist() == [7, 7, 7]
+
+
+# --- _widen (apply_arrow's subsets of columns) ---------------------------------------------------------------
+
+
+def test_widen_update_subset_marks_only_given_cells(kv_table: Table) -> None:
+    given = pa.record_batch({"val": pa.array(["a", None]), "key": pa.array([1, 2], pa.int64())})
+    checked, bad = kv_table.schema.validate_batch_rows(given, for_op="update")
+    assert bad == {}
+    full, set_cols = S._widen(kv_table.schema, checked, set(given.schema.names))
+    assert full.schema == kv_table.schema.to_arrow()
+    assert full.to_pylist() == [{"key": 1, "val": "a", "n": None}, {"key": 2, "val": None, "n": None}]
+    assert set_cols is not None and set_cols.tolist() == [[True, True, False]] * 2  # val=None is a set NULL
+
+
+def test_widen_insert_subset_fills_defaults_but_does_not_mark_them(kv_table: Table) -> None:
+    given = pa.record_batch({"key": pa.array([1], pa.int64())})
+    checked, _ = kv_table.schema.validate_batch_rows(given, for_op="upsert")
+    full, set_cols = S._widen(kv_table.schema, checked, {"key"})
+    assert full.to_pylist() == [{"key": 1, "val": None, "n": 7}]
+    assert set_cols is not None and set_cols.tolist() == [[True, False, False]]
+
+
+def test_widen_all_columns_needs_no_bitmap(kv_table: Table) -> None:
+    given = pa.record_batch({"key": pa.array([1], pa.int64()), "val": ["x"], "n": pa.array([3], pa.int32())})
+    checked, _ = kv_table.schema.validate_batch_rows(given, for_op="insert")
+    assert S._widen(kv_table.schema, checked, set(given.schema.names))[1] is None
+
+
+# --- _segments -------------------------------------------------------------------------------------------------
+
+
+def _typed_batch(table: Table, types: list[int]) -> S._Batch:
+    rows = pa.RecordBatch.from_pylist([{"key": i, "val": "x", "n": 1} for i in range(len(types))],
+                                      schema=table.schema.to_arrow())
+    return S._Batch(table, rows, np.array(types, dtype=np.int8), None, None)
+
+
+def test_segments_keep_order_and_hold_one_ignore_kind_at_most(kv_table: Table) -> None:
+    b = _typed_batch(kv_table, [II, II, INS, UI, U, DI, II, UPI])
+    segs = S._segments(b, np.arange(8))
+    assert [s.tolist() for s in segs] == [[0, 1, 2], [3, 4], [5], [6, 7]]
+    for s in segs:
+        assert len({t for t in b.op_types[s].tolist() if t in S._IGNORE_KINDS}) <= 1
+    assert np.concatenate(segs).tolist() == list(range(8))
+
+
+def test_segments_without_ignore_kinds_are_one_rpc(kv_table: Table) -> None:
+    b = _typed_batch(kv_table, [INS, U, D, UP, UPI])
+    assert [s.tolist() for s in S._segments(b, np.array([0, 2, 4]))] == [[0, 2, 4]]
+    assert S._segments(b, np.array([], dtype=np.int64)) == []
+
+
+def test_segments_are_cut_at_the_rpc_row_cap(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(S, "MAX_ROWS_PER_RPC", 3)
+    b = _typed_batch(kv_table, [INS] * 8)
+    assert [s.tolist() for s in S._segments(b, np.arange(8))] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+
+
+def test_segments_are_cut_by_bytes_too(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = _typed_batch(kv_table, [INS] * 10)
+    per_row = b.rows.nbytes // 10
+    monkeypatch.setattr(S, "MAX_BYTES_PER_RPC", per_row * 4)
+    assert [len(s) for s in S._segments(b, np.arange(10))] == [4, 4, 2]
+
+
+# --- _adapt: a write built on an old schema -----------------------------------------------------------------
+
+
+def test_adapt_follows_a_renamed_column_by_id_and_fills_added_defaults(kv_table: Table) -> None:
+    old = kv_table.schema
+    new = old.rename_column("val", "val2").add_column(ColumnSchema("x", kudu.int16, default=4)) \
+        .with_column_ids(old.next_column_id)
+    b = _batch(kv_table, [kv_table.new_insert({"key": 1, "val": "a"}), kv_table.new_update({"key": 2, "n": 3})])
+    S._adapt(b, old, new)
+    assert b.rows.schema == new.to_arrow()
+    assert b.rows.to_pylist() == [{"key": 1, "val2": "a", "n": 7, "x": 4}, {"key": 2, "val2": None, "n": 3, "x": None}]
+    assert b.set_cols is not None
+    assert b.set_cols.tolist() == [[True, True, True, False], [True, False, True, False]]
+
+
+def test_adapt_refuses_a_write_that_sets_a_dropped_column(kv_table: Table) -> None:
+    b = _batch(kv_table, [kv_table.new_update({"key": 1, "val": "a"})])
+    with pytest.raises(KuduInvalidArgument, match="column 'val' is no longer in table t"):
+        S._adapt(b, kv_table.schema, kv_table.schema.drop_column("val"))
+
+
+def test_adapt_drops_a_column_the_write_does_not_set(kv_table: Table) -> None:
+    b = _batch(kv_table, [kv_table.new_update({"key": 1, "n": 3})])
+    S._adapt(b, kv_table.schema, kv_table.schema.drop_column("val"))
+    assert b.rows.to_pylist() == [{"key": 1, "n": 3}]
+
+
+# --- TableLocations.assign -----------------------------------------------------------------------------------
+
+
+def _locations(schema: Schema, ps: PartitionSchema, bounds: list[Any]) -> TableLocations:
+    parts = ps.create_partitions(bounds)
+    tablets = [TabletLocation(f"t{i}", p, [ReplicaLocation(f"u{i}", f"h:{i + 1}", "LEADER")])
+               for i, p in enumerate(parts)]
+    return TableLocations("tid", list(reversed(tablets)))  # sorted by start key whatever the input order
+
+
+@pytest.fixture
+def range_schema() -> Schema:
+    return Schema([ColumnSchema("key", kudu.int64, nullable=False), ColumnSchema("v", kudu.string)], 1)
+
+
+def test_assign_finds_each_rows_tablet_and_minus_one_in_range_gaps(range_schema: Schema) -> None:
+    ps = PartitionSchema(range_schema, [], ["key"])
+    locs = _locations(range_schema, ps, [([0], [10]), ([20], [30]), ([40], None)])
+    assert [t.tablet_id for t in locs.tablets] == ["t0", "t1", "t2"]
+    keys = [-5, 0, 9, 10, 15, 19, 20, 29, 30, 39, 40, 10**12]
+    batch = pa.record_batch({"key": pa.array(keys, pa.int64()), "v": pa.nulls(len(keys), pa.string())})
+    pkeys = ps.partition_keys(batch).to_pylist()
+    assert locs.assign(pkeys).tolist() == [-1, 0, 0, -1, -1, -1, 1, 1, -1, -1, 2, 2]
+    assert [locs.find(k) is not None for k in pkeys] == [k >= 0 for k in locs.assign(pkeys).tolist()]
+    assert locs.assign([]).tolist() == []
+
+
+def test_assign_with_hash_buckets_and_a_gap(range_schema: Schema) -> None:
+    from kudu_async.common.partition import HashDimension
+
+    ps = PartitionSchema(range_schema, [HashDimension(["key"], 2)], ["key"])
+    locs = _locations(range_schema, ps, [([0], [100]), ([200], [300])])
+    keys = list(range(-10, 310, 7))
+    batch = pa.record_batch({"key": pa.array(keys, pa.int64()), "v": pa.nulls(len(keys), pa.string())})
+    where = locs.assign(ps.partition_keys(batch).to_pylist()).tolist()
+    for k, w in zip(keys, where, strict=True):
+        if 0 <= k < 100 or 200 <= k < 300:
+            p = locs.tablets[w].partition
+            assert p.hash_buckets == ps.hash_buckets_of({"key": k})
+            assert p.range_key_start <= ps.encode_range_key([k]) < p.range_key_end
+        else:
+            assert w == -1, k
+
+
+def test_tablet_location_wire_round_trip_and_leader_guesses() -> None:
+    from kudu_async.common.partition import Partition
+
+    p = Partition((1,), b"a", b"b", b"\x00\x00\x00\x01a", b"\x00\x00\x00\x01b")
+    t = TabletLocation.from_wire({"tablet_id": "x", "partition": p.to_dict(), "replicas": [
+        {"uuid": "1", "rpc_address": "h:1", "role": "FOLLOWER"}, {"uuid": "2", "rpc_address": "h:2", "role": "LEADER"},
+        {"uuid": "3", "rpc_address": "h:3", "role": "LEARNER"}, {"uuid": "4", "rpc_address": "", "role": "FOLLOWER"}]})
+    assert t.id() == "x" and t.partition == p
+    assert t.leader_address == "h:2"
+    assert t.addresses() == ["h:1", "h:2"]  # learners and address-less replicas take no leader traffic
+    assert t.next_leader_guess() == "h:2"
+    t.failed.add("h:2")
+    assert t.next_leader_guess() == "h:1"
+    t.failed.add("h:1")
+    assert t.next_leader_guess() is None
+    assert TabletLocation.from_wire(t.to_wire()).to_wire() == t.to_wire()
+
+
+# --- routing and replies, with a fake client -------------------------------------------------------------------
+
+
+class FakeTablets:
+    """A client stand-in: locations from a PartitionSchema, and tablets that apply Writes to dicts."""
+
+    def __init__(self, table: Table, bounds: list[Any] = ()) -> None:  # type: ignore[assignment]
+        self.table = table
+        parts = table.partition_schema.create_partitions(bounds)
+        self.locs = TableLocations(table.id, [
+            TabletLocation(f"tablet{i}", p, [ReplicaLocation("u", "h:1", "LEADER")]) for i, p in enumerate(parts)])
+        self.rows: dict[str, dict[int, dict[str, Any]]] = {t.tablet_id: {} for t in self.locs.tablets}
+        self.requests: list[tuple[str, list[int]]] = []
+        self.meta = self
+        self.ts = 0
+        self.refreshes = 0
+        self.fail_next: dict[str, BaseException] = {}
+
+    async def locations(self, table_id: str, deadline: Deadline, *, refresh: bool = False) -> TableLocations:
+        self.refreshes += refresh
+        return self.locs
+
+    def latest_observed_timestamp(self) -> int:
+        return self.ts
+
+    def observe_timestamp(self, ts: int) -> None:
+        self.ts = max(self.ts, ts)
+
+    async def call_tablet_leader(self, table: Table, tablet_id: str, method: str, req: dict[str, Any],
+                                 deadline: Deadline) -> dict[str, Any]:
+        assert method == "Write"
+        if tablet_id in self.fail_next:
+            raise self.fail_next.pop(tablet_id)
+        rows, types, _ = decode_row_operations(req["rows"], req["op_types"], req["set_columns"])
+        store = self.rows[tablet_id]
+        keys = rows.column("key").to_pylist()
+        self.requests.append((tablet_id, keys))
+        errors, ignored = [], 0
+        for i, (k, t, row) in enumerate(zip(keys, types.tolist(), rows.to_pylist(), strict=True)):
+            present = k in store
+            if (t in (INS, II) and present) or (t in (U, UI, D, DI) and not present):
+                if t in (II, UI, DI):
+                    ignored += 1
+                else:
+                    errors.append({"row_index": i, "code": "ALREADY_PRESENT" if t == INS else "NOT_FOUND",
+                                   "message": "key already present" if t == INS else "key not found"})
+            elif t in (D, DI):
+                del store[k]
+            else:
+                store[k] = row
+        self.ts += 10
+        return {"timestamp": self.ts, "row_errors": errors, "ignored": ignored}
+
+
+async def test_flush_routes_rows_per_tablet_and_reports_each_failed_row(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(20):
+        await sess.apply(kv_table.new_insert({"key": k, "val": f"v{k}"}))
+    assert sess.count_buffered_operations() == 20
+    await sess.flush()
+    assert sess.count_buffered_operations() == 0
+    assert sorted(k for store in fake.rows.values() for k in store) == list(range(20))
+    assert len(fake.requests) == 3  # one Write per tablet
+    for tablet_id, keys in fake.requests:
+        assert keys == sorted(keys) and all(k in fake.rows[tablet_id] for k in keys)  # order kept
+    assert fake.ts == 30 and sess.client.latest_observed_timestamp() == 30
+    await sess.apply(kv_table.new_insert({"key": 3}))
+    await sess.apply(kv_table.new_update({"key": 99, "val": "x"}))
+    await sess.apply(kv_table.new_insert_ignore({"key": 4}))
+    await sess.apply(kv_table.new_delete_ignore({"key": 98}))
+    await sess.apply(kv_table.new_upsert({"key": 5, "val": "new"}))
+    with pytest.raises(kudu.KuduBadStatus, match=r"flush: 2 row\(s\) failed"):
+        await sess.flush()
+    errors, overflowed = sess.get_pending_errors()
+    assert not overflowed
+    assert sorted((e.status.code, repr(e.failed_op())) for e in errors) == [
+        ("ALREADY_PRESENT", "Insert(t, {'key': 3})"), ("NOT_FOUND", "Update(t, {'key': 99, 'val': 'x'})")]
+    assert not any(e.was_possibly_successful() for e in errors)
+    assert sess.get_pending_errors() == ([], False)  # taken once
+    assert sess.get_write_op_metrics() == {
+        "successful_inserts": 20, "successful_upserts": 1, "successful_updates": 0, "successful_deletes": 0,
+        "insert_ignore_errors": 1, "upsert_ignore_errors": 0, "update_ignore_errors": 0,
+        "delete_ignore_errors": 1}
+    assert fake.rows[next(t for t in fake.rows if 5 in fake.rows[t])][5] == {"key": 5, "val": "new", "n": 7}
+
+
+async def test_rows_in_a_range_gap_fail_alone_with_not_found(make_table: Callable[..., Table],
+                                                             kv_schema: Schema) -> None:
+    part = kudu.Partitioning().set_range_partition_columns(["key"]).add_range_partition(0, 10) \
+        .add_range_partition(20, 30)
+    table = make_table(kv_schema, part)
+    fake = FakeTablets(table, [([0], [10]), ([20], [30])])
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in (1, 15, 25, 35):
+        await sess.apply(table.new_upsert({"key": k}))
+    with pytest.raises(kudu.KuduBadStatus, match=r"2 row\(s\) failed"):
+        await sess.flush()
+    errors, _ = sess.get_pending_errors()
+    assert sorted(e.failed_op()["key"] for e in errors) == [15, 35]  # type: ignore[index]
+    assert all(isinstance(e.status, KuduNotFound) and "no range partition" in str(e.status) for e in errors)
+    assert sorted(k for store in fake.rows.values() for k in store) == [1, 25]
+    assert sess.get_write_op_metrics()["successful_upserts"] == 2
+
+
+async def test_a_moved_tablet_is_rerouted_after_a_location_refresh(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    fake.fail_next["tablet1"] = KuduNotFound("tablet not here", {"error": "TABLET_NOT_FOUND"})
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(30):
+        await sess.apply(kv_table.new_upsert({"key": k}))
+    await sess.flush()
+    assert fake.refreshes == 1
+    assert sorted(k for store in fake.rows.values() for k in store) == list(range(30))
+    assert sess.get_write_op_metrics()["successful_upserts"] == 30
+
+
+async def test_a_failed_batch_fails_every_row_as_possibly_successful(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(30):
+        await sess.apply(kv_table.new_upsert({"key": k}))
+    with pytest.raises(kudu.KuduBadStatus):
+        await sess.flush()
+    errors, _ = sess.get_pending_errors()
+    assert len(errors) == 30  # the whole table batch: it shares one deadline
+    assert all(e.was_possibly_successful() and isinstance(e.status, kudu.KuduTimedOut) for e in errors)
+
+
+async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    batch = pa.table({"key": pa.array([1, 2, 3], pa.int64()), "n": pa.array([1, None, 3], pa.int32())})
+    with pytest.raises(kudu.KuduBadStatus, match=r"apply_arrow: 1 row\(s\) failed"):
+        await sess.apply_arrow(kv_table, batch, op="insert")
+    errors, _ = sess.get_pending_errors()
+    assert [(e.failed_op(), str(e.status)) for e in errors] == [
+        ({"key": 2, "val": None, "n": None}, "INVALID_ARGUMENT: column 'n': NULL in NOT NULL column")]
+    assert sorted(k for store in fake.rows.values() for k in store) == [1, 3]
+    assert await sess.apply_arrow(kv_table, pa.table({"key": pa.array([], pa.int64())}), op="upsert") == 0
+    with pytest.raises(kudu.KuduInvalidArgument, match="unknown write operation"):
+        await sess.apply_arrow(kv_table, batch, op="merge")
+    with pytest.raises(kudu.KuduInvalidArgument, match="'zz' is not in the schema"):
+        await sess.apply_arrow(kv_table, pa.table({"key": [1], "zz": [1]}))
+
+
+# --- buffering rules, configuration ---------------------------------------------------------------------------
+
+
+async def test_manual_flush_refuses_ops_once_the_buffer_is_full(kv_table: Table) -> None:
+    sess = S.AsyncSession(None, mutation_buffer_max_num=3)  # type: ignore[arg-type]
+    for k in range(3):
+        await sess.apply(kv_table.new_insert({"key": k}))
+    with pytest.raises(kudu.KuduBadStatus, match="mutation buffer is full"):
+        await sess.apply(kv_table.new_insert({"key": 3}))
+    assert sess.count_buffered_operations() == 3
+    sess2 = S.AsyncSession(None)  # type: ignore[arg-type]
+    sess2.set_mutation_buffer_space(100)
+    await sess2.apply(kv_table.new_insert({"key": 1, "val": "x" * 50}))
+    with pytest.raises(kudu.KuduBadStatus, match="mutation buffer is full"):
+        await sess2.apply(kv_table.new_insert({"key": 2, "val": "y" * 50}))
+
+
+async def test_apply_refuses_bad_rows_and_non_operations(kv_table: Table) -> None:
+    sess = S.AsyncSession(None)  # type: ignore[arg-type]
+    with pytest.raises(kudu.KuduInvalidArgument, match="key column missing"):
+        await sess.apply(kv_table.new_insert({"val": "x"}))
+    with pytest.raises(kudu.KuduInvalidArgument, match="takes an operation"):
+        await sess.apply({"key": 1})  # type: ignore[arg-type]
+    assert sess.count_buffered_operations() == 0
+
+
+async def test_a_closed_session_takes_no_more_operations(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    await sess.apply(kv_table.new_insert({"key": 1}))
+    await sess.close()
+    assert 1 in {k for store in fake.rows.values() for k in store}  # close flushed it
+    with pytest.raises(kudu.KuduBadStatus, match="session is closed"):
+        await sess.apply(kv_table.new_insert({"key": 2}))
+    await sess.close()  # twice is fine
+
+
+def test_session_configuration_names_and_checks() -> None:
+    sess = S.AsyncSession(None)  # type: ignore[arg-type]
+    assert sess.flush_mode == kudu.FLUSH_MANUAL  # kudu-python's default
+    for name, mode in (("sync", kudu.FLUSH_AUTO_SYNC), ("AUTO_FLUSH_BACKGROUND", kudu.FLUSH_AUTO_BACKGROUND),
+                       ("manual_flush", kudu.FLUSH_MANUAL), (kudu.FLUSH_AUTO_BACKGROUND, kudu.FLUSH_AUTO_BACKGROUND)):
+        sess.set_flush_mode(name)
+        assert sess.flush_mode == mode
+    with pytest.raises(kudu.KuduInvalidArgument, match="flush mode must be"):
+        sess.set_flush_mode("sometimes")
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(kudu.KuduInvalidArgument, match="timeout_ms"):
+            sess.set_timeout_ms(bad)  # type: ignore[arg-type]
+    sess.set_timeout_ms(1234)
+    assert sess.timeout_ms == 1234
+    for bad_w in (0.0, 1.5, -0.1):
+        with pytest.raises(kudu.KuduInvalidArgument, match="watermark"):
+            sess.set_mutation_buffer_flush_watermark(bad_w)
+    sess.set_mutation_buffer_flush_watermark(0.25)
+    sess.set_mutation_buffer_flush_interval(50)
+    sess.set_mutation_buffer_max_num(9)
+    assert (sess.flush_watermark, sess.flush_interval_ms, sess.buffer_max_num) == (0.25, 50, 9)
+    with pytest.raises(kudu.KuduInvalidArgument):
+        S.AsyncSession(None, flush_mode="nope")  # type: ignore[arg-type]
