@@ -180,6 +180,9 @@ class Session:
     def count_pending_errors(self) -> int:
         return self._s.count_pending_errors()
 
+    def count_buffered_operations(self) -> int:
+        return self._s.count_buffered_operations()
+
     def get_write_op_metrics(self) -> dict[str, int]:
         return self._s.get_write_op_metrics()
 
