@@ -49,6 +49,7 @@ _FLUSH_MODES = {"sync": FLUSH_AUTO_SYNC, "auto_sync": FLUSH_AUTO_SYNC, "auto_flu
 MAX_ROWS_PER_RPC = 20_000
 MAX_BYTES_PER_RPC = 8 * 1024 * 1024
 MAX_PENDING_ERRORS = 10_000
+MAX_BUFFERED_OPS = 100_000  # operations in the buffer being filled (its bytes are bounded by the buffer space)
 MAX_TABLETS_IN_FLIGHT = 32
 MAX_REROUTES = 10
 _IGNORE_KINDS = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE))
@@ -102,17 +103,26 @@ def _row_bytes(row: dict[str, Any]) -> int:
 
 class AsyncSession:
     def __init__(self, client: AsyncClient, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000,
-                 mutation_buffer_sz: int = 7 * 1024 * 1024, mutation_buffer_max_num: int = 100_000,
-                 flush_interval_ms: int = 1000, flush_watermark: float = 0.5) -> None:
+                 mutation_buffer_sz: int = 7 * 1024 * 1024, mutation_buffer_max_num: int = 2,
+                 flush_interval_ms: int = 1000, flush_watermark: float = 0.5, *,
+                 mutation_buffer_watermark: float | None = None,
+                 mutation_buffer_flush_interval: int | None = None) -> None:
+        """kudu-python's ``new_session`` keywords (``mutation_buffer_watermark``, ``mutation_buffer_flush_interval``)
+        are accepted as well as the shorter ``flush_watermark`` and ``flush_interval_ms``."""
         self.client = client
         self.flush_mode = FLUSH_MANUAL
         self.set_flush_mode(flush_mode)
         self.timeout_ms = timeout_ms
         self.set_timeout_ms(timeout_ms)
         self.buffer_bytes_limit = mutation_buffer_sz
-        self.buffer_max_num = mutation_buffer_max_num
+        self.buffer_max_num = 2
+        self.set_mutation_buffer_max_num(mutation_buffer_max_num)
         self.flush_interval_ms = flush_interval_ms
         self.flush_watermark = flush_watermark
+        if mutation_buffer_watermark is not None:
+            self.set_mutation_buffer_flush_watermark(mutation_buffer_watermark)
+        if mutation_buffer_flush_interval is not None:
+            self.set_mutation_buffer_flush_interval(mutation_buffer_flush_interval)
         self._buf: list[tuple[WriteOperation, dict[str, Any]]] = []
         self._buf_bytes = 0
         self._errors: list[KuduError] = []
@@ -140,7 +150,11 @@ class AsyncSession:
         self.buffer_bytes_limit = int(size_bytes)
 
     def set_mutation_buffer_max_num(self, n: int) -> None:
-        self.buffer_max_num = int(n)
+        """Kudu's meaning: how many buffers a session may have - the one filling plus background flushes in
+        flight (apply() waits for a flush to finish when it would need one more); 0 means no limit."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise KuduInvalidArgument("mutation_buffer_max_num is a number of buffers, >= 0 (0: no limit)")
+        self.buffer_max_num = n
 
     def set_mutation_buffer_flush_watermark(self, watermark: float) -> None:
         if not 0.0 < watermark <= 1.0:
@@ -166,13 +180,15 @@ class AsyncSession:
                 raise self._errors[-1].status
             return
         size = _row_bytes(row)
-        if self._buf_bytes + size > self.buffer_bytes_limit or len(self._buf) >= self.buffer_max_num:
+        if self._buf_bytes + size > self.buffer_bytes_limit or len(self._buf) >= MAX_BUFFERED_OPS:
             if self.flush_mode == FLUSH_MANUAL:
                 raise KuduIncomplete(f"mutation buffer is full ({len(self._buf)} operations, {self._buf_bytes} bytes);"
                                      " flush() first or set_mutation_buffer_space()")
             await self._start_background_flush()
             while self._inflight and self._buf and (self._buf_bytes + size > self.buffer_bytes_limit):
                 await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+        while not self._buf and 0 < self.buffer_max_num <= len(self._inflight):
+            await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)  # no free buffer yet
         self._buf.append((op, row))
         self._buf_bytes += size
         if self.flush_mode == FLUSH_AUTO_BACKGROUND:
