@@ -7,6 +7,7 @@ The routing tests use a fake client whose 'tablets' keep rows in dicts and answe
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -360,18 +361,53 @@ async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: T
 # --- buffering rules, configuration ---------------------------------------------------------------------------
 
 
-async def test_manual_flush_refuses_ops_once_the_buffer_is_full(kv_table: Table) -> None:
-    sess = S.AsyncSession(None, mutation_buffer_max_num=3)  # type: ignore[arg-type]
-    for k in range(3):
-        await sess.apply(kv_table.new_insert({"key": k}))
+async def test_manual_flush_refuses_ops_once_the_buffer_space_is_full(kv_table: Table) -> None:
+    sess = S.AsyncSession(None, mutation_buffer_sz=100)  # type: ignore[arg-type]
+    await sess.apply(kv_table.new_insert({"key": 1, "val": "x" * 50}))
     with pytest.raises(kudu.KuduBadStatus, match="mutation buffer is full"):
-        await sess.apply(kv_table.new_insert({"key": 3}))
-    assert sess.count_buffered_operations() == 3
-    sess2 = S.AsyncSession(None)  # type: ignore[arg-type]
-    sess2.set_mutation_buffer_space(100)
-    await sess2.apply(kv_table.new_insert({"key": 1, "val": "x" * 50}))
-    with pytest.raises(kudu.KuduBadStatus, match="mutation buffer is full"):
-        await sess2.apply(kv_table.new_insert({"key": 2, "val": "y" * 50}))
+        await sess.apply(kv_table.new_insert({"key": 2, "val": "y" * 50}))
+    assert sess.count_buffered_operations() == 1
+    sess.set_mutation_buffer_space(1000)
+    await sess.apply(kv_table.new_insert({"key": 2, "val": "y" * 50}))
+    assert sess.count_buffered_operations() == 2
+
+
+async def test_mutation_buffer_max_num_counts_buffers_not_operations(kv_table: Table) -> None:
+    """kudu-python code passes mutation_buffer_max_num=2 (Kudu's default: two buffers); it must not cap the
+    buffer at two operations. In background mode apply() waits when every buffer is in use."""
+    fake = FakeTablets(kv_table)
+    gate = asyncio.Event()
+    real_call = fake.call_tablet_leader
+
+    async def slow_call(*args: Any) -> dict[str, Any]:
+        await gate.wait()
+        return await real_call(*args)
+
+    fake.call_tablet_leader = slow_call  # type: ignore[method-assign]
+    manual = S.AsyncSession(fake, mutation_buffer_max_num=2)  # type: ignore[arg-type]
+    for k in range(10):
+        await manual.apply(kv_table.new_insert({"key": k}))
+    assert manual.count_buffered_operations() == 10
+    bg = S.AsyncSession(fake, flush_mode=kudu.FLUSH_AUTO_BACKGROUND, mutation_buffer_max_num=2,  # type: ignore[arg-type]
+                        mutation_buffer_sz=100, mutation_buffer_watermark=1.0, mutation_buffer_flush_interval=60_000)
+    assert (bg.flush_watermark, bg.flush_interval_ms) == (1.0, 60_000)  # kudu-python's keyword names
+    for k in (100, 101):
+        await asyncio.wait_for(bg.apply(kv_table.new_insert({"key": k, "val": "x" * 30})), 5)
+    assert len(bg._inflight) == 1 and bg.count_buffered_operations() == 1  # the second filled the first buffer
+    blocked = asyncio.ensure_future(bg.apply(kv_table.new_insert({"key": 102, "val": "x" * 30})))
+    await asyncio.sleep(0.05)
+    assert not blocked.done()  # two flushes in flight: no buffer for a third operation until one ends
+    assert len(bg._inflight) == 2
+    gate.set()
+    await asyncio.wait_for(blocked, 5)
+    await bg.flush()
+    assert {100, 101, 102} <= {k for store in fake.rows.values() for k in store}
+    for bad in (-1, 1.5, True):
+        with pytest.raises(kudu.KuduInvalidArgument, match="mutation_buffer_max_num"):
+            bg.set_mutation_buffer_max_num(bad)  # type: ignore[arg-type]
+    bg.set_mutation_buffer_max_num(0)  # no limit
+    await bg.close()
+    await manual.close()
 
 
 async def test_apply_refuses_bad_rows_and_non_operations(kv_table: Table) -> None:
