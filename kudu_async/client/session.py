@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,11 +88,17 @@ class _Batch:
     op_types: np.ndarray  # int8
     set_cols: np.ndarray | None  # rows x columns bool; None = every cell set
     ops: Sequence[WriteOperation] | None  # for errors; None for Arrow input (the row itself is reported)
+    schema: Schema  # the schema ``rows`` were built for, and its version (the table's may be newer by now)
+    schema_version: int
 
     def failed(self, i: int) -> WriteOperation | dict[str, Any]:
         if self.ops is not None:
             return self.ops[i]
         return self.rows.slice(i, 1).to_pylist()[0]
+
+
+# An applied operation: the op, its validated row, and the table schema (and version) it was validated against.
+_Buffered = tuple[WriteOperation, dict[str, Any], Schema, int]
 
 
 def _row_bytes(row: dict[str, Any]) -> int:
@@ -123,7 +130,7 @@ class AsyncSession:
             self.set_mutation_buffer_flush_watermark(mutation_buffer_watermark)
         if mutation_buffer_flush_interval is not None:
             self.set_mutation_buffer_flush_interval(mutation_buffer_flush_interval)
-        self._buf: list[tuple[WriteOperation, dict[str, Any]]] = []
+        self._buf: list[_Buffered] = []
         self._buf_bytes = 0
         self._errors: list[KuduError] = []
         self._overflowed = False
@@ -172,10 +179,11 @@ class AsyncSession:
             raise KuduIncomplete("session is closed")
         if not isinstance(op, WriteOperation):
             raise KuduInvalidArgument(f"apply() takes an operation from table.new_insert() etc., not {op!r}")
-        row = op.validated(op.table.schema)
+        schema, version = op.table.schema, op.table.schema_version
+        row = op.validated(schema)
         if self.flush_mode == FLUSH_AUTO_SYNC:
             errors_before = len(self._errors)
-            await self._write_ops([(op, row)])
+            await self._write_ops([(op, row, schema, version)])
             if len(self._errors) > errors_before:
                 raise self._errors[-1].status
             return
@@ -189,7 +197,7 @@ class AsyncSession:
                 await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
         while not self._buf and 0 < self.buffer_max_num <= len(self._inflight):
             await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)  # no free buffer yet
-        self._buf.append((op, row))
+        self._buf.append((op, row, schema, version))
         self._buf_bytes += size
         if self.flush_mode == FLUSH_AUTO_BACKGROUND:
             self._ensure_timer()
@@ -222,7 +230,8 @@ class AsyncSession:
             full = full.take(idx)
             set_cols = None if set_cols is None else set_cols[keep]
         if full.num_rows:
-            await self._send(_Batch(table, full, np.full(full.num_rows, int(op_type), dtype=np.int8), set_cols, None))
+            await self._send(_Batch(table, full, np.full(full.num_rows, int(op_type), dtype=np.int8), set_cols, None,
+                                    table.schema, table.schema_version))
         self._raise_if_new_errors(errors_before, "apply_arrow")
         return n
 
@@ -303,11 +312,18 @@ class AsyncSession:
 
     # --- sending ---------------------------------------------------------------------------------------
 
-    async def _write_ops(self, ops: list[tuple[WriteOperation, dict[str, Any]]]) -> None:
-        by_table: dict[str, list[tuple[WriteOperation, dict[str, Any]]]] = {}
-        for op, row in ops:
-            by_table.setdefault(op.table.id, []).append((op, row))
-        await asyncio.gather(*(self._send(_ops_to_batch(group)) for group in by_table.values()))
+    async def _write_ops(self, ops: list[_Buffered]) -> None:
+        by_table: dict[str, list[_Buffered]] = {}
+        for item in ops:
+            by_table.setdefault(item[0].table.id, []).append(item)
+
+        async def in_order(items: list[_Buffered]) -> None:
+            # Rows validated against different schema versions (an alter between two applies) go as separate
+            # batches, one after the other, so operations on one row still apply in order.
+            for _, run in itertools.groupby(items, key=lambda item: item[3]):
+                await self._send(_ops_to_batch(list(run)))
+
+        await asyncio.gather(*(in_order(items) for items in by_table.values()))
 
     async def _send(self, b: _Batch) -> None:
         """Route a table's batch to its tablets and write them (tablets concurrently, in order per tablet)."""
@@ -345,7 +361,7 @@ class AsyncSession:
             idx = np.sort(np.concatenate(moved))
             sub = _Batch(b.table, b.rows.take(pa.array(idx)), b.op_types[idx],
                          None if b.set_cols is None else b.set_cols[idx],
-                         None if b.ops is None else [b.ops[i] for i in idx.tolist()])
+                         None if b.ops is None else [b.ops[i] for i in idx.tolist()], b.schema, b.schema_version)
             if hops >= MAX_REROUTES:
                 raise KuduNotFound(f"{len(idx)} rows of table {b.table.name} found no tablet after {hops} location "
                                    "refreshes (tablets keep moving or being dropped)")
@@ -369,11 +385,11 @@ class AsyncSession:
                             f"write of {len(seg)} rows to tablet {tablet_id} of table {b.table.name}")
         idx = pa.array(seg)
         while True:
-            schema = b.table.schema
+            version = b.schema_version  # rows, bitmap and version read together (no await in between)
             rows = b.rows.take(idx)
             types = b.op_types[seg]
             set_cols = None if b.set_cols is None else b.set_cols[seg]
-            req = {"tablet_id": tablet_id, "schema_version": b.table.schema_version,
+            req = {"tablet_id": tablet_id, "schema_version": version,
                    **encode_row_operations(rows, types, set_cols)}
             seen = self.client.latest_observed_timestamp()
             if seen:
@@ -387,13 +403,24 @@ class AsyncSession:
             except KuduInvalidArgument as e:
                 if e.details.get("error") != "MISMATCHED_SCHEMA":
                     raise
-                await self.client.reload_table(b.table, deadline)
-                if b.table.schema != schema:
-                    _adapt(b, schema, b.table.schema)
-                    continue
-                raise
+                await self._catch_up_schema(b, version, e, deadline)
+                continue
             self._take_reply(b, seg, types, reply)
             return
+
+    async def _catch_up_schema(self, b: _Batch, sent: int, err: KuduInvalidArgument, deadline: Deadline) -> None:
+        """A tablet refused rows built for schema version ``sent``. Rebuild the batch for the table's newer
+        schema (once, whichever of its segments learns first), or wait while the tablet is the one behind."""
+        if b.schema_version != sent:
+            return  # another segment of this batch already rebuilt it
+        have = err.details.get("schema_version")
+        if not (isinstance(have, int) and have < sent) and b.table.schema_version <= sent:
+            await self.client.reload_table(b.table, deadline)
+        if b.schema_version == sent and b.table.schema_version > sent:
+            _adapt(b, b.schema, b.table.schema)
+            b.schema, b.schema_version = b.table.schema, b.table.schema_version
+        elif b.schema_version == sent:
+            await deadline.backoff(err)  # the tablet has not applied the alter yet (or the master not told us)
 
     def _take_reply(self, b: _Batch, seg: np.ndarray, types: np.ndarray, reply: dict[str, Any]) -> None:
         if reply.get("timestamp"):
@@ -441,17 +468,17 @@ def _segments(b: _Batch, rows: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def _ops_to_batch(group: list[tuple[WriteOperation, dict[str, Any]]]) -> _Batch:
-    """Row operations of one table as a full-schema Arrow batch (per-row Python: this is the row API)."""
-    table = group[0][0].table
-    schema = table.schema
+def _ops_to_batch(group: list[_Buffered]) -> _Batch:
+    """Row operations of one table, validated against one schema version, as a full-schema Arrow batch
+    (per-row Python: this is the row API)."""
+    table, schema, version = group[0][0].table, group[0][2], group[0][3]
     names = schema.names
     n = len(group)
     cols = {c: [None] * n for c in names}
     set_cols = np.zeros((n, len(names)), dtype=bool)
     types = np.empty(n, dtype=np.int8)
     col_pos = {c: i for i, c in enumerate(names)}
-    for r, (op, row) in enumerate(group):
+    for r, (op, row, _, _) in enumerate(group):
         types[r] = int(op.op_type)
         given = op.cells
         for c, v in row.items():
@@ -464,7 +491,8 @@ def _ops_to_batch(group: list[tuple[WriteOperation, dict[str, Any]]]) -> _Batch:
             set_cols[r, : schema.num_key_columns] = True
     arrays = [pa.array(cols[c.name], c.arrow_type) for c in schema.columns]
     rows = pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
-    return _Batch(table, rows, types, None if set_cols.all() else set_cols, [op for op, _ in group])
+    return _Batch(table, rows, types, None if set_cols.all() else set_cols, [item[0] for item in group], schema,
+                  version)
 
 
 def _widen(schema: Schema, checked: pa.RecordBatch, given: set[str]) -> tuple[pa.RecordBatch, np.ndarray | None]:
