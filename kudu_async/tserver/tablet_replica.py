@@ -236,7 +236,7 @@ class TabletReplica:
             await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
                              max(0.01, deadline - time.monotonic()))
             r = self._leader()
-        fut = await self._prepare_and_propose(r, op, deadline)
+        fut = await self._prepare_and_propose(r, op, deadline, schema_version)
         try:
             result = await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
         except TimeoutError:
@@ -263,12 +263,15 @@ class TabletReplica:
             raise KuduServiceUnavailable(f"tablet {self.tablet_id} is busy: {why}; retry later",
                                          {"retryable": True})
 
-    async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float) -> asyncio.Future[Any]:
+    async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float,
+                                   schema_version: int) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         delay = 0.001
         while True:
             async with self._prepare_lock:
                 r = self._leader()
+                if schema_version != self.tablet.schema_version:  # an alter landed while this write waited
+                    raise _mismatch(self.tablet_id, self.tablet.schema_version, schema_version)
                 ts = self.clock.now()
                 try:
                     prepared = await loop.run_in_executor(self.executor, self._prepare_no_wait, op, ts)
