@@ -31,7 +31,7 @@ II, UI, DI, UPI = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpT
 
 
 def _batch(table: Table, ops: list[Any]) -> S._Batch:
-    return S._ops_to_batch([(op, op.validated(table.schema)) for op in ops])
+    return S._ops_to_batch([(op, op.validated(table.schema), table.schema, table.schema_version) for op in ops])
 
 
 # --- _ops_to_batch -------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def test_widen_all_columns_needs_no_bitmap(kv_table: Table) -> None:
 def _typed_batch(table: Table, types: list[int]) -> S._Batch:
     rows = pa.RecordBatch.from_pylist([{"key": i, "val": "x", "n": 1} for i in range(len(types))],
                                       schema=table.schema.to_arrow())
-    return S._Batch(table, rows, np.array(types, dtype=np.int8), None, None)
+    return S._Batch(table, rows, np.array(types, dtype=np.int8), None, None, table.schema, table.schema_version)
 
 
 def test_segments_keep_order_and_hold_one_ignore_kind_at_most(kv_table: Table) -> None:
@@ -228,6 +228,7 @@ class FakeTablets:
         self.ts = 0
         self.refreshes = 0
         self.fail_next: dict[str, BaseException] = {}
+        self.version, self.names = table.schema_version, table.schema.names  # what the 'tablets' have
 
     async def locations(self, table_id: str, deadline: Deadline, *, refresh: bool = False) -> TableLocations:
         self.refreshes += refresh
@@ -244,7 +245,12 @@ class FakeTablets:
         assert method == "Write"
         if tablet_id in self.fail_next:
             raise self.fail_next.pop(tablet_id)
-        rows, types, _ = decode_row_operations(req["rows"], req["op_types"], req["set_columns"])
+        await asyncio.sleep(0)  # let concurrent segments interleave, as real RPCs do
+        if req["schema_version"] != self.version:
+            raise KuduInvalidArgument("mismatch", {"error": "MISMATCHED_SCHEMA", "schema_version": self.version})
+        rows, types, matrix = decode_row_operations(req["rows"], req["op_types"], req["set_columns"])
+        if rows.schema.names != self.names:  # as the tablet checks
+            raise KuduInvalidArgument(f"write columns {rows.schema.names} do not match the schema columns {self.names}")
         store = self.rows[tablet_id]
         keys = rows.column("key").to_pylist()
         self.requests.append((tablet_id, keys))
@@ -259,6 +265,8 @@ class FakeTablets:
                                    "message": "key already present" if t == INS else "key not found"})
             elif t in (D, DI):
                 del store[k]
+            elif present:  # update, or upsert of a present row: only the cells the op sets
+                store[k].update({c: v for j, (c, v) in enumerate(row.items()) if matrix is None or matrix[i, j]})
             else:
                 store[k] = row
         self.ts += 10
@@ -453,3 +461,53 @@ def test_session_configuration_names_and_checks() -> None:
     assert (sess.flush_watermark, sess.flush_interval_ms, sess.buffer_max_num) == (0.25, 50, 9)
     with pytest.raises(kudu.KuduInvalidArgument):
         S.AsyncSession(None, flush_mode="nope")  # type: ignore[arg-type]
+
+
+def _altered(table: Table) -> dict[str, Any]:
+    """The table's info after 'val' was renamed 'value' and 'x' int16 DEFAULT 4 was added (version + 1)."""
+    old = table.schema
+    new = old.rename_column("val", "value").add_column(ColumnSchema("x", kudu.int16, default=4)) \
+        .with_column_ids(old.next_column_id)
+    return {**table.info, "schema": new.to_dict(), "schema_version": table.schema_version + 1}
+
+
+async def test_segments_meeting_an_alter_together_rebuild_the_batch_once(kv_table: Table) -> None:
+    """Every tablet answers MISMATCHED_SCHEMA at once; the batch is rebuilt for the new schema exactly once and
+    no segment sends old-layout rows with the new version."""
+    fake = FakeTablets(kv_table)
+    info = _altered(kv_table)
+    fake.version, fake.names = info["schema_version"], ["key", "value", "n", "x"]
+    reloads: list[int] = []
+
+    async def reload_table(table: Table, deadline: Deadline) -> None:
+        reloads.append(1)
+        await asyncio.sleep(0.01)
+        table._load(info)
+
+    fake.reload_table = reload_table  # type: ignore[attr-defined]
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(30):
+        await sess.apply(kv_table.new_insert({"key": k, "val": f"v{k}"}))
+    await sess.flush()
+    stored = {k: row for store in fake.rows.values() for k, row in store.items()}
+    assert stored == {k: {"key": k, "value": f"v{k}", "n": 7, "x": 4} for k in range(30)}
+    assert 1 <= len(reloads) <= 3
+
+
+async def test_operations_applied_across_an_alter_go_in_order(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    await sess.apply(kv_table.new_insert({"key": 1, "val": "a"}))  # validated against version 0
+    info = _altered(kv_table)
+    kv_table._load(info)  # another session reloaded the shared Table
+    fake.version, fake.names = info["schema_version"], ["key", "value", "n", "x"]
+
+    async def reload_table(table: Table, deadline: Deadline) -> None:
+        table._load(info)
+
+    fake.reload_table = reload_table  # type: ignore[attr-defined]
+    await sess.apply(kv_table.new_update({"key": 1, "value": "b"}))  # validated against version 1
+    await sess.flush()
+    stored = {k: row for store in fake.rows.values() for k, row in store.items()}
+    assert stored == {1: {"key": 1, "value": "b", "n": 7, "x": 4}}
+    assert sess.get_write_op_metrics()["successful_updates"] == 1
