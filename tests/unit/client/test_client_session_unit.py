@@ -511,3 +511,28 @@ async def test_operations_applied_across_an_alter_go_in_order(kv_table: Table) -
     stored = {k: row for store in fake.rows.values() for k, row in store.items()}
     assert stored == {1: {"key": 1, "value": "b", "n": 7, "x": 4}}
     assert sess.get_write_op_metrics()["successful_updates"] == 1
+
+
+async def test_a_tablet_behind_the_tables_schema_is_waited_for(kv_table: Table) -> None:
+    """The table is at version 1 but a tablet has not applied the alter yet: the write backs off and retries
+    the same rows until the tablet catches up, inside the session's deadline."""
+    info = _altered(kv_table)
+    kv_table._load(info)
+    fake = FakeTablets(kv_table)
+    fake.version, fake.names = 0, ["key", "val", "n"]  # behind
+    calls = {"n": 0}
+    real_call = fake.call_tablet_leader
+
+    async def call(*args: Any) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the tablet applies the alter
+            fake.version, fake.names = 1, ["key", "value", "n", "x"]
+        return await real_call(*args)
+
+    fake.call_tablet_leader = call  # type: ignore[method-assign]
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    await sess.apply(kv_table.new_insert({"key": 1, "value": "v"}))
+    await sess.flush()
+    stored = {k: row for store in fake.rows.values() for k, row in store.items()}
+    assert stored == {1: {"key": 1, "value": "v", "n": 7, "x": 4}}
+    assert calls["n"] == 3

@@ -1,0 +1,191 @@
+"""The client while nodes die (kill -9), each test on a cluster of its own: a tablet leader killed under a
+stream of session writes, the server a fault-tolerant scan reads from killed mid-scan, and the leader
+master killed during DDL and writes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import kudu_async as kudu
+from kudu_async.client import Table
+from kudu_async.client.meta_cache import TableLocations
+from kudu_async.client.retry import Deadline
+from kudu_async.testing import MiniCluster
+from kudu_async.testing.mini_cluster import NodeProcess
+
+pytestmark = pytest.mark.integration
+FAST = ["--heartbeat-interval-ms", "200", "--raft-heartbeat-interval-ms", "250"]
+
+
+def schema() -> kudu.Schema:
+    b = kudu.schema_builder()
+    b.add_column("key", kudu.int64, nullable=False).primary_key()
+    b.add_column("val", kudu.string)
+    return b.build()
+
+
+def locations(client: kudu.Client, table: Table) -> TableLocations:
+    """Fresh tablet locations from the leader master, through the client's own cache."""
+    return client._run(client._async.meta.locations(table.id, Deadline(10.0, "locations"), refresh=True))
+
+
+def node_at(cluster: MiniCluster, rpc_address: str) -> NodeProcess:
+    return next(n for n in cluster.nodes if n.rpc_address == rpc_address)
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (v := cond()):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(0.05)
+    return v
+
+
+class Writer(threading.Thread):
+    """Upserts batches of rows (key = a counter, val = its text) through one session until stopped; a batch
+    is acknowledged when flush() returns. Any exception is kept for the test to re-raise."""
+
+    def __init__(self, client: kudu.Client, table: Table, batch: int = 40) -> None:
+        super().__init__(daemon=True)
+        self.session = client.new_session(timeout_ms=30_000)
+        self.table, self.batch = table, batch
+        self.acked: list[int] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.flushes = 0
+
+    def run(self) -> None:
+        k = 0
+        try:
+            while not self.stop.is_set():
+                keys = list(range(k, k + self.batch))
+                for key in keys:
+                    self.session.apply(self.table.new_upsert({"key": key, "val": f"v{key}"}))
+                self.session.flush()
+                self.acked += keys
+                self.flushes += 1
+                k += self.batch
+        except BaseException as e:  # handed to the test thread
+            self.error = e
+
+    def finish(self, timeout_s: float = 60.0) -> None:
+        self.stop.set()
+        self.join(timeout_s)
+        assert not self.is_alive(), "writer did not finish"
+        if self.error is not None:
+            raise self.error
+
+
+def test_kill_a_tablet_leader_during_session_writes(mini_cluster_factory: Any) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST)
+    with kudu.connect(cluster.master_addresses) as client:
+        t = client.create_table("writes_under_fire", schema(), kudu.Partitioning().add_hash_partitions(["key"], 3),
+                                n_replicas=3)
+        w = Writer(client, t)
+        w.start()
+        wait_for(lambda: w.flushes >= 10 or w.error, 30, "ten acknowledged batches")
+        leaders = [tab.leader_address for tab in locations(client, t).tablets]
+        victim = node_at(cluster, max((a for a in leaders if a), key=leaders.count))
+        cluster.kill_node(victim)
+        killed_at = w.flushes
+        wait_for(lambda: w.flushes >= killed_at + 15 or w.error, 60, "15 more batches after the kill")
+        w.finish()
+        assert w.session.get_pending_errors() == ([], False)
+        got = {r[0]: r[1] for r in t.scanner().set_fault_tolerant().open().read_all_tuples()}
+        assert set(w.acked) <= set(got)
+        assert all(got[k] == f"v{k}" for k in w.acked)
+        metrics = w.session.get_write_op_metrics()
+        assert metrics["successful_upserts"] == len(w.acked)
+        new_leaders = {tab.leader_address for tab in locations(client, t).tablets}
+        assert victim.rpc_address not in new_leaders
+
+
+def test_kill_the_server_a_fault_tolerant_scan_reads_from(mini_cluster_factory: Any) -> None:
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST)
+    with kudu.connect(cluster.master_addresses) as client:
+        t = client.create_table("scan_under_fire", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                                n_replicas=3)
+        s = client.new_session()
+        n = 4000
+        for k in range(n):
+            s.apply(t.new_insert({"key": k, "val": f"{k:06d}" * 8}))
+        s.flush()
+
+        sc = t.scanner().set_fault_tolerant().set_batch_size_bytes(2048).open()
+        assert sc._inner is not None
+        per_tablet: dict[int, list[int]] = {}
+        killed: NodeProcess | None = None
+        batches = 0
+        servers_after: set[str | None] = set()
+        while sc.has_more_rows():
+            b = sc.next_batch()
+            per_tablet.setdefault(sc._inner._ti, []).extend(b.column("key").to_pylist())
+            batches += 1
+            if killed is not None and sc._inner._ti == 0:
+                servers_after.add(sc.get_current_server())
+            if batches == 5:  # mid-way through the first tablet (about 55 batches each)
+                current = sc.get_current_server()
+                assert current is not None
+                killed = node_at(cluster, current)
+                cluster.kill_node(killed)
+        assert killed is not None and not killed.is_running()
+        assert servers_after and killed.rpc_address not in servers_after  # the first tablet resumed elsewhere
+        assert len(per_tablet[0]) > 1000  # and it went on for a while after the kill
+        keys = [k for ks in per_tablet.values() for k in ks]
+        assert len(keys) == len(set(keys)), "a row came back twice"
+        assert sorted(keys) == list(range(n)), "rows are missing"
+        for ks in per_tablet.values():
+            assert ks == sorted(ks), "a tablet's rows were not in key order"
+        assert batches > 20
+
+        # Without set_fault_tolerant() the same failure is an error once rows were returned, never a silent gap.
+        cluster.restart_node(killed)
+        sc2 = t.scanner().set_batch_size_bytes(2048).open()
+        sc2.next_batch()
+        current = sc2.get_current_server()
+        assert current is not None
+        cluster.kill_node(node_at(cluster, current))
+        with pytest.raises(kudu.KuduBadStatus, match="use set_fault_tolerant"):
+            while sc2.has_more_rows():
+                sc2.next_batch()
+
+
+def test_leader_master_failover_during_ddl_and_writes(mini_cluster_factory: Any) -> None:
+    cluster = mini_cluster_factory(num_masters=3, num_tservers=3, extra_flags=FAST)
+    with kudu.connect(cluster.master_addresses) as client:
+        t = client.create_table("ddl_failover", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                                n_replicas=3)
+        w = Writer(client, t)
+        w.start()
+        wait_for(lambda: w.flushes >= 5 or w.error, 30, "five acknowledged batches")
+        leader = next(m for m in client.list_masters() if m["role"] == "LEADER")
+        old = node_at(cluster, leader["rpc_address"])
+        cluster.kill_node(old)
+
+        other = client.create_table("after_failover", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                                    n_replicas=3)
+        new_leader = next(m for m in client.list_masters() if m["role"] == "LEADER")
+        assert new_leader["rpc_address"] != old.rpc_address
+        alt = client.new_table_alterer(t)
+        alt.add_column("extra", kudu.int32, default=1)
+        t3 = alt.alter()
+        assert t3.schema.names == ["key", "val", "extra"]
+        assert set(client.list_tables()) == {"ddl_failover", "after_failover"}
+        s = client.new_session()
+        s.apply(other.new_insert({"key": 1, "val": "x"}))
+        s.flush()
+        assert other.scanner().open().read_all_tuples() == [(1, "x")]
+        client.delete_table("after_failover")
+        assert not client.table_exists("after_failover")
+        before = w.flushes
+        wait_for(lambda: w.flushes >= before + 5 or w.error, 60, "writes going on after the failover")
+        w.finish()
+        assert w.session.get_pending_errors() == ([], False)
+        got = {r[0]: r for r in client.table(t.name).scanner().open().read_all_tuples()}
+        assert set(w.acked) <= set(got)
+        assert all(got[k][1] == f"v{k}" for k in w.acked)
