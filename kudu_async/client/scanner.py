@@ -348,11 +348,15 @@ class AsyncScanner(ScanConfig):
     async def _refresh(self, t: TabletLocation, deadline: Deadline) -> TabletLocation | None:
         try:
             locs = await self.client.meta.locations(self.table.id, deadline, refresh=True)
+        except KuduNotFound:
+            raise  # the table was deleted: no replica will ever serve this scan
         except KuduBadStatus:
             return None
         fresh = locs.by_id(t.tablet_id)
-        if fresh is not None:
-            self._tablets[self._ti] = fresh
+        if fresh is None:
+            raise KuduNotFound(f"tablet {t.tablet_id} is no longer part of table {self.table.name} (its range "
+                               "partition was dropped)", {"error": "TABLET_NOT_FOUND"})
+        self._tablets[self._ti] = fresh
         return fresh
 
     def _pick_replica(self, t: TabletLocation, tried: set[str]) -> str | None:
