@@ -854,3 +854,78 @@ def test_writes_scans_and_ddl_time_out_naming_what_they_waited_for(mini_cluster_
         with pytest.raises(kudu.KuduTimedOut, match=r"ListTables timed out after 1\.5s"):
             client.list_tables()
         assert time.monotonic() - t0 < 4.0
+
+
+def test_scanning_a_deleted_table_fails_at_once(client: kudu.Client) -> None:
+    t = create_kv(client, buckets=2)
+    s = client.new_session()
+    s.apply(t.new_insert({"key": 1}))
+    s.flush()
+    assert len(t.scanner().open().read_all_tuples()) == 1  # locations cached
+    client.delete_table(t.name)
+    t0 = time.monotonic()
+    with pytest.raises(kudu.KuduNotFound, match="not found"):
+        t.scanner().open().read_all_tuples()
+    assert time.monotonic() - t0 < 5.0
+    s.apply(t.new_insert({"key": 2}))
+    with pytest.raises(kudu.KuduBadStatus):
+        s.flush()
+    assert isinstance(s.get_pending_errors()[0][0].status, kudu.KuduNotFound)
+
+
+# --- scanner expiry and keep-alive (a cluster whose tservers expire idle scanners after 0.5 s) ----------------
+
+
+def test_expired_scanners_resume_when_fault_tolerant_and_keep_alive_keeps_them(mini_cluster_factory: Any) -> None:
+    c = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST, tserver_flags=["--scanner-ttl-ms", "500"])
+    with kudu.connect(c.master_addresses) as client:
+        t = client.create_table(unique("expiry"), kv_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                                n_replicas=3)
+        s = client.new_session()
+        for k in range(2000):
+            s.apply(t.new_insert({"key": k, "val": "x" * 50}))
+        s.flush()
+
+        def expired(addr: str) -> int:
+            return int(c.http_json(node_at(c, addr), "/api/v1/scans")["expired"])
+
+        def open_one(**kw: Any) -> tuple[Scanner, list[int], str]:
+            sc = t.scanner().set_batch_size_bytes(1024)
+            if kw.get("fault_tolerant"):
+                sc.set_fault_tolerant()
+            first = sc.open().next_batch().column("key").to_pylist()
+            server = sc.get_current_server()
+            assert server is not None and sc.has_more_rows()
+            return sc, first, server
+
+        def rest(sc: Scanner) -> list[int]:
+            out: list[int] = []
+            while sc.has_more_rows():
+                out += sc.next_batch().column("key").to_pylist()
+            return out
+
+        ft, ft_rows, ft_server = open_one(fault_tolerant=True)
+        plain, _, plain_server = open_one()
+        kept, kept_rows, kept_server = open_one()
+        before = {a: expired(a) for a in {ft_server, plain_server, kept_server}}
+
+        def both_expired() -> bool:
+            kept.keep_alive()
+            # each server's counter grows by the scanners that expired there; ft and plain must both be gone
+            grown = {a: expired(a) - n for a, n in before.items()}
+            need: dict[str, int] = {}
+            for a in (ft_server, plain_server):
+                need[a] = need.get(a, 0) + 1
+            return all(grown[a] >= n for a, n in need.items())
+
+        wait_for(both_expired, 10.0, "the two idle scanners to expire", every_s=0.1)
+        kept_all = kept_rows + rest(kept)  # kept alive the whole time (read first: reading is not idling)
+        assert sorted(kept_all) == list(range(2000)) and len(kept_all) == 2000
+        all_rows = ft_rows + rest(ft)  # resumed after its last key: nothing twice, nothing missed
+        assert sorted(all_rows) == list(range(2000)) and len(all_rows) == 2000
+        with pytest.raises(kudu.KuduBadStatus, match="use set_fault_tolerant"):
+            rest(plain)
+
+
+def node_at(cluster: MiniCluster, rpc_address: str) -> Any:
+    return next(n for n in cluster.nodes if n.rpc_address == rpc_address)

@@ -77,3 +77,13 @@ async def test_async_connect_gives_up_within_its_admin_timeout_when_no_master_an
     with pytest.raises(kudu.KuduTimedOut, match="connecting to the leader master") as ei:
         await kaio.connect("127.0.0.1", port, admin_timeout_ms=600)
     assert ei.value.details["attempts"] >= 1
+
+
+def test_a_failed_blocking_connect_leaves_no_loop_thread_behind() -> None:
+    import threading
+
+    from kudu_async.testing.mini_cluster import free_port
+
+    with pytest.raises(kudu.KuduTimedOut, match="connecting to the leader master timed out"):
+        kudu.connect("127.0.0.1", free_port(), admin_timeout_ms=300)
+    assert not [t for t in threading.enumerate() if t.name == "kudu-client"]
