@@ -186,7 +186,7 @@ class CatalogManager:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > MAX_REPLICAS or n % 2 == 0:
             raise KuduInvalidArgument(f"'num_replicas' must be odd and 1..{MAX_REPLICAS}, got {n!r}")
         bounds = [_wire_bound(b) for b in _list(req, "range_bounds")]
-        splits = [value_from_wire(s) for s in _list(req, "split_rows")]
+        splits = [_wire_row(s) for s in _list(req, "split_rows")]
         partitions = pschema.create_partitions(bounds, splits)
         if len(partitions) > MAX_TABLETS_PER_TABLE:
             raise KuduInvalidArgument(f"{len(partitions)} tablets exceed the limit of {MAX_TABLETS_PER_TABLE}")
