@@ -174,6 +174,37 @@ def test_create_find_list_and_delete_tables(client: kudu.Client) -> None:
         client.delete_table(alpha)
 
 
+def test_typed_range_bounds_and_splits_route_rows(client: kudu.Client) -> None:
+    """Range partitions and split rows over timestamp, date and decimal key columns, as datetime / date /
+    Decimal values (they travel tagged to the master), then rows routed to them and pruned scans."""
+    b = kudu.schema_builder()
+    b.add_column("ts", kudu.unixtime_micros, nullable=False)
+    b.add_column("day", kudu.date, nullable=False)
+    b.add_column("amount", kudu.decimal, precision=8, scale=2, nullable=False)
+    b.set_primary_keys(["ts", "day", "amount"])
+    jan, jun, dec = (dt.datetime(2024, m, 1, tzinfo=UTC) for m in (1, 6, 12))
+    part = (kudu.Partitioning().set_range_partition_columns(["ts"]).add_range_partition(jan, dec)
+            .add_range_partition_split(jun))
+    t = client.create_table(unique("typed_ranges"), b.build(), part, n_replicas=1)
+    assert len(t.scan_token_builder().build()) == 2
+    s = client.new_session()
+    for m in range(1, 12):
+        s.apply(t.new_insert({"ts": dt.datetime(2024, m, 15, tzinfo=UTC), "day": dt.date(2024, m, 15),
+                              "amount": Decimal(m) / 4}))
+    s.apply(t.new_insert({"ts": dec, "day": dt.date(2024, 12, 1), "amount": 0}))  # past the last range
+    with pytest.raises(kudu.KuduBadStatus, match="1 row"):
+        s.flush()
+    later = t.scanner().add_predicate(t["ts"] >= jun).open()
+    assert scanned_tablets(later) == 1
+    assert [r[2] for r in sorted(later.read_all_tuples())] == [Decimal(m) / 4 for m in range(6, 12)]
+    by_amount = t.scanner().add_predicate(t["amount"].in_list([Decimal("0.25"), Decimal("2.75")])).open()
+    assert sorted(r[1] for r in by_amount.read_all_tuples()) == [dt.date(2024, 1, 15), dt.date(2024, 11, 15)]
+    t2 = client.new_table_alterer(t).add_range_partition(dec, None).alter()
+    s.apply(t2.new_insert({"ts": dec, "day": dt.date(2024, 12, 1), "amount": 0}))
+    s.flush()
+    assert len(t2.scanner().open().read_all_tuples()) == 12
+
+
 @pytest.mark.parametrize(("kw", "complaint"), [
     ({"n_replicas": 2}, "odd"),
     ({"n_replicas": 5}, "not enough live tablet servers"),
