@@ -635,6 +635,7 @@ class RaftReplica:
             "term": raft.term,
             "leader": raft.leader,
             "commit_index": raft.commit,
+            "config_index": raft.config_index,
             "applied_index": raft.applied_index,
             "last_log_index": raft.last_index,
             "durable_index": raft.stable_index,
