@@ -1,8 +1,8 @@
-"""``kudu-admin``: the operator's command line.
+"""``kudu-admin``: the operator's command line (Kudu's ``kudu`` tool, the commands its operators use most).
 
-Only commands backed by working server code are listed. Until the master keeps tablet locations, the
-``tablet`` commands take the replicas' servers with ``--servers``; cluster and table commands of
-DESIGN.md §4 join as the master and client land.
+Cluster-wide commands go through the public client (leader master discovery, retries within
+``--timeout-ms``). Text output for people by default; ``--json`` (anywhere on the line) prints one JSON
+document for scripts. Exit status: 0 done, 1 the command failed or ksck found problems, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -11,106 +11,438 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from kudu_async.common.errors import KuduBadStatus
+from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.client.retry import Deadline
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument, KuduTimedOut
 from kudu_async.rpc.client import RpcClient
-from kudu_async.server.config import parse_master_addresses
+from kudu_async.tools import ksck, loadgen, table_tool
+
+WRITE_TYPES = ("insert", "insert_ignore", "upsert", "upsert_ignore")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kudu-admin", description="Administer a kudu_async cluster.")
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's own --json must not reset one given before the area.
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
+    p = argparse.ArgumentParser(prog="kudu-admin", description="Administer a kudu_async cluster.", parents=[common])
     p.add_argument("--masters", default="127.0.0.1:7051", help="comma-separated master RPC addresses")
-    p.add_argument("--timeout-ms", type=int, default=30_000, help="deadline of each call [30000]")
+    p.add_argument("--timeout-ms", type=int, default=30_000, help="deadline of each operation [30000]")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     sub = p.add_subparsers(dest="area", required=True)
-    node = sub.add_parser("node", help="talk to one node directly")
-    node_sub = node.add_subparsers(dest="command", required=True)
-    for name, help_text in (("ping", "Generic/Ping a node"), ("status", "Generic/GetStatus of a node")):
-        c = node_sub.add_parser(name, help=help_text)
-        c.add_argument("address", help="node RPC address host:port")
-    tablet = sub.add_parser("tablet", help="Raft groups (tablet replicas) on a set of servers")
-    t_sub = tablet.add_subparsers(dest="command", required=True)
-    for name, help_text in (("leader-step-down", "make the group's leader step down (an election follows)"),
-                            ("transfer-leadership", "hand leadership to a named, caught-up replica"),
-                            ("raft-state", "each server's view of the group"),
-                            ("change-config", "add a NON_VOTER (ADD_LEARNER; filled by tablet copy), PROMOTE it, "
-                                              "ADD_VOTER or REMOVE a replica, through the leader")):
-        c = t_sub.add_parser(name, help=help_text)
-        c.add_argument("group", help="tablet id / raft group id")
+
+    def area(name: str, help_text: str) -> Any:
+        return sub.add_parser(name, help=help_text).add_subparsers(dest="command", required=True)
+
+    def cmd(group: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+        c: argparse.ArgumentParser = group.add_parser(name, help=help_text, parents=[common])
+        return c
+
+    cl = area("cluster", "the whole cluster")
+    c = cmd(cl, "ksck", "check every master, tserver, table and tablet; exit 1 with a report when unhealthy")
+    c.add_argument("--tables", help="comma-separated tables to check [all]")
+    c.add_argument("--checksum", action="store_true", help="also compare a snapshot checksum of every replica")
+
+    ms = area("master", "the masters")
+    cmd(ms, "list", "every master: uuid, address, role")
+    ts = area("tserver", "the tablet servers")
+    cmd(ts, "list", "every tablet server the leader master knows: uuid, address, liveness, replicas")
+
+    tb = area("table", "tables")
+    c = cmd(tb, "list", "table names")
+    c.add_argument("--filter", help="only names containing this")
+    c.add_argument("--list-tablets", action="store_true", help="also each table's tablets and replicas")
+    cmd(tb, "describe", "schema, partitioning and replication of a table").add_argument("name")
+    c = cmd(tb, "create", "create a table from Kudu's JSON table spec (a string, or @file)")
+    c.add_argument("spec")
+    cmd(tb, "delete", "delete a table").add_argument("name")
+    c = cmd(tb, "scan", "print a table's rows (CSV with a header, or JSON Lines)")
+    c.add_argument("name")
+    c.add_argument("--columns", help="comma-separated columns to print [all]")
+    c.add_argument("--predicates", help='Kudu JSON predicates, e.g. \'["AND", [">=", "key", 5], ["IN", "c", [1, 2]]]\'')
+    c.add_argument("--format", choices=("csv", "json"), default="csv")
+    c.add_argument("--limit", type=int)
+    c = cmd(tb, "copy", "copy a table's rows into another table (maybe on another cluster)")
+    c.add_argument("src")
+    c.add_argument("dst")
+    c.add_argument("--dst-masters", help="the destination cluster's masters [the source cluster]")
+    c.add_argument("--create-table", action="store_true", help="create the destination like the source")
+    c.add_argument("--write-type", choices=WRITE_TYPES, default="insert")
+    c.add_argument("--predicates", help="only rows matching these (Kudu JSON predicates)")
+    c.add_argument("--num-replicas", type=int, help="replication of a created destination [the source's]")
+    cmd(tb, "statistics", "live rows, bytes on disk and in memory").add_argument("name")
+
+    tl = area("tablet", "tablet replicas (Raft groups); servers come from the master unless --servers is given")
+    specs: list[tuple[str, str]] = [
+        ("leader-step-down", "make the tablet's leader step down (an election follows)"),
+        ("transfer-leadership", "hand leadership to a named, caught-up replica"),
+        ("raft-state", "each replica's view of its Raft group"),
+        ("change-config", "add (a new replica, copied and then promoted; the master trims the tablet back to its "
+                          "replication factor) or remove a replica; or a raw Raft change: ADD_LEARNER, PROMOTE, "
+                          "ADD_VOTER, REMOVE"),
+        ("move-replica", "move a replica from one tablet server to another (add, copy, promote, remove)"),
+    ]
+    for name, help_text in specs:
+        c = cmd(tl, name, help_text)
+        c.add_argument("tablet", help="tablet id (or Raft group id)")
         if name == "transfer-leadership":
             c.add_argument("peer", help="uuid of the replica that should lead")
         if name == "change-config":
-            c.add_argument("op", choices=("ADD_LEARNER", "PROMOTE", "ADD_VOTER", "REMOVE"))
-            c.add_argument("peer", help="uuid of the replica to add, promote or remove")
-            c.add_argument("--address", help="RPC address of an added replica's tablet server")
-        c.add_argument("--servers", required=True, help="comma-separated RPC addresses of the replicas' servers")
-    masters = sub.add_parser("master", help="the masters")
-    m_sub = masters.add_subparsers(dest="command", required=True)
-    m_sub.add_parser("list", help="status of every master in --masters")
+            c.add_argument("op", choices=("add", "remove", "ADD_LEARNER", "PROMOTE", "ADD_VOTER", "REMOVE"))
+            c.add_argument("peer", help="uuid of the tablet server (replica) to add, promote or remove")
+            c.add_argument("--type", choices=("VOTER", "NON_VOTER"), default="VOTER",
+                           help="add: the new replica's type [VOTER]")
+            c.add_argument("--address", help="RPC address of an added replica's server [from the master]")
+        if name == "move-replica":
+            c.add_argument("src", help="uuid of the tablet server to move the replica from")
+            c.add_argument("dst", help="uuid of the tablet server to move it to")
+        c.add_argument("--servers", help="comma-separated RPC addresses of the replicas' servers [from the master]")
+
+    nd = area("node", "talk to one node directly")
+    for name, help_text in (("ping", "Generic/Ping a node"), ("status", "Generic/GetStatus of a node")):
+        cmd(nd, name, help_text).add_argument("address", help="node RPC address host:port")
+
+    pf = area("perf", "load generation")
+    c = cmd(pf, "loadgen", "write N rows with K concurrent writers; print rows/s and batch latency percentiles")
+    d = loadgen.LoadgenOptions()
+    c.add_argument("--table", help="write into this existing table [auto-create one]")
+    c.add_argument("--rows", type=int, default=d.rows, help=f"rows to write [{d.rows}]")
+    c.add_argument("--threads", type=int, default=d.threads, help=f"concurrent writers [{d.threads}]")
+    c.add_argument("--batch-rows", type=int, default=d.batch_rows, help=f"rows per write batch [{d.batch_rows}]")
+    c.add_argument("--buckets", type=int, default=d.buckets, help=f"hash buckets of the auto table [{d.buckets}]")
+    c.add_argument("--replicas", type=int, default=d.replicas, help=f"replicas of the auto table [{d.replicas}]")
+    c.add_argument("--string-len", type=int, default=d.string_len, help=f"string values' length [{d.string_len}]")
+    c.add_argument("--key-start", type=int, default=0, help="first key [0]")
+    c.add_argument("--keep-auto-table", action="store_true", help="keep the auto-created table")
+    c.add_argument("--row-mode", action="store_true", help="one apply() per row (FLUSH_AUTO_BACKGROUND)")
+    c.add_argument("--run-scan", action="store_true", help="count the table's rows afterwards")
     return p
 
 
-async def _run(args: argparse.Namespace) -> Any:
-    client = RpcClient(node_name="kudu-admin")
-    timeout_s = args.timeout_ms / 1000.0
-    try:
-        if args.area == "node":
+# --- commands ---------------------------------------------------------------------------------------
+
+
+async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], str] | None, int]:
+    """(result, text renderer or None for JSON only, exit status)."""
+    if args.area == "node":
+        rpc = RpcClient(node_name="kudu-admin")
+        try:
             method = "Ping" if args.command == "ping" else "GetStatus"
-            return await client.call(args.address, "Generic", method, {}, timeout_s=timeout_s)
+            return await rpc.call(args.address, "Generic", method, {}, timeout_s=args.timeout_ms / 1000), None, 0
+        finally:
+            await rpc.close()
+    client = AsyncClient(master_addresses(args.masters.split(","), None), admin_timeout_ms=args.timeout_ms)
+    try:
         if args.area == "tablet":
-            return await _tablet_command(client, args, timeout_s)
-        if args.area == "master" and args.command == "list":
-            out = []
-            for addr in parse_master_addresses(args.masters):
-                try:
-                    out.append(await client.call(addr, "Generic", "GetStatus", {}, timeout_s=timeout_s))
-                except KuduBadStatus as e:
-                    out.append({"rpc_address": addr, "error": e.to_dict()})
-            return out
-        raise AssertionError(f"unhandled command {args.area} {args.command}")
+            return await _tablet_command(client, args), None, 0
+        return await _cluster_command(client, args)
     finally:
         await client.close()
 
 
-async def _tablet_command(client: RpcClient, args: argparse.Namespace, timeout_s: float) -> Any:
-    servers = [a.strip() for a in args.servers.split(",") if a.strip()]
-    states: dict[str, Any] = {}
-    for addr in servers:
+async def _cluster_command(client: AsyncClient, args: argparse.Namespace
+                           ) -> tuple[Any, Callable[[Any], str] | None, int]:
+    progress = not args.no_progress
+    a, c = args.area, args.command
+    if (a, c) == ("cluster", "ksck"):
+        tables = [t for t in (args.tables or "").split(",") if t] or None
+        snap = await ksck.collect(client, tables, args.checksum, args.timeout_ms / 1000)
+        report = ksck.evaluate(snap)
+        return report, ksck.render, 0 if report["ok"] else 1
+    if (a, c) == ("master", "list"):
+        return await _master_list(client), _render_masters, 0
+    if (a, c) == ("tserver", "list"):
+        return await client.list_tablet_servers(), _render_tservers, 0
+    if a == "perf":
+        opts = loadgen.LoadgenOptions(rows=args.rows, threads=args.threads, batch_rows=args.batch_rows,
+                                      table=args.table, buckets=args.buckets, replicas=args.replicas,
+                                      string_len=args.string_len, keep_auto_table=args.keep_auto_table,
+                                      row_mode=args.row_mode, key_start=args.key_start, run_scan=args.run_scan,
+                                      progress=progress)
+        res = await loadgen.run(client, opts)
+        return res, _render_loadgen, 1 if res["errors"] else 0
+    if c == "list":
+        names = await client.list_tables(args.filter)
+        if not args.list_tablets:
+            return names, lambda r: "\n".join(r), 0
+        return [await table_tool.describe(client, n) for n in names], _render_table_tablets, 0
+    if c == "describe":
+        return await table_tool.describe(client, args.name), table_tool.render_describe, 0
+    if c == "create":
+        spec = _load_spec(args.spec)
+        name, schema, part, n = table_tool.spec_to_create_args(spec)
+        await client.create_table(name, schema, part, n_replicas=n)
+        return {"created": name}, lambda r: f"created table {r['created']}", 0
+    if c == "delete":
+        await client.delete_table(args.name)
+        return {"deleted": args.name}, lambda r: f"deleted table {r['deleted']}", 0
+    if c == "scan":
+        if getattr(args, "json", False):
+            args.format = "json"
+        cols = [x for x in (args.columns or "").split(",") if x] or None
+        await table_tool.scan(client, args.name, cols, args.predicates, args.format, args.limit,
+                              sys.stdout.buffer, progress)
+        return None, None, 0
+    if c == "copy":
+        dst = None
+        if args.dst_masters:
+            dst = AsyncClient(master_addresses(args.dst_masters.split(","), None), admin_timeout_ms=args.timeout_ms)
         try:
-            states[addr] = await client.call(addr, "Consensus", "GetState", {"group": args.group}, timeout_s=timeout_s)
+            res = await table_tool.copy(client, args.src, args.dst, dst, args.create_table, args.write_type,
+                                        args.predicates, args.num_replicas, progress)
+        finally:
+            if dst is not None:
+                await dst.close()
+        return res, lambda r: (f"copied {r['rows']:,} rows from {r['source']} to {r['destination']} in "
+                               f"{r['seconds']} s ({r['rows_per_s'] or 0:,} rows/s)"), 0
+    if c == "statistics":
+        return await table_tool.statistics(client, args.name), _render_stats, 0
+    raise AssertionError(f"unhandled command {a} {c}")
+
+
+def _load_spec(text: str) -> Any:
+    raw = Path(text[1:]).read_text() if text.startswith("@") else text
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise KuduInvalidArgument(f"the table spec is not valid JSON: {e}") from None
+
+
+async def _master_list(client: AsyncClient) -> list[dict[str, Any]]:
+    """The leader's view of the master Raft config, joined with each master's own status."""
+    try:
+        members = await client.list_masters()
+    except KuduBadStatus:
+        members = [{"uuid": None, "rpc_address": a, "role": "UNKNOWN"} for a in client.master_addrs]
+    out = []
+    for m in members:
+        try:
+            st = await client.rpc.call(m["rpc_address"], "Generic", "GetStatus", {}, timeout_s=5.0)
+            out.append({**m, "http_address": st.get("http_address"), "version": st.get("version"),
+                        "uptime_s": st.get("uptime_s"), "term": st.get("term")})
         except KuduBadStatus as e:
-            states[addr] = {"error": e.to_dict()}
-    if args.command == "raft-state":
-        return states
+            out.append({**m, "error": str(e)})
+    return out
+
+
+def _render_masters(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'uuid':<34} {'rpc address':<22} {'role':<9} {'http address':<22} status"]
+    for m in rows:
+        status = f"UNAVAILABLE: {m['error']}" if "error" in m else f"up {m.get('uptime_s')} s, term {m.get('term')}"
+        lines.append(f"{m.get('uuid') or '-':<34} {m['rpc_address']:<22} {m['role']:<9} "
+                     f"{m.get('http_address') or '-':<22} {status}")
+    return "\n".join(lines)
+
+
+def _render_tservers(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'uuid':<34} {'rpc address':<22} {'http address':<22} {'state':<5} replicas leaders  heartbeat"]
+    for t in rows:
+        lines.append(f"{t['uuid']:<34} {t['rpc_address']:<22} {t.get('http_address') or '-':<22} "
+                     f"{'LIVE' if t.get('live') else 'DEAD':<5} {t.get('num_replicas', 0):>8} "
+                     f"{t.get('num_leaders', 0):>7}  {t.get('last_heartbeat_age_s')} s ago")
+    return "\n".join(lines)
+
+
+def _render_table_tablets(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for d in rows:
+        lines.append(d["name"])
+        for t in d["tablets"]:
+            reps = ", ".join(f"{r['uuid'][:8]}@{r['rpc_address']} {r['role']}" for r in t["replicas"])
+            lines.append(f"  T {t['tablet_id']}  {reps}")
+    return "\n".join(lines)
+
+
+def _render_stats(s: dict[str, Any]) -> str:
+    lines = [f"TABLE {s['table']}", f"  live row count: {s['live_row_count']:,}",
+             f"  on disk size: {s['on_disk_size']:,} bytes (leaders; {s['on_disk_size_all_replicas']:,} bytes "
+             "with every replica and WAL)", f"  memory: {s['memory_size']:,} bytes",
+             f"  tablets: {s['num_tablets']}, replication factor {s['num_replicas']}"]
+    if s["replicas_unreachable"]:
+        lines.append("  unreachable replicas: " + "; ".join(s["replicas_unreachable"]))
+    return "\n".join(lines)
+
+
+def _render_loadgen(r: dict[str, Any]) -> str:
+    lat = r["batch_latency_ms"]
+    lines = [f"wrote {r['rows']:,} rows into {r['table']} with {r['threads']} writers ({r['mode']} mode, "
+             f"{r['batch_rows']} rows per batch) in {r['seconds']} s: {r['rows_per_s'] or 0:,} rows/s",
+             f"batch latency ms: p50 {lat['p50']}  p95 {lat['p95']}  p99 {lat['p99']}  max {lat['max']}",
+             "table kept" if r["kept"] else "auto-created table dropped"]
+    if "scan" in r:
+        lines.append(f"scan counted {r['scan']['rows']:,} rows in {r['scan']['seconds']} s")
+    lines += [f"ERROR: {e}" for e in r["errors"]]
+    return "\n".join(lines)
+
+
+# --- tablet commands --------------------------------------------------------------------------------
+
+
+async def _tablet_servers(client: AsyncClient, args: argparse.Namespace) -> list[str]:
+    if args.servers:
+        return [a.strip() for a in args.servers.split(",") if a.strip()]
+    deadline = Deadline(args.timeout_ms / 1000, f"locations of tablet {args.tablet}")
+    reply = await client.masters.call("GetTabletLocations", {"tablet_ids": [args.tablet]}, deadline)
+    if not reply.get("tablets"):
+        raise KuduInvalidArgument(f"the master knows no tablet {args.tablet} (a Raft group that is not a table's "
+                                  "tablet needs --servers)")
+    return [r["rpc_address"] for r in reply["tablets"][0]["replicas"] if r.get("rpc_address")]
+
+
+async def _states(rpc: RpcClient, servers: Sequence[str], group: str, timeout_s: float) -> dict[str, Any]:
+    async def one(addr: str) -> Any:
+        try:
+            return await rpc.call(addr, "Consensus", "GetState", {"group": group}, timeout_s=timeout_s)
+        except KuduBadStatus as e:
+            return {"error": e.to_dict()}
+
+    return dict(zip(servers, await asyncio.gather(*(one(a) for a in servers)), strict=True))
+
+
+def _leader_of(states: dict[str, Any], group: str) -> str:
     leaders = [a for a, st in states.items() if st.get("role") == "LEADER"]
     if not leaders:
-        raise KuduBadStatus(f"no server in {servers} leads {args.group}: {states}")
+        raise KuduIllegalState(f"no server in {sorted(states)} leads {group}: "
+                               + "; ".join(f"{a}: {st.get('role') or st.get('error')}" for a, st in states.items()))
     # With a stale leader still around, the one with the highest term is the real one.
-    leader = max(leaders, key=lambda a: states[a].get("term", 0))
-    if args.command == "change-config":
-        req = {"group": args.group, "op": args.op, "peer": args.peer}
-        if args.address:
-            req["address"] = args.address
-        return await client.call(leader, "Consensus", "ChangeConfig", req, timeout_s=timeout_s)
+    return max(leaders, key=lambda a: states[a].get("term", 0))
+
+
+async def _tablet_command(client: AsyncClient, args: argparse.Namespace) -> Any:
+    timeout_s = args.timeout_ms / 1000.0
+    rpc = client.rpc
+    servers = await _tablet_servers(client, args)
+    states = await _states(rpc, servers, args.tablet, timeout_s)
+    if args.command == "raft-state":
+        return states
+    leader = _leader_of(states, args.tablet)
     if args.command == "leader-step-down":
-        return await client.call(leader, "Consensus", "StepDown", {"group": args.group}, timeout_s=timeout_s)
-    return await client.call(leader, "Consensus", "TransferLeadership", {"group": args.group, "peer": args.peer},
-                             timeout_s=timeout_s)
+        return await rpc.call(leader, "Consensus", "StepDown", {"group": args.tablet}, timeout_s=timeout_s)
+    if args.command == "transfer-leadership":
+        return await rpc.call(leader, "Consensus", "TransferLeadership", {"group": args.tablet, "peer": args.peer},
+                              timeout_s=timeout_s)
+    if args.command == "move-replica":
+        return await _move_replica(client, args, leader, timeout_s)
+    op = args.op
+    if op in ("add", "ADD_LEARNER", "ADD_VOTER"):
+        address = args.address or await _ts_address(client, args.peer)
+        if op == "add":
+            return await _add_replica(client, args.tablet, leader, args.peer, address, args.type == "VOTER",
+                                      timeout_s)
+        return await _change(rpc, leader, args.tablet, op, args.peer, address, timeout_s)
+    return await _change(rpc, leader, args.tablet, "REMOVE" if op == "remove" else op, args.peer, None, timeout_s)
+
+
+async def _ts_address(client: AsyncClient, uuid: str) -> str:
+    for d in await client.list_tablet_servers():
+        if d["uuid"] == uuid:
+            if not d.get("live"):
+                raise KuduIllegalState(f"tablet server {uuid} is not live (last heartbeat "
+                                       f"{d.get('last_heartbeat_age_s')} s ago)")
+            return str(d["rpc_address"])
+    raise KuduInvalidArgument(f"the master knows no tablet server {uuid}")
+
+
+async def _change(rpc: RpcClient, leader: str, group: str, op: str, peer: str, address: str | None,
+                  timeout_s: float, cas: int | None = None) -> dict[str, Any]:
+    req: dict[str, Any] = {"group": group, "op": op, "peer": peer}
+    if address:
+        req["address"] = address
+    if cas is not None:
+        req["cas_config_index"] = cas
+    reply: dict[str, Any] = await rpc.call(leader, "Consensus", "ChangeConfig", req, timeout_s=timeout_s)
+    return reply
+
+
+async def _add_replica(client: AsyncClient, group: str, leader: str, peer: str, address: str, voter: bool,
+                       timeout_s: float) -> dict[str, Any]:
+    """ADD_LEARNER (the leader has the new server copy the tablet), then, for a voter, PROMOTE it once
+    its log has caught up (the leader refuses before; the master may promote it first, which is fine)."""
+    rpc = client.rpc
+    first = await _change(rpc, leader, group, "ADD_LEARNER", peer, address, timeout_s)
+    if not voter:
+        return first
+    return await _promote_when_caught_up(rpc, leader, group, peer, timeout_s)
+
+
+async def _promote_when_caught_up(rpc: RpcClient, leader: str, group: str, peer: str,
+                                  timeout_s: float) -> dict[str, Any]:
+    deadline = Deadline(timeout_s, f"promotion of the new replica {peer} of {group}")
+    last: BaseException | None = None
+    while True:
+        deadline.left(last)
+        st = await rpc.call(leader, "Consensus", "GetState", {"group": group}, timeout_s=deadline.rpc_timeout(5.0))
+        me = next((p for p in st.get("peers", []) if p["uuid"] == peer), None)
+        if me is None:
+            raise KuduIllegalState(f"{peer} left the config of {group} before it was promoted")
+        if me["member_type"] == "VOTER":
+            return {"group": group, "peer": peer, "member_type": "VOTER", "config_index": st.get("commit_index")}
+        try:
+            return await _change(rpc, leader, group, "PROMOTE", peer, None, deadline.rpc_timeout(10.0))
+        except (KuduIllegalState, KuduTimedOut) as e:  # not caught up yet (its tablet copy is running)
+            last = e
+        await deadline.backoff(last)
+
+
+async def _move_replica(client: AsyncClient, args: argparse.Namespace, leader: str,
+                        timeout_s: float) -> dict[str, Any]:
+    """Add ``dst`` (copied, promoted), then remove ``src``: the tablet never has fewer healthy voters."""
+    rpc = client.rpc
+    src, dst = args.src, args.dst
+    st = await rpc.call(leader, "Consensus", "GetState", {"group": args.tablet}, timeout_s=timeout_s)
+    members = {p["uuid"]: p["member_type"] for p in st.get("peers", [])}
+    if members.get(src) != "VOTER":
+        raise KuduInvalidArgument(f"{src} holds no voter replica of {args.tablet} (members: {members})")
+    if dst in members and members[dst] != "NONE":
+        raise KuduInvalidArgument(f"{dst} already holds a replica of {args.tablet}")
+    t0 = time.monotonic()
+    if dst not in members or members[dst] == "NONE":
+        await _add_replica(client, args.tablet, leader, dst, await _ts_address(client, dst), True, timeout_s)
+    deadline = Deadline(timeout_s, f"removing {src} from {args.tablet}")
+    while True:
+        deadline.left(None)
+        st = await rpc.call(leader, "Consensus", "GetState", {"group": args.tablet},
+                            timeout_s=deadline.rpc_timeout(5.0))
+        voters = [p["uuid"] for p in st.get("peers", []) if p["member_type"] == "VOTER"]
+        if src not in voters:
+            break  # the master trimmed the over-replicated tablet first, and chose src
+        try:
+            # cas: if the master trimmed some other voter meanwhile, look again instead of going under.
+            await _change(rpc, leader, args.tablet, "REMOVE", src, None, deadline.rpc_timeout(10.0),
+                          cas=st.get("config_index"))
+            break
+        except KuduIllegalState as e:
+            await deadline.backoff(e)
+    return {"tablet": args.tablet, "moved_from": src, "moved_to": dst, "seconds": round(time.monotonic() - t0, 3)}
+
+
+# --- entry point ------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.timeout_ms <= 0:
+        print("kudu-admin: --timeout-ms must be positive", file=sys.stderr)
+        return 2
     try:
-        result = asyncio.run(_run(args))
+        result, render, status = asyncio.run(_run(args))
     except KuduBadStatus as e:
         print(f"kudu-admin: {e}", file=sys.stderr)
         return 1
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         print(f"kudu-admin: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2, sort_keys=True))
-    return 0
+    if result is None:
+        return status
+    if getattr(args, "json", False) or render is None:
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    else:
+        print(render(result))
+    return status
 
 
 if __name__ == "__main__":
