@@ -13,3 +13,8 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+# PySpark finds data sources to register by itself with pkgutil.iter_modules(), which cannot see modules
+# that an editable install serves through an import hook; put the directory of pyspark_kudu_async on the
+# path of the venv's interpreters (driver and Spark workers) so that format("kudu") needs no register().
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/kudu_async/spark/autoreg" > "$site/kudu_async_spark_autoreg.pth"
