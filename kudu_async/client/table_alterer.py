@@ -59,6 +59,14 @@ class AsyncTableAlterer:
         self._new_name = new_name
         return self
 
+    def set_owner(self, owner: str) -> AsyncTableAlterer:
+        self._extra["new_owner"] = owner
+        return self
+
+    def set_comment(self, comment: str) -> AsyncTableAlterer:
+        self._extra["new_comment"] = comment
+        return self
+
     def add_column(self, name: str, type_: Any = None, nullable: bool | None = None, compression: str | None = None,
                    encoding: str | None = None, default: Any = NO_DEFAULT, **kw: Any) -> ColumnSpec:
         b = SchemaBuilder()

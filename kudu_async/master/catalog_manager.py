@@ -59,6 +59,8 @@ TABLE_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 MAX_TABLETS_PER_TABLE = 1000
 MAX_REPLICAS = 7
 RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
+MAX_OWNER_LENGTH = 128
+MAX_TABLE_COMMENT_LENGTH = 256
 PROMOTE_RETRY_S = 0.5  # a learner not caught up yet is asked about again this soon
 CHANGE_CONFIG_TIMEOUT_S = 10.0  # a re-replication ChangeConfig RPC (it waits for the commit)
 SETTLE_S = 10.0  # after a config change succeeded, wait this long at most for the reports to show it
@@ -212,7 +214,8 @@ class CatalogManager:
             tablet_ids.append(tid)
         table = {"id": table_id, "name": name, "state": "CREATING", "schema": schema.to_dict(),
                  "schema_version": 0, "partition_schema": pschema.to_dict(), "num_replicas": n,
-                 "tablet_ids": tablet_ids, "created_at": time.time()}
+                 "tablet_ids": tablet_ids, "created_at": time.time(),
+                 "owner": _owner(req.get("owner")), "comment": _comment(req.get("comment"))}
         return [put("table", table_id, table), *ops], {"table_id": table_id}
 
     def is_create_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +247,11 @@ class CatalogManager:
             if any(o["name"] == new_name and o["id"] != t["id"] and o["state"] not in ("DELETING", "DELETED")
                    for o in self.tables.values()):
                 raise KuduAlreadyPresent(f"table {new_name} already exists")
+        meta: dict[str, Any] = {}  # owner / comment: catalog-only, no tablet is touched
+        if "new_owner" in req:
+            meta["owner"] = _owner(req["new_owner"])
+        if "new_comment" in req:
+            meta["comment"] = _comment(req["new_comment"])
         schema = Schema.from_dict(t["schema"])
         next_id = max(int(t.get("next_column_id", 0)), schema.next_column_id)
         pschema = PartitionSchema.from_dict(schema, t["partition_schema"])
@@ -306,7 +314,7 @@ class CatalogManager:
                 raise KuduInvalidArgument(f"alter_schema_steps[{i}]: unknown step type {kind!r}")
         version = t["schema_version"] + (1 if schema_changed else 0)
         work = schema_changed or dropped or len(tablet_ids) != len(t["tablet_ids"])
-        table = {**t, "name": new_name or t["name"], "schema": schema.to_dict(), "schema_version": version,
+        table = {**t, **meta, "name": new_name or t["name"], "schema": schema.to_dict(), "schema_version": version,
                  "next_column_id": next_id, "tablet_ids": tablet_ids,
                  "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
                  "state": "ALTERING" if work else t["state"]}
@@ -331,7 +339,7 @@ class CatalogManager:
         t = self.find_table(req.get("name"), req.get("table_id"))
         return {"table_id": t["id"], "name": t["name"], "schema": t["schema"], "schema_version": t["schema_version"],
                 "partition_schema": t["partition_schema"], "num_replicas": t["num_replicas"],
-                "create_table_done": t["state"] == "RUNNING"}
+                "owner": t.get("owner"), "comment": t.get("comment"), "create_table_done": t["state"] == "RUNNING"}
 
     def get_table_locations(self, req: dict[str, Any]) -> dict[str, Any]:
         """Tablets of a table whose partition-key range meets [start, end), from the caches."""
@@ -742,6 +750,24 @@ def _wire_row(row: Any) -> Any:
     if isinstance(row, dict):
         return {k: value_from_wire(v) for k, v in row.items()}
     return value_from_wire(row)
+
+
+def _owner(v: Any) -> str | None:
+    """Kudu: an owner is a user name of at most 128 characters (None or "" = no owner)."""
+    if v is None or v == "":
+        return None
+    if not isinstance(v, str) or len(v) > MAX_OWNER_LENGTH:
+        raise KuduInvalidArgument(f"'owner' must be a string of at most {MAX_OWNER_LENGTH} characters")
+    return v
+
+
+def _comment(v: Any) -> str | None:
+    """Kudu: a table comment is at most 256 characters (--max_table_comment_length)."""
+    if v is None or v == "":
+        return None
+    if not isinstance(v, str) or len(v) > MAX_TABLE_COMMENT_LENGTH:
+        raise KuduInvalidArgument(f"'comment' must be a string of at most {MAX_TABLE_COMMENT_LENGTH} characters")
+    return v
 
 
 def _wire_bound(b: Any) -> Any:

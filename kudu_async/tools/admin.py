@@ -174,8 +174,9 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
         return await table_tool.describe(client, args.name), table_tool.render_describe, 0
     if c == "create":
         spec = _load_spec(args.spec)
-        name, schema, part, n = table_tool.spec_to_create_args(spec)
-        await client.create_table(name, schema, part, n_replicas=n)
+        name, schema, part, n, extra = table_tool.spec_to_create_args(spec)
+        await client.create_table(name, schema, part, n_replicas=n, owner=extra.get("owner"),
+                                  comment=extra.get("comment"))
         return {"created": name}, lambda r: f"created table {r['created']}", 0
     if c == "delete":
         await client.delete_table(args.name)

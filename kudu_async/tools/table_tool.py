@@ -121,8 +121,9 @@ def _list_of_str(v: Any, what: str) -> list[str]:
     return v
 
 
-def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | None]:
-    """Kudu's JSON table spec -> (name, schema, partitioning, num_replicas), every field checked."""
+def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | None, dict[str, str]]:
+    """Kudu's JSON table spec -> (name, schema, partitioning, num_replicas, {owner, comment}), every field
+    checked (the master checks owner and comment lengths)."""
     spec = _obj(spec, "the table spec")
     name = spec.get("table_name")
     if not isinstance(name, str) or not name:
@@ -178,7 +179,13 @@ def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | Non
     n_rep = spec.get("num_replicas")
     if n_rep is not None and (isinstance(n_rep, bool) or not isinstance(n_rep, int)):
         raise KuduInvalidArgument("'num_replicas' must be an integer")
-    return name, schema, part, n_rep
+    extra = {}
+    for key in ("owner", "comment"):
+        if spec.get(key) is not None:
+            if not isinstance(spec[key], str):
+                raise KuduInvalidArgument(f"'{key}' must be a string")
+            extra[key] = spec[key]
+    return name, schema, part, n_rep, extra
 
 
 def _bound(b: Any, cols: list[ColumnSchema], what: str, default_type: str) -> tuple[Any, str]:
@@ -278,6 +285,7 @@ async def describe(client: AsyncClient, name: str) -> dict[str, Any]:
     except KuduInvalidArgument as e:
         ranges = [str(e)]
     return {"name": table.name, "table_id": table.id, "num_replicas": table.num_replicas,
+            "owner": table.owner, "comment": table.comment,
             "schema_version": table.schema_version, "schema": table.schema.to_dict(),
             "hash_partitions": [{"columns": list(d.columns), "num_buckets": d.num_buckets, "seed": d.seed}
                                 for d in ps.hash_dimensions],
@@ -316,7 +324,11 @@ def render_describe(d: dict[str, Any]) -> str:
             rl.append(f"    PARTITION {lo_s}VALUES{hi_s}" if lo_s or hi_s else "    PARTITION UNBOUNDED")
         parts.append(f"RANGE ({', '.join(d['range_columns'])}) (\n" + ",\n".join(rl) + "\n)")
     lines.append(",\n".join(parts))
+    if d.get("owner"):
+        lines.append(f"OWNER {d['owner']}")
     lines.append(f"REPLICAS {d['num_replicas']}")
+    if d.get("comment"):
+        lines.append(f"COMMENT {_sql(d['comment'])}")
     lines.append(f"-- {len(d['tablets'])} tablets, schema version {d['schema_version']}, id {d['table_id']}")
     return "\n".join(lines)
 

@@ -46,6 +46,8 @@ SPEC = {
         ]},
     },
     "num_replicas": 3,
+    "owner": "alice",
+    "comment": "click stream",
 }
 
 
@@ -78,6 +80,7 @@ def test_table_commands(cluster: MiniCluster, tmp_path: Path) -> None:
     assert "PRIMARY KEY (id, day)" in desc and "HASH (id) PARTITIONS 2" in desc
     assert "PARTITION '2026-01-01' <= VALUES < '2026-02-01'" in desc and "REPLICAS 3" in desc
     assert "name STRING DEFAULT 'anon' COMMENT 'who'" in desc and "amount DECIMAL(10,2)" in desc
+    assert "OWNER alice" in desc and "COMMENT 'click stream'" in desc
     listed = admin_json(cluster, "table", "list", "--list-tablets")
     assert [d["name"] for d in listed] == ["events"] and len(listed[0]["tablets"]) == 4
     assert all(len(t["replicas"]) == 3 for t in listed[0]["tablets"])

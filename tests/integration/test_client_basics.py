@@ -182,3 +182,21 @@ def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:  # type: ignor
             acked = (batch + 1) * 500
         got = t.scanner().open().to_arrow().column("key").to_pylist()
         assert sorted(got) == list(range(acked))
+
+
+def test_owner_and_comment_are_kept_and_altered(client: kudu.Client) -> None:
+    t = client.create_table("owned", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                            n_replicas=1, owner="alice", comment="first")
+    assert (t.owner, t.comment) == ("alice", "first")
+    t = client.new_table_alterer(t).set_owner("bob").set_comment("second").alter()
+    assert (t.owner, t.comment) == ("bob", "second")
+    again = client.table("owned")
+    assert (again.owner, again.comment) == ("bob", "second")
+    t = client.new_table_alterer(again).set_comment("").alter()  # "" clears it, as in Kudu
+    assert t.comment is None and t.owner == "bob"
+    with pytest.raises(kudu.KuduInvalidArgument, match="'comment' must be a string of at most 256"):
+        client.new_table_alterer(t).set_comment("x" * 257).alter()
+    with pytest.raises(kudu.KuduInvalidArgument, match="'owner' must be a string of at most 128"):
+        client.create_table("owned2", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                            n_replicas=1, owner="o" * 129)
+    client.delete_table("owned")

@@ -29,15 +29,15 @@ SPEC = {
 
 
 def _table() -> Table:
-    name, schema, part, n = spec_to_create_args(SPEC)
+    name, schema, part, n, _ = spec_to_create_args(SPEC)
     wire = part.to_wire(schema)
     return Table(None, None, {"name": name, "table_id": "x", "schema": schema.to_dict(),  # type: ignore[arg-type]
                               "partition_schema": wire["partition_schema"], "num_replicas": n})
 
 
 def test_spec_builds_schema_and_partitioning() -> None:
-    name, schema, part, n = spec_to_create_args(SPEC)
-    assert (name, n, schema.key_names) == ("t", 3, ["k", "d"])
+    name, schema, part, n, extra = spec_to_create_args({**SPEC, "owner": "alice"})
+    assert (name, n, schema.key_names, extra) == ("t", 3, ["k", "d"], {"owner": "alice"})
     s = schema.column("s")
     assert s.default == "x" and s.length == 5 and schema.column("m").scale == 1
     ps = part.partition_schema(schema)
