@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from kudu_async.client.retry import RETRYABLE, Deadline
 from kudu_async.common.errors import (
@@ -182,10 +184,19 @@ class TableLocations:
         t = self.tablets[i]
         return t if t.partition.contains(partition_key) else None
 
-    def assign(self, keys: list[bytes]) -> np.ndarray:
-        """For each partition key, the index of its tablet, or -1 where no tablet covers it (a range gap)."""
-        if not keys:
+    def assign(self, keys: list[bytes] | pa.Array) -> np.ndarray:
+        """For each partition key, the index of its tablet, or -1 where no tablet covers it (a range gap).
+
+        Keys are dictionary-encoded first (in Arrow's C++): a hash-partitioned table has only a few
+        distinct partition keys however many rows a batch holds, so only those are searched in Python."""
+        arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
+        if len(arr) == 0:
             return np.zeros(0, dtype=np.int64)
+        enc = pc.dictionary_encode(arr)
+        per_key = self._assign_distinct(enc.dictionary.to_pylist())
+        return per_key[enc.indices.to_numpy(zero_copy_only=False)]
+
+    def _assign_distinct(self, keys: list[bytes]) -> np.ndarray:
         starts = np.array(self.starts, dtype=object)
         arr = np.array(keys, dtype=object)
         idx = np.searchsorted(starts, arr, side="right").astype(np.int64) - 1

@@ -134,6 +134,7 @@ class AsyncSession:
         self._buf_bytes = 0
         self._errors: list[KuduError] = []
         self._overflowed = False
+        self._failed_total = 0  # every failed row, also those past MAX_PENDING_ERRORS
         self._metrics: dict[str, int] = {f"successful_{k}s": 0 for k in ("insert", "upsert", "update", "delete")}
         self._metrics.update({f"{k}_ignore_errors": 0 for k in ("insert", "upsert", "update", "delete")})
         self._inflight: set[asyncio.Task[None]] = set()
@@ -220,7 +221,7 @@ class AsyncSession:
         checked, bad = table.schema.validate_batch_rows(batch, for_op=name)
         full, set_cols = _widen(table.schema, checked, given)
         n = full.num_rows
-        errors_before = len(self._errors)
+        errors_before = (len(self._errors), self._failed_total)
         keep = np.ones(n, dtype=bool)
         for i, msg in bad.items():
             keep[i] = False
@@ -237,7 +238,7 @@ class AsyncSession:
 
     async def flush(self) -> None:
         """Send everything buffered and wait; raises KuduBadStatus when rows failed (see get_pending_errors)."""
-        errors_before = len(self._errors)
+        errors_before = (len(self._errors), self._failed_total)
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
         if self._buf:
@@ -245,12 +246,17 @@ class AsyncSession:
             await self._write_ops(ops)
         self._raise_if_new_errors(errors_before, "flush")
 
-    def _raise_if_new_errors(self, before: int, what: str) -> None:
-        new = len(self._errors) - before
-        if new > 0 or (self._overflowed and before >= MAX_PENDING_ERRORS):
-            first = self._errors[before] if new > 0 else self._errors[-1]
-            raise KuduIOError(f"{what}: {max(new, 1)} row(s) failed; first: {first}; see get_pending_errors()",
-                                {"errors": new})
+    def _raise_if_new_errors(self, before: tuple[int, int], what: str) -> None:
+        """``before``: (errors kept, rows failed) when the call started."""
+        kept_before, failed_before = before
+        failed = self._failed_total - failed_before
+        if failed > 0:
+            first: Any = (self._errors[kept_before] if len(self._errors) > kept_before else
+                          self._errors[-1] if self._errors else "(already taken by get_pending_errors)")
+            dropped = "" if len(self._errors) - kept_before == failed else \
+                f" (only the first {MAX_PENDING_ERRORS} errors are kept)"
+            raise KuduIOError(f"{what}: {failed} row(s) failed{dropped}; first: {first}; see get_pending_errors()",
+                              {"errors": failed})
 
     async def _start_background_flush(self) -> None:
         if not self._buf:
@@ -290,6 +296,7 @@ class AsyncSession:
     # --- errors and metrics --------------------------------------------------------------------------
 
     def _add_error(self, err: KuduError) -> None:
+        self._failed_total += 1
         if len(self._errors) >= MAX_PENDING_ERRORS:
             self._overflowed = True
             return
@@ -326,22 +333,29 @@ class AsyncSession:
         await asyncio.gather(*(in_order(items) for items in by_table.values()))
 
     async def _send(self, b: _Batch) -> None:
-        """Route a table's batch to its tablets and write them (tablets concurrently, in order per tablet)."""
+        """Route a table's batch to its tablets and write them (tablets concurrently, in order per tablet).
+        Never raises for a tablet's failure: each row gets its own outcome (written, a row error, or the
+        error of the write that carried it), so rows other tablets confirmed are never reported failed."""
         # Routing (locations, re-routing after a move) shares one deadline; each Write RPC batch then gets
         # the session timeout for itself, as in Kudu, so a bulk apply_arrow is not cut by one timeout.
         deadline = Deadline(self.timeout_ms / 1000.0, f"routing {b.rows.num_rows} rows of table {b.table.name}")
-        try:
-            await self._route_and_write(b, deadline, refresh=False)
-        except KuduBadStatus as e:
-            # The whole batch failed (deadline, no leader, table gone): every row not yet answered fails,
-            # and may or may not have been applied.
-            for i in range(b.rows.num_rows):
-                self._add_error(KuduError(e, b.failed(i), possibly_successful=True))
+        await self._route_and_write(b, deadline, refresh=False)
+
+    def _fail_rows(self, b: _Batch, rows: Any, err: KuduBadStatus, possibly_successful: bool) -> None:
+        for i in rows:
+            if len(self._errors) >= MAX_PENDING_ERRORS:  # past the cap only the count is kept
+                self._failed_total += 1
+                self._overflowed = True
+                continue
+            self._add_error(KuduError(err, b.failed(int(i)), possibly_successful=possibly_successful))
 
     async def _route_and_write(self, b: _Batch, deadline: Deadline, refresh: bool, hops: int = 0) -> None:
-        locs = await self.client.meta.locations(b.table.id, deadline, refresh=refresh)
-        keys = b.table.partition_schema.partition_keys(b.rows).to_pylist()
-        where = locs.assign(keys)
+        try:
+            locs = await self.client.meta.locations(b.table.id, deadline, refresh=refresh)
+            where = locs.assign(b.table.partition_schema.partition_keys(b.rows))
+        except KuduBadStatus as e:  # nothing of this batch was sent
+            self._fail_rows(b, range(b.rows.num_rows), e, possibly_successful=False)
+            return
         for i in np.flatnonzero(where < 0).tolist():
             self._add_error(KuduError(KuduNotFound(f"no tablet of table {b.table.name} covers this row (no range "
                                                    "partition for it)"), b.failed(i)))
@@ -352,7 +366,7 @@ class AsyncSession:
         async def one(t: int) -> None:
             rows = np.flatnonzero(where == t)
             async with sem:
-                left = await self._write_tablet(b, locs, t, rows, deadline)
+                left = await self._write_tablet(b, locs, t, rows)
             if left is not None and len(left):
                 moved.append(left)
 
@@ -363,24 +377,33 @@ class AsyncSession:
                          None if b.set_cols is None else b.set_cols[idx],
                          None if b.ops is None else [b.ops[i] for i in idx.tolist()], b.schema, b.schema_version)
             if hops >= MAX_REROUTES:
-                raise KuduNotFound(f"{len(idx)} rows of table {b.table.name} found no tablet after {hops} location "
-                                   "refreshes (tablets keep moving or being dropped)")
+                self._fail_rows(sub, range(len(idx)), KuduNotFound(
+                    f"{len(idx)} rows of table {b.table.name} found no tablet after {hops} location refreshes "
+                    "(tablets keep moving or being dropped)"), possibly_successful=False)
+                return
             again = Deadline(self.timeout_ms / 1000.0, f"re-routing {len(idx)} rows of table {b.table.name}")
             await again.backoff(None)
             await self._route_and_write(sub, again, refresh=True, hops=hops + 1)
 
-    async def _write_tablet(self, b: _Batch, locs: TableLocations, t: int, rows: np.ndarray,
-                            deadline: Deadline) -> np.ndarray | None:
-        """Write ``rows`` of ``b`` to tablet ``t`` in ordered RPCs; returns the rows to re-route if it moved."""
+    async def _write_tablet(self, b: _Batch, locs: TableLocations, t: int, rows: np.ndarray) -> np.ndarray | None:
+        """Write ``rows`` of ``b`` to tablet ``t`` in ordered RPCs; returns the rows to re-route if it moved.
+        A failed RPC fails its rows (maybe applied) and the tablet's later rows (not sent, so that
+        operations on one row never apply out of order)."""
         tablet = locs.tablets[t]
-        for seg in _segments(b, rows):
+        segs = _segments(b, rows)
+        for k, seg in enumerate(segs):
             try:
-                await self._write_segment(b, tablet.tablet_id, seg, deadline)
+                await self._write_segment(b, tablet.tablet_id, seg)
             except _TabletMoved:
                 return rows[np.searchsorted(rows, seg[0]):]
+            except KuduBadStatus as e:
+                self._fail_rows(b, seg, e, possibly_successful=True)
+                for later in segs[k + 1:]:
+                    self._fail_rows(b, later, e, possibly_successful=False)
+                return None
         return None
 
-    async def _write_segment(self, b: _Batch, tablet_id: str, seg: np.ndarray, routing: Deadline) -> None:
+    async def _write_segment(self, b: _Batch, tablet_id: str, seg: np.ndarray) -> None:
         deadline = Deadline(self.timeout_ms / 1000.0,
                             f"write of {len(seg)} rows to tablet {tablet_id} of table {b.table.name}")
         idx = pa.array(seg)
@@ -453,10 +476,13 @@ def _segments(b: _Batch, rows: np.ndarray) -> list[np.ndarray]:
     per_row = max(1, b.rows.nbytes // max(1, b.rows.num_rows))
     cap = max(1, min(MAX_ROWS_PER_RPC, MAX_BYTES_PER_RPC // per_row))
     types = b.op_types[rows]
+    ignore_kinds = np.unique(types[np.isin(types, list(_IGNORE_KINDS))])
+    if len(ignore_kinds) <= 1:  # the usual case: only the size cap splits (vectorised)
+        return np.split(rows, range(cap, len(rows), cap))
     out: list[np.ndarray] = []
     start = 0
     kind = 0
-    for i in range(len(rows)):
+    for i in range(len(rows)):  # several *_IGNORE kinds interleaved: rare, walk the rows
         t = int(types[i])
         k = t if t in _IGNORE_KINDS else 0
         if i - start >= cap or (k and kind and k != kind):

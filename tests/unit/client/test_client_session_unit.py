@@ -336,17 +336,41 @@ async def test_a_moved_tablet_is_rerouted_after_a_location_refresh(kv_table: Tab
     assert sess.get_write_op_metrics()["successful_upserts"] == 30
 
 
-async def test_a_failed_batch_fails_every_row_as_possibly_successful(kv_table: Table) -> None:
+async def test_a_failed_tablet_write_fails_only_its_rows(kv_table: Table) -> None:
+    """One tablet's Write times out: its rows fail (maybe applied), the other tablets' rows are written and
+    counted, never reported failed (found by scripts/bench/cluster.py: all rows used to be failed)."""
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
     sess = S.AsyncSession(fake)  # type: ignore[arg-type]
     for k in range(30):
         await sess.apply(kv_table.new_upsert({"key": k}))
+    with pytest.raises(kudu.KuduBadStatus, match=r"flush: (\d+) row\(s\) failed"):
+        await sess.flush()
+    errors, _ = sess.get_pending_errors()
+    written = sorted(k for store in fake.rows.values() for k in store)
+    failed = sorted(e.failed_op().cells["key"] for e in errors)  # type: ignore[union-attr]
+    assert errors and written and sorted(written + failed) == list(range(30))
+    assert all(e.was_possibly_successful() and isinstance(e.status, kudu.KuduTimedOut) for e in errors)
+    assert sess.get_write_op_metrics()["successful_upserts"] == len(written)
+
+
+async def test_rows_after_a_failed_rpc_to_the_same_tablet_are_not_sent(kv_table: Table,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(S, "MAX_ROWS_PER_RPC", 4)
+    fake = FakeTablets(kv_table)
+    fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(40):
+        await sess.apply(kv_table.new_upsert({"key": k}))
     with pytest.raises(kudu.KuduBadStatus):
         await sess.flush()
     errors, _ = sess.get_pending_errors()
-    assert len(errors) == 30  # the whole table batch: it shares one deadline
-    assert all(e.was_possibly_successful() and isinstance(e.status, kudu.KuduTimedOut) for e in errors)
+    maybe = [e for e in errors if e.was_possibly_successful()]
+    unsent = [e for e in errors if not e.was_possibly_successful()]
+    assert len(maybe) == 4 and unsent  # the failed RPC's rows, then the tablet's later rows, kept in order
+    written = {k for store in fake.rows.values() for k in store}
+    assert not written & {e.failed_op().cells["key"] for e in errors}  # type: ignore[union-attr]
+    assert len(written) + len(errors) == 40
 
 
 async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: Table) -> None:
@@ -536,3 +560,17 @@ async def test_a_tablet_behind_the_tables_schema_is_waited_for(kv_table: Table) 
     stored = {k: row for store in fake.rows.values() for k, row in store.items()}
     assert stored == {1: {"key": 1, "value": "v", "n": 7, "x": 4}}
     assert calls["n"] == 3
+
+
+async def test_failed_row_count_is_exact_past_the_error_cap(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(S, "MAX_PENDING_ERRORS", 3)
+    fake = FakeTablets(kv_table)
+    for t in list(fake.rows):
+        fake.fail_next[t] = kudu.KuduTimedOut("write timed out")
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(30):
+        await sess.apply(kv_table.new_upsert({"key": k}))
+    with pytest.raises(kudu.KuduBadStatus, match=r"flush: 30 row\(s\) failed \(only the first 3 errors are kept\)"):
+        await sess.flush()
+    errors, overflowed = sess.get_pending_errors()
+    assert len(errors) == 3 and overflowed
