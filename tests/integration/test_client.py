@@ -862,7 +862,7 @@ def test_writes_scans_and_ddl_time_out_naming_what_they_waited_for(mini_cluster_
         with pytest.raises(kudu.KuduBadStatus, match="1 row"):
             s.flush()
         took = time.monotonic() - t0
-        assert 1.4 < took < 4.0, took
+        assert 1.4 < took < 10.0, took  # upper bounds only prove the call is bounded: machines are shared
         errors, _ = s.get_pending_errors()
         assert len(errors) == 1 and errors[0].was_possibly_successful()
         st = errors[0].status
@@ -875,18 +875,18 @@ def test_writes_scans_and_ddl_time_out_naming_what_they_waited_for(mini_cluster_
         expected = f"write of 1 rows to tablet .* of table {t.name} timed out after 0.8s"
         with pytest.raises(kudu.KuduTimedOut, match=expected):
             sync.apply(t.new_upsert({"key": 3}))
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 10.0
 
         t0 = time.monotonic()
         with pytest.raises(kudu.KuduTimedOut, match=f"scan of tablet .* of table {t.name} timed out after 1s"):
             t.scanner().set_timeout_millis(1000).open().read_all_tuples()
-        assert time.monotonic() - t0 < 3.5
+        assert time.monotonic() - t0 < 10.0
 
         c.stop_node(c.masters[0])
         t0 = time.monotonic()
         with pytest.raises(kudu.KuduTimedOut, match=r"ListTables timed out after 1\.5s"):
             client.list_tables()
-        assert time.monotonic() - t0 < 4.0
+        assert time.monotonic() - t0 < 10.0
 
 
 def test_scanning_a_deleted_table_fails_at_once(client: kudu.Client) -> None:
@@ -910,7 +910,8 @@ def test_scanning_a_deleted_table_fails_at_once(client: kudu.Client) -> None:
 
 
 def test_expired_scanners_resume_when_fault_tolerant_and_keep_alive_keeps_them(mini_cluster_factory: Any) -> None:
-    c = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST, tserver_flags=["--scanner-ttl-ms", "500"])
+    c = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST,
+                             tserver_flags=["--scanner-ttl-ms", "2000"])
     with kudu.connect(c.master_addresses) as client:
         t = client.create_table(unique("expiry"), kv_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
                                 n_replicas=3)
@@ -951,7 +952,8 @@ def test_expired_scanners_resume_when_fault_tolerant_and_keep_alive_keeps_them(m
                 need[a] = need.get(a, 0) + 1
             return all(grown[a] >= n for a, n in need.items())
 
-        wait_for(both_expired, 10.0, "the two idle scanners to expire", every_s=0.1)
+        # TTL 2 s, keep-alive every 0.1 s: room for a loaded machine between two keep-alives
+        wait_for(both_expired, 30.0, "the two idle scanners to expire", every_s=0.1)
         kept_all = kept_rows + rest(kept)  # kept alive the whole time (read first: reading is not idling)
         assert sorted(kept_all) == list(range(2000)) and len(kept_all) == 2000
         all_rows = ft_rows + rest(ft)  # resumed after its last key: nothing twice, nothing missed
