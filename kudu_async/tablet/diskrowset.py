@@ -31,6 +31,7 @@ from kudu_async.tablet.delta_store import (
     SEQ_COL,
     DeltaMemStore,
     apply_deltas,
+    delta_rows_to_mutations,
     delta_schema,
     mutations_to_table,
     set_col,
@@ -432,6 +433,34 @@ class DiskRowSet:
             ts, live, mutated = self._state
             ts[row], live[row], mutated[row] = m.ts, m.live, True
 
+    def mutate_batch(
+        self, rows: np.ndarray, table: pa.Table, reinsert: np.ndarray, log_index: int, ts: int, nbytes: int
+    ) -> None:
+        """Many mutations of one write batch at once (a :func:`delta_chunk` for base ``rows``, in
+        sequence order)."""
+        if self.dms.created_at is None:
+            self.dms.created_at = time.monotonic()
+        self.dms.add_chunk(table, reinsert, log_index, ts, nbytes)
+        if self._state is not None:
+            st_ts, st_live, mutated = self._state
+            rev = rows[::-1]
+            _, first = np.unique(rev, return_index=True)  # the last mutation of each row
+            last = len(rows) - 1 - first
+            st_ts[rows[last]] = ts
+            st_live[rows[last]] = table.column(LIVE_COL).to_numpy(zero_copy_only=False)[last]
+            mutated[rows] = True
+
+    def dms_mutations(self) -> list[Mutation]:
+        """The active DeltaMemStore's mutations as :class:`Mutation` objects with keys (carry-over)."""
+        key_cols = self.base.select(self.info.key_names)
+
+        def key_values(rows: np.ndarray) -> list[tuple[Any, ...]]:
+            sub = key_cols.take(pa.array(rows))
+            return list(zip(*[c.to_pylist() for c in sub.columns], strict=True))
+
+        muts = self.dms.mutations(lambda rows: self.keys.take(pa.array(rows)).to_pylist(), key_values)
+        return [m for _, m in muts]
+
     # -- reads -------------------------------------------------------------------------------------
 
     def delta_snapshot(self) -> pa.Table | None:
@@ -474,18 +503,16 @@ class DiskRowSet:
         if not snap.is_visible(int(self.base.column(TS_COL)[row].as_py())):
             return None
         values = {i: self.base.column(i)[row].as_py() for i in range(len(self.info.names))}
+        stores = [d for d in (*self.flushing_dms, self.dms) if len(d)]
+        if not (self.delta_tables or stores) or not self.state()[2][row]:
+            return values  # never changed since it was written
         muts: list[Mutation] = []
-        if self.delta_tables and self.state()[2][row]:
-            for t in self.delta_tables:
-                rc = t.column(ROW_COL)
-                sub = t.filter(pc.equal(rc, pa.scalar(row, pa.uint32())))
-                if sub.num_rows:
-                    from kudu_async.tablet.delta_store import delta_rows_to_mutations
-
-                    keys = {row: b""}
-                    muts.extend(m for _, m in delta_rows_to_mutations(self.info, sub, keys))  # type: ignore[arg-type]
-        for d in [*self.flushing_dms, self.dms]:
-            muts.extend(d.by_row.get(row, ()))
+        for t in self.delta_tables:
+            sub = t.filter(pc.equal(t.column(ROW_COL), pa.scalar(row, pa.uint32())))
+            if sub.num_rows:
+                muts.extend(m for _, m in delta_rows_to_mutations(self.info, sub, {row: b""}))
+        for d in stores:
+            muts.extend(d.mutations_of(row))
         muts.sort(key=lambda m: (m.ts, m.seq))
         return apply_mutations(values, muts, snap)
 

@@ -61,7 +61,7 @@ from kudu_async.fs.tablet_metadata import (
     write_tablet_metadata,
 )
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
-from kudu_async.tablet.delta_store import DeltaMemStore
+from kudu_async.tablet.delta_store import DeltaMemStore, delta_chunk
 from kudu_async.tablet.diskrowset import (
     TARGET_ROWSET_BYTES,
     DiskRowSet,
@@ -785,29 +785,50 @@ class Tablet:
             self._mrs.insert_many(
                 list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index  # type: ignore[arg-type]
             )
-        # Everything else mutates an existing row; keys created by this batch live in self._mrs.
+        # Everything else mutates an existing row (keys created by this batch live in self._mrs):
+        # column-wise per DiskRowSet, row by row into MemRowSet mutation chains.
         targets = [self._mrs, *stores]
         rest = np.flatnonzero((store >= 0) | chained)
-        if len(rest):
-            self._mutate_rows(
-                prepared, log_index, act[rest], kind[rest], store[rest] + 1, pos[rest], seqs[rest], targets
-            )
+        tids = store[rest] + 1
+        for tid in np.unique(tids).tolist():
+            sel = rest[tids == tid]
+            target = targets[tid]
+            if isinstance(target, DiskRowSet):
+                self._mutate_drs(target, prepared, log_index, act[sel], kind[sel], pos[sel], seqs[sel])
+            else:
+                self._mutate_rows(target, prepared, log_index, act[sel], kind[sel], seqs[sel])
         res.inserted += int(np.count_nonzero(kind == _INSERT))
         res.updated += int(np.count_nonzero(kind == _UPDATE))
         res.deleted += int(np.count_nonzero(kind == _DELETE))
 
-    def _mutate_rows(
+    def _mutate_drs(
         self,
+        d: DiskRowSet,
         prepared: PreparedWrite,
         log_index: int,
         rows_idx: np.ndarray,
         kinds: np.ndarray,
-        target_ids: np.ndarray,
         positions: np.ndarray,
         seqs: np.ndarray,
-        targets: list[Any],
     ) -> None:
-        """Mutations of existing rows (re-inserts, updates, deletes), in row order."""
+        """Re-inserts, updates and deletes of one DiskRowSet's rows as one delta chunk."""
+        reinsert = kinds == _INSERT
+        table, nbytes = delta_chunk(
+            self.info, prepared.op.rows, rows_idx, positions, kinds != _DELETE, reinsert,
+            prepared.op.set_columns, prepared.timestamp, seqs,
+        )
+        d.mutate_batch(positions, table, reinsert, log_index, prepared.timestamp, nbytes)
+
+    def _mutate_rows(
+        self,
+        mrs: MemRowSet,
+        prepared: PreparedWrite,
+        log_index: int,
+        rows_idx: np.ndarray,
+        kinds: np.ndarray,
+        seqs: np.ndarray,
+    ) -> None:
+        """Re-inserts, updates and deletes of MemRowSet rows, appended to each row's mutation chain."""
         info = self.info
         set_columns = prepared.op.set_columns
         ts = prepared.timestamp
@@ -816,13 +837,8 @@ class Tablet:
         nk = info.num_key_columns
         value_idx = info.value_indices
         keys = prepared.keys
-        for j, (i, k, tid, p, seq) in enumerate(
-            zip(rows_idx.tolist(), kinds.tolist(), target_ids.tolist(), positions.tolist(), seqs.tolist(),
-                strict=True)
-        ):
+        for j, (i, k, seq) in enumerate(zip(rows_idx.tolist(), kinds.tolist(), seqs.tolist(), strict=True)):
             key = keys[i]
-            target = targets[tid]
-            ref = p if isinstance(target, DiskRowSet) else target.get(key)
             if k == _INSERT:
                 vals = {c: cols[c][j] for c in value_idx}
                 kv = tuple(cols[c][j] for c in range(nk))
@@ -832,7 +848,7 @@ class Tablet:
                 m = Mutation(ts, seq, True, changes, log_index, key)
             else:
                 m = Mutation(ts, seq, False, None, log_index, key)
-            target.mutate(ref, m)
+            mrs.mutate(mrs.get(key), m)  # type: ignore[arg-type]
 
     @staticmethod
     def _mutate(loc: Any, m: Mutation) -> None:
@@ -1267,7 +1283,7 @@ class Tablet:
             written = self._blocks_bytes(new_ids)
             outputs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
             with self._lock:
-                late = sorted((m for d in inputs for _, m in d.dms.items), key=lambda m: m.seq)
+                late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
                 self._write_metadata_locked(
                     [*(d for d in self._drs if d not in inputs), *outputs], drop_frozen_of=inputs
                 )

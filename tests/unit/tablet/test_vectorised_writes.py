@@ -21,11 +21,12 @@ import pytest
 from conftest import HAVE_COMMON, make_schema
 
 from kudu_async.common.clock import ManualHybridClock
+from kudu_async.tablet import tablet as tablet_mod
 from kudu_async.tablet.bloom import BloomFilter, key_hashes
 from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL
 from kudu_async.tablet.diskrowset import DiskRowSet, KeyBatch
 from kudu_async.tablet.memrowset import MRSRow
-from kudu_async.tablet.ops import OpType, RowError, WriteOp
+from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp
 from kudu_async.tablet.schema_info import TS_COL
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
 
@@ -143,7 +144,9 @@ class Diff:
         self.arrow = self.schema.to_arrow()
         self.clock = ManualHybridClock(10**12)
         opts = TabletOptions(sync=False, target_rowset_bytes=2000, history_max_age_sec=1e-9)
+        self.path = path
         self.t = Tablet.create(path, self.schema, tablet_id="v", options=opts, clock=self.clock)
+        self.wal: list[LoggedWrite] = []
         self.rng = random.Random(seed)
         self.keys = _key_space(key_kind, 240)
         self.model: dict[Any, tuple[Any, ...]] = {}
@@ -184,9 +187,9 @@ class Diff:
             elif any(d.find_row(k) is not None for d in self.t._drs):
                 self.checked["drs_hits"] += 1
 
-    def write(self, n: int, hot: list[Any] | None = None) -> None:
-        ops, b, mask = self.batch(n, hot)
-        op = WriteOp(ops, b, mask)
+    def write(self, n: int, hot: list[Any] | None = None, ops: list[int] | None = None) -> None:
+        gen_ops, b, mask = self.batch(n, hot)
+        op = WriteOp(ops or gen_ops, b, mask)
         self.clock.advance(10)
         ts = self.clock.now()
         kinds, codes, ignored = self._expected(op, ts, False)
@@ -196,6 +199,7 @@ class Diff:
         assert {e.row_index: e.code for e in prepared.errors} == codes
         assert prepared.ignored == ignored
         self.index += 1
+        self.wal.append(LoggedWrite(self.index, ts, op))
         res = self.t.apply_write(prepared, self.index)
         assert (res.inserted, res.updated, res.deleted, res.ignored) == (
             kinds.count(_INSERT), kinds.count(_UPDATE), kinds.count(_DELETE), ignored
@@ -233,6 +237,11 @@ class Diff:
             elif k == _DELETE:
                 del self.model[key]
 
+    def reopen(self) -> None:
+        """Crash (drop the tablet without flushing) and bootstrap from files plus the WAL."""
+        self.t = Tablet.open(self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock,
+                             schema=self.schema)
+
     def check_state(self) -> None:
         got = self.t.scan(ScanSpec(ordered=True)).to_table()
         rows = [] if got is None else list(zip(*[got.column(c).to_pylist() for c in got.column_names], strict=True))
@@ -259,6 +268,9 @@ def test_mixed_batches_decide_like_the_per_row_loop(tmp_path: Any, key_kind: str
             h.clock.advance(100)
             h.t.compact_rowsets()
         if step % 9 == 0:
+            h.check_state()
+        if step % 15 == 14:
+            h.reopen()
             h.check_state()
     h.check_state()
     c = h.checked
@@ -295,9 +307,66 @@ def test_flush_and_compaction_between_prepare_and_apply(tmp_path: Any) -> None:
             kinds.count(_INSERT), kinds.count(_UPDATE), kinds.count(_DELETE), ignored
         )
         h._apply_model(b, mask, kinds)
+        h.wal.append(LoggedWrite(h.index, ts, op))
         h.check_state()
         h.write(30)
     assert relocated >= 6
+    h.reopen()
+    h.check_state()
+
+
+@pytest.mark.parametrize("during", ["compaction", "flush"])
+def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monkeypatch: Any, during: str) -> None:
+    """Batches applied while a flush/compaction runs outside the lock land in the frozen stores'
+    successors and are carried over to the new rowsets: column-wise DeltaMemStore chunks become
+    Mutations again with their keys, log index and (for re-inserts of rows the compaction dropped)
+    key values; a crash after that replays the WAL from the right place."""
+    h = Diff(str(tmp_path / "t"), "int", 17)
+    for _ in range(4):
+        h.write(80, ops=[OpType.UPSERT] * 80)
+        h.t.flush_mrs()
+    dead = sorted(h.model)[::3]
+    b = pa.record_batch([pa.array(dead, pa.int64()), *(pa.nulls(len(dead), f.type) for f in list(h.arrow)[1:])],
+                        schema=h.arrow)
+    h.clock.advance(10)
+    h.index += 1
+    op = WriteOp([OpType.DELETE] * len(dead), b)
+    h.wal.append(LoggedWrite(h.index, h.clock.now(), op))
+    assert h.t.write(op, h.clock.now(), h.index).deleted == len(dead)
+    for k in dead:
+        del h.model[k]
+    h.write(40, ops=[OpType.UPSERT] * 40)  # some rows in the MemRowSet
+    while h.t.flush_dms():
+        pass
+    h.clock.advance(1000)
+    calls = 0
+
+    def writes_meanwhile(orig: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            h.write(60, hot=dead)  # re-inserts of dropped rows, plus updates/deletes of live ones
+            h.write(120)
+            return orig(*a, **kw)
+
+        return run
+
+    if during == "compaction":
+        monkeypatch.setattr(tablet_mod, "merge_rowsets", writes_meanwhile(tablet_mod.merge_rowsets))
+        assert h.t.compact_rowsets()
+    else:
+        monkeypatch.setattr(tablet_mod, "write_rowsets", writes_meanwhile(tablet_mod.write_rowsets))
+        assert h.t.flush_mrs()
+    assert calls == 1
+    h.check_state()
+    monkeypatch.undo()
+    h.write(100)
+    h.check_state()
+    h.reopen()
+    h.check_state()
+    h.t.flush_all()
+    h.t.compact_rowsets()
+    h.check_state()
 
 
 def test_bloom_batch_probe_matches_single_probes() -> None:
