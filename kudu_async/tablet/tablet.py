@@ -411,7 +411,9 @@ class Tablet:
                         f"tablet {self.tablet_id}: schema changed to version {self.schema_version} while "
                         f"preparing a write for version {version}"
                     )
-                plan, ignored = self._decide(op_types, keys, keys_arr, errors, timestamp, replay)
+                plan, ignored = self._decide(
+                    op_types, keys, keys_arr, errors, timestamp, replay, distinct=len(locked) == n
+                )
             self.mvcc.start_op(timestamp)
         except BaseException:
             self.locks.release(locked, owner)
@@ -555,9 +557,10 @@ class Tablet:
                 continue
             store[idx] = len(stores)
             stores.append(m)
-            objs: list[MRSRow] = list(map(found.__getitem__, idx.tolist()))  # type: ignore[arg-type]
-            latest[idx] = np.fromiter(map(MRSRow.max_ts, objs), dtype=np.int64, count=len(objs))
-            live[idx] = np.fromiter(map(MRSRow.latest_live, objs), dtype=np.bool_, count=len(objs))
+            il = idx.tolist()
+            latest[idx], live[idx] = m.latest_of(
+                list(map(keys.__getitem__, il)), list(map(found.__getitem__, il))  # type: ignore[arg-type]
+            )
             todo[idx] = False
         drs = self._candidate_drs(keys) if todo.any() else []
         if drs:
@@ -587,13 +590,15 @@ class Tablet:
         errors: dict[int, RowError],
         ts: int,
         replay: bool,
+        distinct: bool = False,
     ) -> tuple[WritePlan, int]:
         """Every row's outcome, vectorised: locate all keys at once, then decide by op type and the
         key's liveness. Rows whose key repeats in the batch are decided in order (each sees the effect
         of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
-        effect is already in durable files)."""
+        effect is already in durable files). ``distinct``: the caller knows every row has a key and
+        no key repeats."""
         n = len(keys)
-        if not errors and self._all_fresh_inserts(op_types, keys):
+        if not errors and self._all_fresh_inserts(op_types, keys, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
                 np.full(n, _INSERT, dtype=np.int8), np.full(n, -1, dtype=np.int32),
@@ -695,11 +700,11 @@ class Tablet:
 
     _INSERTISH = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
 
-    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None]) -> bool:
+    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None], distinct: bool = False) -> bool:
         """Fast path: only insert-like rows, distinct keys, none in any rowset's key range or MemRowSet."""
-        if self._candidate_drs(keys) or not np.isin(op_types, self._INSERTISH).all():
+        if not np.isin(op_types, self._INSERTISH).all() or self._candidate_drs(keys):
             return False
-        if len(set(keys)) != len(keys):
+        if not distinct and len(set(keys)) != len(keys):
             return False
         return all(m.rows.keys().isdisjoint(keys) for m in [self._mrs, *self._flushing_mrs])
 

@@ -449,3 +449,23 @@ def test_mrs_rows_are_located_by_batch(tmp_path: Any) -> None:
         else:
             assert isinstance(r, MRSRow) and stores[store[i]] is h.t._mrs
             assert (latest[i], live[i]) == (r.max_ts(), r.latest_live())
+
+
+def test_lock_release_frees_only_the_owners_keys() -> None:
+    from kudu_async.common.errors import KuduTimedOut
+    from kudu_async.tablet.lock_manager import LockManager
+
+    lm = LockManager()
+    lm.acquire([b"a", b"b"], 1, 0)
+    lm.release([b"a", b"b"], 2)  # not the owner: nothing is freed
+    assert lm.num_locked() == 2
+    with pytest.raises(KuduTimedOut):
+        lm.acquire([b"b", b"z"], 2, 0)
+    lm.acquire([b"c"], 1, 0)
+    lm.release(iter([b"a", b"c", b"x"]), 1)  # partly held (mixed path), from an iterator
+    assert lm.num_locked() == 1
+    lm.acquire([b"a", b"c"], 2, 0)
+    lm.release([b"b"], 1)  # all held by the caller (bulk path)
+    lm.acquire([b"b"], 2, 0)
+    lm.release([b"a", b"b", b"c"], 2)
+    assert lm.num_locked() == 0
