@@ -530,7 +530,11 @@ class Tablet:
         return None
 
     def _locate_batch(
-        self, keys: list[bytes | None], keys_arr: pa.Array | None, want: np.ndarray
+        self,
+        keys: list[bytes | None],
+        keys_arr: pa.Array | None,
+        want: np.ndarray,
+        drs: list[DiskRowSet] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
         """:meth:`_locate` plus the key's last change for every row in ``want``, vectorised.
 
@@ -539,6 +543,7 @@ class Tablet:
         DiskRowSet whose key range meets the batch takes the rows in its range (bisect on the sorted
         batch keys), drops most absent ones with a batch bloom probe and places the rest with one
         ``searchsorted``. A key lives in one rowset only, so a row found once is not probed again.
+        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them.
         """
         n = len(keys)
         store = np.full(n, -1, dtype=np.int32)
@@ -562,7 +567,10 @@ class Tablet:
                 list(map(keys.__getitem__, il)), list(map(found.__getitem__, il))  # type: ignore[arg-type]
             )
             todo[idx] = False
-        drs = self._candidate_drs(keys) if todo.any() else []
+        if not todo.any():
+            drs = []
+        elif drs is None:
+            drs = self._candidate_drs(keys)
         if drs:
             kb = KeyBatch(keys, keys_arr)
             for d in drs:
@@ -598,7 +606,8 @@ class Tablet:
         effect is already in durable files). ``distinct``: the caller knows every row has a key and
         no key repeats."""
         n = len(keys)
-        if not errors and self._all_fresh_inserts(op_types, keys, distinct):
+        drs = self._candidate_drs(keys)
+        if not errors and not drs and self._all_fresh_inserts(op_types, keys, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
                 np.full(n, _INSERT, dtype=np.int8), np.full(n, -1, dtype=np.int32),
@@ -607,13 +616,13 @@ class Tablet:
         valid = np.ones(n, dtype=bool)
         if errors:
             valid[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        store, pos, latest, live, stores = self._locate_batch(keys, keys_arr, valid)
+        store, pos, latest, live, stores = self._locate_batch(keys, keys_arr, valid, drs)
         act = valid
         if replay:
             act = act & ~((store >= 0) & (latest >= ts))
         vkeys = keys if valid.all() else list(itertools.compress(keys, valid))
         dup: np.ndarray | None = None
-        if len(set(vkeys)) != len(vkeys):
+        if not distinct and len(set(vkeys)) != len(vkeys):
             counts = Counter(vkeys)
             dup = np.zeros(n, dtype=bool)
             many = np.fromiter(map(counts.__getitem__, vkeys), dtype=np.int64, count=len(vkeys)) > 1
@@ -701,8 +710,9 @@ class Tablet:
     _INSERTISH = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
 
     def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None], distinct: bool = False) -> bool:
-        """Fast path: only insert-like rows, distinct keys, none in any rowset's key range or MemRowSet."""
-        if not np.isin(op_types, self._INSERTISH).all() or self._candidate_drs(keys):
+        """Fast path: only insert-like rows, distinct keys, none in a MemRowSet (the caller has checked
+        that no DiskRowSet's key range meets the batch's)."""
+        if not np.isin(op_types, self._INSERTISH).all():
             return False
         if not distinct and len(set(keys)) != len(keys):
             return False
