@@ -9,6 +9,7 @@ on-disk deltas with one vectorised routine (:func:`apply_deltas`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,7 @@ def mutations_to_table(info: SchemaInfo, items: list[tuple[int, Mutation]]) -> p
 
 
 def delta_rows_to_mutations(
-    info: SchemaInfo, table: pa.Table, keys: list[bytes]
+    info: SchemaInfo, table: pa.Table, keys: list[bytes] | dict[int, bytes]
 ) -> list[tuple[int, Mutation]]:
     """Turn a delta table back into mutations (row -> key through ``keys``); used by compaction."""
     out: list[tuple[int, Mutation]] = []
@@ -88,13 +89,57 @@ def delta_rows_to_mutations(
     return out
 
 
+def delta_chunk(
+    info: SchemaInfo,
+    batch: pa.RecordBatch,
+    idx: np.ndarray,
+    positions: np.ndarray,
+    live: np.ndarray,
+    whole_row: np.ndarray,
+    set_columns: np.ndarray | None,
+    ts: int,
+    seqs: np.ndarray,
+) -> tuple[pa.Table, int]:
+    """The delta table of many mutations of one write batch at once, column-wise, and its memory
+    estimate (what :meth:`DeltaMemStore.add` would count for them one by one).
+
+    Row ``j`` is batch row ``idx[j]`` applied to base row ``positions[j]``: a delete when not
+    ``live[j]``, else a re-insert setting every value column when ``whole_row[j]``, else an update
+    setting the columns ``set_columns`` marks (all when None).
+    """
+    m = len(idx)
+    take = pa.array(idx, pa.int64())
+    cols: dict[str, Any] = {
+        ROW_COL: pa.array(positions.astype(np.uint32)),
+        TS_COL: pa.array(np.full(m, ts, dtype=np.uint64)),
+        SEQ_COL: pa.array(seqs.astype(np.int64)),
+        LIVE_COL: pa.array(live),
+    }
+    n_set = 0
+    for i in info.value_indices:
+        f = info.arrow.field(i)
+        sel = live if set_columns is None else live & (whole_row | set_columns[idx, i])
+        n_set += int(np.count_nonzero(sel))
+        vals = batch.column(i).take(take)
+        if not sel.all():
+            vals = pc.if_else(pa.array(sel), vals, pa.scalar(None, f.type))
+        cols[f.name] = vals
+        cols[set_col(f.name)] = pa.array(sel)
+    return pa.table(cols, schema=delta_schema(info)), m * MUTATION_OVERHEAD_BYTES + 16 * n_set
+
+
 class DeltaMemStore:
-    """In-memory REDO mutations of one DiskRowSet, by base row position; mutated under the tablet lock."""
+    """In-memory REDO mutations of one DiskRowSet, by base row position; mutated under the tablet lock.
+
+    Column-wise: a write batch's mutations of this rowset arrive as one delta table (``add_chunk``);
+    only mutations carried over by a flush or compaction arrive one by one (``add``).
+    """
 
     def __init__(self, info: SchemaInfo) -> None:
         self.info = info
-        self.items: list[tuple[int, Mutation]] = []
-        self.by_row: dict[int, list[Mutation]] = {}
+        self._chunks: list[tuple[pa.Table, np.ndarray, int]] = []  # (deltas, re-insert flags, log index)
+        self._singles: list[tuple[int, Mutation]] = []
+        self._n = 0
         self.min_log_index: int | None = None
         self.min_ts: int | None = None
         self.created_at: float | None = None
@@ -102,25 +147,66 @@ class DeltaMemStore:
         self._table: pa.Table | None = None
 
     def __len__(self) -> int:
-        return len(self.items)
+        return self._n
 
     def memory_bytes(self) -> int:
         return self._mem
 
-    def add(self, row: int, m: Mutation) -> None:
-        self.items.append((row, m))
-        self.by_row.setdefault(row, []).append(m)
-        self._mem += MUTATION_OVERHEAD_BYTES + (len(m.changes) * 16 if m.changes else 0)
-        if self.min_log_index is None or m.log_index < self.min_log_index:
-            self.min_log_index = m.log_index
-        if self.min_ts is None or m.ts < self.min_ts:
-            self.min_ts = m.ts
+    def _note(self, log_index: int, ts: int) -> None:
+        if self.min_log_index is None or log_index < self.min_log_index:
+            self.min_log_index = log_index
+        if self.min_ts is None or ts < self.min_ts:
+            self.min_ts = ts
         self._table = None
 
+    def add(self, row: int, m: Mutation) -> None:
+        self._singles.append((row, m))
+        self._n += 1
+        self._mem += MUTATION_OVERHEAD_BYTES + (len(m.changes) * 16 if m.changes else 0)
+        self._note(m.log_index, m.ts)
+
+    def add_chunk(self, table: pa.Table, reinsert: np.ndarray, log_index: int, ts: int, nbytes: int) -> None:
+        """Mutations of one write batch (from :func:`delta_chunk`), all at ``ts`` and ``log_index``."""
+        self._chunks.append((table, reinsert, log_index))
+        self._n += table.num_rows
+        self._mem += nbytes
+        self._note(log_index, ts)
+
     def to_table(self) -> pa.Table:
+        """Every mutation as one delta table sorted by (row, ts, seq)."""
         if self._table is None:
-            self._table = mutations_to_table(self.info, self.items)
+            parts = [c[0] for c in self._chunks]
+            if self._singles or not parts:
+                parts.append(mutations_to_table(self.info, self._singles))
+            t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+            self._table = t.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
         return self._table
+
+    def mutations_of(self, row: int) -> list[Mutation]:
+        """The mutations of one base row (point lookups)."""
+        t = self.to_table()
+        sub = t.filter(pc.equal(t.column(ROW_COL), pa.scalar(row, pa.uint32())))
+        return [m for _, m in delta_rows_to_mutations(self.info, sub, {row: b""})]
+
+    def mutations(
+        self, keys_of: Callable[[np.ndarray], list[bytes]], key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]]
+    ) -> list[tuple[int, Mutation]]:
+        """Every mutation as a :class:`Mutation` with its key (and key values for re-inserts), for
+        carrying over mutations that arrived during a compaction; ``keys_of``/``key_values_of`` map
+        base row positions to encoded keys / key column values."""
+        out = list(self._singles)
+        for table, reinsert, log_index in self._chunks:
+            rows = table.column(ROW_COL).to_numpy().astype(np.int64)
+            keys = dict(zip(rows.tolist(), keys_of(rows), strict=True))
+            muts = delta_rows_to_mutations(self.info, table, keys)
+            re_rows = np.flatnonzero(reinsert)
+            kvs = dict(zip(re_rows.tolist(), key_values_of(rows[re_rows]), strict=True)) if len(re_rows) else {}
+            for j, (_, m) in enumerate(muts):
+                m.log_index = log_index
+                m.reinsert = bool(reinsert[j])
+                m.key_values = kvs.get(j)
+            out.extend(muts)
+        return out
 
 
 def _last_per_group(rows: np.ndarray) -> np.ndarray:

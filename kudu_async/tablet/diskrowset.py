@@ -24,13 +24,14 @@ import pyarrow.ipc as ipc
 from kudu_async.common.errors import KuduCorruption
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import RowSetMetadata
-from kudu_async.tablet.bloom import BloomFilter
+from kudu_async.tablet.bloom import BloomFilter, key_hashes
 from kudu_async.tablet.delta_store import (
     LIVE_COL,
     ROW_COL,
     SEQ_COL,
     DeltaMemStore,
     apply_deltas,
+    delta_rows_to_mutations,
     delta_schema,
     mutations_to_table,
     set_col,
@@ -148,6 +149,89 @@ def _fixed_width_view(keys: pa.Array) -> tuple[np.ndarray | None, int]:
     return np.frombuffer(data, dtype=f"S{width}", count=n, offset=int(offsets[0])), width
 
 
+def _binary_layout(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets as int64, n + 1 of them; data bytes as uint8) of a ``binary`` array, zero-copy where
+    Arrow allows."""
+    n = len(arr)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4).astype(np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
+    return offsets, data
+
+
+def _padded_keys(offsets: np.ndarray, data: np.ndarray, width: int) -> np.ndarray:
+    """Keys as a numpy ``S<width>`` array, NUL-padded (longer keys truncated), built without per-key
+    Python. Padding keeps the order of the keys up to ties between keys that differ only by trailing
+    NUL bytes; callers compare lengths to tell those apart."""
+    n = len(offsets) - 1
+    lens = np.minimum(np.diff(offsets), width)
+    out = np.zeros((n, max(1, width)), dtype=np.uint8)
+    total = int(lens.sum())
+    if total:
+        row = np.repeat(np.arange(n), lens)
+        col = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+        out[row, col] = data[np.repeat(offsets[:-1], lens) + col]
+    return out.view(f"S{max(1, width)}").reshape(n)
+
+
+class KeyBatch:
+    """The encoded keys of one write batch, in the forms the vectorised rowset probes use (each
+    built on first use): key order, bloom hashes, NUL-padded fixed-width numpy views."""
+
+    def __init__(self, keys: list[bytes | None], arr: pa.Array | None = None) -> None:
+        self.keys = keys
+        self.n = len(keys)
+        if arr is None:
+            arr = pa.array(keys, pa.binary())
+        elif not arr.type.equals(pa.binary()):
+            arr = arr.cast(pa.binary())
+        self.arr = arr
+        self.valid = np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        self._offsets, self._data = _binary_layout(arr)
+        self.lengths = np.diff(self._offsets)
+        self._order: np.ndarray | None = None
+        self._sorted: list[bytes] | None = None
+        self._hashes: np.ndarray | None = None
+        self._padded: dict[int, np.ndarray] = {}
+
+    def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
+        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
+        if self._order is None:
+            valid_idx = np.flatnonzero(self.valid)
+            sub = self.arr if len(valid_idx) == self.n else self.arr.take(pa.array(valid_idx))
+            order = valid_idx[pc.sort_indices(sub).to_numpy()]
+            self._order = order
+            self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
+        assert self._sorted is not None
+        a = bisect.bisect_left(self._sorted, lo)
+        b = bisect.bisect_right(self._sorted, hi)
+        return self._order[a:b]
+
+    def hashes(self) -> np.ndarray:
+        if self._hashes is None:
+            if self.valid.all():
+                self._hashes = key_hashes(self.keys)  # type: ignore[arg-type]
+            else:
+                h = np.zeros(self.n, dtype=np.uint64)
+                idx = np.flatnonzero(self.valid)
+                h[idx] = key_hashes(list(map(self.keys.__getitem__, idx.tolist())))  # type: ignore[arg-type]
+                self._hashes = h
+        return self._hashes
+
+    def padded(self, width: int) -> np.ndarray:
+        """Every key NUL-padded (or truncated) to ``width`` bytes as numpy ``S<width>``."""
+        out = self._padded.get(width)
+        if out is None:
+            if self.n and self.valid.all() and (self.lengths == width).all() and self._offsets[0] == 0:
+                out = np.frombuffer(self._data, dtype=f"S{width}", count=self.n)
+            else:
+                out = _padded_keys(self._offsets, self._data, width)
+            self._padded[width] = out
+        return out
+
+
 class _KeyView:
     """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
 
@@ -169,10 +253,11 @@ class DiskRowSet:
         info: SchemaInfo,
         meta: RowSetMetadata,
         bm: BlockManager,
-        latest: dict[int, tuple[int, bool]] | None = None,
+        state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """Open a rowset's files seen through ``info``; ``latest`` reuses the per-row last-change map
-        of the same files opened before (it depends on rows and timestamps, not on the schema)."""
+        """Open a rowset's files seen through ``info``; ``state`` reuses the per-row last-change arrays
+        of the same files opened before (:meth:`state`; they depend on rows and timestamps, not on the
+        schema)."""
         self.info = info
         self.meta = meta
         self.bm = bm
@@ -190,25 +275,43 @@ class DiskRowSet:
         self.delta_tables: list[pa.Table] = [adapt_deltas(info, read_ipc_table(bm.path(b))) for b in meta.delta_blocks]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
-        if latest is not None:
-            self.latest: dict[int, tuple[int, bool]] = dict(latest)
-        else:
-            self.latest = {}
-            for t in self.delta_tables:
-                self._note_latest(t)
+        # Per base row: timestamp of the last change, live now, changed at all (deltas included);
+        # built on first use by a write or a point lookup, then kept current by every mutation.
+        self._state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = (
+            None if state is None else (state[0].copy(), state[1].copy(), state[2].copy())
+        )
+        self._padded: tuple[np.ndarray, np.ndarray | None] | None = None
+        self._padded_too_big = False
         self.busy = False
         self.retired = False
 
-    def _note_latest(self, t: pa.Table) -> None:
-        if t.num_rows == 0:
-            return
-        s = (
-            t.select([ROW_COL, TS_COL, SEQ_COL, LIVE_COL])
-            .sort_by([(TS_COL, "ascending"), (SEQ_COL, "ascending")])
-            .to_pydict()
-        )
-        for r, ts, live in zip(s[ROW_COL], s[TS_COL], s[LIVE_COL], strict=True):
-            self.latest[r] = (ts, live)
+    def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(last-change timestamp int64, live bool, mutated bool) per base row; call under the
+        component lock. Built vectorised from the base timestamps and every delta store."""
+        if self._state is None:
+            n = self.base.num_rows
+            ts = self.base.column(TS_COL).to_numpy().astype(np.int64)
+            live = np.ones(n, dtype=bool)
+            mutated = np.zeros(n, dtype=bool)
+            cols = [ROW_COL, TS_COL, SEQ_COL, LIVE_COL]
+            parts = [t.select(cols) for t in self.delta_tables if t.num_rows]
+            parts += [d.to_table().select(cols) for d in (*self.flushing_dms, self.dms) if len(d)]
+            if parts:
+                d = pa.concat_tables(parts).sort_by(
+                    [(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")]
+                )
+                rows = d.column(ROW_COL).to_numpy().astype(np.int64)
+                last = np.ones(len(rows), dtype=bool)
+                last[:-1] = rows[:-1] != rows[1:]
+                ts[rows[last]] = d.column(TS_COL).to_numpy()[last].astype(np.int64)
+                live[rows[last]] = d.column(LIVE_COL).to_numpy(zero_copy_only=False)[last]
+                mutated[rows] = True
+            self._state = (ts, live, mutated)
+        return self._state
+
+    def built_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`state` if it has been built (for reopening the same files), else None."""
+        return self._state
 
     @property
     def id(self) -> int:
@@ -235,6 +338,10 @@ class DiskRowSet:
         """Position of ``key`` in the base data, by range check, bloom filter and binary search."""
         if not self.may_contain_key(key):
             return None
+        return self._search(key)
+
+    def _search(self, key: bytes) -> int | None:
+        """Binary search of one key in the base data (no range or bloom check)."""
         if self._fixed is not None:
             if len(key) != self._width:
                 return None
@@ -246,6 +353,60 @@ class DiskRowSet:
             return i
         return None
 
+    def _padded_view(self) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The sorted keys as one numpy ``S<width>`` array for ``searchsorted`` plus their lengths
+        (None when every key has that width: the zero-copy fixed-width view). None when padding
+        variable-width keys would take more than ~4x the key column's own memory."""
+        if self._fixed is not None:
+            return self._fixed, None
+        if self._padded is None and not self._padded_too_big:
+            offsets, data = _binary_layout(self.keys)
+            lens = np.diff(offsets)
+            width = int(lens.max()) if len(lens) else 0
+            n = len(lens)
+            if width == 0 or n * width > 4 * (int(lens.sum()) + 4 * n) + (1 << 20):
+                self._padded_too_big = True
+                return None
+            self._padded = (_padded_keys(offsets, data, width), lens)
+        return self._padded
+
+    def find_rows(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:
+        """Positions in the base data of the keys ``kb`` holds at ``rows`` (-1: not in this rowset).
+
+        The vectorised :meth:`find_row`: the caller passes rows whose keys are within [min, max]; a
+        batch bloom probe drops most absent keys, one ``searchsorted`` places the others.
+        """
+        out = np.full(len(rows), -1, dtype=np.int64)
+        if not len(rows) or self.base.num_rows == 0:
+            return out
+        sub = np.flatnonzero(self.bloom.may_contain_hashes(kb.hashes()[rows]))
+        if not len(sub):
+            return out
+        cand = rows[sub]
+        view = self._padded_view()
+        if view is None:
+            for j, r in zip(sub.tolist(), cand.tolist(), strict=True):
+                p = self._search(kb.keys[r])
+                out[j] = -1 if p is None else p
+            return out
+        arr, lens = view
+        width = arr.dtype.itemsize
+        q = kb.padded(width)[cand]
+        qlen = kb.lengths[cand]
+        j = np.searchsorted(arr, q)
+        jc = np.minimum(j, len(arr) - 1)
+        eq = (j < len(arr)) & (arr[jc] == q) & (qlen <= width)
+        if lens is None:
+            exact = eq & (qlen == width)
+        else:
+            exact = eq & (lens[jc] == qlen)
+            ties = np.flatnonzero(eq & ~exact)  # keys equal up to trailing NULs: search exactly
+            for t in ties.tolist():
+                p = self._search(kb.keys[int(cand[t])])  # type: ignore[arg-type]
+                out[sub[t]] = -1 if p is None else p
+        out[sub[exact]] = j[exact]
+        return out
+
     def row_bounds(self, lower: bytes | None, upper: bytes | None, lower_exclusive: bool) -> tuple[int, int]:
         view = _KeyView(self.keys)
         lo = 0
@@ -256,22 +417,49 @@ class DiskRowSet:
 
     def row_latest(self, row: int) -> tuple[int, bool]:
         """(timestamp of the last change, live now) of a base row, deltas included."""
-        muts = self.dms.by_row.get(row)
-        if muts:
-            return muts[-1].ts, muts[-1].live
-        for d in reversed(self.flushing_dms):
-            muts = d.by_row.get(row)
-            if muts:
-                return muts[-1].ts, muts[-1].live
-        hit = self.latest.get(row)
-        if hit is not None:
-            return hit
-        return int(self.base.column(TS_COL)[row].as_py()), True
+        ts, live, _ = self.state()
+        return int(ts[row]), bool(live[row])
+
+    def rows_latest(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`row_latest` of many base rows at once: (timestamps int64, live bool)."""
+        ts, live, _ = self.state()
+        return ts[rows], live[rows]
 
     def mutate(self, row: int, m: Mutation) -> None:
         if self.dms.created_at is None:
             self.dms.created_at = time.monotonic()
         self.dms.add(row, m)
+        if self._state is not None:
+            ts, live, mutated = self._state
+            ts[row], live[row], mutated[row] = m.ts, m.live, True
+
+    def mutate_batch(
+        self, rows: np.ndarray, table: pa.Table, reinsert: np.ndarray, log_index: int, ts: int, nbytes: int
+    ) -> None:
+        """Many mutations of one write batch at once (a :func:`delta_chunk` for base ``rows``, in
+        sequence order)."""
+        if self.dms.created_at is None:
+            self.dms.created_at = time.monotonic()
+        self.dms.add_chunk(table, reinsert, log_index, ts, nbytes)
+        if self._state is not None:
+            st_ts, st_live, mutated = self._state
+            rev = rows[::-1]
+            _, first = np.unique(rev, return_index=True)  # the last mutation of each row
+            last = len(rows) - 1 - first
+            st_ts[rows[last]] = ts
+            st_live[rows[last]] = table.column(LIVE_COL).to_numpy(zero_copy_only=False)[last]
+            mutated[rows] = True
+
+    def dms_mutations(self) -> list[Mutation]:
+        """The active DeltaMemStore's mutations as :class:`Mutation` objects with keys (carry-over)."""
+        key_cols = self.base.select(self.info.key_names)
+
+        def key_values(rows: np.ndarray) -> list[tuple[Any, ...]]:
+            sub = key_cols.take(pa.array(rows))
+            return list(zip(*[c.to_pylist() for c in sub.columns], strict=True))
+
+        muts = self.dms.mutations(lambda rows: self.keys.take(pa.array(rows)).to_pylist(), key_values)
+        return [m for _, m in muts]
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -315,18 +503,16 @@ class DiskRowSet:
         if not snap.is_visible(int(self.base.column(TS_COL)[row].as_py())):
             return None
         values = {i: self.base.column(i)[row].as_py() for i in range(len(self.info.names))}
+        stores = [d for d in (*self.flushing_dms, self.dms) if len(d)]
+        if not (self.delta_tables or stores) or not self.state()[2][row]:
+            return values  # never changed since it was written
         muts: list[Mutation] = []
-        if self.delta_tables and row in self.latest:
-            for t in self.delta_tables:
-                rc = t.column(ROW_COL)
-                sub = t.filter(pc.equal(rc, pa.scalar(row, pa.uint32())))
-                if sub.num_rows:
-                    from kudu_async.tablet.delta_store import delta_rows_to_mutations
-
-                    keys = {row: b""}
-                    muts.extend(m for _, m in delta_rows_to_mutations(self.info, sub, keys))  # type: ignore[arg-type]
-        for d in [*self.flushing_dms, self.dms]:
-            muts.extend(d.by_row.get(row, ()))
+        for t in self.delta_tables:
+            sub = t.filter(pc.equal(t.column(ROW_COL), pa.scalar(row, pa.uint32())))
+            if sub.num_rows:
+                muts.extend(m for _, m in delta_rows_to_mutations(self.info, sub, {row: b""}))
+        for d in stores:
+            muts.extend(d.mutations_of(row))
         muts.sort(key=lambda m: (m.ts, m.seq))
         return apply_mutations(values, muts, snap)
 

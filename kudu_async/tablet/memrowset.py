@@ -1,9 +1,9 @@
 """MemRowSet: the in-memory, key-ordered store that takes new inserts.
 
 Rows are kept as a reference into the Arrow batches they arrived in (inserts never copy values into
-Python objects), indexed by encoded primary key in a ``SortedDict``. Updates, deletes and re-inserts are
-appended to the row's mutation chain with their timestamps; nothing is updated in place. Per-row Python
-is confined here, as the design allows.
+Python objects): a dict from encoded primary key to row number, plus a sorted key index. Updates,
+deletes and re-inserts are appended to the row's mutation chain with their timestamps; nothing is
+updated in place. Per-row Python (mutation chains) is confined here, as the design allows.
 
 Thread-safety: the tablet mutates a MemRowSet only under its component lock; a frozen MemRowSet being
 flushed can still receive mutations (recorded with sequence numbers at or above the freeze point so the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -25,9 +24,6 @@ from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
 ROW_OVERHEAD_BYTES = 250
-_ROWNUM = attrgetter("rownum")
-_INSERT_TS = attrgetter("insert_ts")
-_MUTATIONS = attrgetter("mutations")
 MUTATION_OVERHEAD_BYTES = 120
 
 
@@ -47,6 +43,8 @@ class Mutation:
 
 @dataclass(slots=True)
 class MRSRow:
+    """A view of one MemRowSet row (made on demand by :meth:`MemRowSet.get`)."""
+
     insert_ts: int
     rownum: int
     mutations: list[Mutation] | None = None
@@ -59,12 +57,19 @@ class MRSRow:
 
 
 class MemRowSet:
-    """Encoded key -> row version chain; see the module docstring."""
+    """Encoded key -> row version chain; see the module docstring.
+
+    Per row only a dict entry key -> row number: insert timestamps live in one numpy array indexed
+    by row number and mutation chains in a second dict holding just the rows that have any, so a
+    bulk insert creates no Python object per row.
+    """
 
     def __init__(self, info: SchemaInfo, mrs_id: int) -> None:
         self.info = info
         self.id = mrs_id
-        self.rows: dict[bytes, MRSRow] = {}
+        self.rows: dict[bytes, int] = {}  # key -> row number in the stored batches
+        self._muts: dict[bytes, list[Mutation]] = {}  # mutation chains of the rows that have any
+        self._insert_ts = np.full(1024, -1, dtype=np.int64)  # by row number (-1: not inserted)
         self._index = SortedList()
         self._pending: list[bytes] = []  # inserted keys not yet in the sorted index (bulk-merged lazily)
         self._batches: list[pa.RecordBatch] = []
@@ -95,6 +100,10 @@ class MemRowSet:
         base = self._num_stored
         self._batches.append(batch)
         self._num_stored += batch.num_rows
+        if self._num_stored > len(self._insert_ts):
+            grown = np.full(max(self._num_stored, 2 * len(self._insert_ts)), -1, dtype=np.int64)
+            grown[: len(self._insert_ts)] = self._insert_ts
+            self._insert_ts = grown
         self._mem += batch.nbytes
         self._table = None
         return base
@@ -107,26 +116,48 @@ class MemRowSet:
         return self._index
 
     def insert(self, key: bytes, rownum: int, ts: int, log_index: int) -> None:
-        self.rows[key] = MRSRow(ts, rownum)
+        self.rows[key] = rownum
+        self._insert_ts[rownum] = ts
         self._pending.append(key)
         self._mem += ROW_OVERHEAD_BYTES + len(key)
         self._note(ts, log_index)
 
-    def insert_many(self, keys: list[bytes], rownums: range, ts: int, log_index: int) -> None:
-        """Insert new keys in bulk (the common all-insert batch): one C-level dict update."""
-        self.rows.update(zip(keys, [MRSRow(ts, rn) for rn in rownums], strict=True))
+    def insert_many(self, keys: list[bytes], rownums: range | list[int], ts: int, log_index: int) -> None:
+        """Insert new keys in bulk (the common all-insert batch): C-level dict and numpy updates."""
+        self.rows.update(zip(keys, rownums, strict=True))
+        if isinstance(rownums, range) and rownums.step == 1:
+            self._insert_ts[rownums.start : rownums.stop] = ts
+        else:
+            self._insert_ts[np.asarray(rownums, dtype=np.int64)] = ts
         self._pending.extend(keys)
         self._mem += len(keys) * ROW_OVERHEAD_BYTES + sum(map(len, keys))
         self._note(ts, log_index)
 
     def get(self, key: bytes) -> MRSRow | None:
-        return self.rows.get(key)
+        rownum = self.rows.get(key)
+        if rownum is None:
+            return None
+        return MRSRow(int(self._insert_ts[rownum]), rownum, self._muts.get(key))
+
+    def latest_of(self, keys: list[bytes], rownums: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(timestamp of the last change, live now) of many rows this MemRowSet holds."""
+        ts = self._insert_ts[np.asarray(rownums, dtype=np.int64)]
+        live = np.ones(len(keys), dtype=bool)
+        if self._muts:
+            chains = list(map(self._muts.get, keys))
+            for j in np.flatnonzero(np.fromiter(map(bool, chains), dtype=bool, count=len(keys))).tolist():
+                last = chains[j][-1]  # type: ignore[index]
+                ts[j], live[j] = last.ts, last.live
+        return ts, live
 
     def mutate(self, row: MRSRow, m: Mutation) -> None:
-        if row.mutations is None:
-            row.mutations = [m]
+        """Append ``m`` to the chain of ``row`` (a view from :meth:`get`; ``m.key`` is its key)."""
+        chain = self._muts.get(m.key)
+        if chain is None:
+            chain = self._muts[m.key] = [m]
         else:
-            row.mutations.append(m)
+            chain.append(m)
+        row.mutations = chain
         self._mem += MUTATION_OVERHEAD_BYTES + (len(m.changes) * 16 if m.changes else 0)
         self._note(m.ts, m.log_index)
 
@@ -153,6 +184,13 @@ class MemRowSet:
         values = {i: tbl.column(i)[row.rownum].as_py() for i in range(len(self.info.names))}
         return apply_mutations(values, row.mutations, snap)
 
+    def _chains(self, keys: list[bytes]) -> tuple[np.ndarray, list[list[Mutation] | None]]:
+        """Positions in ``keys`` of the rows with a mutation chain, and every key's chain (or None)."""
+        if not self._muts:
+            return np.zeros(0, dtype=np.int64), []
+        chains = list(map(self._muts.get, keys))
+        return np.flatnonzero(np.fromiter(map(bool, chains), dtype=bool, count=len(keys))), chains
+
     def materialize(
         self,
         snap: MvccSnapshot,
@@ -169,17 +207,16 @@ class MemRowSet:
         lo = 0 if lower is None else (index.bisect_right if lower_exclusive else index.bisect_left)(lower)
         hi = len(index) if upper is None else index.bisect_left(upper)
         keys: list[bytes] = index[lo:hi] if hi > lo else []
-        rows = list(map(self.rows.__getitem__, keys))
-        n = len(rows)
-        rownums = np.fromiter(map(_ROWNUM, rows), dtype=np.int64, count=n)
-        tss = np.fromiter(map(_INSERT_TS, rows), dtype=np.uint64, count=n)
+        n = len(keys)
+        rownums = np.fromiter(map(self.rows.__getitem__, keys), dtype=np.int64, count=n)
+        tss = self._insert_ts[rownums].astype(np.uint64)
         keep = snap.visible_mask(pa.array(tss)).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
         patched: list[tuple[int, dict[int, Any]]] = []
-        muts_of = list(map(_MUTATIONS, rows))
-        for j in [j for j, m in enumerate(muts_of) if m]:  # per-row Python only for mutated rows
+        mutated, chains = self._chains(keys)
+        for j in mutated.tolist():  # per-row Python only for mutated rows
             if not keep[j]:
                 continue
-            visible = [m for m in muts_of[j] if snap.is_visible(m.ts)]
+            visible = [m for m in chains[j] if snap.is_visible(m.ts)]
             if not visible:
                 continue
             base = {i: self.table().column(i)[int(rownums[j])].as_py() for i in range(len(self.info.names))}
@@ -210,21 +247,20 @@ class MemRowSet:
         sequence number below ``max_seq`` is returned with the row's position in the base table.
         """
         keys = list(self.sorted_keys())
-        ordered = [self.rows[k] for k in keys]
-        take_idx = np.fromiter((r.rownum for r in ordered), dtype=np.int64, count=len(ordered))
-        tss = np.fromiter((r.insert_ts for r in ordered), dtype=np.uint64, count=len(ordered))
+        take_idx = np.fromiter(map(self.rows.__getitem__, keys), dtype=np.int64, count=len(keys))
+        tss = self._insert_ts[take_idx].astype(np.uint64)
         tbl = self.table().take(pa.array(take_idx))
         tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         deltas: list[tuple[int, Mutation]] = []
-        for pos, row in enumerate(ordered):
-            if row.mutations:
-                deltas.extend((pos, m) for m in row.mutations if m.seq < max_seq)
+        mutated, chains = self._chains(keys)
+        for pos in mutated.tolist():
+            deltas.extend((pos, m) for m in chains[pos] if m.seq < max_seq)
         return tbl.combine_chunks(), deltas
 
     def mutations_since(self, min_seq: int) -> list[Mutation]:
         """Mutations applied after a freeze point, in application order (for carry-over)."""
-        out = [m for row in self.rows.values() if row.mutations for m in row.mutations if m.seq >= min_seq]
+        out = [m for chain in self._muts.values() for m in chain if m.seq >= min_seq]
         out.sort(key=lambda m: m.seq)
         return out
 

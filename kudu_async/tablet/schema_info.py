@@ -77,8 +77,12 @@ class SchemaInfo:
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> list[bytes]:
         """Order-preserving encoded primary keys of every row, via common.key_encoding."""
+        return self.encode_keys_array(batch).to_pylist()
+
+    def encode_keys_array(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
+        """:meth:`encode_keys` as an Arrow binary array."""
         encoded: pa.Array = _key_encoding().encode_keys(self.schema, batch)
-        return encoded.to_pylist()
+        return encoded
 
     def encode_key(self, values: Any) -> bytes:
         key: bytes = _key_encoding().encode_key(self.schema, values)

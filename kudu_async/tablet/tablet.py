@@ -33,9 +33,11 @@ from __future__ import annotations
 import bisect
 import importlib
 import itertools
+import operator
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,10 +61,11 @@ from kudu_async.fs.tablet_metadata import (
     write_tablet_metadata,
 )
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
-from kudu_async.tablet.delta_store import DeltaMemStore
+from kudu_async.tablet.delta_store import DeltaMemStore, delta_chunk
 from kudu_async.tablet.diskrowset import (
     TARGET_ROWSET_BYTES,
     DiskRowSet,
+    KeyBatch,
     _KeyView,
     read_ipc_table,
     write_delta_block,
@@ -79,6 +82,10 @@ READ_AT_SNAPSHOT = "READ_AT_SNAPSHOT"
 
 _INSERT, _UPDATE, _DELETE = 1, 2, 3
 _IGNORE_OPS = {OpType.INSERT_IGNORE, OpType.UPDATE_IGNORE, OpType.DELETE_IGNORE, OpType.UPSERT_IGNORE}
+_VALID_OPS = np.array([int(t) for t in OpType], dtype=np.int64)
+_INSERT_OPS = np.array([OpType.INSERT, OpType.INSERT_IGNORE], dtype=np.int64)
+_UPSERT_OPS = np.array([OpType.UPSERT, OpType.UPSERT_IGNORE], dtype=np.int64)
+_UPDATE_OPS = np.array([OpType.UPDATE, OpType.UPDATE_IGNORE], dtype=np.int64)
 
 
 @dataclass
@@ -114,6 +121,27 @@ class ScanSpec:
 
 
 @dataclass
+class WritePlan:
+    """What :meth:`Tablet.prepare_write` decided for every row of a batch, column-wise.
+
+    ``kind[i]`` is ``_INSERT``/``_UPDATE``/``_DELETE``, or 0 for a row with no effect (an error, an
+    ignored op, a replayed row already durable). ``store[i]`` indexes ``stores``, the rowset that held
+    the row's key when decided (-1: none; ``pos[i]`` is the position in a DiskRowSet's base data).
+    ``chained[i]`` (None when no key repeats in the batch) marks a row whose key an earlier row of the
+    same batch already acts on: its target is wherever that earlier action left the key.
+    """
+
+    kind: np.ndarray
+    store: np.ndarray
+    pos: np.ndarray
+    stores: list[Any]
+    chained: np.ndarray | None = None
+
+    def num_actions(self) -> int:
+        return int(np.count_nonzero(self.kind))
+
+
+@dataclass
 class PreparedWrite:
     """The outcome of :meth:`Tablet.prepare_write`; pass it to apply_write or abort_write."""
 
@@ -121,7 +149,7 @@ class PreparedWrite:
     timestamp: int
     owner: int
     keys: list[bytes | None]
-    actions: list[tuple[int, bytes, int, Any, Any]]  # (row index, key, _INSERT/_UPDATE/_DELETE, location)
+    plan: WritePlan
     errors: list[RowError]
     ignored: int
     locked: list[bytes]
@@ -247,7 +275,7 @@ class Tablet:
         self.mvcc = MvccManager()
         self.locks = LockManager()
         self._lock = threading.RLock()
-        self._seq = itertools.count(1)
+        self._next_seq = 1  # application order of mutations (taken under the component lock)
         self._owner = itertools.count(1)
         self._mrs_ids = itertools.count(1)
         self._next_rowset_id = meta.next_rowset_id
@@ -362,15 +390,17 @@ class Tablet:
         )
         if len(op_types) != n:
             raise KuduInvalidArgument(f"{len(op_types)} op types for {n} rows")
-        bad = set(op_types.tolist()) - {int(t) for t in OpType}
-        if bad:
+        if not np.isin(op_types, _VALID_OPS).all():
+            bad = set(op_types.tolist()) - {int(t) for t in OpType}
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         errors: dict[int, RowError] = {}
         rows = self._validate_rows(info, rows, op_types, errors)
-        keys = self._encode_keys_checked(info, rows, errors)
+        keys, keys_arr = self._encode_keys_checked(info, rows, errors)
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
-        locked = [k for k in dict.fromkeys(k for k in keys if k is not None)]
+        distinct = dict.fromkeys(keys)
+        distinct.pop(None, None)
+        locked: list[bytes] = list(distinct)  # type: ignore[arg-type]
         self.locks.acquire(
             locked, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         )
@@ -381,8 +411,8 @@ class Tablet:
                         f"tablet {self.tablet_id}: schema changed to version {self.schema_version} while "
                         f"preparing a write for version {version}"
                     )
-                actions, ignored = self._decide(
-                    rows, op_types, op.set_columns, keys, errors, timestamp, replay
+                plan, ignored = self._decide(
+                    op_types, keys, keys_arr, errors, timestamp, replay, distinct=len(locked) == n
                 )
             self.mvcc.start_op(timestamp)
         except BaseException:
@@ -393,7 +423,7 @@ class Tablet:
             timestamp=timestamp,
             owner=owner,
             keys=keys,
-            actions=actions,
+            plan=plan,
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
             locked=locked,
@@ -429,14 +459,16 @@ class Tablet:
 
     def _encode_keys_checked(
         self, info: SchemaInfo, rows: pa.RecordBatch, errors: dict[int, RowError]
-    ) -> list[bytes | None]:
+    ) -> tuple[list[bytes | None], pa.Array | None]:
+        """Encoded keys (None for invalid rows), and as an Arrow array when every row has one."""
         null_mask = None
         for name in info.key_names:
             m = pc.is_null(rows.column(name))
             null_mask = m if null_mask is None else pc.or_(null_mask, m)
         has_nulls = null_mask is not None and pc.any(null_mask).as_py()
         if not has_nulls and not errors:
-            return list(info.encode_keys(rows))
+            arr = info.encode_keys_array(rows)
+            return arr.to_pylist(), arr
         bad = (
             null_mask.to_numpy(zero_copy_only=False).copy()
             if has_nulls and null_mask is not None
@@ -450,7 +482,7 @@ class Tablet:
         out: list[bytes | None] = [None] * rows.num_rows
         for gi, k in zip(good.tolist(), enc, strict=True):
             out[gi] = k
-        return out
+        return out, None
 
     def _check_nulls(
         self,
@@ -476,11 +508,11 @@ class Tablet:
                 )
 
     def _candidate_drs(self, keys: list[bytes | None]) -> list[DiskRowSet]:
-        present = [k for k in keys if k is not None]
+        present = [k for k in keys if k is not None] if None in keys else keys
         if not present or not self._drs:
             return []
-        lo, hi = min(present), max(present)
-        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]
+        lo, hi = min(present), max(present)  # type: ignore[type-var]
+        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]  # type: ignore[operator]
 
     def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
         """Where ``key`` lives: (MemRowSet, MRSRow) or (DiskRowSet, row position) or None."""
@@ -497,103 +529,200 @@ class Tablet:
                 return d, pos
         return None
 
-    @staticmethod
-    def _loc_latest(loc: tuple[Any, Any] | None) -> tuple[int, bool]:
-        if loc is None:
-            return -1, False
-        store, ref = loc
-        if isinstance(ref, MRSRow):
-            return ref.max_ts(), ref.latest_live()
-        return store.row_latest(ref)
+    def _locate_batch(
+        self,
+        keys: list[bytes | None],
+        keys_arr: pa.Array | None,
+        want: np.ndarray,
+        drs: list[DiskRowSet] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
+        """:meth:`_locate` plus the key's last change for every row in ``want``, vectorised.
+
+        Returns (store index into the returned rowset list or -1, DiskRowSet position or -1,
+        last-change timestamp or -1, live). MemRowSets are probed with C-level dict lookups; each
+        DiskRowSet whose key range meets the batch takes the rows in its range (bisect on the sorted
+        batch keys), drops most absent ones with a batch bloom probe and places the rest with one
+        ``searchsorted``. A key lives in one rowset only, so a row found once is not probed again.
+        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them.
+        """
+        n = len(keys)
+        store = np.full(n, -1, dtype=np.int32)
+        pos = np.full(n, -1, dtype=np.int64)
+        latest = np.full(n, -1, dtype=np.int64)
+        live = np.zeros(n, dtype=bool)
+        stores: list[Any] = []
+        todo = want.copy()
+        for m in (self._mrs, *self._flushing_mrs):
+            if not len(m) or m.rows.keys().isdisjoint(keys):
+                continue
+            found = list(map(m.rows.get, keys))  # type: ignore[arg-type]
+            hit = np.fromiter(map(operator.is_not, found, itertools.repeat(None)), dtype=bool, count=n) & todo
+            idx = np.flatnonzero(hit)
+            if not len(idx):
+                continue
+            store[idx] = len(stores)
+            stores.append(m)
+            il = idx.tolist()
+            latest[idx], live[idx] = m.latest_of(
+                list(map(keys.__getitem__, il)), list(map(found.__getitem__, il))  # type: ignore[arg-type]
+            )
+            todo[idx] = False
+        if not todo.any():
+            drs = []
+        elif drs is None:
+            drs = self._candidate_drs(keys)
+        if drs:
+            kb = KeyBatch(keys, keys_arr)
+            for d in drs:
+                cand = kb.rows_in_range(d.min_key, d.max_key)
+                cand = cand[todo[cand]]
+                if not len(cand):
+                    continue
+                p = d.find_rows(kb, cand)
+                hit = p >= 0
+                if not hit.any():
+                    continue
+                idx, pp = cand[hit], p[hit]
+                store[idx] = len(stores)
+                stores.append(d)
+                pos[idx] = pp
+                latest[idx], live[idx] = d.rows_latest(pp)
+                todo[idx] = False
+        return store, pos, latest, live, stores
 
     def _decide(
         self,
-        rows: pa.RecordBatch,
         op_types: np.ndarray,
-        set_columns: np.ndarray | None,
         keys: list[bytes | None],
+        keys_arr: pa.Array | None,
         errors: dict[int, RowError],
         ts: int,
         replay: bool,
-    ) -> tuple[list[tuple[int, bytes, int, Any, Any]], int]:
+        distinct: bool = False,
+    ) -> tuple[WritePlan, int]:
+        """Every row's outcome, vectorised: locate all keys at once, then decide by op type and the
+        key's liveness. Rows whose key repeats in the batch are decided in order (each sees the effect
+        of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
+        effect is already in durable files). ``distinct``: the caller knows every row has a key and
+        no key repeats."""
+        n = len(keys)
         drs = self._candidate_drs(keys)
-        if not drs and not replay and not errors and self._all_fresh_inserts(op_types, keys):
-            return [(i, k, _INSERT, None, None) for i, k in enumerate(keys)], 0  # type: ignore[misc]
-        overlay: dict[bytes, bool] = {}
-        locs: dict[bytes, Any] = {}
-        skipped: set[bytes] = set()
-        actions: list[tuple[int, bytes, int, Any, Any]] = []
+        if not errors and not drs and self._all_fresh_inserts(op_types, keys, distinct):
+            # Nothing holds any key: no errors, and nothing replay could skip.
+            return WritePlan(
+                np.full(n, _INSERT, dtype=np.int8), np.full(n, -1, dtype=np.int32),
+                np.full(n, -1, dtype=np.int64), [],
+            ), 0
+        valid = np.ones(n, dtype=bool)
+        if errors:
+            valid[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
+        store, pos, latest, live, stores = self._locate_batch(keys, keys_arr, valid, drs)
+        act = valid
+        if replay:
+            act = act & ~((store >= 0) & (latest >= ts))
+        vkeys = keys if valid.all() else list(itertools.compress(keys, valid))
+        dup: np.ndarray | None = None
+        if not distinct and len(set(vkeys)) != len(vkeys):
+            counts = Counter(vkeys)
+            dup = np.zeros(n, dtype=bool)
+            many = np.fromiter(map(counts.__getitem__, vkeys), dtype=np.int64, count=len(vkeys)) > 1
+            dup[np.flatnonzero(valid)[many]] = True
+        single = act if dup is None else act & ~dup
+        t = op_types
+        ins, ups, upd = np.isin(t, _INSERT_OPS), np.isin(t, _UPSERT_OPS), np.isin(t, _UPDATE_OPS)
+        dele = ~(ins | ups | upd)
+        kind = np.zeros(n, dtype=np.int8)
+        kind[single & ((ins | ups) & ~live)] = _INSERT
+        kind[single & ((ups | upd) & live)] = _UPDATE
+        kind[single & dele & live] = _DELETE
+        for i in np.flatnonzero(single & (t == OpType.INSERT) & live).tolist():
+            errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
+        for i in np.flatnonzero(single & ((t == OpType.UPDATE) | (t == OpType.DELETE)) & ~live).tolist():
+            errors[i] = RowError(i, "NOT_FOUND", "key not found")
+        ignored = int(
+            np.count_nonzero(
+                single
+                & (((t == OpType.INSERT_IGNORE) & live)
+                   | (((t == OpType.UPDATE_IGNORE) | (t == OpType.DELETE_IGNORE)) & ~live))
+            )
+        )
+        chained: np.ndarray | None = None
+        if dup is not None:
+            chained = np.zeros(n, dtype=bool)
+            ignored += self._decide_in_order(np.flatnonzero(act & dup), t, keys, live, kind, chained, errors)
+        return WritePlan(kind, store, pos, stores, chained), ignored
+
+    @staticmethod
+    def _decide_in_order(
+        rows: np.ndarray,
+        op_types: np.ndarray,
+        keys: list[bytes | None],
+        live: np.ndarray,
+        kind: np.ndarray,
+        chained: np.ndarray,
+        errors: dict[int, RowError],
+    ) -> int:
+        """Rows whose key repeats in the batch, one by one in row order (only these loop in Python)."""
+        overlay: dict[bytes | None, bool] = {}
+        touched: set[bytes | None] = set()
         ignored = 0
-        pyrows: dict[str, list[Any]] | None = None
-        for i, (t, key) in enumerate(zip(op_types.tolist(), keys, strict=True)):
-            if key is None or i in errors:
-                continue
-            if key in skipped:
-                continue
-            if key in overlay:
-                live = overlay[key]
-            else:
-                loc = self._locate(key, drs)
-                locs[key] = loc
-                latest_ts, live = self._loc_latest(loc)
-                if replay and latest_ts >= ts:
-                    skipped.add(key)  # this op's effect on the key is already in durable files
-                    continue
+        for i in rows.tolist():
+            key, t = keys[i], int(op_types[i])
+            cur = overlay.get(key)
+            if cur is None:
+                cur = bool(live[i])
             if t in (OpType.INSERT, OpType.INSERT_IGNORE):
-                if live:
+                if cur:
                     if t == OpType.INSERT:
                         errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
                     else:
                         ignored += 1
                     continue
-                actions.append((i, key, _INSERT, None, locs[key]))
+                k = _INSERT
                 overlay[key] = True
             elif t in (OpType.UPSERT, OpType.UPSERT_IGNORE):
-                if live:
-                    if pyrows is None:
-                        pyrows = rows.to_pydict()
-                    actions.append((i, key, _UPDATE, self._changes(pyrows, i, set_columns), locs[key]))
-                else:
-                    actions.append((i, key, _INSERT, None, locs[key]))
+                k = _UPDATE if cur else _INSERT
                 overlay[key] = True
             elif t in (OpType.UPDATE, OpType.UPDATE_IGNORE):
-                if not live:
+                if not cur:
                     if t == OpType.UPDATE:
                         errors[i] = RowError(i, "NOT_FOUND", "key not found")
                     else:
                         ignored += 1
                     continue
-                if pyrows is None:
-                    pyrows = rows.to_pydict()
-                actions.append((i, key, _UPDATE, self._changes(pyrows, i, set_columns), locs[key]))
+                k = _UPDATE
             else:  # DELETE, DELETE_IGNORE
-                if not live:
+                if not cur:
                     if t == OpType.DELETE:
                         errors[i] = RowError(i, "NOT_FOUND", "key not found")
                     else:
                         ignored += 1
                     continue
-                actions.append((i, key, _DELETE, None, locs[key]))
+                k = _DELETE
                 overlay[key] = False
-        return actions, ignored
+            kind[i] = k
+            if key in touched:
+                chained[i] = True
+            else:
+                touched.add(key)
+        return ignored
 
     _INSERTISH = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
 
-    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None]) -> bool:
-        """Fast path: only insert-like rows, distinct keys, none present in a MemRowSet."""
-        if not np.isin(op_types, self._INSERTISH).all() or len(set(keys)) != len(keys):
+    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None], distinct: bool = False) -> bool:
+        """Fast path: only insert-like rows, distinct keys, none in a MemRowSet (the caller has checked
+        that no DiskRowSet's key range meets the batch's)."""
+        if not np.isin(op_types, self._INSERTISH).all():
+            return False
+        if not distinct and len(set(keys)) != len(keys):
             return False
         return all(m.rows.keys().isdisjoint(keys) for m in [self._mrs, *self._flushing_mrs])
 
-    def _changes(
-        self, pyrows: dict[str, list[Any]], i: int, set_columns: np.ndarray | None
-    ) -> dict[int, Any]:
-        names = self.info.names
-        return {
-            c: pyrows[names[c]][i]
-            for c in self.info.value_indices
-            if set_columns is None or set_columns[i, c]
-        }
+    def _take_seqs(self, n: int) -> int:
+        """Reserve ``n`` consecutive mutation sequence numbers; call under the component lock."""
+        first = self._next_seq
+        self._next_seq += n
+        return first
 
     def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
@@ -621,57 +750,120 @@ class Tablet:
         return res
 
     def _apply_locked(self, prepared: PreparedWrite, log_index: int, res: WriteResult) -> None:
+        """Apply the plan: new keys go to the MemRowSet in one bulk insert, mutations of keys held by
+        a MemRowSet join their rows' chains, and those of DiskRowSet rows go to each rowset's
+        DeltaMemStore. Mutations take sequence numbers in row order, so repeated keys apply in order.
+        """
         ts = prepared.timestamp
         rows = prepared.op.rows
-        base_rownum: int | None = None
-        pyrows: dict[str, list[Any]] | None = None
-        locs: dict[bytes, Any] = {}
-        acts = prepared.actions
+        plan = prepared.plan
+        keys = prepared.keys
+        act = np.flatnonzero(plan.kind)
+        if not len(act):
+            return
+        kind = plan.kind[act]
+        store = plan.store[act]
+        chained = np.zeros(len(act), dtype=bool) if plan.chained is None else plan.chained[act]
         if (
-            acts
-            and all(a[2] == _INSERT and a[4] is None for a in acts)
-            and len(acts) == rows.num_rows
+            len(act) == rows.num_rows
+            and not (store >= 0).any()
+            and not chained.any()
             and not self._mrs.retired
         ):
             base = self._mrs.add_batch(rows)
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
-            self._mrs.insert_many([a[1] for a in acts], range(base, base + len(acts)), ts, log_index)
-            res.inserted += len(acts)
+            self._mrs.insert_many(keys, range(base, base + len(act)), ts, log_index)  # type: ignore[arg-type]
+            res.inserted += len(act)
             return
-        for i, key, kind, changes, prepared_loc in acts:
-            loc = locs.get(key, prepared_loc)
-            if loc is not None and loc[0].retired:
-                loc = self._locate(key)
-            if kind == _INSERT:
-                if loc is None:
-                    if base_rownum is None:
-                        base_rownum = self._mrs.add_batch(rows)
-                        if self._mrs.created_at is None:
-                            self._mrs.created_at = time.monotonic()
-                    self._mrs.insert(key, base_rownum + i, ts, log_index)
-                    locs[key] = (self._mrs, self._mrs.get(key))
-                else:
-                    if pyrows is None:
-                        pyrows = rows.to_pydict()
-                    vals = {c: pyrows[self.info.names[c]][i] for c in self.info.value_indices}
-                    kv = tuple(pyrows[n][i] for n in self.info.key_names)
-                    self._mutate(
-                        loc,
-                        Mutation(
-                            ts, next(self._seq), True, vals, log_index, key, reinsert=True, key_values=kv
-                        ),
-                    )
-                    locs[key] = loc
-                res.inserted += 1
-            elif kind == _UPDATE:
-                self._mutate(loc, Mutation(ts, next(self._seq), True, changes, log_index, key))
-                locs[key] = loc
-                res.updated += 1
+        pos = plan.pos[act]
+        stores = list(plan.stores)
+        gone = [sid for sid, st in enumerate(stores) if st.retired]
+        if gone:
+            # Flushed or compacted since prepare (the row locks kept the keys' content): find them again.
+            moved = np.flatnonzero(np.isin(store, gone))
+            mkeys = list(map(keys.__getitem__, act[moved].tolist()))
+            st2, pos2, _, _, stores2 = self._locate_batch(mkeys, None, np.ones(len(mkeys), dtype=bool))
+            store = store.copy()
+            pos = pos.copy()
+            store[moved] = np.where(st2 >= 0, st2 + len(stores), -1)
+            pos[moved] = pos2
+            stores.extend(stores2)
+        seqs = self._take_seqs(len(act)) + np.arange(len(act), dtype=np.int64)
+        # New keys: no rowset holds them and no earlier row of this batch acted on them.
+        fresh = np.flatnonzero((store < 0) & ~chained)
+        if len(fresh):
+            base = self._mrs.add_batch(rows)
+            if self._mrs.created_at is None:
+                self._mrs.created_at = time.monotonic()
+            fr = act[fresh]
+            self._mrs.insert_many(
+                list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index  # type: ignore[arg-type]
+            )
+        # Everything else mutates an existing row (keys created by this batch live in self._mrs):
+        # column-wise per DiskRowSet, row by row into MemRowSet mutation chains.
+        targets = [self._mrs, *stores]
+        rest = np.flatnonzero((store >= 0) | chained)
+        tids = store[rest] + 1
+        for tid in np.unique(tids).tolist():
+            sel = rest[tids == tid]
+            target = targets[tid]
+            if isinstance(target, DiskRowSet):
+                self._mutate_drs(target, prepared, log_index, act[sel], kind[sel], pos[sel], seqs[sel])
             else:
-                self._mutate(loc, Mutation(ts, next(self._seq), False, None, log_index, key))
-                locs[key] = loc
-                res.deleted += 1
+                self._mutate_rows(target, prepared, log_index, act[sel], kind[sel], seqs[sel])
+        res.inserted += int(np.count_nonzero(kind == _INSERT))
+        res.updated += int(np.count_nonzero(kind == _UPDATE))
+        res.deleted += int(np.count_nonzero(kind == _DELETE))
+
+    def _mutate_drs(
+        self,
+        d: DiskRowSet,
+        prepared: PreparedWrite,
+        log_index: int,
+        rows_idx: np.ndarray,
+        kinds: np.ndarray,
+        positions: np.ndarray,
+        seqs: np.ndarray,
+    ) -> None:
+        """Re-inserts, updates and deletes of one DiskRowSet's rows as one delta chunk."""
+        reinsert = kinds == _INSERT
+        table, nbytes = delta_chunk(
+            self.info, prepared.op.rows, rows_idx, positions, kinds != _DELETE, reinsert,
+            prepared.op.set_columns, prepared.timestamp, seqs,
+        )
+        d.mutate_batch(positions, table, reinsert, log_index, prepared.timestamp, nbytes)
+
+    def _mutate_rows(
+        self,
+        mrs: MemRowSet,
+        prepared: PreparedWrite,
+        log_index: int,
+        rows_idx: np.ndarray,
+        kinds: np.ndarray,
+        seqs: np.ndarray,
+    ) -> None:
+        """Re-inserts, updates and deletes of MemRowSet rows, appended to each row's mutation chain."""
+        info = self.info
+        set_columns = prepared.op.set_columns
+        ts = prepared.timestamp
+        sub = prepared.op.rows.take(pa.array(rows_idx))
+        cols = [sub.column(c).to_pylist() for c in range(len(info.names))]
+        nk = info.num_key_columns
+        value_idx = info.value_indices
+        keys = prepared.keys
+        for j, (i, k, seq) in enumerate(zip(rows_idx.tolist(), kinds.tolist(), seqs.tolist(), strict=True)):
+            key = keys[i]
+            if k == _INSERT:
+                vals = {c: cols[c][j] for c in value_idx}
+                kv = tuple(cols[c][j] for c in range(nk))
+                m = Mutation(ts, seq, True, vals, log_index, key, reinsert=True, key_values=kv)
+            elif k == _UPDATE:
+                changes = {c: cols[c][j] for c in value_idx if set_columns is None or set_columns[i, c]}
+                m = Mutation(ts, seq, True, changes, log_index, key)
+            else:
+                m = Mutation(ts, seq, False, None, log_index, key)
+            mrs.mutate(mrs.get(key), m)  # type: ignore[arg-type]
 
     @staticmethod
     def _mutate(loc: Any, m: Mutation) -> None:
@@ -963,7 +1155,7 @@ class Tablet:
             else:
                 return False
             self._mrs_flush_running = True
-            freeze_seq = next(self._seq)
+            freeze_seq = self._take_seqs(1)
             first_id = self._next_rowset_id
             self._next_rowset_id += 1000
         new_ids: list[str] = []
@@ -1017,7 +1209,6 @@ class Tablet:
             table = read_ipc_table(self.bm.path(block))
             with self._lock:
                 d.delta_tables.append(table)
-                d._note_latest(table)
                 d.meta.delta_blocks.append(block)
                 d.flushing_dms.remove(frozen)
                 self._write_metadata_locked()
@@ -1107,7 +1298,7 @@ class Tablet:
             written = self._blocks_bytes(new_ids)
             outputs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
             with self._lock:
-                late = sorted((m for d in inputs for _, m in d.dms.items), key=lambda m: m.seq)
+                late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
                 self._write_metadata_locked(
                     [*(d for d in self._drs if d not in inputs), *outputs], drop_frozen_of=inputs
                 )
@@ -1182,7 +1373,7 @@ class Tablet:
                     old_drs = list(self._drs)
                 # Files are re-read outside the component lock: only this thread (holding the
                 # maintenance lock) changes the rowset list or their files.
-                new_drs = [DiskRowSet(new_info, d.meta, self.bm, latest=d.latest) for d in old_drs]
+                new_drs = [DiskRowSet(new_info, d.meta, self.bm, state=d.built_state()) for d in old_drs]
                 with self._lock:
                     if self._drs != old_drs or self._dirty_locked():
                         continue  # a write for the old schema was applied meanwhile: flush it too

@@ -6,12 +6,25 @@
 maintenance manager flushing in a worker thread; (b) point lookups p50/p99, half on flushed data;
 (c) full scan, predicate on a non-key column, 2 of 4 columns projected; (d) the same with 10% of rows
 updated and not compacted; (e) peak RSS; and the same scan with plain pyarrow over one Parquet file.
+
+    python scripts/bench/tablet.py --ops [--rows 400000] [--batch 20000] [--rowset-mb 4]
+
+Write paths on one Tablet whose rows are already flushed to DiskRowSets (bulk-load shaped batches,
+no maintenance thread): ``--rows`` even keys are inserted and flushed, then rows/s of (i) inserts of
+fresh keys interleaved with the flushed ones (odd keys, so every batch overlaps the DiskRowSets' key
+ranges) and of fresh keys above them, (ii) upserts of existing keys, (iii) updates of one column of
+existing keys, (iv) deletes of existing keys, (v) re-inserts of the deleted keys, each in ``--batch``-row
+batches, half through ``Tablet.write`` (leader) and half through ``prepare_write(replay=True)`` +
+``apply_write`` (how a follower applies replicated writes). Rates are rows per CPU second of the
+process (the host is shared; wall time is printed too).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import random
 import resource
 import shutil
@@ -120,15 +133,100 @@ def timed_scan(tablet: Tablet) -> tuple[float, int]:
     return time.perf_counter() - start, n
 
 
+def ops_bench(args: argparse.Namespace) -> None:
+    """See ``--ops`` in the module docstring."""
+    root = args.dir or tempfile.mkdtemp(prefix="kudu-bench-tablet-ops-")
+    schema = make_schema()
+    arrow = schema.to_arrow()
+    opts = TabletOptions(sync=args.sync, target_rowset_bytes=args.rowset_mb << 20)
+    clock = HybridClock()
+    tablet = Tablet.create(os.path.join(root, "tablet"), schema, tablet_id="ops", options=opts, clock=clock)
+    rng = np.random.default_rng(1)
+    n, bs = args.rows, args.batch
+    prof = cProfile.Profile() if args.profile else None
+    index = 0
+
+    def batch_of(keys: np.ndarray) -> pa.RecordBatch:
+        m = len(keys)
+        strs = pa.array([f"{k:020d}" for k in keys.tolist()], pa.string())
+        return pa.record_batch(
+            [pa.array(keys), pa.array(rng.integers(0, 1000, m, dtype=np.int32)), pa.array(rng.random(m)), strs],
+            schema=arrow,
+        )
+
+    def run(name: str, op_type: int, keys: np.ndarray, set_cols: np.ndarray | None = None) -> float:
+        """Leader path (``write``) and, for the second half of ``keys``, the follower path (prepare
+        with ``replay=True`` then apply, as tablet_replica applies replicated entries)."""
+        nonlocal index
+        half = len(keys) // 2
+        for label, part, replay in (("leader", keys[:half], False), ("follower", keys[half:], True)):
+            batches = [batch_of(part[s : s + bs]) for s in range(0, len(part), bs)]
+            secs = cpu = 0.0
+            for b in batches:
+                index += 1
+                types = np.full(b.num_rows, op_type, dtype=np.int64)
+                mask = None if set_cols is None else np.repeat(set_cols[None, :], b.num_rows, axis=0)
+                if prof is not None:
+                    prof.enable()
+                t0, c0 = time.perf_counter(), time.process_time()
+                ts = clock.now()
+                prepared = tablet.prepare_write(WriteOp(types, b, mask), ts, replay=replay)
+                res = tablet.apply_write(prepared, index)
+                secs += time.perf_counter() - t0
+                cpu += time.process_time() - c0
+                if prof is not None:
+                    prof.disable()
+                assert not res.row_errors, (name, res.row_errors[:3])
+            print(f"  {name:<44} {label:<8} {len(part):>8,} rows {secs:7.3f} s wall {cpu:7.3f} s cpu "
+                  f"{len(part) / cpu:>11,.0f} rows/s (cpu)", flush=True)
+            if prof is not None:
+                pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+                prof.clear()
+        return 0.0
+
+    existing = np.arange(0, 2 * n, 2, dtype=np.int64)
+    for s in range(0, n, bs):
+        index += 1
+        b = batch_of(existing[s : s + bs])
+        res = tablet.write(WriteOp(np.full(b.num_rows, OpType.INSERT, dtype=np.int64), b), clock.now(), index)
+        assert not res.row_errors
+    tablet.flush_mrs()
+    print(f"ops: {n:,} even keys flushed to {len(tablet.rowsets())} DiskRowSets; batches of {bs:,} rows "
+          f"(sync={args.sync})", flush=True)
+    m = min(n, args.ops_rows)
+    sample = np.sort(rng.choice(existing, m, replace=False))
+    run("(i) insert fresh keys inside the DRS ranges", OpType.INSERT, existing[:m] + 1)
+    run("(i') insert fresh keys above the DRS ranges", OpType.INSERT, np.arange(2 * n, 2 * n + m, dtype=np.int64))
+    tablet.flush_mrs()
+    print(f"    (flushed: {len(tablet.rowsets())} DiskRowSets)", flush=True)
+    run("(ii) upsert existing keys (all columns)", OpType.UPSERT, sample)
+    run("(iii) update existing keys (1 column)", OpType.UPDATE, sample, np.array([True, True, False, False]))
+    run("(iv) delete existing keys", OpType.DELETE, sample)
+    run("(v) insert the deleted keys again", OpType.INSERT, sample)
+    if args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=5_000_000)
-    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--rows", type=int, default=None, help="default 5,000,000 (400,000 with --ops)")
+    ap.add_argument("--batch", type=int, default=None, help="default 1,000 (20,000 with --ops)")
+    ap.add_argument("--ops", action="store_true", help="write paths against DiskRowSets (see above)")
+    ap.add_argument("--ops-rows", type=int, default=200_000, help="--ops: rows per measured operation")
+    ap.add_argument("--rowset-mb", type=int, default=4, help="--ops: target DiskRowSet size")
+    ap.add_argument("--profile", type=int, default=0, help="--ops: print the top N cProfile entries per phase")
     ap.add_argument("--lookups", type=int, default=20_000)
     ap.add_argument("--flush-mb", type=int, default=64)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--sync", action="store_true", help="fsync files (default off: measure the engine)")
     args = ap.parse_args()
+    if args.ops:
+        args.rows = args.rows or 400_000
+        args.batch = args.batch or 20_000
+        ops_bench(args)
+        return
+    args.rows = args.rows or 5_000_000
+    args.batch = args.batch or 1000
     root = args.dir or tempfile.mkdtemp(prefix="kudu-bench-tablet-")
     schema = make_schema()
     arrow = schema.to_arrow()

@@ -1,0 +1,471 @@
+"""The vectorised write path against the per-row algorithm it replaced.
+
+``old_decide`` below is the per-row ``Tablet._decide`` as it was before the write path was
+vectorised (one ``_locate`` per key, a per-row overlay for keys repeated in a batch), with the row's
+last change read straight from the rowset's delta tables. Random mixed batches (duplicate keys, every
+op type including the *_IGNORE ones, keys in the MemRowSet and in several overlapping DiskRowSets,
+deleted and re-inserted keys, fixed- and variable-width keys with trailing zero bytes) must get the same
+per-row decision, errors and counts from ``prepare_write``, with and without ``replay``; the applied
+result must match a dict model.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from conftest import HAVE_COMMON, make_schema
+
+from kudu_async.common.clock import ManualHybridClock
+from kudu_async.tablet import tablet as tablet_mod
+from kudu_async.tablet.bloom import BloomFilter, key_hashes
+from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL
+from kudu_async.tablet.diskrowset import DiskRowSet, KeyBatch
+from kudu_async.tablet.memrowset import MRSRow
+from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp
+from kudu_async.tablet.schema_info import TS_COL
+from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+
+_INSERT, _UPDATE, _DELETE = 1, 2, 3
+ALL_OPS = list(OpType)
+
+
+def _string_schema() -> Any:
+    from kudu_async.common.schema import Schema
+
+    fields = [
+        pa.field("key", pa.string(), False),
+        pa.field("i32", pa.int32(), True),
+        pa.field("d", pa.float64(), True),
+        pa.field("s", pa.string(), True),
+    ]
+    return Schema.from_arrow(pa.schema(fields), num_key_columns=1)
+
+
+def _key_space(kind: str, n: int) -> list[Any]:
+    if kind == "int":
+        return list(range(n))
+    # Variable width, with keys that differ only by trailing zero bytes and keys that prefix others.
+    out = []
+    for i in range(n // 4):
+        base = f"k{i}"
+        out += [base, base + "\x00", base + "\x00\x00", base + "x" * (i % 7 + 1)]
+    return sorted(set(out))
+
+
+# -- the per-row algorithm the vectorised one replaced -------------------------------------------------
+
+
+def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
+    deltas = d.delta_snapshot()
+    if deltas is not None:
+        mine = deltas.filter(pc.equal(deltas.column(ROW_COL), pa.scalar(row, pa.uint32())))
+        if mine.num_rows:
+            last = mine.sort_by([(TS_COL, "ascending"), (SEQ_COL, "ascending")]).slice(mine.num_rows - 1)
+            return int(last.column(TS_COL)[0].as_py()), bool(last.column(LIVE_COL)[0].as_py())
+    return int(d.base.column(TS_COL)[row].as_py()), True
+
+
+def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
+    for m in [t._mrs, *t._flushing_mrs]:
+        r = m.get(key)
+        if r is not None:
+            return r.max_ts(), r.latest_live()
+    for d in t._drs:
+        pos = d.find_row(key)
+        if pos is not None:
+            return _old_row_latest(d, pos)
+    return None
+
+
+def old_decide(
+    t: Tablet, op_types: list[int], keys: list[bytes], errors: dict[int, RowError], ts: int, replay: bool
+) -> tuple[list[int], int]:
+    """The pre-vectorisation ``Tablet._decide`` loop: the action kind of every row (0: none)."""
+    kinds = [0] * len(keys)
+    overlay: dict[bytes, bool] = {}
+    skipped: set[bytes] = set()
+    ignored = 0
+    for i, (op, key) in enumerate(zip(op_types, keys, strict=True)):
+        if key is None or i in errors or key in skipped:
+            continue
+        if key in overlay:
+            live = overlay[key]
+        else:
+            loc = _old_locate(t, key)
+            latest_ts, live = (-1, False) if loc is None else loc
+            if replay and latest_ts >= ts:
+                skipped.add(key)
+                continue
+        if op in (OpType.INSERT, OpType.INSERT_IGNORE):
+            if live:
+                if op == OpType.INSERT:
+                    errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
+                else:
+                    ignored += 1
+                continue
+            kinds[i] = _INSERT
+            overlay[key] = True
+        elif op in (OpType.UPSERT, OpType.UPSERT_IGNORE):
+            kinds[i] = _UPDATE if live else _INSERT
+            overlay[key] = True
+        elif op in (OpType.UPDATE, OpType.UPDATE_IGNORE):
+            if not live:
+                if op == OpType.UPDATE:
+                    errors[i] = RowError(i, "NOT_FOUND", "key not found")
+                else:
+                    ignored += 1
+                continue
+            kinds[i] = _UPDATE
+        else:
+            if not live:
+                if op == OpType.DELETE:
+                    errors[i] = RowError(i, "NOT_FOUND", "key not found")
+                else:
+                    ignored += 1
+                continue
+            kinds[i] = _DELETE
+            overlay[key] = False
+    return kinds, ignored
+
+
+# -- harness -----------------------------------------------------------------------------------------
+
+
+class Diff:
+    """A tablet, a dict model of its rows, and random mixed batches checked against ``old_decide``."""
+
+    def __init__(self, path: str, key_kind: str, seed: int) -> None:
+        self.schema = make_schema() if key_kind == "int" else _string_schema()
+        self.arrow = self.schema.to_arrow()
+        self.clock = ManualHybridClock(10**12)
+        opts = TabletOptions(sync=False, target_rowset_bytes=2000, history_max_age_sec=1e-9)
+        self.path = path
+        self.t = Tablet.create(path, self.schema, tablet_id="v", options=opts, clock=self.clock)
+        self.wal: list[LoggedWrite] = []
+        self.rng = random.Random(seed)
+        self.keys = _key_space(key_kind, 240)
+        self.model: dict[Any, tuple[Any, ...]] = {}
+        self.past: list[int] = []
+        self.index = 0
+        self.checked = {"rows": 0, "dup_rows": 0, "drs_hits": 0, "mrs_hits": 0, "skipped": 0}
+
+    def batch(self, n: int, hot: list[Any] | None = None) -> tuple[list[int], pa.RecordBatch, np.ndarray]:
+        rng = self.rng
+        pool = hot or self.keys
+        ks = [rng.choice(pool) for _ in range(n)]
+        if n > 4 and rng.random() < 0.5:  # runs of one key: insert/delete/re-insert chains in a batch
+            k = rng.choice(pool)
+            for j in rng.sample(range(n), min(n, 5)):
+                ks[j] = k
+        ops = [int(rng.choice(ALL_OPS)) for _ in range(n)]
+        cols = [
+            pa.array(ks, self.arrow.field(0).type),
+            pa.array([rng.choice([None, rng.randint(-9, 9)]) for _ in range(n)], pa.int32()),
+            pa.array([rng.choice([None, rng.random()]) for _ in range(n)], pa.float64()),
+            pa.array([rng.choice([None, "", "x", "yy\x00"]) for _ in range(n)], pa.string()),
+        ]
+        mask = np.array([[True] + [rng.random() < 0.6 for _ in range(3)] for _ in range(n)], dtype=bool)
+        return ops, pa.record_batch(cols, schema=self.arrow), mask
+
+    def _expected(self, op: WriteOp, ts: int, replay: bool) -> tuple[list[int], dict[int, str], int]:
+        keys = self.t.info.encode_keys(op.rows)
+        errors: dict[int, RowError] = {}
+        kinds, ignored = old_decide(self.t, list(op.op_types), keys, errors, ts, replay)
+        return kinds, {i: e.code for i, e in errors.items()}, ignored
+
+    def _note_locations(self, op: WriteOp) -> None:
+        keys = self.t.info.encode_keys(op.rows)
+        self.checked["dup_rows"] += len(keys) - len(set(keys))
+        for k in set(keys):
+            if any(m.get(k) is not None for m in [self.t._mrs, *self.t._flushing_mrs]):
+                self.checked["mrs_hits"] += 1
+            elif any(d.find_row(k) is not None for d in self.t._drs):
+                self.checked["drs_hits"] += 1
+
+    def write(self, n: int, hot: list[Any] | None = None, ops: list[int] | None = None) -> None:
+        gen_ops, b, mask = self.batch(n, hot)
+        op = WriteOp(ops or gen_ops, b, mask)
+        self.clock.advance(10)
+        ts = self.clock.now()
+        kinds, codes, ignored = self._expected(op, ts, False)
+        self._note_locations(op)
+        prepared = self.t.prepare_write(op, ts)
+        assert prepared.plan.kind.tolist() == kinds
+        assert {e.row_index: e.code for e in prepared.errors} == codes
+        assert prepared.ignored == ignored
+        self.index += 1
+        self.wal.append(LoggedWrite(self.index, ts, op))
+        res = self.t.apply_write(prepared, self.index)
+        assert (res.inserted, res.updated, res.deleted, res.ignored) == (
+            kinds.count(_INSERT), kinds.count(_UPDATE), kinds.count(_DELETE), ignored
+        )
+        self._apply_model(b, mask, kinds)
+        self.past.append(ts)
+        self.checked["rows"] += n
+
+    def replay_check(self, n: int) -> None:
+        """prepare_write(replay=True) at a past timestamp decides like the old loop (then aborted)."""
+        if not self.past:
+            return
+        ops, b, mask = self.batch(n)
+        op = WriteOp(ops, b, mask)
+        ts = self.rng.choice(self.past) + self.rng.choice([-1, 0, 1])
+        kinds, codes, ignored = self._expected(op, ts, True)
+        prepared = self.t.prepare_write(op, ts, replay=True)
+        try:
+            assert prepared.plan.kind.tolist() == kinds
+            assert {e.row_index: e.code for e in prepared.errors} == codes
+            assert prepared.ignored == ignored
+        finally:
+            self.t.abort_write(prepared)
+        self.checked["skipped"] += sum(1 for i, k in enumerate(kinds) if k == 0 and i not in codes)
+
+    def _apply_model(self, b: pa.RecordBatch, mask: np.ndarray, kinds: list[int]) -> None:
+        cols = [b.column(i).to_pylist() for i in range(4)]
+        for i, k in enumerate(kinds):
+            key, vals = cols[0][i], (cols[1][i], cols[2][i], cols[3][i])
+            if k == _INSERT:
+                self.model[key] = vals
+            elif k == _UPDATE:
+                cur = self.model[key]
+                self.model[key] = tuple(v if mask[i, c + 1] else cur[c] for c, v in enumerate(vals))
+            elif k == _DELETE:
+                del self.model[key]
+
+    def reopen(self) -> None:
+        """Crash (drop the tablet without flushing) and bootstrap from files plus the WAL."""
+        self.t = Tablet.open(self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock,
+                             schema=self.schema)
+
+    def check_state(self) -> None:
+        got = self.t.scan(ScanSpec(ordered=True)).to_table()
+        rows = [] if got is None else list(zip(*[got.column(c).to_pylist() for c in got.column_names], strict=True))
+        want = [(k, *self.model[k]) for k in sorted(self.model, key=lambda k: self.t.info.encode_key([k]))]
+        assert rows == want
+
+
+@pytest.mark.parametrize("key_kind", ["int", "string"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_mixed_batches_decide_like_the_per_row_loop(tmp_path: Any, key_kind: str, seed: int) -> None:
+    if key_kind == "string" and not HAVE_COMMON:
+        pytest.skip("needs kudu_async.common.schema")
+    h = Diff(str(tmp_path / "t"), key_kind, seed)
+    for step in range(45):
+        h.write(h.rng.choice([1, 7, 40, 150]))
+        if step % 3 == 0:
+            h.replay_check(h.rng.choice([5, 60]))
+        r = h.rng.random()
+        if r < 0.25:
+            h.t.flush_mrs()  # several overlapping DiskRowSets (each flush spans the key space)
+        elif r < 0.35:
+            h.t.flush_dms()
+        elif r < 0.4:
+            h.clock.advance(100)
+            h.t.compact_rowsets()
+        if step % 9 == 0:
+            h.check_state()
+        if step % 15 == 14:
+            h.reopen()
+            h.check_state()
+    h.check_state()
+    c = h.checked
+    assert c["dup_rows"] and c["drs_hits"] and c["mrs_hits"] and c["skipped"], c
+    assert len(h.t.rowsets()) >= 2
+
+
+def test_flush_and_compaction_between_prepare_and_apply(tmp_path: Any) -> None:
+    """Rows located in a MemRowSet or DiskRowSet that is flushed/compacted away before apply are
+    found again; a re-insert of a row the compaction dropped becomes a fresh insert."""
+    h = Diff(str(tmp_path / "t"), "int", 7)
+    for _ in range(6):
+        h.write(60)
+        h.t.flush_mrs()
+    h.write(60)  # some keys in the MemRowSet
+    relocated = 0
+    for rnd in range(12):
+        ops, b, mask = h.batch(80)
+        op = WriteOp(ops, b, mask)
+        h.clock.advance(10)
+        ts = h.clock.now()
+        kinds, codes, ignored = h._expected(op, ts, False)
+        prepared = h.t.prepare_write(op, ts)
+        assert prepared.plan.kind.tolist() == kinds
+        if rnd % 2 == 0:
+            h.t.flush_mrs()
+        h.clock.advance(100)
+        h.t.compact_rowsets()
+        relocated += any(s.retired for s in prepared.plan.stores)
+        h.index += 1
+        res = h.t.apply_write(prepared, h.index)
+        assert {e.row_index: e.code for e in res.row_errors} == codes
+        assert (res.inserted, res.updated, res.deleted, res.ignored) == (
+            kinds.count(_INSERT), kinds.count(_UPDATE), kinds.count(_DELETE), ignored
+        )
+        h._apply_model(b, mask, kinds)
+        h.wal.append(LoggedWrite(h.index, ts, op))
+        h.check_state()
+        h.write(30)
+    assert relocated >= 6
+    h.reopen()
+    h.check_state()
+
+
+@pytest.mark.parametrize("during", ["compaction", "flush"])
+def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monkeypatch: Any, during: str) -> None:
+    """Batches applied while a flush/compaction runs outside the lock land in the frozen stores'
+    successors and are carried over to the new rowsets: column-wise DeltaMemStore chunks become
+    Mutations again with their keys, log index and (for re-inserts of rows the compaction dropped)
+    key values; a crash after that replays the WAL from the right place."""
+    h = Diff(str(tmp_path / "t"), "int", 17)
+    for _ in range(4):
+        h.write(80, ops=[OpType.UPSERT] * 80)
+        h.t.flush_mrs()
+    dead = sorted(h.model)[::3]
+    b = pa.record_batch([pa.array(dead, pa.int64()), *(pa.nulls(len(dead), f.type) for f in list(h.arrow)[1:])],
+                        schema=h.arrow)
+    h.clock.advance(10)
+    h.index += 1
+    op = WriteOp([OpType.DELETE] * len(dead), b)
+    h.wal.append(LoggedWrite(h.index, h.clock.now(), op))
+    assert h.t.write(op, h.clock.now(), h.index).deleted == len(dead)
+    for k in dead:
+        del h.model[k]
+    h.write(40, ops=[OpType.UPSERT] * 40)  # some rows in the MemRowSet
+    while h.t.flush_dms():
+        pass
+    h.clock.advance(1000)
+    calls = 0
+
+    def writes_meanwhile(orig: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            h.write(60, hot=dead)  # re-inserts of dropped rows, plus updates/deletes of live ones
+            h.write(120)
+            return orig(*a, **kw)
+
+        return run
+
+    if during == "compaction":
+        monkeypatch.setattr(tablet_mod, "merge_rowsets", writes_meanwhile(tablet_mod.merge_rowsets))
+        assert h.t.compact_rowsets()
+    else:
+        monkeypatch.setattr(tablet_mod, "write_rowsets", writes_meanwhile(tablet_mod.write_rowsets))
+        assert h.t.flush_mrs()
+    assert calls == 1
+    h.check_state()
+    monkeypatch.undo()
+    h.write(100)
+    h.check_state()
+    h.reopen()
+    h.check_state()
+    h.t.flush_all()
+    h.t.compact_rowsets()
+    h.check_state()
+
+
+def test_bloom_batch_probe_matches_single_probes() -> None:
+    rng = random.Random(3)
+    keys = [rng.randbytes(rng.randint(0, 24)) for _ in range(3000)]
+    bf = BloomFilter.from_bytes(BloomFilter.build(keys).to_bytes())
+    probe = keys + [rng.randbytes(rng.randint(0, 24)) for _ in range(6000)]
+    got = bf.may_contain_hashes(key_hashes(probe))
+    assert got.tolist() == [bf.may_contain(k) for k in probe]
+    assert got[: len(keys)].all()
+
+
+@pytest.mark.parametrize("too_big", [False, True])
+def test_find_rows_matches_find_row_on_variable_width_keys(tmp_path: Any, too_big: bool) -> None:
+    if not HAVE_COMMON:
+        pytest.skip("needs kudu_async.common.schema")
+    schema = _string_schema()
+    clock = ManualHybridClock(10**12)
+    t = Tablet.create(str(tmp_path / "t"), schema, options=TabletOptions(sync=False), clock=clock)
+    keys = _key_space("string", 400)
+    stored = keys[::2]
+    b = pa.record_batch(
+        [pa.array(stored), pa.nulls(len(stored), pa.int32()), pa.nulls(len(stored), pa.float64()),
+         pa.nulls(len(stored), pa.string())],
+        schema=schema.to_arrow(),
+    )
+    t.write(WriteOp([OpType.INSERT] * len(stored), b), clock.now(), 1)
+    t.flush_mrs()
+    [d] = t.rowsets()
+    if too_big:
+        d._padded_too_big = True
+    probe_vals = [*keys, "", "\x00", "zzzz" * 10]
+    enc: list[bytes | None] = [t.info.encode_key([k]) for k in probe_vals]
+    enc.insert(3, None)  # an invalid row in the batch
+    kb = KeyBatch(enc)
+    rows = kb.rows_in_range(d.min_key, d.max_key)
+    assert sorted(rows.tolist()) == [i for i, k in enumerate(enc) if k is not None and d.min_key <= k <= d.max_key]
+    got = d.find_rows(kb, rows)
+    want = [d.find_row(enc[r]) for r in rows.tolist()]
+    assert got.tolist() == [-1 if w is None else w for w in want]
+    assert sum(w is not None for w in want) == len(stored)
+
+
+def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> None:
+    """The per-row (last ts, live) arrays agree with the delta tables after writes, DMS flushes and
+    a reopen (where they are rebuilt from the files)."""
+    h = Diff(str(tmp_path / "t"), "int", 11)
+    h.write(150)
+    h.t.flush_mrs()
+    for i in range(8):
+        h.write(100)
+        if i % 3 == 2:
+            h.t.flush_dms()
+    h.t.flush_mrs()
+    h.write(100)
+
+    def check(t: Tablet) -> None:
+        for d in t.rowsets():
+            ts, live, mutated = d.state()
+            deltas = d.delta_snapshot()
+            touched = set() if deltas is None else set(deltas.column(ROW_COL).to_pylist())
+            for row in range(d.num_rows()):
+                assert (int(ts[row]), bool(live[row])) == _old_row_latest(d, row)
+                assert bool(mutated[row]) == (row in touched)
+
+    check(h.t)
+    reopened = Tablet.open(str(tmp_path / "t"), options=h.t.options, clock=h.clock, schema=h.schema)
+    check(reopened)
+
+
+def test_mrs_rows_are_located_by_batch(tmp_path: Any) -> None:
+    h = Diff(str(tmp_path / "t"), "int", 5)
+    h.write(200)
+    keys = [h.t.info.encode_key([k]) for k in range(240)]
+    store, _pos, latest, live, stores = h.t._locate_batch(list(keys), None, np.ones(len(keys), dtype=bool))
+    for i, k in enumerate(keys):
+        r = h.t._mrs.get(k)
+        if r is None:
+            assert store[i] == -1
+        else:
+            assert isinstance(r, MRSRow) and stores[store[i]] is h.t._mrs
+            assert (latest[i], live[i]) == (r.max_ts(), r.latest_live())
+
+
+def test_lock_release_frees_only_the_owners_keys() -> None:
+    from kudu_async.common.errors import KuduTimedOut
+    from kudu_async.tablet.lock_manager import LockManager
+
+    lm = LockManager()
+    lm.acquire([b"a", b"b"], 1, 0)
+    lm.release([b"a", b"b"], 2)  # not the owner: nothing is freed
+    assert lm.num_locked() == 2
+    with pytest.raises(KuduTimedOut):
+        lm.acquire([b"b", b"z"], 2, 0)
+    lm.acquire([b"c"], 1, 0)
+    lm.release(iter([b"a", b"c", b"x"]), 1)  # partly held (mixed path), from an iterator
+    assert lm.num_locked() == 1
+    lm.acquire([b"a", b"c"], 2, 0)
+    lm.release([b"b"], 1)  # all held by the caller (bulk path)
+    lm.acquire([b"b"], 2, 0)
+    lm.release([b"a", b"b", b"c"], 2)
+    assert lm.num_locked() == 0
