@@ -12,7 +12,8 @@ updated and not compacted; (e) peak RSS; and the same scan with plain pyarrow ov
 Write paths on one Tablet whose rows are already flushed to DiskRowSets (bulk-load shaped batches,
 no maintenance thread): ``--rows`` even keys are inserted and flushed, then rows/s of (i) inserts of
 fresh keys interleaved with the flushed ones (odd keys, so every batch overlaps the DiskRowSets' key
-ranges) and of fresh keys above them, (ii) upserts of existing keys, (iii) updates of one column of
+ranges) and of fresh keys above them, (ii') upserts of those keys while still in the MemRowSet,
+(ii) upserts of existing (flushed) keys, (iii) updates of one column of
 existing keys, (iv) deletes of existing keys, (v) re-inserts of the deleted keys, each in ``--batch``-row
 batches, half through ``Tablet.write`` (leader) and half through ``prepare_write(replay=True)`` +
 ``apply_write`` (how a follower applies replicated writes). Rates are rows per CPU second of the
@@ -196,7 +197,9 @@ def ops_bench(args: argparse.Namespace) -> None:
     m = min(n, args.ops_rows)
     sample = np.sort(rng.choice(existing, m, replace=False))
     run("(i) insert fresh keys inside the DRS ranges", OpType.INSERT, existing[:m] + 1)
-    run("(i') insert fresh keys above the DRS ranges", OpType.INSERT, np.arange(2 * n, 2 * n + m, dtype=np.int64))
+    above = np.arange(2 * n, 2 * n + m, dtype=np.int64)
+    run("(i') insert fresh keys above the DRS ranges", OpType.INSERT, above)
+    run("(ii') upsert keys still in the MemRowSet", OpType.UPSERT, above)
     tablet.flush_mrs()
     print(f"    (flushed: {len(tablet.rowsets())} DiskRowSets)", flush=True)
     run("(ii) upsert existing keys (all columns)", OpType.UPSERT, sample)
