@@ -25,7 +25,7 @@ from kudu_async.tablet import tablet as tablet_mod
 from kudu_async.tablet.bloom import BloomFilter, key_hashes
 from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL
 from kudu_async.tablet.diskrowset import DiskRowSet, KeyBatch
-from kudu_async.tablet.memrowset import MRSRow
+from kudu_async.tablet.memrowset import MemRowSet
 from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp
 from kudu_async.tablet.schema_info import TS_COL
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
@@ -73,8 +73,9 @@ def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
 def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
     for m in [t._mrs, *t._flushing_mrs]:
         r = m.get(key)
-        if r is not None:
-            return r.max_ts(), r.latest_live()
+        if r is not None:  # the row's mutation chain, as the MemRowSet used to keep it
+            chain = m.deltas.mutations_of(r.rownum)
+            return (chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True)
     for d in t._drs:
         pos = d.find_row(key)
         if pos is not None:
@@ -247,6 +248,11 @@ class Diff:
         rows = [] if got is None else list(zip(*[got.column(c).to_pylist() for c in got.column_names], strict=True))
         want = [(k, *self.model[k]) for k in sorted(self.model, key=lambda k: self.t.info.encode_key([k]))]
         assert rows == want
+        for d in self.t.rowsets():  # every mutation is stored once (flush/compaction carry-over)
+            deltas = d.delta_snapshot()
+            if deltas is not None:
+                ids = deltas.select([ROW_COL, TS_COL, SEQ_COL]).to_pylist()
+                assert len({tuple(r.values()) for r in ids}) == len(ids)
 
 
 @pytest.mark.parametrize("key_kind", ["int", "string"])
@@ -315,7 +321,7 @@ def test_flush_and_compaction_between_prepare_and_apply(tmp_path: Any) -> None:
     h.check_state()
 
 
-@pytest.mark.parametrize("during", ["compaction", "flush"])
+@pytest.mark.parametrize("during", ["compaction", "flush", "flush_input"])
 def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monkeypatch: Any, during: str) -> None:
     """Batches applied while a flush/compaction runs outside the lock land in the frozen stores'
     successors and are carried over to the new rowsets: column-wise DeltaMemStore chunks become
@@ -354,8 +360,11 @@ def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monk
     if during == "compaction":
         monkeypatch.setattr(tablet_mod, "merge_rowsets", writes_meanwhile(tablet_mod.merge_rowsets))
         assert h.t.compact_rowsets()
-    else:
+    elif during == "flush":
         monkeypatch.setattr(tablet_mod, "write_rowsets", writes_meanwhile(tablet_mod.write_rowsets))
+        assert h.t.flush_mrs()
+    else:  # after the MemRowSet is frozen, before its content is read
+        monkeypatch.setattr(MemRowSet, "flush_input", writes_meanwhile(MemRowSet.flush_input))
         assert h.t.flush_mrs()
     assert calls == 1
     h.check_state()
@@ -439,16 +448,21 @@ def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> No
 
 def test_mrs_rows_are_located_by_batch(tmp_path: Any) -> None:
     h = Diff(str(tmp_path / "t"), "int", 5)
-    h.write(200)
+    for _ in range(4):
+        h.write(200)  # later batches mutate rows earlier ones inserted into the MemRowSet
     keys = [h.t.info.encode_key([k]) for k in range(240)]
     store, _pos, latest, live, stores = h.t._locate_batch(list(keys), None, np.ones(len(keys), dtype=bool))
+    mutated = 0
     for i, k in enumerate(keys):
         r = h.t._mrs.get(k)
         if r is None:
             assert store[i] == -1
-        else:
-            assert isinstance(r, MRSRow) and stores[store[i]] is h.t._mrs
-            assert (latest[i], live[i]) == (r.max_ts(), r.latest_live())
+            continue
+        assert stores[store[i]] is h.t._mrs
+        chain = h.t._mrs.deltas.mutations_of(r.rownum)
+        mutated += bool(chain) and chain[-1].ts > r.insert_ts
+        assert (latest[i], live[i]) == ((chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True))
+    assert mutated > 20
 
 
 def test_lock_release_frees_only_the_owners_keys() -> None:
