@@ -10,15 +10,32 @@ on-disk deltas with one vectorised routine (:func:`apply_deltas`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kudu_async.tablet.memrowset import MUTATION_OVERHEAD_BYTES, Mutation
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import TS_COL, SchemaInfo
+
+MUTATION_OVERHEAD_BYTES = 120
+
+
+@dataclass(slots=True)
+class Mutation:
+    """One REDO change to a row: ``live`` False is a delete; a re-insert carries every value column."""
+
+    ts: int
+    seq: int
+    live: bool
+    changes: dict[int, Any] | None
+    log_index: int
+    key: bytes
+    reinsert: bool = False
+    key_values: tuple[Any, ...] | None = None  # re-inserts only, in memory only
+
 
 ROW_COL = "_row"
 SEQ_COL = "_seq"
@@ -183,10 +200,17 @@ class DeltaMemStore:
         return self._table
 
     def mutations_of(self, row: int) -> list[Mutation]:
-        """The mutations of one base row (point lookups)."""
-        t = self.to_table()
-        sub = t.filter(pc.equal(t.column(ROW_COL), pa.scalar(row, pa.uint32())))
-        return [m for _, m in delta_rows_to_mutations(self.info, sub, {row: b""})]
+        """The mutations of one base row in application order (point lookups). Each chunk is
+        filtered on its own, so a lookup never pays for re-sorting the whole store."""
+        out = [m for r, m in self._singles if r == row]
+        key = pa.scalar(row, pa.uint32())
+        for table, _, log_index in self._chunks:
+            sub = table.filter(pc.equal(table.column(ROW_COL), key))
+            for _, m in delta_rows_to_mutations(self.info, sub, {row: b""}):
+                m.log_index = log_index
+                out.append(m)
+        out.sort(key=lambda m: (m.ts, m.seq))
+        return out
 
     def mutations(
         self, keys_of: Callable[[np.ndarray], list[bytes]], key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]]

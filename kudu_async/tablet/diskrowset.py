@@ -521,13 +521,15 @@ def write_rowsets(
     bm: BlockManager,
     info: SchemaInfo,
     table: pa.Table,
-    deltas: list[tuple[int, Mutation]],
+    deltas: list[tuple[int, Mutation]] | pa.Table | None,
     first_id: int,
     target_bytes: int = TARGET_ROWSET_BYTES,
 ) -> list[RowSetMetadata]:
     """Write a key-sorted table (with ``_key``/``_ts``) as rowsets of about ``target_bytes`` each.
 
-    Returns their metadata; nothing refers to the blocks until the caller commits new tablet metadata.
+    ``deltas``: REDO mutations of its rows, as (position, Mutation) pairs or as a delta table whose
+    ``_row`` is the position. Returns their metadata; nothing refers to the blocks until the caller
+    commits new tablet metadata.
     """
     n = table.num_rows
     if n == 0:
@@ -536,8 +538,13 @@ def write_rowsets(
     rows_per_rs = max(1, target_bytes // per_row)
     pieces = math.ceil(n / rows_per_rs)
     by_piece: list[list[tuple[int, Mutation]]] = [[] for _ in range(pieces)]
-    for pos, m in deltas:
-        by_piece[pos // rows_per_rs].append((pos % rows_per_rs, m))
+    delta_table = deltas if isinstance(deltas, pa.Table) and deltas.num_rows else None
+    if isinstance(deltas, list):
+        for pos, m in deltas:
+            by_piece[pos // rows_per_rs].append((pos % rows_per_rs, m))
+    piece_of = (
+        delta_table.column(ROW_COL).to_numpy().astype(np.int64) // rows_per_rs if delta_table is not None else None
+    )
     out = []
     for p in range(pieces):
         piece = table.slice(p * rows_per_rs, rows_per_rs).combine_chunks()
@@ -550,6 +557,12 @@ def write_rowsets(
         max_ts = int(pc.max(piece.column(TS_COL)).as_py())
         if by_piece[p]:
             dt = mutations_to_table(info, by_piece[p])
+            delta_blocks.append(bm.write_block(_ipc_writer(dt, info)))
+        elif piece_of is not None and delta_table is not None and (piece_of == p).any():
+            dt = delta_table.filter(pa.array(piece_of == p))
+            rows = dt.column(ROW_COL).to_numpy().astype(np.int64) - p * rows_per_rs
+            dt = dt.set_column(dt.schema.get_field_index(ROW_COL), ROW_COL, pa.array(rows.astype(np.uint32)))
+            dt = dt.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
             delta_blocks.append(bm.write_block(_ipc_writer(dt, info)))
         out.append(
             RowSetMetadata(

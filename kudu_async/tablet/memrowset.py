@@ -2,8 +2,8 @@
 
 Rows are kept as a reference into the Arrow batches they arrived in (inserts never copy values into
 Python objects): a dict from encoded primary key to row number, plus a sorted key index. Updates,
-deletes and re-inserts are appended to the row's mutation chain with their timestamps; nothing is
-updated in place. Per-row Python (mutation chains) is confined here, as the design allows.
+deletes and re-inserts are REDO mutations with their timestamps, kept column-wise like a DiskRowSet's
+(a DeltaMemStore by row number); nothing is updated in place.
 
 Thread-safety: the tablet mutates a MemRowSet only under its component lock; a frozen MemRowSet being
 flushed can still receive mutations (recorded with sequence numbers at or above the freeze point so the
@@ -18,58 +18,61 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sortedcontainers import SortedList
 
+from kudu_async.tablet.delta_store import (
+    LIVE_COL,
+    MUTATION_OVERHEAD_BYTES,
+    ROW_COL,
+    SEQ_COL,
+    DeltaMemStore,
+    Mutation,
+    apply_deltas,
+)
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
+__all__ = ["MUTATION_OVERHEAD_BYTES", "ROW_OVERHEAD_BYTES", "MRSRow", "MemRowSet", "Mutation", "apply_mutations"]
+
 ROW_OVERHEAD_BYTES = 250
-MUTATION_OVERHEAD_BYTES = 120
-
-
-@dataclass(slots=True)
-class Mutation:
-    """One REDO change to a row: ``live`` False is a delete; a re-insert carries every value column."""
-
-    ts: int
-    seq: int
-    live: bool
-    changes: dict[int, Any] | None
-    log_index: int
-    key: bytes
-    reinsert: bool = False
-    key_values: tuple[Any, ...] | None = None  # re-inserts only, in memory only
 
 
 @dataclass(slots=True)
 class MRSRow:
-    """A view of one MemRowSet row (made on demand by :meth:`MemRowSet.get`)."""
+    """A view of one MemRowSet row (made on demand by :meth:`MemRowSet.get`): its row number, insert
+    timestamp and the timestamp and liveness after its last mutation."""
 
     insert_ts: int
     rownum: int
-    mutations: list[Mutation] | None = None
+    last_ts: int = -1
+    live: bool = True
 
     def latest_live(self) -> bool:
-        return self.mutations[-1].live if self.mutations else True
+        return self.live
 
     def max_ts(self) -> int:
-        return self.mutations[-1].ts if self.mutations else self.insert_ts
+        return max(self.insert_ts, self.last_ts)
 
 
 class MemRowSet:
     """Encoded key -> row version chain; see the module docstring.
 
-    Per row only a dict entry key -> row number: insert timestamps live in one numpy array indexed
-    by row number and mutation chains in a second dict holding just the rows that have any, so a
-    bulk insert creates no Python object per row.
+    Per row only a dict entry key -> row number. Insert timestamps and each row's last change
+    (timestamp, live) live in numpy arrays indexed by row number; mutations live column-wise in a
+    :class:`DeltaMemStore` whose ``_row`` is the row number (one delta chunk per write batch), so
+    neither a bulk insert nor a batch of updates creates a Python object per row.
     """
 
     def __init__(self, info: SchemaInfo, mrs_id: int) -> None:
         self.info = info
         self.id = mrs_id
         self.rows: dict[bytes, int] = {}  # key -> row number in the stored batches
-        self._muts: dict[bytes, list[Mutation]] = {}  # mutation chains of the rows that have any
-        self._insert_ts = np.full(1024, -1, dtype=np.int64)  # by row number (-1: not inserted)
+        self.deltas = DeltaMemStore(info)  # mutations by row number
+        cap = 1024
+        self._insert_ts = np.full(cap, -1, dtype=np.int64)  # by row number (-1: not inserted)
+        self._last_ts = np.full(cap, -1, dtype=np.int64)  # timestamp of the last mutation (-1: none)
+        self._live = np.ones(cap, dtype=bool)  # live after the last mutation
         self._index = SortedList()
         self._pending: list[bytes] = []  # inserted keys not yet in the sorted index (bulk-merged lazily)
         self._batches: list[pa.RecordBatch] = []
@@ -100,10 +103,14 @@ class MemRowSet:
         base = self._num_stored
         self._batches.append(batch)
         self._num_stored += batch.num_rows
-        if self._num_stored > len(self._insert_ts):
-            grown = np.full(max(self._num_stored, 2 * len(self._insert_ts)), -1, dtype=np.int64)
-            grown[: len(self._insert_ts)] = self._insert_ts
-            self._insert_ts = grown
+        cap = len(self._insert_ts)
+        if self._num_stored > cap:
+            new_cap = max(self._num_stored, 2 * cap)
+            for name, fill in (("_insert_ts", -1), ("_last_ts", -1), ("_live", True)):
+                old = getattr(self, name)
+                grown = np.full(new_cap, fill, dtype=old.dtype)
+                grown[:cap] = old
+                setattr(self, name, grown)
         self._mem += batch.nbytes
         self._table = None
         return base
@@ -137,29 +144,35 @@ class MemRowSet:
         rownum = self.rows.get(key)
         if rownum is None:
             return None
-        return MRSRow(int(self._insert_ts[rownum]), rownum, self._muts.get(key))
+        return MRSRow(
+            int(self._insert_ts[rownum]), rownum, int(self._last_ts[rownum]), bool(self._live[rownum])
+        )
 
-    def latest_of(self, keys: list[bytes], rownums: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(timestamp of the last change, live now) of many rows this MemRowSet holds."""
-        ts = self._insert_ts[np.asarray(rownums, dtype=np.int64)]
-        live = np.ones(len(keys), dtype=bool)
-        if self._muts:
-            chains = list(map(self._muts.get, keys))
-            for j in np.flatnonzero(np.fromiter(map(bool, chains), dtype=bool, count=len(keys))).tolist():
-                last = chains[j][-1]  # type: ignore[index]
-                ts[j], live[j] = last.ts, last.live
-        return ts, live
+    def latest_of(self, rownums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(timestamp of the last change, live now) of many rows, by row number."""
+        return np.maximum(self._insert_ts[rownums], self._last_ts[rownums]), self._live[rownums]
 
     def mutate(self, row: MRSRow, m: Mutation) -> None:
-        """Append ``m`` to the chain of ``row`` (a view from :meth:`get`; ``m.key`` is its key)."""
-        chain = self._muts.get(m.key)
-        if chain is None:
-            chain = self._muts[m.key] = [m]
-        else:
-            chain.append(m)
-        row.mutations = chain
+        """One mutation of ``row`` (a view from :meth:`get`; ``m.key`` is its key)."""
+        self.deltas.add(row.rownum, m)
+        self._last_ts[row.rownum] = m.ts
+        self._live[row.rownum] = m.live
+        row.last_ts, row.live = m.ts, m.live
         self._mem += MUTATION_OVERHEAD_BYTES + (len(m.changes) * 16 if m.changes else 0)
         self._note(m.ts, m.log_index)
+
+    def mutate_batch(
+        self, rownums: np.ndarray, table: pa.Table, reinsert: np.ndarray, log_index: int, ts: int, nbytes: int
+    ) -> None:
+        """Many mutations of one write batch at once (a :func:`delta_chunk` whose ``_row`` holds row
+        numbers, in sequence order)."""
+        self.deltas.add_chunk(table, reinsert, log_index, ts, nbytes)
+        _, first = np.unique(rownums[::-1], return_index=True)  # the last mutation of each row
+        last = len(rownums) - 1 - first
+        self._last_ts[rownums[last]] = ts
+        self._live[rownums[last]] = table.column(LIVE_COL).to_numpy(zero_copy_only=False)[last]
+        self._mem += nbytes
+        self._note(ts, log_index)
 
     def table(self) -> pa.Table:
         """All stored rows (including never-visible ones) as one table indexed by row number."""
@@ -182,14 +195,28 @@ class MemRowSet:
             return None
         tbl = self.table()
         values = {i: tbl.column(i)[row.rownum].as_py() for i in range(len(self.info.names))}
-        return apply_mutations(values, row.mutations, snap)
+        muts = self.deltas.mutations_of(row.rownum) if row.last_ts >= 0 else None
+        return apply_mutations(values, muts, snap)
 
-    def _chains(self, keys: list[bytes]) -> tuple[np.ndarray, list[list[Mutation] | None]]:
-        """Positions in ``keys`` of the rows with a mutation chain, and every key's chain (or None)."""
-        if not self._muts:
-            return np.zeros(0, dtype=np.int64), []
-        chains = list(map(self._muts.get, keys))
-        return np.flatnonzero(np.fromiter(map(bool, chains), dtype=bool, count=len(keys))), chains
+    def _deltas_at(self, rownums: np.ndarray, max_seq: int | None = None) -> pa.Table | None:
+        """The mutations of the given rows (row numbers), ``_row`` rewritten to the position in
+        ``rownums``; only those with a sequence number below ``max_seq`` if given."""
+        if not len(self.deltas) or not len(rownums):
+            return None
+        d = self.deltas.to_table()
+        if max_seq is not None:
+            d = d.filter(pc.less(d.column(SEQ_COL), pa.scalar(max_seq, pa.int64())))
+        pos_of = np.full(self._num_stored, -1, dtype=np.int64)
+        pos_of[rownums] = np.arange(len(rownums), dtype=np.int64)
+        pos = pos_of[d.column(ROW_COL).to_numpy().astype(np.int64)]
+        keep = pos >= 0
+        if not keep.all():
+            d = d.filter(pa.array(keep))
+            pos = pos[keep]
+        if not d.num_rows:
+            return None
+        d = d.set_column(d.schema.get_field_index(ROW_COL), ROW_COL, pa.array(pos.astype(np.uint32)))
+        return d.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
 
     def materialize(
         self,
@@ -200,8 +227,8 @@ class MemRowSet:
     ) -> pa.Table:
         """Rows live at ``snap`` in ``[lower, upper)`` in key order, with ``_key`` and ``_ts``.
 
-        Rows with no visible mutation are gathered by one vectorised ``take``; only mutated rows are
-        rebuilt in Python. Must be called under the tablet's component lock.
+        One vectorised ``take`` in key order, then the visible mutations rolled in column-wise
+        (:func:`apply_deltas`, as for DiskRowSets). Must be called under the tablet's component lock.
         """
         index = self.sorted_keys()
         lo = 0 if lower is None else (index.bisect_right if lower_exclusive else index.bisect_left)(lower)
@@ -211,40 +238,22 @@ class MemRowSet:
         rownums = np.fromiter(map(self.rows.__getitem__, keys), dtype=np.int64, count=n)
         tss = self._insert_ts[rownums].astype(np.uint64)
         keep = snap.visible_mask(pa.array(tss)).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
-        patched: list[tuple[int, dict[int, Any]]] = []
-        mutated, chains = self._chains(keys)
-        for j in mutated.tolist():  # per-row Python only for mutated rows
-            if not keep[j]:
-                continue
-            visible = [m for m in chains[j] if snap.is_visible(m.ts)]
-            if not visible:
-                continue
-            base = {i: self.table().column(i)[int(rownums[j])].as_py() for i in range(len(self.info.names))}
-            vals = apply_mutations(base, visible, MvccSnapshot.everything())
-            if vals is None:
-                keep[j] = False
-            else:
-                patched.append((j, vals))
         tbl = self.table().take(pa.array(rownums))
-        if patched:
-            cols = []
-            positions = np.array([p for p, _ in patched], dtype=np.int64)
-            idx = np.arange(n, dtype=np.int64)
-            idx[positions] = n + np.arange(len(patched))
-            for i, field in enumerate(self.info.arrow):
-                repl = pa.array([vals[i] for _, vals in patched], field.type)
-                col = pa.concat_arrays([tbl.column(i).combine_chunks(), repl]).take(pa.array(idx))
-                cols.append(col)
-            tbl = pa.Table.from_arrays(cols, schema=self.info.arrow)
+        deltas = self._deltas_at(rownums)
+        if deltas is not None:
+            value_cols = [self.info.names[i] for i in self.info.value_indices]
+            tbl, live = apply_deltas(tbl, 0, deltas, snap, value_cols)
+            if live is not None:
+                keep = keep & live
         tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         return tbl if keep.all() else tbl.filter(pa.array(keep))
 
-    def flush_input(self, max_seq: int) -> tuple[pa.Table, list[tuple[int, Mutation]]]:
+    def flush_input(self, max_seq: int) -> tuple[pa.Table, pa.Table | None]:
         """The frozen content for a flush: base rows in key order plus their REDO mutations.
 
         Base rows are the rows as first inserted (``_ts`` = insert timestamp); every mutation with a
-        sequence number below ``max_seq`` is returned with the row's position in the base table.
+        sequence number below ``max_seq`` is returned as a delta table positioned in the base table.
         """
         keys = list(self.sorted_keys())
         take_idx = np.fromiter(map(self.rows.__getitem__, keys), dtype=np.int64, count=len(keys))
@@ -252,15 +261,26 @@ class MemRowSet:
         tbl = self.table().take(pa.array(take_idx))
         tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
-        deltas: list[tuple[int, Mutation]] = []
-        mutated, chains = self._chains(keys)
-        for pos in mutated.tolist():
-            deltas.extend((pos, m) for m in chains[pos] if m.seq < max_seq)
-        return tbl.combine_chunks(), deltas
+        return tbl.combine_chunks(), self._deltas_at(take_idx, max_seq)
 
     def mutations_since(self, min_seq: int) -> list[Mutation]:
-        """Mutations applied after a freeze point, in application order (for carry-over)."""
-        out = [m for chain in self._muts.values() for m in chain if m.seq >= min_seq]
+        """Mutations applied after a freeze point, in application order (for carry-over), with their
+        keys (and key values for re-inserts)."""
+        if not len(self.deltas):
+            return []
+        key_of = dict(zip(self.rows.values(), self.rows.keys(), strict=True))
+        tbl = self.table()
+        nk = self.info.num_key_columns
+
+        def key_values(rownums: np.ndarray) -> list[tuple[Any, ...]]:
+            sub = tbl.take(pa.array(rownums))
+            return list(zip(*[sub.column(i).to_pylist() for i in range(nk)], strict=True))
+
+        out = [
+            m
+            for _, m in self.deltas.mutations(lambda r: list(map(key_of.__getitem__, r.tolist())), key_values)
+            if m.seq >= min_seq
+        ]
         out.sort(key=lambda m: m.seq)
         return out
 

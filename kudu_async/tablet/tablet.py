@@ -562,10 +562,8 @@ class Tablet:
                 continue
             store[idx] = len(stores)
             stores.append(m)
-            il = idx.tolist()
-            latest[idx], live[idx] = m.latest_of(
-                list(map(keys.__getitem__, il)), list(map(found.__getitem__, il))  # type: ignore[arg-type]
-            )
+            rownums = np.fromiter(map(found.__getitem__, idx.tolist()), dtype=np.int64, count=len(idx))
+            latest[idx], live[idx] = m.latest_of(rownums)
             todo[idx] = False
         if not todo.any():
             drs = []
@@ -800,8 +798,8 @@ class Tablet:
             self._mrs.insert_many(
                 list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index  # type: ignore[arg-type]
             )
-        # Everything else mutates an existing row (keys created by this batch live in self._mrs):
-        # column-wise per DiskRowSet, row by row into MemRowSet mutation chains.
+        # Everything else mutates an existing row (keys created by this batch live in self._mrs): one
+        # delta chunk per rowset.
         targets = [self._mrs, *stores]
         rest = np.flatnonzero((store >= 0) | chained)
         tids = store[rest] + 1
@@ -811,7 +809,7 @@ class Tablet:
             if isinstance(target, DiskRowSet):
                 self._mutate_drs(target, prepared, log_index, act[sel], kind[sel], pos[sel], seqs[sel])
             else:
-                self._mutate_rows(target, prepared, log_index, act[sel], kind[sel], seqs[sel])
+                self._mutate_mrs(target, prepared, log_index, act[sel], kind[sel], seqs[sel])
         res.inserted += int(np.count_nonzero(kind == _INSERT))
         res.updated += int(np.count_nonzero(kind == _UPDATE))
         res.deleted += int(np.count_nonzero(kind == _DELETE))
@@ -834,7 +832,7 @@ class Tablet:
         )
         d.mutate_batch(positions, table, reinsert, log_index, prepared.timestamp, nbytes)
 
-    def _mutate_rows(
+    def _mutate_mrs(
         self,
         mrs: MemRowSet,
         prepared: PreparedWrite,
@@ -843,27 +841,19 @@ class Tablet:
         kinds: np.ndarray,
         seqs: np.ndarray,
     ) -> None:
-        """Re-inserts, updates and deletes of MemRowSet rows, appended to each row's mutation chain."""
-        info = self.info
-        set_columns = prepared.op.set_columns
-        ts = prepared.timestamp
-        sub = prepared.op.rows.take(pa.array(rows_idx))
-        cols = [sub.column(c).to_pylist() for c in range(len(info.names))]
-        nk = info.num_key_columns
-        value_idx = info.value_indices
+        """Re-inserts, updates and deletes of one MemRowSet's rows as one delta chunk."""
         keys = prepared.keys
-        for j, (i, k, seq) in enumerate(zip(rows_idx.tolist(), kinds.tolist(), seqs.tolist(), strict=True)):
-            key = keys[i]
-            if k == _INSERT:
-                vals = {c: cols[c][j] for c in value_idx}
-                kv = tuple(cols[c][j] for c in range(nk))
-                m = Mutation(ts, seq, True, vals, log_index, key, reinsert=True, key_values=kv)
-            elif k == _UPDATE:
-                changes = {c: cols[c][j] for c in value_idx if set_columns is None or set_columns[i, c]}
-                m = Mutation(ts, seq, True, changes, log_index, key)
-            else:
-                m = Mutation(ts, seq, False, None, log_index, key)
-            mrs.mutate(mrs.get(key), m)  # type: ignore[arg-type]
+        rownums = np.fromiter(
+            map(mrs.rows.__getitem__, map(keys.__getitem__, rows_idx.tolist())),  # type: ignore[arg-type]
+            dtype=np.int64,
+            count=len(rows_idx),
+        )
+        reinsert = kinds == _INSERT
+        table, nbytes = delta_chunk(
+            self.info, prepared.op.rows, rows_idx, rownums, kinds != _DELETE, reinsert,
+            prepared.op.set_columns, prepared.timestamp, seqs,
+        )
+        mrs.mutate_batch(rownums, table, reinsert, log_index, prepared.timestamp, nbytes)
 
     @staticmethod
     def _mutate(loc: Any, m: Mutation) -> None:

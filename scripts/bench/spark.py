@@ -3,6 +3,7 @@
 3-replica table and to Parquet, then read both back with a filter; prints times and the ratios.
 
 Goal (issue 10): the kudu write within 4x of the Parquet write time, the read within 3x.
+``--upsert`` then writes the same DataFrame again with ``kudu.operation upsert`` (every key exists).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--buckets", type=int, default=6, help="hash buckets of the kudu table [6]")
     ap.add_argument("--runs", type=int, default=2, help="timed runs of each read (best is printed) [2]")
+    ap.add_argument("--upsert", action="store_true", help="also time an upsert of every row again")
     args = ap.parse_args()
     from kudu_async.spark import local_session
 
@@ -54,6 +56,12 @@ def main() -> int:
          .option("kudu.createTable", "true").option("kudu.primaryKey", "key")
          .option("kudu.hashBuckets", str(args.buckets)).option("kudu.operation", "insert").mode("append").save())
         kudu_write = time.monotonic() - t0
+        kudu_upsert = None
+        if args.upsert:
+            t0 = time.monotonic()
+            (df.write.format("kudu").option("kudu.master", m).option("kudu.table", "bench")
+             .option("kudu.operation", "upsert").mode("append").save())
+            kudu_upsert = time.monotonic() - t0
         cut = int(n * 0.9)
         kdf = spark.read.format("kudu").option("kudu.master", m).option("kudu.table", "bench").load()
         pdf = spark.read.parquet(pq)
@@ -68,6 +76,8 @@ def main() -> int:
         print(f"rows: {n:,} (key + 3 columns), kudu table: {args.buckets} tablets x 3 replicas on 3 tservers")
         print(f"write   kudu {kudu_write:7.2f}s ({n / kudu_write:,.0f} rows/s)   parquet {pq_write:6.2f}s   "
               f"ratio {kudu_write / pq_write:5.1f}x   (goal <= 4x)")
+        if kudu_upsert is not None:
+            print(f"upsert  kudu {kudu_upsert:7.2f}s ({n / kudu_upsert:,.0f} rows/s), every key already present")
         print(f"read (key >= {cut}, sum c)   kudu {kudu_read:6.2f}s   parquet {pq_read:6.2f}s   "
               f"ratio {kudu_read / pq_read:5.1f}x   (goal <= 3x)")
         print(f"read (all rows, sum c)      kudu {kudu_full:6.2f}s   parquet {pq_full:6.2f}s   "

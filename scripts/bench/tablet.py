@@ -12,11 +12,13 @@ updated and not compacted; (e) peak RSS; and the same scan with plain pyarrow ov
 Write paths on one Tablet whose rows are already flushed to DiskRowSets (bulk-load shaped batches,
 no maintenance thread): ``--rows`` even keys are inserted and flushed, then rows/s of (i) inserts of
 fresh keys interleaved with the flushed ones (odd keys, so every batch overlaps the DiskRowSets' key
-ranges) and of fresh keys above them, (ii) upserts of existing keys, (iii) updates of one column of
+ranges) and of fresh keys above them, (ii') upserts of those keys while still in the MemRowSet,
+(ii) upserts of existing (flushed) keys, (iii) updates of one column of
 existing keys, (iv) deletes of existing keys, (v) re-inserts of the deleted keys, each in ``--batch``-row
 batches, half through ``Tablet.write`` (leader) and half through ``prepare_write(replay=True)`` +
 ``apply_write`` (how a follower applies replicated writes). Rates are rows per CPU second of the
-process (the host is shared; wall time is printed too).
+process (the host is shared; wall time is printed too). Last, (vi) one compaction of every rowset
+with all those deltas (a maintenance op that competes with writes for the tserver's CPU).
 """
 
 from __future__ import annotations
@@ -196,13 +198,23 @@ def ops_bench(args: argparse.Namespace) -> None:
     m = min(n, args.ops_rows)
     sample = np.sort(rng.choice(existing, m, replace=False))
     run("(i) insert fresh keys inside the DRS ranges", OpType.INSERT, existing[:m] + 1)
-    run("(i') insert fresh keys above the DRS ranges", OpType.INSERT, np.arange(2 * n, 2 * n + m, dtype=np.int64))
+    above = np.arange(2 * n, 2 * n + m, dtype=np.int64)
+    run("(i') insert fresh keys above the DRS ranges", OpType.INSERT, above)
+    run("(ii') upsert keys still in the MemRowSet", OpType.UPSERT, above)
     tablet.flush_mrs()
     print(f"    (flushed: {len(tablet.rowsets())} DiskRowSets)", flush=True)
     run("(ii) upsert existing keys (all columns)", OpType.UPSERT, sample)
     run("(iii) update existing keys (1 column)", OpType.UPDATE, sample, np.array([True, True, False, False]))
     run("(iv) delete existing keys", OpType.DELETE, sample)
     run("(v) insert the deleted keys again", OpType.INSERT, sample)
+    tablet.flush_all()
+    deltas = sum(d.num_delta_rows_on_disk() for d in tablet.rowsets())
+    rows_before = sum(d.num_rows() for d in tablet.rowsets())
+    c0, t0 = time.process_time(), time.perf_counter()
+    tablet.compact_rowsets()  # every delta is newer than the AHM (7 days of history): all carried over
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    print(f"  (vi) compact all {rows_before:,} rows with {deltas:,} deltas: {wall:.3f} s wall {cpu:.3f} s cpu "
+          f"{rows_before / cpu:,.0f} rows/s (cpu)", flush=True)
     if args.dir is None:
         shutil.rmtree(root, ignore_errors=True)
 
