@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,8 @@ MAX_BYTES_PER_RPC = 8 * 1024 * 1024
 MAX_PENDING_ERRORS = 10_000
 MAX_BUFFERED_OPS = 100_000  # operations in the buffer being filled (its bytes are bounded by the buffer space)
 MAX_TABLETS_IN_FLIGHT = 32
+STAGE_ROWS = 1000  # the blocking Session hands rows to the loop this many at a time ...
+STAGE_BYTES = 1024 * 1024  # ... or at this many bytes
 MAX_REROUTES = 10
 _IGNORE_KINDS = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE))
 _METRIC_NAMES = {OpType.INSERT: "insert", OpType.INSERT_IGNORE: "insert", OpType.UPSERT: "upsert",
@@ -139,6 +142,10 @@ class AsyncSession:
         self._metrics.update({f"{k}_ignore_errors": 0 for k in ("insert", "upsert", "update", "delete")})
         self._inflight: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
+        self._staged: list[_Buffered] = []  # checked in a caller thread, not yet buffered (see stage())
+        self._staged_bytes = 0
+        self._stage_lock = threading.Lock()
+        self._take_lock = asyncio.Lock()
         self._closed = False
 
     # --- configuration (kudu-python names) -----------------------------------------------------------
@@ -174,36 +181,88 @@ class AsyncSession:
 
     # --- applying ------------------------------------------------------------------------------------
 
-    async def apply(self, op: WriteOperation) -> None:
-        """Buffer (or, in FLUSH_AUTO_SYNC, send) one operation; a bad row is refused here, naming why."""
+    def check(self, op: WriteOperation) -> _Buffered:
+        """Validate one operation for buffering (pure: callable from any thread); a bad row is refused
+        here, naming why."""
         if self._closed:
             raise KuduIncomplete("session is closed")
         if not isinstance(op, WriteOperation):
             raise KuduInvalidArgument(f"apply() takes an operation from table.new_insert() etc., not {op!r}")
         schema, version = op.table.schema, op.table.schema_version
-        row = op.validated(schema)
+        return op, op.validated(schema), schema, version
+
+    async def apply(self, op: WriteOperation) -> None:
+        """Buffer (or, in FLUSH_AUTO_SYNC, send) one operation; a bad row is refused here, naming why."""
+        item = self.check(op)
         if self.flush_mode == FLUSH_AUTO_SYNC:
             errors_before = len(self._errors)
-            await self._write_ops([(op, row, schema, version)])
+            await self._write_ops([item])
             if len(self._errors) > errors_before:
                 raise self._errors[-1].status
             return
-        size = _row_bytes(row)
-        if self._buf_bytes + size > self.buffer_bytes_limit or len(self._buf) >= MAX_BUFFERED_OPS:
-            if self.flush_mode == FLUSH_MANUAL:
-                raise KuduIncomplete(f"mutation buffer is full ({len(self._buf)} operations, {self._buf_bytes} bytes);"
-                                     " flush() first or set_mutation_buffer_space()")
+        await self._buffer(item)
+
+    def _check_space(self, size: int, count: int) -> None:
+        """FLUSH_MANUAL: refuse an operation the buffer (with rows staged for it) has no room for."""
+        if self._buf_bytes + self._staged_bytes + size > self.buffer_bytes_limit or \
+                len(self._buf) + len(self._staged) + count > MAX_BUFFERED_OPS:
+            raise KuduIncomplete(f"mutation buffer is full ({len(self._buf) + len(self._staged)} operations, "
+                                 f"{self._buf_bytes + self._staged_bytes} bytes); flush() first or "
+                                 "set_mutation_buffer_space()")
+
+    async def _buffer(self, item: _Buffered) -> None:
+        size = _row_bytes(item[1])
+        if self.flush_mode == FLUSH_MANUAL:
+            self._check_space(size, 1)
+        elif self._buf_bytes + size > self.buffer_bytes_limit or len(self._buf) >= MAX_BUFFERED_OPS:
             await self._start_background_flush()
             while self._inflight and self._buf and (self._buf_bytes + size > self.buffer_bytes_limit):
                 await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
         while not self._buf and 0 < self.buffer_max_num <= len(self._inflight):
             await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)  # no free buffer yet
-        self._buf.append((op, row, schema, version))
+        self._buf.append(item)
         self._buf_bytes += size
         if self.flush_mode == FLUSH_AUTO_BACKGROUND:
             self._ensure_timer()
             if self._buf_bytes >= self.buffer_bytes_limit * self.flush_watermark:
                 await self._start_background_flush()
+
+    # --- staging: the blocking facade's batched hand-off ---------------------------------------------
+
+    def stage(self, item: _Buffered) -> int:
+        """Queue a checked operation from the caller's thread without a hop to the event loop (one hop
+        per STAGE_ROWS rows instead of one per row); returns how many are staged. The loop takes them in
+        order (``take_staged``), on the caller's hand-off or on the background flush interval."""
+        size = _row_bytes(item[1])
+        with self._stage_lock:
+            if self.flush_mode == FLUSH_MANUAL:
+                self._check_space(size, 1)
+            self._staged.append(item)
+            self._staged_bytes += size
+            return len(self._staged)
+
+    def staged_enough(self) -> bool:
+        """Whether the caller should hand its staged rows over now (bounded in rows and bytes)."""
+        return len(self._staged) >= STAGE_ROWS or \
+            self._staged_bytes >= min(STAGE_BYTES, self.buffer_bytes_limit * self.flush_watermark)
+
+    async def take_staged(self) -> None:
+        """Buffer every staged operation (on the loop, in staging order: the swap and the buffering
+        happen under one asyncio lock, so two takers never interleave)."""
+        async with self._take_lock:
+            with self._stage_lock:
+                items, self._staged, self._staged_bytes = self._staged, [], 0
+            for k, item in enumerate(items):
+                try:
+                    await self._buffer(item)
+                except BaseException:  # nothing is lost: what was not buffered is staged again, in order
+                    with self._stage_lock:
+                        self._staged[:0] = items[k:]
+                        self._staged_bytes += sum(_row_bytes(it[1]) for it in items[k:])
+                    raise
+
+    def timer_running(self) -> bool:
+        return self._timer is not None and not self._timer.done()
 
     async def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
         """Write a whole Arrow batch of one operation type now (the bulk path: no per-row Python).
@@ -239,6 +298,8 @@ class AsyncSession:
     async def flush(self) -> None:
         """Send everything buffered and wait; raises KuduBadStatus when rows failed (see get_pending_errors)."""
         errors_before = (len(self._errors), self._failed_total)
+        if self._staged:
+            await self.take_staged()
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
         if self._buf:
@@ -278,6 +339,8 @@ class AsyncSession:
     async def _interval_flusher(self) -> None:
         while not self._closed and self.flush_mode == FLUSH_AUTO_BACKGROUND:
             await asyncio.sleep(self.flush_interval_ms / 1000.0)
+            if self._staged:
+                await self.take_staged()
             await self._start_background_flush()
 
     async def close(self) -> None:
@@ -315,7 +378,7 @@ class AsyncSession:
         return dict(self._metrics)
 
     def count_buffered_operations(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + len(self._staged)
 
     # --- sending ---------------------------------------------------------------------------------------
 
@@ -495,30 +558,29 @@ def _segments(b: _Batch, rows: np.ndarray) -> list[np.ndarray]:
 
 
 def _ops_to_batch(group: list[_Buffered]) -> _Batch:
-    """Row operations of one table, validated against one schema version, as a full-schema Arrow batch
-    (per-row Python: this is the row API)."""
+    """Row operations of one table, validated against one schema version, as a full-schema Arrow batch.
+    The row API's per-row cost is kept to one list comprehension per column; only rows that set some
+    but not all columns (updates, partial upserts) walk their cells."""
     table, schema, version = group[0][0].table, group[0][2], group[0][3]
     names = schema.names
     n = len(group)
-    cols = {c: [None] * n for c in names}
-    set_cols = np.zeros((n, len(names)), dtype=bool)
-    types = np.empty(n, dtype=np.int8)
-    col_pos = {c: i for i, c in enumerate(names)}
-    for r, (op, row, _, _) in enumerate(group):
-        types[r] = int(op.op_type)
-        given = op.cells
-        for c, v in row.items():
-            cols[c][r] = v
-        if op.op_name.startswith("insert"):
-            set_cols[r, :] = True
-        else:
-            for c in given:
+    ops = [item[0] for item in group]
+    rows = [item[1] for item in group]
+    types = np.fromiter((int(op.op_type) for op in ops), dtype=np.int8, count=n)
+    arrays = [pa.array([row.get(c.name) for row in rows], c.arrow_type) for c in schema.columns]
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
+    ncols = len(names)
+    partial = [r for r, op in enumerate(ops) if not op.op_name.startswith("insert") and len(op._cells) < ncols]
+    set_cols: np.ndarray | None = None
+    if partial:
+        set_cols = np.ones((n, ncols), dtype=bool)
+        col_pos = {c: i for i, c in enumerate(names)}
+        nk = schema.num_key_columns
+        for r in partial:
+            set_cols[r, nk:] = False
+            for c in ops[r]._cells:
                 set_cols[r, col_pos[c]] = True
-            set_cols[r, : schema.num_key_columns] = True
-    arrays = [pa.array(cols[c.name], c.arrow_type) for c in schema.columns]
-    rows = pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
-    return _Batch(table, rows, types, None if set_cols.all() else set_cols, [item[0] for item in group], schema,
-                  version)
+    return _Batch(table, batch, types, set_cols, ops, schema, version)
 
 
 def _widen(schema: Schema, checked: pa.RecordBatch, given: set[str]) -> tuple[pa.RecordBatch, np.ndarray | None]:

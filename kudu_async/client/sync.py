@@ -18,7 +18,7 @@ from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.aio import connect as aio_connect
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanConfig, ScanToken
 from kudu_async.client.schema_builder import Partitioning
-from kudu_async.client.session import FLUSH_MANUAL, AsyncSession, KuduError
+from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, KuduError
 from kudu_async.client.table import Table, WriteOperation
 from kudu_async.client.table_alterer import AsyncTableAlterer
 from kudu_async.common.errors import KuduIllegalState
@@ -157,9 +157,24 @@ class Session:
         self._s = inner
 
     def apply(self, op: WriteOperation) -> None:
-        self._client._run(self._s.apply(op))
+        """In FLUSH_AUTO_SYNC one blocking write. Otherwise the row is checked here, in the caller's
+        thread (a bad row raises at once, as in kudu-python), and staged; the loop takes staged rows a
+        thousand at a time, or on the flush interval, instead of one cross-thread hop per row."""
+        s = self._s
+        if s.flush_mode == FLUSH_AUTO_SYNC:
+            self._client._run(s.apply(op))
+            return
+        if s.stage(s.check(op)) == 1 and s.flush_mode == FLUSH_AUTO_BACKGROUND and not s.timer_running():
+            self._client._loop.loop.call_soon_threadsafe(s._ensure_timer)  # the interval flush takes staged rows
+        if s.staged_enough():
+            self._client._run(s.take_staged())
+
+    def _hand_over(self) -> None:
+        if self._s._staged:
+            self._client._run(self._s.take_staged())
 
     def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
+        self._hand_over()
         return self._client._run(self._s.apply_arrow(table, batch, op))
 
     def flush(self) -> None:
@@ -187,12 +202,14 @@ class Session:
         return self._s.get_write_op_metrics()
 
     def set_flush_mode(self, mode: str) -> None:
+        self._hand_over()
         self._s.set_flush_mode(mode)
 
     def set_timeout_ms(self, ms: int) -> None:
         self._s.set_timeout_ms(ms)
 
     def set_mutation_buffer_space(self, size_bytes: int) -> None:
+        self._hand_over()
         self._s.set_mutation_buffer_space(size_bytes)
 
     def set_mutation_buffer_max_num(self, n: int) -> None:

@@ -86,6 +86,9 @@ class WriteOperation:
         if record is None:
             return
         if isinstance(record, Mapping):
+            if record.keys() <= self.table.schema._index.keys():  # the common case: every name a column
+                self._cells = dict(record)
+                return
             for k, v in record.items():
                 self[k] = v
         elif isinstance(record, Sequence) and not isinstance(record, str | bytes):
@@ -98,11 +101,15 @@ class WriteOperation:
             raise KuduInvalidArgument(f"a row must be a dict or a tuple/list, not {type(record).__name__}")
 
     def __setitem__(self, key: str | int, value: Any) -> None:
-        names = self.table.schema.names
-        if isinstance(key, int) and not 0 <= key < len(names):
-            raise KuduInvalidArgument(f"column index {key} is not in table {self.table.name} ({len(names)} columns)")
-        name = names[key] if isinstance(key, int) else key
-        if name not in self.table.schema:
+        schema = self.table.schema
+        if type(key) is str and key in schema._index:
+            self._cells[key] = value
+            return
+        if isinstance(key, int) and not 0 <= key < len(schema.columns):
+            raise KuduInvalidArgument(
+                f"column index {key} is not in table {self.table.name} ({len(schema.columns)} columns)")
+        name = schema.columns[key].name if isinstance(key, int) else key
+        if name not in schema:
             raise KuduInvalidArgument(f"column '{name}' is not in table {self.table.name}")
         self._cells[name] = value
 

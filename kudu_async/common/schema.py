@@ -9,7 +9,8 @@ whole Arrow batches without touching Python objects per cell.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,7 +334,11 @@ class Schema:
 
     @property
     def names(self) -> list[str]:
-        return [c.name for c in self.columns]
+        return list(self._names)
+
+    @functools.cached_property
+    def _names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
 
     @property
     def num_columns(self) -> int:
@@ -473,43 +478,55 @@ class Schema:
                     f"row has {len(vals)} values; the schema has {len(self.columns)} columns"
                 )
             given = {c.name: v for c, v in zip(self.columns, vals, strict=False)}
-        for name in given:
-            if name not in self._index:
-                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        if not given.keys() <= self._index.keys():
+            name = next(n for n in given if n not in self._index)
+            raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        deleting = op in DELETE_OPS
+        inserting = op in INSERT_LIKE_OPS
         out: dict[str, Any] = {}
-        for i, c in enumerate(self.columns):
-            is_key = i < self.num_key_columns
-            if c.name in given:
-                v = given[c.name]
+        for name, is_key, canonical, c in self._row_plan:
+            if name in given:
+                v = given[name]
                 if v is None:
                     if not c.nullable:
-                        raise KuduInvalidArgument(
-                            f"column '{c.name}': NULL in NOT NULL column", {"column": c.name}
-                        )
-                    if op in DELETE_OPS and not is_key:
+                        raise KuduInvalidArgument(f"column '{name}': NULL in NOT NULL column", {"column": name})
+                    if deleting and not is_key:
                         continue
-                    out[c.name] = None
+                    out[name] = None
                     continue
-                cv = c.coerce(v)
-                if op in DELETE_OPS and not is_key:
+                cv = v if canonical is not None and canonical(v) else c.coerce(v)
+                if deleting and not is_key:
                     continue
-                out[c.name] = cv
+                out[name] = cv
             elif is_key:
-                raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
-            elif op in INSERT_LIKE_OPS:
+                raise KuduInvalidArgument(f"column '{name}': key column missing", {"column": name})
+            elif inserting:
                 if c.default is not None:
-                    out[c.name] = c.default
+                    out[name] = c.default
                 elif c.nullable:
-                    out[c.name] = None
+                    out[name] = None
                 else:
                     raise KuduInvalidArgument(
-                        f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name}
+                        f"column '{name}': NOT NULL column without a default is missing", {"column": name}
                     )
-        if _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
+        if self._variable_key and _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
             from kudu_async.common.key_encoding import encode_key
 
             encode_key(self, [out[c.name] for c in self.key_columns])
         return out
+
+    @functools.cached_property
+    def _row_plan(self) -> tuple[tuple[str, bool, Callable[[Any], bool] | None, ColumnSchema], ...]:
+        """Per column: name, is it a key column, its canonical-value test (see ``T.canonical_check``)."""
+        return tuple(
+            (c.name, i < self.num_key_columns, T.canonical_check(c.type, c.length), c)
+            for i, c in enumerate(self.columns)
+        )
+
+    @functools.cached_property
+    def _variable_key(self) -> bool:
+        """Whether a key can approach the encoded-key limit (fixed-size keys never can)."""
+        return any(c.type in (T.STRING, T.VARCHAR, T.BINARY) for c in self.key_columns)
 
     # -- vectorised validation --------------------------------------------------------------------------
 

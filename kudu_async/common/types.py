@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal as _decimal
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,6 +295,43 @@ def decimal_to_unscaled(value: _decimal.Decimal, scale: int) -> int:
 def unscaled_to_decimal(unscaled: int, scale: int) -> _decimal.Decimal:
     """Exact inverse of ``decimal_to_unscaled`` (string construction never rounds)."""
     return _decimal.Decimal(f"{unscaled}E-{scale}")
+
+
+def _int_in(lo: int, hi: int, v: Any) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _is_exact(kind: type, v: Any) -> bool:
+    return type(v) is kind
+
+
+def _str_upto(limit: int, v: Any) -> bool:
+    return type(v) is str and len(v) <= limit
+
+
+def _bytes_upto(limit: int, v: Any) -> bool:
+    return type(v) is bytes and len(v) <= limit
+
+
+def canonical_check(kt: KuduType, length: int | None = None) -> Callable[[Any], bool] | None:
+    """A cheap test that a value is already canonical for ``kt`` (the row API's common case), so
+    ``coerce_value`` runs only for values that need converting or rejecting; None where every value
+    needs the full path. It accepts only values that ``coerce_value`` would return unchanged.
+    (Partials of module functions, not lambdas, so a schema holding them still pickles.)"""
+    name = kt.name
+    if name in _INT_BOUNDS:
+        return functools.partial(_int_in, *_INT_BOUNDS[name])
+    if kt is DOUBLE:
+        return functools.partial(_is_exact, float)
+    if kt is BOOL:
+        return functools.partial(_is_exact, bool)
+    if kt is STRING or kt is VARCHAR:
+        # at most 4 UTF-8 bytes per code point, so short strings cannot exceed the cell limit
+        limit = MAX_CELL_SIZE_BYTES // 4 if length is None else min(length, MAX_CELL_SIZE_BYTES // 4)
+        return functools.partial(_str_upto, limit)
+    if kt is BINARY:
+        return functools.partial(_bytes_upto, MAX_CELL_SIZE_BYTES)
+    return None
 
 
 def coerce_value(

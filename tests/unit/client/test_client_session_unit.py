@@ -574,3 +574,95 @@ async def test_failed_row_count_is_exact_past_the_error_cap(kv_table: Table, mon
         await sess.flush()
     errors, overflowed = sess.get_pending_errors()
     assert len(errors) == 3 and overflowed
+
+
+# --- the blocking Session: rows checked in the caller's thread, handed to the loop in batches ----------------
+
+
+class _LoopClient:
+    """What the blocking Session needs of kudu_async.Client: a loop thread to run coroutines on."""
+
+    def __init__(self) -> None:
+        from kudu_async.client.sync import _LoopThread
+
+        self._loop = _LoopThread("test-session-loop")
+        self._run = self._loop.run
+
+
+def _blocking_session(fake: FakeTablets, **kw: Any) -> tuple[Any, _LoopClient]:
+    from kudu_async.client.sync import Session
+
+    lc = _LoopClient()
+
+    async def make() -> S.AsyncSession:
+        return S.AsyncSession(fake, **kw)  # type: ignore[arg-type]
+
+    return Session(lc, lc._run(make())), lc  # type: ignore[arg-type]
+
+
+def test_blocking_apply_stages_rows_and_keeps_their_order(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess, lc = _blocking_session(fake, flush_mode=kudu.FLUSH_AUTO_BACKGROUND, mutation_buffer_flush_interval=60_000)
+    try:
+        hops = 0
+        real_run = lc._run
+
+        def counting_run(coro: Any) -> Any:
+            nonlocal hops
+            hops += 1
+            return real_run(coro)
+
+        sess._client._run = counting_run
+        n = 2 * S.STAGE_ROWS + 500
+        for k in range(n):  # every row inserted, then updated: order within a key must hold
+            sess.apply(kv_table.new_insert({"key": k, "val": "first"}))
+            sess.apply(kv_table.new_update({"key": k, "val": f"second{k}"}))
+        assert hops == 2 * n // S.STAGE_ROWS  # one hand-off per STAGE_ROWS rows, not one per row
+        assert 0 < sess.count_buffered_operations() <= 2 * n  # staged rows count as buffered
+        with pytest.raises(kudu.KuduInvalidArgument, match="key column missing"):
+            sess.apply(kv_table.new_insert({"val": "x"}))  # a bad row is refused at once, in the caller
+        sess.flush()
+        assert sess.count_buffered_operations() == 0
+        got = {k: row["val"] for store in fake.rows.values() for k, row in store.items()}
+        assert got == {k: f"second{k}" for k in range(n)}
+        assert sess.get_pending_errors() == ([], False)
+        sess.close()
+    finally:
+        lc._loop.stop()
+
+
+def test_blocking_background_session_flushes_staged_rows_on_its_interval(kv_table: Table) -> None:
+    import time
+
+    fake = FakeTablets(kv_table)
+    sess, lc = _blocking_session(fake, flush_mode=kudu.FLUSH_AUTO_BACKGROUND, mutation_buffer_flush_interval=50)
+    try:
+        for k in range(5):  # far fewer than a hand-off batch: only the interval flush can send them
+            sess.apply(kv_table.new_upsert({"key": k, "val": "v"}))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and sum(len(s) for s in fake.rows.values()) < 5:
+            time.sleep(0.02)
+        assert sorted(k for store in fake.rows.values() for k in store) == [0, 1, 2, 3, 4]
+        assert sess.count_buffered_operations() == 0
+        sess.close()
+    finally:
+        lc._loop.stop()
+
+
+def test_blocking_manual_session_counts_staged_rows_against_the_buffer(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess, lc = _blocking_session(fake, mutation_buffer_sz=1000)
+    try:
+        applied = 0
+        with pytest.raises(kudu.KuduBadStatus, match="mutation buffer is full"):
+            for k in range(1000):
+                sess.apply(kv_table.new_insert({"key": k, "val": "x" * 50}))
+                applied += 1
+        assert 0 < applied < 20 and sess.count_buffered_operations() == applied
+        sess.flush()  # what was accepted is written; the refused row is not
+        assert sorted(k for store in fake.rows.values() for k in store) == list(range(applied))
+        sess.apply(kv_table.new_insert({"key": 5000}))  # room again after the flush
+        sess.close()
+        assert 5000 in {k for store in fake.rows.values() for k in store}
+    finally:
+        lc._loop.stop()

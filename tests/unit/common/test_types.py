@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -171,3 +172,26 @@ def test_wire_values_roundtrip() -> None:
     ]
     for v in vals:
         assert T.value_from_wire(T.value_to_wire(v)) == v
+
+
+def test_canonical_check_accepts_only_values_coerce_returns_unchanged() -> None:
+    """The row API's fast path (Schema.validate_row) must never let through what coerce_value would
+    convert or reject."""
+    samples: list[Any] = [0, 1, -1, 127, 128, -129, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, True, False, 1.5, 2.0,
+                          float("nan"), "", "abc", "é" * 16_385, "x" * 70_000, b"", b"ab", b"x" * 70_000,
+                          bytearray(b"ab"),
+                          np.int64(5), np.float64(1.5), None, [1]]
+    for kt in (T.INT8, T.INT16, T.INT32, T.INT64, T.DOUBLE, T.FLOAT, T.BOOL, T.STRING, T.BINARY):
+        check = T.canonical_check(kt)
+        for v in samples:
+            if check is None or v is None or not check(v):
+                continue
+            out = T.coerce_value(kt, v)
+            assert type(out) is type(v) and (out == v or (out != out and v != v)), (kt, v)  # NaN stays NaN
+    varchar = T.canonical_check(T.VARCHAR, 3)
+    assert varchar is not None and varchar("abc") and not varchar("abcd")  # longer ones are truncated
+    assert T.coerce_value(T.VARCHAR, "abcd", length=3) == "abc"
+    for rejected in (2**63, True, "x" * 70_000):
+        with pytest.raises(KuduInvalidArgument):
+            T.coerce_value(T.INT64 if rejected != "x" * 70_000 else T.STRING, rejected)
+    assert not T.canonical_check(T.INT64)(2**63) and not T.canonical_check(T.INT64)(True)  # type: ignore[misc]
