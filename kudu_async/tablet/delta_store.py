@@ -9,6 +9,7 @@ on-disk deltas with one vectorised routine (:func:`apply_deltas`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +151,10 @@ class DeltaMemStore:
 
     Column-wise: a write batch's mutations of this rowset arrive as one delta table (``add_chunk``);
     only mutations carried over by a flush or compaction arrive one by one (``add``).
+
+    A frozen MemRowSet's store is read by its flush outside the tablet lock while writes to its keys
+    still add chunks, so the cached sorted table is filled and invalidated under a lock of its own: a
+    table built from the chunks before an add must never be cached after it.
     """
 
     def __init__(self, info: SchemaInfo) -> None:
@@ -162,6 +167,8 @@ class DeltaMemStore:
         self.created_at: float | None = None
         self._mem = 0
         self._table: pa.Table | None = None
+        self._cache_lock = threading.Lock()
+        self._version = 0  # bumped by every add: a cache built from an older version is dropped
 
     def __len__(self) -> int:
         return self._n
@@ -174,30 +181,41 @@ class DeltaMemStore:
             self.min_log_index = log_index
         if self.min_ts is None or ts < self.min_ts:
             self.min_ts = ts
-        self._table = None
 
     def add(self, row: int, m: Mutation) -> None:
-        self._singles.append((row, m))
-        self._n += 1
+        with self._cache_lock:
+            self._singles.append((row, m))
+            self._n += 1
+            self._version += 1
+            self._table = None
         self._mem += MUTATION_OVERHEAD_BYTES + (len(m.changes) * 16 if m.changes else 0)
         self._note(m.log_index, m.ts)
 
     def add_chunk(self, table: pa.Table, reinsert: np.ndarray, log_index: int, ts: int, nbytes: int) -> None:
         """Mutations of one write batch (from :func:`delta_chunk`), all at ``ts`` and ``log_index``."""
-        self._chunks.append((table, reinsert, log_index))
-        self._n += table.num_rows
+        with self._cache_lock:
+            self._chunks.append((table, reinsert, log_index))
+            self._n += table.num_rows
+            self._version += 1
+            self._table = None
         self._mem += nbytes
         self._note(log_index, ts)
 
     def to_table(self) -> pa.Table:
         """Every mutation as one delta table sorted by (row, ts, seq)."""
-        if self._table is None:
-            parts = [c[0] for c in self._chunks]
-            if self._singles or not parts:
-                parts.append(mutations_to_table(self.info, self._singles))
-            t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-            self._table = t.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
-        return self._table
+        with self._cache_lock:
+            if self._table is not None:
+                return self._table
+            version, chunks, singles = self._version, list(self._chunks), list(self._singles)
+        parts = [c[0] for c in chunks]
+        if singles or not parts:
+            parts.append(mutations_to_table(self.info, singles))
+        t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        t = t.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
+        with self._cache_lock:
+            if self._version == version:
+                self._table = t
+        return t
 
     def mutations_of(self, row: int) -> list[Mutation]:
         """The mutations of one base row in application order (point lookups). Each chunk is

@@ -586,3 +586,26 @@ def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str)
             1 for inp in inputs for t in inp.base.column(TS_COL).to_pylist() if t > ahm
         )
     assert revived > 0  # some rows dead at an AHM came back through a later re-insert
+
+
+def test_delta_store_never_caches_a_table_older_than_its_last_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen MemRowSet's flush reads its DeltaMemStore outside the tablet lock while writes to its
+    keys still add to it: a table built before such an add must not become the cached answer (that
+    lost updates and deletes in the concurrent-maintenance test)."""
+    from kudu_async.tablet import delta_store
+    from kudu_async.tablet.schema_info import SchemaInfo
+
+    dms = delta_store.DeltaMemStore(SchemaInfo(make_schema()))
+    dms.add(0, Mutation(10, 1, True, {1: 5}, 1, b"k0"))
+    real = delta_store.mutations_to_table
+
+    def racing(info: Any, singles: Any) -> pa.Table:
+        monkeypatch.setattr(delta_store, "mutations_to_table", real)
+        chunk = real(info, [(1, Mutation(11, 2, False, None, 2, b"k1"))])
+        dms.add_chunk(chunk, np.zeros(1, dtype=bool), 2, 11, 100)  # a write batch lands meanwhile
+        return real(info, singles)
+
+    monkeypatch.setattr(delta_store, "mutations_to_table", racing)
+    assert dms.to_table().num_rows == 1  # what was there when the build began
+    assert dms.to_table().num_rows == 2  # not the stale table from the cache
+    assert dms.to_table().column(ROW_COL).to_pylist() == [0, 1]
