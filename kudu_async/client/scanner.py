@@ -73,6 +73,7 @@ class ScanConfig:
         self.timeout_ms: int | None = None
         self.lower_key: bytes | None = None
         self.upper_key: bytes | None = None
+        self._out: tuple[Any, tuple[str, ...] | None, pa.Schema] | None = None  # output_schema's memo
 
     def set_projected_column_names(self, names: Sequence[str]) -> Any:
         names = list(names)
@@ -190,8 +191,12 @@ class ScanConfig:
             setattr(self, k, copy.copy(getattr(other, k)))
 
     def output_schema(self) -> pa.Schema:
-        names = self.projection if self.projection is not None else self.table.schema.names
-        return pa.schema([self.table.schema.column(n).to_arrow_field() for n in names])
+        """The Arrow schema of the rows returned (memoised: a point read asks more than once)."""
+        schema, proj = self.table.schema, None if self.projection is None else tuple(self.projection)
+        if self._out is None or self._out[0] is not schema or self._out[1] != proj:
+            names = proj if proj is not None else schema.names
+            self._out = (schema, proj, pa.schema([schema.column(n).to_arrow_field() for n in names]))
+        return self._out[2]
 
 
 class AsyncScanner(ScanConfig):
@@ -279,7 +284,10 @@ class AsyncScanner(ScanConfig):
             if table is None:  # this tablet is exhausted
                 self._next_tablet()
                 continue
-            return self._deliver(table)
+            out = self._deliver(table)
+            if self._scanner_id is None and self._tablet_open and not self._done:
+                self._next_tablet()  # that was its last batch: no call just to learn so
+            return out
         return self.output_schema().empty_table()
 
     def _next_tablet(self) -> None:

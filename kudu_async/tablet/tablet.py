@@ -918,6 +918,12 @@ class Tablet:
             lower_excl = False
             if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
                 lower, lower_excl = spec.resume_after_key, True
+            point = self._point_read(info, spec, snap, needed, lower, upper, lower_excl)
+            if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
+                scanner = TabletScanner(
+                    self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
+                scanner.info = info
+                return scanner
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
                 for m in [self._mrs, *self._flushing_mrs]
@@ -938,22 +944,82 @@ class Tablet:
             for d, deltas in drs:
                 yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
 
-        def filtered() -> Iterator[pa.Table]:
-            for t in pieces():
-                if t.num_rows and spec.predicates:
-                    mask = None
-                    for p in spec.predicates:
-                        m = p.evaluate(t)
-                        mask = m if mask is None else pc.and_(mask, m)
-                        mask = pc.fill_null(mask, False)
-                    t = t.filter(mask)
-                if t.num_rows:
-                    yield t.select([*projection, KEY_COL])
-
-        source: Iterator[pa.Table] = filtered()
-        scanner = TabletScanner(self._batches(source, spec, projection), snap, snap_ts)
+        scanner = TabletScanner(self._batches(self._filtered(pieces(), spec, projection), spec, projection),
+                                snap, snap_ts)
         scanner.info = info
         return scanner
+
+    @staticmethod
+    def _filtered(pieces: Iterator[pa.Table], spec: ScanSpec, projection: list[str]) -> Iterator[pa.Table]:
+        """The rows of each piece that match every predicate, projected (plus ``_key``)."""
+        for t in pieces:
+            if t.num_rows and spec.predicates:
+                mask = None
+                for p in spec.predicates:
+                    m = p.evaluate(t)
+                    mask = m if mask is None else pc.and_(mask, m)
+                    mask = pc.fill_null(mask, False)
+                t = t.filter(mask)
+            if t.num_rows:
+                yield t.select([*projection, KEY_COL])
+
+    @staticmethod
+    def _point_batches(
+        row: pa.Table, spec: ScanSpec, projection: list[str], key_names: list[str]
+    ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
+        """The looked-up row as the scan's one batch, if the limit and every predicate that does not pin
+        the key let it through (those that do are met by construction: the key encoding is exact)."""
+        if not row.num_rows or spec.limit == 0:
+            return
+        for p in spec.predicates:
+            if getattr(p, "op", None) == "=" and _pred_column(p) in key_names:
+                continue
+            if not pc.fill_null(p.evaluate(row), False)[0].as_py():
+                return
+        yield row.select(projection).to_batches()[0], row.column(KEY_COL)[0].as_py()
+
+    def _point_read(
+        self,
+        info: SchemaInfo,
+        spec: ScanSpec,
+        snap: MvccSnapshot,
+        needed: list[str],
+        lower: bytes | None,
+        upper: bytes | None,
+        lower_excl: bool,
+    ) -> pa.Table | None:
+        """A scan whose predicates fix the whole primary key as the row (0 or 1 rows, with ``needed``
+        and ``_key``) found through the key index, as a write finds it; None when the scan is not of that
+        shape or the row's store reads another schema (the general path then answers). Called under the
+        component lock; per-row Python is fine here, it is one row."""
+        nk = info.num_key_columns
+        pinned: dict[str, Any] = {}
+        for p in spec.predicates:
+            if getattr(p, "op", None) == "=" and _pred_column(p) in info.key_names[:nk]:
+                if _pred_column(p) in pinned:  # two values for one key column: the general path decides
+                    return None
+                pinned[_pred_column(p)] = p.value
+        if len(pinned) < nk:
+            return None
+        try:
+            key = info.encode_key([pinned[n] for n in info.key_names[:nk]])
+        except Exception:  # a value the encoder does not take: the general path evaluates it
+            return None
+        cols = [info.names.index(n) for n in needed]
+        schema = pa.schema([*(info.arrow.field(i) for i in cols), info.storage_arrow.field(KEY_COL)])
+        if (lower is not None and (key < lower or (lower_excl and key == lower))) or \
+                (upper is not None and key >= upper):
+            return schema.empty_table()
+        loc = self._locate(key)
+        if loc is None:
+            return schema.empty_table()
+        store, ref = loc
+        if store.info.names != info.names:
+            return None
+        vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
+        if vals is None:
+            return schema.empty_table()
+        return pa.table([*([vals[i]] for i in cols), [key]], schema=schema)
 
     def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
         """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:

@@ -58,14 +58,33 @@ class ScannerManager:
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_SCANS)
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
-            request: dict[str, Any] | None = None) -> Scanner:
+    def check_capacity(self) -> None:
         if len(self.scanners) >= self.max_scanners:
             raise KuduServiceUnavailable(f"{len(self.scanners)} scanners open on this server; retry later",
                                          {"retryable": True})
-        sc = Scanner(secrets.token_hex(12), tablet_id, it, schema, snapshot_ts, request=request or {})
+
+    def add(self, tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
+            request: dict[str, Any] | None = None) -> Scanner:
+        self.check_capacity()
+        sc = self.new(tablet_id, it, schema, snapshot_ts, request)
         self.scanners[sc.id] = sc
         return sc
+
+    @staticmethod
+    def new(tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
+            request: dict[str, Any] | None = None) -> Scanner:
+        """A scanner not yet registered (see :meth:`started`)."""
+        return Scanner(secrets.token_hex(12), tablet_id, it, schema, snapshot_ts, request=request or {})
+
+    def started(self, sc: Scanner, pulled: tuple[pa.RecordBatch | None, bytes, bool]) -> dict[str, Any]:
+        """The answer to a new scan whose first batch was pulled with the open (one worker hop, not two):
+        the scanner is registered only when more rows follow, so a point read leaves nothing behind."""
+        if pulled[2]:
+            self.check_capacity()
+            self.scanners[sc.id] = sc
+        else:
+            self.recent.append(sc.to_dict(time.monotonic()))
+        return self._reply(sc, *pulled)
 
     def get(self, scanner_id: str) -> Scanner:
         sc = self.scanners.get(scanner_id)
@@ -87,19 +106,24 @@ class ScannerManager:
     async def next_batch(self, sc: Scanner) -> dict[str, Any]:
         """The next batch as IPC bytes, whether more follow, and the resume key."""
         async with sc.lock:
-            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, self._pull, sc)
-            sc.last_access = time.monotonic()
-            if batch is not None:
-                sc.rows += batch.num_rows
-                sc.batches += 1
+            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, self.pull, sc)
+            out = self._reply(sc, batch, data, more)
             if not more:
                 self.close(sc.id)
-            return {"scanner_id": sc.id if more else None, "data": data,
-                    "rows": 0 if batch is None else batch.num_rows, "has_more": more,
-                    "last_key": sc.it.last_key, "snapshot_ts": sc.snapshot_ts}
+            return out
 
     @staticmethod
-    def _pull(sc: Scanner) -> tuple[pa.RecordBatch | None, bytes, bool]:
+    def _reply(sc: Scanner, batch: pa.RecordBatch | None, data: bytes, more: bool) -> dict[str, Any]:
+        sc.last_access = time.monotonic()
+        if batch is not None:
+            sc.rows += batch.num_rows
+            sc.batches += 1
+        return {"scanner_id": sc.id if more else None, "data": data,
+                "rows": 0 if batch is None else batch.num_rows, "has_more": more,
+                "last_key": sc.it.last_key, "snapshot_ts": sc.snapshot_ts}
+
+    @staticmethod
+    def pull(sc: Scanner) -> tuple[pa.RecordBatch | None, bytes, bool]:
         """Next batch, its IPC bytes and whether more follow: all of it off the event loop."""
         batch, more = ScannerManager._next(sc)
         data = batch_to_ipc(batch if batch is not None else pa.RecordBatch.from_pylist([], sc.schema))

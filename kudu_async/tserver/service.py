@@ -14,8 +14,8 @@ import pyarrow as pa
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.rpc.server import CallContext, RpcServer, require_map
-from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec
-from kudu_async.tserver.scanners import ScannerManager
+from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
+from kudu_async.tserver.scanners import Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager
 from kudu_async.tserver.wire import decode_write_op
 
@@ -114,15 +114,19 @@ class TabletService:
             snapshot_ts=_int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None,
             ordered=bool(req.get("ordered", False)), batch_bytes=batch_bytes,
         )
-        it = await replica.open_scan(spec, ctx.time_left())
-        info = it.info or replica.tablet.info  # the schema the scan reads with, even if an alter just landed
-        names = projection if projection is not None else info.names
-        arrow = info.arrow
-        out_schema = pa.schema([arrow.field(n) for n in names])
-        sc = self.scanners.add(replica.tablet_id, it, out_schema, spec.snapshot_ts,
-                               {"projection": names, "predicates": [_pred_text(p) for p in predicates],
-                                "read_mode": read_mode})
-        out = await self.scanners.next_batch(sc)
+        self.scanners.check_capacity()
+
+        def begin(it: TabletScanner) -> tuple[Scanner, tuple[pa.RecordBatch | None, bytes, bool]]:
+            """In the worker that opened the scan: its first batch too."""
+            info = it.info or replica.tablet.info  # the schema the scan reads with, even if an alter just landed
+            names = projection if projection is not None else info.names
+            sc = self.scanners.new(replica.tablet_id, it, pa.schema([info.arrow.field(n) for n in names]),
+                                   spec.snapshot_ts, {"projection": names, "read_mode": read_mode,
+                                                      "predicates": [_pred_text(p) for p in predicates]})
+            return sc, ScannerManager.pull(sc)
+
+        sc, pulled = await replica.scan_with(spec, ctx.time_left(), begin)
+        out = self.scanners.started(sc, pulled)
         out["schema_version"] = replica.tablet.schema_version
         return out
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import (
@@ -43,6 +43,7 @@ from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrit
 from kudu_async.tserver.wire import WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class TabletState(enum.Enum):
@@ -334,6 +335,11 @@ class TabletReplica:
 
     async def open_scan(self, spec: ScanSpec, timeout_s: float) -> TabletScanner:
         """Position a scan: READ_LATEST on the confirmed leader, READ_AT_SNAPSHOT where safe."""
+        return await self.scan_with(spec, timeout_s, lambda it: it)
+
+    async def scan_with(self, spec: ScanSpec, timeout_s: float, then: Callable[[TabletScanner], _T]) -> _T:
+        """:meth:`open_scan`, then ``then`` on the new scanner in the same worker call (the tserver pulls
+        a first batch without a second hop to the executor)."""
         deadline = time.monotonic() + timeout_s
         if spec.read_mode == READ_LATEST:
             r = self._leader()
@@ -346,9 +352,12 @@ class TabletReplica:
             spec.snapshot_wait_s = 0.0
         else:
             raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
-        scanner = await asyncio.get_running_loop().run_in_executor(self.executor, self.tablet.scan, spec)
+        def open_() -> _T:
+            return then(self.tablet.scan(spec))
+
+        out = await asyncio.get_running_loop().run_in_executor(self.executor, open_)
         self._c_scans.increment()
-        return scanner
+        return out
 
     async def _wait_applied(self, r: RaftReplica, index: int, deadline: float) -> None:
         def applied(rr: RaftReplica) -> bool:

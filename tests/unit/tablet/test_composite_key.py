@@ -68,3 +68,50 @@ def test_composite_keys_sort_as_tuples_and_survive_flush_compaction_and_reopen(t
     assert len(t.rowsets()) == 1
     reopened = Tablet.open(str(tmp_path / "t"), options=TabletOptions(sync=False), clock=clock)
     assert _rows(reopened) == want
+
+
+def test_scans_pinning_the_whole_key_are_point_reads_with_the_general_paths_answers(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both key columns '=': the row is looked up (no rowset scanned); one of them, or two values for
+    one column, leave the general path to decide. Answers are the same either way."""
+    from kudu_async.common.predicate import ColumnPredicate as P
+
+    t, schema, clock = _tablet(str(tmp_path / "t"))
+    arrow = schema.to_arrow()
+    rows = [(h, ts) for h in HOSTS for ts in (-5, 0, 7)]
+    b = pa.record_batch([pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.int64()),
+                         pa.array([len(r[0]) for r in rows], pa.int32())], schema=arrow)
+    t.write(WriteOp([OpType.INSERT] * len(rows), b), clock.now(), 1)
+    t.flush_mrs()  # half on disk, half in memory, one row updated and one deleted after the flush
+    more = pa.record_batch([pa.array(["zz"]), pa.array([1], pa.int64()), pa.array([5], pa.int32())], schema=arrow)
+    t.write(WriteOp([OpType.INSERT], more), clock.now(), 2)
+    upd = pa.record_batch([pa.array(["a\x00", "b"]), pa.array([0, 7], pa.int64()), pa.array([99, 0], pa.int32())],
+                          schema=arrow)
+    t.write(WriteOp([OpType.UPDATE, OpType.DELETE], upd), clock.now(), 3)
+    cases = [
+        ([P("host", "=", "a\x00"), P("ts", "=", 0)], [("a\x00", 0, 99)]),
+        ([P("host", "=", "zz"), P("ts", "=", 1)], [("zz", 1, 5)]),
+        ([P("host", "=", "b"), P("ts", "=", 7)], []),  # deleted
+        ([P("host", "=", "a"), P("ts", "=", 8)], []),  # never written
+        ([P("host", "=", "a"), P("ts", "=", 0), P("v", ">", 0)], [("a", 0, 1)]),
+        ([P("host", "=", "a"), P("ts", "=", 0), P("v", ">", 1)], []),
+        ([P("host", "=", "a"), P("ts", "=", 0), P("ts", "=", 7)], []),  # two values for one column
+        ([P("host", "=", "a"), P("ts", "=", 0), P("host", "=", "a")], [("a", 0, 1)]),
+        ([P("host", "=", "a")], [("a", -5, 1), ("a", 0, 1), ("a", 7, 1)]),  # not the whole key
+    ]
+    points = 0
+    real = Tablet._point_read
+
+    def counting(self: Tablet, *a: Any) -> Any:
+        nonlocal points
+        got = real(self, *a)
+        points += got is not None
+        return got
+
+    monkeypatch.setattr(Tablet, "_point_read", counting)
+    for preds, want in cases:
+        assert _rows(t, predicates=preds) == want, preds
+        assert _rows(t, predicates=preds, projection=["v"]) == [(r[2],) for r in want], preds
+        assert _rows(t, predicates=preds, limit=0) == []
+    assert points == 3 * 6  # the six cases that pin both columns exactly once
