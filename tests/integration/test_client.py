@@ -525,6 +525,26 @@ def test_projection_limit_bounds_and_batch_reading(range_table: Table) -> None:
     assert t.scanner().add_predicate(t["host"] == "h3").open().to_pandas(index="ts").index.name == "ts"
 
 
+def test_to_arrow_reads_tablets_concurrently_in_the_sequential_order(range_table: Table) -> None:
+    t = range_table
+    for make in (lambda: t.scanner().set_batch_size_bytes(200),
+                 lambda: t.scanner().set_fault_tolerant().set_projected_column_names(["metric", "ts"]),
+                 lambda: t.scanner().add_predicate(t["ts"] >= 100)):
+        sequential = [b for b in make().open().xbatches()]
+        want = pa.concat_tables(sequential) if sequential else None
+        sc = make().open()
+        assert sc._inner is not None
+        snapshot_first = sc._inner.snapshot_ts is None and sc._inner.read_mode == kudu.READ_AT_SNAPSHOT
+        assert sc._inner._can_read_concurrently() != snapshot_first  # a fault-tolerant scan reads one first
+        got = sc.to_arrow()
+        assert want is not None and got.equals(want)  # same rows, same order (tablet by tablet)
+        assert not sc.has_more_rows()
+    started = t.scanner().set_batch_size_bytes(200).open()
+    first = started.next_batch()  # a scan already under way is finished one tablet after another
+    assert started._inner is not None and not started._inner._can_read_concurrently()
+    assert first.num_rows + started.to_arrow().num_rows == len(RANGE_ROWS)
+
+
 def test_replica_selection_modes_read_the_same_rows(range_table: Table) -> None:
     expected = sorted(range_table.scanner().open().read_all_tuples())
     for sel in (kudu.LEADER_ONLY, kudu.CLOSEST_REPLICA, kudu.FIRST_REPLICA):
