@@ -313,6 +313,10 @@ class RaftReplica:
         finally:
             self._reads.pop(ctx, None)
 
+    def campaign(self) -> None:
+        self._require_running().campaign()
+        self._wake.set()
+
     def step_down(self) -> None:
         self._require_running().step_down()
         self._wake.set()

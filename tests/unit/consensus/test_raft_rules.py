@@ -136,6 +136,22 @@ def test_forced_election_ignores_leader_stickiness() -> None:
     assert not net["a"].is_leader
 
 
+def test_campaign_elects_a_new_groups_leader_without_waiting_for_a_timeout() -> None:
+    """What the tserver does on one replica of a tablet it just created: no ticks at all, one vote round."""
+    net = Net()
+    net["b"].campaign()
+    net.handle("b")
+    net.deliver()
+    assert net["b"].is_leader and net["b"].term == 1
+    assert {n.leader for n in net.nodes.values()} == {"b"}
+    net["b"].campaign()  # a leader's campaign changes nothing
+    assert net["b"].is_leader and net["b"].term == 1
+    net["a"].campaign()  # forced, like TimeoutNow (the tserver only asks while no leader is known)
+    net.handle("a")
+    net.deliver()
+    assert sum(n.is_leader for n in net.nodes.values()) == 1
+
+
 def test_voter_grants_at_most_one_vote_per_term() -> None:
     net = Net()
     b = net["b"]
