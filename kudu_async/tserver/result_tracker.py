@@ -174,10 +174,10 @@ class ResultTracker:
         self.maybe_gc(now)
         c = self._touch(rid.client_id, now)
         self._forget_below(c, min(rid.first_incomplete_seq_no, rid.seq_no))
-        if rid.seq_no < c.watermark:
-            return  # the client already said it is done with this one
         table = c.table()
         e = table.get(rid.seq_no)
+        if e is None and rid.seq_no < c.watermark:
+            return  # the client already said it is done with this one
         if e is not None and e.done:
             return
         table[rid.seq_no] = _Entry(True, response, now)

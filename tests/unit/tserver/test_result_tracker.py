@@ -137,6 +137,15 @@ def test_in_progress_marks_do_not_count_against_the_response_bound() -> None:
     assert t.num_responses() == 2
 
 
+def test_a_write_in_progress_below_a_raised_watermark_still_gets_its_response() -> None:
+    t = ResultTracker(response_ttl_s=10.0)
+    t.start(rid(1, first=1), 0.0)
+    t.complete(rid(2, first=1), "r2", 0.0)
+    t.gc(11.0)  # r2 expired: the watermark passes 1, which is still being replicated
+    t.complete(rid(1, first=1), "r1", 12.0)
+    assert t.peek("c1", 1).response == "r1"
+
+
 def test_clients_are_bounded_least_recently_seen_idle_one_goes_first() -> None:
     t = ResultTracker(max_clients=2)
     t.start(rid(1, client="a"), 0.0)  # in progress: kept
