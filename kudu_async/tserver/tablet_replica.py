@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import (
+    KuduAborted,
     KuduBadStatus,
     KuduInvalidArgument,
     KuduNotTheLeader,
@@ -281,11 +282,13 @@ class TabletReplica:
                 r = self._leader()
                 continue  # its outcome is recorded (COMPLETED) or it left no trace (NEW)
             break
+        assert r.raft is not None
+        term = r.raft.term  # the tracker was consulted as the ready leader of this term
         attempt: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inflight_requests[key] = attempt
         try:
             self._check_write(op, schema_version)
-            fut = await self._prepare_and_propose(r, op, deadline, schema_version, request_id)
+            fut = await self._prepare_and_propose(r, op, deadline, schema_version, (request_id, term))
         except BaseException:
             self._request_done(request_id, attempt, None)  # failed before replication: no trace
             raise
@@ -344,14 +347,21 @@ class TabletReplica:
                                          {"retryable": True})
 
     async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float, schema_version: int,
-                                   request_id: RequestId | None = None) -> asyncio.Future[Any]:
+                                   tracked: tuple[RequestId, int] | None = None) -> asyncio.Future[Any]:
+        """Prepare and propose under the prepare lock. ``tracked``: the write's request id and the term in
+        which the tracker said it was new (a leadership lost and won again meanwhile may have applied an
+        attempt of an intervening leader, so the write is refused as retryable instead of proposed)."""
+        request_id = None if tracked is None else tracked[0]
         loop = asyncio.get_running_loop()
         delay = 0.001
         while True:
             async with self._prepare_lock:
                 r = self._leader()
-                if request_id is not None:  # applied meanwhile (e.g. committed by a leader of a term between)
-                    look = self.tracker.peek(*request_id.key)
+                if tracked is not None and request_id is not None:
+                    if r.raft is None or r.raft.term != tracked[1]:
+                        raise KuduAborted(f"write to tablet {self.tablet_id}: leadership changed while it waited; "
+                                          "retry", r.leader_hint())
+                    look = self.tracker.peek(*request_id.key)  # recorded meanwhile: never propose it again
                     if look.outcome is Outcome.COMPLETED:
                         done: asyncio.Future[Any] = loop.create_future()
                         done.set_result(look.response)
