@@ -370,7 +370,7 @@ class TabletReplica:
                     raise _mismatch(self.tablet_id, self.tablet.schema_version, schema_version)
                 ts = self.clock.now()
                 try:
-                    prepared = await loop.run_in_executor(self.executor, self._prepare_no_wait, op, ts)
+                    prepared = await self._prepare_in_worker(op, ts)
                 except KuduTimedOut:
                     prepared = None  # a row lock is held by a write in flight: wait outside the lock
                 if prepared is not None:
@@ -390,6 +390,26 @@ class TabletReplica:
                 raise KuduTimedOut(f"write to tablet {self.tablet_id}: rows stayed locked by writes in flight")
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(0.05, delay * 2)
+
+    async def _prepare_in_worker(self, op: WriteOp, ts: int) -> PreparedWrite:
+        """Prepare in a worker. Cancellation-safe: if the caller is cancelled (its RPC deadline, or the client
+        hung up) while the worker prepares, the prepare still completes there and would hold its row locks
+        and MVCC slot forever; it is undone as soon as it is done, and the prepare lock stays held till then."""
+        job = asyncio.get_running_loop().run_in_executor(self.executor, self._prepare_no_wait, op, ts)
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(self._undo_orphan_prepare)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([job])
+            raise
+
+    def _undo_orphan_prepare(self, job: asyncio.Future[PreparedWrite]) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self.tablet.abort_write(job.result())
+            r = self.raft
+            if r is not None:
+                r.notify()
 
     def _prepare_no_wait(self, op: WriteOp, ts: int) -> PreparedWrite:
         return self.tablet.prepare_write(op, ts, lock_timeout_s=0)
