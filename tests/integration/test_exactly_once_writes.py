@@ -152,9 +152,10 @@ async def test_a_write_resent_to_the_new_leader_after_a_kill_is_applied_once(min
 
 
 def test_a_session_insert_whose_first_attempt_timed_out_is_applied_once(mini_cluster_factory: Any) -> None:
-    """Replication is slowed (every consensus call between tservers held 700 ms) past the client's 300 ms RPC
-    timeout: the first attempt of each Write times out on the client after the leader proposed it, the retries
-    find it in progress, then completed, and no row comes back ALREADY_PRESENT."""
+    """Replication is slowed (every consensus call between tservers held 450 ms, under the 1.5 s election
+    timeout) past the client's 300 ms RPC timeout: the first attempt of each Write times out on the client after
+    the leader proposed it, the retries find it in progress, then completed, and no row comes back
+    ALREADY_PRESENT."""
     cluster = mini_cluster_factory(num_masters=1, num_tservers=3, tserver_flags=["--enable-fault-injection", "true"])
     b = kudu.schema_builder()
     b.add_column("key", kudu.int64, nullable=False).primary_key()
@@ -168,7 +169,7 @@ def test_a_session_insert_whose_first_attempt_timed_out_is_applied_once(mini_clu
         def set_rules(slow: bool) -> None:
             async def go() -> None:
                 for ts in cluster.tservers:
-                    rules = [{"action": "delay", "src": "*", "dst": other.rpc_address, "delay_ms": 700}
+                    rules = [{"action": "delay", "src": "*", "dst": other.rpc_address, "delay_ms": 450}
                              for other in cluster.tservers if other is not ts] if slow else []
                     await admin._async.rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": rules})
             admin._run(go())
