@@ -2,7 +2,9 @@
 ``kudu_async.client.sync`` wraps it for kudu-python's blocking API).
 
 DDL requests carry a request id (client id + sequence), so a retry after a lost reply or a master
-failover is answered with the first attempt's result instead of being applied twice.
+failover is answered with the first attempt's result instead of being applied twice. Write RPCs carry one
+too (``WriteRequestIds``): the client id, a seq_no from a counter of their own that every retry of the
+RPC reuses, and the smallest seq_no still in flight, which lets tablet servers forget older results.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kudu_async.client.meta_cache import MasterClient, MetaCache, TabletLocation, parse_master_addresses
-from kudu_async.client.retry import RETRYABLE, Deadline
+from kudu_async.client.retry import RETRYABLE, Deadline, WriteRequestIds
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_MANUAL, AsyncSession
@@ -67,6 +69,7 @@ class AsyncClient:
         self.rpc_timeout_ms = rpc_timeout_ms or DEFAULT_RPC_TIMEOUT_MS
         self.client_id = uuid.uuid4().hex
         self._seq = itertools.count(1)
+        self.write_ids = WriteRequestIds(self.client_id)
         self.rpc = RpcClient(f"client-{self.client_id[:8]}")
         self.masters = MasterClient(self.rpc, masters, self.rpc_timeout_ms / 1000.0)
         self.meta = MetaCache(self.masters)

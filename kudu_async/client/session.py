@@ -470,12 +470,26 @@ class AsyncSession:
         deadline = Deadline(self.timeout_ms / 1000.0,
                             f"write of {len(seg)} rows to tablet {tablet_id} of table {b.table.name}")
         idx = pa.array(seg)
+        # One request id for every attempt, whatever the reason for the retry (timeout, lost connection,
+        # another leader) and whichever server answers, so a write already applied is never applied again.
+        # Kept even when the batch is rebuilt after MISMATCHED_SCHEMA: the tablet server refuses a schema
+        # only for a request it found NEW on a ready leader (no attempt of it applied, and it keeps no trace
+        # of the refusal), so reusing the id is always safe, and it covers a deposed leader answering
+        # MISMATCHED_SCHEMA while the real leader had applied an earlier attempt (it answers that result).
+        request_id = self.client.write_ids.begin()
+        try:
+            await self._write_segment_attempts(b, tablet_id, seg, idx, deadline, request_id)
+        finally:
+            self.client.write_ids.end(request_id)
+
+    async def _write_segment_attempts(self, b: _Batch, tablet_id: str, seg: np.ndarray, idx: pa.Array,
+                                      deadline: Deadline, request_id: dict[str, Any]) -> None:
         while True:
             version = b.schema_version  # rows, bitmap and version read together (no await in between)
             rows = b.rows.take(idx)
             types = b.op_types[seg]
             set_cols = None if b.set_cols is None else b.set_cols[seg]
-            req = {"tablet_id": tablet_id, "schema_version": version,
+            req = {"tablet_id": tablet_id, "schema_version": version, "request_id": request_id,
                    **encode_row_operations(rows, types, set_cols)}
             seen = self.client.latest_observed_timestamp()
             if seen:

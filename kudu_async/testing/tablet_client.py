@@ -96,9 +96,9 @@ class TabletClient:
     async def write(self, rows: pa.RecordBatch, op: int = INSERT, timeout_s: float = 30.0) -> dict[str, Any]:
         """Write one batch (all rows the same op) to the leader, retrying until acknowledged.
 
-        A retried batch may have been applied already (its first reply lost): callers that count rows use
-        idempotent ops (UPSERT) or tolerate ALREADY_PRESENT, exactly as a real Kudu client without
-        exactly-once semantics must.
+        This small client sends no request id, so a retried batch may have been applied already (its first
+        reply lost): callers that count rows use idempotent ops (UPSERT) or tolerate ALREADY_PRESENT. (The
+        real client's sessions send request ids and get exactly-once writes.)
         """
         req = {"tablet_id": self.tablet_id, "schema_version": self.schema_version,
                **encode_row_operations(rows, [op] * rows.num_rows)}

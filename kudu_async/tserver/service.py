@@ -15,6 +15,7 @@ from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.rpc.server import CallContext, RpcServer, require_map
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
+from kudu_async.tserver.result_tracker import parse_request_id
 from kudu_async.tserver.scanners import Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager
 from kudu_async.tserver.wire import decode_write_op
@@ -50,11 +51,12 @@ class TabletService:
         req = require_map(request)
         replica = self.manager.get(_str(req, "tablet_id"))
         version = _int(req, "schema_version", 0)
+        request_id = parse_request_id(req.get("request_id"))  # absent: no retry protection (as before)
         op = decode_write_op(req.get("rows"), req.get("op_types"), req.get("set_columns"))
         propagated = req.get("propagated_timestamp")
         if propagated is not None:
             self._clock_update(_int(req, "propagated_timestamp"))
-        res = await replica.write(op, version, ctx.time_left())
+        res = await replica.write(op, version, ctx.time_left(), request_id)
         return {
             "timestamp": res.timestamp,
             "row_errors": [{"row_index": e.row_index, "code": e.code, "message": e.message} for e in res.row_errors],

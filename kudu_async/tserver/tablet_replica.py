@@ -10,6 +10,12 @@ Reads: READ_LATEST is served by the leader after a Raft read index confirms it s
 READ_AT_SNAPSHOT(t) by any replica once its safe time has passed t: every write with a timestamp <= t is
 applied there. On the leader that is MVCC being clean up to t after its clock has moved past t; on a
 follower it holds once it has applied a write at or after t, or up to the index the leader names for t.
+
+Exactly-once: a Write with a request id is looked up in the replica's ``ResultTracker`` once this replica
+is a ready leader (every entry of earlier terms applied, so every earlier attempt that will ever commit has
+been recorded). A completed one is answered with its first result; one still being replicated here is
+awaited (within the caller's deadline) and looked up again; a new one is proposed with its id in the WAL
+entry. Every replica records the result when it applies the entry, so a new leader knows it too.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any, TypeVar
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import (
+    KuduAborted,
     KuduBadStatus,
     KuduInvalidArgument,
     KuduNotTheLeader,
@@ -40,6 +47,7 @@ from kudu_async.common.metrics import MetricEntity
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrite, ScanSpec, Tablet, TabletScanner
+from kudu_async.tserver.result_tracker import Outcome, RequestId, ResultTracker
 from kudu_async.tserver.wire import WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
 
 log = logging.getLogger(__name__)
@@ -103,6 +111,9 @@ class TabletReplica:
         self._pending: dict[tuple[int, int], PreparedWrite] = {}  # (term, timestamp) -> prepared on this leader
         self._pending_bytes = 0
         self.max_applied_ts = clock.peek()
+        self.tracker = ResultTracker()
+        # (client id, seq_no) -> resolved once this leader's attempt of that request has an outcome
+        self._inflight_requests: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._c_inserted = metrics.counter("rows_inserted", "Rows inserted", "rows")
         self._c_updated = metrics.counter("rows_updated", "Rows updated", "rows")
         self._c_deleted = metrics.counter("rows_deleted", "Rows deleted", "rows")
@@ -110,6 +121,15 @@ class TabletReplica:
         self._c_rejected = metrics.counter("writes_rejected_backpressure",
                                            "Writes refused with SERVICE_UNAVAILABLE by back-pressure", "operations")
         self._c_scans = metrics.counter("scans_started", "Scanners opened", "scanners")
+        self._c_duplicates = metrics.counter(
+            "writes_duplicate_answered", "Retried writes answered with the first attempt's result (not applied "
+            "again)", "operations")
+        self._c_stale = metrics.counter("writes_stale_rejected", "Retried writes refused because their result "
+                                        "was already forgotten", "operations")
+        metrics.gauge("result_tracker_clients", "Clients whose write results this replica remembers", "units",
+                      read=lambda: self.tracker.num_clients())
+        metrics.gauge("result_tracker_responses", "Write results this replica remembers", "units",
+                      read=lambda: self.tracker.num_responses())
         metrics.gauge("memrowset_size", "MemRowSet bytes", "bytes", read=tablet.mrs_memory_bytes)
         metrics.gauge("delta_memstore_size", "DeltaMemStore bytes", "bytes", read=tablet.dms_memory_bytes)
         metrics.gauge("num_rowsets_on_disk", "DiskRowSets", "units", read=lambda: len(tablet.rowsets()))
@@ -191,6 +211,8 @@ class TabletReplica:
             self._c_inserted.increment(result.inserted)
             self._c_updated.increment(result.updated)
             self._c_deleted.increment(result.deleted)
+            if entry.request_id is not None:
+                self.tracker.complete(entry.request_id, result, time.monotonic())
             return result
         self._abort_stale_pending()
         changed = await loop.run_in_executor(self.executor, self.tablet.alter_schema,
@@ -223,21 +245,81 @@ class TabletReplica:
 
     # --- writes ---------------------------------------------------------------------------------------
 
-    async def write(self, op: WriteOp, schema_version: int, timeout_s: float) -> WriteResult:
-        """Replicate and apply one batch; returns per-row errors. Leader only."""
+    async def write(self, op: WriteOp, schema_version: int, timeout_s: float,
+                    request_id: RequestId | None = None) -> WriteResult:
+        """Replicate and apply one batch; returns per-row errors. Leader only. With a ``request_id``, at
+        most once: a retry of a write already applied gets the first attempt's result."""
         r = self._leader()
         deadline = time.monotonic() + timeout_s
+        if request_id is None:
+            self._check_write(op, schema_version)
+            r = await self._ready_leader(r, deadline)
+            return await self._await_write(await self._prepare_and_propose(r, op, deadline, schema_version), deadline)
+        key = request_id.key
+        while True:
+            r = await self._ready_leader(r, deadline)
+            look = self.tracker.start(request_id, time.monotonic())
+            if look.outcome is Outcome.COMPLETED:
+                self._c_duplicates.increment()
+                assert isinstance(look.response, WriteResult)
+                return look.response
+            if look.outcome is Outcome.STALE:
+                self._c_stale.increment()
+                raise KuduInvalidArgument(
+                    f"write request {request_id.seq_no} of client {request_id.client_id} on tablet {self.tablet_id} "
+                    "is older than what this tablet remembers of that client (completed and forgotten); it is "
+                    "not applied again", {"error": "STALE_REQUEST", "seq_no": request_id.seq_no})
+            if look.outcome is Outcome.IN_PROGRESS:
+                first = self._inflight_requests.get(key)
+                if first is None:  # no attempt of ours is running: a leftover mark
+                    self.tracker.abandon(*key)
+                    continue
+                try:
+                    await asyncio.wait_for(asyncio.shield(first), max(0.01, deadline - time.monotonic()))
+                except TimeoutError:
+                    raise KuduTimedOut(f"write to tablet {self.tablet_id}: an earlier attempt of this request is "
+                                       "still being replicated; it may still commit") from None
+                r = self._leader()
+                continue  # its outcome is recorded (COMPLETED) or it left no trace (NEW)
+            break
+        assert r.raft is not None
+        term = r.raft.term  # the tracker was consulted as the ready leader of this term
+        attempt: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight_requests[key] = attempt
+        try:
+            self._check_write(op, schema_version)
+            fut = await self._prepare_and_propose(r, op, deadline, schema_version, (request_id, term))
+        except BaseException:
+            self._request_done(request_id, attempt, None)  # failed before replication: no trace
+            raise
+        fut.add_done_callback(functools.partial(self._request_done, request_id, attempt))
+        return await self._await_write(fut, deadline)
+
+    def _check_write(self, op: WriteOp, schema_version: int) -> None:
         if schema_version != self.tablet.schema_version:
             raise _mismatch(self.tablet_id, self.tablet.schema_version, schema_version)
         n = op.rows.num_rows
         if n > self.limits.max_rows_per_write:
             raise KuduInvalidArgument(f"write of {n} rows exceeds the limit of {self.limits.max_rows_per_write}")
         self._check_backpressure(op.rows.nbytes)
+
+    async def _ready_leader(self, r: RaftReplica, deadline: float) -> RaftReplica:
         if not r.is_leader_ready():
             await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
                              max(0.01, deadline - time.monotonic()))
             r = self._leader()
-        fut = await self._prepare_and_propose(r, op, deadline, schema_version)
+        return r
+
+    def _request_done(self, rid: RequestId, attempt: asyncio.Future[None], _fut: asyncio.Future[Any] | None) -> None:
+        """This leader's attempt of ``rid`` has an outcome: an apply recorded it in the tracker, or it was never
+        applied here (then its in-progress mark goes, and a retry is proposed anew)."""
+        if self._inflight_requests.get(rid.key) is attempt:
+            del self._inflight_requests[rid.key]
+        self.tracker.abandon(*rid.key)  # keeps a completed response
+        if not attempt.done():
+            attempt.set_result(None)
+
+    async def _await_write(self, fut: asyncio.Future[Any], deadline: float) -> WriteResult:
         try:
             result = await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
         except TimeoutError:
@@ -264,23 +346,36 @@ class TabletReplica:
             raise KuduServiceUnavailable(f"tablet {self.tablet_id} is busy: {why}; retry later",
                                          {"retryable": True})
 
-    async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float,
-                                   schema_version: int) -> asyncio.Future[Any]:
+    async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float, schema_version: int,
+                                   tracked: tuple[RequestId, int] | None = None) -> asyncio.Future[Any]:
+        """Prepare and propose under the prepare lock. ``tracked``: the write's request id and the term in
+        which the tracker said it was new (a leadership lost and won again meanwhile may have applied an
+        attempt of an intervening leader, so the write is refused as retryable instead of proposed)."""
+        request_id = None if tracked is None else tracked[0]
         loop = asyncio.get_running_loop()
         delay = 0.001
         while True:
             async with self._prepare_lock:
                 r = self._leader()
+                if tracked is not None and request_id is not None:
+                    if r.raft is None or r.raft.term != tracked[1]:
+                        raise KuduAborted(f"write to tablet {self.tablet_id}: leadership changed while it waited; "
+                                          "retry", r.leader_hint())
+                    look = self.tracker.peek(*request_id.key)  # recorded meanwhile: never propose it again
+                    if look.outcome is Outcome.COMPLETED:
+                        done: asyncio.Future[Any] = loop.create_future()
+                        done.set_result(look.response)
+                        return done
                 if schema_version != self.tablet.schema_version:  # an alter landed while this write waited
                     raise _mismatch(self.tablet_id, self.tablet.schema_version, schema_version)
                 ts = self.clock.now()
                 try:
-                    prepared = await loop.run_in_executor(self.executor, self._prepare_no_wait, op, ts)
+                    prepared = await self._prepare_in_worker(op, ts)
                 except KuduTimedOut:
                     prepared = None  # a row lock is held by a write in flight: wait outside the lock
                 if prepared is not None:
                     try:
-                        entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op)
+                        entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id)
                         fut = r.propose([entry])[0]
                     except BaseException:
                         self.tablet.abort_write(prepared)
@@ -295,6 +390,26 @@ class TabletReplica:
                 raise KuduTimedOut(f"write to tablet {self.tablet_id}: rows stayed locked by writes in flight")
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(0.05, delay * 2)
+
+    async def _prepare_in_worker(self, op: WriteOp, ts: int) -> PreparedWrite:
+        """Prepare in a worker. Cancellation-safe: if the caller is cancelled (its RPC deadline, or the client
+        hung up) while the worker prepares, the prepare still completes there and would hold its row locks
+        and MVCC slot forever; it is undone as soon as it is done, and the prepare lock stays held till then."""
+        job = asyncio.get_running_loop().run_in_executor(self.executor, self._prepare_no_wait, op, ts)
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(self._undo_orphan_prepare)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([job])
+            raise
+
+    def _undo_orphan_prepare(self, job: asyncio.Future[PreparedWrite]) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self.tablet.abort_write(job.result())
+            r = self.raft
+            if r is not None:
+                r.notify()
 
     def _prepare_no_wait(self, op: WriteOp, ts: int) -> PreparedWrite:
         return self.tablet.prepare_write(op, ts, lock_timeout_s=0)
@@ -442,6 +557,7 @@ class TabletReplica:
             "pending_writes": len(self._pending),
             "pending_write_bytes": self._pending_bytes,
             "max_applied_timestamp": self.max_applied_ts,
+            "result_tracker": {**self.tracker.stats(), "writes_in_flight_tracked": len(self._inflight_requests)},
             "memrowset_bytes": storage["mrs_bytes"],
             "delta_memstore_bytes": storage["dms_bytes"],
             "storage": storage,

@@ -3,7 +3,10 @@
 A Write travels as Arrow IPC (rows, in schema column order) plus two small byte strings: one op type
 per row (int8) and, for partial updates, a rows x columns bitmap of the cells a row sets. The WAL entry
 is the same bytes plus the timestamp the leader assigned and the schema version the rows were built
-for, so followers and bootstrap decode exactly what the leader prepared, without per-row Python.
+for, so followers and bootstrap decode exactly what the leader prepared, without per-row Python. A write
+sent with a request id carries it as a last, optional element ``[client_id, seq_no,
+first_incomplete_seq_no]``, so every replica's result tracker learns the write's result when it applies
+the entry; entries written before (or without) it have one element fewer and decode with no id.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pyarrow as pa
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.row_conversion import VALID_OP_TYPES, decode_row_operations, encode_row_operations
 from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tserver.result_tracker import RequestId
 
 assert set(VALID_OP_TYPES) == {int(t) for t in OpType}, "wire op numbers must match tablet.ops.OpType"
 
@@ -31,6 +35,7 @@ class WriteEntry:
     timestamp: int
     schema_version: int
     op: WriteOp
+    request_id: RequestId | None = None
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,12 @@ def decode_write_op(rows_ipc: Any, op_types: Any, set_columns: Any) -> WriteOp:
     return WriteOp(types, rows, matrix)
 
 
-def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp) -> bytes:
+def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp, request_id: RequestId | None = None) -> bytes:
     rows, types, set_cols = encode_write_op(op)
-    return msgpack.packb([ENTRY_WRITE, timestamp, schema_version, rows, types, set_cols])
+    item: list[Any] = [ENTRY_WRITE, timestamp, schema_version, rows, types, set_cols]
+    if request_id is not None:
+        item.append([request_id.client_id, request_id.seq_no, request_id.first_incomplete_seq_no])
+    return msgpack.packb(item)
 
 
 def encode_alter_entry(schema: dict[str, Any], version: int) -> bytes:
@@ -66,8 +74,12 @@ def decode_entry(payload: bytes) -> WriteEntry | AlterEntry:
     """Decode a tablet WAL entry; anything else is corruption of the replica's log."""
     item = msgpack.unpackb(payload, raw=False)
     if item[0] == ENTRY_WRITE:
-        _, ts, version, rows, types, set_cols = item
-        return WriteEntry(int(ts), int(version), decode_write_op(rows, types, set_cols))
+        _, ts, version, rows, types, set_cols, *rest = item
+        rid = None
+        if rest and rest[0] is not None:
+            cid, seq, first = rest[0]
+            rid = RequestId(str(cid), int(seq), int(first))
+        return WriteEntry(int(ts), int(version), decode_write_op(rows, types, set_cols), rid)
     if item[0] == ENTRY_ALTER:
         return AlterEntry(dict(item[1]), int(item[2]))
     raise KuduInvalidArgument(f"unknown tablet log entry type {item[0]!r}")

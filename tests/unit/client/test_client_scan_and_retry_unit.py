@@ -303,6 +303,41 @@ async def test_tablet_calls_follow_hints_skip_failed_replicas_and_refresh(typed_
     await c.close()
 
 
+async def test_every_attempt_of_a_write_carries_the_same_request_id(typed_table: Table) -> None:
+    """Retries after a dead server, a NOT_THE_LEADER and a timeout all name the same Write."""
+    from kudu_async.common.partition import Partition
+
+    part = Partition((), b"", b"", b"", b"")
+    seen: list[dict[str, Any]] = []
+
+    def handler(addr: str, method: str, req: Any) -> Any:
+        if method == "ConnectToMaster":
+            return {"leader": True}
+        if method == "GetTableLocations":
+            return {"tablets": [{"tablet_id": "tab", "partition": part.to_dict(), "replicas": [
+                {"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"},
+                {"uuid": "b", "rpc_address": "ts2:1", "role": "FOLLOWER"}]}]}
+        seen.append(dict(req["request_id"]))
+        if len(seen) == 1:
+            return KuduNetworkError("ts1:1 is down")
+        if len(seen) == 2:
+            return KuduTimedOut("no answer in time")
+        if addr != "ts1:1":
+            return KuduNotTheLeader("follower", {"leader_address": "ts1:1"})
+        return {"ok": addr}
+
+    rpc = FakeRpc(handler)
+    c = _client_with(rpc, ["m:1"])
+    rid = c.write_ids.begin()
+    assert rid["client_id"] == c.client_id and rid["seq_no"] == 1
+    reply = await c.call_tablet_leader(typed_table, "tab", "Write", {"request_id": rid}, Deadline(5.0, "write"))
+    assert reply == {"ok": "ts1:1"}
+    assert len(seen) >= 3 and all(r == rid for r in seen)
+    c.write_ids.end(rid)
+    assert c.write_ids.begin()["first_incomplete_seq_no"] == 2
+    await c.close()
+
+
 async def test_tablet_calls_time_out_naming_the_last_error_when_every_replica_is_down(typed_table: Table) -> None:
     from kudu_async.common.partition import Partition
 

@@ -18,7 +18,7 @@ import pytest
 import kudu_async as kudu
 from kudu_async.client import session as S
 from kudu_async.client.meta_cache import ReplicaLocation, TableLocations, TabletLocation
-from kudu_async.client.retry import Deadline
+from kudu_async.client.retry import Deadline, WriteRequestIds
 from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
 from kudu_async.common.partition import PartitionSchema
@@ -229,6 +229,8 @@ class FakeTablets:
         self.refreshes = 0
         self.fail_next: dict[str, BaseException] = {}
         self.version, self.names = table.schema_version, table.schema.names  # what the 'tablets' have
+        self.write_ids = WriteRequestIds("fake-client")
+        self.request_ids: list[dict[str, Any]] = []  # of every Write call, attempts included
 
     async def locations(self, table_id: str, deadline: Deadline, *, refresh: bool = False) -> TableLocations:
         self.refreshes += refresh
@@ -243,6 +245,7 @@ class FakeTablets:
     async def call_tablet_leader(self, table: Table, tablet_id: str, method: str, req: dict[str, Any],
                                  deadline: Deadline) -> dict[str, Any]:
         assert method == "Write"
+        self.request_ids.append(dict(req["request_id"]))
         if tablet_id in self.fail_next:
             raise self.fail_next.pop(tablet_id)
         await asyncio.sleep(0)  # let concurrent segments interleave, as real RPCs do
@@ -560,6 +563,51 @@ async def test_a_tablet_behind_the_tables_schema_is_waited_for(kv_table: Table) 
     stored = {k: row for store in fake.rows.values() for k, row in store.items()}
     assert stored == {1: {"key": 1, "value": "v", "n": 7, "x": 4}}
     assert calls["n"] == 3
+
+
+async def test_each_write_rpc_carries_its_own_request_id(kv_table: Table) -> None:
+    fake = FakeTablets(kv_table)
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    for k in range(20):
+        await sess.apply(kv_table.new_insert({"key": k, "val": f"v{k}"}))
+    await sess.flush()
+    ids = fake.request_ids
+    assert len(ids) == 3 and {r["client_id"] for r in ids} == {"fake-client"}
+    assert sorted(r["seq_no"] for r in ids) == [1, 2, 3]
+    assert all(r["first_incomplete_seq_no"] == 1 for r in ids)  # the three were in flight together
+    assert fake.write_ids.in_flight() == 0 and fake.write_ids.first_incomplete() == 4
+    await sess.apply(kv_table.new_insert({"key": 100}))
+    await sess.flush()
+    assert fake.request_ids[-1]["seq_no"] == 4 and fake.request_ids[-1]["first_incomplete_seq_no"] == 4
+
+
+async def test_a_write_rebuilt_after_an_alter_keeps_its_request_id(kv_table: Table) -> None:
+    """MISMATCHED_SCHEMA means the tablet found the request new and kept no trace of it: the rebuilt rows go
+    under the same id, so an earlier attempt applied elsewhere could never be applied a second time."""
+    fake = FakeTablets(kv_table)
+    info = _altered(kv_table)
+    fake.version, fake.names = info["schema_version"], ["key", "value", "n", "x"]
+
+    async def reload_table(table: Table, deadline: Deadline) -> None:
+        table._load(info)
+
+    fake.reload_table = reload_table  # type: ignore[attr-defined]
+    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    await sess.apply(kv_table.new_insert({"key": 1, "val": "v"}))
+    await sess.flush()
+    assert len(fake.request_ids) == 2 and fake.request_ids[0] == fake.request_ids[1]
+    assert fake.write_ids.in_flight() == 0
+
+
+def test_first_incomplete_seq_no_is_the_oldest_write_still_in_flight() -> None:
+    ids = WriteRequestIds("c")
+    a, b, c = ids.begin(), ids.begin(), ids.begin()
+    assert [r["first_incomplete_seq_no"] for r in (a, b, c)] == [1, 1, 1]
+    ids.end(b)
+    assert ids.first_incomplete() == 1
+    ids.end(a)
+    assert ids.first_incomplete() == 3 and ids.begin()["first_incomplete_seq_no"] == 3
+    ids.end(a)  # ending twice is harmless
 
 
 async def test_failed_row_count_is_exact_past_the_error_cap(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:

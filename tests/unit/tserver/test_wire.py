@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgpack
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.row_conversion import decode_row_operations, encode_row_operations
 from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tserver.result_tracker import RequestId
 from kudu_async.tserver.wire import AlterEntry, WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
 
 
@@ -48,6 +50,24 @@ def test_wal_entries_round_trip() -> None:
     entry = decode_entry(encode_write_entry(1234, 2, op))
     assert isinstance(entry, WriteEntry)
     assert (entry.timestamp, entry.schema_version) == (1234, 2)
+    assert entry.request_id is None
     assert entry.op.rows.equals(op.rows) and list(entry.op.op_types) == [1, 5, 3]
     alter = decode_entry(encode_alter_entry({"columns": [], "num_key_columns": 0}, 3))
     assert alter == AlterEntry({"columns": [], "num_key_columns": 0}, 3)
+
+
+def test_write_entries_carry_the_request_id() -> None:
+    op = WriteOp(np.array([1, 1]), _batch(2), None)
+    rid = RequestId("0123abcd", 42, 40)
+    entry = decode_entry(encode_write_entry(99, 1, op, rid))
+    assert isinstance(entry, WriteEntry)
+    assert entry.request_id == rid and entry.timestamp == 99 and entry.op.rows.equals(op.rows)
+
+
+def test_write_entries_without_a_request_id_keep_their_old_form() -> None:
+    """WALs written before request ids hold six-element entries: they still decode, with no id."""
+    op = WriteOp(np.array([1]), _batch(1), None)
+    item = msgpack.unpackb(encode_write_entry(5, 0, op), raw=False)
+    assert len(item) == 6
+    with_id = msgpack.unpackb(encode_write_entry(5, 0, op, RequestId("c", 1, 1)), raw=False)
+    assert with_id[:6] == item and with_id[6] == ["c", 1, 1]
