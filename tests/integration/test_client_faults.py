@@ -123,10 +123,11 @@ def test_kill_the_server_a_fault_tolerant_scan_reads_from(mini_cluster_factory: 
         batches = 0
         servers_after: set[str | None] = set()
         while sc.has_more_rows():
+            ti = sc._inner._ti  # the tablet the next batch comes from (the scanner moves on after a tablet's last)
             b = sc.next_batch()
-            per_tablet.setdefault(sc._inner._ti, []).extend(b.column("key").to_pylist())
+            per_tablet.setdefault(ti, []).extend(b.column("key").to_pylist())
             batches += 1
-            if killed is not None and sc._inner._ti == 0:
+            if killed is not None and ti == 0 and sc._inner._ti == 0:
                 servers_after.add(sc.get_current_server())
             if batches == 5:  # mid-way through the first tablet (about 55 batches each)
                 current = sc.get_current_server()
