@@ -212,6 +212,7 @@ class AsyncScanner(ScanConfig):
         self._ti = 0
         self._opened = False
         self._server: str | None = None
+        self._last_server: str | None = None  # the server of the last tablet read, for get_current_server()
         self._scanner_id: str | None = None
         self._tablet_open = False
         self._last_key: bytes | None = None
@@ -268,7 +269,8 @@ class AsyncScanner(ScanConfig):
                                        {"scanner_id": self._scanner_id}, timeout_s=self.client.rpc_timeout_ms / 1000)
 
     def get_current_server(self) -> str | None:
-        return self._server
+        """The server of the batch just read (still known once the scanner moved past that tablet)."""
+        return self._server if self._server is not None else self._last_server
 
     def get_projection_schema(self) -> pa.Schema:
         return self.output_schema()
@@ -296,6 +298,7 @@ class AsyncScanner(ScanConfig):
         self._ti += 1
         self._tablet_open = False
         self._scanner_id = None
+        self._last_server = self._server or self._last_server
         self._server = None
         self._last_key = None
         if self._ti >= len(self._tablets):
