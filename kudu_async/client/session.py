@@ -142,7 +142,7 @@ class AsyncSession:
         self._metrics.update({f"{k}_ignore_errors": 0 for k in ("insert", "upsert", "update", "delete")})
         self._inflight: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
-        self._staged: list[_Buffered] = []  # checked in a caller thread, not yet buffered (see stage())
+        self._staged: list[tuple[_Buffered, int]] = []  # (op, its bytes) checked in a caller thread (stage())
         self._staged_bytes = 0
         self._stage_lock = threading.Lock()
         self._take_lock = asyncio.Lock()
@@ -210,8 +210,8 @@ class AsyncSession:
                                  f"{self._buf_bytes + self._staged_bytes} bytes); flush() first or "
                                  "set_mutation_buffer_space()")
 
-    async def _buffer(self, item: _Buffered) -> None:
-        size = _row_bytes(item[1])
+    async def _buffer(self, item: _Buffered, size: int | None = None) -> None:
+        size = _row_bytes(item[1]) if size is None else size
         if self.flush_mode == FLUSH_MANUAL:
             self._check_space(size, 1)
         elif self._buf_bytes + size > self.buffer_bytes_limit or len(self._buf) >= MAX_BUFFERED_OPS:
@@ -237,7 +237,7 @@ class AsyncSession:
         with self._stage_lock:
             if self.flush_mode == FLUSH_MANUAL:
                 self._check_space(size, 1)
-            self._staged.append(item)
+            self._staged.append((item, size))
             self._staged_bytes += size
             return len(self._staged)
 
@@ -252,14 +252,17 @@ class AsyncSession:
         async with self._take_lock:
             with self._stage_lock:
                 items, self._staged, self._staged_bytes = self._staged, [], 0
-            for k, item in enumerate(items):
+            for k, (item, size) in enumerate(items):
                 try:
-                    await self._buffer(item)
+                    await self._buffer(item, size)
                 except BaseException:  # nothing is lost: what was not buffered is staged again, in order
                     with self._stage_lock:
                         self._staged[:0] = items[k:]
-                        self._staged_bytes += sum(_row_bytes(it[1]) for it in items[k:])
+                        self._staged_bytes += sum(sz for _, sz in items[k:])
                     raise
+
+    def has_staged(self) -> bool:
+        return bool(self._staged)
 
     def timer_running(self) -> bool:
         return self._timer is not None and not self._timer.done()

@@ -170,7 +170,7 @@ class Session:
             self._client._run(s.take_staged())
 
     def _hand_over(self) -> None:
-        if self._s._staged:
+        if self._s.has_staged():
             self._client._run(self._s.take_staged())
 
     def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:

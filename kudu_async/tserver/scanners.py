@@ -63,13 +63,6 @@ class ScannerManager:
             raise KuduServiceUnavailable(f"{len(self.scanners)} scanners open on this server; retry later",
                                          {"retryable": True})
 
-    def add(self, tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
-            request: dict[str, Any] | None = None) -> Scanner:
-        self.check_capacity()
-        sc = self.new(tablet_id, it, schema, snapshot_ts, request)
-        self.scanners[sc.id] = sc
-        return sc
-
     @staticmethod
     def new(tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
             request: dict[str, Any] | None = None) -> Scanner:

@@ -448,13 +448,10 @@ class TabletReplica:
 
     # --- reads ----------------------------------------------------------------------------------------
 
-    async def open_scan(self, spec: ScanSpec, timeout_s: float) -> TabletScanner:
-        """Position a scan: READ_LATEST on the confirmed leader, READ_AT_SNAPSHOT where safe."""
-        return await self.scan_with(spec, timeout_s, lambda it: it)
-
     async def scan_with(self, spec: ScanSpec, timeout_s: float, then: Callable[[TabletScanner], _T]) -> _T:
-        """:meth:`open_scan`, then ``then`` on the new scanner in the same worker call (the tserver pulls
-        a first batch without a second hop to the executor)."""
+        """Position a scan (READ_LATEST on the confirmed leader, READ_AT_SNAPSHOT where safe), open it and
+        run ``then`` on the new scanner in the same worker call (the tserver pulls a first batch without a
+        second hop to the executor)."""
         deadline = time.monotonic() + timeout_s
         if spec.read_mode == READ_LATEST:
             r = self._leader()
