@@ -33,7 +33,7 @@ from kudu_async.common.errors import (
     KuduNotFound,
     error_from_code,
 )
-from kudu_async.common.row_conversion import OpType, encode_row_operations
+from kudu_async.common.row_conversion import OpType, encode_row_operations, op_mask
 from kudu_async.common.schema import ColumnSchema, Schema
 
 if TYPE_CHECKING:
@@ -556,7 +556,7 @@ def _segments(b: _Batch, rows: np.ndarray) -> list[np.ndarray]:
     per_row = max(1, b.rows.nbytes // max(1, b.rows.num_rows))
     cap = max(1, min(MAX_ROWS_PER_RPC, MAX_BYTES_PER_RPC // per_row))
     types = b.op_types[rows]
-    ignore_kinds = np.unique(types[np.isin(types, list(_IGNORE_KINDS))])
+    ignore_kinds = np.unique(types[op_mask(types, _IGNORE_KINDS)])
     if len(ignore_kinds) <= 1:  # the usual case: only the size cap splits (vectorised)
         return np.split(rows, range(cap, len(rows), cap))
     out: list[np.ndarray] = []
@@ -633,8 +633,7 @@ def _adapt(b: _Batch, old: Schema, new: Schema) -> None:
                                       "this write was in flight)")
     arrays = []
     new_set = np.zeros((n, len(new)), dtype=bool)
-    insertish = np.isin(b.op_types, [int(OpType.INSERT), int(OpType.INSERT_IGNORE), int(OpType.UPSERT),
-                                     int(OpType.UPSERT_IGNORE)])
+    insertish = op_mask(b.op_types, (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE))
     for ci, c in enumerate(new.columns):
         oi = old_pos.get(ident(c))
         if oi is not None:

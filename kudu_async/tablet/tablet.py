@@ -53,6 +53,7 @@ from kudu_async.common.errors import (
     KuduInvalidArgument,
     KuduNotFound,
 )
+from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import (
     RowSetMetadata,
@@ -82,10 +83,9 @@ READ_AT_SNAPSHOT = "READ_AT_SNAPSHOT"
 
 _INSERT, _UPDATE, _DELETE = 1, 2, 3
 _IGNORE_OPS = {OpType.INSERT_IGNORE, OpType.UPDATE_IGNORE, OpType.DELETE_IGNORE, OpType.UPSERT_IGNORE}
-_VALID_OPS = np.array([int(t) for t in OpType], dtype=np.int64)
-_INSERT_OPS = np.array([OpType.INSERT, OpType.INSERT_IGNORE], dtype=np.int64)
-_UPSERT_OPS = np.array([OpType.UPSERT, OpType.UPSERT_IGNORE], dtype=np.int64)
-_UPDATE_OPS = np.array([OpType.UPDATE, OpType.UPDATE_IGNORE], dtype=np.int64)
+_INSERT_OPS = (OpType.INSERT, OpType.INSERT_IGNORE)
+_UPSERT_OPS = (OpType.UPSERT, OpType.UPSERT_IGNORE)
+_UPDATE_OPS = (OpType.UPDATE, OpType.UPDATE_IGNORE)
 
 
 @dataclass
@@ -390,7 +390,7 @@ class Tablet:
         )
         if len(op_types) != n:
             raise KuduInvalidArgument(f"{len(op_types)} op types for {n} rows")
-        if not np.isin(op_types, _VALID_OPS).all():
+        if not op_mask(op_types, VALID_OP_TYPES).all():
             bad = set(op_types.tolist()) - {int(t) for t in OpType}
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         errors: dict[int, RowError] = {}
@@ -442,7 +442,7 @@ class Tablet:
         validate = getattr(info.schema, "validate_batch_rows", None)
         if validate is None or rows.num_rows == 0:
             return rows
-        insertish = np.isin(op_types, self._INSERTISH)
+        insertish = op_mask(op_types, self._INSERTISH)
         if insertish.all():
             out, errs = validate(rows, for_op="insert")
             for i, msg in errs.items():
@@ -492,10 +492,8 @@ class Tablet:
         set_columns: np.ndarray | None,
         errors: dict[int, RowError],
     ) -> None:
-        full_row = np.isin(
-            op_types, [OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE]
-        )
-        mutating = np.isin(op_types, [OpType.UPDATE, OpType.UPDATE_IGNORE])
+        full_row = op_mask(op_types, self._INSERTISH)
+        mutating = op_mask(op_types, _UPDATE_OPS)
         for ci, f in enumerate(info.arrow):
             if f.nullable or ci < info.num_key_columns or rows.column(ci).null_count == 0:
                 continue
@@ -627,7 +625,7 @@ class Tablet:
             dup[np.flatnonzero(valid)[many]] = True
         single = act if dup is None else act & ~dup
         t = op_types
-        ins, ups, upd = np.isin(t, _INSERT_OPS), np.isin(t, _UPSERT_OPS), np.isin(t, _UPDATE_OPS)
+        ins, ups, upd = op_mask(t, _INSERT_OPS), op_mask(t, _UPSERT_OPS), op_mask(t, _UPDATE_OPS)
         dele = ~(ins | ups | upd)
         kind = np.zeros(n, dtype=np.int8)
         kind[single & ((ins | ups) & ~live)] = _INSERT
@@ -705,12 +703,12 @@ class Tablet:
                 touched.add(key)
         return ignored
 
-    _INSERTISH = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE])
+    _INSERTISH = (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE)
 
     def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None], distinct: bool = False) -> bool:
         """Fast path: only insert-like rows, distinct keys, none in a MemRowSet (the caller has checked
         that no DiskRowSet's key range meets the batch's)."""
-        if not np.isin(op_types, self._INSERTISH).all():
+        if not op_mask(op_types, self._INSERTISH).all():
             return False
         if not distinct and len(set(keys)) != len(keys):
             return False

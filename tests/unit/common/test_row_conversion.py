@@ -69,3 +69,19 @@ def test_ipc_roundtrip_keeps_schema_and_batches() -> None:
     assert len(got) == 2 and all(b.equals(batch) for b in got)
     empty = pa.Table.from_batches([], schema=SCHEMA.to_arrow())
     assert ipc_to_table(batch_to_ipc(empty)).schema.equals(SCHEMA.to_arrow())
+
+
+def test_op_mask_matches_isin_for_every_dtype_and_out_of_range_types() -> None:
+    import numpy as np
+
+    from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
+
+    rng = np.random.default_rng(7)
+    kinds = (1, 5, 10, 13)
+    for dtype in (np.int8, np.uint8, np.int64):
+        lo, hi = (-128, 128) if dtype == np.int8 else (0, 256) if dtype == np.uint8 else (-1000, 1000)
+        types = rng.integers(lo, hi, 5000).astype(dtype)
+        np.testing.assert_array_equal(op_mask(types, kinds), np.isin(types, kinds))
+        np.testing.assert_array_equal(op_mask(types, VALID_OP_TYPES), np.isin(types, VALID_OP_TYPES))
+    assert op_mask(np.array([], dtype=np.int64), kinds).shape == (0,)
+    assert op_mask([1, 2, 300, -1, 13], kinds).tolist() == [True, False, False, False, True]
