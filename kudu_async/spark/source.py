@@ -12,6 +12,7 @@ import datetime as _dt
 import logging
 import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -412,6 +413,11 @@ class KuduStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[pa.RecordBatch]) -> KuduCommitMessage:
+    """Write a task's batches, sending one gathered chunk while the next is read from Spark.
+
+    ``apply_arrow`` waits for replication; one call in flight on a helper thread lets the task keep
+    pulling Arrow batches from the JVM meanwhile (the two stages overlap instead of taking turns).
+    """
     client = client_for(options)
     table = client.table(_table_name(options))
     timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000) or 30_000
@@ -420,12 +426,8 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
     pending_rows = 0
     total = 0
 
-    def flush() -> int:
-        nonlocal pending, pending_rows
-        if not pending:
-            return 0
-        data = pa.Table.from_batches(pending).combine_chunks()
-        pending, pending_rows = [], 0
+    def send(batches: list[pa.RecordBatch]) -> int:
+        data = pa.Table.from_batches(batches).combine_chunks()
         data = data.rename_columns([_match_column(table, n) or n for n in data.schema.names])
         try:
             return session.apply_arrow(table, data, operation)
@@ -436,12 +438,28 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
             raise KuduBadStatus(f"kudu.operation {operation} into {table.name} failed for {len(errors)} row(s): "
                                 f"{first}{more}") from e
 
-    for batch in iterator:
-        pending.append(batch)
-        pending_rows += batch.num_rows
-        if pending_rows >= WRITE_FLUSH_ROWS:
-            total += flush()
-    total += flush()
+    with ThreadPoolExecutor(1, thread_name_prefix="kudu-write") as sender:
+        inflight: Future[int] | None = None
+
+        def hand_over() -> None:
+            nonlocal pending, pending_rows, inflight, total
+            if inflight is not None:
+                total += inflight.result()  # at most one chunk in flight; its error fails the task here
+            inflight = sender.submit(send, pending) if pending else None
+            pending, pending_rows = [], 0
+
+        try:
+            for batch in iterator:
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                if pending_rows >= WRITE_FLUSH_ROWS:
+                    hand_over()
+            hand_over()
+            hand_over()
+        finally:
+            if inflight is not None and not inflight.done():
+                inflight.cancel()
+                wait([inflight])
     return KuduCommitMessage(total, session.get_write_op_metrics())
 
 
