@@ -314,6 +314,7 @@ class RaftNode:
         # Leader side.
         self._progress: dict[str, _Progress] = {}
         self._hb_elapsed = 0
+        self._hb_phase_pending = False
         self._noop_index = 0
         self._conf_pending = 0  # index of the newest config entry (or the no-op) that must commit first
         self._transferee: str | None = None
@@ -524,21 +525,35 @@ class RaftNode:
 
     # --- inputs: time ---------------------------------------------------------------------------------
 
-    def tick(self) -> None:
-        """One logical clock tick (100 ms in the driver)."""
+    def tick(self, node_tick: int | None = None) -> bool:
+        """One logical clock tick (100 ms in the driver); True when it produced output for ``ready()``.
+
+        Most ticks only count: the driver skips ``has_ready()`` after those, which matters with hundreds
+        of idle replicas on a node.
+
+        ``node_tick`` is the node's own tick count, the same for every replica it ticks. A new leader
+        given it moves its heartbeats onto the ticks that are multiples of ``heartbeat_ticks``, so all the
+        node's leaders heartbeat on one tick and the transport sends one batch per peer per heartbeat
+        period instead of one on every tick (idle multi-Raft cost is per RPC, not per message).
+        """
         self._ticks += 1
         self._since_leader += 1
         if self.role is Role.LEADER:
-            self._tick_leader()
-            return
+            if node_tick is not None and self._hb_phase_pending:
+                self._hb_phase_pending = False
+                self._hb_elapsed = (node_tick - 1) % self.opts.heartbeat_ticks  # _tick_leader adds one
+            return self._tick_leader()
         self._elapsed += 1
         if self._elapsed >= self._timeout and self._promotable():
             if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
                 self._failed_elections += 1
             self._campaign(pre_vote=self.opts.pre_vote, forced=False)
+            return True
+        return False
 
-    def _tick_leader(self) -> None:
+    def _tick_leader(self) -> bool:
         opts = self.opts
+        out = False
         self._hb_elapsed += 1
         self._elapsed += 1
         if self._transferee is not None:
@@ -549,10 +564,11 @@ class RaftNode:
             self._elapsed = 0
             if opts.check_quorum and not self._quorum_active():
                 self._become_follower(self.term, None)
-                return
+                return True
         if self._hb_elapsed >= opts.heartbeat_ticks:
             self._hb_elapsed = 0
             self._broadcast_heartbeat()
+            out = True
         for peer, pr in self._progress.items():
             if pr.state is PeerState.SNAPSHOT:
                 pr.snapshot_elapsed += 1
@@ -560,6 +576,8 @@ class RaftNode:
                     # The copy may have failed; say it again (the driver de-duplicates sessions).
                     pr.snapshot_elapsed = 0
                     self._out_needs_snapshot.append(NeedsSnapshot(peer, self.snapshot_meta()))
+                    out = True
+        return out
 
     def _quorum_active(self) -> bool:
         active = 1 if self.id in self.config.voters else 0
@@ -965,6 +983,7 @@ class RaftNode:
         self._failed_elections = 0
         self._elapsed = 0
         self._hb_elapsed = 0
+        self._hb_phase_pending = True
         self._since_leader = 0
         last = self._log.last_index()
         self._progress = {p: _Progress(next=last + 1) for p in sorted(self.config.members) if p != self.id}

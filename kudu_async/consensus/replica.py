@@ -203,10 +203,10 @@ class RaftReplica:
 
     # --- inputs ---------------------------------------------------------------------------------------
 
-    def tick(self) -> None:
-        if self.state is ReplicaState.RUNNING and self.raft is not None:
-            self.raft.tick()
-            self._after_input(self.raft)
+    def tick(self, node_tick: int | None = None) -> None:
+        raft = self.raft
+        if raft is not None and self.state is ReplicaState.RUNNING and raft.tick(node_tick):
+            self._after_input(raft)
 
     def receive(self, message: Message) -> None:
         """A message from a peer (already decoded and validated by the transport layer)."""

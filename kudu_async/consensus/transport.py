@@ -224,13 +224,13 @@ class Ticker:
 
     def __init__(self, interval_s: float = 0.1) -> None:
         self.interval_s = interval_s
-        self._callbacks: dict[str, Callable[[], None]] = {}
+        self._callbacks: dict[str, Callable[[int], None]] = {}
         self._on_error: dict[str, Callable[[BaseException], None]] = {}
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
 
     def register(
-        self, key: str, callback: Callable[[], None], on_error: Callable[[BaseException], None] | None = None
+        self, key: str, callback: Callable[[int], None], on_error: Callable[[BaseException], None] | None = None
     ) -> None:
         self._callbacks[key] = callback
         if on_error is not None:
@@ -253,9 +253,10 @@ class Ticker:
             if loop.time() - next_at > 5 * self.interval_s:  # we were paused (SIGSTOP) or starved
                 next_at = loop.time()
             self.ticks += 1
+            ticks = self.ticks
             for key, cb in list(self._callbacks.items()):
                 try:
-                    cb()
+                    cb(ticks)
                 except Exception as e:
                     log.exception("raft tick failed; unregistering", extra={"replica": key})
                     self._callbacks.pop(key, None)

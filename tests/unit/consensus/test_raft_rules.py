@@ -98,6 +98,27 @@ def test_leader_sends_heartbeat_every_h_ticks() -> None:
     assert a.is_leader
 
 
+@pytest.mark.parametrize("node_tick0", [0, 1, 3, 7, 12])
+def test_new_leader_heartbeats_on_node_ticks_that_are_multiples_of_h(node_tick0: int) -> None:
+    """Given the node's tick count, every leader of the node heartbeats on the same ticks (one batch per
+    peer per period), at most h ticks after taking over and every h ticks after that."""
+    net = Net()
+    a = net.elect("a")
+    net.take()
+    h = OPTS.heartbeat_ticks
+    sent_at = []
+    for t in range(node_tick0 + 1, node_tick0 + 3 * h + 1):
+        produced = a.tick(t)
+        net.handle("a")
+        hb = any(isinstance(m, Heartbeat) for m in net.take())
+        assert produced == hb
+        if hb:
+            sent_at.append(t)
+    assert sent_at and all(t % h == 0 for t in sent_at), sent_at
+    assert sent_at[0] - node_tick0 <= h
+    assert all(b - a_ == h for a_, b in itertools.pairwise(sent_at))
+
+
 def test_pre_vote_does_not_bump_terms() -> None:
     net = Net()
     net.tick(["a"], times=2 * ET)  # a times out, others have stickiness from start-up
