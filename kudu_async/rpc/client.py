@@ -19,8 +19,8 @@ import collections
 import time
 from typing import Any
 
-import h2.errors
-import h2.events
+import jh2.errors
+import jh2.events
 
 from kudu_async.common.errors import (
     KuduBadStatus,
@@ -136,14 +136,14 @@ class _ClientConnection(H2Protocol):
 
     def abandon(self, sid: int) -> None:
         if self.streams.pop(sid, None) is not None:
-            self.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            self.reset_stream(sid, jh2.errors.ErrorCodes.CANCEL)
             self._release_slot()
             if not self.usable:
                 self._close_if_idle()
 
     # --- events -----------------------------------------------------------------------------------------
 
-    def on_response(self, ev: h2.events.ResponseReceived) -> None:
+    def on_response(self, ev: jh2.events.ResponseReceived) -> None:
         p = self.streams.get(ev.stream_id)
         if p is None:
             return
@@ -153,7 +153,7 @@ class _ClientConnection(H2Protocol):
             elif k == b"content-type":
                 p.ctype = codec.canonical_content_type(v) or codec.MSGPACK
 
-    def on_data(self, ev: h2.events.DataReceived) -> None:
+    def on_data(self, ev: jh2.events.DataReceived) -> None:
         p = self.streams.get(ev.stream_id)
         if p is None:
             return
@@ -171,7 +171,7 @@ class _ClientConnection(H2Protocol):
             return
         p.chunks.append(data)
 
-    def on_stream_ended(self, ev: h2.events.StreamEnded) -> None:
+    def on_stream_ended(self, ev: jh2.events.StreamEnded) -> None:
         p = self.streams.pop(ev.stream_id, None)
         if p is None:
             return
@@ -184,13 +184,13 @@ class _ClientConnection(H2Protocol):
         if not self.usable:
             self._close_if_idle()
 
-    def on_stream_reset(self, ev: h2.events.StreamReset) -> None:
+    def on_stream_reset(self, ev: jh2.events.StreamReset) -> None:
         super().on_stream_reset(ev)
         p = self.streams.pop(ev.stream_id, None)
         if p is None:
             return
         if not p.fut.done():
-            if ev.error_code == h2.errors.ErrorCodes.REFUSED_STREAM:
+            if ev.error_code == jh2.errors.ErrorCodes.REFUSED_STREAM:
                 # Only a draining server refuses streams (we honour its stream limit): go elsewhere.
                 self.usable = False
                 self.client._forget(self)
@@ -205,11 +205,11 @@ class _ClientConnection(H2Protocol):
         if not self.usable:
             self._close_if_idle()
 
-    def on_terminated(self, ev: h2.events.ConnectionTerminated) -> None:
+    def on_terminated(self, ev: jh2.events.ConnectionTerminated) -> None:
         self.usable = False
         self.client._forget(self)
         last = ev.last_stream_id if ev.last_stream_id is not None else 0
-        graceful = ev.error_code in (0, h2.errors.ErrorCodes.NO_ERROR, None)
+        graceful = ev.error_code in (0, jh2.errors.ErrorCodes.NO_ERROR, None)
         for sid in [s for s in self.streams if s > last or not graceful]:
             p = self.streams.pop(sid)
             if not p.fut.done():
@@ -253,7 +253,7 @@ def _expire_waiter(fut: asyncio.Future[None]) -> None:
 
 def _code_name(code: Any) -> str:
     try:
-        return h2.errors.ErrorCodes(code).name
+        return jh2.errors.ErrorCodes(code).name
     except ValueError:
         return str(code)
 

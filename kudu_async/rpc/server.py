@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import h2.errors
-import h2.events
+import jh2.errors
+import jh2.events
 
 from kudu_async.common.errors import (
     KuduBadStatus,
@@ -199,10 +199,10 @@ class _ServerConnection(H2Protocol):
 
     # --- events -----------------------------------------------------------------------------------------
 
-    def on_request(self, ev: h2.events.RequestReceived) -> None:
+    def on_request(self, ev: jh2.events.RequestReceived) -> None:
         sid = ev.stream_id
         if self.draining:
-            self.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self.reset_stream(sid, jh2.errors.ErrorCodes.REFUSED_STREAM)
             return
         req = _Request(sid)
         self.requests[sid] = req
@@ -243,7 +243,7 @@ class _ServerConnection(H2Protocol):
         if err is not None:
             self.reject(req, err, stop_upload=not ev.stream_ended)
 
-    def on_data(self, ev: h2.events.DataReceived) -> None:
+    def on_data(self, ev: jh2.events.DataReceived) -> None:
         req = self.requests.get(ev.stream_id)
         if req is None or req.rejected:
             return
@@ -255,12 +255,12 @@ class _ServerConnection(H2Protocol):
             return
         req.chunks.append(data)
 
-    def on_stream_ended(self, ev: h2.events.StreamEnded) -> None:
+    def on_stream_ended(self, ev: jh2.events.StreamEnded) -> None:
         req = self.requests.pop(ev.stream_id, None)
         if req is not None and not req.rejected:
             self.server._dispatch(self, req)
 
-    def on_stream_reset(self, ev: h2.events.StreamReset) -> None:
+    def on_stream_reset(self, ev: jh2.events.StreamReset) -> None:
         self.requests.pop(ev.stream_id, None)
         self.drop_outbound(ev.stream_id)
         call = self.calls.pop(ev.stream_id, None)
@@ -275,7 +275,7 @@ class _ServerConnection(H2Protocol):
             self.reject(req, KuduTimedOut("deadline passed while the request body was still arriving"), True)
             self.requests.pop(req.sid, None)
 
-    def on_terminated(self, ev: h2.events.ConnectionTerminated) -> None:
+    def on_terminated(self, ev: jh2.events.ConnectionTerminated) -> None:
         # The client is going away: answers it can no longer read are dropped by h2; close once idle.
         self.draining = True
         if self.active_calls == 0:
@@ -292,7 +292,7 @@ class _ServerConnection(H2Protocol):
         if stop_upload and self.outbound_done(req.sid) and req.sid in self.requests:
             # The full answer is queued: ask the client to stop uploading (RFC 9113 §8.1, NO_ERROR).
             self.requests.pop(req.sid, None)
-            self.reset_stream(req.sid, h2.errors.ErrorCodes.NO_ERROR)
+            self.reset_stream(req.sid, jh2.errors.ErrorCodes.NO_ERROR)
 
     def respond(self, sid: int, ctype: str, body: bytes) -> None:
         headers = [(b":status", _STATUS_200), (b"content-type", _CONTENT_TYPE_B[ctype])]
@@ -581,7 +581,7 @@ class RpcServer:
     def _drop(self, proto: _ServerConnection, req: _Request) -> None:
         """Black-hole a call (fault injection): never answer; free the stream after its deadline."""
         req.rejected = True
-        code = h2.errors.ErrorCodes.CANCEL
+        code = jh2.errors.ErrorCodes.CANCEL
         if req.deadline is None:
             proto.reset_stream(req.sid, code)
         else:

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import h2.connection
-import h2.events
+import jh2.connection
+import jh2.events
 
 from kudu_async.common.errors import KuduNotTheLeader, error_from_code
 from kudu_async.rpc import CallContext
@@ -82,7 +82,7 @@ async def raw_post(
     ``body=None`` sends the headers only and leaves the request stream open (an upload in progress).
     """
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    conn: h2.connection.H2Connection = make_h2_connection(True)
+    conn: jh2.connection.H2Connection = make_h2_connection(True)
     conn.initiate_connection()
     sid = conn.get_next_available_stream_id()
     headers = [(b":method", method), (b":scheme", b"http"), (b":path", path.encode()), (b":authority", b"x")]
@@ -103,15 +103,15 @@ async def raw_post(
                 if not data:
                     raise ConnectionError("server closed the connection")
                 for ev in conn.receive_data(data):
-                    if isinstance(ev, h2.events.ResponseReceived):
+                    if isinstance(ev, jh2.events.ResponseReceived):
                         resp_headers = dict(ev.headers)
                         status = int(resp_headers[b":status"])
-                    elif isinstance(ev, h2.events.DataReceived):
+                    elif isinstance(ev, jh2.events.DataReceived):
                         conn.acknowledge_received_data(ev.flow_controlled_length, sid)
                         chunks.append(ev.data)
-                    elif isinstance(ev, h2.events.StreamEnded):
+                    elif isinstance(ev, jh2.events.StreamEnded):
                         return status, resp_headers, b"".join(chunks)
-                    elif isinstance(ev, h2.events.StreamReset):
+                    elif isinstance(ev, jh2.events.StreamReset):
                         raise ConnectionResetError(f"stream reset: {ev.error_code}")
                 writer.write(conn.data_to_send())
     finally:
