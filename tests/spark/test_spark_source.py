@@ -125,6 +125,39 @@ def test_each_write_operation_and_row_errors(spark: Any, spark_cluster: MiniClus
     assert 5 not in final and 6 not in final and len(final) == 10 - 2 + 2
 
 
+def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(spark_cluster: MiniCluster,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's writer sends one chunk while it gathers the next: every row of many chunks lands, and a bad
+    row in a later chunk fails the task naming it, with the earlier chunks written."""
+    import pyarrow as pa
+
+    from kudu_async.spark import source
+
+    monkeypatch.setattr(source, "WRITE_FLUSH_ROWS", 25)
+    c = _client(spark_cluster)
+    b = kudu.schema_builder()
+    b.add_column("key").type(kudu.int64).nullable(False).primary_key()
+    b.add_column("val", type_=kudu.string)
+    c.create_table("chunks", b.build(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3)
+    opts = {"kudu.master": spark_cluster.master_addresses, "kudu.table": "chunks"}
+
+    def batches(lo: int, hi: int) -> list[pa.RecordBatch]:
+        return [pa.RecordBatch.from_pydict({"key": list(range(i, min(i + 10, hi))),
+                                            "val": [f"v{k}" for k in range(i, min(i + 10, hi))]})
+                for i in range(lo, hi, 10)]
+
+    msg = source._write_batches(opts, "insert", iter(batches(0, 300)))
+    assert msg.rows == 300
+    got = c.table("chunks").scanner().open().read_all_tuples()
+    assert sorted(got) == [(k, f"v{k}") for k in range(300)]
+    # Keys 300..399, then a duplicate of key 5 in the last chunk.
+    bad = [*batches(300, 400), pa.RecordBatch.from_pydict({"key": [5], "val": ["dup"]})]
+    with pytest.raises(kudu.KuduBadStatus, match=r"ALREADY_PRESENT.*'key': 5"):
+        source._write_batches(opts, "insert", iter(bad))
+    assert len(c.table("chunks").scanner().open().read_all_tuples()) == 400
+    c.close()
+
+
 def test_clear_errors(spark: Any, spark_cluster: MiniCluster) -> None:
     with pytest.raises(SPARK_ERRORS, match="does not exist"):
         _read(spark, spark_cluster, "no_such_table").collect()
