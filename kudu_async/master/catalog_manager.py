@@ -200,6 +200,7 @@ class CatalogManager:
         live = self.master.ts_manager.live_tservers(now)
         self._require_live(n, live, "to create a table with the requested replication factor")
         load = self._replica_counts(live)
+        leads = self._leader_counts(live)
         table_id = uuid.uuid4().hex
         ops: list[list[Any]] = []
         tablet_ids = []
@@ -210,7 +211,8 @@ class CatalogManager:
                 load[u] += 1
             replicas = {u: self._address(u) for u in chosen}
             ops.append(put("tablet", tid, {"id": tid, "table_id": table_id, "partition": p.to_dict(),
-                                           "replicas": replicas, "state": "CREATING"}))
+                                           "replicas": replicas, "state": "CREATING",
+                                           "first_leader": _first_leader(chosen, leads)}))
             tablet_ids.append(tid)
         table = {"id": table_id, "name": name, "state": "CREATING", "schema": schema.to_dict(),
                  "schema_version": 0, "partition_schema": pschema.to_dict(), "num_replicas": n,
@@ -261,6 +263,7 @@ class CatalogManager:
         schema_changed = False
         live = self.master.ts_manager.live_tservers(time.monotonic())
         load = self._replica_counts(live)
+        leads = self._leader_counts(live)
         for i, step in enumerate(steps):
             if not isinstance(step, dict) or not isinstance(step.get("type"), str):
                 raise KuduInvalidArgument(f"alter_schema_steps[{i}] must be a map with a 'type'")
@@ -308,7 +311,8 @@ class CatalogManager:
                         load[u] += 1
                     ops.append(put("tablet", tid, {"id": tid, "table_id": t["id"], "partition": p.to_dict(),
                                                    "replicas": {u: self._address(u) for u in chosen},
-                                                   "state": "CREATING"}))
+                                                   "state": "CREATING",
+                                                   "first_leader": _first_leader(chosen, leads)}))
                     tablet_ids.append(tid)
             else:
                 raise KuduInvalidArgument(f"alter_schema_steps[{i}]: unknown step type {kind!r}")
@@ -421,6 +425,16 @@ class CatalogManager:
                     counts[u] += 1
         return counts
 
+    def _leader_counts(self, live: list[str]) -> dict[str, int]:
+        """Tablet leaders per live server, as the tservers' reports show them."""
+        counts = {u: 0 for u in live}
+        for tid in self.tablets:
+            info = self.master.ts_manager.tablet_info(tid)
+            leader = info.get("leader_uuid") if info is not None else None
+            if leader in counts:
+                counts[leader] += 1
+        return counts
+
     def _address(self, ts_uuid: str) -> str:
         reg = self.master.ts_manager.registration(ts_uuid)
         return str(reg["rpc_address"]) if reg else ""
@@ -490,6 +504,8 @@ class CatalogManager:
                 req = {"tablet_id": tid, "table_id": table["id"], "table_name": table["name"],
                        "schema": table["schema"], "schema_version": version, "partition": rec["partition"],
                        "partition_schema": table["partition_schema"], "peers": rec["replicas"]}
+                if rec.get("first_leader") in rec["replicas"]:
+                    req["first_leader"] = rec["first_leader"]
                 for u, addr in rec["replicas"].items():
                     self._ask(("create", tid, u), now, addr, "CreateTablet", req)
             elif table["state"] == "ALTERING":
@@ -777,4 +793,13 @@ def _wire_bound(b: Any) -> Any:
     if isinstance(b, list) and len(b) in (2, 4):
         return [_wire_row(v) if i < 2 else v for i, v in enumerate(b)]
     raise KuduInvalidArgument(f"bad range bound {b!r}")
+
+
+def _first_leader(chosen: list[str], leads: dict[str, int]) -> str:
+    """The replica of a new tablet that campaigns first: the chosen server leading the fewest tablets
+    (counting the ones just designated), so a new table's leaders, and the reads and writes they serve,
+    start out even over the servers. Counted in ``leads``."""
+    first = min(chosen, key=lambda u: (leads.get(u, 0), u))
+    leads[first] = leads.get(first, 0) + 1
+    return first
 

@@ -52,8 +52,8 @@ FIRST_CAMPAIGN_DELAY_S = 0.3  # after creating a new tablet's replica, before it
 
 
 def first_candidate(tablet_id: str, peers: dict[str, str]) -> str:
-    """The replica of a new tablet that campaigns first: spread over the servers by tablet id, so a new
-    table's leaders start out balanced."""
+    """The replica of a new tablet that campaigns first when the master names none (``first_leader``):
+    spread over the servers by tablet id."""
     order = sorted(peers)
     return order[zlib.crc32(tablet_id.encode()) % len(order)]
 
@@ -174,6 +174,9 @@ class TabletManager:
             raise KuduInvalidArgument("'peers' must map replica uuid -> RPC address")
         if self.node_uuid not in peers:
             raise KuduInvalidArgument(f"'peers' does not include this tablet server {self.node_uuid}")
+        first_leader = req.get("first_leader")
+        if first_leader is not None and first_leader not in peers:
+            raise KuduInvalidArgument("'first_leader' must be one of 'peers'")
         partition = req.get("partition")
         if partition is not None and not isinstance(partition, dict):
             raise KuduInvalidArgument("'partition' must be a map")
@@ -201,7 +204,7 @@ class TabletManager:
                      "schema_version": schema_version}
             replica = await self.raft.create_replica(tablet_id, TABLET_KIND, dict(peers), extra)
             log.info("tablet created", extra={"tablet": tablet_id, "table": table_name, "peers": sorted(peers)})
-            if first_candidate(tablet_id, peers) == self.node_uuid:
+            if (first_leader or first_candidate(tablet_id, peers)) == self.node_uuid:
                 asyncio.get_running_loop().call_later(FIRST_CAMPAIGN_DELAY_S, self._first_campaign, tablet_id, replica)
             return {"tablet_id": tablet_id, "created": True}
         finally:

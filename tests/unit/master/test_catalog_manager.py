@@ -95,6 +95,18 @@ async def test_create_table_retried_with_its_request_id_returns_the_original_tab
         await cm.create_table(create_req("t", None), TIMEOUT_S)
 
 
+async def test_new_tablets_name_a_first_leader_spread_evenly_over_the_servers(master: Master) -> None:
+    """Each new tablet's record names the replica that campaigns first; over a table (and a range
+    partition added later) those are spread so every server leads its share."""
+    cm = master.catalog_manager
+    six = PartitionSchema(SCHEMA, [HashDimension(["key"], 6)], ["key"])
+    await cm.create_table(create_req("t", None, partition_schema=six.to_dict()), TIMEOUT_S)
+    recs = [cm.tablets[tid] for tid in cm.find_table("t")["tablet_ids"]]
+    firsts = [r["first_leader"] for r in recs]
+    assert all(f in r["replicas"] for f, r in zip(firsts, recs, strict=True))
+    assert sorted(firsts.count(u) for u in {"ts-0", "ts-1", "ts-2"}) == [2, 2, 2]
+
+
 async def test_alter_table_retried_adds_the_column_and_bumps_the_version_once(master: Master) -> None:
     cm = master.catalog_manager
     await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
