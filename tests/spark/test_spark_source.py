@@ -146,16 +146,19 @@ def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(spark_cluster: M
                                             "val": [f"v{k}" for k in range(i, min(i + 10, hi))]})
                 for i in range(lo, hi, 10)]
 
-    msg = source._write_batches(opts, "insert", iter(batches(0, 300)))
-    assert msg.rows == 300
-    got = c.table("chunks").scanner().open().read_all_tuples()
-    assert sorted(got) == [(k, f"v{k}") for k in range(300)]
-    # Keys 300..399, then a duplicate of key 5 in the last chunk.
-    bad = [*batches(300, 400), pa.RecordBatch.from_pydict({"key": [5], "val": ["dup"]})]
-    with pytest.raises(kudu.KuduBadStatus, match=r"ALREADY_PRESENT.*'key': 5"):
-        source._write_batches(opts, "insert", iter(bad))
-    assert len(c.table("chunks").scanner().open().read_all_tuples()) == 400
-    c.close()
+    try:
+        msg = source._write_batches(opts, "insert", iter(batches(0, 300)))
+        assert msg.rows == 300
+        got = c.table("chunks").scanner().open().read_all_tuples()
+        assert sorted(got) == [(k, f"v{k}") for k in range(300)]
+        # Keys 300..399, then a duplicate of key 5 in the last chunk.
+        bad = [*batches(300, 400), pa.RecordBatch.from_pydict({"key": [5], "val": ["dup"]})]
+        with pytest.raises(kudu.KuduBadStatus, match=r"ALREADY_PRESENT.*'key': 5"):
+            source._write_batches(opts, "insert", iter(bad))
+        assert len(c.table("chunks").scanner().open().read_all_tuples()) == 400
+    finally:
+        c.close()
+        source._close_clients()  # the writer's per-process client, which a Spark worker keeps until exit
 
 
 def test_clear_errors(spark: Any, spark_cluster: MiniCluster) -> None:
