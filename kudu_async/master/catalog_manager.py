@@ -429,9 +429,8 @@ class CatalogManager:
         """Tablet leaders per live server, as the tservers' reports show them."""
         counts = {u: 0 for u in live}
         for tid in self.tablets:
-            info = self.master.ts_manager.tablet_info(tid)
-            leader = info.get("leader_uuid") if info is not None else None
-            if leader in counts:
+            leader = self.master.ts_manager.leader_of(tid)
+            if leader is not None and leader in counts:
                 counts[leader] += 1
         return counts
 

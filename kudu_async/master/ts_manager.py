@@ -445,6 +445,11 @@ class TSManager:
         t = self._tablets.get(tablet_id)
         return {} if t is None else {u: dict(r) for u, r in t.replicas.items()}
 
+    def leader_of(self, tablet_id: str) -> str | None:
+        """The tablet's leader as of the newest term reported (None if unknown)."""
+        t = self._tablets.get(tablet_id)
+        return None if t is None else t.leader_uuid
+
     def tablet_info(self, tablet_id: str) -> dict[str, Any] | None:
         """The directory's view of one tablet: newest config, leader as of the newest term, replicas."""
         t = self._tablets.get(tablet_id)

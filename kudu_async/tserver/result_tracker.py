@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.common.errors import KuduInvalidArgument
@@ -63,10 +63,6 @@ class RequestId:
     @property
     def key(self) -> tuple[str, int]:
         return self.client_id, self.seq_no
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"client_id": self.client_id, "seq_no": self.seq_no,
-                "first_incomplete_seq_no": self.first_incomplete_seq_no}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +110,7 @@ class _Entry:
 class _Client:
     last_seen: float
     watermark: int = 0  # seq_nos below this and not in ``entries`` are forgotten
-    entries: dict[int, _Entry] | None = None
-
-    def table(self) -> dict[int, _Entry]:
-        if self.entries is None:
-            self.entries = {}
-        return self.entries
+    entries: dict[int, _Entry] = field(default_factory=dict)
 
 
 class ResultTracker:
@@ -145,7 +136,7 @@ class ResultTracker:
         self.maybe_gc(now)
         c = self._touch(rid.client_id, now)
         self._forget_below(c, min(rid.first_incomplete_seq_no, rid.seq_no))
-        table = c.table()
+        table = c.entries
         e = table.get(rid.seq_no)
         if e is not None:
             if e.done:
@@ -161,7 +152,7 @@ class ResultTracker:
     def peek(self, client_id: str, seq_no: int) -> Lookup:
         """The state of a request without changing anything (no mark, no GC, no counters)."""
         c = self._clients.get(client_id)
-        e = None if c is None or c.entries is None else c.entries.get(seq_no)
+        e = None if c is None else c.entries.get(seq_no)
         if e is not None:
             return Lookup(Outcome.COMPLETED, e.response) if e.done else Lookup(Outcome.IN_PROGRESS)
         if c is not None and seq_no < c.watermark:
@@ -174,7 +165,7 @@ class ResultTracker:
         self.maybe_gc(now)
         c = self._touch(rid.client_id, now)
         self._forget_below(c, min(rid.first_incomplete_seq_no, rid.seq_no))
-        table = c.table()
+        table = c.entries
         e = table.get(rid.seq_no)
         if e is None and rid.seq_no < c.watermark:
             return  # the client already said it is done with this one
@@ -187,7 +178,7 @@ class ResultTracker:
         """An in-progress request failed before it was applied here: forget the mark (a completed
         response, recorded by an apply meanwhile, stays)."""
         c = self._clients.get(client_id)
-        if c is None or c.entries is None:
+        if c is None:
             return
         e = c.entries.get(seq_no)
         if e is not None and not e.done:
@@ -206,7 +197,7 @@ class ResultTracker:
         self._last_gc = now
         for cid in list(self._clients):
             c = self._clients[cid]
-            entries = c.entries or {}
+            entries = c.entries
             if now - c.last_seen >= self.client_ttl_s and all(e.done for e in entries.values()):
                 del self._clients[cid]
                 continue
@@ -229,7 +220,7 @@ class ResultTracker:
 
     def _evict_a_client(self) -> None:
         """Forget the least recently seen client with nothing in progress (or, if all have, the oldest)."""
-        victim = next((cid for cid, c in self._clients.items() if all(e.done for e in (c.entries or {}).values())),
+        victim = next((cid for cid, c in self._clients.items() if all(e.done for e in c.entries.values())),
                       next(iter(self._clients)))
         del self._clients[victim]
 
@@ -243,7 +234,7 @@ class ResultTracker:
                 del c.entries[s]
 
     def _bound_responses(self, c: _Client) -> None:
-        entries = c.table()
+        entries = c.entries
         if len(entries) <= self.max_responses_per_client:
             return
         done = sorted(s for s, e in entries.items() if e.done)
@@ -256,18 +247,13 @@ class ResultTracker:
     # --- introspection --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        responses = in_progress = 0
-        for c in self._clients.values():
-            for e in (c.entries or {}).values():
-                if e.done:
-                    responses += 1
-                else:
-                    in_progress += 1
-        return {"clients": len(self._clients), "responses": responses, "in_progress": in_progress,
+        responses = self.num_responses()
+        tracked = sum(len(c.entries) for c in self._clients.values())
+        return {"clients": len(self._clients), "responses": responses, "in_progress": tracked - responses,
                 "duplicates_answered": self.duplicates_answered, "stale_rejected": self.stale_rejected}
 
     def num_clients(self) -> int:
         return len(self._clients)
 
     def num_responses(self) -> int:
-        return sum(1 for c in self._clients.values() for e in (c.entries or {}).values() if e.done)
+        return sum(e.done for c in self._clients.values() for e in c.entries.values())

@@ -175,7 +175,7 @@ class TabletManager:
         if self.node_uuid not in peers:
             raise KuduInvalidArgument(f"'peers' does not include this tablet server {self.node_uuid}")
         first_leader = req.get("first_leader")
-        if first_leader is not None and first_leader not in peers:
+        if first_leader is not None and (not isinstance(first_leader, str) or first_leader not in peers):
             raise KuduInvalidArgument("'first_leader' must be one of 'peers'")
         partition = req.get("partition")
         if partition is not None and not isinstance(partition, dict):

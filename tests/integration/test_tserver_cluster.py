@@ -152,6 +152,8 @@ async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, r
         ("CreateTablet", {"tablet_id": "../x", "table_id": "t", "schema": SCHEMA.to_dict(), "peers": {}}),
         ("CreateTablet", {"tablet_id": "tablet-c", "table_id": "t", "schema": SCHEMA.to_dict(),
                           "peers": {ts.uuid: ts.rpc_address}, "first_leader": "someone-else"}),
+        ("CreateTablet", {"tablet_id": "tablet-c", "table_id": "t", "schema": SCHEMA.to_dict(),
+                          "peers": {ts.uuid: ts.rpc_address}, "first_leader": [ts.uuid]}),
         ("DeleteTablet", {"tablet_id": "tablet-b", "delete_type": "SHRED"}),
     ]
     for method, req in bad:
