@@ -14,9 +14,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -37,12 +36,19 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kudu_async.client.sync import Client, connect
-from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
-from kudu_async.common.predicate import ColumnPredicate
-from kudu_async.common.schema import Schema
-from kudu_async.spark.types import expected_arrow_schema, kudu_column, spark_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kudu_async.client.sync import Client
+    from kudu_async.client.table import Table
+    from kudu_async.common.predicate import ColumnPredicate
+    from kudu_async.common.schema import Schema
+
+# The client, pyarrow and the type mapping are imported where they are used: PySpark unpickles this
+# module's classes in a new Python process for each planning and commit step, and a commit needs none
+# of them (they cost ~0.4 s of imports per process).
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +115,8 @@ def client_for(options: Any) -> Client:
     with _clients_lock:
         c = _clients.get(key)
         if c is None:
+            from kudu_async.client.sync import connect
+
             c = connect(list(key[0]), admin_timeout_ms=timeout, rpc_timeout_ms=min(timeout or 10_000, 10_000))
             _clients[key] = c
         return c
@@ -141,6 +149,8 @@ class KuduDataSource(DataSource):
         return client_for(self.options).table(_table_name(self.options))
 
     def schema(self) -> StructType:
+        from kudu_async.spark.types import spark_schema
+
         table = self._table()
         cols = _opt(self.options, "kudu.columns")
         names = [c.strip() for c in cols.split(",")] if cols else None
@@ -235,6 +245,9 @@ def _create_or_open(options: Any, schema: StructType) -> Table:
     for k in keys:
         if k not in by_name:
             raise KuduInvalidArgument(f"kudu.primaryKey names '{k}', which is not a DataFrame column")
+    from kudu_async.common.schema import Schema
+    from kudu_async.spark.types import kudu_column
+
     cols = [kudu_column(by_name[k], key=True) for k in keys]
     cols += [kudu_column(f, key=False) for f in schema.fields if f.name not in keys]
     from kudu_async.client.schema_builder import Partitioning
@@ -283,6 +296,8 @@ class KuduInputPartition(InputPartition):
 
 class KuduReader(DataSourceReader):
     def __init__(self, options: dict[str, Any], schema: StructType, table_schema: Schema) -> None:
+        from kudu_async.spark.types import expected_arrow_schema
+
         self.options = options
         self.columns = [f.name for f in schema.fields]
         self.arrow_schema = expected_arrow_schema(schema)
@@ -290,6 +305,8 @@ class KuduReader(DataSourceReader):
         self.predicates: list[dict[str, Any]] = []
 
     def partitions(self) -> list[InputPartition]:
+        from kudu_async.common.predicate import ColumnPredicate
+
         table = client_for(self.options).table(_table_name(self.options))
         b = table.scan_token_builder().set_projected_column_names(self.columns)
         for p in self.predicates:
@@ -320,6 +337,8 @@ class KuduPushdownReader(KuduReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Accept comparisons, IN, IS [NOT] NULL on plain columns (ANDed by Spark); keep the rest for Spark.
         A LIKE 'abc%' is pushed as ``>= 'abc'`` and also left to Spark (the prefix check stays exact)."""
+        from kudu_async.common.schema import Schema
+
         schema = Schema.from_dict(self.table_schema_dict)
         for f in filters:
             pred, exact = _translate(f, schema)
@@ -331,6 +350,8 @@ class KuduPushdownReader(KuduReader):
 
 def _translate(f: Filter, schema: Schema) -> tuple[ColumnPredicate | None, bool]:
     """(predicate to push or None, whether the predicate alone is exactly ``f``)."""
+    from kudu_async.common.predicate import ColumnPredicate
+
     attr: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
     if len(attr) != 1 or attr[0] not in schema:
         return None, False
@@ -362,6 +383,8 @@ def _spark_value(v: Any) -> Any:
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    import pyarrow as pa
+
     if batch.schema.equals(schema):
         return batch
     arrays = [batch.column(f.name).cast(f.type) for f in schema]
@@ -418,6 +441,8 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
     ``apply_arrow`` waits for replication; one call in flight on a helper thread lets the task keep
     pulling Arrow batches from the JVM meanwhile (the two stages overlap instead of taking turns).
     """
+    import pyarrow as pa
+
     client = client_for(options)
     table = client.table(_table_name(options))
     timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000) or 30_000

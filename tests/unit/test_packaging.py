@@ -26,3 +26,40 @@ def test_pyspark_discovery_sees_the_kudu_source() -> None:
     import pyspark_kudu_async
 
     assert pyspark_kudu_async.DefaultSource.name() == "kudu"
+
+
+def test_top_level_names_load_on_first_use_and_all_of_them_resolve() -> None:
+    import kudu_async as kudu
+
+    assert {n for n in kudu.__all__ if n != "__version__"} == set(kudu._SOURCE)
+    for name in kudu.__all__:
+        assert getattr(kudu, name) is not None, name
+    from kudu_async.client.sync import connect
+    from kudu_async.common.errors import KuduNotFound
+
+    assert kudu.connect is connect and kudu.KuduNotFound is KuduNotFound
+    assert kudu.bool.name == "bool" and kudu.float.name == "float"
+    try:
+        kudu.no_such_name  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_name" in str(e)
+    else:
+        raise AssertionError("an unknown attribute must raise AttributeError")
+
+
+def test_unpickling_the_spark_writer_does_not_import_the_client() -> None:
+    """PySpark unpickles the writer in a new process for the job's commit; that needs no client."""
+    import subprocess
+    import sys
+
+    code = (
+        "import pickle, sys\n"
+        "from kudu_async.spark.source import KuduWriter, KuduCommitMessage\n"
+        "w = pickle.loads(pickle.dumps(KuduWriter({'kudu.table': 't'}, 'insert')))\n"
+        "w.commit([KuduCommitMessage(5)])\n"
+        "heavy = sorted(m for m in ('kudu_async.client', 'kudu_async.rpc', 'pyarrow.compute', 'asyncio')"
+        " if m in sys.modules)\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
