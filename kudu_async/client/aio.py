@@ -133,14 +133,16 @@ class AsyncClient:
         return await self.table(table_name)
 
     async def _wait_done(self, method: str, req: dict[str, Any], deadline: Deadline) -> None:
-        delay = 0.05
+        """Poll until the DDL is done: from 20 ms, growing to 200 ms (a new table usually takes ~0.4 s, and
+        a cheap master call every 200 ms costs less than a caller kept waiting a whole second)."""
+        delay = 0.02
         while True:
             r = await self.masters.call(method, req, deadline)
             if r.get("done"):
                 return
             deadline.left(KuduTimedOut(f"table still {r.get('state')}"))
             await asyncio.sleep(min(delay, max(0.0, deadline.remaining())))
-            delay = min(1.0, delay * 1.5)
+            delay = min(0.2, delay * 1.5)
 
     async def delete_table(self, table_name: str) -> None:
         await self.masters.call("DeleteTable", {"name": table_name, "request_id": self._request_id()},

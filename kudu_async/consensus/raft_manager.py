@@ -71,6 +71,8 @@ class RaftManager:
         self.transport.on_missing = self._peer_missing_groups
         # Set by the role: a leader's peer needs a copy of (group) -> called with (group, peer, address).
         self.on_peer_needs_copy: Callable[[str, str, str], None] | None = None
+        # Set by the role: a replica's role, term or leader changed -> called with (group).
+        self.on_role_change: Callable[[str], None] | None = None
 
     def register_kind(self, kind: str, factory: StateMachineFactory) -> None:
         """How to build the state machine of replicas created with ``kind``."""
@@ -155,6 +157,7 @@ class RaftManager:
         self.replicas[group] = replica
         self.tombstoned.discard(group)
         replica.on_peer_needs_copy = lambda peer, address: self._needs_copy(group, peer, address)
+        replica.on_role_change = lambda: self._role_changed(group)
         if factory is None:
             replica.state = ReplicaState.FAILED
             replica.error = f"no state machine for kind {kind!r} on this node"
@@ -166,6 +169,10 @@ class RaftManager:
 
         self.ticker.register(group, replica.tick, on_tick_error)
         return replica
+
+    def _role_changed(self, group: str) -> None:
+        if self.on_role_change is not None:
+            self.on_role_change(group)
 
     def _needs_copy(self, group: str, peer: str, address: str) -> None:
         if self.on_peer_needs_copy is not None:

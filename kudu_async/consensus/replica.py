@@ -138,6 +138,8 @@ class RaftReplica:
         self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
         # Set by the host: called when a peer needs a tablet copy (behind the retained log, or missing).
         self.on_peer_needs_copy: Callable[[str, str], None] | None = None
+        # Set by the host: called after this replica's role, term or known leader changed.
+        self.on_role_change: Callable[[], None] | None = None
         self.gc_holds = 0
 
     @property
@@ -426,6 +428,8 @@ class RaftReplica:
         if rd.role is not None:
             log.info("raft role change", extra={"group": self.group, "role": rd.role.role.value,
                                                 "term": rd.role.term, "leader": rd.role.leader})
+            if self.on_role_change is not None:
+                self.on_role_change()
 
     async def _persist_hard_state(self, hs: HardState) -> None:
         cm = self._cmeta

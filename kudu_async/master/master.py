@@ -204,8 +204,8 @@ class Master(Node):
                 return resp
         tsm.heartbeat(req.uuid, now, req.num_live_tablets, req.leader_count)
         if leader:
-            if req.report is not None:
-                tsm.process_report(req.uuid, req.report, now)
+            if req.report is not None and tsm.process_report(req.uuid, req.report, now):
+                self.catalog_manager.reports_arrived()
             resp["needs_full_report"] = tsm.needs_full_report(req.uuid)
             resp["tablets_to_delete"] = self.catalog_manager.deleted_tablets_on(req.uuid)
         return resp

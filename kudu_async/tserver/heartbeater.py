@@ -9,7 +9,8 @@ that no longer exist (``removed``).
 Dirty tracking is per master and generation-stamped: an id leaves a master's dirty set only when that
 master acknowledged a report carrying it *and* nobody marked it again while the call was in flight, so a
 change racing with a heartbeat is never lost, and a master that is down keeps its backlog while the
-others keep up.
+others keep up. A change does not wait out the interval: the next heartbeat goes within ~20 ms (at most
+one early heartbeat per 100 ms), as Kudu's heartbeater is triggered "ASAP" when a tablet's state moves.
 
 Failures back off exponentially with jitter (capped at ``max_backoff_s``) and are logged once per streak.
 An unexpected exception (a bug, or ``reports``/``ts_info`` raising) is logged with its traceback and the
@@ -22,6 +23,7 @@ in its own task so slow tablet work never delays a heartbeat; their exceptions a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -37,6 +39,8 @@ from kudu_async.rpc.client import RpcClient
 log = logging.getLogger(__name__)
 
 DELETE_TYPES = ("DELETED", "TOMBSTONED")
+EARLY_COALESCE_S = 0.02  # after a replica changes, wait this long for others in the same burst
+EARLY_MIN_SPACING_S = 0.1  # early reports never go more often than this
 # Replica states that do not count as live tablets in ``num_live_tablets`` (Kudu counts replicas that
 # are starting or running).
 _NOT_LIVE_STATES = frozenset({"FAILED", "STOPPING", "STOPPED", "SHUTDOWN", "TOMBSTONED", "DELETED"})
@@ -62,6 +66,7 @@ class _MasterState:
     is_leader: bool | None = None
     master_uuid: str | None = None
     task: asyncio.Task[None] | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # mark_dirty since the last report
 
 
 class _BadAnswer(KuduRemoteError):
@@ -142,6 +147,7 @@ class Heartbeater:
         gen = next(self._gen)
         for m in self._masters:
             m.dirty[tablet_id] = gen
+            m.changed.set()
 
     def request_full_report(self) -> None:
         """Send every master a full report next (e.g. after the tablet manager reloaded its replicas)."""
@@ -244,7 +250,18 @@ class Heartbeater:
             m.last_unexpected = None
             if asap:
                 continue
-            await asyncio.sleep(max(0.0, started + self.interval_s - loop.time()))
+            await self._wait_for_next(m, started)
+
+    async def _wait_for_next(self, m: _MasterState, started: float) -> None:
+        """Until the interval is up, or sooner once a replica changed (Kudu's heartbeat "ASAP"): a new
+        leader or a created tablet reaches the master in tens of milliseconds, not a second later, so
+        CreateTable and leader failover are not held up by the heartbeat period. Changes made in one
+        burst share a report, and reports never go more often than every EARLY_MIN_SPACING_S."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(m.changed.wait(), max(0.0, started + self.interval_s - loop.time()))
+        if m.changed.is_set():
+            await asyncio.sleep(max(EARLY_COALESCE_S, started + EARLY_MIN_SPACING_S - loop.time()))
 
     def _counts(self, full_reports: list[dict[str, Any]] | None) -> tuple[int, int]:
         if self.tablet_counts is not None:
@@ -256,6 +273,7 @@ class Heartbeater:
 
     async def _heartbeat(self, m: _MasterState) -> bool:
         """One TSHeartbeat to ``m``; True when another should follow at once (the master asked for more)."""
+        m.changed.clear()  # marks from here on are not in this report: they wake the next one
         register = not m.registered
         full = m.needs_full
         full_gen = m.full_gen

@@ -100,6 +100,7 @@ class TabletManager:
         self.copy_source = TabletCopySource(data_root / "copy-sessions", self._copy_manifest, executor)
         raft.register_kind(TABLET_KIND, self._open_state_machine)
         raft.on_peer_needs_copy = self._peer_needs_copy
+        raft.on_role_change = self._role_changed
 
     # --- opening --------------------------------------------------------------------------------------
 
@@ -143,12 +144,21 @@ class TabletManager:
     def poll_changes(self) -> None:
         """Mark tablets whose reported state moved (role, term, leader, config, state, schema)."""
         for tid, r in list(self.replicas.items()):
-            rep = r.report()
-            sig = (rep["state"], rep["role"], rep["term"], rep["leader_uuid"], rep["config"]["opid_index"],
-                   tuple(rep["config"]["voters"]), tuple(rep["config"]["non_voters"]), rep["schema_version"])
-            if self._signatures.get(tid) != sig:
-                self._signatures[tid] = sig
-                self.on_change(tid)
+            self._check_changed(tid, r)
+
+    def _role_changed(self, tablet_id: str) -> None:
+        """Raft's role change hook: report a new leader now rather than at the next poll."""
+        r = self.replicas.get(tablet_id)
+        if r is not None:
+            self._check_changed(tablet_id, r)
+
+    def _check_changed(self, tid: str, r: TabletReplica) -> None:
+        rep = r.report()
+        sig = (rep["state"], rep["role"], rep["term"], rep["leader_uuid"], rep["config"]["opid_index"],
+               tuple(rep["config"]["voters"]), tuple(rep["config"]["non_voters"]), rep["schema_version"])
+        if self._signatures.get(tid) != sig:
+            self._signatures[tid] = sig
+            self.on_change(tid)
 
     # --- create / delete ------------------------------------------------------------------------------
 

@@ -394,3 +394,19 @@ async def test_constructor_checks_its_arguments(client: RpcClient, tablets: Tabl
         make(["127.0.0.1:1"], rpc_timeout_s=-1)
     with pytest.raises(KuduInvalidArgument):
         make(["127.0.0.1:1"]).mark_dirty("")
+
+
+async def test_a_change_is_reported_at_once_not_at_the_next_interval_and_a_burst_shares_one_report(
+        master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
+    hb = await make_hb([master.address], interval_s=30.0)
+    await wait_until(lambda: len(master.requests) >= 1, what="registration")
+    await asyncio.sleep(0.3)
+    assert len(master.requests) == 1  # nothing changed: no heartbeat before the 30 s interval
+    hb.mark_dirty("t1")
+    hb.mark_dirty("t2")  # the same burst (a new table's tablets electing their leaders)
+    await wait_until(lambda: len(master.requests) >= 2, timeout_s=5.0, what="an early report")
+    report = master.requests[1]["report"]
+    assert report["full"] is False and sorted(t["tablet_id"] for t in report["tablets"]) == ["t1", "t2"]
+    await asyncio.sleep(0.3)
+    assert len(master.requests) == 2  # acknowledged: no further early heartbeat
+    assert hb.status()[0]["pending_dirty"] == 0
