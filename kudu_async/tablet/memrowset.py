@@ -254,12 +254,20 @@ class MemRowSet:
 
         Base rows are the rows as first inserted (``_ts`` = insert timestamp); every mutation with a
         sequence number below ``max_seq`` is returned as a delta table positioned in the base table.
+
+        Key order comes from Arrow's sort of the keys (byte order, as Python compares bytes), not from
+        the sorted index: the sort runs in C++ without the GIL, and a MemRowSet nobody scanned never
+        builds its index at all. Reads only ``rows`` and the insert timestamps, which a frozen MemRowSet
+        no longer changes, so it runs outside the tablet's lock while scans may merge the index.
         """
-        keys = list(self.sorted_keys())
-        take_idx = np.fromiter(map(self.rows.__getitem__, keys), dtype=np.int64, count=len(keys))
+        n = len(self.rows)
+        unsorted = pa.array(list(self.rows), pa.binary())
+        rownums = np.fromiter(self.rows.values(), dtype=np.int64, count=n)
+        order = pc.sort_indices(unsorted)
+        take_idx = rownums[order.to_numpy()]
         tss = self._insert_ts[take_idx].astype(np.uint64)
         tbl = self.table().take(pa.array(take_idx))
-        tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
+        tbl = tbl.append_column(KEY_COL, unsorted.take(order))
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         return tbl.combine_chunks(), self._deltas_at(take_idx, max_seq)
 

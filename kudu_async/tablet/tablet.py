@@ -1203,7 +1203,6 @@ class Tablet:
                 old = self._flushing_mrs[0]  # a flush of it failed earlier: retry it first
             elif len(self._mrs):
                 old = self._mrs
-                old.sorted_keys()  # merge pending keys now, under the lock: the index stays read-only
                 self._mrs = self._new_mrs()
                 self._flushing_mrs.append(old)
             else:
