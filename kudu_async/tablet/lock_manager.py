@@ -2,15 +2,18 @@
 
 An op takes all its keys at once (all-or-nothing, so two ops can never deadlock). Callers on threads
 may block with a timeout; the asyncio tserver passes ``timeout_s=0`` and retries, never blocking the loop.
+
+Locks are held per op, as one dict of its keys: taking them checks the op's keys against each other op
+in flight (iterating the smaller side, in C) and releasing them all drops one dict. A bulk write takes
+and frees its 100k row locks with one pass over its keys instead of five (a key -> owner table costs an
+insert, a check and a delete per key on top of building the op's own set), and there are only a few
+ops in flight per tablet (one per write RPC being prepared or replicated).
 """
 
 from __future__ import annotations
 
-import itertools
-import operator
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
 
 from kudu_async.common.errors import KuduTimedOut
@@ -19,17 +22,25 @@ from kudu_async.common.errors import KuduTimedOut
 class LockManager:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._owners: dict[bytes, int] = {}
+        self._held: dict[int, dict[bytes, None]] = {}  # owner -> the keys it holds
         self._waiting = 0
 
     def acquire(self, keys: Iterable[bytes], owner: int, timeout_s: float) -> None:
-        keys = list(keys)
+        """Take every key for ``owner`` (keys it already holds count as free), or none of them.
+
+        A dict passed as ``keys`` becomes the op's key set as it is (no copy): do not change it after."""
+        mine = keys if type(keys) is dict else dict.fromkeys(keys)
+        wanted = mine.keys()
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                owners = self._owners
-                if owners.keys().isdisjoint(keys) or not any(owners.get(k, owner) != owner for k in keys):
-                    owners.update(dict.fromkeys(keys, owner))
+                held = self._held
+                if all(other.keys().isdisjoint(wanted) for o, other in held.items() if o != owner):
+                    current = held.get(owner)
+                    if current is None:
+                        held[owner] = mine
+                    else:
+                        current.update(mine)
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -40,19 +51,25 @@ class LockManager:
                 finally:
                     self._waiting -= 1
 
-    def release(self, keys: Iterable[bytes], owner: int) -> None:
-        keys = keys if isinstance(keys, list) else list(keys)
+    def release_all(self, owner: int) -> None:
+        """Free every key ``owner`` holds (what a finished op does): no pass over its keys."""
         with self._cond:
-            owners = self._owners
-            if all(map(operator.eq, map(owners.get, keys), itertools.repeat(owner))):
-                deque(map(owners.__delitem__, keys), maxlen=0)  # all ours (the usual case): C-level
-            else:
-                for k in keys:
-                    if owners.get(k) == owner:
-                        del owners[k]
+            if self._held.pop(owner, None) is not None and self._waiting:
+                self._cond.notify_all()
+
+    def release(self, keys: Iterable[bytes], owner: int) -> None:
+        """Free those of ``keys`` that ``owner`` holds; others' locks are untouched."""
+        with self._cond:
+            current = self._held.get(owner)
+            if current is None:
+                return
+            for k in keys:
+                current.pop(k, None)
+            if not current:
+                del self._held[owner]
             if self._waiting:
                 self._cond.notify_all()
 
     def num_locked(self) -> int:
         with self._cond:
-            return len(self._owners)
+            return sum(map(len, self._held.values()))

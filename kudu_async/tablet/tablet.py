@@ -152,7 +152,6 @@ class PreparedWrite:
     plan: WritePlan
     errors: list[RowError]
     ignored: int
-    locked: list[bytes]
     state: str = "prepared"
     schema_version: int = 0
 
@@ -398,11 +397,11 @@ class Tablet:
         keys, keys_arr = self._encode_keys_checked(info, rows, errors)
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
-        distinct = dict.fromkeys(keys)
-        distinct.pop(None, None)
-        locked: list[bytes] = list(distinct)  # type: ignore[arg-type]
-        self.locks.acquire(
-            locked, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        distinct: dict[bytes, None] = dict.fromkeys(keys)  # type: ignore[arg-type]
+        distinct.pop(None, None)  # type: ignore[call-overload]
+        num_distinct = len(distinct)
+        self.locks.acquire(  # takes the dict as this op's key set
+            distinct, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         )
         try:
             with self._lock:
@@ -412,11 +411,11 @@ class Tablet:
                         f"preparing a write for version {version}"
                     )
                 plan, ignored = self._decide(
-                    op_types, keys, keys_arr, errors, timestamp, replay, distinct=len(locked) == n
+                    op_types, keys, keys_arr, errors, timestamp, replay, distinct=num_distinct == n
                 )
             self.mvcc.start_op(timestamp)
         except BaseException:
-            self.locks.release(locked, owner)
+            self.locks.release_all(owner)
             raise
         return PreparedWrite(
             op=WriteOp(op_types, rows, op.set_columns),
@@ -426,7 +425,6 @@ class Tablet:
             plan=plan,
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
-            locked=locked,
             schema_version=version,
         )
 
@@ -737,7 +735,7 @@ class Tablet:
         finally:
             if current == prepared.schema_version:
                 prepared.state = "applied"
-                self.locks.release(prepared.locked, prepared.owner)
+                self.locks.release_all(prepared.owner)
         if current != prepared.schema_version:
             self.abort_write(prepared)
             raise KuduIllegalState(
@@ -864,7 +862,7 @@ class Tablet:
             return
         prepared.state = "aborted"
         self.mvcc.abort_op(prepared.timestamp)
-        self.locks.release(prepared.locked, prepared.owner)
+        self.locks.release_all(prepared.owner)
 
     def write(self, op: WriteOp, timestamp: int, log_index: int) -> WriteResult:
         """prepare + apply in one call, for callers without replication in between (tests, bench)."""

@@ -495,6 +495,29 @@ def test_lock_release_frees_only_the_owners_keys() -> None:
     assert lm.num_locked() == 0
 
 
+def test_release_all_frees_one_ops_keys_and_wakes_a_waiting_op() -> None:
+    import threading
+
+    from kudu_async.tablet.lock_manager import LockManager
+
+    lm = LockManager()
+    keys = {b"k%d" % i: None for i in range(1000)}
+    lm.acquire(keys, 1, 0)  # a dict is taken as the op's key set
+    lm.acquire([b"other"], 2, 0)
+    lm.acquire([b"k5", b"k6"], 1, 0)  # keys it holds already count as free for the same owner
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: (lm.acquire([b"k999", b"new"], 3, 10.0), got.append(True)))
+    waiter.start()
+    lm.release_all(1)
+    waiter.join(10.0)
+    assert got == [True] and not waiter.is_alive()
+    assert lm.num_locked() == 3  # b"other" (op 2), b"k999" and b"new" (op 3)
+    lm.release_all(1)  # nothing held any more: a no-op
+    lm.release_all(2)
+    lm.release_all(3)
+    assert lm.num_locked() == 0
+
+
 # -- compaction: the per-row fold it replaced ----------------------------------------------------------
 
 
