@@ -29,6 +29,8 @@ from kudu_async.common.errors import (
 from kudu_async.common.partition import Partition
 from kudu_async.rpc.client import RpcClient
 
+COMPARE_MAX_TABLETS = 32  # up to this many tablets, assign() compares keys with every start
+
 log = logging.getLogger(__name__)
 
 LOCATION_TTL_S = 300.0
@@ -187,14 +189,36 @@ class TableLocations:
     def assign(self, keys: list[bytes] | pa.Array) -> np.ndarray:
         """For each partition key, the index of its tablet, or -1 where no tablet covers it (a range gap).
 
-        Keys are dictionary-encoded first (in Arrow's C++): a hash-partitioned table has only a few
-        distinct partition keys however many rows a batch holds, so only those are searched in Python."""
+        All in Arrow's C++, never a Python loop over rows: with few tablets each key is compared with
+        every tablet's start (a table range-partitioned on its key, as by default, has a distinct
+        partition key per row); with many, keys are dictionary-encoded first (a table hash-partitioned
+        only has a few distinct ones) and only those are searched."""
         arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
         if len(arr) == 0:
             return np.zeros(0, dtype=np.int64)
+        if len(self.starts) <= COMPARE_MAX_TABLETS:
+            return self._assign_by_compare(arr)
         enc = pc.dictionary_encode(arr)
         per_key = self._assign_distinct(enc.dictionary.to_pylist())
         return per_key[enc.indices.to_numpy(zero_copy_only=False)]
+
+    def _assign_by_compare(self, arr: pa.Array) -> np.ndarray:
+        """Tablet index = (number of starts <= key) - 1 (starts are sorted), then -1 where the key is at
+        or past that tablet's end: one vectorised comparison per tablet."""
+        arr = arr.cast(pa.binary())
+        count = np.zeros(len(arr), dtype=np.int64)
+        for start in self.starts:
+            if start:
+                count += pc.greater_equal(arr, pa.scalar(start, pa.binary())).to_numpy(zero_copy_only=False)
+            else:
+                count += 1
+        idx = count - 1
+        valid = idx >= 0
+        ends = pa.array([t.partition.partition_key_end for t in self.tablets], pa.binary())
+        end = ends.take(pa.array(np.where(valid, idx, 0)))
+        inside = pc.or_(pc.equal(pc.binary_length(end), 0), pc.less(arr, end)).to_numpy(zero_copy_only=False)
+        idx[~(valid & inside)] = -1
+        return idx
 
     def _assign_distinct(self, keys: list[bytes]) -> np.ndarray:
         starts = np.array(self.starts, dtype=object)

@@ -694,10 +694,10 @@ def _within(v: Any, lower: tuple[Any, bool] | None, upper: tuple[Any, bool] | No
 
 def hash_encoded(encoded: pa.Array, seed: int, num_buckets: int) -> np.ndarray:
     """Bucket numbers (uint32) for encoded hash-column values: xxh64(value, seed) mod num_buckets."""
-    h = xxhash.xxh64_intdigest
-    return np.fromiter(
-        (h(b, seed) % num_buckets for b in encoded.to_pylist()), dtype=np.uint32, count=len(encoded)
-    )
+    values = encoded.to_pylist()
+    hashes = np.fromiter(map(xxhash.xxh64_intdigest, values, itertools.repeat(seed)), dtype=np.uint64,
+                         count=len(values))
+    return (hashes % np.uint64(num_buckets)).astype(np.uint32)
 
 
 def find_partition(partitions: Sequence[Partition], partition_key: bytes) -> Partition | None:

@@ -193,6 +193,27 @@ def test_assign_with_hash_buckets_and_a_gap(range_schema: Schema) -> None:
             assert w == -1, k
 
 
+@pytest.mark.parametrize("compare_max", [0, 1000], ids=["distinct-keys-search", "compare-with-every-start"])
+def test_both_assign_strategies_agree_with_find_for_every_key(
+        range_schema: Schema, compare_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kudu_async.client import meta_cache
+    from kudu_async.common.partition import HashDimension
+
+    monkeypatch.setattr(meta_cache, "COMPARE_MAX_TABLETS", compare_max)
+    ps = PartitionSchema(range_schema, [HashDimension(["key"], 3)], ["key"])
+    locs = _locations(range_schema, ps, [(None, [-100]), ([0], [50]), ([50], [1000]), ([5000], None)])
+    assert len(locs.tablets) == 12
+    keys = [-(2**63), -101, -100, -1, 0, 1, 49, 50, 51, 999, 1000, 4999, 5000, 2**63 - 1, *range(-300, 6000, 37)]
+    batch = pa.record_batch({"key": pa.array(keys, pa.int64()), "v": pa.nulls(len(keys), pa.string())})
+    pkeys = ps.partition_keys(batch)
+    expected = []
+    for k in pkeys.to_pylist():
+        t = locs.find(k)
+        expected.append(-1 if t is None else locs.tablets.index(t))
+    assert locs.assign(pkeys).tolist() == expected
+    assert -1 in expected and len(set(expected) - {-1}) >= 10  # gaps and (nearly) every tablet are hit
+
+
 def test_tablet_location_wire_round_trip_and_leader_guesses() -> None:
     from kudu_async.common.partition import Partition
 
