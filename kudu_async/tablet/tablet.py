@@ -503,12 +503,19 @@ class Tablet:
                     RowError(int(i), "INVALID_ARGUMENT", f"column '{f.name}' is NOT NULL but got NULL"),
                 )
 
-    def _candidate_drs(self, keys: list[bytes | None]) -> list[DiskRowSet]:
-        present = [k for k in keys if k is not None] if None in keys else keys
-        if not present or not self._drs:
+    def _candidate_drs(self, keys: list[bytes | None], keys_arr: pa.Array | None = None) -> list[DiskRowSet]:
+        """The DiskRowSets whose key range meets the batch's (min/max in Arrow when the keys are there)."""
+        if not self._drs or not keys:
             return []
-        lo, hi = min(present), max(present)  # type: ignore[type-var]
-        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]  # type: ignore[operator]
+        if keys_arr is not None and keys_arr.null_count == 0:
+            mm = pc.min_max(keys_arr)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        else:
+            present = [k for k in keys if k is not None] if None in keys else keys
+            if not present:
+                return []
+            lo, hi = min(present), max(present)  # type: ignore[type-var]
+        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]
 
     def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
         """Where ``key`` lives: (MemRowSet, MRSRow) or (DiskRowSet, row position) or None."""
@@ -600,7 +607,7 @@ class Tablet:
         effect is already in durable files). ``distinct``: the caller knows every row has a key and
         no key repeats."""
         n = len(keys)
-        drs = self._candidate_drs(keys)
+        drs = self._candidate_drs(keys, keys_arr)
         if not errors and not drs and self._all_fresh_inserts(op_types, keys, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
