@@ -694,10 +694,59 @@ def _within(v: Any, lower: tuple[Any, bool] | None, upper: tuple[Any, bool] | No
 
 def hash_encoded(encoded: pa.Array, seed: int, num_buckets: int) -> np.ndarray:
     """Bucket numbers (uint32) for encoded hash-column values: xxh64(value, seed) mod num_buckets."""
-    values = encoded.to_pylist()
-    hashes = np.fromiter(map(xxhash.xxh64_intdigest, values, itertools.repeat(seed)), dtype=np.uint64,
-                         count=len(values))
+    hashes = xxh64_fixed_width(encoded, seed)
+    if hashes is None:
+        values = encoded.to_pylist()
+        hashes = np.fromiter(map(xxhash.xxh64_intdigest, values, itertools.repeat(seed)), dtype=np.uint64,
+                             count=len(values))
     return (hashes % np.uint64(num_buckets)).astype(np.uint32)
+
+
+_P1, _P2, _P3, _P4, _P5 = (np.uint64(p) for p in (
+    0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5))
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def xxh64_fixed_width(values: pa.Array, seed: int) -> np.ndarray | None:
+    """XXH64 of every value when all have one length under 32 bytes (encoded fixed-width hash columns:
+    an int64 key is 8 bytes), computed column-wise in numpy from the published algorithm's short-input
+    path; None otherwise (the caller hashes value by value with the xxhash package, the reference this
+    is tested against). A Python call per row cost ~0.2 us, a fifth of a bulk write's client CPU."""
+    n = len(values)
+    if n == 0 or values.null_count or values.type != pa.binary():
+        return None
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    width = int(offsets[1] - offsets[0])
+    if width >= 32 or int(offsets[-1] - offsets[0]) != n * width or not (np.diff(offsets) == width).all():
+        return None
+    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[0] + n * width]
+    rows = data.reshape(n, width)
+    acc = np.full(n, (seed + 0x27D4EB2F165667C5 + width) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
+    pos = 0
+    with np.errstate(over="ignore"):
+        while pos + 8 <= width:  # 8-byte lanes, little-endian
+            lane = np.ascontiguousarray(rows[:, pos : pos + 8]).view("<u8").reshape(n).astype(np.uint64)
+            acc ^= _rotl(lane * _P2, 31) * _P1
+            acc = _rotl(acc, 27) * _P1 + _P4
+            pos += 8
+        if pos + 4 <= width:
+            lane = np.ascontiguousarray(rows[:, pos : pos + 4]).view("<u4").reshape(n).astype(np.uint64)
+            acc ^= lane * _P1
+            acc = _rotl(acc, 23) * _P2 + _P3
+            pos += 4
+        while pos < width:
+            acc ^= rows[:, pos].astype(np.uint64) * _P5
+            acc = _rotl(acc, 11) * _P1
+            pos += 1
+        acc ^= acc >> np.uint64(33)
+        acc *= _P2
+        acc ^= acc >> np.uint64(29)
+        acc *= _P3
+        acc ^= acc >> np.uint64(32)
+    return acc
 
 
 def find_partition(partitions: Sequence[Partition], partition_key: bytes) -> Partition | None:
