@@ -153,9 +153,7 @@ class TabletManager:
             self._check_changed(tablet_id, r)
 
     def _check_changed(self, tid: str, r: TabletReplica) -> None:
-        rep = r.report()
-        sig = (rep["state"], rep["role"], rep["term"], rep["leader_uuid"], rep["config"]["opid_index"],
-               tuple(rep["config"]["voters"]), tuple(rep["config"]["non_voters"]), rep["schema_version"])
+        sig = r.report_signature()
         if self._signatures.get(tid) != sig:
             self._signatures[tid] = sig
             self.on_change(tid)

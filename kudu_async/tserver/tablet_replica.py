@@ -538,6 +538,16 @@ class TabletReplica:
             "schema_version": self.tablet.schema_version,
         }
 
+    def report_signature(self) -> tuple[Any, ...]:
+        """What :meth:`report` says that can change, cheaply (the tablet manager polls every replica each
+        second): the config's voters and non-voters only change with its index."""
+        r = self.raft
+        raft = r.raft if r is not None else None
+        if raft is None:
+            return (self.state.value, self.failure_reason, self.tablet.schema_version)
+        return (self.state.value, self.failure_reason, raft.role, raft.term, raft.leader, raft.config_index,
+                self.tablet.schema_version)
+
     def status(self) -> dict[str, Any]:
         r = self.raft
         storage = self.tablet.status()
