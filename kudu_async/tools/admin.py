@@ -19,7 +19,7 @@ from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.rpc.client import RpcClient
-from kudu_async.tools import ksck, loadgen, replica_util, table_tool
+from kudu_async.tools import ksck, loadgen, rebalancer_tool, replica_util, table_tool
 
 WRITE_TYPES = ("insert", "insert_ignore", "upsert", "upsert_ignore")
 
@@ -45,6 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
     c = cmd(cl, "ksck", "check every master, tserver, table and tablet; exit 1 with a report when unhealthy")
     c.add_argument("--tables", help="comma-separated tables to check [all]")
     c.add_argument("--checksum", action="store_true", help="also compare a snapshot checksum of every replica")
+    c = cmd(cl, "rebalance", "even out replicas (per table, then overall) and then tablet leaders across the live "
+                             "tablet servers; refuses to start unless ksck finds every tablet in scope healthy")
+    c.add_argument("--tables", help="comma-separated tables to balance [all]")
+    c.add_argument("--ignored-tservers", help="comma-separated tablet server uuids to neither move replicas or "
+                                              "leaders to nor from, nor count")
+    only = c.add_mutually_exclusive_group()
+    only.add_argument("--leaders-only", action="store_true", help="only even out tablet leaders")
+    only.add_argument("--replicas-only", action="store_true", help="only move replicas, leave leaders")
+    c.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    c.add_argument("--max-moves-per-server", type=int, default=rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER,
+                   help="replica moves (or leader transfers) in flight touching one tablet server "
+                        f"[{rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER}]")
+    c.add_argument("--max-run-time-sec", type=float, default=rebalancer_tool.DEFAULT_MAX_RUN_TIME_S,
+                   help="deadline of the whole run; moves not started by then are skipped "
+                        f"[{rebalancer_tool.DEFAULT_MAX_RUN_TIME_S:g}]")
 
     ms = area("master", "the masters")
     cmd(ms, "list", "every master: uuid, address, role")
@@ -152,6 +167,15 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
         snap = await ksck.collect(client, tables, args.checksum, args.timeout_ms / 1000)
         report = ksck.evaluate(snap)
         return report, ksck.render, 0 if report["ok"] else 1
+    if (a, c) == ("cluster", "rebalance"):
+        ropts = rebalancer_tool.RebalanceOptions(
+            tables=_names(args.tables, "--tables"),
+            ignored_tservers=frozenset(_names(args.ignored_tservers, "--ignored-tservers") or ()),
+            leaders_only=args.leaders_only, replicas_only=args.replicas_only, dry_run=args.dry_run,
+            max_moves_per_server=args.max_moves_per_server, max_run_time_s=args.max_run_time_sec,
+            timeout_s=args.timeout_ms / 1000, progress=progress)
+        rep = await rebalancer_tool.run(client, ropts)
+        return rep, rebalancer_tool.render, 0 if rep["ok"] else 1
     if (a, c) == ("master", "list"):
         return await _master_list(client), _render_masters, 0
     if (a, c) == ("tserver", "list"):
@@ -202,6 +226,16 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
     if c == "statistics":
         return await table_tool.statistics(client, args.name), _render_stats, 0
     raise AssertionError(f"unhandled command {a} {c}")
+
+
+def _names(text: str | None, flag: str) -> list[str] | None:
+    """A comma-separated list flag: None when not given; an empty item is a usage error naming the flag."""
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",")]
+    if not all(names):
+        raise ValueError(f"{flag}: empty name in {text!r}")
+    return names
 
 
 def _load_spec(text: str) -> Any:
