@@ -324,6 +324,17 @@ class _Run:
                 return entry
             except KuduBadStatus as e:
                 tried.append(f"{u}: {e}" + ("" if caught_up(u) else " (was not caught up)"))
+            # A transfer that took effect only after we stopped waiting: do not hand it on again.
+            try:
+                now = await rpc.call(addresses[x.src], "Consensus", "GetState", {"group": x.tablet_id},
+                                     timeout_s=self.deadline.rpc_timeout(self.opts.timeout_s))
+            except KuduBadStatus as e:
+                tried.append(f"could not ask {x.src} for its state again: {e}")
+                break
+            if now.get("role") != "LEADER":
+                entry.update(status="done", to=now.get("leader"), refused_by=tried,
+                             notes=[f"{x.src} stopped leading after the wait; leader now {now.get('leader')}"])
+                return entry
         entry["error"] = "no candidate took over: " + "; ".join(tried)
         self.say(f"FAILED to move the leadership of {x.tablet_id} ({x.table}) off {x.src}: {entry['error']}")
         return entry
