@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kudu_async.client.retry import Deadline
+from kudu_async.common.errors import KuduIllegalState
 from kudu_async.tools import ksck
 from kudu_async.tools import rebalance as rb
 from kudu_async.tools import rebalancer_tool as rt
@@ -135,3 +136,57 @@ def test_text_report_verdicts() -> None:
     assert "FAILED" in failed and "boom" in failed and failed.endswith("1 replica move(s), 0 leader transfer(s)")
     planned = rt.render(_report(dry_run=True, replica_moves=[{**move, "status": "planned"}]))
     assert "PLANNED" in planned and "nothing was changed" in planned and "[r]" in planned
+
+
+class _FakeRpc:
+    """Consensus calls of one tablet led by A with voters A, B, C (B lagging); servers in ``refuse``
+    refuse the leadership."""
+
+    def __init__(self, refuse: frozenset[str] = frozenset()) -> None:
+        self.leader = A
+        self.refuse = refuse
+        self.calls: list[tuple[str, str]] = []
+
+    async def call(self, addr: str, service: str, method: str, req: dict[str, Any], timeout_s: float) -> Any:
+        who = next(u for u, a in ADDR.items() if a == addr)
+        self.calls.append((who, method))
+        if method == "GetState":
+            peers = [{"uuid": u, "member_type": "VOTER", "match_index": 9 if u != B else 3} for u in (A, B, C)]
+            return {"role": "LEADER" if who == self.leader else "FOLLOWER", "leader": self.leader, "term": 4,
+                    "commit_index": 9, "peers": peers}
+        if method == "TransferLeadership":
+            if req["peer"] in self.refuse:
+                raise KuduIllegalState(f"{req['peer']} refuses")
+            self.leader = req["peer"]
+            return {"leader": A}
+        raise AssertionError(method)
+
+
+class _FakeClient:
+    def __init__(self, refuse: frozenset[str] = frozenset()) -> None:
+        self.rpc = _FakeRpc(refuse)
+
+
+def test_a_refused_leader_transfer_falls_back_to_the_next_candidate() -> None:
+    # The plan says B, then C; C is caught up and B is not, so C is asked first; C refuses, B takes over.
+    client = _FakeClient(refuse=frozenset({C}))
+    run = rt._Run(client, rt.RebalanceOptions(progress=False))  # type: ignore[arg-type]
+    entry = asyncio.run(run.transfer(rb.LeaderTransfer("t1", "t", A, B, "r", alternatives=(C,)), ADDR))
+    assert entry["status"] == "done" and entry["to"] == B and client.rpc.leader == B
+    assert entry["refused_by"] == [f"{C}: ILLEGAL_STATE: {C} refuses"]
+
+
+def test_a_transfer_nobody_takes_fails_with_every_reason() -> None:
+    client = _FakeClient(refuse=frozenset({B, C}))
+    run = rt._Run(client, rt.RebalanceOptions(progress=False))  # type: ignore[arg-type]
+    entry = asyncio.run(run.transfer(rb.LeaderTransfer("t1", "t", A, B, "r", alternatives=(C,)), ADDR))
+    assert entry["status"] == "failed" and client.rpc.leader == A
+    assert f"{B} refuses (was not caught up)" in entry["error"] and f"{C} refuses" in entry["error"]
+
+
+def test_a_transfer_whose_source_no_longer_leads_is_skipped() -> None:
+    client = _FakeClient()
+    client.rpc.leader = C
+    run = rt._Run(client, rt.RebalanceOptions(progress=False))  # type: ignore[arg-type]
+    entry = asyncio.run(run.transfer(rb.LeaderTransfer("t1", "t", A, B, "r"), ADDR))
+    assert entry["status"] == "skipped" and C in entry["error"]
