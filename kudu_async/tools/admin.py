@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = cmd(cl, "rebalance", "even out replicas (per table, then overall) and then tablet leaders across the live "
                              "tablet servers; refuses to start unless ksck finds every tablet in scope healthy")
     c.add_argument("--tables", help="comma-separated tables to balance [all]")
-    c.add_argument("--ignored-tservers", help="comma-separated tablet server uuids to neither move replicas or "
-                                              "leaders to nor from, nor count")
+    c.add_argument("--ignored-tservers", help="comma-separated tablet server uuids to leave alone: nothing moves "
+                                              "to or from them and they are not counted")
     only = c.add_mutually_exclusive_group()
     only.add_argument("--leaders-only", action="store_true", help="only even out tablet leaders")
     only.add_argument("--replicas-only", action="store_true", help="only move replicas, leave leaders")
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replica moves (or leader transfers) in flight touching one tablet server "
                         f"[{rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER}]")
     c.add_argument("--max-run-time-sec", type=float, default=rebalancer_tool.DEFAULT_MAX_RUN_TIME_S,
-                   help="deadline of the whole run; moves not started by then are skipped "
+                   help="deadline of the whole run: moves in flight then are cut off, the rest skipped "
                         f"[{rebalancer_tool.DEFAULT_MAX_RUN_TIME_S:g}]")
 
     ms = area("master", "the masters")
