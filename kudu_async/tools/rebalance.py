@@ -61,7 +61,8 @@ class Placement:
 @dataclass(frozen=True)
 class Move:
     """Move the replica of ``tablet_id`` on ``src`` to ``dst``. ``leader_to``: when ``src`` leads the
-    tablet, the voter that takes over before ``src`` is removed (``dst`` or another voter)."""
+    tablet, the voter that takes over before the copy (a balanced one if there is one); None if ``src`` is
+    its only voter (then ``dst`` leads after the move)."""
 
     tablet_id: str
     table: str
@@ -184,12 +185,17 @@ def plan_replica_moves(p: Placement) -> list[Move]:
         earlier = placed.pop((t.tablet_id, src), None)
         # Moving a tablet on from where this plan just put it: the earlier move goes to dst instead.
         leader_to = out[earlier].leader_to if earlier is not None else None
+        new_leader = t.leader
         if t.leader == src:
-            # Hand over to whichever balanced voter (or dst) leads least: leader balancing follows anyway.
-            options = sorted((t.voters & p.servers) - {src} | {dst}, key=lambda u: (leaders[u], u))
-            leader_to = options[0]
+            # Hand over (before the copy) to the balanced voter leading least, else to any other voter; with
+            # none (replication factor 1) dst leads once src is gone. Leader balancing follows anyway.
+            options = sorted((t.voters & p.servers) - {src}, key=lambda u: (leaders[u], u))
+            options += sorted(t.voters - p.servers - {src})
+            leader_to = options[0] if options else None
+            new_leader = leader_to or dst
             leaders[src] -= 1
-            leaders[leader_to] += 1
+            if new_leader in leaders:
+                leaders[new_leader] += 1
         if earlier is None:
             placed[(t.tablet_id, dst)] = len(out)
             out.append(Move(t.tablet_id, t.table, src, dst, reason, leader_to))
@@ -197,8 +203,7 @@ def plan_replica_moves(p: Placement) -> list[Move]:
             placed[(t.tablet_id, dst)] = earlier
             out[earlier] = replace(out[earlier], dst=dst, leader_to=leader_to,
                                    reason=f"{out[earlier].reason}; then {reason}")
-        tablets[t.tablet_id] = replace(t, voters=t.voters - {src} | {dst},
-                                       leader=leader_to if t.leader == src else t.leader)
+        tablets[t.tablet_id] = replace(t, voters=t.voters - {src} | {dst}, leader=new_leader)
         per_table[t.table][src] -= 1
         per_table[t.table][dst] += 1
         overall[src] -= 1

@@ -36,7 +36,10 @@ def _valid(p: Placement, moves: list[rb.Move]) -> None:
         t = next(t for t in p.tablets if t.tablet_id == m.tablet_id)
         assert m.src in t.voters and m.dst not in t.voters
         assert m.src in p.servers and m.dst in p.servers
-        assert (m.leader_to is not None) == (t.leader == m.src)
+        if m.leader_to is not None:  # only a leading source hands over, and to another voter
+            assert t.leader == m.src and m.leader_to in t.voters - {m.src}
+        elif t.leader == m.src:
+            assert t.voters == {m.src}  # nobody to hand over to: replication factor 1
         assert m.src not in moved_to.get(m.tablet_id, set())
         moved_to.setdefault(m.tablet_id, set()).add(m.dst)
         p = rb.apply_moves(p, [m])
@@ -122,6 +125,16 @@ def test_moving_a_leader_replica_names_who_takes_over() -> None:
     assert moves[0].leader_to is not None and moves[0].leader_to != A
     after = rb.apply_moves(p, moves)
     assert {t.tablet_id: t.leader for t in after.tablets}[moves[0].tablet_id] == moves[0].leader_to
+
+
+def test_a_single_replica_tablet_moves_with_its_leadership() -> None:
+    # Replication factor 1: the source is the only voter, nobody to hand over to; the new replica leads.
+    p = Placement(frozenset({A, B}), _tablets("t", [(A,)] * 2))
+    moves = rb.plan_replica_moves(p)
+    _valid(p, moves)
+    assert len(moves) == 1 and moves[0].leader_to is None
+    after = rb.apply_moves(p, moves)
+    assert rb.leader_counts(after)[1] == {A: 1, B: 1}
 
 
 def test_already_balanced_cluster_gets_an_empty_plan() -> None:
