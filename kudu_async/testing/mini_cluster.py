@@ -109,10 +109,12 @@ class MiniCluster:
         if num_tservers < 0:
             raise ValueError(f"num_tservers must be >= 0, got {num_tservers}")
         self._owns_dir = base_dir is None
+        self._tserver_flags = [*extra_flags, *tserver_flags]
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.start_timeout_s = start_timeout_s
         used: set[int] = set()
+        self._used_ports = used
         if ports is not None and len(ports) != num_masters + num_tservers:
             raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
         fixed = iter(p for pair in ports for p in pair) if ports is not None else None
@@ -166,6 +168,28 @@ class MiniCluster:
             self.shutdown()
             raise
         return self
+
+    def add_tserver(self, extra_flags: Sequence[str] = (), wait: bool = True) -> NodeProcess:
+        """Start one more tablet server (the next index, fresh ports and data directory, the cluster's
+        tserver flags plus ``extra_flags``), as an operator adds a machine to a running cluster. It
+        registers with the masters by its own heartbeats; callers wait for that if they need it."""
+        used = self._used_ports | {p for n in self.nodes for p in (n.rpc_port, n.http_port)}
+
+        def port() -> int:
+            while True:
+                p = free_port()
+                if p not in used:
+                    used.add(p)
+                    return p
+
+        index = max((t.index for t in self.tservers), default=-1) + 1
+        n = NodeProcess("tserver", index, self.base_dir / f"tserver-{index}", port(), port(),
+                        [*self._tserver_flags, *extra_flags])
+        self.tservers.append(n)
+        self._spawn(n)
+        if wait:
+            self.wait_healthy(n)
+        return n
 
     def __enter__(self) -> MiniCluster:
         return self.start()

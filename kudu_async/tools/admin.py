@@ -11,16 +11,15 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.retry import Deadline
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument, KuduTimedOut
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.rpc.client import RpcClient
-from kudu_async.tools import ksck, loadgen, table_tool
+from kudu_async.tools import ksck, loadgen, rebalancer_tool, replica_util, table_tool
 
 WRITE_TYPES = ("insert", "insert_ignore", "upsert", "upsert_ignore")
 
@@ -46,6 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
     c = cmd(cl, "ksck", "check every master, tserver, table and tablet; exit 1 with a report when unhealthy")
     c.add_argument("--tables", help="comma-separated tables to check [all]")
     c.add_argument("--checksum", action="store_true", help="also compare a snapshot checksum of every replica")
+    c = cmd(cl, "rebalance", "even out replicas (per table, then overall) and then tablet leaders across the live "
+                             "tablet servers; refuses to start unless ksck finds every tablet in scope healthy")
+    c.add_argument("--tables", help="comma-separated tables to balance [all]")
+    c.add_argument("--ignored-tservers", help="comma-separated tablet server uuids to leave alone: nothing moves "
+                                              "to or from them and they are not counted")
+    only = c.add_mutually_exclusive_group()
+    only.add_argument("--leaders-only", action="store_true", help="only even out tablet leaders")
+    only.add_argument("--replicas-only", action="store_true", help="only move replicas, leave leaders")
+    c.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    c.add_argument("--max-moves-per-server", type=int, default=rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER,
+                   help="replica moves (or leader transfers) in flight touching one tablet server "
+                        f"[{rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER}]")
+    c.add_argument("--max-run-time-sec", type=float, default=rebalancer_tool.DEFAULT_MAX_RUN_TIME_S,
+                   help="deadline of the whole run: moves in flight then are cut off, the rest skipped "
+                        f"[{rebalancer_tool.DEFAULT_MAX_RUN_TIME_S:g}]")
 
     ms = area("master", "the masters")
     cmd(ms, "list", "every master: uuid, address, role")
@@ -153,6 +167,15 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
         snap = await ksck.collect(client, tables, args.checksum, args.timeout_ms / 1000)
         report = ksck.evaluate(snap)
         return report, ksck.render, 0 if report["ok"] else 1
+    if (a, c) == ("cluster", "rebalance"):
+        ropts = rebalancer_tool.RebalanceOptions(
+            tables=_names(args.tables, "--tables"),
+            ignored_tservers=frozenset(_names(args.ignored_tservers, "--ignored-tservers") or ()),
+            leaders_only=args.leaders_only, replicas_only=args.replicas_only, dry_run=args.dry_run,
+            max_moves_per_server=args.max_moves_per_server, max_run_time_s=args.max_run_time_sec,
+            timeout_s=args.timeout_ms / 1000, progress=progress)
+        rep = await rebalancer_tool.run(client, ropts)
+        return rep, rebalancer_tool.render, 0 if rep["ok"] else 1
     if (a, c) == ("master", "list"):
         return await _master_list(client), _render_masters, 0
     if (a, c) == ("tserver", "list"):
@@ -203,6 +226,16 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
     if c == "statistics":
         return await table_tool.statistics(client, args.name), _render_stats, 0
     raise AssertionError(f"unhandled command {a} {c}")
+
+
+def _names(text: str | None, flag: str) -> list[str] | None:
+    """A comma-separated list flag: None when not given; an empty item is a usage error naming the flag."""
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",")]
+    if not all(names):
+        raise ValueError(f"{flag}: empty name in {text!r}")
+    return names
 
 
 def _load_spec(text: str) -> Any:
@@ -294,131 +327,30 @@ async def _tablet_servers(client: AsyncClient, args: argparse.Namespace) -> list
     return [r["rpc_address"] for r in reply["tablets"][0]["replicas"] if r.get("rpc_address")]
 
 
-async def _states(rpc: RpcClient, servers: Sequence[str], group: str, timeout_s: float) -> dict[str, Any]:
-    async def one(addr: str) -> Any:
-        try:
-            return await rpc.call(addr, "Consensus", "GetState", {"group": group}, timeout_s=timeout_s)
-        except KuduBadStatus as e:
-            return {"error": e.to_dict()}
-
-    return dict(zip(servers, await asyncio.gather(*(one(a) for a in servers)), strict=True))
-
-
-def _leader_of(states: dict[str, Any], group: str) -> str:
-    leaders = [a for a, st in states.items() if st.get("role") == "LEADER"]
-    if not leaders:
-        raise KuduIllegalState(f"no server in {sorted(states)} leads {group}: "
-                               + "; ".join(f"{a}: {st.get('role') or st.get('error')}" for a, st in states.items()))
-    # With a stale leader still around, the one with the highest term is the real one.
-    return max(leaders, key=lambda a: states[a].get("term", 0))
-
-
 async def _tablet_command(client: AsyncClient, args: argparse.Namespace) -> Any:
     timeout_s = args.timeout_ms / 1000.0
     rpc = client.rpc
     servers = await _tablet_servers(client, args)
-    states = await _states(rpc, servers, args.tablet, timeout_s)
+    by_addr = await replica_util.states(rpc, servers, args.tablet, timeout_s)
     if args.command == "raft-state":
-        return states
-    leader = _leader_of(states, args.tablet)
+        return by_addr
+    leader = replica_util.leader_of(by_addr, args.tablet)
     if args.command == "leader-step-down":
         return await rpc.call(leader, "Consensus", "StepDown", {"group": args.tablet}, timeout_s=timeout_s)
     if args.command == "transfer-leadership":
         return await rpc.call(leader, "Consensus", "TransferLeadership", {"group": args.tablet, "peer": args.peer},
                               timeout_s=timeout_s)
     if args.command == "move-replica":
-        return await _move_replica(client, args, leader, timeout_s)
+        return await replica_util.move_replica(client, args.tablet, args.src, args.dst, leader, timeout_s)
     op = args.op
     if op in ("add", "ADD_LEARNER", "ADD_VOTER"):
-        address = args.address or await _ts_address(client, args.peer)
+        address = args.address or await replica_util.ts_address(client, args.peer)
         if op == "add":
-            return await _add_replica(client, args.tablet, leader, args.peer, address, args.type == "VOTER",
-                                      timeout_s)
-        return await _change(rpc, leader, args.tablet, op, args.peer, address, timeout_s)
-    return await _change(rpc, leader, args.tablet, "REMOVE" if op == "remove" else op, args.peer, None, timeout_s)
-
-
-async def _ts_address(client: AsyncClient, uuid: str) -> str:
-    for d in await client.list_tablet_servers():
-        if d["uuid"] == uuid:
-            if not d.get("live"):
-                raise KuduIllegalState(f"tablet server {uuid} is not live (last heartbeat "
-                                       f"{d.get('last_heartbeat_age_s')} s ago)")
-            return str(d["rpc_address"])
-    raise KuduInvalidArgument(f"the master knows no tablet server {uuid}")
-
-
-async def _change(rpc: RpcClient, leader: str, group: str, op: str, peer: str, address: str | None,
-                  timeout_s: float, cas: int | None = None) -> dict[str, Any]:
-    req: dict[str, Any] = {"group": group, "op": op, "peer": peer}
-    if address:
-        req["address"] = address
-    if cas is not None:
-        req["cas_config_index"] = cas
-    reply: dict[str, Any] = await rpc.call(leader, "Consensus", "ChangeConfig", req, timeout_s=timeout_s)
-    return reply
-
-
-async def _add_replica(client: AsyncClient, group: str, leader: str, peer: str, address: str, voter: bool,
-                       timeout_s: float) -> dict[str, Any]:
-    """ADD_LEARNER (the leader has the new server copy the tablet), then, for a voter, PROMOTE it once
-    its log has caught up (the leader refuses before; the master may promote it first, which is fine)."""
-    rpc = client.rpc
-    first = await _change(rpc, leader, group, "ADD_LEARNER", peer, address, timeout_s)
-    if not voter:
-        return first
-    return await _promote_when_caught_up(rpc, leader, group, peer, timeout_s)
-
-
-async def _promote_when_caught_up(rpc: RpcClient, leader: str, group: str, peer: str,
-                                  timeout_s: float) -> dict[str, Any]:
-    deadline = Deadline(timeout_s, f"promotion of the new replica {peer} of {group}")
-    last: BaseException | None = None
-    while True:
-        deadline.left(last)
-        st = await rpc.call(leader, "Consensus", "GetState", {"group": group}, timeout_s=deadline.rpc_timeout(5.0))
-        me = next((p for p in st.get("peers", []) if p["uuid"] == peer), None)
-        if me is None:
-            raise KuduIllegalState(f"{peer} left the config of {group} before it was promoted")
-        if me["member_type"] == "VOTER":
-            return {"group": group, "peer": peer, "member_type": "VOTER", "config_index": st.get("commit_index")}
-        try:
-            return await _change(rpc, leader, group, "PROMOTE", peer, None, deadline.rpc_timeout(10.0))
-        except (KuduIllegalState, KuduTimedOut) as e:  # not caught up yet (its tablet copy is running)
-            last = e
-        await deadline.backoff(last)
-
-
-async def _move_replica(client: AsyncClient, args: argparse.Namespace, leader: str,
-                        timeout_s: float) -> dict[str, Any]:
-    """Add ``dst`` (copied, promoted), then remove ``src``: the tablet never has fewer healthy voters."""
-    rpc = client.rpc
-    src, dst = args.src, args.dst
-    st = await rpc.call(leader, "Consensus", "GetState", {"group": args.tablet}, timeout_s=timeout_s)
-    members = {p["uuid"]: p["member_type"] for p in st.get("peers", [])}
-    if members.get(src) != "VOTER":
-        raise KuduInvalidArgument(f"{src} holds no voter replica of {args.tablet} (members: {members})")
-    if dst in members and members[dst] != "NONE":
-        raise KuduInvalidArgument(f"{dst} already holds a replica of {args.tablet}")
-    t0 = time.monotonic()
-    if dst not in members or members[dst] == "NONE":
-        await _add_replica(client, args.tablet, leader, dst, await _ts_address(client, dst), True, timeout_s)
-    deadline = Deadline(timeout_s, f"removing {src} from {args.tablet}")
-    while True:
-        deadline.left(None)
-        st = await rpc.call(leader, "Consensus", "GetState", {"group": args.tablet},
-                            timeout_s=deadline.rpc_timeout(5.0))
-        voters = [p["uuid"] for p in st.get("peers", []) if p["member_type"] == "VOTER"]
-        if src not in voters:
-            break  # the master trimmed the over-replicated tablet first, and chose src
-        try:
-            # cas: if the master trimmed some other voter meanwhile, look again instead of going under.
-            await _change(rpc, leader, args.tablet, "REMOVE", src, None, deadline.rpc_timeout(10.0),
-                          cas=st.get("config_index"))
-            break
-        except KuduIllegalState as e:
-            await deadline.backoff(e)
-    return {"tablet": args.tablet, "moved_from": src, "moved_to": dst, "seconds": round(time.monotonic() - t0, 3)}
+            return await replica_util.add_replica(rpc, args.tablet, leader, args.peer, address, args.type == "VOTER",
+                                                  timeout_s)
+        return await replica_util.change_config(rpc, leader, args.tablet, op, args.peer, address, timeout_s)
+    return await replica_util.change_config(rpc, leader, args.tablet, "REMOVE" if op == "remove" else op, args.peer,
+                                            None, timeout_s)
 
 
 # --- entry point ------------------------------------------------------------------------------------

@@ -48,8 +48,8 @@ class Progress:
     """Progress of a long command on stderr: redrawn in place on a terminal, a line every 5 s otherwise."""
 
     def __init__(self, what: str, total: int | None = None, out: IO[str] | None = None,
-                 enabled: bool = True) -> None:
-        self.what, self.total, self.enabled = what, total, enabled
+                 enabled: bool = True, unit: str = "rows") -> None:
+        self.what, self.total, self.enabled, self.unit = what, total, enabled, unit
         self.out = out if out is not None else sys.stderr
         self.tty = self.out.isatty()
         self.t0 = time.monotonic()
@@ -76,7 +76,9 @@ class Progress:
             width = 30
             fill = int(width * min(1.0, self.done / self.total))
             of = f" [{'#' * fill}{'.' * (width - fill)}] {pct:5.1f}% of {self.total:,}"
-        self.out.write(f"{self.what}: {self.done:,} rows{of}, {self.done / took:,.0f} rows/s{end}")
+        rate = self.done / took
+        shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2f}"
+        self.out.write(f"{self.what}: {self.done:,} {self.unit}{of}, {shown} {self.unit}/s{end}")
         self.out.flush()
 
 
