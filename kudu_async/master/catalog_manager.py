@@ -64,6 +64,7 @@ MAX_TABLE_COMMENT_LENGTH = 256
 PROMOTE_RETRY_S = 0.5  # a learner not caught up yet is asked about again this soon
 CHANGE_CONFIG_TIMEOUT_S = 10.0  # a re-replication ChangeConfig RPC (it waits for the commit)
 SETTLE_S = 10.0  # after a config change succeeded, wait this long at most for the reports to show it
+TRIM_GRACE_S = 5.0  # an over-replicated tablet without a replace hint is trimmed only after this long
 MAX_REQUEST_ID_LEN = 128
 REQUEST_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID_LEN}}}")  # printable ASCII, no spaces
 # A master this young may not have heard again from every tserver (heartbeat + the tservers' backoff).
@@ -89,6 +90,7 @@ class CatalogManager:
         # is None while the ChangeConfig RPC is in flight; nothing else is planned for the tablet meanwhile.
         self._rerep_busy: dict[str, tuple[str, int | None, float]] = {}
         self._replace_hints: dict[str, str] = {}  # tablet -> the voter its new learner is to replace
+        self._excess_since: dict[str, tuple[int, float]] = {}  # over-replicated tablet -> (config index, since)
 
     # --- catalog access -------------------------------------------------------------------------------
 
@@ -638,7 +640,7 @@ class CatalogManager:
         failed = frozenset(u for u in seen if silent(u) > failed_after)
         usable = frozenset(live) - failed
         cluster = ClusterView(live=usable, failed=failed, addresses={u: self._address(u) for u in seen},
-                              load=self._replica_counts(sorted(usable)))
+                              load=self._replica_counts(sorted(usable)), fresh_excess=self._fresh_excess(views, now))
         in_flight_adds = sum(1 for op, _, _ in self._rerep_busy.values() if op == rereplication.ADD_LEARNER)
         for action in rereplication.plan(views, cluster, rereplication.MAX_CONCURRENT_REREPLICATIONS, in_flight_adds):
             if isinstance(action, Tombstone):
@@ -649,6 +651,21 @@ class CatalogManager:
                         "tablet": action.tablet_id, "server": action.server, "reason": action.reason})
             else:
                 self._change_config(action, now)
+
+    def _fresh_excess(self, views: list[TabletView], now: float) -> frozenset[str]:
+        """Tablets with more voters than their replication factor for less than TRIM_GRACE_S at their
+        current config (the clock restarts when the config changes)."""
+        over = {v.tablet_id: v.config_index for v in views if len(v.voters) > v.num_replicas}
+        for tid in [t for t in self._excess_since if t not in over]:
+            del self._excess_since[tid]
+        fresh = set()
+        for tid, index in over.items():
+            since = self._excess_since.get(tid)
+            if since is None or since[0] != index:
+                since = self._excess_since[tid] = (index, now)
+            if now - since[1] < TRIM_GRACE_S:
+                fresh.add(tid)
+        return frozenset(fresh)
 
     def _tablet_view(self, rec: dict[str, Any], num_replicas: int, now: float) -> TabletView | None:
         """The reported state of one tablet, or None while it has no reported config. The leader counts

@@ -24,7 +24,10 @@ this order (the first that applies is the tablet's step):
    promotion: the tablet never has fewer healthy voters than before.
 4. More voters than the replication factor, all healthy (the failed server came back between the
    promotion and the eviction) -> trim: REMOVE the voter that was being replaced if known, else a
-   non-leader voter whose replica is not RUNNING, else the one on the most loaded server.
+   non-leader voter whose replica is not RUNNING, else the one on the most loaded server. Without a
+   replace hint, only once the excess has lasted a few seconds (``ClusterView.fresh_excess``): a
+   ``kudu-admin`` replica move promotes its new replica and then removes the one it replaces, and the
+   master must not trim another voter in between.
 
 Independently, a live server that reports a replica of the tablet which is not in its config (removed
 while the server was down, or a FAILED replica that was replaced) gets ``DeleteTablet`` TOMBSTONED with
@@ -76,6 +79,9 @@ class ClusterView:
     failed: frozenset[str]  # silent for longer than --follower_unavailable_considered_failed_sec
     addresses: Mapping[str, str]  # registered RPC addresses
     load: Mapping[str, int]  # replicas per server (the catalog's placement)
+    # Tablets over-replicated only for a moment (an operator's move: add, promote, then remove its source):
+    # no trim is planned for them without a replace hint, so the operator's own removal comes first.
+    fresh_excess: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,8 @@ def _config_step(t: TabletView, cluster: ClusterView, load: dict[str, int], add_
         others = [v for v in t.voters if v != leader]
         if t.replace_hint in others:
             victim = t.replace_hint
+        elif t.tablet_id in cluster.fresh_excess:
+            return None
         else:
             victim = sorted(others, key=lambda v: (t.replica_states.get(v) == RUNNING, -load.get(v, 0), v))[0]
         return change(REMOVE, victim, f"{len(t.voters)} voters for replication factor {t.num_replicas}")

@@ -146,6 +146,22 @@ def test_extra_healthy_voter_is_trimmed_never_the_leader() -> None:
     assert (a.op, a.peer) == (REMOVE, "a")
 
 
+def test_a_fresh_excess_is_left_to_the_operator_unless_the_master_knows_whom_it_replaces() -> None:
+    """kudu-admin's move promotes its new replica and then removes the source: the master waits."""
+    from dataclasses import replace
+
+    every = cluster(live=SERVERS, failed=(), load={"a": 9, "b": 1, "c": 5, "d": 2, "e": 0})
+    fresh = replace(every, fresh_excess=frozenset({"t1"}))
+    four = dict(voters=("a", "b", "c", "d"), index=8)
+    assert plan([tablet(**four)], fresh) == []
+    a = only(plan([tablet(**four, hint="b")], fresh))
+    assert (a.op, a.peer) == (REMOVE, "b")  # its own replacement: no need to wait
+    a = only(plan([tablet(**four, states={"c": "FAILED"})], fresh))
+    assert (a.op, a.peer) == (REMOVE, "c")  # a failed voter still goes at once
+    a = only(plan([tablet(**four)], every))
+    assert (a.op, a.peer) == (REMOVE, "c")  # once the excess is no longer fresh
+
+
 def test_at_most_max_concurrent_tablets_re_replicate_at_once() -> None:
     many = [tablet(f"t{i:02}") for i in range(15)]
     big = cluster(load={"a": 0, "b": 0, "d": 0, "e": 0})
