@@ -29,7 +29,8 @@ from kudu_async.common.errors import (
 from kudu_async.common.partition import Partition
 from kudu_async.rpc.client import RpcClient
 
-COMPARE_MAX_TABLETS = 32  # up to this many tablets, assign() compares keys with every start
+COMPARE_MAX_TABLETS = 32  # up to this many tablets, assign() compares many distinct keys with every start
+FEW_DISTINCT_KEYS = 256  # up to this many distinct partition keys in a batch, assign() searches them in Python
 
 log = logging.getLogger(__name__)
 
@@ -189,17 +190,20 @@ class TableLocations:
     def assign(self, keys: list[bytes] | pa.Array) -> np.ndarray:
         """For each partition key, the index of its tablet, or -1 where no tablet covers it (a range gap).
 
-        All in Arrow's C++, never a Python loop over rows: with few tablets each key is compared with
-        every tablet's start (a table range-partitioned on its key, as by default, has a distinct
-        partition key per row); with many, keys are dictionary-encoded first (a table hash-partitioned
-        only has a few distinct ones) and only those are searched."""
+        Never a Python loop over rows: keys are dictionary-encoded first (in Arrow's C++; a table
+        partitioned by hash only has a few distinct keys however many rows a batch holds) and only the
+        distinct ones are searched, in Python when they are few; when they are many (a table
+        range-partitioned on its key, as by default, has one per row) and the tablets few, each is
+        compared with every tablet's start in Arrow instead."""
         arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
         if len(arr) == 0:
             return np.zeros(0, dtype=np.int64)
-        if len(self.starts) <= COMPARE_MAX_TABLETS:
-            return self._assign_by_compare(arr)
         enc = pc.dictionary_encode(arr)
-        per_key = self._assign_distinct(enc.dictionary.to_pylist())
+        distinct = enc.dictionary
+        if len(distinct) > FEW_DISTINCT_KEYS and len(self.starts) <= COMPARE_MAX_TABLETS:
+            per_key = self._assign_by_compare(distinct)
+        else:
+            per_key = self._assign_distinct(distinct.to_pylist())
         return per_key[enc.indices.to_numpy(zero_copy_only=False)]
 
     def _assign_by_compare(self, arr: pa.Array) -> np.ndarray:

@@ -200,6 +200,7 @@ def test_both_assign_strategies_agree_with_find_for_every_key(
     from kudu_async.common.partition import HashDimension
 
     monkeypatch.setattr(meta_cache, "COMPARE_MAX_TABLETS", compare_max)
+    monkeypatch.setattr(meta_cache, "FEW_DISTINCT_KEYS", 0)
     ps = PartitionSchema(range_schema, [HashDimension(["key"], 3)], ["key"])
     locs = _locations(range_schema, ps, [(None, [-100]), ([0], [50]), ([50], [1000]), ([5000], None)])
     assert len(locs.tablets) == 12
