@@ -12,7 +12,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 
 import kudu_async as kudu
 from kudu_async.testing import MiniCluster
+from kudu_async.testing.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -184,16 +184,6 @@ def _voters(cluster: MiniCluster, tablet: str) -> dict[str, str]:
     return {p["uuid"]: p["member_type"] for p in _leader(cluster, tablet)["peers"] if p["member_type"] != "NONE"}
 
 
-def _wait(pred: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-
-
 def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
     with kudu.connect(cluster.master_addresses.split(",")) as client:
         b = kudu.schema_builder()
@@ -213,19 +203,19 @@ def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
 
     moved = admin_json(cluster, "tablet", "move-replica", tablet, src, spare)
     assert moved["moved_from"] == src and moved["moved_to"] == spare
-    after = _wait(lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and v, 60, "3 voters after the move")
+    after = wait_for(lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and v, 60, "3 voters after the move")
     assert spare in after and src not in after and set(after.values()) == {"VOTER"}
 
     # remove: the master sees the tablet under-replicated and places a new replica (3-4-3).
     victim = next(u for u in after if u != _leader(cluster, tablet)["leader"])
     admin_json(cluster, "tablet", "change-config", tablet, "remove", victim)
-    _wait(lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and victim not in v
+    wait_for(lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and victim not in v
           and set(v.values()) == {"VOTER"}, 90, "the master to re-replicate after a remove")
 
     # leader-step-down through the master's locations: another election, the rows still there.
     before = _leader(cluster, tablet)
     admin_json(cluster, "tablet", "leader-step-down", tablet)
-    _wait(lambda: any(s.get("role") == "LEADER" and s["term"] > before["term"]
+    wait_for(lambda: any(s.get("role") == "LEADER" and s["term"] > before["term"]
                       for s in admin_json(cluster, "tablet", "raft-state", tablet).values()), 30, "a new leader")
     report = admin_json(cluster, "cluster", "ksck", "--checksum", "--tables", "moves")
     assert report["ok"], report["errors"]

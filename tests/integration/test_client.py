@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import kudu_async.aio as kaio
 from kudu_async import errors as kerrors
 from kudu_async.client import Scanner, Table
 from kudu_async.testing import MiniCluster
+from kudu_async.testing.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,17 +40,6 @@ _names = itertools.count()
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{next(_names)}"
-
-
-def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(every_s)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pytest
 import kudu_async as kudu
 from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.testing import MiniCluster
+from kudu_async.testing.waits import wait_for
 from kudu_async.tools import ksck, rebalance, rebalancer_tool, replica_util
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
                 s.apply(t.new_insert({"key": i, "v": f"v{i}"}))
             s.flush()
         c.add_tserver()
-        _wait(lambda: sum(1 for d in _admin_json(c, "tserver", "list") if d["live"]) == 4, 30,
+        wait_for(lambda: sum(1 for d in _admin_json(c, "tserver", "list") if d["live"]) == 4, 30,
               "the new tablet server to register")
         yield c
     finally:
@@ -61,16 +62,6 @@ def _admin(cluster: MiniCluster, *args: str, ok: bool = True) -> subprocess.Comp
 
 def _admin_json(cluster: MiniCluster, *args: str) -> Any:
     return json.loads(_admin(cluster, "--json", *args).stdout)
-
-
-def _wait(pred: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def _view(cluster: MiniCluster) -> rebalancer_tool.ClusterView:
@@ -181,7 +172,7 @@ def test_leaders_piled_on_one_server_are_spread(cluster: MiniCluster) -> None:
             await client.close()
 
     asyncio.run(pile_up())
-    piled = _wait(lambda: (v := _view(cluster)) and not v.problems and v, 20, "a settled cluster")
+    piled = wait_for(lambda: (v := _view(cluster)) and not v.problems and v, 20, "a settled cluster")
     leaders = rebalance.leader_counts(piled.placement)[1]
     assert leaders[pile] >= 4 and rebalance.spread(leaders) >= 3, leaders
 

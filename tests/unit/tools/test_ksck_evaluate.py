@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ksck_layouts import ADDR, A, B, C, D
+from ksck_layouts import location as _loc
+
 from kudu_async.tools import ksck
-
-A, B, C, D = "a" * 32, "b" * 32, "c" * 32, "d" * 32
-ADDR = {A: "127.0.0.1:1", B: "127.0.0.1:2", C: "127.0.0.1:3", D: "127.0.0.1:4"}
-
-
-def _loc(tid: str, leader: str, voters: list[str], learners: tuple[str, ...] = ()) -> dict[str, Any]:
-    reps = [{"uuid": u, "rpc_address": ADDR[u], "role": "LEADER" if u == leader else "FOLLOWER"} for u in voters]
-    reps += [{"uuid": u, "rpc_address": ADDR[u], "role": "LEARNER"} for u in learners]
-    return {"tablet_id": tid, "replicas": reps}
 
 
 def _rep(tid: str, role: str, voters: list[str], state: str = "RUNNING", term: int = 3) -> dict[str, Any]:
