@@ -341,3 +341,23 @@ async def test_a_tserver_with_nothing_to_delete_that_the_directory_lists_is_aske
     await cm.process_once()
     await cm.process_once()
     assert cm.tables == {} and cm.tablets == {}
+
+
+def test_an_excess_voter_counts_as_fresh_for_the_trim_grace_at_one_config_index() -> None:
+    """The master leaves a just-over-replicated tablet to the operator's move for TRIM_GRACE_S; the clock
+    restarts when the config changes and the record goes when the excess does."""
+    from kudu_async.master.rereplication import TabletView
+
+    def view(tid: str, voters: tuple[str, ...], index: int) -> TabletView:
+        return TabletView(tid, 3, index, frozenset(voters), frozenset(), {}, voters[0], {}, None)
+
+    cm = CatalogManager.__new__(CatalogManager)  # only the trim bookkeeping is exercised
+    cm._excess_since = {}
+    grace = catalog_manager.TRIM_GRACE_S
+    four, three = ("a", "b", "c", "d"), ("a", "b", "c")
+    assert cm._fresh_excess([view("t1", four, 7), view("t2", three, 4)], 100.0) == {"t1"}
+    assert cm._fresh_excess([view("t1", four, 7)], 100.0 + grace - 0.1) == {"t1"}
+    assert cm._fresh_excess([view("t1", four, 7)], 100.0 + grace) == frozenset()  # trimmed from now on
+    assert cm._fresh_excess([view("t1", four, 9)], 100.0 + grace + 1) == {"t1"}  # a new config: a new grace
+    assert cm._fresh_excess([view("t1", three, 10)], 200.0) == frozenset()
+    assert cm._excess_since == {}
