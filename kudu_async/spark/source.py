@@ -245,13 +245,12 @@ def _create_or_open(options: Any, schema: StructType) -> Table:
     for k in keys:
         if k not in by_name:
             raise KuduInvalidArgument(f"kudu.primaryKey names '{k}', which is not a DataFrame column")
+    from kudu_async.client.schema_builder import Partitioning
     from kudu_async.common.schema import Schema
     from kudu_async.spark.types import kudu_column
 
     cols = [kudu_column(by_name[k], key=True) for k in keys]
     cols += [kudu_column(f, key=False) for f in schema.fields if f.name not in keys]
-    from kudu_async.client.schema_builder import Partitioning
-
     part = Partitioning()
     buckets = _int_opt(options, "kudu.hashBuckets", 3) or 0
     hash_cols = [c.strip() for c in (_opt(options, "kudu.hashColumns") or keys_opt).split(",")]

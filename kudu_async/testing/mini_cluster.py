@@ -113,28 +113,20 @@ class MiniCluster:
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.start_timeout_s = start_timeout_s
-        used: set[int] = set()
-        self._used_ports = used
         if ports is not None and len(ports) != num_masters + num_tservers:
             raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
+        self._used_ports: set[int] = {p for pair in ports for p in pair} if ports is not None else set()
         fixed = iter(p for pair in ports for p in pair) if ports is not None else None
 
         def port() -> int:
-            if fixed is not None:
-                return next(fixed)
-            while True:
-                p = free_port()
-                if p not in used:
-                    used.add(p)
-                    return p
+            return next(fixed) if fixed is not None else self._fresh_port()
 
         self.masters = [
             NodeProcess("master", i, self.base_dir / f"master-{i}", port(), port(), [*extra_flags, *master_flags])
             for i in range(num_masters)
         ]
         self.tservers = [
-            NodeProcess("tserver", i, self.base_dir / f"tserver-{i}", port(), port(),
-                        [*extra_flags, *tserver_flags])
+            NodeProcess("tserver", i, self.base_dir / f"tserver-{i}", port(), port(), list(self._tserver_flags))
             for i in range(num_tservers)
         ]
         _LIVE_CLUSTERS.add(self)
@@ -173,23 +165,22 @@ class MiniCluster:
         """Start one more tablet server (the next index, fresh ports and data directory, the cluster's
         tserver flags plus ``extra_flags``), as an operator adds a machine to a running cluster. It
         registers with the masters by its own heartbeats; callers wait for that if they need it."""
-        used = self._used_ports | {p for n in self.nodes for p in (n.rpc_port, n.http_port)}
-
-        def port() -> int:
-            while True:
-                p = free_port()
-                if p not in used:
-                    used.add(p)
-                    return p
-
         index = max((t.index for t in self.tservers), default=-1) + 1
-        n = NodeProcess("tserver", index, self.base_dir / f"tserver-{index}", port(), port(),
+        n = NodeProcess("tserver", index, self.base_dir / f"tserver-{index}", self._fresh_port(), self._fresh_port(),
                         [*self._tserver_flags, *extra_flags])
         self.tservers.append(n)
         self._spawn(n)
         if wait:
             self.wait_healthy(n)
         return n
+
+    def _fresh_port(self) -> int:
+        """A free loopback port no node of this cluster was given."""
+        while True:
+            p = free_port()
+            if p not in self._used_ports:
+                self._used_ports.add(p)
+                return p
 
     def __enter__(self) -> MiniCluster:
         return self.start()

@@ -163,8 +163,7 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
     progress = not args.no_progress
     a, c = args.area, args.command
     if (a, c) == ("cluster", "ksck"):
-        tables = [t for t in (args.tables or "").split(",") if t] or None
-        snap = await ksck.collect(client, tables, args.checksum, args.timeout_ms / 1000)
+        snap = await ksck.collect(client, _names(args.tables, "--tables"), args.checksum, args.timeout_ms / 1000)
         report = ksck.evaluate(snap)
         return report, ksck.render, 0 if report["ok"] else 1
     if (a, c) == ("cluster", "rebalance"):

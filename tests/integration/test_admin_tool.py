@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_cli import admin, admin_json, create_kv_table
 
 import kudu_async as kudu
 from kudu_async.testing import MiniCluster
@@ -57,18 +58,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     c.start()
     yield c
     c.shutdown()
-
-
-def admin(cluster: MiniCluster, *args: str, ok: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "kudu_async.tools.admin", "--masters", cluster.master_addresses,
-                        "--no-progress", *args], capture_output=True, text=True, timeout=timeout)
-    if ok:
-        assert r.returncode == 0, f"kudu-admin {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r
-
-
-def admin_json(cluster: MiniCluster, *args: str) -> Any:
-    return json.loads(admin(cluster, "--json", *args).stdout)
 
 
 def test_table_commands(cluster: MiniCluster, tmp_path: Path) -> None:
@@ -185,16 +174,7 @@ def _voters(cluster: MiniCluster, tablet: str) -> dict[str, str]:
 
 
 def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
-    with kudu.connect(cluster.master_addresses.split(",")) as client:
-        b = kudu.schema_builder()
-        b.add_column("key").type(kudu.int64).nullable(False).primary_key()
-        b.add_column("v", type_=kudu.string)
-        t = client.create_table("moves", b.build(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                n_replicas=3)
-        s = client.new_session()
-        for i in range(500):
-            s.apply(t.new_insert({"key": i, "v": f"v{i}"}))
-        s.flush()
+    create_kv_table(cluster, "moves", 2, 500)
     tablet = admin_json(cluster, "table", "describe", "moves")["tablets"][0]["tablet_id"]
     voters = _voters(cluster, tablet)
     assert len(voters) == 3

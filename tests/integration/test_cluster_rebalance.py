@@ -8,15 +8,14 @@ down it refuses to start."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from admin_cli import admin as _admin
+from admin_cli import admin_json as _admin_json
+from admin_cli import create_kv_table
 
 import kudu_async as kudu
 from kudu_async.client.aio import AsyncClient, master_addresses
@@ -34,34 +33,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
     c = MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path_factory.mktemp("rebalance"))
     c.start()
     try:
-        with kudu.connect(c.master_addresses.split(",")) as client:
-            b = kudu.schema_builder()
-            b.add_column("key").type(kudu.int64).nullable(False).primary_key()
-            b.add_column("v", type_=kudu.string)
-            t = client.create_table("rebal", b.build(), kudu.Partitioning().add_hash_partitions(["key"], 6),
-                                    n_replicas=3)
-            s = client.new_session()
-            for i in range(ROWS):
-                s.apply(t.new_insert({"key": i, "v": f"v{i}"}))
-            s.flush()
+        create_kv_table(c, "rebal", 6, ROWS)
         c.add_tserver()
         wait_for(lambda: sum(1 for d in _admin_json(c, "tserver", "list") if d["live"]) == 4, 30,
               "the new tablet server to register")
         yield c
     finally:
         c.shutdown()
-
-
-def _admin(cluster: MiniCluster, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "kudu_async.tools.admin", "--masters", cluster.master_addresses,
-                        "--no-progress", *args], capture_output=True, text=True, timeout=120)
-    if ok:
-        assert r.returncode == 0, f"kudu-admin {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r
-
-
-def _admin_json(cluster: MiniCluster, *args: str) -> Any:
-    return json.loads(_admin(cluster, "--json", *args).stdout)
 
 
 def _view(cluster: MiniCluster) -> rebalancer_tool.ClusterView:
