@@ -29,6 +29,8 @@ from kudu_async.rpc.client import RpcClient
 DEFAULT_PORT = 7051
 DEFAULT_ADMIN_TIMEOUT_MS = 30_000
 DEFAULT_RPC_TIMEOUT_MS = 10_000
+DDL_WAIT_S = 1.0  # how long the master may hold one IsCreateTableDone / IsAlterTableDone call
+DDL_WAIT_MARGIN_S = 0.2  # of the call's timeout, left for the answer to arrive
 
 
 def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None = DEFAULT_PORT) -> list[str]:
@@ -133,16 +135,22 @@ class AsyncClient:
         return await self.table(table_name)
 
     async def _wait_done(self, method: str, req: dict[str, Any], deadline: Deadline) -> None:
-        """Poll until the DDL is done: from 20 ms, growing to 200 ms (a new table usually takes ~0.4 s, and
-        a cheap master call every 200 ms costs less than a caller kept waiting a whole second)."""
+        """Wait until the DDL is done. The master holds each call up to ``wait_ms`` and answers as soon as
+        its background pass finishes the DDL; a call answered early but not done (a master that just
+        became leader) is repeated after a pause growing from 20 ms to 200 ms."""
+        loop = asyncio.get_running_loop()
         delay = 0.02
         while True:
-            r = await self.masters.call(method, req, deadline)
+            budget = deadline.rpc_timeout(self.masters.rpc_timeout_s) - DDL_WAIT_MARGIN_S
+            wait_ms = int(max(0.0, min(DDL_WAIT_S, budget)) * 1000)
+            t0 = loop.time()
+            r = await self.masters.call(method, {**req, "wait_ms": wait_ms}, deadline)
             if r.get("done"):
                 return
             deadline.left(KuduTimedOut(f"table still {r.get('state')}"))
-            await asyncio.sleep(min(delay, max(0.0, deadline.remaining())))
-            delay = min(0.2, delay * 1.5)
+            if loop.time() - t0 < wait_ms / 2000:
+                await asyncio.sleep(min(delay, max(0.0, deadline.remaining())))
+                delay = min(0.2, delay * 1.5)
 
     async def delete_table(self, table_name: str) -> None:
         await self.masters.call("DeleteTable", {"name": table_name, "request_id": self._request_id()},

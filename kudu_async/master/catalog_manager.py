@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 TABLE_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 MAX_TABLETS_PER_TABLE = 1000
 MAX_REPLICAS = 7
+MAX_DDL_WAIT_MS = 5000  # longest an Is*Done call may be held waiting for the DDL to finish
 RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
 MAX_OWNER_LENGTH = 128
 MAX_TABLE_COMMENT_LENGTH = 256
@@ -85,6 +86,7 @@ class CatalogManager:
         self._task: asyncio.Task[None] | None = None
         self._asked: dict[tuple[str, str, str], float] = {}  # (action, tablet, server) -> last time asked
         self._wake = asyncio.Event()
+        self._pass_done = asyncio.Event()  # set, and replaced, after every background pass
         self._leader_since: float | None = None  # when this master last became catalog leader
         # Re-replication: tablet -> (op, config index the reports must reach, give up waiting at). The index
         # is None while the ChangeConfig RPC is in flight; nothing else is planned for the tablet meanwhile.
@@ -221,6 +223,28 @@ class CatalogManager:
                  "tablet_ids": tablet_ids, "created_at": time.time(),
                  "owner": _owner(req.get("owner")), "comment": _comment(req.get("comment"))}
         return [put("table", table_id, table), *ops], {"table_id": table_id}
+
+    async def wait_ddl_done(self, check: Callable[[dict[str, Any]], dict[str, Any]], req: dict[str, Any],
+                            time_left_s: float) -> dict[str, Any]:
+        """Answer an Is*Done call, waiting first (up to the request's ``wait_ms``, within the caller's
+        deadline) for a background pass to finish the DDL: the client hears at once instead of on its next
+        poll."""
+        wait_ms = req.get("wait_ms", 0)
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or not 0 <= wait_ms <= MAX_DDL_WAIT_MS:
+            raise KuduInvalidArgument(f"'wait_ms' must be an integer from 0 to {MAX_DDL_WAIT_MS}")
+        loop = asyncio.get_running_loop()
+        until = loop.time() + min(wait_ms / 1000.0, time_left_s)
+        while True:
+            reply = check(req)
+            left = until - loop.time()
+            if reply["done"] or left <= 0:
+                return reply
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pass_done.wait(), left)
+
+    def _notify_pass(self) -> None:
+        done, self._pass_done = self._pass_done, asyncio.Event()
+        done.set()
 
     def is_create_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
         self.master.require_leader()
@@ -472,6 +496,8 @@ class CatalogManager:
                 log.info("catalog work deferred", extra={"error": str(e)})
             except Exception:
                 log.exception("catalog background work failed; retrying")
+            finally:
+                self._notify_pass()
 
     async def process_once(self) -> None:
         """One pass: create CREATING tablets, push a new schema to ALTERING tables' tablet leaders,

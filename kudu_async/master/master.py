@@ -19,7 +19,7 @@ from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotThe
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
-from kudu_async.master.catalog_manager import CatalogManager
+from kudu_async.master.catalog_manager import MAX_DDL_WAIT_MS, CatalogManager
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
 from kudu_async.rpc.server import CallContext, require_map
@@ -28,6 +28,8 @@ from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
 
 log = logging.getLogger(__name__)
+
+DDL_WAIT_DEFAULT_S = MAX_DDL_WAIT_MS / 1000  # an Is*Done caller without a deadline may wait this long
 
 
 class Master(Node):
@@ -221,13 +223,15 @@ class Master(Node):
         return await self.catalog_manager.create_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.is_create_table_done(require_map(request))
+        cm = self.catalog_manager
+        return await cm.wait_ddl_done(cm.is_create_table_done, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
 
     async def _rpc_alter_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return await self.catalog_manager.alter_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_is_alter_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.is_alter_table_done(require_map(request))
+        cm = self.catalog_manager
+        return await cm.wait_ddl_done(cm.is_alter_table_done, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
 
     async def _rpc_delete_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return await self.catalog_manager.delete_table(require_map(request), ctx.time_left(30.0))

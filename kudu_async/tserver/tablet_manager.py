@@ -48,7 +48,9 @@ from kudu_async.tablet.tablet import Tablet, TabletOptions
 from kudu_async.tserver.tablet_replica import TabletReplica, TabletState, WriteLimits
 
 log = logging.getLogger(__name__)
-FIRST_CAMPAIGN_DELAY_S = 0.3  # after creating a new tablet's replica, before its designated one campaigns
+FIRST_CAMPAIGN_DELAY_S = 0.05  # after creating a new tablet's replica, before its designated one campaigns
+FIRST_CAMPAIGN_RETRY_S = 0.1  # again while no leader is known (a peer's replica may not exist yet), ...
+FIRST_CAMPAIGN_TRIES = 5  # ... doubling the pause each time (0.1 + 0.2 + 0.4 + 0.8 s); then elections as usual
 
 
 def first_candidate(tablet_id: str, peers: dict[str, str]) -> str:
@@ -219,9 +221,12 @@ class TabletManager:
             fut.set_result(None)
             del self._creating[tablet_id]
 
-    def _first_campaign(self, tablet_id: str, replica: RaftReplica) -> None:
+    def _first_campaign(self, tablet_id: str, replica: RaftReplica, tries_left: int = FIRST_CAMPAIGN_TRIES,
+                        pause_s: float = FIRST_CAMPAIGN_RETRY_S) -> None:
         """A new tablet's designated replica asks for votes at once instead of waiting out an election
-        timeout (the others are created by the same master pass, a moment apart)."""
+        timeout. Its peers are created by the same master pass, a moment apart: a round that found too
+        few of them is repeated shortly (each is a forced election in a new term; harmless before a
+        leader exists), with doubling pauses so that a slow vote round is not cut short forever."""
         raft = replica.raft
         if self.raft.replicas.get(tablet_id) is not replica or raft is None or raft.leader is not None:
             return  # removed, not running, or a leader already
@@ -229,6 +234,10 @@ class TabletManager:
             replica.campaign()
         except KuduBadStatus as e:  # stopped or failed meanwhile: the election timeout still applies
             log.info("first campaign skipped", extra={"tablet": tablet_id, "reason": str(e)})
+            return
+        if tries_left > 1:
+            asyncio.get_running_loop().call_later(pause_s, self._first_campaign, tablet_id, replica, tries_left - 1,
+                                                  2 * pause_s)
 
     async def delete_tablet(self, tablet_id: str, delete_type: str = "DELETED",
                             cas_config_index: int | None = None) -> dict[str, Any]:

@@ -361,3 +361,33 @@ def test_an_excess_voter_counts_as_fresh_for_the_trim_grace_at_one_config_index(
     assert cm._fresh_excess([view("t1", four, 9)], 100.0 + grace + 1) == {"t1"}  # a new config: a new grace
     assert cm._fresh_excess([view("t1", three, 10)], 200.0) == frozenset()
     assert cm._excess_since == {}
+
+
+async def test_is_create_table_done_waits_for_the_pass_that_finishes_the_table(master: Master) -> None:
+    """An Is*Done call with ``wait_ms`` is answered when a background pass makes the table RUNNING, not at
+    the end of its wait; without a wait it answers at once; bad waits are refused."""
+    cm = master.catalog_manager
+    await cm.create_table(create_req("t", None), TIMEOUT_S)
+    req = {"name": "t"}
+    assert (await cm.wait_ddl_done(cm.is_create_table_done, req, TIMEOUT_S))["done"] is False  # wait_ms 0
+
+    t0 = time.monotonic()
+    waiting = asyncio.create_task(cm.wait_ddl_done(cm.is_create_table_done, {**req, "wait_ms": 5000}, TIMEOUT_S))
+    await asyncio.sleep(0.1)
+    cm._notify_pass()  # a pass that did not finish it: the call keeps waiting
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await make_running(cm, "t")
+    cm._notify_pass()
+    reply = await asyncio.wait_for(waiting, 2.0)
+    assert reply["done"] is True and reply["state"] == "RUNNING"
+    assert time.monotonic() - t0 < 2.0
+
+    await cm.alter_table(add_column("t", "c2", None), TIMEOUT_S)  # ALTERING until a pass finishes it
+    t0 = time.monotonic()
+    reply = await cm.wait_ddl_done(cm.is_alter_table_done, {**req, "wait_ms": 200}, 0.05)  # the caller's deadline wins
+    assert reply["done"] is False and reply["state"] == "ALTERING"
+    assert time.monotonic() - t0 < 1.0
+    for bad in (-1, 5001, 1.5, True, "100"):
+        with pytest.raises(KuduInvalidArgument, match="wait_ms"):
+            await cm.wait_ddl_done(cm.is_create_table_done, {**req, "wait_ms": bad}, TIMEOUT_S)
