@@ -199,8 +199,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
     # --- tablet server: storage, scans, back-pressure ---
-    Flag("flush_threshold_mb", _to_int, 64, "Flush a tablet's MemRowSet at this size (Kudu: 1024).",
-         check=_positive),
+    Flag("flush_threshold_mb", _to_int, 64, "Flush a tablet's MemRowSet (or a DeltaMemStore) at this size "
+         "(Kudu: 1024).", check=_positive),
+    Flag("memory_pressure_threshold_mb", _to_int, 1024, "MemRowSet + DeltaMemStore bytes of all tablets on this "
+         "node above which the biggest store is flushed first, whatever its size (Kudu flushes under memory "
+         "pressure at memory_pressure_percentage of its process memory limit).", check=_positive),
     Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive),
     Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.",
          check=_positive),

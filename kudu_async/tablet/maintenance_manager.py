@@ -1,9 +1,12 @@
 """Maintenance manager: picks flushes and compactions across tablets and runs them on worker threads.
 
 Every poll it asks each registered tablet for candidate ops (:func:`tablet_ops`), scores them and hands
-the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (MemRowSet +
-DeltaMemStore bytes above the flush threshold: flush the biggest), then age (a non-empty store older than
-``flush_threshold_secs``), then performance benefit (rowset overlap, delta file count, delta/base ratio).
+the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (the MemRowSet +
+DeltaMemStore bytes of all tablets on the node above ``memory_threshold_bytes``: flush the biggest), then
+a store past its tablet's ``flush_threshold_bytes`` (Kudu's per-tablet ``flush_threshold_mb``), then age (a
+non-empty store older than ``flush_threshold_secs``), then performance benefit (rowset overlap, delta file
+count, delta/base ratio). A bulk load thus fills each tablet's MemRowSet to the threshold before it is
+flushed, instead of the node flushing (and later compacting) many small rowsets.
 Queue, running ops and history are plain JSON-able dicts for the admin page.
 """
 
@@ -34,6 +37,7 @@ class MaintenanceOp:
     perf_improvement: float
     run: Callable[[], bool]
     key: str = ""
+    over_threshold: bool = False  # a store at or past its tablet's flush threshold
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +46,7 @@ class MaintenanceOp:
             "ram_anchored_bytes": self.ram_anchored,
             "age_s": round(self.age_s, 3),
             "perf_improvement": round(self.perf_improvement, 4),
+            "over_threshold": self.over_threshold,
         }
 
 
@@ -71,6 +76,7 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
     now = time.monotonic()
     tid = tablet.tablet_id
     mrs_bytes = tablet.mrs_memory_bytes()
+    threshold = tablet.options.flush_threshold_bytes
     created = tablet._mrs.created_at
     if mrs_bytes:
         ops.append(
@@ -82,6 +88,7 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
                 0.0,
                 tablet.flush_mrs,
                 key=f"{tid}/mrs",
+                over_threshold=mrs_bytes >= threshold,
             )
         )
     opts = tablet.options
@@ -98,6 +105,7 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
                     0.0,
                     _bind(tablet.flush_dms, d.id),
                     key=f"{tid}/dms/{d.id}",
+                    over_threshold=dms_bytes >= threshold,
                 )
             )
         nfiles = len(d.delta_tables)
@@ -161,7 +169,7 @@ class MaintenanceManager:
         *,
         num_threads: int = 1,
         polling_interval_s: float = 0.25,
-        memory_threshold_bytes: int = 64 * 1024 * 1024,
+        memory_threshold_bytes: int = 1024 * 1024 * 1024,
         flush_age_s: float = 120.0,
         history_size: int = 64,
     ) -> None:
@@ -190,6 +198,8 @@ class MaintenanceManager:
         """Memory pressure beats age beats read benefit; 0 means "not worth running"."""
         if op.ram_anchored and total_ram >= self.memory_threshold_bytes:
             return 1e12 + op.ram_anchored
+        if op.over_threshold:
+            return 1e10 + op.ram_anchored
         if op.ram_anchored and op.age_s >= self.flush_age_s:
             return 1e9 + op.age_s
         return op.perf_improvement

@@ -92,7 +92,7 @@ _UPDATE_OPS = (OpType.UPDATE, OpType.UPDATE_IGNORE)
 class TabletOptions:
     """Storage knobs (Kudu's flag names in comments)."""
 
-    flush_threshold_bytes: int = 64 * 1024 * 1024  # flush_threshold_mb (ours: 64 MiB)
+    flush_threshold_bytes: int = 64 * 1024 * 1024  # flush_threshold_mb (ours: 64 MiB), read by the maintenance manager
     flush_threshold_secs: float = 120.0  # flush_threshold_secs
     history_max_age_sec: float = 7 * 24 * 3600.0  # tablet_history_max_age_sec
     target_rowset_bytes: int = TARGET_ROWSET_BYTES  # budgeted_compaction_target_rowset_size

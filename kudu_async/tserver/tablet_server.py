@@ -42,7 +42,7 @@ class TabletServer(Node):
         flush_bytes = cfg.flush_threshold_mb * 1024 * 1024
         self.maintenance = MaintenanceManager(
             num_threads=cfg.maintenance_manager_num_threads,
-            memory_threshold_bytes=flush_bytes,
+            memory_threshold_bytes=cfg.memory_pressure_threshold_mb * 1024 * 1024,
             flush_age_s=float(cfg.flush_threshold_secs),
         )
         options = TabletOptions(

@@ -27,11 +27,11 @@ INS, U, D, UP = OpType.INSERT, OpType.UPDATE, OpType.DELETE, OpType.UPSERT
 class Harness:
     """A tablet plus its own log of writes, so it can be crashed and reopened."""
 
-    def __init__(self, path: str, schema: Any, **opts: Any) -> None:
+    def __init__(self, path: str, schema: Any, tablet_id: str = "t", **opts: Any) -> None:
         self.path, self.schema = path, schema
         self.clock = ManualHybridClock(10**12)
         self.opts = TabletOptions(sync=False, **opts)
-        self.tablet = Tablet.create(path, schema, tablet_id="t", options=self.opts, clock=self.clock)
+        self.tablet = Tablet.create(path, schema, tablet_id=tablet_id, options=self.opts, clock=self.clock)
         self.wal: list[LoggedWrite] = []
 
     def batch(
@@ -338,3 +338,25 @@ def test_oversize_cell_is_invalid_argument_for_that_row_only(h: Harness) -> None
     assert codes(res) == {1: "INVALID_ARGUMENT", 2: "NOT_FOUND"}
     assert "s" in res.row_errors[0].message
     assert h.rows(projection=["key"]) == [(1,)]
+
+
+def test_a_tablet_past_its_flush_threshold_flushes_without_node_memory_pressure(tmp_path: Any, schema: Any) -> None:
+    """The per-tablet threshold (flush_threshold_mb) is the tablet's own: a small MemRowSet waits (no
+    pressure, not old) even when the node holds several; one past its threshold flushes first."""
+    small = Harness(str(tmp_path / "small"), schema, tablet_id="small")  # 64 MiB threshold
+    big = Harness(str(tmp_path / "big"), schema, tablet_id="big", flush_threshold_bytes=5_000)
+    small.write([INS] * 100, list(range(100)))
+    big.write([INS] * 100, list(range(100)))
+    assert small.tablet.mrs_memory_bytes() > 5_000  # the same size: only the thresholds differ
+    mm = MaintenanceManager(memory_threshold_bytes=10**9, flush_age_s=120)
+    for h in (small, big):
+        mm.register(h.tablet)
+    ((_, op),) = mm.candidates()
+    assert op.name == "FlushMRSOp" and op.over_threshold and op.tablet_id == big.tablet.tablet_id
+    ran = mm.poll_once(run_inline=True)  # ops are rebuilt on every poll
+    assert ran is not None and ran.key == op.key
+    assert len(big.tablet.rowsets()) == 1 and small.tablet.rowsets() == []
+    assert mm.candidates() == []  # the small one stays in memory until it is old or the node is short
+
+    mm.memory_threshold_bytes = 1  # node-wide pressure: the biggest store goes whatever its threshold
+    assert mm.poll_once(run_inline=True) is not None and len(small.tablet.rowsets()) == 1
