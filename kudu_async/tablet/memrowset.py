@@ -1,7 +1,8 @@
 """MemRowSet: the in-memory, key-ordered store that takes new inserts.
 
 Rows are kept as a reference into the Arrow batches they arrived in (inserts never copy values into
-Python objects): a dict from encoded primary key to row number, plus a sorted key index. Updates,
+Python objects): a dict from encoded primary key to row number; scans and flushes sort the keys in Arrow
+(:class:`_SortedView`, kept until the next insert). Updates,
 deletes and re-inserts are REDO mutations with their timestamps, kept column-wise like a DiskRowSet's
 (a DeltaMemStore by row number); nothing is updated in place.
 
@@ -12,14 +13,13 @@ flush can carry them over to the new DiskRowSets).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sortedcontainers import SortedList
 
 from kudu_async.tablet.delta_store import (
     LIVE_COL,
@@ -73,8 +73,7 @@ class MemRowSet:
         self._insert_ts = np.full(cap, -1, dtype=np.int64)  # by row number (-1: not inserted)
         self._last_ts = np.full(cap, -1, dtype=np.int64)  # timestamp of the last mutation (-1: none)
         self._live = np.ones(cap, dtype=bool)  # live after the last mutation
-        self._index = SortedList()
-        self._pending: list[bytes] = []  # inserted keys not yet in the sorted index (bulk-merged lazily)
+        self._view: _SortedView | None = None  # the keys in key order, built by the first scan after inserts
         self._batches: list[pa.RecordBatch] = []
         self._num_stored = 0
         self._mem = 0
@@ -115,17 +114,16 @@ class MemRowSet:
         self._table = None
         return base
 
-    def sorted_keys(self) -> SortedList:
-        """The key index; pending keys are merged in bulk first (one sort instead of many inserts)."""
-        if self._pending:
-            self._index.update(self._pending)
-            self._pending = []
-        return self._index
+    def sorted_view(self) -> _SortedView:
+        """The keys in key order with their row numbers, built in Arrow once per batch of inserts."""
+        if self._view is None:
+            self._view = _SortedView(self.rows)
+        return self._view
 
     def insert(self, key: bytes, rownum: int, ts: int, log_index: int) -> None:
         self.rows[key] = rownum
         self._insert_ts[rownum] = ts
-        self._pending.append(key)
+        self._view = None
         self._mem += ROW_OVERHEAD_BYTES + len(key)
         self._note(ts, log_index)
 
@@ -136,7 +134,7 @@ class MemRowSet:
             self._insert_ts[rownums.start : rownums.stop] = ts
         else:
             self._insert_ts[np.asarray(rownums, dtype=np.int64)] = ts
-        self._pending.extend(keys)
+        self._view = None
         self._mem += len(keys) * ROW_OVERHEAD_BYTES + sum(map(len, keys))
         self._note(ts, log_index)
 
@@ -184,11 +182,6 @@ class MemRowSet:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _keys_in_range(
-        self, lower: bytes | None, upper: bytes | None, lower_exclusive: bool = False
-    ) -> Iterator[bytes]:
-        return self.sorted_keys().irange(lower, upper, inclusive=(not lower_exclusive, False))
-
     def visible_row(self, row: MRSRow, snap: MvccSnapshot) -> dict[int, Any] | None:
         """Column index -> value of the row as of ``snap``, or None when not live then."""
         if not snap.is_visible(row.insert_ts):
@@ -230,12 +223,13 @@ class MemRowSet:
         One vectorised ``take`` in key order, then the visible mutations rolled in column-wise
         (:func:`apply_deltas`, as for DiskRowSets). Must be called under the tablet's component lock.
         """
-        index = self.sorted_keys()
-        lo = 0 if lower is None else (index.bisect_right if lower_exclusive else index.bisect_left)(lower)
-        hi = len(index) if upper is None else index.bisect_left(upper)
-        keys: list[bytes] = index[lo:hi] if hi > lo else []
-        n = len(keys)
-        rownums = np.fromiter(map(self.rows.__getitem__, keys), dtype=np.int64, count=n)
+        view = self.sorted_view()
+        lo = 0 if lower is None else view.bisect(lower, right=lower_exclusive)
+        hi = len(view) if upper is None else view.bisect(upper)
+        hi = max(lo, hi)
+        keys = view.keys.slice(lo, hi - lo)
+        rownums = view.rownums[lo:hi]
+        n = len(rownums)
         tss = self._insert_ts[rownums].astype(np.uint64)
         keep = snap.visible_mask(pa.array(tss)).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
         tbl = self.table().take(pa.array(rownums))
@@ -245,7 +239,7 @@ class MemRowSet:
             tbl, live = apply_deltas(tbl, 0, deltas, snap, value_cols)
             if live is not None:
                 keep = keep & live
-        tbl = tbl.append_column(KEY_COL, pa.array(keys, pa.binary()))
+        tbl = tbl.append_column(KEY_COL, keys)
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         return tbl if keep.all() else tbl.filter(pa.array(keep))
 
@@ -255,19 +249,16 @@ class MemRowSet:
         Base rows are the rows as first inserted (``_ts`` = insert timestamp); every mutation with a
         sequence number below ``max_seq`` is returned as a delta table positioned in the base table.
 
-        Key order comes from Arrow's sort of the keys (byte order, as Python compares bytes), not from
-        the sorted index: the sort runs in C++ without the GIL, and a MemRowSet nobody scanned never
-        builds its index at all. Reads only ``rows`` and the insert timestamps, which a frozen MemRowSet
-        no longer changes, so it runs outside the tablet's lock while scans may merge the index.
+        Key order is the scans' sorted view (Arrow's sort of the keys, byte order as Python compares
+        bytes; the sort runs in C++ without the GIL), reused if a scan built it. Reads only ``rows`` and
+        the insert timestamps, which a frozen MemRowSet no longer changes, so it runs outside the
+        tablet's lock while scans may build the same view.
         """
-        n = len(self.rows)
-        unsorted = pa.array(list(self.rows), pa.binary())
-        rownums = np.fromiter(self.rows.values(), dtype=np.int64, count=n)
-        order = pc.sort_indices(unsorted)
-        take_idx = rownums[order.to_numpy()]
+        view = self._view or _SortedView(self.rows)
+        take_idx = view.rownums
         tss = self._insert_ts[take_idx].astype(np.uint64)
         tbl = self.table().take(pa.array(take_idx))
-        tbl = tbl.append_column(KEY_COL, unsorted.take(order))
+        tbl = tbl.append_column(KEY_COL, view.keys)
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         return tbl.combine_chunks(), self._deltas_at(take_idx, max_seq)
 
@@ -291,6 +282,32 @@ class MemRowSet:
         ]
         out.sort(key=lambda m: m.seq)
         return out
+
+
+class _SortedView:
+    """A MemRowSet's keys in key order (one Arrow array, sorted in C++) and their row numbers.
+
+    Scans slice it by key range instead of walking a sorted index of Python objects row by row; it is
+    rebuilt by the first scan after an insert (inserts into a MemRowSet come in batches).
+    """
+
+    __slots__ = ("keys", "rownums")
+
+    def __init__(self, rows: dict[bytes, int]) -> None:
+        keys = pa.array(list(rows), pa.binary())
+        order = pc.sort_indices(keys)
+        self.keys: pa.BinaryArray = keys.take(order)
+        self.rownums = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))[order.to_numpy()]
+
+    def __len__(self) -> int:
+        return len(self.rownums)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.keys[i].as_py()
+
+    def bisect(self, key: bytes, right: bool = False) -> int:
+        """Position of ``key`` among the sorted keys (after equal keys with ``right``)."""
+        return (bisect.bisect_right if right else bisect.bisect_left)(self, key)
 
 
 def apply_mutations(

@@ -632,3 +632,23 @@ def test_delta_store_never_caches_a_table_older_than_its_last_add(monkeypatch: p
     assert dms.to_table().num_rows == 1  # what was there when the build began
     assert dms.to_table().num_rows == 2  # not the stale table from the cache
     assert dms.to_table().column(ROW_COL).to_pylist() == [0, 1]
+
+
+def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes() -> None:
+    """The scans' Arrow-sorted view of a MemRowSet's keys: byte order (prefixes first, NUL bytes count),
+    row numbers carried along, and bisection that matches ``bisect`` on the sorted list."""
+    import bisect
+    import random
+
+    from kudu_async.tablet.memrowset import _SortedView
+
+    rng = random.Random(7)
+    keys = list({bytes(rng.choice(b"\x00\x01\x7f\x80\xff") for _ in range(rng.randrange(0, 6))) for _ in range(3000)})
+    rows = {k: i for i, k in enumerate(keys)}
+    view = _SortedView(rows)
+    expect = sorted(keys)
+    assert view.keys.to_pylist() == expect
+    assert [keys[r] for r in view.rownums.tolist()] == expect
+    for probe in [b"", b"\x00", b"\x7f\x80", b"\xff\xff\xff\xff\xff\xff\xff", *rng.sample(keys, 50)]:
+        assert view.bisect(probe) == bisect.bisect_left(expect, probe)
+        assert view.bisect(probe, right=True) == bisect.bisect_right(expect, probe)
