@@ -493,8 +493,12 @@ class TabletReplica:
 
     async def leader_safe_index(self, ts: int, deadline: float) -> int:
         """On the leader: make every later write take a timestamp > ``ts``, wait until the writes at or
-        before it are applied, and return an index a follower must reach to be safe at ``ts``."""
-        r = self._leader()
+        before it are applied, and return an index a follower must reach to be safe at ``ts``.
+
+        Only a ready leader answers: a new one has not yet applied (nor registered with MVCC) what its
+        predecessors committed, so "MVCC clean up to ``ts``" would hold vacuously and miss those writes.
+        """
+        r = await self._ready_leader(self._leader(), deadline)
         async with self._prepare_lock:  # no timestamp is between assignment and MVCC registration now
             self.clock.update(ts)
         mvcc = self.tablet.mvcc

@@ -190,3 +190,51 @@ def test_leader_master_failover_during_ddl_and_writes(mini_cluster_factory: Any)
         got = {r[0]: r for r in client.table(t.name).scanner().open().read_all_tuples()}
         assert set(w.acked) <= set(got)
         assert all(got[k][1] == f"v{k}" for k in w.acked)
+
+
+def test_a_snapshot_read_on_a_new_leader_sees_what_the_old_one_committed(mini_cluster_factory: Any) -> None:
+    """Every consensus call between tservers is held 1 s, so the followers never hear that the killed
+    leader committed the batch it acknowledged, and the new leader's own first entry (which commits it)
+    takes 1 s more. A snapshot read after the write, sent the moment a new leader appears, must wait for
+    that instead of answering from a state machine that has not applied the batch yet."""
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3, tserver_flags=["--enable-fault-injection", "true"])
+    part = kudu.Partitioning().set_range_partition_columns([])  # one tablet
+    with kudu.connect(cluster.master_addresses) as client:
+        t = client.create_table("snapshot_after_failover", schema(), part, n_replicas=3)
+        (tablet,) = locations(client, t).tablets
+        old = node_at(cluster, wait_for(lambda: locations(client, t).tablets[0].leader_address, 10, "a leader"))
+        rpc = client._async.rpc
+
+        def set_faults(on: bool) -> None:
+            async def go() -> None:
+                for ts in cluster.tservers:
+                    if ts.is_running():
+                        rules = [{"action": "delay", "src": "*", "dst": o.rpc_address, "delay_ms": 1000}
+                                 for o in cluster.tservers if o is not ts] if on else []
+                        await rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": rules})
+            client._run(go())
+
+        def new_leader() -> str | None:
+            async def go() -> str | None:
+                for ts in cluster.tservers:
+                    if ts is not old:
+                        st = await rpc.call(ts.rpc_address, "Consensus", "GetState", {"group": tablet.tablet_id})
+                        if st.get("role") == "LEADER":
+                            return ts.rpc_address
+                return None
+            return client._run(go())
+
+        set_faults(True)
+        s = client.new_session(timeout_ms=30_000)
+        n = 500
+        for k in range(n):
+            s.apply(t.new_insert({"key": k, "val": f"v{k}"}))
+        s.flush()  # acknowledged: committed on the old leader and one follower's log
+        written_at = client.latest_observed_timestamp()
+        cluster.kill_node(old)
+        wait_for(new_leader, 30, "a new leader")
+        try:
+            got = t.scanner().set_snapshot_raw(written_at).open().read_all_tuples()
+        finally:
+            set_faults(False)
+        assert sorted(r[0] for r in got) == list(range(n))
