@@ -231,13 +231,24 @@ class DeltaMemStore:
         return out
 
     def mutations(
-        self, keys_of: Callable[[np.ndarray], list[bytes]], key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]]
+        self,
+        keys_of: Callable[[np.ndarray], list[bytes]],
+        key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]],
+        min_seq: int = 0,
     ) -> list[tuple[int, Mutation]]:
-        """Every mutation as a :class:`Mutation` with its key (and key values for re-inserts), for
-        carrying over mutations that arrived during a compaction; ``keys_of``/``key_values_of`` map
-        base row positions to encoded keys / key column values."""
-        out = list(self._singles)
+        """The mutations with a sequence number of at least ``min_seq`` as :class:`Mutation` s with their
+        keys (and key values for re-inserts), for carrying over mutations that arrived during a flush or
+        compaction; ``keys_of``/``key_values_of`` map base row positions to encoded keys / key column
+        values. Rows are selected in Arrow first: only the (usually few) late ones become objects."""
+        out = [(r, m) for r, m in self._singles if m.seq >= min_seq]
         for table, reinsert, log_index in self._chunks:
+            if min_seq > 0:
+                late = pc.greater_equal(table.column(SEQ_COL), pa.scalar(min_seq, pa.int64()))
+                if not pc.any(late).as_py():
+                    continue
+                if not pc.all(late).as_py():
+                    mask = late.to_numpy(zero_copy_only=False)
+                    table, reinsert = table.filter(late), np.asarray(reinsert)[mask]
             rows = table.column(ROW_COL).to_numpy().astype(np.int64)
             keys = dict(zip(rows.tolist(), keys_of(rows), strict=True))
             muts = delta_rows_to_mutations(self.info, table, keys)

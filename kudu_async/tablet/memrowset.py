@@ -267,19 +267,20 @@ class MemRowSet:
         keys (and key values for re-inserts)."""
         if not len(self.deltas):
             return []
-        key_of = dict(zip(self.rows.values(), self.rows.keys(), strict=True))
         tbl = self.table()
         nk = self.info.num_key_columns
+        key_of: dict[int, bytes] = {}
+
+        def keys(rownums: np.ndarray) -> list[bytes]:
+            if not key_of:  # built only when some mutation is late (called under the tablet's lock)
+                key_of.update(zip(self.rows.values(), self.rows.keys(), strict=True))
+            return list(map(key_of.__getitem__, rownums.tolist()))
 
         def key_values(rownums: np.ndarray) -> list[tuple[Any, ...]]:
             sub = tbl.take(pa.array(rownums))
             return list(zip(*[sub.column(i).to_pylist() for i in range(nk)], strict=True))
 
-        out = [
-            m
-            for _, m in self.deltas.mutations(lambda r: list(map(key_of.__getitem__, r.tolist())), key_values)
-            if m.seq >= min_seq
-        ]
+        out = [m for _, m in self.deltas.mutations(keys, key_values, min_seq)]
         out.sort(key=lambda m: m.seq)
         return out
 
