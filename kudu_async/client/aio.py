@@ -137,7 +137,7 @@ class AsyncClient:
     async def _wait_done(self, method: str, req: dict[str, Any], deadline: Deadline) -> None:
         """Wait until the DDL is done. The master holds each call up to ``wait_ms`` and answers as soon as
         its background pass finishes the DDL; a call answered early but not done (a master that just
-        became leader) is repeated after a pause growing from 20 ms to 200 ms."""
+        became leader, or no time left to wait) is repeated after a pause growing from 20 ms to 200 ms."""
         loop = asyncio.get_running_loop()
         delay = 0.02
         while True:
@@ -148,7 +148,7 @@ class AsyncClient:
             if r.get("done"):
                 return
             deadline.left(KuduTimedOut(f"table still {r.get('state')}"))
-            if loop.time() - t0 < wait_ms / 2000:
+            if not wait_ms or loop.time() - t0 < wait_ms / 2000:
                 await asyncio.sleep(min(delay, max(0.0, deadline.remaining())))
                 delay = min(0.2, delay * 1.5)
 
