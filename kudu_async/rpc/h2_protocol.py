@@ -6,7 +6,8 @@ eager ``repr(frame)`` of every received frame. ``H2Connection`` turns bytes into
 bytes to send; this Protocol feeds it and does the I/O. Two things matter for throughput and correctness:
 
 * Writes are coalesced: everything h2 queued while handling one ``data_received`` batch (and everything
-  call completions queue within one loop iteration) goes out in one ``transport.write``.
+  call completions queue within one loop iteration) goes out in one ``transport.writelines`` of chunks,
+  DATA bodies as views of the caller's message (see ``_H2Connection``).
 * Flow control is honoured in both directions. Outgoing bodies sit in a per-stream queue and are sent as
   the peer's stream and connection windows allow (resumed on WINDOW_UPDATE / SETTINGS, and on
   ``resume_writing`` when the socket buffer drained). Incoming DATA is acknowledged as soon as it is
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 from typing import Any, cast
 
 import jh2.config
@@ -27,6 +29,7 @@ import jh2.errors
 import jh2.events
 import jh2.exceptions
 import jh2.settings
+from jh2.hyperframe.frame import DataFrame as _DataFrame
 
 log = logging.getLogger("kudu_async.rpc")
 
@@ -36,6 +39,9 @@ FLUSH_EVERY = 8
 READ_BUFFER_MIN = 64 * 1024
 READ_BUFFER_MAX = 1024 * 1024  # big DATA frames: h2's per-frame Python overhead dominates small ones
 _H2_DEFAULT_WINDOW = 65535
+_FRAME_HEADER = struct.Struct(">HBBBL")  # HTTP/2 frame header: 24-bit length, type, flags, stream id
+_DATA_TYPE = 0x0
+_END_STREAM = 0x1
 
 
 class _Outbound:
@@ -50,15 +56,67 @@ class _Outbound:
 
 
 class _H2Connection(jh2.connection.H2Connection):
-    """H2Connection whose open-stream count is amortised O(1) instead of O(open streams).
+    """H2Connection with two costs of h2 taken out of the hot path.
 
-    h2 counts open streams by scanning every stream it tracks (and drops closed ones while doing so) each
-    time a stream opens, which is O(n) per call at high concurrency. While the number of tracked
-    streams is below the relevant limit, that number is itself a valid upper bound for the check, so
-    the scan (which also garbage-collects closed streams) only runs once the tracked set has doubled.
+    Open streams: h2 counts them by scanning every stream it tracks (and drops closed ones while doing
+    so) each time a stream opens, which is O(n) per call at high concurrency. While the number of
+    tracked streams is below the relevant limit, that number is itself a valid upper bound for the check,
+    so the scan (which also garbage-collects closed streams) only runs once the tracked set has doubled.
+
+    Outgoing bytes: h2 copies a DATA frame's body three times before it reaches the socket (into the
+    serialized frame, into its send buffer, out of it as ``bytes``). Here frames are queued as a list of
+    chunks instead, a DATA frame as its 9-byte header plus the caller's body (a memoryview of the message,
+    not copied), and :meth:`chunks_to_send` hands the list to ``transport.writelines``: the sender of 1 MiB
+    bodies spends ~40% less CPU per MiB (``scripts/bench/rpc.py``), a tserver under bulk load ~5% less.
     """
 
     _scan_at = 256
+    _data_to_send: bytearray  # h2's own send buffer (it still appends the preamble there)
+
+    def __init__(self, config: jh2.config.H2Configuration) -> None:
+        super().__init__(config=config)
+        self._chunks: list[bytes | memoryview] = []
+
+    def _prepare_for_sending(self, frames: list[Any]) -> None:
+        if not frames:
+            return
+        self._take_buffered()
+        chunks = self._chunks
+        limit = self.max_outbound_frame_size
+        for f in frames:
+            if type(f) is _DataFrame and "PADDED" not in f.flags:
+                body = f.data
+                n = f.body_len = len(body)
+                end = _END_STREAM if "END_STREAM" in f.flags else 0
+                header = _FRAME_HEADER.pack((n >> 8) & 0xFFFF, n & 0xFF, _DATA_TYPE, end, f.stream_id & 0x7FFFFFFF)
+                chunks.append(header)
+                if n:
+                    chunks.append(body)
+            else:
+                chunks.append(f.serialize())
+            if f.body_len > limit:
+                raise jh2.exceptions.FrameTooLargeError(f"frame of {f.body_len} bytes over the peer's {limit}")
+
+    def chunks_to_send(self) -> list[bytes | memoryview]:
+        """Everything queued to send, in order, as separate chunks (nothing is joined or copied)."""
+        self._take_buffered()
+        out, self._chunks = self._chunks, []
+        return out
+
+    def _take_buffered(self) -> None:
+        """Move bytes h2 queued in its own buffer (the connection preamble) onto the chunk list, in order."""
+        if self._data_to_send:
+            self._chunks.append(bytes(self._data_to_send))
+            self._data_to_send = bytearray()
+
+    def data_to_send(self, amount: int | None = None) -> bytes:
+        if amount is not None:
+            raise NotImplementedError("data_to_send(amount) is not supported; use chunks_to_send()")
+        return b"".join(self.chunks_to_send())
+
+    def clear_outbound_data_buffer(self) -> None:
+        self._chunks = []
+        super().clear_outbound_data_buffer()
 
     def _open_streams(self, remainder: int) -> int:
         n = len(self.streams)
@@ -71,7 +129,7 @@ class _H2Connection(jh2.connection.H2Connection):
         return count
 
 
-def make_h2_connection(client_side: bool) -> jh2.connection.H2Connection:
+def make_h2_connection(client_side: bool) -> _H2Connection:
     """An H2Connection with validation and normalisation off: both ends are ours, headers are bytes."""
     cfg = jh2.config.H2Configuration(
         client_side=client_side,
@@ -81,7 +139,7 @@ def make_h2_connection(client_side: bool) -> jh2.connection.H2Connection:
         validate_inbound_headers=False,
         normalize_inbound_headers=False,
     )
-    return _H2Connection(config=cfg)
+    return _H2Connection(cfg)
 
 
 class H2Protocol(asyncio.BufferedProtocol):
@@ -203,9 +261,12 @@ class H2Protocol(asyncio.BufferedProtocol):
     def flush(self) -> None:
         self._flush_pending = False
         self._unflushed = 0
-        data = self.conn.data_to_send()
-        if data and self.transport is not None and not self.closed:
-            self.transport.write(data)
+        chunks = self.conn.chunks_to_send()
+        if chunks and self.transport is not None and not self.closed:
+            if len(chunks) == 1:
+                self.transport.write(chunks[0])
+            else:
+                self.transport.writelines(chunks)
 
     def send_message(self, stream_id: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
         """Queue headers and a whole body on a stream (end_stream after the body); False if it is gone."""
