@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -223,15 +224,18 @@ class Master(Node):
         return await self.catalog_manager.create_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        cm = self.catalog_manager
-        return await cm.wait_ddl_done(cm.is_create_table_done, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
+        return await self._ddl_done(self.catalog_manager.is_create_table_done, request, ctx)
+
+    async def _ddl_done(self, check: Callable[[dict[str, Any]], dict[str, Any]], request: Any,
+                        ctx: CallContext) -> dict[str, Any]:
+        """Is*Done: the catalog's answer, held up to the request's ``wait_ms`` for the DDL to finish."""
+        return await self.catalog_manager.wait_ddl_done(check, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
 
     async def _rpc_alter_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return await self.catalog_manager.alter_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_is_alter_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        cm = self.catalog_manager
-        return await cm.wait_ddl_done(cm.is_alter_table_done, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
+        return await self._ddl_done(self.catalog_manager.is_alter_table_done, request, ctx)
 
     async def _rpc_delete_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return await self.catalog_manager.delete_table(require_map(request), ctx.time_left(30.0))

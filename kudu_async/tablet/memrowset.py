@@ -250,11 +250,12 @@ class MemRowSet:
         sequence number below ``max_seq`` is returned as a delta table positioned in the base table.
 
         Key order is the scans' sorted view (Arrow's sort of the keys, byte order as Python compares
-        bytes; the sort runs in C++ without the GIL), reused if a scan built it. Reads only ``rows`` and
-        the insert timestamps, which a frozen MemRowSet no longer changes, so it runs outside the
-        tablet's lock while scans may build the same view.
+        bytes; the sort runs in C++ without the GIL), built here if no scan did, and kept for the flush's
+        carry-over (:meth:`mutations_since`). Reads only ``rows`` and the insert timestamps, which a frozen
+        MemRowSet no longer changes, so it runs outside the tablet's lock while scans may build the same
+        view (either build is complete and identical).
         """
-        view = self._view or _SortedView(self.rows)
+        view = self.sorted_view()
         take_idx = view.rownums
         tss = self._insert_ts[take_idx].astype(np.uint64)
         tbl = self.table().take(pa.array(take_idx))
@@ -269,12 +270,12 @@ class MemRowSet:
             return []
         tbl = self.table()
         nk = self.info.num_key_columns
-        key_of: dict[int, bytes] = {}
+        view = self.sorted_view()  # the flush's own (a frozen MemRowSet takes no inserts)
+        pos_of = np.full(self._num_stored, -1, dtype=np.int64)  # row number -> position in the view
+        pos_of[view.rownums] = np.arange(len(view), dtype=np.int64)
 
         def keys(rownums: np.ndarray) -> list[bytes]:
-            if not key_of:  # built only when some mutation is late (called under the tablet's lock)
-                key_of.update(zip(self.rows.values(), self.rows.keys(), strict=True))
-            return list(map(key_of.__getitem__, rownums.tolist()))
+            return view.keys.take(pa.array(pos_of[rownums])).to_pylist()
 
         def key_values(rownums: np.ndarray) -> list[tuple[Any, ...]]:
             sub = tbl.take(pa.array(rownums))
