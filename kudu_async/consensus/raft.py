@@ -142,6 +142,16 @@ class ConfigChange:
     peer: str
 
 
+# How the leader lease stays inside the followers' stickiness (no vote for another candidate until an
+# election timeout of *their* ticks has passed since they last heard from the leader). The host's ticker
+# may run late ticks back to back, at most MAX_TICK_CATCH_UP of them (a follower's stickiness can end that
+# many ticks early in real time); a leader trusts its lease only while its own ticker is on schedule
+# (at most one tick behind); and one tick covers where in a tick period an ack was counted. Later than
+# that, a ticker drops the missed ticks and the leader voids its lease (``void_lease``).
+MAX_TICK_CATCH_UP = 2
+LEASE_MARGIN_TICKS = 2 + MAX_TICK_CATCH_UP
+
+
 @dataclass(frozen=True, slots=True)
 class RaftOptions:
     """Timers are in ticks (the driver ticks every 100 ms: H=5 -> 500 ms heartbeats, 1.5 s timeout)."""
@@ -720,9 +730,15 @@ class RaftNode:
         self._pending_reads.append((self._read_seq, ctx, self.commit))
         self._broadcast_heartbeat()
 
+    def void_lease(self) -> None:
+        """Distrust acks counted before now for an election timeout: the caller's ticks stopped while time
+        went on (the process was stopped or starved), so those acks are older than their tick count says."""
+        self._lease_void_until = max(self._lease_void_until, self._ticks + self.opts.election_ticks)
+
     def lease_valid(self) -> bool:
         """True while no other replica can have been elected: a majority acked a heartbeat sent less than
-        an election timeout (minus a tick of phase slack) ago."""
+        an election timeout minus ``LEASE_MARGIN_TICKS`` ago. The host must only use it while its ticks
+        keep up with real time (see the constant)."""
         if (
             self.role is not Role.LEADER
             or self._transferee is not None
@@ -736,7 +752,7 @@ class RaftNode:
         q = self.config.quorum()
         if len(ticks) < q:
             return False
-        return ticks[q - 1] + self.opts.election_ticks - 1 > self._ticks
+        return ticks[q - 1] + self.opts.election_ticks - LEASE_MARGIN_TICKS >= self._ticks
 
     def compact(self, up_to_index: int) -> None:
         """Entries up to ``up_to_index`` are durable in the state machine: forget them. Followers that

@@ -61,6 +61,7 @@ class RaftManager:
         self.transport = ConsensusTransport(rpc_client, node_uuid)
         self.transport.on_reply = self._deliver_replies
         self.ticker = Ticker(tick_interval_s)
+        self.ticker.on_jump = self._ticks_jumped
         self.replicas: dict[str, RaftReplica] = {}
         self._factories: dict[str, StateMachineFactory] = {}
         self.unknown_group_messages = 0
@@ -158,6 +159,7 @@ class RaftManager:
         self.tombstoned.discard(group)
         replica.on_peer_needs_copy = lambda peer, address: self._needs_copy(group, peer, address)
         replica.on_role_change = lambda: self._role_changed(group)
+        replica.ticks_on_schedule = self.ticker.on_schedule
         if factory is None:
             replica.state = ReplicaState.FAILED
             replica.error = f"no state machine for kind {kind!r} on this node"
@@ -169,6 +171,11 @@ class RaftManager:
 
         self.ticker.register(group, replica.tick, on_tick_error)
         return replica
+
+    def _ticks_jumped(self) -> None:
+        log.warning("raft ticks were held up (process stopped or event loop starved); leader leases voided")
+        for replica in self.replicas.values():
+            replica.void_lease()
 
     def _role_changed(self, group: str) -> None:
         if self.on_role_change is not None:

@@ -140,6 +140,8 @@ class RaftReplica:
         self.on_peer_needs_copy: Callable[[str, str], None] | None = None
         # Set by the host: called after this replica's role, term or known leader changed.
         self.on_role_change: Callable[[], None] | None = None
+        # Set by the host: whether its ticks keep up with real time now, so a lease counted in them holds.
+        self.ticks_on_schedule: Callable[[], bool] = lambda: False
         self.gc_holds = 0
 
     @property
@@ -303,7 +305,7 @@ class RaftReplica:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._reads[ctx] = fut
         try:
-            raft.read_index(ctx, use_lease=use_lease)
+            raft.read_index(ctx, use_lease=use_lease and self.ticks_on_schedule())
         except KuduBadStatus:
             self._reads.pop(ctx, None)
             raise
@@ -314,6 +316,11 @@ class RaftReplica:
             raise KuduTimedOut(f"read index on {self.group} timed out") from None
         finally:
             self._reads.pop(ctx, None)
+
+    def void_lease(self) -> None:
+        """The host's ticks stopped while time went on: acks counted in them are older than they look."""
+        if self.raft is not None:
+            self.raft.void_lease()
 
     def campaign(self) -> None:
         self._require_running().campaign()

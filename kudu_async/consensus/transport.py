@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.consensus.raft import MAX_TICK_CATCH_UP
 from kudu_async.rpc.client import RpcClient
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,11 @@ class Ticker:
 
     A callback that raises is logged, unregistered and reported to its ``on_error`` (where the replica
     marks itself FAILED); the ticker keeps ticking the rest.
+
+    Raft's leader lease is counted in ticks, so it is only as good as the ticks keep up with real time.
+    ``on_schedule()`` says whether they do right now. Late ticks are run back to back up to
+    ``MAX_TICK_CATCH_UP`` of them; held up for longer (the process was stopped, or the loop starved), the
+    ticker drops the missed ticks and calls ``on_jump`` first, so leases counted across the gap are voided.
     """
 
     def __init__(self, interval_s: float = 0.1) -> None:
@@ -228,6 +234,9 @@ class Ticker:
         self._on_error: dict[str, Callable[[BaseException], None]] = {}
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
+        self.jumps = 0
+        self.on_jump: Callable[[], None] | None = None
+        self._due = -float("inf")  # when the last delivered tick was due (loop time)
 
     def register(
         self, key: str, callback: Callable[[int], None], on_error: Callable[[BaseException], None] | None = None
@@ -244,14 +253,24 @@ class Ticker:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="raft-ticker")
 
+    def on_schedule(self) -> bool:
+        """True while the next tick is not overdue: tick counts then lag real time by under one tick."""
+        if self._task is None:
+            return False
+        return asyncio.get_running_loop().time() - self._due <= self.interval_s
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
             next_at += self.interval_s
             await asyncio.sleep(max(0.0, next_at - loop.time()))
-            if loop.time() - next_at > 5 * self.interval_s:  # we were paused (SIGSTOP) or starved
+            if loop.time() - next_at > MAX_TICK_CATCH_UP * self.interval_s:  # paused (SIGSTOP) or starved
                 next_at = loop.time()
+                self.jumps += 1
+                if self.on_jump is not None:
+                    self.on_jump()
+            self._due = next_at
             self.ticks += 1
             ticks = self.ticks
             for key, cb in list(self._callbacks.items()):

@@ -497,12 +497,15 @@ class TabletReplica:
 
         Only a ready leader answers: a new one has not yet applied (nor registered with MVCC) what its
         predecessors committed, so "MVCC clean up to ``ts``" would hold vacuously and miss those writes.
+        And only a confirmed one (its lease, or a heartbeat round): a leader cut off or stopped may have
+        been replaced, and the new one may have committed writes at or before ``ts``.
         """
         r = await self._ready_leader(self._leader(), deadline)
         async with self._prepare_lock:  # no timestamp is between assignment and MVCC registration now
             self.clock.update(ts)
         mvcc = self.tablet.mvcc
         await r.wait_for(lambda rr: mvcc.is_clean_up_to(ts), max(0.01, deadline - time.monotonic()))
+        await r.read_index(timeout_s=max(0.01, deadline - time.monotonic()))
         assert r.raft is not None
         return r.raft.applied_index
 

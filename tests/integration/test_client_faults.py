@@ -238,3 +238,46 @@ def test_a_snapshot_read_on_a_new_leader_sees_what_the_old_one_committed(mini_cl
         finally:
             set_faults(False)
         assert sorted(r[0] for r in got) == list(range(n))
+
+
+def test_a_snapshot_read_on_a_replaced_leader_is_not_stale(mini_cluster_factory: Any) -> None:
+    """The tablet leader is cut off (its peers ignore it) and stopped; another is elected and takes an
+    update. Resumed, the old one still believes it leads: a snapshot read at the update's timestamp sent to
+    it (through a client whose cache names it the leader) must not answer from its own stale state."""
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3, tserver_flags=["--enable-fault-injection", "true"])
+    part = kudu.Partitioning().set_range_partition_columns([])  # one tablet
+    with kudu.connect(cluster.master_addresses) as stale_client, kudu.connect(cluster.master_addresses) as client:
+        t = stale_client.create_table("snapshot_on_old_leader", schema(), part, n_replicas=3)
+        old = node_at(cluster, wait_for(lambda: locations(stale_client, t).tablets[0].leader_address, 10, "a leader"))
+        s = stale_client.new_session()
+        s.apply(t.new_insert({"key": 1, "val": "old"}))
+        s.flush()
+        time.sleep(1.2)  # heartbeat rounds give the leader its lease
+        others = [ts for ts in cluster.tservers if ts is not old]
+        rules = [{"action": "drop", "src": "*", "dst": old.rpc_address},
+                 {"action": "drop", "src": old.name, "dst": "*"}]
+
+        async def set_rules(rs: list[dict[str, Any]]) -> None:
+            for ts in others:
+                await client._async.rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": rs})
+
+        client._run(set_rules(rules))
+        cluster.pause_node(old)
+        try:
+            t2 = client.table(t.name)
+            wait_for(lambda: locations(client, t2).tablets[0].leader_address not in (None, old.rpc_address), 30,
+                     "a new leader")
+            s2 = client.new_session(timeout_ms=30_000)
+            s2.apply(t2.new_update({"key": 1, "val": "new"}))
+            s2.flush()
+            at = client.latest_observed_timestamp()
+        finally:
+            cluster.resume_node(old)
+        try:
+            sc = t.scanner().set_selection(kudu.LEADER_ONLY).set_snapshot_raw(at).set_timeout_millis(5_000)
+            got = sc.open().read_all_tuples()
+        except kudu.KuduBadStatus:
+            got = None  # refusing is right: the old leader cannot confirm that it still leads
+        finally:
+            client._run(set_rules([]))
+        assert got is None or got == [(1, "new")], f"stale snapshot read: {got}"

@@ -18,6 +18,7 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
 )
 from kudu_async.consensus.raft import (
+    LEASE_MARGIN_TICKS,
     AppendRequest,
     AppendResponse,
     Config,
@@ -719,3 +720,35 @@ def test_step_rejects_message_of_another_group() -> None:
     net = Net()
     with pytest.raises(KuduInvalidArgument):
         net["a"].step(TimeoutNow("other-tablet", "b", "a", 1))
+
+
+def test_a_voided_lease_needs_acks_counted_after_the_void() -> None:
+    net = Net()
+    a = net.elect("a")
+    net.tick(["a"], times=OPTS.heartbeat_ticks)
+    net.deliver()
+    assert a.lease_valid()
+    a.void_lease()  # the host's ticks stopped for a while: those acks may be older than they look
+    assert not a.lease_valid()
+    a.read_index(b"r", use_lease=True)  # no lease: a heartbeat round answers instead
+    net.handle("a")
+    assert not [s for rd in net.readies["a"] for s in rd.read_states]
+    net.deliver()
+    assert [s.ctx for rd in net.readies["a"] for s in rd.read_states] == [b"r"]
+    net.tick(["a"], times=ET)
+    net.deliver()
+    assert a.lease_valid()  # acks of heartbeats sent after the void count again
+
+
+def test_the_lease_ends_before_a_follower_could_vote_for_another() -> None:
+    net = Net()
+    a = net.elect("a")
+    net.tick(["a"], times=OPTS.heartbeat_ticks)
+    net.deliver()
+    net.cut = {"b", "c"}
+    last_ack = max(a._progress["b"].lease_tick, a._progress["c"].lease_tick)
+    while a.lease_valid():
+        net.tick(["a"])
+    # Counted from the acked heartbeat's tick: an election timeout less the margin (host tick lag, late
+    # ticks a follower's host may run back to back, phase within a tick).
+    assert a._ticks - last_ack == ET - LEASE_MARGIN_TICKS + 1
