@@ -145,11 +145,12 @@ class ConfigChange:
 # How the leader lease stays inside the followers' stickiness (no vote for another candidate until an
 # election timeout of *their* ticks has passed since they last heard from the leader). The host's ticker
 # may run late ticks back to back, at most MAX_TICK_CATCH_UP of them (a follower's stickiness can end that
-# many ticks early in real time); a leader trusts its lease only while its own ticker is on schedule
-# (at most one tick behind); and one tick covers where in a tick period an ack was counted. Later than
-# that, a ticker drops the missed ticks and the leader voids its lease (``void_lease``).
+# many ticks early in real time); a leader trusts its lease only while its own ticker lags its schedule by
+# at most LEASE_TICK_LAG ticks; and one tick covers where in a tick period an ack was counted. Held up for
+# longer than the catch-up, a ticker drops the missed ticks and the leader voids its lease (``void_lease``).
 MAX_TICK_CATCH_UP = 2
-LEASE_MARGIN_TICKS = 2 + MAX_TICK_CATCH_UP
+LEASE_TICK_LAG = 2
+LEASE_MARGIN_TICKS = 1 + MAX_TICK_CATCH_UP + LEASE_TICK_LAG
 
 
 @dataclass(frozen=True, slots=True)

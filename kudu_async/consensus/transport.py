@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
-from kudu_async.consensus.raft import MAX_TICK_CATCH_UP
+from kudu_async.consensus.raft import LEASE_TICK_LAG, MAX_TICK_CATCH_UP
 from kudu_async.rpc.client import RpcClient
 
 log = logging.getLogger(__name__)
@@ -254,10 +254,10 @@ class Ticker:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="raft-ticker")
 
     def on_schedule(self) -> bool:
-        """True while the next tick is not overdue: tick counts then lag real time by under one tick."""
+        """True while tick counts lag real time by at most ``LEASE_TICK_LAG`` ticks (the leases' margin)."""
         if self._task is None:
             return False
-        return asyncio.get_running_loop().time() - self._due <= self.interval_s
+        return asyncio.get_running_loop().time() - self._due <= LEASE_TICK_LAG * self.interval_s
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from kudu_async.consensus.raft import MAX_TICK_CATCH_UP
+from kudu_async.consensus.raft import LEASE_TICK_LAG, MAX_TICK_CATCH_UP
 from kudu_async.consensus.transport import Ticker
 
 INTERVAL = 0.1
@@ -44,7 +44,7 @@ async def test_on_schedule_only_while_ticks_keep_up() -> None:
     try:
         await t.next_tick()
         assert t.ticker.on_schedule()
-        block_the_loop(INTERVAL * 1.5)  # the next tick is overdue now
+        block_the_loop(INTERVAL * (LEASE_TICK_LAG + 0.5))  # the ticks lag more than a lease allows
         assert not t.ticker.on_schedule()
         await t.next_tick()
         await t.next_tick()
