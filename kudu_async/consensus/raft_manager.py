@@ -336,3 +336,6 @@ class _FailedStateMachine:
 
     def durable_index(self) -> int:
         return 0
+
+    def recall(self, entries: list[tuple[int, bytes]]) -> None:
+        """Never opened."""

@@ -64,6 +64,12 @@ class StateMachine(Protocol):
         """Entries up to here are durable in the state machine's own files (0: it needs the whole log)."""
         ...
 
+    def recall(self, entries: list[tuple[int, bytes]]) -> None:
+        """At restart, before any apply: committed (index, payload) entries the log still holds at or
+        below ``durable_index``, which will not be applied again. For what the state machine keeps only in
+        memory about them (a tablet: the results of exactly-once writes). Runs in a worker thread."""
+        ...
+
 
 class ReplicaState(enum.Enum):
     INITIALIZING = "INITIALIZING"
@@ -191,11 +197,15 @@ class RaftReplica:
         self.extra_meta = dict(cmeta.config.get("extra", {}))
         snap_index, snap_term, snap_cfg = cmeta.config.get("snapshot", [0, 0, {"voters": list(self.peers)}])
         snapshot = SnapshotMeta(int(snap_index), int(snap_term), Config.from_dict(snap_cfg))
+        durable = self.sm.durable_index()
+        done = min(max(durable, snapshot.index), wal.last_index)
+        if wal.first_index <= done:
+            self.sm.recall([(e.index, e.data) for e in wal.read(wal.first_index, done)
+                            if EntryKind(int(e.kind)) is EntryKind.NORMAL])
         start = max(wal.first_index, snapshot.index + 1)
         entries = [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data)
                    for e in wal.read(start)] if start <= wal.last_index else []
         self._learn_addresses(entries)
-        durable = self.sm.durable_index()
         self._saved_commit = cmeta.commit_index
         self.raft = RaftNode.restart(
             self.node_uuid, self.group, HardState(cmeta.term, cmeta.voted_for, cmeta.commit_index),

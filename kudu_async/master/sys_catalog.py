@@ -192,6 +192,9 @@ class SysCatalogStateMachine:
     def durable_index(self) -> int:
         return self._snapshot_index
 
+    def recall(self, entries: list[tuple[int, bytes]]) -> None:
+        """Nothing to recall: its snapshot file holds the catalog and the DDL request results."""
+
     async def snapshot(self) -> None:
         self._since_snapshot = 0
         index = self.applied_index

@@ -155,6 +155,14 @@ class PreparedWrite:
     state: str = "prepared"
     schema_version: int = 0
 
+    def outcome(self) -> WriteResult:
+        """What applying it will answer (without the log index): row errors and ignored rows are decided
+        here and the plan fixes the counts; the row locks keep that true until it is applied."""
+        kind = self.plan.kind
+        return WriteResult(self.timestamp, 0, list(self.errors), int(np.count_nonzero(kind == _INSERT)),
+                           int(np.count_nonzero(kind == _UPDATE)), int(np.count_nonzero(kind == _DELETE)),
+                           self.ignored)
+
 
 class TabletScanner:
     """Iterator of Arrow record batches; ``last_key`` is the encoded key of the last row returned."""

@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from kudu_async.common.clock import HybridClock
@@ -48,7 +48,14 @@ from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrite, ScanSpec, Tablet, TabletScanner
 from kudu_async.tserver.result_tracker import Outcome, RequestId, ResultTracker
-from kudu_async.tserver.wire import WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
+from kudu_async.tserver.wire import (
+    AlterEntry,
+    WriteEntry,
+    decode_entry,
+    decode_entry_header,
+    encode_alter_entry,
+    encode_write_entry,
+)
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -225,6 +232,28 @@ class TabletReplica:
     def durable_index(self) -> int:
         return self.tablet.earliest_needed_log_index() - 1
 
+    def recall(self, entries: list[tuple[int, bytes]]) -> None:
+        """Writes applied and flushed before this replica restarted are not applied again: remember their
+        results (as the leader decided them, in the entries) so that a retry is answered, not re-applied.
+        A write refused at apply (an AlterSchema changed the schema first) left no result and is skipped."""
+        headers = [(index, decode_entry_header(payload)) for index, payload in entries]
+        alters = [h.version for _, h in headers if isinstance(h, AlterEntry)]
+        newest = alters[0] - 1 if alters else self.tablet.schema_version  # in force before the first one
+        exact = False
+        now = time.monotonic()
+        recalled = 0
+        for index, h in headers:
+            if isinstance(h, AlterEntry):
+                newest, exact = h.version, True
+            elif h.request_id is not None and h.outcome is not None and (
+                h.schema_version == newest if exact else h.schema_version <= newest
+            ):
+                self.tracker.complete(h.request_id, replace(h.outcome, log_index=index), now)
+                recalled += 1
+        if recalled:
+            log.info("recalled the results of flushed writes from the log",
+                     extra={"tablet": self.tablet_id, "writes": recalled})
+
     def _replay_write(self, entry: WriteEntry, index: int) -> WriteResult:
         self.clock.update(entry.timestamp)
         prepared = self.tablet.prepare_write(entry.op, entry.timestamp, replay=True,
@@ -375,7 +404,8 @@ class TabletReplica:
                     prepared = None  # a row lock is held by a write in flight: wait outside the lock
                 if prepared is not None:
                     try:
-                        entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id)
+                        entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id,
+                                                   None if request_id is None else prepared.outcome())
                         fut = r.propose([entry])[0]
                     except BaseException:
                         self.tablet.abort_write(prepared)

@@ -194,3 +194,40 @@ def test_a_session_insert_whose_first_attempt_timed_out_is_applied_once(mini_clu
             for tid in tablet_ids:
                 duplicates += cluster.http_json(ts, f"/api/v1/tablets/{tid}")["result_tracker"]["duplicates_answered"]
         assert duplicates >= 1, "no retry reached a tablet server: the test did not exercise a retry"
+
+
+async def test_a_write_flushed_before_a_full_restart_is_still_applied_once(mini_cluster_factory: Any,
+                                                                            rpc: RpcClient) -> None:
+    """Every replica flushes the writes to its files and every tablet server restarts: the writes are not
+    applied again at bootstrap, so their results come from their WAL entries; a resend of each is answered
+    with the first attempt's result (no ALREADY_PRESENT, and the earlier update does not overwrite the
+    later one)."""
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3)
+    tc, leader = await start_tablet(cluster, rpc, "eo-restart")
+    w = Writes(tc.tablet_id)
+    insert = w.req(1, rows(list(range(10)), 1), INSERT)
+    first = await rpc.call(leader, "TabletServer", "Write", insert)
+    dup = await rpc.call(leader, "TabletServer", "Write", w.req(2, rows([0, 10], 1), INSERT, first=1))
+    assert [e["row_index"] for e in dup["row_errors"]] == [0] and dup["inserted"] == 1
+    set_100 = w.req(3, rows([3], 100), UPDATE, first=1)
+    r100 = await rpc.call(leader, "TabletServer", "Write", set_100)
+    await rpc.call(leader, "TabletServer", "Write", w.req(4, rows([3], 200), UPDATE, first=1))
+    for ts in cluster.tservers:  # every replica holds the four writes (entries 2-5) in its files
+        deadline = time.monotonic() + 20
+        while (await rpc.call(ts.rpc_address, "TabletServer", "FlushTablet",
+                              {"tablet_id": tc.tablet_id}))["last_flushed_log_index"] < 5:
+            assert time.monotonic() < deadline, f"{ts.name} never applied the writes"
+            await asyncio.sleep(0.1)
+
+    loop = asyncio.get_running_loop()
+    for ts in cluster.tservers:
+        await loop.run_in_executor(None, cluster.stop_node, ts)
+    for ts in cluster.tservers:
+        await loop.run_in_executor(None, cluster.restart_node, ts)
+    tc.leader = None
+    await tc.wait_leader(30.0)
+    assert await tc._call_leader("Write", insert, 20.0) == first
+    assert await tc._call_leader("Write", w.req(2, rows([0, 10], 1), INSERT, first=1), 20.0) == dup
+    assert await tc._call_leader("Write", set_100, 20.0) == r100
+    got = await values(tc)
+    assert len(got) == 11 and got[3] == 200

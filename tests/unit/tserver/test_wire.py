@@ -9,9 +9,17 @@ import pytest
 
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.row_conversion import decode_row_operations, encode_row_operations
-from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.ops import OpType, RowError, WriteOp, WriteResult
 from kudu_async.tserver.result_tracker import RequestId
-from kudu_async.tserver.wire import AlterEntry, WriteEntry, decode_entry, encode_alter_entry, encode_write_entry
+from kudu_async.tserver.wire import (
+    AlterEntry,
+    WriteEntry,
+    WriteHeader,
+    decode_entry,
+    decode_entry_header,
+    encode_alter_entry,
+    encode_write_entry,
+)
 
 
 def _batch(n: int) -> pa.RecordBatch:
@@ -71,3 +79,19 @@ def test_write_entries_without_a_request_id_keep_their_old_form() -> None:
     assert len(item) == 6
     with_id = msgpack.unpackb(encode_write_entry(5, 0, op, RequestId("c", 1, 1)), raw=False)
     assert with_id[:6] == item and with_id[6] == ["c", 1, 1]
+
+
+def test_tracked_write_entries_carry_the_decided_result_and_decode_without_their_rows() -> None:
+    """What a restarted replica recalls instead of applying a flushed write again."""
+    op = WriteOp(np.array([1, 1, 2]), _batch(3), None)
+    rid = RequestId("c", 7, 7)
+    outcome = WriteResult(99, 0, [RowError(1, "ALREADY_PRESENT", "key already present")], inserted=1, updated=1)
+    payload = encode_write_entry(99, 4, op, rid, outcome)
+    entry = decode_entry(payload)
+    assert isinstance(entry, WriteEntry) and entry.outcome == outcome and entry.request_id == rid
+    assert decode_entry_header(payload) == WriteHeader(99, 4, rid, outcome)
+    older = decode_entry_header(encode_write_entry(99, 4, op, rid))  # written before results were kept
+    assert older == WriteHeader(99, 4, rid, None)
+    assert decode_entry_header(encode_alter_entry({"columns": []}, 5)) == AlterEntry({"columns": []}, 5)
+    with pytest.raises(KuduInvalidArgument, match="unknown tablet log entry type"):
+        decode_entry_header(msgpack.packb(["x"]))
