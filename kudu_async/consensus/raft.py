@@ -358,8 +358,11 @@ class RaftNode:
         rng: random.Random | None = None,
     ) -> RaftNode:
         """A brand-new replica. Initial members pass the initial config; a replica about to be added
-        passes ``Config(frozenset())`` and learns its config from the leader's log."""
-        return cls(
+        passes ``Config(frozenset())`` and learns its config from the leader's log.
+
+        It holds no leader stickiness: it has never acked a leader, so no lease counts on it (a restarted
+        replica may have, and waits out an election timeout first)."""
+        node = cls(
             node_id,
             group,
             hard_state=HardState(0, None, 0),
@@ -367,6 +370,8 @@ class RaftNode:
             options=options,
             rng=rng,
         )
+        node._since_leader = _FAR
+        return node
 
     @classmethod
     def restart(
@@ -678,12 +683,13 @@ class RaftNode:
     def campaign(self) -> None:
         """Start an election now rather than when the election timeout fires (etcd's Campaign): the
         tserver asks this of one replica of a tablet it has just created, so a new table gets its leaders
-        in a vote round trip instead of 1.5-3 s of timeouts. It is a forced election, as after TimeoutNow:
-        freshly started replicas hold leader stickiness for an election timeout and would refuse a
-        normal one. As safe as any election; a no-op on a leader or a non-voter."""
+        in two vote round trips instead of 1.5-3 s of timeouts. A normal election (pre-vote first, when
+        enabled): brand-new peers hold no stickiness and grant it, while peers that follow a live leader
+        refuse it, so asking again while no leader is known here cannot depose one elected meanwhile.
+        A no-op on a leader or a non-voter."""
         if self.role is Role.LEADER or not self._promotable():
             return
-        self._campaign(pre_vote=False, forced=True)
+        self._campaign(pre_vote=self.opts.pre_vote, forced=False)
 
     def step_down(self) -> None:
         """Abrupt leader step-down (Kudu LeaderStepDown ABRUPT): become a follower in the same term."""

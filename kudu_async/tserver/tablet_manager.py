@@ -225,8 +225,9 @@ class TabletManager:
                         pause_s: float = FIRST_CAMPAIGN_RETRY_S) -> None:
         """A new tablet's designated replica asks for votes at once instead of waiting out an election
         timeout. Its peers are created by the same master pass, a moment apart: a round that found too
-        few of them is repeated shortly (each is a forced election in a new term; harmless before a
-        leader exists), with doubling pauses so that a slow vote round is not cut short forever."""
+        few of them is repeated shortly, with doubling pauses so that a slow vote round is not cut short
+        forever. Each is a normal pre-vote election: if a peer was elected meanwhile by timeout (and its
+        heartbeat has not reached us yet), its followers refuse, and it stays leader."""
         raft = replica.raft
         if self.raft.replicas.get(tablet_id) is not replica or raft is None or raft.leader is not None:
             return  # removed, not running, or a leader already

@@ -122,15 +122,17 @@ def test_new_leader_heartbeats_on_node_ticks_that_are_multiples_of_h(node_tick0:
 
 def test_pre_vote_does_not_bump_terms() -> None:
     net = Net()
-    net.tick(["a"], times=2 * ET)  # a times out, others have stickiness from start-up
-    assert net["a"].role is Role.PRE_CANDIDATE
+    net.elect("a")
+    net.tick(["c"], times=2 * ET)  # c hears nothing and times out; b still follows the live leader
+    assert net["c"].role is Role.PRE_CANDIDATE
+    net.handle("c")
     net.deliver()
-    assert {n.term for n in net.nodes.values()} == {0}
+    assert {n.term for n in net.nodes.values()} == {1} and net["a"].is_leader
 
 
 def test_pre_vote_winner_starts_real_election_and_becomes_leader() -> None:
     net = Net()
-    net.tick(["b", "c"], times=ET)  # their start-up stickiness expires (no leader heard)
+    net.tick(["b", "c"], times=ET)
     while net["a"].role is not Role.PRE_CANDIDATE:
         net.tick(["a"])
     net.deliver()
@@ -159,7 +161,8 @@ def test_forced_election_ignores_leader_stickiness() -> None:
 
 
 def test_campaign_elects_a_new_groups_leader_without_waiting_for_a_timeout() -> None:
-    """What the tserver does on one replica of a tablet it just created: no ticks at all, one vote round."""
+    """What the tserver does on one replica of a tablet it just created: no ticks at all, a pre-vote and a
+    vote round (brand-new replicas hold no leader stickiness)."""
     net = Net()
     net["b"].campaign()
     net.handle("b")
@@ -168,17 +171,28 @@ def test_campaign_elects_a_new_groups_leader_without_waiting_for_a_timeout() -> 
     assert {n.leader for n in net.nodes.values()} == {"b"}
     net["b"].campaign()  # a leader's campaign changes nothing
     assert net["b"].is_leader and net["b"].term == 1
-    net["a"].campaign()  # forced, like TimeoutNow (the tserver only asks while no leader is known)
+    net["a"].campaign()  # a follower of a live leader: the others refuse, nobody is deposed
     net.handle("a")
     net.deliver()
-    assert sum(n.is_leader for n in net.nodes.values()) == 1
+    assert net["b"].is_leader and net["b"].term == 1 and not net["a"].is_leader
+
+
+def test_a_restarted_replica_holds_stickiness_a_new_one_does_not() -> None:
+    """A restarted voter may have acked a leader's heartbeat just before (a lease may count on it): it
+    refuses votes for an election timeout. A brand-new one has acked nobody."""
+    cfg = Config(frozenset({"a", "b", "c"}))
+    fresh = RaftNode.bootstrap("a", GROUP, cfg, options=OPTS)
+    restarted = RaftNode.restart("a", GROUP, HardState(1, None, 0), SnapshotMeta(0, 0, cfg), [], options=OPTS)
+    for node in (fresh, restarted):
+        node.step(VoteRequest(GROUP, "b", "a", 2, 0, 0, True, False))
+    votes = {n: [m for m in n.ready().messages if isinstance(m, VoteResponse)] for n in (fresh, restarted)}
+    assert votes[fresh][0].granted and not votes[restarted][0].granted
 
 
 def test_voter_grants_at_most_one_vote_per_term() -> None:
     net = Net()
     b = net["b"]
-    net.tick(["b"], times=ET)  # stickiness from start-up gone
-    assert b.role is Role.FOLLOWER and b.term == 0
+    assert b.role is Role.FOLLOWER and b.term == 0  # brand new: no stickiness
     b.step(VoteRequest(GROUP, "a", "b", 1, 0, 0, False, False))
     b.step(VoteRequest(GROUP, "c", "b", 1, 0, 0, False, False))
     votes = [m for rd in net.handle("b") for m in rd.messages if isinstance(m, VoteResponse)]
