@@ -93,6 +93,7 @@ class CatalogManager:
         self._rerep_busy: dict[str, tuple[str, int | None, float]] = {}
         self._replace_hints: dict[str, str] = {}  # tablet -> the voter its new learner is to replace
         self._excess_since: dict[str, tuple[int, float]] = {}  # over-replicated tablet -> (config index, since)
+        self._learner_since: dict[tuple[str, str], float] = {}  # (tablet, learner) -> first seen in its config
 
     # --- catalog access -------------------------------------------------------------------------------
 
@@ -666,7 +667,8 @@ class CatalogManager:
         failed = frozenset(u for u in seen if silent(u) > failed_after)
         usable = frozenset(live) - failed
         cluster = ClusterView(live=usable, failed=failed, addresses={u: self._address(u) for u in seen},
-                              load=self._replica_counts(sorted(usable)), fresh_excess=self._fresh_excess(views, now))
+                              load=self._replica_counts(sorted(usable)), fresh_excess=self._fresh_excess(views, now),
+                              stuck_learners=self._stuck_learners(views, now, failed_after))
         in_flight_adds = sum(1 for op, _, _ in self._rerep_busy.values() if op == rereplication.ADD_LEARNER)
         for action in rereplication.plan(views, cluster, rereplication.MAX_CONCURRENT_REREPLICATIONS, in_flight_adds):
             if isinstance(action, Tombstone):
@@ -692,6 +694,20 @@ class CatalogManager:
             if now - since[1] < TRIM_GRACE_S:
                 fresh.add(tid)
         return frozenset(fresh)
+
+    def _stuck_learners(self, views: list[TabletView], now: float, limit_s: float) -> frozenset[tuple[str, str]]:
+        """Learners in their tablet's config for longer than ``limit_s`` whose replica is neither RUNNING
+        nor being copied now (the leader retries a failed copy, so one that keeps failing shows up here)."""
+        current = {(v.tablet_id, u): v for v in views for u in v.non_voters}
+        for key in [k for k in self._learner_since if k not in current]:
+            del self._learner_since[key]
+        stuck = set()
+        for key, view in current.items():
+            since = self._learner_since.setdefault(key, now)
+            state = view.replica_states.get(key[1])
+            if now - since > limit_s and state not in (rereplication.RUNNING, rereplication.COPYING):
+                stuck.add(key)
+        return frozenset(stuck)
 
     def _tablet_view(self, rec: dict[str, Any], num_replicas: int, now: float) -> TabletView | None:
         """The reported state of one tablet, or None while it has no reported config. The leader counts

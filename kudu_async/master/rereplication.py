@@ -14,8 +14,11 @@ this order (the first that applies is the tablet's step):
 
 1. A NON_VOTER (learner) in the config: on a failed server (or reporting FAILED) -> REMOVE it; its
    replica reports RUNNING (the tablet copy is installed and bootstrapped) -> PROMOTE it (the leader
-   refuses until the learner's log has caught up with the commit index; the master retries); otherwise
-   wait for its copy. So there is never more than one learner and one change at a time.
+   refuses until the learner's log has caught up with the commit index; the master retries); a learner
+   whose copy has not come up for longer than the failure timeout and is not being copied right now
+   (``ClusterView.stuck_learners``: copies to its server keep failing) -> REMOVE it, so another server
+   can be tried; otherwise wait for its copy. So there is never more than one learner and one change at
+   a time.
 2. Fewer healthy voters than the table's replication factor -> ADD_LEARNER on the live server with the
    fewest replicas that holds none of this tablet (at most ``max_concurrent`` tablets re-replicating at
    once). If the healthy voters are no majority, nothing can commit; when evicting one unhealthy voter
@@ -50,6 +53,7 @@ REMOVE = "REMOVE"
 RUNNING = "RUNNING"
 FAILED = "FAILED"
 TOMBSTONED = "TOMBSTONED"
+COPYING = "COPYING"
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,9 @@ class ClusterView:
     # Tablets over-replicated only for a moment (an operator's move: add, promote, then remove its source):
     # no trim is planned for them without a replace hint, so the operator's own removal comes first.
     fresh_excess: frozenset[str] = frozenset()
+    # (tablet, server) of learners in the config for longer than the failure timeout whose replica is
+    # neither RUNNING nor COPYING: their copies keep failing.
+    stuck_learners: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -144,8 +151,8 @@ def unhealthy(t: TabletView, cluster: ClusterView, uuid: str) -> bool:
 def _tombstones(t: TabletView, cluster: ClusterView) -> list[Tombstone]:
     out = []
     for u, state in sorted(t.replica_states.items()):
-        if u in t.members or state == TOMBSTONED or u not in cluster.live:
-            continue
+        if u in t.members or state in (TOMBSTONED, COPYING) or u not in cluster.live:
+            continue  # (a copy in progress is tombstoned once it has finished, if still not a member)
         address = cluster.addresses.get(u)
         if address:
             out.append(Tombstone(t.tablet_id, u, address, t.config_index,
@@ -168,6 +175,8 @@ def _config_step(t: TabletView, cluster: ClusterView, load: dict[str, int], add_
     for learner in sorted(t.non_voters):
         if unhealthy(t, cluster, learner):
             return change(REMOVE, learner, "the new non-voter's server failed")
+        if (t.tablet_id, learner) in cluster.stuck_learners:
+            return change(REMOVE, learner, "the new non-voter's tablet copy never came up")
         if t.replica_states.get(learner) == RUNNING:
             return change(PROMOTE, learner, "the new non-voter's copy is running")
         return None  # its tablet copy is on the way

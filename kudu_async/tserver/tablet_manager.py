@@ -299,15 +299,17 @@ class TabletManager:
     # --- reports and listings -------------------------------------------------------------------------
 
     def reports(self, ids: set[str] | None) -> list[dict[str, Any]]:
-        wanted = set(self.replicas) | set(self.failed_to_open) | self.raft.tombstoned | set(self.raft.opening) \
-            if ids is None else ids
+        wanted = (set(self.replicas) | set(self.failed_to_open) | self.raft.tombstoned | set(self.raft.opening)
+                  | set(self._copying)) if ids is None else ids
         out = []
         for tid in sorted(wanted):
             r = self.replicas.get(tid)
             if r is not None:
                 out.append(r.report())
-            elif tid in self.failed_to_open or tid in self.raft.tombstoned or tid in self.raft.opening:
-                state = (TabletState.FAILED if tid in self.failed_to_open else
+            elif (tid in self._copying or tid in self.failed_to_open or tid in self.raft.tombstoned
+                  or tid in self.raft.opening):
+                state = (TabletState.COPYING if tid in self._copying else
+                         TabletState.FAILED if tid in self.failed_to_open else
                          TabletState.TOMBSTONED if tid in self.raft.tombstoned else TabletState.BOOTSTRAPPING)
                 out.append({"tablet_id": tid, "table_id": "", "state": state.value,
                             "error": self.failed_to_open.get(tid), "role": None, "term": 0, "leader_uuid": None,
@@ -382,6 +384,7 @@ class TabletManager:
         task = asyncio.get_running_loop().create_task(self._copy_in(tablet_id, source_uuid, source_address))
         self._copying[tablet_id] = task
         task.add_done_callback(lambda t: self._copying.pop(tablet_id, None))
+        self._mark_dirty(tablet_id)  # the master sees COPYING: the copy is making its way, not stuck
         return {"tablet_id": tablet_id, "started": True}
 
     async def _copy_in(self, tablet_id: str, source_uuid: str, source_address: str) -> None:

@@ -68,6 +68,7 @@ class TabletState(enum.Enum):
     FAILED = "FAILED"
     STOPPED = "STOPPED"
     TOMBSTONED = "TOMBSTONED"
+    COPYING = "COPYING"  # only in reports: a tablet copy into this server is in progress (Kudu: TABLET_DATA_COPYING)
 
 
 @dataclass

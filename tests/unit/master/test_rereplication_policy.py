@@ -65,6 +65,8 @@ def test_placement_skips_members_failed_servers_and_servers_holding_a_stale_repl
     actions = plan([t], cluster())
     assert Tombstone("t1", "d", addr("d"), 5, "replica in state RUNNING is not in the config (index 5)") in actions
     assert [a.peer for a in actions if isinstance(a, ChangeConfig)] == ["e"]
+    t = tablet(states={"d": "COPYING"})  # a copy in progress: not tombstoned under its feet, not a target
+    assert [a.peer for a in plan([t], cluster())] == ["e"]
     t = tablet(states={"d": "TOMBSTONED"})  # a tombstone is no obstacle (the copy replaces it)
     assert only(plan([t], cluster(live=("a", "b", "d")))).peer == "d"
 
@@ -87,6 +89,17 @@ def test_learner_on_a_failed_server_is_removed_so_another_can_be_tried() -> None
     assert (a.op, a.peer) == (REMOVE, "d")
     a = only(plan([tablet(non_voters=("d",), states={"d": "FAILED"})], cluster()))
     assert (a.op, a.peer) == (REMOVE, "d")
+
+
+def test_a_learner_whose_copy_never_comes_up_is_removed_so_another_server_can_be_tried() -> None:
+    t = tablet(non_voters=("d",), states={"d": "TOMBSTONED"}, index=6)  # its copies keep failing
+    stuck = ClusterView(frozenset(("a", "b", "d", "e")), frozenset(("c",)), {u: addr(u) for u in SERVERS},
+                        {u: 0 for u in SERVERS}, stuck_learners=frozenset({("t1", "d")}))
+    a = only(plan([t], stuck))
+    assert (a.op, a.peer, a.cas_config_index) == (REMOVE, "d", 6)
+    assert plan([t], cluster()) == []  # not (yet) stuck: its copy is on the way
+    # Once it is gone, the next pass places a learner again (the same server may well be tried again).
+    assert only(plan([tablet(index=7)], cluster())).op == ADD_LEARNER
 
 
 def test_failed_voter_is_removed_only_after_the_promotion() -> None:
@@ -202,3 +215,21 @@ def test_three_four_three_walkthrough() -> None:
                       hint="c")
         steps.append([(a.op, a.peer) for a in plan([view], c) if isinstance(a, ChangeConfig)])
     assert steps == [[(ADD_LEARNER, "d")], [], [(PROMOTE, "d")], [(REMOVE, "c")], []]
+
+
+def test_the_catalog_manager_calls_a_learner_stuck_only_after_the_timeout_and_never_while_copying() -> None:
+    from kudu_async.master.catalog_manager import CatalogManager
+
+    cm = object.__new__(CatalogManager)  # only what _stuck_learners touches
+    cm._learner_since = {}
+
+    def views(*learners: tuple[str, str, str | None]) -> list[TabletView]:
+        return [tablet(tid, non_voters=(u,), states={u: st} if st else {}) for tid, u, st in learners]
+
+    first = views(("t1", "d", "TOMBSTONED"), ("t2", "e", "COPYING"), ("t3", "d", None), ("t4", "e", "RUNNING"))
+    assert cm._stuck_learners(first, 100.0, 300.0) == frozenset()
+    assert cm._stuck_learners(first, 350.0, 300.0) == frozenset()
+    assert cm._stuck_learners(first, 401.0, 300.0) == frozenset({("t1", "d"), ("t3", "d")})
+    # t1's learner left the config and a new one came: its clock starts again.
+    assert cm._stuck_learners(views(("t1", "e", None)), 402.0, 300.0) == frozenset()
+    assert cm._stuck_learners(views(("t1", "e", None)), 703.0, 300.0) == frozenset({("t1", "e")})
