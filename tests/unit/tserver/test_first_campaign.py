@@ -59,4 +59,3 @@ async def test_gives_up_after_the_last_try_and_on_a_stopped_or_replaced_replica(
     await asyncio.sleep(0.1)
     assert old.times == [] and new.times == []  # the tablet's replica is another object now
     assert FIRST_CAMPAIGN_TRIES >= 2
-
