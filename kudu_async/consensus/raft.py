@@ -726,6 +726,16 @@ class RaftNode:
         self._require_leader()
         self._start_read(ctx, use_lease)
 
+    def lease_read_index(self) -> int | None:
+        """What ``read_index(use_lease=True)`` would answer at once, without a Ready round: the commit
+        index while this leader's lease holds and that index is of its own term; None otherwise (then ask
+        ``read_index``, which waits or confirms with a heartbeat round)."""
+        if self.role is not Role.LEADER or self._log.term_at(self.commit) != self.term:
+            return None
+        if self.config.voters <= {self.id} or self.lease_valid():
+            return self.commit
+        return None
+
     def _start_read(self, ctx: bytes, use_lease: bool) -> None:
         if self._log.term_at(self.commit) != self.term:
             self._reads_waiting_noop.append(ctx)  # commit index not yet known to be current

@@ -310,6 +310,10 @@ class RaftReplica:
     async def read_index(self, timeout_s: float = 10.0, use_lease: bool = True) -> int:
         """A linearizable read point: once ``applied >= `` the returned index, reads see every commit."""
         raft = self._require_running()
+        if use_lease and self.ticks_on_schedule():
+            index = raft.lease_read_index()
+            if index is not None:
+                return index  # no future, no driver wake-up: the common case of a READ_LATEST scan
         self._read_seq += 1
         ctx = self._read_seq.to_bytes(8, "big")
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -766,3 +766,15 @@ def test_the_lease_ends_before_a_follower_could_vote_for_another() -> None:
     # Counted from the acked heartbeat's tick: an election timeout less the margin (host tick lag, late
     # ticks a follower's host may run back to back, phase within a tick).
     assert a._ticks - last_ack == ET - LEASE_MARGIN_TICKS + 1
+
+
+def test_lease_read_index_answers_at_once_only_where_read_index_would() -> None:
+    net = Net()
+    a = net.elect("a")
+    assert net["b"].lease_read_index() is None  # a follower never answers
+    net.tick(["a"], times=OPTS.heartbeat_ticks)
+    net.deliver()
+    assert a.lease_valid() and a.lease_read_index() == a.commit
+    net.cut = {"b", "c"}
+    net.tick(["a"], times=ET)
+    assert not a.lease_valid() and a.lease_read_index() is None  # read_index would need a heartbeat round
