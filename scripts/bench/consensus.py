@@ -74,11 +74,15 @@ async def run_phase(
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    elapsed = time.perf_counter() - t0
+    report(f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}", latencies,
+           time.perf_counter() - t0, f"errors {errors}")
+
+
+def report(label: str, latencies: list[float], elapsed: float, extra: str) -> None:
+    """Print a phase's committed entries/s and its commit latency percentiles."""
     lat = sorted(latencies)
     p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: float("nan"))
-    label = f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}"
-    print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, errors {errors})")
+    print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, {extra})")
     print(f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "
           f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms")
 
@@ -150,15 +154,10 @@ async def run_coalesced(rpc: RpcClient, leaders: dict[str, str], concurrency: in
     t0 = time.perf_counter()
     await asyncio.gather(*(proposer(w) for w in range(concurrency)))
     elapsed = time.perf_counter() - t0
-    lat = sorted(latencies)
     calls = sum(b.calls for b in batchers.values())
-    p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: float("nan"))
-    label = f"groups={len(groups)} proposers={concurrency} one entry each, coalesced by the client " \
-            f"(<= {in_flight} calls in flight per leader)"
-    print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, errors {errors}, "
-          f"{len(lat) / max(1, calls):.1f} entries per call)")
-    print(f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "
-          f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms")
+    report(f"groups={len(groups)} proposers={concurrency} one entry each, coalesced by the client "
+           f"(<= {in_flight} calls in flight per leader)", latencies, elapsed,
+           f"errors {errors}, {len(latencies) / max(1, calls):.1f} entries per call")
 
 
 async def main() -> None:
