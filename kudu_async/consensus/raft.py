@@ -732,15 +732,17 @@ class RaftNode:
         ``read_index``, which waits or confirms with a heartbeat round)."""
         if self.role is not Role.LEADER or self._log.term_at(self.commit) != self.term:
             return None
-        if self.config.voters <= {self.id} or self.lease_valid():
-            return self.commit
-        return None
+        return self.commit if self._read_answers_at_once(True) else None
+
+    def _read_answers_at_once(self, use_lease: bool) -> bool:
+        """A leader whose commit index is of its term: no other voter to ask, or a lease to rely on."""
+        return self.config.voters <= {self.id} or (use_lease and self.lease_valid())
 
     def _start_read(self, ctx: bytes, use_lease: bool) -> None:
         if self._log.term_at(self.commit) != self.term:
             self._reads_waiting_noop.append(ctx)  # commit index not yet known to be current
             return
-        if self.config.voters <= {self.id} or (use_lease and self.lease_valid()):
+        if self._read_answers_at_once(use_lease):
             self._out_reads.append(ReadState(ctx, self.commit))
             return
         self._read_seq += 1

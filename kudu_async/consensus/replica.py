@@ -310,7 +310,8 @@ class RaftReplica:
     async def read_index(self, timeout_s: float = 10.0, use_lease: bool = True) -> int:
         """A linearizable read point: once ``applied >= `` the returned index, reads see every commit."""
         raft = self._require_running()
-        if use_lease and self.ticks_on_schedule():
+        use_lease = use_lease and self.ticks_on_schedule()
+        if use_lease:
             index = raft.lease_read_index()
             if index is not None:
                 return index  # no future, no driver wake-up: the common case of a READ_LATEST scan
@@ -319,7 +320,7 @@ class RaftReplica:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._reads[ctx] = fut
         try:
-            raft.read_index(ctx, use_lease=use_lease and self.ticks_on_schedule())
+            raft.read_index(ctx, use_lease=use_lease)
         except KuduBadStatus:
             self._reads.pop(ctx, None)
             raise

@@ -234,7 +234,6 @@ class Ticker:
         self._on_error: dict[str, Callable[[BaseException], None]] = {}
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
-        self.jumps = 0
         self.on_jump: Callable[[], None] | None = None
         self._due = -float("inf")  # when the last delivered tick was due (loop time)
 
@@ -267,7 +266,6 @@ class Ticker:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             if loop.time() - next_at > MAX_TICK_CATCH_UP * self.interval_s:  # paused (SIGSTOP) or starved
                 next_at = loop.time()
-                self.jumps += 1
                 if self.on_jump is not None:
                     self.on_jump()
             self._due = next_at

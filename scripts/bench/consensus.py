@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,37 +46,48 @@ async def find_leaders(
     return leaders
 
 
-async def run_phase(
-    rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float, batch: int = 1
-) -> None:
-    groups = list(leaders)
+async def drive(concurrency: int, max_ops: int, seconds: float, step: int,
+                op: Callable[[int], Awaitable[Any]]) -> tuple[list[float], float, int]:
+    """``concurrency`` workers, each awaiting ``op(i)`` (``step`` entries from entry ``i``) until ``max_ops``
+    entries or ``seconds``: (each entry's latency, elapsed seconds, entries that failed)."""
     latencies: list[float] = []
     errors = 0
     next_op = 0
     deadline = time.monotonic() + seconds
 
-    async def worker(w: int) -> None:
+    async def worker() -> None:
         nonlocal next_op, errors
         while next_op < max_ops and time.monotonic() < deadline:
             i = next_op
-            next_op += batch
-            g = groups[(i // batch) % len(groups)]
+            next_op += step
             t0 = time.perf_counter()
             try:
-                if batch == 1:
-                    await rpc.call(leaders[g], "TestKV", "Put", {"group": g, "key": f"k{i}", "value": b"x" * 32},
-                                   timeout_s=10)
-                else:
-                    items = [[f"k{j}", b"x" * 32] for j in range(i, i + batch)]
-                    await rpc.call(leaders[g], "TestKV", "PutBatch", {"group": g, "items": items}, timeout_s=10)
-                latencies.extend([time.perf_counter() - t0] * batch)
+                await op(i)
+                latencies.extend([time.perf_counter() - t0] * step)
             except KuduBadStatus:
-                errors += batch
+                errors += step
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    report(f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}", latencies,
-           time.perf_counter() - t0, f"errors {errors}")
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - t0, errors
+
+
+async def run_phase(
+    rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float, batch: int = 1
+) -> None:
+    groups = list(leaders)
+
+    async def op(i: int) -> None:
+        g = groups[(i // batch) % len(groups)]
+        if batch == 1:
+            await rpc.call(leaders[g], "TestKV", "Put", {"group": g, "key": f"k{i}", "value": b"x" * 32}, timeout_s=10)
+        else:
+            items = [[f"k{j}", b"x" * 32] for j in range(i, i + batch)]
+            await rpc.call(leaders[g], "TestKV", "PutBatch", {"group": g, "items": items}, timeout_s=10)
+
+    latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, batch, op)
+    report(f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}", latencies, elapsed,
+           f"errors {errors}")
 
 
 def report(label: str, latencies: list[float], elapsed: float, extra: str) -> None:
@@ -134,26 +146,11 @@ async def run_coalesced(rpc: RpcClient, leaders: dict[str, str], concurrency: in
     """``concurrency`` proposers, each with one small entry outstanding at a time, through Coalescers."""
     groups = list(leaders)
     batchers = {g: Coalescer(rpc, g, leaders[g], in_flight, 1000) for g in groups}
-    latencies: list[float] = []
-    errors = 0
-    next_op = 0
-    deadline = time.monotonic() + seconds
 
-    async def proposer(w: int) -> None:
-        nonlocal next_op, errors
-        while next_op < max_ops and time.monotonic() < deadline:
-            i = next_op
-            next_op += 1
-            t0 = time.perf_counter()
-            try:
-                await batchers[groups[i % len(groups)]].submit(f"c{i}", b"x" * 32)
-                latencies.append(time.perf_counter() - t0)
-            except KuduBadStatus:
-                errors += 1
+    def op(i: int) -> Awaitable[None]:
+        return batchers[groups[i % len(groups)]].submit(f"c{i}", b"x" * 32)
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(proposer(w) for w in range(concurrency)))
-    elapsed = time.perf_counter() - t0
+    latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, op)
     calls = sum(b.calls for b in batchers.values())
     report(f"groups={len(groups)} proposers={concurrency} one entry each, coalesced by the client "
            f"(<= {in_flight} calls in flight per leader)", latencies, elapsed,
