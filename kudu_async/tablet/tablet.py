@@ -249,6 +249,20 @@ def _ordered_pieces(
             yield tail
 
 
+def _pinned_key(info: SchemaInfo, spec: ScanSpec) -> list[Any] | None:
+    """The primary key's values when the predicates pin every key column by '=' (one value each)."""
+    nk = info.num_key_columns
+    pinned: dict[str, Any] = {}
+    for p in spec.predicates:
+        if getattr(p, "op", None) == "=" and _pred_column(p) in info.key_names[:nk]:
+            if _pred_column(p) in pinned:  # two values for one key column: the general path decides
+                return None
+            pinned[_pred_column(p)] = p.value
+    if len(pinned) < nk:
+        return None
+    return [pinned[n] for n in info.key_names[:nk]]
+
+
 def _pred_column(pred: Any) -> str:
     col = getattr(pred, "column", None) or getattr(pred, "column_name", None)
     return col if isinstance(col, str) else col.name  # type: ignore[union-attr]
@@ -527,6 +541,9 @@ class Tablet:
 
     def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
         """Where ``key`` lives: (MemRowSet, MRSRow) or (DiskRowSet, row position) or None."""
+        return self._locate_in_memory(key) or self._locate_on_disk(key, drs)
+
+    def _locate_in_memory(self, key: bytes) -> tuple[MemRowSet, MRSRow] | None:
         r = self._mrs.get(key)
         if r is not None:
             return self._mrs, r
@@ -534,6 +551,9 @@ class Tablet:
             r = m.get(key)
             if r is not None:
                 return m, r
+        return None
+
+    def _locate_on_disk(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[DiskRowSet, int] | None:
         for d in self._drs if drs is None else drs:
             pos = d.find_row(key)
             if pos is not None:
@@ -906,9 +926,24 @@ class Tablet:
         The schema, MemRowSet contents and rowsets are taken together under the component lock, so a
         scan reads with one schema throughout even if an AlterSchema lands while it runs.
         """
-        spec = spec or ScanSpec()
+        scanner = self._scan(spec or ScanSpec(), memory_only=False)
+        assert scanner is not None
+        return scanner
+
+    def scan_in_memory(self, spec: ScanSpec) -> TabletScanner | None:
+        """The scan, started now, when it is a point lookup whose row a MemRowSet holds (or that the
+        scan's key bounds rule out) and the component lock is free; None otherwise, and then
+        :meth:`scan` in a worker answers. It reads no file and never waits on a lock, so the event loop
+        may call it: recent rows, the hot ones, are read without a hand-off to a worker."""
+        if _pinned_key(self.info, spec) is None or (spec.read_mode != READ_LATEST and spec.snapshot_wait_s):
+            return None  # not a lookup, or its snapshot may still have to wait for writes in flight
+        return self._scan(spec, memory_only=True)
+
+    def _scan(self, spec: ScanSpec, memory_only: bool) -> TabletScanner | None:
         snap, snap_ts = self._snapshot_for(spec)
-        with self._lock:
+        if not self._lock.acquire(blocking=not memory_only):
+            return None  # a flush or a write holds the components: not worth waiting for on the loop
+        try:
             info = self.info
             projection = list(spec.projection) if spec.projection is not None else list(info.names)
             for c in projection:
@@ -929,12 +964,14 @@ class Tablet:
             lower_excl = False
             if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
                 lower, lower_excl = spec.resume_after_key, True
-            point = self._point_read(info, spec, snap, needed, lower, upper, lower_excl)
+            point = self._point_read(info, spec, snap, needed, lower, upper, lower_excl, memory_only)
             if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
                 scanner = TabletScanner(
                     self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
                 scanner.info = info
                 return scanner
+            if memory_only:
+                return None
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
                 for m in [self._mrs, *self._flushing_mrs]
@@ -945,6 +982,8 @@ class Tablet:
                 for d in self._drs
                 if (upper is None or d.min_key < upper) and (lower is None or d.max_key >= lower)
             ]
+        finally:
+            self._lock.release()
         drs.sort(key=lambda it: it[0].min_key)
 
         def pieces() -> Iterator[pa.Table]:
@@ -998,22 +1037,18 @@ class Tablet:
         lower: bytes | None,
         upper: bytes | None,
         lower_excl: bool,
+        memory_only: bool = False,
     ) -> pa.Table | None:
         """A scan whose predicates fix the whole primary key as the row (0 or 1 rows, with ``needed``
         and ``_key``) found through the key index, as a write finds it; None when the scan is not of that
-        shape or the row's store reads another schema (the general path then answers). Called under the
-        component lock; per-row Python is fine here, it is one row."""
-        nk = info.num_key_columns
-        pinned: dict[str, Any] = {}
-        for p in spec.predicates:
-            if getattr(p, "op", None) == "=" and _pred_column(p) in info.key_names[:nk]:
-                if _pred_column(p) in pinned:  # two values for one key column: the general path decides
-                    return None
-                pinned[_pred_column(p)] = p.value
-        if len(pinned) < nk:
+        shape or the row's store reads another schema (the general path then answers), and with
+        ``memory_only`` also when the key is in no MemRowSet (only a rowset file could say). Called under
+        the component lock; per-row Python is fine here, it is one row."""
+        values = _pinned_key(info, spec)
+        if values is None:
             return None
         try:
-            key = info.encode_key([pinned[n] for n in info.key_names[:nk]])
+            key = info.encode_key(values)
         except Exception:  # a value the encoder does not take: the general path evaluates it
             return None
         cols = [info.names.index(n) for n in needed]
@@ -1021,16 +1056,27 @@ class Tablet:
         if (lower is not None and (key < lower or (lower_excl and key == lower))) or \
                 (upper is not None and key >= upper):
             return schema.empty_table()
-        loc = self._locate(key)
+        loc: tuple[Any, Any] | None = self._locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
+        if loc is None:
+            if memory_only:
+                return None
+            loc = self._locate_on_disk(key)
         if loc is None:
             return schema.empty_table()
-        store, ref = loc
+        store: Any = loc[0]
+        ref: Any = loc[1]
         if store.info.names != info.names:
             return None
         vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
         if vals is None:
             return schema.empty_table()
         return pa.table([*([vals[i]] for i in cols), [key]], schema=schema)
+
+    def is_point_lookup(self, spec: ScanSpec) -> bool:
+        """Whether ``spec`` reads at most one row found through the key index (the shape
+        :meth:`scan` answers by a lookup): a cheap hint for the host, which hands such small reads to
+        its workers together."""
+        return _pinned_key(self.info, spec) is not None
 
     def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
         """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:

@@ -45,6 +45,7 @@ from kudu_async.fs.tablet_metadata import metadata_path
 from kudu_async.rpc.client import RpcClient
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import Tablet, TabletOptions
+from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.tablet_replica import TabletReplica, TabletState, WriteLimits
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class TabletManager:
         self.raft = raft
         self.rpc = rpc_client
         self.executor = executor
+        self.small_reads = BatchedHandOff(executor)
         self.metrics = metrics
         self.options = options
         self.limits = limits
@@ -125,7 +127,8 @@ class TabletManager:
         entity = self.metrics.entity("tablet", group, {"table_id": info.get("table_id") or "",
                                                       "table_name": info.get("table_name") or ""})
         replica = TabletReplica(group, info, tablet, lambda: self.raft.replicas.get(group), self.executor,
-                                self.clock, entity, self.limits, self._mark_dirty, self._fetch_safe_index)
+                                self.clock, entity, self.limits, self._mark_dirty, self._fetch_safe_index,
+                                self.small_reads)
         self.replicas[group] = replica
         self.maintenance.register(tablet)
         log.info("tablet storage opened", extra={"tablet": group, "seconds": round(time.monotonic() - started, 3),

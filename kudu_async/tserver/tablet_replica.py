@@ -48,6 +48,7 @@ from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrite, ScanSpec, Tablet, TabletScanner
 from kudu_async.tserver.result_tracker import Outcome, RequestId, ResultTracker
+from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.wire import (
     AlterEntry,
     WriteEntry,
@@ -101,6 +102,7 @@ class TabletReplica:
         limits: WriteLimits,
         on_change: Callable[[str], None],
         fetch_safe_index: SafeIndexFetcher,
+        small_reads: BatchedHandOff | None = None,
     ) -> None:
         self.tablet_id = tablet_id
         self.info = info  # table_id, table_name, partition, partition_schema
@@ -112,6 +114,8 @@ class TabletReplica:
         self.limits = limits
         self._on_change = on_change
         self._fetch_safe_index = fetch_safe_index
+        # The node's hand-off of point reads to its workers, shared so that reads of different tablets batch.
+        self.small_reads = small_reads or BatchedHandOff(executor)
         self.error: str | None = None
         self.stopped = False
         self.bootstrap_target: int | None = None  # commit index seen when Raft came up: RUNNING once applied
@@ -482,7 +486,8 @@ class TabletReplica:
     async def scan_with(self, spec: ScanSpec, timeout_s: float, then: Callable[[TabletScanner], _T]) -> _T:
         """Position a scan (READ_LATEST on the confirmed leader, READ_AT_SNAPSHOT where safe), open it and
         run ``then`` on the new scanner in the same worker call (the tserver pulls a first batch without a
-        second hop to the executor)."""
+        second hop to the executor). A point lookup is answered on the loop when its row is in memory,
+        else handed to a worker together with the other lookups of this loop iteration."""
         deadline = time.monotonic() + timeout_s
         if spec.read_mode == READ_LATEST:
             r = self._leader()
@@ -498,7 +503,11 @@ class TabletReplica:
         def open_() -> _T:
             return then(self.tablet.scan(spec))
 
-        out = await asyncio.get_running_loop().run_in_executor(self.executor, open_)
+        if self.tablet.is_point_lookup(spec):
+            it = self.tablet.scan_in_memory(spec)  # a row in a MemRowSet: no hand-off to a worker at all
+            out = then(it) if it is not None else await self.small_reads.run(open_)
+        else:
+            out = await asyncio.get_running_loop().run_in_executor(self.executor, open_)
         self._c_scans.increment()
         return out
 

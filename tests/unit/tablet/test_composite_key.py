@@ -115,3 +115,61 @@ def test_scans_pinning_the_whole_key_are_point_reads_with_the_general_paths_answ
         assert _rows(t, predicates=preds, projection=["v"]) == [(r[2],) for r in want], preds
         assert _rows(t, predicates=preds, limit=0) == []
     assert points == 3 * 6  # the six cases that pin both columns exactly once
+
+
+def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_scan_does(tmp_path: Any) -> None:
+    """``scan_in_memory`` (which the tserver calls on its event loop) answers only lookups it can settle
+    from the MemRowSet or the key bounds, with the general scan's answer; a row that only a rowset file
+    could hold, a scan that is not a lookup, or a component lock held by another thread leave it to
+    ``scan`` in a worker (None)."""
+    import threading
+
+    from kudu_async.common.predicate import ColumnPredicate as P
+
+    t, schema, clock = _tablet(str(tmp_path / "t"))
+    arrow = schema.to_arrow()
+    b = pa.record_batch([pa.array(["a", "b"]), pa.array([0, 7], pa.int64()), pa.array([1, 2], pa.int32())],
+                        schema=arrow)
+    t.write(WriteOp([OpType.INSERT] * 2, b), clock.now(), 1)
+    t.flush_mrs()  # a, b on disk
+    more = pa.record_batch([pa.array(["zz", "yy"]), pa.array([1, 2], pa.int64()), pa.array([5, 6], pa.int32())],
+                           schema=arrow)
+    t.write(WriteOp([OpType.INSERT] * 2, more), clock.now(), 2)
+    dele = pa.record_batch([pa.array(["yy"]), pa.array([2], pa.int64()), pa.array([None], pa.int32())],
+                           schema=arrow)
+    t.write(WriteOp([OpType.DELETE], dele), clock.now(), 3)
+
+    def in_memory(preds: list[Any], **kw: Any) -> list[tuple[Any, ...]] | None:
+        it = t.scan_in_memory(ScanSpec(predicates=preds, **kw))
+        if it is None:
+            return None
+        tbl = it.to_table()
+        return [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
+
+    zz = [P("host", "=", "zz"), P("ts", "=", 1)]
+    assert in_memory(zz) == _rows(t, predicates=zz) == [("zz", 1, 5)]
+    assert in_memory(zz, projection=["v"]) == [(5,)]
+    assert in_memory([*zz, P("v", ">", 5)]) == []  # a non-key predicate still filters
+    assert in_memory([P("host", "=", "yy"), P("ts", "=", 2)]) == []  # deleted in memory
+    assert in_memory(zz, lower_key=t.info.encode_key(["zzz", 0])) == []  # the bounds rule it out
+    assert in_memory([P("host", "=", "a"), P("ts", "=", 0)]) is None  # on disk only
+    assert in_memory([P("host", "=", "c"), P("ts", "=", 0)]) is None  # absent: only the files can say so
+    assert in_memory([P("host", "=", "zz")]) is None  # not the whole key
+    assert t.is_point_lookup(ScanSpec(predicates=zz)) and not t.is_point_lookup(ScanSpec(predicates=zz[:1]))
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with t._lock:
+            held.set()
+            release.wait(10)
+
+    th = threading.Thread(target=holder)
+    th.start()
+    try:
+        held.wait(10)
+        assert in_memory(zz) is None  # a flush or a write holds the components: never waited for
+    finally:
+        release.set()
+        th.join()
+    assert in_memory(zz) == [("zz", 1, 5)]
