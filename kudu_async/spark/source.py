@@ -457,6 +457,8 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
             return session.apply_arrow(table, data, operation)
         except KuduBadStatus as e:
             errors, overflowed = session.get_pending_errors()
+            if not errors:  # the call itself failed (no row was refused): say why, here, not only in a cause
+                raise type(e)(f"kudu.operation {operation} into {table.name} failed: {e.message}", e.details) from e
             first = "; ".join(f"{err.status} in row {err.failed_op()}" for err in errors[:5])
             more = f" (and {len(errors) - 5}{'+' if overflowed else ''} more)" if len(errors) > 5 else ""
             raise KuduBadStatus(f"kudu.operation {operation} into {table.name} failed for {len(errors)} row(s): "

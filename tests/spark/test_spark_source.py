@@ -156,6 +156,11 @@ def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(spark_cluster: M
         with pytest.raises(kudu.KuduBadStatus, match=r"ALREADY_PRESENT.*'key': 5"):
             source._write_batches(opts, "insert", iter(bad))
         assert len(c.table("chunks").scanner().open().read_all_tuples()) == 400
+        # A call refused whole (no row error): its reason is in the task's own message, not only in a
+        # chained cause, which PySpark's rendering of a worker's traceback leaves out.
+        wrong = [pa.RecordBatch.from_pydict({"key": [1000], "val": [1.5]})]
+        with pytest.raises(kudu.KuduBadStatus, match=r"insert into chunks failed: column 'val': expected string"):
+            source._write_batches(opts, "insert", iter(wrong))
     finally:
         c.close()
         source._close_clients()  # the writer's per-process client, which a Spark worker keeps until exit
