@@ -8,6 +8,7 @@ same way: stop accepting, let in-flight calls finish within the grace period, th
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -153,6 +154,12 @@ class Node:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         await self.start()
+        # What start-up made (modules, classes, the node's long-lived structures) leaves the cycle
+        # collector's sight: each full collection walked all of it, a 28-54 ms stop of the loop every
+        # ten seconds or so under load (point-read p99.9 32.7 -> 19.7 ms without them). Reference
+        # counting still frees these objects; only cycles among them would stay.
+        gc.collect()
+        gc.freeze()
         await self._stopping.wait()
         await self.stop()
 
@@ -173,6 +180,9 @@ class Node:
             "start_time_unix": self.started_at,
             "uptime_s": round(time.monotonic() - self._started_mono, 3),
             "is_leader": None,
+            # Objects kept out of the cycle collector since start-up, and its runs per generation.
+            "gc": {"frozen_objects": gc.get_freeze_count(),
+                   "collections": [g["collections"] for g in gc.get_stats()]},
             **self.role_status(),
         }
 

@@ -52,6 +52,9 @@ async def test_master_tracks_tservers_through_kill_restart_and_its_own_restart(
         assert d["last_heartbeat_age_s"] < 3.0 and d["num_replicas"] == 0
     status = cluster.http_json(master, "/api/v1/status")
     assert (status["num_live_tservers"], status["num_dead_tservers"]) == (3, 0)
+    # Start-up's objects are out of the cycle collector's sight (no full-collection pauses over them).
+    assert status["gc"]["frozen_objects"] > 10_000
+    assert cluster.http_json(cluster.tservers[0], "/api/v1/status")["gc"]["frozen_objects"] > 10_000
     poll(cluster, "the master leads its catalog and says so in heartbeats",
          lambda: cluster.http_json(cluster.tservers[0], "/api/v1/status")["heartbeat"][0]["is_leader"] is True)
     ts_status = cluster.http_json(cluster.tservers[0], "/api/v1/status")
