@@ -17,13 +17,14 @@ KuduCorruption, so the replica is marked FAILED instead of silently losing or in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
 import threading
 from array import array
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -397,84 +398,117 @@ class Log:
             self._read_fds.clear()
 
 
+# Told the outcome of an append when its write completes: None once durable, else the error.
+DurableCallback = Callable[[BaseException | None], None]
+
+
 class LogWriter:
     """Asyncio front of a ``Log``: concurrent appends share one write and one fsync (group commit).
 
     ``await append(entries)`` returns once those entries are durable. Appends are written in call
     order. At most ``max_pending_bytes`` may wait; beyond that callers wait for room (backpressure).
+
+    No task of its own: an append made while no write runs starts one in the executor at once, and the
+    write's completion (one wake-up of the loop) settles its appends and starts the next write with
+    what queued meanwhile. Each loop iteration between an append and its fsync, and between the fsync
+    and the Raft driver hearing of it, is latency on every commit (a follower's is on the leader's
+    critical path), so ``submit`` also takes a callback run right at completion.
     """
 
     def __init__(self, wal: Log, executor: Executor | None = None, max_pending_bytes: int = 64 * 1024 * 1024) -> None:
         self.wal = wal
         self._executor = executor
-        self._pending: list[tuple[Sequence[LogEntry], asyncio.Future[None]]] = []
+        self._loop = asyncio.get_running_loop()
+        self._pending: list[tuple[Sequence[LogEntry], asyncio.Future[None], DurableCallback | None]] = []
         self._pending_bytes = 0
         self._max_pending_bytes = max_pending_bytes
-        self._room = asyncio.Condition()
-        self._wakeup = asyncio.Event()
+        self._room: list[asyncio.Future[None]] = []  # appenders waiting for pending bytes to drain
+        self._writing = False
+        self._idle: asyncio.Future[None] | None = None  # close() waiting for the last write
         self._closed = False
         self._failed: BaseException | None = None
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"wal-writer {wal.dir.name}")
+        self._own_executor: ThreadPoolExecutor | None = None
         self.syncs = 0
 
     async def append(self, entries: Sequence[LogEntry]) -> None:
         """Append and wait until durable, waiting first for room if too much is pending."""
         size = sum(len(e.data) + 32 for e in entries)
-        async with self._room:
-            await self._room.wait_for(lambda: self._pending_bytes == 0 or
-                                      self._pending_bytes + size <= self._max_pending_bytes)
+        while self._pending_bytes and self._pending_bytes + size > self._max_pending_bytes:
+            room = self._loop.create_future()
+            self._room.append(room)
+            await room
         await self.submit(entries)
 
-    def submit(self, entries: Sequence[LogEntry]) -> asyncio.Future[None]:
+    def submit(self, entries: Sequence[LogEntry], on_durable: DurableCallback | None = None) -> asyncio.Future[None]:
         """Queue an append now, in call order; the future resolves once it is durable.
 
-        For a caller (the Raft driver) that must keep its appends in order and bounds its own input.
+        ``on_durable(error)`` (None once durable) runs at completion, before the future's callbacks. For
+        a caller (the Raft driver) that must keep its appends in order and bounds its own input.
         """
         if self._failed is not None:
             raise KuduIllegalState(f"WAL {self.wal.dir} failed: {self._failed}")
         if self._closed:
             raise KuduAborted(f"WAL {self.wal.dir} is closed")
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((entries, fut))
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._pending.append((entries, fut, on_durable))
         self._pending_bytes += sum(len(e.data) + 32 for e in entries)
-        self._wakeup.set()
+        if not self._writing:
+            self._start_write()
         return fut
 
     @property
     def pending_bytes(self) -> int:
         return self._pending_bytes
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._pending:
-                if self._closed:
-                    return
-                continue
-            batch, self._pending = self._pending, []
-            self._pending_bytes = 0
-            try:
-                await loop.run_in_executor(self._executor, self._write_all, [e for e, _ in batch])
-            except BaseException as e:  # an I/O failure fails every waiter and the writer for good
-                log.exception("WAL write failed", extra={"wal": str(self.wal.dir)})
-                self._failed = e
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(KuduIllegalState(f"WAL write failed: {e}"))
-                for _, fut in self._pending:
-                    if not fut.done():
-                        fut.set_exception(KuduIllegalState(f"WAL write failed: {e}"))
-                self._pending = []
-                return
-            finally:
-                async with self._room:
-                    self._room.notify_all()
+    def _start_write(self) -> None:
+        batch, self._pending = self._pending, []
+        self._pending_bytes = 0
+        self._writing = True
+        loop = self._loop
+        if self._executor is None:
+            self._executor = self._own_executor = ThreadPoolExecutor(1, thread_name_prefix="wal")
+        try:
+            work = self._executor.submit(self._write_all, [e for e, _, _ in batch])
+        except RuntimeError as e:  # the executor is shut down: the node is stopping
+            self._written(batch, e)
+            return
+
+        def done(w: Future[None]) -> None:  # in the worker: one wake-up of the loop, straight to _written
+            error = KuduAborted("the WAL write was cancelled") if w.cancelled() else w.exception()
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+                loop.call_soon_threadsafe(self._written, batch, error)
+
+        work.add_done_callback(done)
+
+    def _written(self, batch: list[tuple[Sequence[LogEntry], asyncio.Future[None], DurableCallback | None]],
+                 error: BaseException | None) -> None:
+        self._writing = False
+        if error is None:
             self.syncs += 1
-            for _, fut in batch:
+            for _, fut, cb in batch:
+                if cb is not None:
+                    cb(None)
                 if not fut.done():
                     fut.set_result(None)
+        else:  # an I/O failure fails every waiter and the writer for good
+            log.error("WAL write failed: %s", error, extra={"wal": str(self.wal.dir)})
+            self._failed = error
+            failed, self._pending = [*batch, *self._pending], []
+            self._pending_bytes = 0
+            for _, fut, cb in failed:
+                exc = KuduIllegalState(f"WAL write failed: {error}")
+                if cb is not None:
+                    cb(exc)
+                if not fut.done():
+                    fut.set_exception(exc)
+        room, self._room = self._room, []
+        for r in room:
+            if not r.done():
+                r.set_result(None)
+        if self._pending and self._failed is None:
+            self._start_write()
+        elif self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
 
     def _write_all(self, batches: Iterable[Sequence[LogEntry]]) -> None:
         for entries in batches:
@@ -484,6 +518,9 @@ class LogWriter:
     async def close(self) -> None:
         """Finish pending appends, then close the log."""
         self._closed = True
-        self._wakeup.set()
-        await self._task
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.wal.close)
+        if self._writing:
+            self._idle = self._loop.create_future()
+            await self._idle
+        await self._loop.run_in_executor(self._executor, self.wal.close)
+        if self._own_executor is not None:
+            self._own_executor.shutdown(wait=False)

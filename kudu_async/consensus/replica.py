@@ -137,7 +137,7 @@ class RaftReplica:
         self._busy = False  # the driver is between taking a Ready and finishing it
         self._readies: list[Ready] = []  # taken by the inline path, waiting for the driver
         self._task: asyncio.Task[None] | None = None
-        self._writes: set[asyncio.Future[None]] = set()
+        self._writes_in_flight = 0
         self._applied_since_gc = 0
         self._segments_at_gc = 0
         self._snapshot_warned: set[str] = set()
@@ -480,22 +480,19 @@ class RaftReplica:
     def _start_log_write(self, entries: tuple[Entry, ...]) -> None:
         assert self.writer is not None
         last = entries[-1]
-        fut = self.writer.submit([LogEntry(e.term, e.index, int(e.kind), e.payload) for e in entries])
-        self._writes.add(fut)
+        self._writes_in_flight += 1
 
-        def done(f: asyncio.Future[None]) -> None:
-            self._writes.discard(f)
-            if f.cancelled():
-                return
-            exc = f.exception()
-            if exc is not None:
-                self._fail(f"WAL write failed: {exc}")
+        def durable(error: BaseException | None) -> None:
+            # Called as the write completes, not a loop iteration later through the future's callbacks.
+            self._writes_in_flight -= 1
+            if error is not None:
+                self._fail(f"WAL write failed: {error}")
                 return
             if self.state is ReplicaState.RUNNING and self.raft is not None:
                 self.raft.persisted(last.index, last.term)
                 self._wake.set()
 
-        fut.add_done_callback(done)
+        self.writer.submit([LogEntry(e.term, e.index, int(e.kind), e.payload) for e in entries], durable)
 
     def _send(self, m: Message) -> None:
         address = self.peers.get(m.dst)
@@ -674,7 +671,7 @@ class RaftReplica:
             "pending_proposals": len(self._queued) + len(self._inflight),
             "driver_busy": self._busy,
             "readies_waiting": len(self._readies),
-            "log_writes_in_flight": len(self._writes),
+            "log_writes_in_flight": self._writes_in_flight,
             "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
         })
         return out

@@ -143,3 +143,37 @@ async def test_writer_fails_waiters_when_disk_write_fails(tmp_path: Path, monkey
         await writer.append(entries(2, 2))
     with pytest.raises(Exception, match="failed"):
         await writer.append(entries(3, 3))
+
+
+async def test_writer_tells_each_submit_at_completion_in_order_and_close_waits_for_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``submit``'s callback runs as its write completes (the Raft driver hears of durability without
+    waiting a loop iteration for the future's callbacks), in submit order; close() finishes what is
+    queued; a failed write hands its error to the callbacks of every append it leaves undone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as ex:
+        wal = open_log(tmp_path)
+        writer = LogWriter(wal, ex)
+        told: list[tuple[int, BaseException | None]] = []
+        futs = [writer.submit(entries(i, i), lambda err, i=i: told.append((i, err))) for i in range(1, 6)]  # type: ignore[misc]
+        futs[-1].add_done_callback(lambda f: told.append((-1, None)))  # a future's callbacks come after
+        await writer.close()  # waits for every queued append
+        assert told == [(1, None), (2, None), (3, None), (4, None), (5, None), (-1, None)]
+        assert open_log(tmp_path).read(1) == entries(1, 5)
+
+        wal2 = open_log(tmp_path / "b")
+        writer2 = LogWriter(wal2, ex)
+
+        def broken_sync() -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(wal2, "sync", broken_sync)
+        errors: list[BaseException | None] = []
+        failing = [writer2.submit(entries(i, i), errors.append) for i in (1, 2)]
+        for f in failing:
+            with pytest.raises(Exception, match="WAL write failed"):
+                await f
+        assert len(errors) == 2 and all(e is not None and "Input/output error" in str(e) for e in errors)
+        with pytest.raises(Exception, match="failed"):
+            writer2.submit(entries(3, 3))
