@@ -935,8 +935,17 @@ class Tablet:
         scan's key bounds rule out) and the component lock is free; None otherwise, and then
         :meth:`scan` in a worker answers. It reads no file and never waits on a lock, so the event loop
         may call it: recent rows, the hot ones, are read without a hand-off to a worker."""
-        if _pinned_key(self.info, spec) is None or (spec.read_mode != READ_LATEST and spec.snapshot_wait_s):
+        values = _pinned_key(self.info, spec)
+        if values is None or (spec.read_mode != READ_LATEST and spec.snapshot_wait_s):
             return None  # not a lookup, or its snapshot may still have to wait for writes in flight
+        try:
+            key = self.info.encode_key(values)
+        except Exception:  # a value the encoder does not take: the general path evaluates it
+            return None
+        if self._locate_in_memory(key) is None:
+            # Looked up without the lock: a miss while a flush moves the MemRowSet only sends the lookup
+            # to a worker, and a hit is looked up again under the lock.
+            return None
         return self._scan(spec, memory_only=True)
 
     def _scan(self, spec: ScanSpec, memory_only: bool) -> TabletScanner | None:
