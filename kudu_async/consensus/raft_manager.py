@@ -24,7 +24,7 @@ from kudu_async.common.errors import (
     KuduNotFound,
 )
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
-from kudu_async.consensus.raft import ConfigChangeOp, message_from_dict
+from kudu_async.consensus.raft import AppendRequest, ConfigChangeOp, message_from_dict
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState, StateMachine
 from kudu_async.consensus.transport import ConsensusTransport, Ticker
 from kudu_async.fs.io_util import atomic_write_bytes
@@ -34,6 +34,10 @@ from kudu_async.rpc.server import CallContext, RpcServer
 log = logging.getLogger(__name__)
 
 GROUP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# The longest a Consensus/Batch answer waits for the acks of its appends (their WAL writes). Meanwhile the
+# sender sends this node nothing else (one call in flight per peer), heartbeats included, so it stays far
+# below an election timeout; acks not ready by then go out in a call of their own.
+ACK_WAIT_S = 0.25
 StateMachineFactory = Callable[[str, dict[str, Any]], Awaitable[StateMachine]]
 
 
@@ -226,13 +230,27 @@ class RaftManager:
     # --- RPC handlers ---------------------------------------------------------------------------------
 
     async def _rpc_batch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+        """Step a peer's messages; answer with what this node has for the peer by then, including the
+        acks of the appends received, which are owed once their entries are durable: the answer waits for
+        them (up to ACK_WAIT_S), as Kudu's UpdateConsensus does, so an append costs one call, not a
+        call there and another one back."""
         sender, raw_messages = ConsensusTransport.parse_batch(request, self.node_uuid)
         self.transport.begin_capture(sender)
         missing: set[str] = set()
+        owed: dict[RaftReplica, int] = {}
         try:
-            self._deliver(raw_messages, missing)
+            self._deliver(raw_messages, missing, owed, sender)
         finally:
             replies = self.transport.end_capture()
+        if owed:
+            sink = self.transport.open_sink(sender)
+            answered = False
+            try:
+                wait = min(ACK_WAIT_S, max(0.0, ctx.time_left(default_s=ACK_WAIT_S, margin_s=0.1)))
+                await asyncio.gather(*(r.wait_append_responses(sender, n, wait) for r, n in owed.items()))
+                answered = True
+            finally:  # cancelled: what collected goes out the usual way instead
+                replies += self.transport.close_sink(sender, sink, deliver=answered)
         out: dict[str, Any] = {"messages": replies}
         if missing:
             out["missing"] = sorted(missing)
@@ -244,7 +262,10 @@ class RaftManager:
         except KuduBadStatus as e:
             log.warning("bad consensus reply dropped", extra={"peer": sender, "error": str(e)})
 
-    def _deliver(self, raw_messages: list[dict[str, Any]], missing: set[str] | None = None) -> None:
+    def _deliver(self, raw_messages: list[dict[str, Any]], missing: set[str] | None = None,
+                 owed: dict[RaftReplica, int] | None = None, sender: str = "") -> None:
+        """Step each message into its replica. ``owed`` (for a request from ``sender``) gets, per replica
+        that received appends with entries, the count of AppendResponses to ``sender`` that answers them."""
         messages = [message_from_dict(m) for m in raw_messages]  # all validated before any is stepped
         for m in messages:
             if m.dst != self.node_uuid:
@@ -256,6 +277,8 @@ class RaftManager:
                 if missing is not None and m.group not in self.opening:
                     missing.add(m.group)  # no replica, or a tombstone: the leader may copy one here
                 continue
+            if owed is not None and type(m) is AppendRequest and m.entries and replica.state is ReplicaState.RUNNING:
+                owed[replica] = owed.get(replica, replica.append_responses_sent.get(sender, 0)) + 1
             replica.receive(m)
 
     async def _rpc_step_down(self, request: Any, ctx: CallContext) -> dict[str, Any]:

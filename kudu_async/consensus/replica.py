@@ -13,6 +13,7 @@ behind the same ``StateMachine`` protocol, so consensus never imports them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import random
@@ -36,6 +37,7 @@ from kudu_async.common.errors import (
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
 from kudu_async.consensus.log import Log, LogEntry, LogOptions, LogWriter
 from kudu_async.consensus.raft import (
+    AppendResponse,
     Config,
     ConfigChangeOp,
     Entry,
@@ -138,6 +140,7 @@ class RaftReplica:
         self._readies: list[Ready] = []  # taken by the inline path, waiting for the driver
         self._task: asyncio.Task[None] | None = None
         self._writes_in_flight = 0
+        self.append_responses_sent: dict[str, int] = {}  # per peer: how many AppendResponses went out
         self._applied_since_gc = 0
         self._segments_at_gc = 0
         self._snapshot_warned: set[str] = set()
@@ -378,6 +381,20 @@ class RaftReplica:
         except TimeoutError:
             raise KuduTimedOut(f"replica {self.group}: condition not reached within {timeout_s}s") from None
 
+    async def wait_append_responses(self, peer: str, count: int, timeout_s: float) -> None:
+        """Until ``count`` AppendResponses in all have gone to ``peer`` (the ones owed for appends just
+        received go out once their entries are durable), this replica has nothing left under way (a
+        message it ignored owes no answer), it stops, or ``timeout_s`` passes (then no error: the
+        responses still go out, in a call of their own)."""
+
+        def answered(r: RaftReplica) -> bool:
+            return (r.append_responses_sent.get(peer, 0) >= count or r.state is not ReplicaState.RUNNING
+                    or (not r._busy and not r._readies and r._writes_in_flight == 0
+                        and (r.raft is None or not r.raft.has_ready())))
+
+        with contextlib.suppress(KuduTimedOut):
+            await self.wait_for(answered, timeout_s)
+
     # --- the driver loop ------------------------------------------------------------------------------
 
     async def _drive(self) -> None:
@@ -495,6 +512,8 @@ class RaftReplica:
         self.writer.submit([LogEntry(e.term, e.index, int(e.kind), e.payload) for e in entries], durable)
 
     def _send(self, m: Message) -> None:
+        if type(m) is AppendResponse:
+            self.append_responses_sent[m.dst] = self.append_responses_sent.get(m.dst, 0) + 1
         address = self.peers.get(m.dst)
         if address is None:
             log.warning("no address for raft peer; dropping message", extra={"group": self.group, "peer": m.dst})

@@ -42,6 +42,7 @@ class _PeerOutbox:
     retry_at: float = 0.0
     dropped: int = 0
     last_error: str = ""
+    calls: int = 0  # Consensus/Batch calls made to the peer
 
 
 class ConsensusTransport:
@@ -76,6 +77,9 @@ class ConsensusTransport:
         # While a received batch from this peer is being handled, replies to it ride back in the response.
         self._capture_peer: str | None = None
         self._captured: list[WireMessage] = []
+        # Batches from a peer whose handlers wait for their appends to be durable: what this node sends
+        # that peer meanwhile (the acks above all) rides back in the oldest one's response.
+        self._sinks: dict[str, list[list[WireMessage]]] = {}
         self.on_reply: Callable[[str, list[WireMessage]], None] | None = None
         self.on_missing: Callable[[str, list[str]], None] | None = None  # peer has no replica of these groups
         self.batches_sent = 0
@@ -94,6 +98,10 @@ class ConsensusTransport:
         if box is None:
             box = self._peers[peer_uuid] = _PeerOutbox(address)
         box.address = address
+        sinks = self._sinks.get(peer_uuid)
+        if sinks:
+            sinks[0].append(message)
+            return
         if self._clock() < box.retry_at:
             box.dropped += 1  # peer is backing off; Raft will retry what it still needs
             return
@@ -153,6 +161,7 @@ class ConsensusTransport:
                 self.on_missing(peer_uuid, missing)
             box.failures = 0
             box.retry_at = 0.0
+            box.calls += 1
             self.batches_sent += 1
             self.messages_sent += len(batch)
         except KuduBadStatus as e:
@@ -179,6 +188,29 @@ class ConsensusTransport:
         out, self._captured, self._capture_peer = self._captured, [], None
         return out
 
+    def open_sink(self, peer_uuid: str) -> list[WireMessage]:
+        """Until :meth:`close_sink`, messages to ``peer_uuid`` collect here (behind older open sinks)."""
+        sink: list[WireMessage] = []
+        self._sinks.setdefault(peer_uuid, []).append(sink)
+        return sink
+
+    def close_sink(self, peer_uuid: str, sink: list[WireMessage], deliver: bool) -> list[WireMessage]:
+        """The messages collected, to answer with; with ``deliver`` False (the answer will not go out:
+        the call was cancelled) they are sent the usual way instead."""
+        sinks = self._sinks.get(peer_uuid, [])
+        for i, open_ in enumerate(sinks):
+            if open_ is sink:  # by identity: two empty sinks compare equal
+                del sinks[i]
+                break
+        if not sinks:
+            self._sinks.pop(peer_uuid, None)
+        if deliver or not sink:
+            return sink
+        box = self._peers[peer_uuid]  # a message was queued for the peer, so its outbox exists
+        for m in sink:
+            self.send(peer_uuid, box.address, m)
+        return []
+
     def peer_status(self) -> dict[str, dict[str, Any]]:
         now = self._clock()
         return {
@@ -189,6 +221,7 @@ class ConsensusTransport:
                 "backoff_remaining_ms": max(0, round((b.retry_at - now) * 1000)),
                 "dropped_messages": b.dropped,
                 "last_error": b.last_error,
+                "calls": b.calls,
             }
             for uuid, b in self._peers.items()
         }

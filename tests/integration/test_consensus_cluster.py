@@ -158,6 +158,19 @@ async def test_three_nodes_elect_a_leader_fast_and_replicate_identically(kv_clus
     raft = cluster.http_json(cluster.tservers[0], "/api/v1/raft")
     assert raft["replicas"][0]["group"] == GROUP and raft["replicas"][0]["commit_index"] >= n
 
+    # A follower's acks ride back in the answers to the leader's appends (Kudu's UpdateConsensus): one
+    # call per append, not another one back from each follower.
+    leader = await kv.wait_leader()
+    follower = next(ts for ts in cluster.tservers if ts is not leader)
+
+    def calls_to_leader() -> int:
+        return int(cluster.http_json(follower, "/api/v1/raft")["peers"].get(leader.uuid, {}).get("calls", 0))
+
+    before = calls_to_leader()
+    for i in range(50):
+        await kv.put(f"seq{i}", "v")
+    assert calls_to_leader() - before < 10
+
 
 async def test_leader_kill9_under_load_loses_no_acknowledged_write(kv_cluster) -> None:
     cluster, kv = kv_cluster
