@@ -486,8 +486,7 @@ class LogWriter:
         if error is None:
             self.syncs += 1
             for _, fut, cb in batch:
-                if cb is not None:
-                    cb(None)
+                self._tell(cb, None)
                 if not fut.done():
                     fut.set_result(None)
         else:  # an I/O failure fails every waiter and the writer for good
@@ -497,8 +496,7 @@ class LogWriter:
             self._pending_bytes = 0
             for _, fut, cb in failed:
                 exc = KuduIllegalState(f"WAL write failed: {error}")
-                if cb is not None:
-                    cb(exc)
+                self._tell(cb, exc)
                 if not fut.done():
                     fut.set_exception(exc)
         room, self._room = self._room, []
@@ -509,6 +507,15 @@ class LogWriter:
             self._start_write()
         elif self._idle is not None and not self._idle.done():
             self._idle.set_result(None)
+
+    def _tell(self, cb: DurableCallback | None, error: BaseException | None) -> None:
+        """A caller's callback failing must not leave the appends after it unsettled and the writer idle."""
+        if cb is None:
+            return
+        try:
+            cb(error)
+        except Exception:
+            log.exception("a WAL append's completion callback failed", extra={"wal": str(self.wal.dir)})
 
     def _write_all(self, batches: Iterable[Sequence[LogEntry]]) -> None:
         for entries in batches:

@@ -506,7 +506,12 @@ class RaftReplica:
                 self._fail(f"WAL write failed: {error}")
                 return
             if self.state is ReplicaState.RUNNING and self.raft is not None:
-                self.raft.persisted(last.index, last.term)
+                try:
+                    self.raft.persisted(last.index, last.term)
+                except Exception as e:  # the Raft core refusing its own log's progress is fatal for it
+                    log.exception("raft refused a durable append", extra={"group": self.group})
+                    self._fail(f"persisting up to {last.index} failed: {type(e).__name__}: {e}")
+                    return
                 self._wake.set()
 
         self.writer.submit([LogEntry(e.term, e.index, int(e.kind), e.payload) for e in entries], durable)

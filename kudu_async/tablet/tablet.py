@@ -931,10 +931,10 @@ class Tablet:
         return scanner
 
     def scan_in_memory(self, spec: ScanSpec) -> TabletScanner | None:
-        """The scan, started now, when it is a point lookup whose row a MemRowSet holds (or that the
-        scan's key bounds rule out) and the component lock is free; None otherwise, and then
-        :meth:`scan` in a worker answers. It reads no file and never waits on a lock, so the event loop
-        may call it: recent rows, the hot ones, are read without a hand-off to a worker."""
+        """The scan, started now, when it is a point lookup whose key a MemRowSet holds and the component
+        lock is free; None otherwise, and then :meth:`scan` in a worker answers. It reads no file and
+        never waits on a lock, so the event loop may call it: recent rows, the hot ones, are read
+        without a hand-off to a worker."""
         values = _pinned_key(self.info, spec)
         if values is None or (spec.read_mode != READ_LATEST and spec.snapshot_wait_s):
             return None  # not a lookup, or its snapshot may still have to wait for writes in flight

@@ -177,3 +177,18 @@ async def test_writer_tells_each_submit_at_completion_in_order_and_close_waits_f
         assert len(errors) == 2 and all(e is not None and "Input/output error" in str(e) for e in errors)
         with pytest.raises(Exception, match="failed"):
             writer2.submit(entries(3, 3))
+
+
+async def test_a_failing_completion_callback_does_not_wedge_the_writer(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    writer = LogWriter(wal)
+
+    def bad(err: BaseException | None) -> None:
+        raise RuntimeError("bug in a caller")
+
+    first = writer.submit(entries(1, 1), bad)
+    second = writer.submit(entries(2, 2))
+    await asyncio.gather(first, second)  # both settle, the bad callback is logged
+    await writer.append(entries(3, 3))
+    await writer.close()
+    assert open_log(tmp_path).read(1) == entries(1, 3)
