@@ -162,6 +162,71 @@ async def test_async_client(cluster: MiniCluster) -> None:
         assert not await c.table_exists("async_t")
 
 
+async def test_point_reads_stay_linearizable_while_rows_move_from_memory_to_files(cluster: MiniCluster) -> None:
+    """Point reads of rows in a MemRowSet are answered on the tserver's event loop, others in workers: with
+    inserts, updates and flushes of every replica running meanwhile, a READ_LATEST lookup returns every
+    write acknowledged before it started, and the latest value of each key it knows of."""
+    import asyncio
+    import random
+
+    from kudu_async.rpc.client import RpcClient
+
+    async with await kudu_async.aio.connect(cluster.master_addresses.split(",")) as c:
+        t = await c.create_table("moving_rows", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
+                                 n_replicas=3)
+        tablets = [tok.tablet.tablet_id for tok in await t.scan_token_builder().build()]
+        inserted: set[int] = set()
+        updated: set[int] = set()
+        s = c.new_session()
+        for i in range(300):
+            await s.apply(t.new_insert({"key": i, "val": f"v{i}"}))
+        await s.flush()
+        inserted.update(range(300))
+        stop = asyncio.Event()
+        reads = 0
+
+        async def writer() -> None:
+            for lo in range(300, 1200, 100):
+                for i in range(lo, lo + 100):
+                    await s.apply(t.new_insert({"key": i, "val": f"v{i}"}))
+                for i in range(lo - 300, lo - 250):
+                    await s.apply(t.new_update({"key": i, "val": f"u{i}"}))
+                await s.flush()
+                inserted.update(range(lo, lo + 100))
+                updated.update(range(lo - 300, lo - 250))
+            stop.set()
+
+        async def flusher() -> None:
+            rpc = RpcClient("test")
+            try:
+                while not stop.is_set():
+                    for ts in cluster.tservers:
+                        for tablet in tablets:
+                            await rpc.call(ts.rpc_address, "TabletServer", "FlushTablet", {"tablet_id": tablet})
+                    await asyncio.sleep(0.05)
+            finally:
+                await rpc.close()
+
+        async def reader(seed: int) -> None:
+            nonlocal reads
+            rng = random.Random(seed)
+            while not stop.is_set():
+                k = rng.randrange(1200)
+                known, fresh = k in inserted, k in updated
+                got = (await t.scanner().add_predicate(t["key"] == k).to_arrow()).to_pylist()
+                reads += 1
+                if known:
+                    assert len(got) == 1, f"key {k} acknowledged but not read"
+                    assert got[0]["val"] == (f"u{k}" if fresh else got[0]["val"]), f"key {k}: stale {got}"
+                    assert got[0]["val"] in (f"v{k}", f"u{k}")
+                else:
+                    assert got == [] or got[0]["val"] == f"v{k}"
+
+        await asyncio.wait_for(asyncio.gather(writer(), flusher(), *(reader(i) for i in range(6))), 120)
+        assert reads > 100
+        await c.delete_table("moving_rows")
+
+
 def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path / "c") as c, \
             kudu.connect(c.master_addresses.split(",")) as client:
