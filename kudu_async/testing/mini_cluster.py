@@ -329,6 +329,17 @@ class MiniCluster:
             raise MiniClusterError(f"GET {path} on {self._resolve(n).name}: HTTP {status}: {body[:300]!r}")
         return json.loads(body)
 
+    def tserver_metric_totals(self, names: Sequence[str], entity_type: str = "tablet") -> dict[str, int]:
+        """Each named counter summed over every entity of ``entity_type`` on every tserver (``/metrics``)."""
+        out = dict.fromkeys(names, 0)
+        query = "/metrics?metrics=" + ",".join(names) + f"&types={entity_type}"
+        for ts in self.tservers:
+            for ent in self.http_json(ts, query):
+                for m in ent["metrics"]:
+                    if m["name"] in out:
+                        out[m["name"]] += int(m["value"])
+        return out
+
     def describe(self) -> Iterator[str]:
         for n in self.nodes:
             yield (f"{n.name:<10} uuid={n.uuid} rpc={n.rpc_address} http={n.http_url} "

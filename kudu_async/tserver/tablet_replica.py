@@ -133,6 +133,10 @@ class TabletReplica:
         self._c_rejected = metrics.counter("writes_rejected_backpressure",
                                            "Writes refused with SERVICE_UNAVAILABLE by back-pressure", "operations")
         self._c_scans = metrics.counter("scans_started", "Scanners opened", "scanners")
+        self._c_point_in_memory = metrics.counter(
+            "point_reads_in_memory", "Point lookups answered on the event loop from a MemRowSet", "scanners")
+        self._c_point_handed_off = metrics.counter(
+            "point_reads_handed_off", "Point lookups handed to a worker (the row may be in a rowset file)", "scanners")
         self._c_duplicates = metrics.counter(
             "writes_duplicate_answered", "Retried writes answered with the first attempt's result (not applied "
             "again)", "operations")
@@ -505,7 +509,12 @@ class TabletReplica:
 
         if self.tablet.is_point_lookup(spec):
             it = self.tablet.scan_in_memory(spec)  # a row in a MemRowSet: no hand-off to a worker at all
-            out = then(it) if it is not None else await self.small_reads.run(open_)
+            if it is not None:
+                self._c_point_in_memory.increment()
+                out = then(it)
+            else:
+                self._c_point_handed_off.increment()
+                out = await self.small_reads.run(open_)
         else:
             out = await asyncio.get_running_loop().run_in_executor(self.executor, open_)
         self._c_scans.increment()

@@ -19,6 +19,7 @@ import kudu_async.aio
 from kudu_async.testing import MiniCluster
 
 pytestmark = pytest.mark.integration
+POINT_READ_PATHS = ("point_reads_in_memory", "point_reads_handed_off")  # where tservers answered point lookups
 
 
 @pytest.fixture(scope="module")
@@ -222,8 +223,11 @@ async def test_point_reads_stay_linearizable_while_rows_move_from_memory_to_file
                 else:
                     assert got == [] or got[0]["val"] == f"v{k}"
 
+        before = cluster.tserver_metric_totals(POINT_READ_PATHS)
         await asyncio.wait_for(asyncio.gather(writer(), flusher(), *(reader(i) for i in range(6))), 120)
         assert reads > 100
+        after = cluster.tserver_metric_totals(POINT_READ_PATHS)
+        assert all(after[k] > before[k] for k in after), (before, after)  # both paths ran: memory and files
         await c.delete_table("moving_rows")
 
 
