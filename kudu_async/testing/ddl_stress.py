@@ -92,7 +92,7 @@ class DdlStressReport:
     dedup_answers: int = 0  # retries the masters answered from the catalog (their logs)
     kills: int = 0
     kills_mid_ddl: int = 0  # kills while a DDL RPC was in flight
-    leader_changes: int = 0
+    leader_changes: int = 0  # new leader terms seen (the same master re-elected counts)
     max_leaderless_s: float = 0.0
     leaderless_s: float = 0.0
     load_s: float = 0.0
@@ -112,7 +112,7 @@ class DdlStressReport:
             f"(resolved after the run {self.resolved_after}), resent after ack {self.resends}, "
             f"answered from the catalog's request ids {self.dedup_answers}",
             f"leader masters killed {self.kills} ({self.kills_mid_ddl} with a DDL in flight), "
-            f"leader changes seen {self.leader_changes}, "
+            f"new leader terms seen {self.leader_changes}, "
             f"max time without a leader {self.max_leaderless_s:.2f}s (total {self.leaderless_s:.1f}s)",
             f"final: {self.tables_live} tables live, {self.tables_deleted} deleted, "
             f"{self.replicas_checked} tablet replicas checked on the tservers",
@@ -194,8 +194,8 @@ class DdlStress:
 
     # --- leader kills and leadership monitor ---------------------------------------------------------
 
-    async def _leader(self, timeout_s: float = 0.5) -> tuple[NodeProcess, str] | None:
-        """The master that says it leads the catalog now, if one does."""
+    async def _leader(self, timeout_s: float = 0.5) -> tuple[NodeProcess, str, int] | None:
+        """The master that says it leads the catalog now, if one does: (node, uuid, its term)."""
         running = [m for m in self.cluster.masters if m.is_running()]
 
         async def ask(m: NodeProcess) -> dict[str, Any] | None:
@@ -209,7 +209,7 @@ class DdlStress:
         answers = await asyncio.gather(*(ask(m) for m in running))
         for m, a in zip(running, answers, strict=True):
             if a is not None and a.get("leader"):
-                return m, str(a["uuid"])
+                return m, str(a["uuid"]), int(a.get("term") or 0)
         return None
 
     async def _killer(self) -> None:
@@ -228,7 +228,7 @@ class DdlStress:
                 if found is None:
                     await asyncio.sleep(0.1)
                     continue
-                node, uuid = found
+                node, uuid, _ = found
                 if self.config.aim_kills_at_ddl:
                     self._ddl_started.clear()
                     if not self._ddl_in_flight:
@@ -253,15 +253,17 @@ class DdlStress:
 
     async def _monitor(self) -> None:
         last_leader_at = time.monotonic()
-        last_uuid: str | None = None
+        last: tuple[str, int] | None = None
         prev = time.monotonic()
         while True:
             found = await self._leader()
             now = time.monotonic()
             if found is not None:
-                if last_uuid is not None and found[1] != last_uuid:
+                # A new leadership is a new term, whoever holds it: a killed leader restarted in time may win
+                # the election again, which a change of uuid alone would not count.
+                if last is not None and (found[1], found[2]) != last:
                     self.report.leader_changes += 1
-                last_uuid = found[1]
+                last = (found[1], found[2])
                 last_leader_at = now
             else:
                 self.report.leaderless_s += now - prev
