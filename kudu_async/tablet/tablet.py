@@ -930,18 +930,25 @@ class Tablet:
         assert scanner is not None
         return scanner
 
-    def scan_in_memory(self, spec: ScanSpec) -> TabletScanner | None:
-        """The scan, started now, when it is a point lookup whose key a MemRowSet holds and the component
-        lock is free; None otherwise, and then :meth:`scan` in a worker answers. It reads no file and
-        never waits on a lock, so the event loop may call it: recent rows, the hot ones, are read
-        without a hand-off to a worker."""
+    def point_lookup_key(self, spec: ScanSpec) -> bytes | None:
+        """The encoded primary key when ``spec`` reads at most one row found through the key index (every
+        key column pinned by '='), else None: the host hands such small reads to its workers together,
+        and tries :meth:`scan_in_memory` with the key first."""
         values = _pinned_key(self.info, spec)
-        if values is None or (spec.read_mode != READ_LATEST and spec.snapshot_wait_s):
-            return None  # not a lookup, or its snapshot may still have to wait for writes in flight
+        if values is None:
+            return None
         try:
-            key = self.info.encode_key(values)
+            return self.info.encode_key(values)
         except Exception:  # a value the encoder does not take: the general path evaluates it
             return None
+
+    def scan_in_memory(self, spec: ScanSpec, key: bytes) -> TabletScanner | None:
+        """The scan of lookup ``key`` (from :meth:`point_lookup_key`), started now, when a MemRowSet holds the
+        key and the component lock is free; None otherwise, and then :meth:`scan` in a worker answers. It
+        reads no file and never waits for the component lock, so the event loop may call it: recent rows,
+        the hot ones, are read without a hand-off to a worker."""
+        if spec.read_mode != READ_LATEST and spec.snapshot_wait_s:
+            return None  # its snapshot may still have to wait for writes in flight
         if self._locate_in_memory(key) is None:
             # Looked up without the lock: a miss while a flush moves the MemRowSet only sends the lookup
             # to a worker, and a hit is looked up again under the lock.
@@ -1080,12 +1087,6 @@ class Tablet:
         if vals is None:
             return schema.empty_table()
         return pa.table([*([vals[i]] for i in cols), [key]], schema=schema)
-
-    def is_point_lookup(self, spec: ScanSpec) -> bool:
-        """Whether ``spec`` reads at most one row found through the key index (the shape
-        :meth:`scan` answers by a lookup): a cheap hint for the host, which hands such small reads to
-        its workers together."""
-        return _pinned_key(self.info, spec) is not None
 
     def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
         """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:

@@ -507,8 +507,9 @@ class TabletReplica:
         def open_() -> _T:
             return then(self.tablet.scan(spec))
 
-        if self.tablet.is_point_lookup(spec):
-            it = self.tablet.scan_in_memory(spec)  # a row in a MemRowSet: no hand-off to a worker at all
+        key = self.tablet.point_lookup_key(spec)
+        if key is not None:
+            it = self.tablet.scan_in_memory(spec, key)  # a row in a MemRowSet: no hand-off to a worker at all
             if it is not None:
                 self._c_point_in_memory.increment()
                 out = then(it)

@@ -140,7 +140,9 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
     t.write(WriteOp([OpType.DELETE], dele), clock.now(), 3)
 
     def in_memory(preds: list[Any], **kw: Any) -> list[tuple[Any, ...]] | None:
-        it = t.scan_in_memory(ScanSpec(predicates=preds, **kw))
+        spec = ScanSpec(predicates=preds, **kw)
+        key = t.point_lookup_key(spec)
+        it = None if key is None else t.scan_in_memory(spec, key)
         if it is None:
             return None
         tbl = it.to_table()
@@ -155,7 +157,8 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
     assert in_memory([P("host", "=", "a"), P("ts", "=", 0)]) is None  # on disk only
     assert in_memory([P("host", "=", "c"), P("ts", "=", 0)]) is None  # absent: only the files can say so
     assert in_memory([P("host", "=", "zz")]) is None  # not the whole key
-    assert t.is_point_lookup(ScanSpec(predicates=zz)) and not t.is_point_lookup(ScanSpec(predicates=zz[:1]))
+    assert t.point_lookup_key(ScanSpec(predicates=zz)) == t.info.encode_key(["zz", 1])
+    assert t.point_lookup_key(ScanSpec(predicates=zz[:1])) is None
 
     held, release = threading.Event(), threading.Event()
 
