@@ -14,6 +14,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
+import pyarrow as pa
+
+from kudu_async.fs.block_cache import BlockCache
 from kudu_async.fs.io_util import atomic_write_with, fsync_dir, remove_stale_temp_files
 
 BLOCK_SUFFIX = ".blk"
@@ -22,11 +25,12 @@ BLOCK_SUFFIX = ".blk"
 class BlockManager:
     """Allocates block ids, writes blocks durably and maps ids to paths over several data dirs."""
 
-    def __init__(self, data_dirs: list[str], *, sync: bool = True) -> None:
+    def __init__(self, data_dirs: list[str], *, sync: bool = True, cache: BlockCache | None = None) -> None:
         if not data_dirs:
             raise ValueError("at least one data dir is required")
         self.data_dirs = [os.path.abspath(d) for d in data_dirs]
         self.sync = sync
+        self.cache = cache
         for d in self.data_dirs:
             os.makedirs(d, exist_ok=True)
             remove_stale_temp_files(d)
@@ -52,11 +56,18 @@ class BlockManager:
         atomic_write_with(self.path(block_id), writer, sync=self.sync)
         return block_id
 
+    def cached(self, block_id: str) -> pa.Buffer | None:
+        """The whole block in memory, held by the node's block cache, or None (no cache, or no room)."""
+        return self.cache.read(self.path(block_id)) if self.cache is not None else None
+
     def exists(self, block_id: str) -> bool:
         return os.path.exists(self.path(block_id))
 
     def delete_blocks(self, block_ids: Iterable[str]) -> None:
         """Remove blocks no metadata refers to any more (after the metadata naming them is gone)."""
+        block_ids = list(block_ids)
+        if self.cache is not None:
+            self.cache.drop(self.path(b) for b in block_ids)
         dirs = set()
         for b in block_ids:
             try:

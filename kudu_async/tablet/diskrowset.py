@@ -41,6 +41,9 @@ from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, SchemaInfo
 
 TARGET_ROWSET_BYTES = 32 * 1024 * 1024
+# A lookup on the event loop filters a rowset's delta files whole (vectorised): beyond this many delta
+# rows it goes to a worker instead.
+LOOP_LOOKUP_MAX_DELTA_ROWS = 65_536
 
 
 def file_column_ids(t: pa.Table, info: SchemaInfo | None = None) -> dict[int, str] | None:
@@ -123,10 +126,11 @@ def _ipc_writer(table: pa.Table, info: SchemaInfo | None = None) -> Callable[[Bi
     return write
 
 
-def read_ipc_table(path: str) -> pa.Table:
-    """Open an IPC file memory-mapped: columns are paged in only when touched."""
+def read_ipc_table(path: str, buf: pa.Buffer | None = None) -> pa.Table:
+    """Open an IPC file from ``buf`` (the whole file, already in memory: zero copy), or memory-mapped:
+    columns are then paged in only when touched."""
     try:
-        return ipc.open_file(pa.memory_map(path, "r")).read_all()
+        return ipc.open_file(pa.BufferReader(buf) if buf is not None else pa.memory_map(path, "r")).read_all()
     except (pa.ArrowInvalid, OSError) as e:
         raise KuduCorruption(f"cannot read block {path}: {e}") from e
 
@@ -261,7 +265,8 @@ class DiskRowSet:
         self.info = info
         self.meta = meta
         self.bm = bm
-        self.base = adapt_base(info, read_ipc_table(bm.path(meta.base_block)))
+        self._mapped: set[str] = set()  # blocks read memory-mapped, not from the block cache
+        self.base = adapt_base(info, self.open_block(meta.base_block))
         if self.base.num_rows != meta.num_rows:
             raise KuduCorruption(
                 f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
@@ -272,7 +277,7 @@ class DiskRowSet:
             self.bloom = BloomFilter.from_bytes(f.read())
         self.min_key = bytes.fromhex(meta.min_key_hex)
         self.max_key = bytes.fromhex(meta.max_key_hex)
-        self.delta_tables: list[pa.Table] = [adapt_deltas(info, read_ipc_table(bm.path(b))) for b in meta.delta_blocks]
+        self.delta_tables: list[pa.Table] = [adapt_deltas(info, self.open_block(b)) for b in meta.delta_blocks]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
         # Per base row: timestamp of the last change, live now, changed at all (deltas included);
@@ -284,6 +289,31 @@ class DiskRowSet:
         self._padded_too_big = False
         self.busy = False
         self.retired = False
+
+    def open_block(self, block_id: str) -> pa.Table:
+        """One of this rowset's files (base or delta) as a table: from the node's block cache when it
+        admits the file, else memory-mapped. Reads the file: call in a worker."""
+        buf = self.bm.cached(block_id)
+        if buf is None:
+            self._mapped.add(block_id)
+        return read_ipc_table(self.bm.path(block_id), buf)
+
+    def resident(self) -> bool:
+        """True when every file of the rowset is held in memory (the block cache): a lookup in it reads
+        no disk, so the event loop may run it. Call under the component lock."""
+        return not self._mapped or (
+            self.meta.base_block not in self._mapped and not self._mapped.intersection(self.meta.delta_blocks)
+        )
+
+    def readable_without_disk(self) -> bool:
+        """A point lookup here reads only memory and stays short: the files are cached, the per-row
+        change state exists already (or nothing changed since the flush), and the delta files, which a
+        lookup filters whole, are small. Call under the component lock."""
+        if not self.resident():
+            return False
+        if self._state is None and (self.delta_tables or self.flushing_dms or len(self.dms)):
+            return False
+        return self.num_delta_rows_on_disk() <= LOOP_LOOKUP_MAX_DELTA_ROWS
 
     def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(last-change timestamp int64, live bool, mutated bool) per base row; call under the
@@ -338,9 +368,9 @@ class DiskRowSet:
         """Position of ``key`` in the base data, by range check, bloom filter and binary search."""
         if not self.may_contain_key(key):
             return None
-        return self._search(key)
+        return self.search(key)
 
-    def _search(self, key: bytes) -> int | None:
+    def search(self, key: bytes) -> int | None:
         """Binary search of one key in the base data (no range or bloom check)."""
         if self._fixed is not None:
             if len(key) != self._width:
@@ -386,7 +416,7 @@ class DiskRowSet:
         view = self._padded_view()
         if view is None:
             for j, r in zip(sub.tolist(), cand.tolist(), strict=True):
-                p = self._search(kb.keys[r])
+                p = self.search(kb.keys[r])
                 out[j] = -1 if p is None else p
             return out
         arr, lens = view
@@ -402,7 +432,7 @@ class DiskRowSet:
             exact = eq & (lens[jc] == qlen)
             ties = np.flatnonzero(eq & ~exact)  # keys equal up to trailing NULs: search exactly
             for t in ties.tolist():
-                p = self._search(kb.keys[int(cand[t])])  # type: ignore[arg-type]
+                p = self.search(kb.keys[int(cand[t])])  # type: ignore[arg-type]
                 out[sub[t]] = -1 if p is None else p
         out[sub[exact]] = j[exact]
         return out

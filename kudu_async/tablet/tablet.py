@@ -40,7 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +54,7 @@ from kudu_async.common.errors import (
     KuduNotFound,
 )
 from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
+from kudu_async.fs.block_cache import BlockCache
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import (
     RowSetMetadata,
@@ -68,7 +69,6 @@ from kudu_async.tablet.diskrowset import (
     DiskRowSet,
     KeyBatch,
     _KeyView,
-    read_ipc_table,
     write_delta_block,
     write_rowsets,
 )
@@ -101,6 +101,7 @@ class TabletOptions:
     scan_batch_bytes: int = 1024 * 1024  # scanner_default_batch_size_bytes
     lock_timeout_s: float = 10.0
     sync: bool = True
+    block_cache: BlockCache | None = None  # the node's (block_cache_capacity_mb), shared by its tablets
 
 
 @dataclass
@@ -368,7 +369,7 @@ class Tablet:
             meta_cols = meta.schema.get("columns", [])
             if not meta.legacy_column_ids and not all(isinstance(c, dict) and "id" in c for c in meta_cols):
                 meta.legacy_column_ids = {c.name: c.id for c in schema.columns}
-        bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync)
+        bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync, cache=options.block_cache)
         bm.delete_orphans(meta.live_blocks())
         tablet = cls(tablet_dir, meta, schema, bm, options, clock)
         for entry in log_ops:
@@ -551,6 +552,20 @@ class Tablet:
             r = m.get(key)
             if r is not None:
                 return m, r
+        return None
+
+    def _locate_without_disk(self, key: bytes) -> tuple[DiskRowSet, int] | Literal[False] | None:
+        """:meth:`_locate_on_disk` when every rowset that may hold ``key`` can be searched without the
+        disk (:meth:`DiskRowSet.readable_without_disk`); False when one cannot (only a worker may look).
+        Range checks and bloom filters are in memory for every rowset."""
+        for d in self._drs:
+            if not d.may_contain_key(key):
+                continue
+            if not d.readable_without_disk():
+                return False
+            pos = d.search(key)
+            if pos is not None:
+                return d, pos
         return None
 
     def _locate_on_disk(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[DiskRowSet, int] | None:
@@ -943,15 +958,16 @@ class Tablet:
             return None
 
     def scan_in_memory(self, spec: ScanSpec, key: bytes) -> TabletScanner | None:
-        """The scan of lookup ``key`` (from :meth:`point_lookup_key`), started now, when a MemRowSet holds the
-        key and the component lock is free; None otherwise, and then :meth:`scan` in a worker answers. It
-        reads no file and never waits for the component lock, so the event loop may call it: recent rows,
-        the hot ones, are read without a hand-off to a worker."""
+        """The scan of lookup ``key`` (from :meth:`point_lookup_key`), started now, when memory can answer
+        it (a MemRowSet holds the key, or every rowset that may hold it is in the block cache) and the
+        component lock is free; None otherwise, and then :meth:`scan` in a worker answers. It reads no
+        disk and never waits for the component lock, so the event loop may call it: lookups skip the
+        hand-off to a worker, which costs more than the lookup itself."""
         if spec.read_mode != READ_LATEST and spec.snapshot_wait_s:
             return None  # its snapshot may still have to wait for writes in flight
-        if self._locate_in_memory(key) is None:
-            # Looked up without the lock: a miss while a flush moves the MemRowSet only sends the lookup
-            # to a worker, and a hit is looked up again under the lock.
+        if self._locate_in_memory(key) is None and self._locate_without_disk(key) is False:
+            # Looked up without the lock: a miss while a flush or compaction moves the rows only sends
+            # the lookup to a worker, and a hit is looked up again under the lock.
             return None
         return self._scan(spec, memory_only=True)
 
@@ -1058,7 +1074,8 @@ class Tablet:
         """A scan whose predicates fix the whole primary key as the row (0 or 1 rows, with ``needed``
         and ``_key``) found through the key index, as a write finds it; None when the scan is not of that
         shape or the row's store reads another schema (the general path then answers), and with
-        ``memory_only`` also when the key is in no MemRowSet (only a rowset file could say). Called under
+        ``memory_only`` also when a rowset that may hold the key is not in memory (see
+        :meth:`_locate_without_disk`). Called under
         the component lock; per-row Python is fine here, it is one row."""
         values = _pinned_key(info, spec)
         if values is None:
@@ -1074,9 +1091,10 @@ class Tablet:
             return schema.empty_table()
         loc: tuple[Any, Any] | None = self._locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
         if loc is None:
-            if memory_only:
+            found = self._locate_without_disk(key) if memory_only else self._locate_on_disk(key)
+            if found is False:
                 return None
-            loc = self._locate_on_disk(key)
+            loc = found
         if loc is None:
             return schema.empty_table()
         store: Any = loc[0]
@@ -1328,7 +1346,7 @@ class Tablet:
         try:
             block = write_delta_block(self.bm, frozen.to_table(), self.info)
             written = self._blocks_bytes([block])
-            table = read_ipc_table(self.bm.path(block))
+            table = d.open_block(block)
             with self._lock:
                 d.delta_tables.append(table)
                 d.meta.delta_blocks.append(block)
@@ -1455,7 +1473,7 @@ class Tablet:
             merged = pa.concat_tables(tables).sort_by([("_row", "ascending"), (TS_COL, "ascending")])
             block = write_delta_block(self.bm, merged, self.info)
             written = self._blocks_bytes([block])
-            table = read_ipc_table(self.bm.path(block))
+            table = d.open_block(block)
             with self._lock:
                 d.delta_tables = [table, *d.delta_tables[len(tables) :]]
                 d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks) :]]

@@ -211,7 +211,7 @@ class TabletManager:
         try:
             tdir = self.tablet_dir(tablet_id)
             # Leftover storage without a replica (a crash mid-create, or an old deleted incarnation).
-            await asyncio.get_running_loop().run_in_executor(self.executor, _rmtree, tdir)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._remove_storage, tdir)
             extra = {"table_id": table_id, "table_name": table_name, "partition": partition,
                      "partition_schema": partition_schema, "schema": schema.to_dict(),
                      "schema_version": schema_version}
@@ -273,7 +273,8 @@ class TabletManager:
             replica.abort_all()
         await self.raft.remove_replica(tablet_id, tombstone=tombstone)
         await self._wait_maintenance_idle(tablet_id)
-        await asyncio.get_running_loop().run_in_executor(self.executor, _rmtree, self.tablet_dir(tablet_id))
+        await asyncio.get_running_loop().run_in_executor(self.executor, self._remove_storage,
+                                                         self.tablet_dir(tablet_id))
         self.metrics.remove("tablet", tablet_id)
         self._signatures.pop(tablet_id, None)
         self.failed_to_open.pop(tablet_id, None)
@@ -414,11 +415,17 @@ class TabletManager:
             self.copy_history = [*self.copy_history[-31:], record]
             self._mark_dirty(tablet_id)
 
+    def _remove_storage(self, tdir: Path) -> None:
+        """Delete a tablet's storage directory and forget its blocks in the node's block cache."""
+        if self.options.block_cache is not None:
+            self.options.block_cache.drop_under(str(tdir))
+        _rmtree(tdir)
+
     def _install(self, tablet_id: str, staging: Path) -> None:
         """Move a verified copy into place: storage first, consensus last (its presence means "replica")."""
         tdir = self.tablet_dir(tablet_id)
         cdir = self.raft.replica_dir(tablet_id)
-        _rmtree(tdir)
+        self._remove_storage(tdir)
         _rmtree(cdir)
         tdir.parent.mkdir(parents=True, exist_ok=True)
         cdir.parent.mkdir(parents=True, exist_ok=True)

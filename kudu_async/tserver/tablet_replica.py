@@ -134,9 +134,11 @@ class TabletReplica:
                                            "Writes refused with SERVICE_UNAVAILABLE by back-pressure", "operations")
         self._c_scans = metrics.counter("scans_started", "Scanners opened", "scanners")
         self._c_point_in_memory = metrics.counter(
-            "point_reads_in_memory", "Point lookups answered on the event loop from a MemRowSet", "scanners")
+            "point_reads_in_memory",
+            "Point lookups answered on the event loop from memory (a MemRowSet or cached rowset files)", "scanners")
         self._c_point_handed_off = metrics.counter(
-            "point_reads_handed_off", "Point lookups handed to a worker (the row may be in a rowset file)", "scanners")
+            "point_reads_handed_off",
+            "Point lookups handed to a worker (a rowset file not in the block cache may hold the row)", "scanners")
         self._c_duplicates = metrics.counter(
             "writes_duplicate_answered", "Retried writes answered with the first attempt's result (not applied "
             "again)", "operations")

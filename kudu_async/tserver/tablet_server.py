@@ -7,6 +7,7 @@ manager (flushes and compactions on worker threads) and the admin pages onto the
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ from aiohttp import web
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.fs.block_cache import BlockCache
 from kudu_async.server.admin import NODE_KEY, json_response
 from kudu_async.server.config import parse_master_addresses
 from kudu_async.server.node import Node
@@ -45,11 +47,22 @@ class TabletServer(Node):
             memory_threshold_bytes=cfg.memory_pressure_threshold_mb * 1024 * 1024,
             flush_age_s=float(cfg.flush_threshold_secs),
         )
+        self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)
+        for name, key, text, unit in (
+            ("block_cache_usage", "usage_bytes", "Bytes of rowset files held in memory", "bytes"),
+            ("block_cache_capacity", "capacity_bytes", "Block cache capacity (block_cache_capacity_mb)", "bytes"),
+            ("block_cache_inserts", "inserts", "Rowset files admitted to the block cache (monotonic)", "blocks"),
+            ("block_cache_hits", "hits", "Opens of a file the block cache already held (monotonic)", "blocks"),
+            ("block_cache_refused", "refused", "Files memory-mapped instead: no room in the block cache "
+             "(monotonic)", "blocks"),
+        ):
+            self.server_metrics.gauge(name, text, unit, read=functools.partial(_cache_stat, self.block_cache, key))
         options = TabletOptions(
             flush_threshold_bytes=flush_bytes,
             flush_threshold_secs=float(cfg.flush_threshold_secs),
             history_max_age_sec=float(cfg.tablet_history_max_age_sec),
             sync=cfg.log_force_fsync_all,
+            block_cache=self.block_cache,
         )
         limits = WriteLimits(max_pending_writes=cfg.tablet_max_pending_writes,
                              memory_limit_bytes=cfg.tablet_memory_limit_mb * 1024 * 1024)
@@ -176,6 +189,10 @@ async def _scans(request: web.Request) -> web.Response:
     ts = _ts(request)
     return json_response({"scanners": ts.scanners.status(), "recent": ts.scanners.recent_scans(),
                           "expired": ts.scanners.expired})
+
+
+def _cache_stat(cache: BlockCache, key: str) -> int:
+    return int(cache.status()[key])
 
 
 def _warm_pyarrow() -> None:

@@ -291,9 +291,9 @@ def main() -> int:
               f"in {el_c:.2f}s ({len(lat) / el_c:,.0f} reads/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
               f"max {mx:.1f} ms   (goal p99 < 10 ms: {verdict(p99 < 10)})")
         mem, handed = (after[k] - before[k] for k in POINT_READ_PATHS)
-        print(f"    info, not the goal: {mem:,} of these lookups (warm-up included) found their row in a MemRowSet "
-              f"and were answered on the tserver's event loop, {handed:,} went to a worker (not in a MemRowSet, or "
-              "its lock was held)")
+        print(f"    info, not the goal: {mem:,} of these lookups (warm-up included) were answered from memory on "
+              f"the tserver's event loop (a MemRowSet, or rowset files in the block cache), {handed:,} went to a "
+              "worker (a rowset file not in the cache, or the tablet's lock was held)")
         floor = sorted(asyncio.run(ping_floor(cluster.tservers[0].rpc_address, args.point_reads, args.concurrency)))
         print(f"    info, not the goal: bare Generic/Ping RPCs to one tserver, {args.concurrency} tasks: p50 "
               f"{statistics.median(floor) * 1000:.1f} ms, p99 {pct(floor, 0.99) * 1000:.1f} ms (the RPC stack's floor)")

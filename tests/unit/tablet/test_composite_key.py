@@ -119,7 +119,7 @@ def test_scans_pinning_the_whole_key_are_point_reads_with_the_general_paths_answ
 
 def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_scan_does(tmp_path: Any) -> None:
     """``scan_in_memory`` (which the tserver calls on its event loop) answers only lookups it can settle
-    from the MemRowSet or the key bounds, with the general scan's answer; a row that only a rowset file
+    from the MemRowSet or the key ranges, with the general scan's answer; a row that only a rowset file
     could hold, a scan that is not a lookup, or a component lock held by another thread leave it to
     ``scan`` in a worker (None)."""
     import threading
@@ -154,8 +154,8 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
     assert in_memory([*zz, P("v", ">", 5)]) == []  # a non-key predicate still filters
     assert in_memory([P("host", "=", "yy"), P("ts", "=", 2)]) == []  # deleted in memory
     assert in_memory(zz, lower_key=t.info.encode_key(["zzz", 0])) == []  # the bounds rule it out
-    assert in_memory([P("host", "=", "a"), P("ts", "=", 0)]) is None  # on disk only
-    assert in_memory([P("host", "=", "c"), P("ts", "=", 0)]) is None  # absent: only the files can say so
+    assert in_memory([P("host", "=", "a"), P("ts", "=", 0)]) is None  # in a rowset file (no block cache here)
+    assert in_memory([P("host", "=", "c"), P("ts", "=", 0)]) == []  # beyond every rowset's max key
     assert in_memory([P("host", "=", "zz")]) is None  # not the whole key
     assert t.point_lookup_key(ScanSpec(predicates=zz)) == t.info.encode_key(["zz", 1])
     assert t.point_lookup_key(ScanSpec(predicates=zz[:1])) is None

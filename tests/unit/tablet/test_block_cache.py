@@ -1,0 +1,185 @@
+"""The node's block cache: rowset files held in memory within a budget, and the point lookups it lets
+the tserver answer without a worker (``Tablet.scan_in_memory``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import HAVE_COMMON
+
+from kudu_async.common.clock import ManualHybridClock
+from kudu_async.fs.block_cache import BlockCache
+from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+
+FIELDS = [pa.field("k", pa.int64(), False), pa.field("v", pa.string())]
+
+
+def _file(tmp_path: Any, name: str, size: int) -> str:
+    p = str(tmp_path / name)
+    with open(p, "wb") as f:
+        f.write(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    return p
+
+
+def test_blocks_are_admitted_within_the_budget_shared_and_forgotten_when_deleted(tmp_path: Any) -> None:
+    a, b, c = (_file(tmp_path, n, 1000) for n in "abc")
+    cache = BlockCache(2500)
+    buf = cache.read(a)
+    assert buf is not None and buf.to_pybytes() == Path(a).read_bytes()
+    assert cache.read(a) is buf  # a second open shares the buffer: no second copy, no second charge
+    assert cache.read(b) is not None
+    assert cache.read(c) is None  # 3000 bytes would exceed 2500: the caller maps the file instead
+    st = cache.status()
+    assert (st["usage_bytes"], st["blocks"], st["hits"], st["inserts"], st["refused"]) == (2000, 2, 1, 2, 1)
+    cache.drop([a])
+    assert not cache.holds(a) and cache.read(c) is not None
+    sub = tmp_path / "tablet"
+    sub.mkdir()
+    d = _file(sub, "d", 100)
+    assert cache.read(d) is not None
+    cache.drop_under(str(sub))
+    assert not cache.holds(d) and cache.holds(b) and cache.status()["usage_bytes"] == 2000
+    assert BlockCache(0).read(a) is None  # 0 turns it off
+    with pytest.raises(ValueError, match="capacity"):
+        BlockCache(-1)
+
+
+def test_a_block_deleted_while_it_is_read_is_not_admitted(tmp_path: Any, monkeypatch: Any) -> None:
+    """A compaction can delete a block while another thread opens it: the reader still gets its bytes,
+    but the cache must not keep (and charge for) a block nobody can open again."""
+    a = _file(tmp_path, "a", 500)
+    cache = BlockCache(10_000)
+    real = pa.OSFile
+
+    class DroppingFile(real):  # type: ignore[misc, valid-type]
+        def read_buffer(self, *args: Any) -> pa.Buffer:
+            cache.drop([a])
+            return super().read_buffer(*args)
+
+    monkeypatch.setattr(pa, "OSFile", DroppingFile)
+    buf = cache.read(a)
+    monkeypatch.setattr(pa, "OSFile", real)
+    assert buf is not None and buf.size == 500
+    assert not cache.holds(a) and cache.status()["usage_bytes"] == 0
+    assert cache.read(a) is not None and cache.status()["usage_bytes"] == 500  # admitted on a later open
+
+
+def test_a_missing_block_raises_and_releases_its_reservation(tmp_path: Any) -> None:
+    cache = BlockCache(10_000)
+    with pytest.raises(OSError):
+        cache.read(str(tmp_path / "nope"))
+    assert cache.status()["usage_bytes"] == 0
+
+
+pytestmark_common = pytest.mark.skipif(not HAVE_COMMON, reason="needs kudu_async.common.schema")
+
+
+def _tablet(path: str, cache: BlockCache | None) -> tuple[Tablet, Any, ManualHybridClock]:
+    from kudu_async.common.schema import Schema
+
+    schema = Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)
+    clock = ManualHybridClock(10**12)
+    return Tablet.create(path, schema, options=TabletOptions(sync=False, block_cache=cache), clock=clock), schema, clock
+
+
+def _write(t: Tablet, clock: ManualHybridClock, op: OpType, keys: list[int], vals: list[str | None],
+           index: int) -> None:
+    b = pa.record_batch([pa.array(keys, pa.int64()), pa.array(vals, pa.string())],
+                        schema=pa.schema(FIELDS))
+    res = t.write(WriteOp([op] * len(keys), b), clock.now(), index)
+    assert res.row_errors == []
+
+
+def _lookup(t: Tablet, k: int, inline: bool) -> list[tuple[Any, ...]] | None:
+    """The row of key ``k`` as the event loop would read it (``inline``; None: handed to a worker), or
+    as a worker's scan does."""
+    from kudu_async.common.predicate import ColumnPredicate as P
+
+    spec = ScanSpec(predicates=[P("k", "=", k)])
+    if inline:
+        key = t.point_lookup_key(spec)
+        assert key is not None
+        it = t.scan_in_memory(spec, key)
+        if it is None:
+            return None
+    else:
+        it = t.scan(spec)
+    tbl = it.to_table()
+    return [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
+
+
+@pytestmark_common
+def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tmp_path: Any) -> None:
+    cache = BlockCache(64 << 20)
+    t, _, clock = _tablet(str(tmp_path / "t"), cache)
+    _write(t, clock, OpType.INSERT, list(range(0, 1000, 2)), [f"v{i}" for i in range(0, 1000, 2)], 1)
+    t.flush_mrs()
+    assert all(d.resident() for d in t.rowsets())
+    used = cache.status()["usage_bytes"]
+    assert used == sum(os.path.getsize(t.bm.path(d.meta.base_block)) for d in t.rowsets())
+    for k in (0, 2, 500, 998):
+        assert _lookup(t, k, inline=True) == _lookup(t, k, inline=False) == [(k, f"v{k}")]
+    for k in (1, 999, 5000, -3):  # absent: the bloom filter or the cached key column says so
+        assert _lookup(t, k, inline=True) == [] == _lookup(t, k, inline=False)
+
+    # A change after the flush lives in the rowset's DeltaMemStore: until the per-row change state is
+    # built (by a write that needs it or a worker's lookup) a lookup goes to a worker, then it is inline.
+    _write(t, clock, OpType.UPDATE, [500], ["new"], 2)
+    _write(t, clock, OpType.DELETE, [998], [None], 3)
+    if t.rowsets()[0].built_state() is None:
+        assert _lookup(t, 500, inline=True) is None
+        assert _lookup(t, 500, inline=False) == [(500, "new")]
+    assert _lookup(t, 500, inline=True) == [(500, "new")]
+    assert _lookup(t, 998, inline=True) == [] and _lookup(t, 2, inline=True) == [(2, "v2")]
+    t.flush_dms()  # the delta file is admitted too: still resident
+    assert all(d.resident() for d in t.rowsets())
+    assert _lookup(t, 500, inline=True) == [(500, "new")] and _lookup(t, 998, inline=True) == []
+
+    # A compaction replaces the files: the old ones leave the cache, the new ones enter it.
+    _write(t, clock, OpType.INSERT, list(range(1, 1000, 2)), [f"v{i}" for i in range(1, 1000, 2)], 4)
+    t.flush_mrs()
+    assert t.compact_rowsets()
+    live = {b for d in t.rowsets() for b in (d.meta.base_block, *d.meta.delta_blocks)}
+    assert cache.status()["usage_bytes"] == sum(os.path.getsize(t.bm.path(b)) for b in live)
+    assert cache.status()["blocks"] == len(live)
+    assert _lookup(t, 501, inline=False) == [(501, "v501")]  # builds the new rowset's change state
+    assert _lookup(t, 501, inline=True) == [(501, "v501")] and _lookup(t, 500, inline=True) == [(500, "new")]
+
+    # Reopened (a restarted replica): the same immutable files are shared, not read and charged again.
+    before = cache.status()
+    t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=cache), clock=clock)
+    after = cache.status()
+    assert after["usage_bytes"] == before["usage_bytes"] and after["hits"] == before["hits"] + len(live)
+    assert _lookup(t2, 501, inline=False) == [(501, "v501")]
+    assert _lookup(t2, 501, inline=True) == [(501, "v501")]
+
+
+@pytestmark_common
+def test_rowsets_the_cache_cannot_hold_are_left_to_a_worker(tmp_path: Any) -> None:
+    t, _, clock = _tablet(str(tmp_path / "nocache"), None)
+    _write(t, clock, OpType.INSERT, [1, 2, 3], ["a", "b", "c"], 1)
+    t.flush_mrs()
+    assert _lookup(t, 2, inline=True) is None and _lookup(t, 2, inline=False) == [(2, "b")]
+    assert _lookup(t, 7, inline=True) == []  # beyond every rowset's max key: memory says so
+
+    # The base file fits, a later delta file does not: the rowset is no longer wholly in memory.
+    path = str(tmp_path / "tight")
+    probe, _, clock2 = _tablet(path + "-probe", BlockCache(64 << 20))
+    _write(probe, clock2, OpType.INSERT, [1, 2, 3], ["a", "b", "c"], 1)
+    probe.flush_mrs()
+    base_size = probe.bm.cache.status()["usage_bytes"]  # type: ignore[union-attr]
+    cache = BlockCache(base_size)
+    t, _, clock = _tablet(path, cache)
+    _write(t, clock, OpType.INSERT, [1, 2, 3], ["a", "b", "c"], 1)
+    t.flush_mrs()
+    assert cache.status()["usage_bytes"] == base_size
+    assert _lookup(t, 2, inline=True) == [(2, "b")]
+    _write(t, clock, OpType.UPDATE, [2], ["z"], 2)
+    t.flush_dms()
+    assert cache.status()["refused"] == 1 and not t.rowsets()[0].resident()
+    assert _lookup(t, 2, inline=True) is None and _lookup(t, 2, inline=False) == [(2, "z")]
