@@ -563,6 +563,38 @@ class PartitionSchema:
                 and any(p.op == "IS NULL" for p in preds)
             ):
                 return []  # key columns are NOT NULL
+        if not lower_bound_key and not upper_bound_key:
+            row = self._pinned_row(by_col)
+            if row is not None:  # a lookup: the one partition its key falls in (as a write finds it)
+                key = self.partition_key(row)
+                return [p for p in partitions if p.contains(key)]
+        return self._prune_by_intervals(partitions, by_col, lower_bound_key, upper_bound_key)
+
+    def _pinned_row(self, by_col: Mapping[str, list[ColumnPredicate]]) -> dict[str, Any] | None:
+        """The values of every partitioning column when each has exactly one predicate, an '=' (a point
+        lookup's usual shape); else None and the general pruning applies."""
+        row: dict[str, Any] = {}
+        for name in (*self.range_schema.columns, *(c for d in self.hash_dimensions for c in d.columns)):
+            if name in row:
+                continue
+            preds = by_col.get(name)
+            if preds is None or len(preds) != 1 or preds[0].op != "=" or preds[0].value is None:
+                return None
+            row[name] = self.schema.column(name).coerce(preds[0].value)
+        if self.custom_ranges:
+            for r in self.custom_ranges:
+                for d in r.hash_dimensions:
+                    if any(c not in row for c in d.columns):
+                        return None
+        return row
+
+    def _prune_by_intervals(
+        self,
+        partitions: Sequence[Partition],
+        by_col: Mapping[str, list[ColumnPredicate]],
+        lower_bound_key: bytes,
+        upper_bound_key: bytes,
+    ) -> list[Partition]:
         allowed_by_schema: dict[tuple[HashDimension, ...], list[set[int] | None]] = {}
         lo, hi = self._range_interval(by_col)
         if lo is None:

@@ -55,6 +55,11 @@ def batch_to_tuples(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
     return list(zip(*cols, strict=True)) if cols else []
 
 
+# Passed explicitly: without options, pyarrow reads two environment variables on every stream it writes
+# (measurable on a point read's path).
+_IPC_WRITE_OPTIONS = pa.ipc.IpcWriteOptions()
+
+
 def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> bytes:
     """Arrow IPC *stream* bytes of a batch, table or list of batches (all with one schema)."""
     if isinstance(batch, pa.RecordBatch | pa.Table):
@@ -66,7 +71,7 @@ def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) ->
             raise ValueError("batch_to_ipc needs at least one batch (or a Table) to know the schema")
         schema = batches[0].schema
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as w:
+    with pa.ipc.new_stream(sink, schema, options=_IPC_WRITE_OPTIONS) as w:
         for b in batches:
             w.write_batch(b)
     return sink.getvalue().to_pybytes()

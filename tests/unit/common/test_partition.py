@@ -392,3 +392,32 @@ def test_custom_range_rules(schema: Schema) -> None:
     ps, _ = custom_table(schema)
     dropped = ps.without_custom_range(ps.encode_range_key((0,)), ps.encode_range_key((10,)))
     assert dropped.custom_ranges == ()
+
+
+@pytest.mark.parametrize("shape", ["hash", "range_and_hash", "custom_ranges", "range_only"])
+def test_a_lookup_prunes_to_its_one_partition_as_the_general_pruning_does(schema: Schema, shape: str) -> None:
+    """Predicates pinning every partitioning column with '=' (a point lookup) take a short path: the
+    partition holding the row's partition key; it agrees with the interval pruning, gaps included."""
+    if shape == "hash":
+        ps = PartitionSchema(schema, [HashDimension(["k"], 4), HashDimension(["s"], 3)], [])
+        parts = ps.create_partitions([])
+    elif shape == "custom_ranges":
+        ps, parts = custom_table(schema)
+    else:
+        dims = [HashDimension(["s"], 3)] if shape == "range_and_hash" else []
+        ps = PartitionSchema(schema, dims, ["k"])
+        bounds = [RangeBound((-10,), (0,)), RangeBound((5,), (30,))]  # a gap at [0, 5) and beyond 30
+        parts = ps.create_partitions(bounds)
+    for k in (-11, -10, -1, 0, 3, 5, 9, 10, 19, 20, 29, 30, 99):
+        for s in ("", "a", "b", "zz"):
+            preds = [ColumnPredicate("k", "=", k), ColumnPredicate("s", "=", s)]
+            kept = ps.prune(parts, preds)
+            by_col = {p.column: [p] for p in preds}
+            assert kept == ps._prune_by_intervals(parts, by_col, b"", b""), (k, s)
+            assert len(kept) <= 1
+            home = find_partition(sorted(parts, key=lambda p: p.partition_key_start),
+                                  ps.partition_key({"k": k, "s": s}))
+            assert kept == ([] if home is None else [home])
+    assert ps._pinned_row({"k": [ColumnPredicate("k", "IN", [1, 2])], "s": [ColumnPredicate("s", "=", "a")]}) is None
+    two = [ColumnPredicate("k", "=", 1), ColumnPredicate("k", "=", 2), ColumnPredicate("s", "=", "a")]
+    assert ps.prune(parts, two) == []  # contradictory: the general path says so
