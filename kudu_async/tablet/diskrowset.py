@@ -528,13 +528,26 @@ class DiskRowSet:
             t = t.filter(m)
         return t.drop_columns([TS_COL])
 
+    def _changed(self, row: int) -> bool:
+        """Whether any delta (file or memory) touches base row ``row``; builds :meth:`state` if needed."""
+        if not (self.delta_tables or self.flushing_dms or len(self.dms)):
+            return False
+        return bool(self.state()[2][row])
+
+    def base_row(self, row: int, snap: MvccSnapshot) -> pa.Table | None:
+        """Base row ``row`` as a one-row slice of the base data (zero copy) when ``snap`` sees it as it was
+        written (visible, and never changed since); else None and :meth:`get_row` answers."""
+        if self._changed(row) or not snap.is_visible(int(self.base.column(TS_COL)[row].as_py())):
+            return None
+        return self.base.slice(row, 1)
+
     def get_row(self, row: int, snap: MvccSnapshot) -> dict[int, Any] | None:
         """One row as of ``snap`` (point lookup path; per-row Python is fine here)."""
         if not snap.is_visible(int(self.base.column(TS_COL)[row].as_py())):
             return None
         values = {i: self.base.column(i)[row].as_py() for i in range(len(self.info.names))}
         stores = [d for d in (*self.flushing_dms, self.dms) if len(d)]
-        if not (self.delta_tables or stores) or not self.state()[2][row]:
+        if not self._changed(row):
             return values  # never changed since it was written
         muts: list[Mutation] = []
         for t in self.delta_tables:

@@ -307,6 +307,7 @@ class Tablet:
         self._last_applied_index = meta.last_flushed_log_index
         self._last_flushed_index = meta.last_flushed_log_index
         self._mrs_flush_running = False
+        self._point_schemas: dict[tuple[SchemaInfo, tuple[str, ...]], pa.Schema] = {}
         durable_max = max(
             [rs.max_ts for rs in meta.rowsets]
             + [
@@ -965,13 +966,11 @@ class Tablet:
         hand-off to a worker, which costs more than the lookup itself."""
         if spec.read_mode != READ_LATEST and spec.snapshot_wait_s:
             return None  # its snapshot may still have to wait for writes in flight
-        if self._locate_in_memory(key) is None and self._locate_without_disk(key) is False:
-            # Looked up without the lock: a miss while a flush or compaction moves the rows only sends
-            # the lookup to a worker, and a hit is looked up again under the lock.
-            return None
-        return self._scan(spec, memory_only=True)
+        return self._scan(spec, memory_only=True, key=key)
 
-    def _scan(self, spec: ScanSpec, memory_only: bool) -> TabletScanner | None:
+    def _scan(self, spec: ScanSpec, memory_only: bool, key: bytes | None = None) -> TabletScanner | None:
+        """``memory_only``: the on-loop form (None when only a worker may answer); ``key``: the lookup's
+        encoded key when the caller has it already."""
         snap, snap_ts = self._snapshot_for(spec)
         if not self._lock.acquire(blocking=not memory_only):
             return None  # a flush or a write holds the components: not worth waiting for on the loop
@@ -986,6 +985,14 @@ class Tablet:
                 if c not in info.names:
                     raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
             needed = [c for c in info.names if c in projection or c in pred_cols]
+            point = self._point_read(info, spec, snap, needed, memory_only, key)
+            if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
+                scanner = TabletScanner(
+                    self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
+                scanner.info = info
+                return scanner
+            if memory_only:
+                return None
             lower, upper = spec.lower_key, spec.upper_key
             for p in spec.predicates:
                 plo, phi = self._key_bounds_of(info, p)
@@ -996,14 +1003,6 @@ class Tablet:
             lower_excl = False
             if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
                 lower, lower_excl = spec.resume_after_key, True
-            point = self._point_read(info, spec, snap, needed, lower, upper, lower_excl, memory_only)
-            if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
-                scanner = TabletScanner(
-                    self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
-                scanner.info = info
-                return scanner
-            if memory_only:
-                return None
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
                 for m in [self._mrs, *self._flushing_mrs]
@@ -1066,28 +1065,24 @@ class Tablet:
         spec: ScanSpec,
         snap: MvccSnapshot,
         needed: list[str],
-        lower: bytes | None,
-        upper: bytes | None,
-        lower_excl: bool,
         memory_only: bool = False,
+        key: bytes | None = None,
     ) -> pa.Table | None:
         """A scan whose predicates fix the whole primary key as the row (0 or 1 rows, with ``needed``
         and ``_key``) found through the key index, as a write finds it; None when the scan is not of that
         shape or the row's store reads another schema (the general path then answers), and with
         ``memory_only`` also when a rowset that may hold the key is not in memory (see
-        :meth:`_locate_without_disk`). Called under
-        the component lock; per-row Python is fine here, it is one row."""
-        values = _pinned_key(info, spec)
-        if values is None:
-            return None
-        try:
-            key = info.encode_key(values)
-        except Exception:  # a value the encoder does not take: the general path evaluates it
-            return None
-        cols = [info.names.index(n) for n in needed]
-        schema = pa.schema([*(info.arrow.field(i) for i in cols), info.storage_arrow.field(KEY_COL)])
-        if (lower is not None and (key < lower or (lower_excl and key == lower))) or \
-                (upper is not None and key >= upper):
+        :meth:`_locate_without_disk`). Only the scan's own key bounds are checked here: other predicates
+        on key columns are evaluated on the row (:meth:`_point_batches`). Called under the component
+        lock; per-row Python is fine here, it is one row."""
+        if key is None:
+            key = self.point_lookup_key(spec)
+            if key is None:
+                return None
+        schema = self._point_schema(info, needed)
+        if (spec.lower_key is not None and key < spec.lower_key) or \
+                (spec.upper_key is not None and key >= spec.upper_key) or \
+                (spec.resume_after_key is not None and key <= spec.resume_after_key):
             return schema.empty_table()
         loc: tuple[Any, Any] | None = self._locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
         if loc is None:
@@ -1101,10 +1096,28 @@ class Tablet:
         ref: Any = loc[1]
         if store.info.names != info.names:
             return None
-        vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
+        if isinstance(ref, MRSRow):
+            vals = store.visible_row(ref, snap)
+        else:
+            base = store.base_row(ref, snap)
+            if base is not None:  # as written, never changed: a zero-copy slice of the cached base data
+                return pa.Table.from_arrays([base.column(n) for n in (*needed, KEY_COL)], schema=schema)
+            vals = store.get_row(ref, snap)
         if vals is None:
             return schema.empty_table()
-        return pa.table([*([vals[i]] for i in cols), [key]], schema=schema)
+        return pa.table([*([vals[info.names.index(n)]] for n in needed), [key]], schema=schema)
+
+    def _point_schema(self, info: SchemaInfo, needed: list[str]) -> pa.Schema:
+        """The Arrow schema of a point read's row (``needed`` columns and ``_key``), memoised per schema."""
+        memo_key = (info, tuple(needed))
+        schema = self._point_schemas.get(memo_key)
+        if schema is None:
+            if len(self._point_schemas) >= 64:
+                self._point_schemas.clear()
+            cols = [info.names.index(n) for n in needed]
+            schema = pa.schema([*(info.arrow.field(i) for i in cols), info.storage_arrow.field(KEY_COL)])
+            self._point_schemas[memo_key] = schema
+        return schema
 
     def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
         """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:

@@ -113,6 +113,14 @@ def _lookup(t: Tablet, k: int, inline: bool) -> list[tuple[Any, ...]] | None:
     return [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
 
 
+def _range_scan(t: Tablet, k: int) -> list[tuple[Any, ...]]:
+    """Key ``k`` read by a scan that is not a lookup (a one-key range): the rowset scan path."""
+    from kudu_async.common.predicate import ColumnPredicate as P
+
+    tbl = t.scan(ScanSpec(predicates=[P("k", ">=", k), P("k", "<=", k)])).to_table()
+    return [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
+
+
 @pytestmark_common
 def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tmp_path: Any) -> None:
     cache = BlockCache(64 << 20)
@@ -124,6 +132,7 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     assert used == sum(os.path.getsize(t.bm.path(d.meta.base_block)) for d in t.rowsets())
     for k in (0, 2, 500, 998):
         assert _lookup(t, k, inline=True) == _lookup(t, k, inline=False) == [(k, f"v{k}")]
+        assert _lookup(t, k, inline=True) == _range_scan(t, k)  # the general (non-lookup) scan agrees
     for k in (1, 999, 5000, -3):  # absent: the bloom filter or the cached key column says so
         assert _lookup(t, k, inline=True) == [] == _lookup(t, k, inline=False)
 
@@ -134,8 +143,20 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     if t.rowsets()[0].built_state() is None:
         assert _lookup(t, 500, inline=True) is None
         assert _lookup(t, 500, inline=False) == [(500, "new")]
-    assert _lookup(t, 500, inline=True) == [(500, "new")]
-    assert _lookup(t, 998, inline=True) == [] and _lookup(t, 2, inline=True) == [(2, "v2")]
+    assert _lookup(t, 500, inline=True) == [(500, "new")] == _range_scan(t, 500)
+    assert _lookup(t, 998, inline=True) == [] == _range_scan(t, 998)
+    assert _lookup(t, 2, inline=True) == [(2, "v2")]
+    # An older snapshot sees the row as written (the base data, before the deltas).
+    from kudu_async.common.predicate import ColumnPredicate as P
+    from kudu_async.tablet.tablet import READ_AT_SNAPSHOT
+
+    old_ts = t.rowsets()[0].meta.max_ts
+    snap = t.scan(ScanSpec(predicates=[P("k", "=", 500)], read_mode=READ_AT_SNAPSHOT, snapshot_ts=old_ts,
+                           snapshot_wait_s=0.0)).to_table()
+    assert snap is not None and snap.column("v").to_pylist() == ["v500"]
+    before = t.scan(ScanSpec(predicates=[P("k", "=", 2)], read_mode=READ_AT_SNAPSHOT, snapshot_ts=old_ts - 1,
+                             snapshot_wait_s=0.0)).to_table()
+    assert before is None or before.num_rows == 0  # not yet written then
     t.flush_dms()  # the delta file is admitted too: still resident
     assert all(d.resident() for d in t.rowsets())
     assert _lookup(t, 500, inline=True) == [(500, "new")] and _lookup(t, 998, inline=True) == []
