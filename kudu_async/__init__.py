@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         READ_YOUR_WRITES,
         Client,
         Partitioning,
+        RangePartition,
         ScanToken,
         connect,
     )
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
 _CLIENT = ("CLOSEST_REPLICA", "FIRST_REPLICA", "FLUSH_AUTO_BACKGROUND", "FLUSH_AUTO_SYNC", "FLUSH_MANUAL",
            "LEADER_ONLY", "READ_AT_SNAPSHOT", "READ_LATEST", "READ_YOUR_WRITES", "Client", "Partitioning",
-           "ScanToken", "connect")
+           "RangePartition", "ScanToken", "connect")
 _ERRORS = ("KuduBadStatus", "KuduException", "KuduInvalidArgument", "KuduNotFound", "KuduNotSupported",
            "KuduTimedOut")
 _SCHEMA = ("Schema", "SchemaBuilder", "binary", "bool", "bool_", "date", "decimal", "double", "float", "float_",
@@ -74,12 +75,13 @@ _SOURCE: dict[str, str] = {
     **dict.fromkeys(_SCHEMA, "kudu_async.schema"),
 }
 
-__all__ = [
+__all__ = [  # literal, so linters and type checkers see the re-exports
     "CLOSEST_REPLICA", "FIRST_REPLICA", "FLUSH_AUTO_BACKGROUND", "FLUSH_AUTO_SYNC", "FLUSH_MANUAL", "LEADER_ONLY",
     "READ_AT_SNAPSHOT", "READ_LATEST", "READ_YOUR_WRITES", "Client", "KuduBadStatus", "KuduException",
-    "KuduInvalidArgument", "KuduNotFound", "KuduNotSupported", "KuduTimedOut", "Partitioning", "ScanToken",
-    "Schema", "SchemaBuilder", "__version__", "binary", "bool", "bool_", "connect", "date", "decimal", "double",
-    "float", "float_", "int8", "int16", "int32", "int64", "schema_builder", "string", "unixtime_micros", "varchar",
+    "KuduInvalidArgument", "KuduNotFound", "KuduNotSupported", "KuduTimedOut", "Partitioning", "RangePartition",
+    "ScanToken", "Schema", "SchemaBuilder", "__version__", "binary", "bool", "bool_", "connect", "date", "decimal",
+    "double", "float", "float_", "int8", "int16", "int32", "int64", "schema_builder", "string", "unixtime_micros",
+    "varchar",
 ]
 
 

@@ -10,7 +10,7 @@ from kudu_async.client.scanner import (
     READ_YOUR_WRITES,
     ScanToken,
 )
-from kudu_async.client.schema_builder import Partitioning
+from kudu_async.client.schema_builder import Partitioning, RangePartition
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, KuduError
 from kudu_async.client.sync import Client, Scanner, ScanTokenBuilder, Session, TableAlterer, connect
 from kudu_async.client.table import (
@@ -31,7 +31,7 @@ from kudu_async.client.table import (
 __all__ = [
     "CLOSEST_REPLICA", "FIRST_REPLICA", "FLUSH_AUTO_BACKGROUND", "FLUSH_AUTO_SYNC", "FLUSH_MANUAL", "LEADER_ONLY",
     "READ_AT_SNAPSHOT", "READ_LATEST", "READ_YOUR_WRITES", "Client", "Column", "Delete", "DeleteIgnore", "Insert",
-    "InsertIgnore", "KuduError", "Partitioning", "Predicate", "ScanToken", "ScanTokenBuilder", "Scanner",
-    "Session", "Table", "TableAlterer", "Tablet", "Update", "UpdateIgnore", "Upsert", "UpsertIgnore",
+    "InsertIgnore", "KuduError", "Partitioning", "Predicate", "RangePartition", "ScanToken", "ScanTokenBuilder",
+    "Scanner", "Session", "Table", "TableAlterer", "Tablet", "Update", "UpdateIgnore", "Upsert", "UpsertIgnore",
     "WriteOperation", "connect",
 ]

@@ -7,12 +7,13 @@ and becomes the wire form CreateTable takes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
-from kudu_async.common.partition import HashDimension, PartitionSchema
+from kudu_async.common.partition import HashDimension, PartitionSchema, RangeBound
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.common.types import value_to_wire
 
@@ -151,19 +152,47 @@ def schema_builder() -> SchemaBuilder:
     return SchemaBuilder()
 
 
+def _hash_level(column_names: Sequence[str] | str, num_buckets: int, seed: int | None) -> HashDimension:
+    cols = [column_names] if isinstance(column_names, str) else list(column_names)
+    return HashDimension(cols, num_buckets, 0 if seed is None else seed)
+
+
+class RangePartition:
+    """kudu-python's ``RangePartition``: one range with its own hash schema (Kudu 1.17 per-range hash
+    schemas), for ``Partitioning.add_custom_range_partition`` and ``TableAlterer.add_custom_range_partition``.
+    A range of recent, busy rows can take more buckets than the old ones. It needs as many hash levels as
+    the table has."""
+
+    def __init__(self, lower_bound: Any = None, upper_bound: Any = None, lower_bound_type: str = "inclusive",
+                 upper_bound_type: str = "exclusive") -> None:
+        self.lower_bound, self.upper_bound = lower_bound, upper_bound
+        self.lower_bound_type, self.upper_bound_type = lower_bound_type, upper_bound_type
+        self.hash_dimensions: list[HashDimension] = []
+
+    def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int,
+                            seed: int | None = None) -> RangePartition:
+        self.hash_dimensions.append(_hash_level(column_names, num_buckets, seed))
+        return self
+
+    def bound(self) -> tuple[Any, Any, str, str, tuple[HashDimension, ...]]:
+        if not self.hash_dimensions:
+            raise KuduInvalidArgument("a custom range partition needs its hash partitions (add_hash_partitions)")
+        return (self.lower_bound, self.upper_bound, self.lower_bound_type, self.upper_bound_type,
+                tuple(self.hash_dimensions))
+
+
 class Partitioning:
     """kudu-python's ``Partitioning``: hash levels plus range columns, bounds and split rows."""
 
     def __init__(self) -> None:
-        self._hash: list[tuple[list[str], int, int | None]] = []
+        self._hash: list[HashDimension] = []
         self._range_cols: list[str] | None = None
-        self._bounds: list[tuple[Any, Any, str, str]] = []
+        self._bounds: list[tuple[Any, Any, str, str, tuple[HashDimension, ...] | None]] = []
         self._splits: list[Any] = []
 
     def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int,
                             seed: int | None = None) -> Partitioning:
-        cols = [column_names] if isinstance(column_names, str) else list(column_names)
-        self._hash.append((cols, num_buckets, seed))
+        self._hash.append(_hash_level(column_names, num_buckets, seed))
         return self
 
     def set_range_partition_columns(self, column_names: Sequence[str] | str) -> Partitioning:
@@ -172,7 +201,14 @@ class Partitioning:
 
     def add_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
                             lower_bound_type: str = "inclusive", upper_bound_type: str = "exclusive") -> Partitioning:
-        self._bounds.append((lower_bound, upper_bound, lower_bound_type, upper_bound_type))
+        self._bounds.append((lower_bound, upper_bound, lower_bound_type, upper_bound_type, None))
+        return self
+
+    def add_custom_range_partition(self, range_partition: RangePartition) -> Partitioning:
+        """A range with its own hash schema (see :class:`RangePartition`)."""
+        if not isinstance(range_partition, RangePartition):
+            raise KuduInvalidArgument(f"expected a RangePartition, got {type(range_partition).__name__}")
+        self._bounds.append(range_partition.bound())
         return self
 
     def add_range_partition_split(self, split_row: Any) -> Partitioning:
@@ -180,19 +216,24 @@ class Partitioning:
         return self
 
     def partition_schema(self, schema: Schema) -> PartitionSchema:
-        dims = [HashDimension(cols, n, 0 if seed is None else seed) for cols, n, seed in self._hash]
+        """The table's partition schema, custom ranges included."""
         ranges = schema.key_names if self._range_cols is None else self._range_cols
-        return PartitionSchema(schema, dims, ranges)
+        return PartitionSchema(schema, self._hash, ranges).with_custom_ranges(self._range_bounds())
+
+    def _range_bounds(self) -> list[RangeBound]:
+        return [dataclasses.replace(RangeBound.of((_as_row(lo), _as_row(hi), lt, ut)), hash_dimensions=dims)
+                for lo, hi, lt, ut, dims in self._bounds]
 
     def to_wire(self, schema: Schema) -> dict[str, Any]:
         """``partition_schema``, ``range_bounds`` and ``split_rows`` of a CreateTable request (validated here,
-        so a bad bound is named before anything reaches the master)."""
+        so a bad bound is named before anything reaches the master). The partition schema goes without
+        the custom ranges: each travels with its bound, and the master registers it from there."""
         ps = self.partition_schema(schema)
         # raises on overlaps, bad splits, wrong columns
-        ps.create_partitions([(_as_row(lo), _as_row(hi), lt, ut) for lo, hi, lt, ut in self._bounds],
-                             [_as_row(s) for s in self._splits])
-        return {"partition_schema": ps.to_dict(),
-                "range_bounds": [bound_to_wire(ps, lo, hi, lt, ut) for lo, hi, lt, ut in self._bounds],
+        ps.create_partitions(self._range_bounds(), [_as_row(s) for s in self._splits])
+        plain = PartitionSchema(schema, ps.hash_dimensions, ps.range_schema)
+        return {"partition_schema": plain.to_dict(),
+                "range_bounds": [bound_to_wire(ps, lo, hi, lt, ut, dims) for lo, hi, lt, ut, dims in self._bounds],
                 "split_rows": [row_to_wire(ps, s) for s in self._splits]}
 
 
@@ -215,6 +256,10 @@ def row_to_wire(ps: PartitionSchema, row: Any) -> Any:
     return {k: value_to_wire(v) for k, v in d.items()}
 
 
-def bound_to_wire(ps: PartitionSchema, lower: Any, upper: Any, lower_type: str, upper_type: str) -> dict[str, Any]:
-    return {"lower": row_to_wire(ps, lower), "upper": row_to_wire(ps, upper),
-            "lower_bound_type": lower_type, "upper_bound_type": upper_type}
+def bound_to_wire(ps: PartitionSchema, lower: Any, upper: Any, lower_type: str, upper_type: str,
+                  hash_dimensions: Sequence[HashDimension] | None = None) -> dict[str, Any]:
+    out = {"lower": row_to_wire(ps, lower), "upper": row_to_wire(ps, upper),
+           "lower_bound_type": lower_type, "upper_bound_type": upper_type}
+    if hash_dimensions is not None:
+        out["hash_dimensions"] = [d.to_dict() for d in hash_dimensions]
+    return out

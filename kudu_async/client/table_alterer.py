@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kudu_async.client.schema_builder import NO_DEFAULT, ColumnSpec, SchemaBuilder, bound_to_wire
+from kudu_async.client.schema_builder import NO_DEFAULT, ColumnSpec, RangePartition, SchemaBuilder, bound_to_wire
 from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.types import value_to_wire
@@ -97,6 +97,15 @@ class AsyncTableAlterer:
                             lower_bound_type: str = "inclusive",
                             upper_bound_type: str = "exclusive") -> AsyncTableAlterer:
         b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
+        self._steps.append({"type": "ADD_RANGE_PARTITION", **b})
+        return self
+
+    def add_custom_range_partition(self, range_partition: RangePartition) -> AsyncTableAlterer:
+        """Add a range with its own hash schema (see :class:`RangePartition`)."""
+        if not isinstance(range_partition, RangePartition):
+            raise KuduInvalidArgument(f"expected a RangePartition, got {type(range_partition).__name__}")
+        lo, hi, lt, ut, dims = range_partition.bound()
+        b = bound_to_wire(self.table.partition_schema, lo, hi, lt, ut, dims)
         self._steps.append({"type": "ADD_RANGE_PARTITION", **b})
         return self
 

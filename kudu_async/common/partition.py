@@ -109,11 +109,13 @@ class RangeBound:
         if isinstance(value, RangeBound):
             return value
         if isinstance(value, Mapping):
+            dims = value.get("hash_dimensions")
             return cls(
                 value.get("lower"),
                 value.get("upper"),
                 _inclusive(value.get("lower_bound_type", "inclusive")),
                 _inclusive(value.get("upper_bound_type", "exclusive")),
+                None if dims is None else hash_dimensions_from_wire(dims),
             )
         seq = list(value)
         if len(seq) == 2:
@@ -121,6 +123,22 @@ class RangeBound:
         if len(seq) == 4:
             return cls(seq[0], seq[1], _inclusive(seq[2]), _inclusive(seq[3]))
         raise KuduInvalidArgument(f"cannot read a range bound from {value!r}")
+
+
+def hash_dimensions_from_wire(value: Any) -> tuple[HashDimension, ...]:
+    """A per-range hash schema as sent: a list of ``{"columns", "num_buckets", "seed"}`` maps (checked,
+    so a bad one is named instead of failing later)."""
+    if not isinstance(value, list | tuple) or not value:
+        raise KuduInvalidArgument(f"a range's hash_dimensions must be a non-empty list, got {value!r}")
+    dims = []
+    for d in value:
+        if not isinstance(d, Mapping) or "columns" not in d or "num_buckets" not in d:
+            raise KuduInvalidArgument(f"a hash dimension must be a map with 'columns' and 'num_buckets', got {d!r}")
+        cols = d["columns"]
+        if isinstance(cols, str) or not isinstance(cols, list | tuple) or not all(isinstance(c, str) for c in cols):
+            raise KuduInvalidArgument(f"a hash dimension's 'columns' must be a list of names, got {cols!r}")
+        dims.append(HashDimension(tuple(cols), d["num_buckets"], d.get("seed", 0)))
+    return tuple(dims)
 
 
 def _inclusive(kind: Any) -> bool:
@@ -289,7 +307,9 @@ class PartitionSchema:
             if b.hash_dimensions is None:
                 continue
             lo, hi = self._encode_bound(b)
-            added.append(RangeWithHashSchema(lo, hi, tuple(b.hash_dimensions)))
+            r = RangeWithHashSchema(lo, hi, tuple(b.hash_dimensions))
+            if r not in self.custom_ranges:  # already registered (a create request may carry both forms)
+                added.append(r)
         if not added:
             return self
         return PartitionSchema(

@@ -194,6 +194,7 @@ class CatalogManager:
             raise KuduInvalidArgument(f"'num_replicas' must be odd and 1..{MAX_REPLICAS}, got {n!r}")
         bounds = [_wire_bound(b) for b in _list(req, "range_bounds")]
         splits = [_wire_row(s) for s in _list(req, "split_rows")]
+        pschema = pschema.with_custom_ranges(bounds)  # ranges with their own hash schema
         partitions = pschema.create_partitions(bounds, splits)
         if len(partitions) > MAX_TABLETS_PER_TABLE:
             raise KuduInvalidArgument(f"{len(partitions)} tablets exceed the limit of {MAX_TABLETS_PER_TABLE}")
@@ -311,10 +312,13 @@ class CatalogManager:
                 changes = {k: value_from_wire(v) for k, v in step.items() if k not in ("type", "name")}
                 schema, schema_changed = schema.alter_column(_step_str(step, "name", i), **changes), True
             elif kind in ("ADD_RANGE_PARTITION", "DROP_RANGE_PARTITION"):
-                bound = _wire_bound([step.get("lower"), step.get("upper"),
-                                     step.get("lower_bound_type", "inclusive"),
-                                     step.get("upper_bound_type", "exclusive")])
-                [(lo, hi)] = pschema.range_partitions([bound])
+                bound = _wire_bound({"lower": step.get("lower"), "upper": step.get("upper"),
+                                     "lower_bound_type": step.get("lower_bound_type", "inclusive"),
+                                     "upper_bound_type": step.get("upper_bound_type", "exclusive")})
+                if kind == "ADD_RANGE_PARTITION" and step.get("hash_dimensions") is not None:
+                    bound["hash_dimensions"] = step["hash_dimensions"]  # a range with its own hash schema
+                with_bound = pschema.with_custom_ranges([bound])
+                [(lo, hi)] = with_bound.range_partitions([bound])
                 current = {tid: self.tablets[tid] for tid in tablet_ids if tid in self.tablets}
                 same = [tid for tid, r in current.items()
                         if (r["partition"]["range_key_start"], r["partition"]["range_key_end"]) == (lo, hi)]
@@ -323,6 +327,7 @@ class CatalogManager:
                         raise KuduInvalidArgument(f"alter_schema_steps[{i}]: no range partition matches that bound")
                     tablet_ids = [tid for tid in tablet_ids if tid not in same]
                     dropped += same
+                    pschema = pschema.without_custom_range(lo, hi)
                     continue
                 for r in current.values():
                     rlo, rhi = r["partition"]["range_key_start"], r["partition"]["range_key_end"]
@@ -331,6 +336,7 @@ class CatalogManager:
                                                   "existing one")
                 n = t["num_replicas"]
                 self._require_live(n, live, "for a new range partition's replicas")
+                pschema = with_bound
                 for p in pschema.partitions_for_ranges([(lo, hi)]):
                     tid = uuid.uuid4().hex
                     chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]
@@ -346,6 +352,7 @@ class CatalogManager:
         version = t["schema_version"] + (1 if schema_changed else 0)
         work = schema_changed or dropped or len(tablet_ids) != len(t["tablet_ids"])
         table = {**t, **meta, "name": new_name or t["name"], "schema": schema.to_dict(), "schema_version": version,
+                 "partition_schema": pschema.to_dict(),
                  "next_column_id": next_id, "tablet_ids": tablet_ids,
                  "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
                  "state": "ALTERING" if work else t["state"]}

@@ -745,6 +745,50 @@ def test_alter_columns_and_range_partitions_then_write_and_read(client: kudu.Cli
     assert client.table(t5.name).id == t.id
 
 
+def test_ranges_with_their_own_hash_schema_create_alter_write_and_read(client: kudu.Client) -> None:
+    """kudu-python's per-range hash schemas (Kudu 1.17): RangePartition(...).add_hash_partitions(...) at
+    create time and through the alterer; rows route to the range's own buckets, scans and point reads
+    find them, pruning counts the range's buckets, and dropping the range drops its hash schema too."""
+    part = (kudu.Partitioning().add_hash_partitions(["key"], 2).set_range_partition_columns(["key"])
+            .add_range_partition(0, 100)
+            .add_custom_range_partition(kudu.RangePartition(100, 200).add_hash_partitions(["key"], 4, seed=7)))
+    t = client.create_table(unique("custom_hash"), kv_schema(), part, n_replicas=3)
+    assert len(t.scan_token_builder().build()) == 2 + 4
+    assert [(r.hash_dimensions[0].num_buckets, r.hash_dimensions[0].seed) for r in t.partition_schema.custom_ranges] \
+        == [(4, 7)]
+    s = client.new_session()
+    for k in range(0, 200, 5):
+        s.apply(t.new_insert({"key": k, "val": f"v{k}", "n": k}))
+    s.flush()
+    assert sorted(r[0] for r in t.scanner().open().read_all_tuples()) == list(range(0, 200, 5))
+    for k in (5, 150, 195):
+        assert t.scanner().add_predicate(t["key"] == k).open().read_all_tuples() == [(k, f"v{k}", k)]
+    upper = t.scanner().add_predicate(t["key"] >= 100).open()
+    assert scanned_tablets(upper) == 4 and len(upper.read_all_tuples()) == 20
+    tablets_of = {tok.tablet.tablet_id for tok in t.scan_token_builder().add_predicate(t["key"] >= 100).build()}
+    assert len(tablets_of) == 4  # the rows of [100, 200) are spread over its own 4 buckets
+
+    t2 = (client.new_table_alterer(t)
+          .add_custom_range_partition(kudu.RangePartition(200, 300).add_hash_partitions(["key"], 3)).alter())
+    assert len(t2.scan_token_builder().build()) == 2 + 4 + 3
+    s.apply(t2.new_insert({"key": 250, "val": "third", "n": 1}))
+    s.flush()
+    assert t2.scanner().add_predicate(t2["key"] == 250).open().read_all_tuples() == [(250, "third", 1)]
+    t3 = client.new_table_alterer(t2).drop_range_partition(100, 200).alter()
+    assert [r.hash_dimensions[0].num_buckets for r in t3.partition_schema.custom_ranges] == [3]
+    assert len(t3.scan_token_builder().build()) == 2 + 3
+    assert sorted(r[0] for r in t3.scanner().open().read_all_tuples()) == [*range(0, 100, 5), 250]
+    with pytest.raises(kudu.KuduInvalidArgument, match="needs its hash partitions"):
+        client.new_table_alterer(t3).add_custom_range_partition(kudu.RangePartition(300, 400))
+    with pytest.raises(kudu.KuduInvalidArgument, match="'val' is not a primary key column"):
+        client.new_table_alterer(t3).add_custom_range_partition(
+            kudu.RangePartition(300, 400).add_hash_partitions(["val"], 2)).alter()
+    with pytest.raises(kudu.KuduInvalidArgument, match="overlap"):
+        client.new_table_alterer(t3).add_custom_range_partition(
+            kudu.RangePartition(250, 400).add_hash_partitions(["key"], 2)).alter()
+    assert len(client.table(t3.name).scan_token_builder().build()) == 2 + 3  # nothing changed
+
+
 def test_table_alterer_refuses_what_kudu_cannot_alter(client: kudu.Client, range_table: Table) -> None:
     alt = client.new_table_alterer(range_table)
     with pytest.raises(kudu.KuduInvalidArgument, match="type cannot be altered"):

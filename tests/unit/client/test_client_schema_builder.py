@@ -237,3 +237,32 @@ def test_typed_range_bounds_travel_tagged(kks: Schema) -> None:
 def test_bad_partitioning_is_refused_before_reaching_a_master(kks: Schema, make: Any, complaint: str) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
         make(kudu.Partitioning()).to_wire(kks)
+
+
+def test_a_range_with_its_own_hash_schema_travels_with_its_bound(kks: Schema) -> None:
+    """The master registers a custom range from its bound: the wire's partition schema stays plain, and the
+    master's view (plain schema + bounds) equals the client's."""
+    from kudu_async.common.partition import hash_dimensions_from_wire
+
+    p = (kudu.Partitioning().add_hash_partitions(["s"], 2).set_range_partition_columns("k")
+         .add_range_partition(0, 10)
+         .add_custom_range_partition(kudu.RangePartition(10, 20).add_hash_partitions("s", 5, seed=3)))
+    w = p.to_wire(kks)
+    assert "custom_ranges" not in w["partition_schema"]
+    assert w["range_bounds"][1]["hash_dimensions"] == [{"columns": ["s"], "num_buckets": 5, "seed": 3}]
+    assert "hash_dimensions" not in w["range_bounds"][0]
+    master_view = PartitionSchema.from_dict(kks, w["partition_schema"]).with_custom_ranges(w["range_bounds"])
+    assert master_view == p.partition_schema(kks)
+    assert len(master_view.create_partitions(w["range_bounds"])) == 2 + 5
+    with pytest.raises(kudu.KuduInvalidArgument, match="needs its hash partitions"):
+        kudu.Partitioning().add_custom_range_partition(kudu.RangePartition(0, 1))
+    with pytest.raises(kudu.KuduInvalidArgument, match="expected a RangePartition"):
+        kudu.Partitioning().add_custom_range_partition((0, 1))  # type: ignore[arg-type]
+    with pytest.raises(kudu.KuduInvalidArgument, match="1 levels; the table has 2"):
+        (kudu.Partitioning().add_hash_partitions("s", 2).add_hash_partitions("k", 2)
+         .add_custom_range_partition(kudu.RangePartition(0, 1).add_hash_partitions("s", 3)).to_wire(kks))
+    for bad, complaint in (("x", "non-empty list"), ([], "non-empty list"), ([{"columns": ["s"]}], "num_buckets"),
+                           ([{"columns": "s", "num_buckets": 2}], "list of names"),
+                           ([{"columns": ["s"], "num_buckets": 1}], "at least 2 buckets")):
+        with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
+            hash_dimensions_from_wire(bad)

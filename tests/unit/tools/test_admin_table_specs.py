@@ -43,7 +43,7 @@ def test_spec_builds_schema_and_partitioning() -> None:
     ps = part.partition_schema(schema)
     assert ps.hash_dimensions[0].num_buckets == 3 and ps.hash_dimensions[0].seed == 7
     assert list(ps.range_schema.columns) == ["d"]
-    assert len(ps.create_partitions(part._bounds, part._splits)) == 6
+    assert len(ps.create_partitions(part._range_bounds(), part._splits)) == 6
 
 
 @pytest.mark.parametrize("patch, message", [
