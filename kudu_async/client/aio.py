@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,6 +78,7 @@ class AsyncClient:
         self.meta = MetaCache(self.masters)
         self._latest_ts = 0
         self._closed = False
+        self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()  # their flushers stop on close()
 
     @property
     def master_addrs(self) -> list[str]:
@@ -91,6 +93,8 @@ class AsyncClient:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            timers = [t for t in (s.abandon() for s in list(self._sessions)) if t is not None]
+            await asyncio.gather(*timers, return_exceptions=True)
             await self.rpc.close()
 
     async def __aenter__(self) -> AsyncClient:
@@ -204,7 +208,9 @@ class AsyncClient:
     # --- sessions and scans --------------------------------------------------------------------------
 
     def new_session(self, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000, **kw: Any) -> AsyncSession:
-        return AsyncSession(self, flush_mode, timeout_ms, **kw)
+        s = AsyncSession(self, flush_mode, timeout_ms, **kw)
+        self._sessions.add(s)
+        return s
 
     def _new_scanner(self, table: Table) -> AsyncScanner:
         return AsyncScanner(self, table)

@@ -359,6 +359,20 @@ class AsyncSession:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._timer
 
+    def abandon(self) -> asyncio.Task[None] | None:
+        """The client is closing: stop the background flusher (returned, cancelled, for the caller to await).
+        As Kudu's client does, what is still buffered is dropped with a warning, not flushed behind the
+        caller's back; close() flushes."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        left = self.count_buffered_operations()
+        if left and not self._closed:
+            log.warning("client closed with %d operation(s) buffered in a session that was never flushed or "
+                        "closed: they are dropped", left)
+        self._closed = True
+        return timer
+
     # --- errors and metrics --------------------------------------------------------------------------
 
     def _add_error(self, err: KuduError) -> None:

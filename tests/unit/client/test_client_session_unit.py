@@ -736,3 +736,26 @@ def test_blocking_manual_session_counts_staged_rows_against_the_buffer(kv_table:
         assert 5000 in {k for store in fake.rows.values() for k in store}
     finally:
         lc._loop.stop()
+
+
+async def test_closing_the_client_stops_its_sessions_flushers_and_names_dropped_operations(
+        kv_table: Table, caplog: pytest.LogCaptureFixture) -> None:
+    """A background session left open stops with its client (no flusher task left pending on a closed
+    loop); as Kudu's client does, operations still buffered are dropped with a warning, not sent."""
+    from kudu_async.client.aio import AsyncClient
+
+    client = AsyncClient(["127.0.0.1:1"])  # never contacted: nothing is flushed
+    flushed = client.new_session(kudu.FLUSH_AUTO_BACKGROUND, flush_interval_ms=60_000)
+    left = client.new_session(kudu.FLUSH_AUTO_BACKGROUND, flush_interval_ms=60_000)
+    for k in range(3):
+        await left.apply(kv_table.new_insert({"key": k}))
+    timer = left._timer
+    assert timer is not None and not timer.done()
+    with caplog.at_level("WARNING", logger="kudu_async.client.session"):
+        await client.close()
+    assert timer.done() and timer.cancelled()
+    assert [r.getMessage() for r in caplog.records] == [
+        "client closed with 3 operation(s) buffered in a session that was never flushed or closed: they are dropped"]
+    assert flushed._timer is None
+    with pytest.raises(kudu.KuduBadStatus, match="closed"):
+        await left.apply(kv_table.new_insert({"key": 9}))
