@@ -293,10 +293,14 @@ class DiskRowSet:
     def open_block(self, block_id: str) -> pa.Table:
         """One of this rowset's files (base or delta) as a table: from the node's block cache when it
         admits the file, else memory-mapped. Reads the file: call in a worker."""
-        buf = self.bm.cached(block_id)
+        path = self.bm.path(block_id)
+        try:
+            buf = self.bm.cached(block_id)
+        except OSError as e:  # as read_ipc_table reports a missing or unreadable block
+            raise KuduCorruption(f"cannot read block {path}: {e}") from e
         if buf is None:
             self._mapped.add(block_id)
-        return read_ipc_table(self.bm.path(block_id), buf)
+        return read_ipc_table(path, buf)
 
     def resident(self) -> bool:
         """True when every file of the rowset is held in memory (the block cache): a lookup in it reads

@@ -1100,8 +1100,10 @@ class Tablet:
             vals = store.visible_row(ref, snap)
         else:
             base = store.base_row(ref, snap)
-            if base is not None:  # as written, never changed: a zero-copy slice of the cached base data
-                return pa.Table.from_arrays([base.column(n) for n in (*needed, KEY_COL)], schema=schema)
+            cols = None if base is None else [base.column(n) for n in (*needed, KEY_COL)]
+            if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
+                # as written, never changed: a zero-copy slice of the base data
+                return pa.Table.from_arrays(cols, schema=schema)
             vals = store.get_row(ref, snap)
         if vals is None:
             return schema.empty_table()

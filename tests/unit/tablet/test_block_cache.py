@@ -204,3 +204,16 @@ def test_rowsets_the_cache_cannot_hold_are_left_to_a_worker(tmp_path: Any) -> No
     t.flush_dms()
     assert cache.status()["refused"] == 1 and not t.rowsets()[0].resident()
     assert _lookup(t, 2, inline=True) is None and _lookup(t, 2, inline=False) == [(2, "z")]
+
+
+@pytestmark_common
+def test_a_missing_rowset_file_is_named_as_corruption_with_the_cache_too(tmp_path: Any) -> None:
+    from kudu_async.common.errors import KuduCorruption
+
+    t, _, clock = _tablet(str(tmp_path / "t"), BlockCache(64 << 20))
+    _write(t, clock, OpType.INSERT, [1, 2], ["a", "b"], 1)
+    t.flush_mrs()
+    base = t.bm.path(t.rowsets()[0].meta.base_block)
+    os.unlink(base)
+    with pytest.raises(KuduCorruption, match="cannot read block"):
+        Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=BlockCache(64 << 20)), clock=clock)
