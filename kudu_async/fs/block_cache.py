@@ -5,56 +5,87 @@ not go to disk. Our rowset files are Arrow IPC files that are otherwise memory-m
 page may wait on the disk, so the tablet server answers a point lookup on its event loop only from
 memory it owns. A block in this cache is read once, whole, into an Arrow buffer that the rowset opened
 from it shares (zero copy); later opens of the same immutable block (a reopen after a schema change, a
-restarted replica) share the same buffer. Blocks are admitted while the budget has room and stay until
-they are deleted: a rowset keeps its buffer for its whole life, so evicting one would free nothing.
-Blocks that do not fit are mapped as before and read in workers.
+restarted replica) share the same buffer.
+
+Blocks are admitted while the budget has room; when a new block does not fit, the least recently used
+evictable blocks make room: their owners are told (``on_evict``) and switch to mapping the file, so the
+memory is freed once no reader holds it. A rowset marks its base data evictable and its (small) delta
+files pinned: they stay until the block is deleted. A block larger than the whole budget is refused.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 import os
 import threading
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+log = logging.getLogger(__name__)
+
+EvictCallback = Callable[[str], None]
+
+
+@dataclass
+class _Entry:
+    buf: pa.Buffer
+    pinned: bool
+    owners: list[weakref.WeakMethod[EvictCallback]] = field(default_factory=list)
+
 
 class BlockCache:
-    """Thread-safe map of block path -> whole-file buffer, bounded by ``capacity_bytes`` (0 = off)."""
+    """Thread-safe LRU map of block path -> whole-file buffer, bounded by ``capacity_bytes`` (0 = off)."""
 
     def __init__(self, capacity_bytes: int) -> None:
         if capacity_bytes < 0:
             raise ValueError(f"block cache capacity must be >= 0 bytes, not {capacity_bytes}")
         self.capacity_bytes = capacity_bytes
         self._lock = threading.Lock()
-        self._blocks: dict[str, pa.Buffer] = {}
+        self._blocks: collections.OrderedDict[str, _Entry] = collections.OrderedDict()  # oldest use first
         self._reserved = 0  # bytes of admitted blocks, including those still being read
         self._loading: dict[str, int] = {}  # path -> bytes reserved while a worker reads it
         self._cancelled: set[str] = set()  # loading paths deleted meanwhile
-        self._counts = {"hits": 0, "inserts": 0, "refused": 0, "dropped": 0}
+        self._counts = {"hits": 0, "inserts": 0, "refused": 0, "dropped": 0, "evictions": 0}
 
-    def read(self, path: str) -> pa.Buffer | None:
-        """The whole file at ``path`` as a buffer held by the cache, or None when it does not fit (the
-        caller maps the file instead). Blocks are immutable, so a cached buffer is always current. Reads
-        the file: call from a worker, never the event loop."""
+    def read(self, path: str, on_evict: EvictCallback | None = None) -> pa.Buffer | None:
+        """The whole file at ``path`` as a buffer held by the cache, or None when it cannot fit (the
+        caller maps the file instead). ``on_evict`` (a bound method, held weakly) makes the block
+        evictable: it is called with the path when the block leaves the cache to make room, and must
+        stop using the buffer; without it the block is pinned until deleted. Reads the file: call from a
+        worker, never the event loop."""
         path = os.path.abspath(path)
         with self._lock:
-            buf = self._blocks.get(path)
-            if buf is not None:
+            e = self._blocks.get(path)
+            if e is not None:
                 self._counts["hits"] += 1
-                return buf
+                self._blocks.move_to_end(path)
+                self._own(e, on_evict)
+                return e.buf
         size = os.path.getsize(path)
         with self._lock:
-            buf = self._blocks.get(path)
-            if buf is not None:  # read by another thread meanwhile
+            e = self._blocks.get(path)
+            if e is not None:  # read by another thread meanwhile
                 self._counts["hits"] += 1
-                return buf
-            if path in self._loading or self._reserved + size > self.capacity_bytes:
+                self._own(e, on_evict)
+                return e.buf
+            if path in self._loading or size > self.capacity_bytes:
                 self._counts["refused"] += 1
                 return None
-            self._reserved += size
-            self._loading[path] = size
+            evicted = self._make_room(size)
+            admitted = self._reserved + size <= self.capacity_bytes  # else pinned blocks fill it
+            if admitted:
+                self._reserved += size
+                self._loading[path] = size
+            else:
+                self._counts["refused"] += 1
+        self._tell(evicted)
+        if not admitted:
+            return None
         try:
             with pa.OSFile(path, "r") as f:
                 buf = f.read_buffer()
@@ -68,10 +99,55 @@ class BlockCache:
             if path in self._cancelled:  # deleted while it was read: never admit it
                 self._cancelled.discard(path)
                 return buf
-            self._blocks[path] = buf
+            e = _Entry(buf, pinned=on_evict is None)
+            self._own(e, on_evict)
+            self._blocks[path] = e
             self._reserved += buf.size
             self._counts["inserts"] += 1
         return buf
+
+    @staticmethod
+    def _own(e: _Entry, on_evict: EvictCallback | None) -> None:
+        if on_evict is None:
+            e.pinned = True  # an owner that cannot let go: the block stays
+        else:
+            e.owners.append(weakref.WeakMethod(on_evict))
+
+    def _make_room(self, size: int) -> list[tuple[str, _Entry]]:
+        """Evict least recently used evictable blocks until ``size`` more bytes fit (under the lock)."""
+        out: list[tuple[str, _Entry]] = []
+        if self._reserved + size <= self.capacity_bytes:
+            return out
+        for path in list(self._blocks):
+            if self._reserved + size <= self.capacity_bytes:
+                break
+            e = self._blocks[path]
+            if e.pinned:
+                continue
+            del self._blocks[path]
+            self._reserved -= e.buf.size
+            self._counts["evictions"] += 1
+            out.append((path, e))
+        return out
+
+    @staticmethod
+    def _tell(evicted: list[tuple[str, _Entry]]) -> None:
+        """Tell the owners of evicted blocks (outside the lock: they re-open the file mapped)."""
+        for path, e in evicted:
+            for ref in e.owners:
+                cb = ref()
+                if cb is None:
+                    continue
+                try:
+                    cb(path)
+                except Exception:  # an owner that cannot switch keeps its buffer alive; others still told
+                    log.exception("block cache: the owner of evicted block %s failed to let it go", path)
+
+    def touch(self, path: str) -> None:
+        """Mark a block used now (a lookup or scan read it), so it is evicted last."""
+        with self._lock:
+            if path in self._blocks:
+                self._blocks.move_to_end(path)
 
     def drop(self, paths: Iterable[str]) -> None:
         """Forget deleted blocks (their buffers live on only in rowsets still being read)."""
@@ -80,9 +156,9 @@ class BlockCache:
                 p = os.path.abspath(p)
                 if p in self._loading:
                     self._cancelled.add(p)
-                buf = self._blocks.pop(p, None)
-                if buf is not None:
-                    self._reserved -= buf.size
+                e = self._blocks.pop(p, None)
+                if e is not None:
+                    self._reserved -= e.buf.size
                     self._counts["dropped"] += 1
 
     def drop_under(self, directory: str) -> None:
@@ -98,5 +174,6 @@ class BlockCache:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"capacity_bytes": self.capacity_bytes, "usage_bytes": self._reserved,
+            pinned = sum(e.buf.size for e in self._blocks.values() if e.pinned)
+            return {"capacity_bytes": self.capacity_bytes, "usage_bytes": self._reserved, "pinned_bytes": pinned,
                     "blocks": len(self._blocks), **self._counts}

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from kudu_async.fs.block_cache import BlockCache
+from kudu_async.fs.block_cache import BlockCache, EvictCallback
 from kudu_async.fs.io_util import atomic_write_with, fsync_dir, remove_stale_temp_files
 
 BLOCK_SUFFIX = ".blk"
@@ -56,9 +56,15 @@ class BlockManager:
         atomic_write_with(self.path(block_id), writer, sync=self.sync)
         return block_id
 
-    def cached(self, block_id: str) -> pa.Buffer | None:
-        """The whole block in memory, held by the node's block cache, or None (no cache, or no room)."""
-        return self.cache.read(self.path(block_id)) if self.cache is not None else None
+    def cached(self, block_id: str, on_evict: EvictCallback | None = None) -> pa.Buffer | None:
+        """The whole block in memory, held by the node's block cache, or None (no cache, or no room);
+        ``on_evict`` makes it evictable (see :meth:`BlockCache.read`)."""
+        return self.cache.read(self.path(block_id), on_evict) if self.cache is not None else None
+
+    def touch(self, path: str) -> None:
+        """A cached block was just used (kept longest in the cache)."""
+        if self.cache is not None:
+            self.cache.touch(path)
 
     def exists(self, block_id: str) -> bool:
         return os.path.exists(self.path(block_id))

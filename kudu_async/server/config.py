@@ -207,7 +207,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive),
     Flag("block_cache_capacity_mb", _to_int, 512, "Rowset files held in memory, for all tablets of this node: a "
          "point lookup whose rowsets are all held is answered on the event loop, without a disk read or a "
-         "hand-off to a worker; files beyond it are memory-mapped. 0 turns the cache off.", check=_non_negative),
+         "hand-off to a worker; the least recently used base data is evicted for new files, which are "
+         "memory-mapped when nothing can be. 0 turns the cache off.", check=_non_negative),
     Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.",
          check=_positive),
     Flag("maintenance_manager_num_threads", _to_int, 1, "Worker threads for flushes and compactions.",

@@ -266,7 +266,8 @@ class DiskRowSet:
         self.meta = meta
         self.bm = bm
         self._mapped: set[str] = set()  # blocks read memory-mapped, not from the block cache
-        self.base = adapt_base(info, self.open_block(meta.base_block))
+        self._base_path = bm.path(meta.base_block)
+        self.base = adapt_base(info, self.open_block(meta.base_block, evictable=True))
         if self.base.num_rows != meta.num_rows:
             raise KuduCorruption(
                 f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
@@ -290,17 +291,34 @@ class DiskRowSet:
         self.busy = False
         self.retired = False
 
-    def open_block(self, block_id: str) -> pa.Table:
-        """One of this rowset's files (base or delta) as a table: from the node's block cache when it
-        admits the file, else memory-mapped. Reads the file: call in a worker."""
+    def open_block(self, block_id: str, evictable: bool = False) -> pa.Table:
+        """One of this rowset's files as a table: from the node's block cache when it admits the file,
+        else memory-mapped. The base data is ``evictable`` (the cache may take it back, see
+        :meth:`_evicted`); delta files, small, stay while they live. Reads the file: call in a worker."""
         path = self.bm.path(block_id)
         try:
-            buf = self.bm.cached(block_id)
+            buf = self.bm.cached(block_id, self._evicted if evictable else None)
         except OSError as e:  # as read_ipc_table reports a missing or unreadable block
             raise KuduCorruption(f"cannot read block {path}: {e}") from e
         if buf is None:
             self._mapped.add(block_id)
         return read_ipc_table(path, buf)
+
+    def _evicted(self, path: str) -> None:
+        """The block cache took back the base data's buffer to make room: map the file instead. The
+        content is the same, so a reader still holding the old tables reads the same rows, and their
+        memory is freed when the last one lets go. Marked mapped first: the loop stops reading here."""
+        if path != self._base_path:
+            return
+        self._mapped.add(self.meta.base_block)
+        base = adapt_base(self.info, read_ipc_table(path))
+        keys = base.column(KEY_COL).combine_chunks()
+        fixed, width = _fixed_width_view(keys)
+        self.base, self.keys, self._fixed, self._width = base, keys, fixed, width
+
+    def touch(self) -> None:
+        """This rowset's base data was read: the block cache keeps it longest."""
+        self.bm.touch(self._base_path)
 
     def resident(self) -> bool:
         """True when every file of the rowset is held in memory (the block cache): a lookup in it reads
@@ -376,6 +394,7 @@ class DiskRowSet:
 
     def search(self, key: bytes) -> int | None:
         """Binary search of one key in the base data (no range or bloom check)."""
+        self.touch()
         if self._fixed is not None:
             if len(key) != self._width:
                 return None
@@ -417,6 +436,7 @@ class DiskRowSet:
         if not len(sub):
             return out
         cand = rows[sub]
+        self.touch()
         view = self._padded_view()
         if view is None:
             for j, r in zip(sub.tolist(), cand.tolist(), strict=True):
@@ -516,6 +536,7 @@ class DiskRowSet:
         lower_exclusive: bool = False,
     ) -> pa.Table:
         """Rows live at ``snap`` within the key bounds: ``columns`` plus ``_key``, vectorised."""
+        self.touch()
         lo, hi = self.row_bounds(lower, upper, lower_exclusive)
         if lo >= hi:
             return self.base.select([*columns, KEY_COL]).slice(0, 0)

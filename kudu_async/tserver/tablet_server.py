@@ -53,6 +53,8 @@ class TabletServer(Node):
             ("block_cache_capacity", "capacity_bytes", "Block cache capacity (block_cache_capacity_mb)", "bytes"),
             ("block_cache_inserts", "inserts", "Rowset files admitted to the block cache (monotonic)", "blocks"),
             ("block_cache_hits", "hits", "Opens of a file the block cache already held (monotonic)", "blocks"),
+            ("block_cache_evictions", "evictions", "Least recently used files evicted to make room (monotonic)",
+             "blocks"),
             ("block_cache_refused", "refused", "Files memory-mapped instead: no room in the block cache "
              "(monotonic)", "blocks"),
         ):

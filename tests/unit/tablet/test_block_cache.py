@@ -49,6 +49,42 @@ def test_blocks_are_admitted_within_the_budget_shared_and_forgotten_when_deleted
         BlockCache(-1)
 
 
+class Owner:
+    """A stand-in for a rowset: records the evictions it is told of."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.evicted: list[str] = []
+        self.fail = fail
+
+    def let_go(self, path: str) -> None:
+        self.evicted.append(path)
+        if self.fail:
+            raise RuntimeError("cannot let go")
+
+
+def test_least_recently_used_evictable_blocks_make_room_and_their_owners_are_told(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    a, b, c, d, e = (_file(tmp_path, n, 1000) for n in "abcde")
+    cache = BlockCache(3000)
+    oa, ob, oc = Owner(), Owner(fail=True), Owner()
+    assert cache.read(a, oa.let_go) is not None
+    assert cache.read(b, ob.let_go) is not None
+    assert cache.read(c) is not None  # no owner callback: pinned
+    cache.touch(os.path.abspath(a))  # a is now used more recently than b
+    with caplog.at_level("ERROR", logger="kudu_async.fs.block_cache"):
+        assert cache.read(d, oc.let_go) is not None  # full: b, the least recently used evictable, goes
+    assert ob.evicted == [os.path.abspath(b)] and oa.evicted == [] and not cache.holds(b)
+    assert "failed to let it go" in caplog.text  # an owner that raises is logged; the eviction stands
+    st = cache.status()
+    assert (st["usage_bytes"], st["pinned_bytes"], st["evictions"]) == (3000, 1000, 1)
+    assert cache.read(_file(tmp_path, "big", 3001)) is None  # larger than the whole budget
+    del oc  # an owner that is gone is not called
+    assert cache.read(e) is not None and oa.evicted == [os.path.abspath(a)]  # e pinned; a was older than d
+    assert cache.read(b) is not None  # evicts d, whose owner is gone
+    assert cache.read(_file(tmp_path, "f", 10)) is None  # everything left is pinned: refused
+    assert cache.status()["refused"] == 2
+
+
 def test_a_block_deleted_while_it_is_read_is_not_admitted(tmp_path: Any, monkeypatch: Any) -> None:
     """A compaction can delete a block while another thread opens it: the reader still gets its bytes,
     but the cache must not keep (and charge for) a block nobody can open again."""
@@ -217,3 +253,31 @@ def test_a_missing_rowset_file_is_named_as_corruption_with_the_cache_too(tmp_pat
     os.unlink(base)
     with pytest.raises(KuduCorruption, match="cannot read block"):
         Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=BlockCache(64 << 20)), clock=clock)
+
+
+@pytestmark_common
+def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_path: Any) -> None:
+    """A cache with room for one rowset's base data: the next flush's rowset takes it, the first one maps
+    its file again (same rows), and its lookups are left to a worker while the new one's stay inline."""
+    probe, _, pclock = _tablet(str(tmp_path / "probe"), BlockCache(64 << 20))
+    _write(probe, pclock, OpType.INSERT, list(range(100)), [f"v{i}" for i in range(100)], 1)
+    probe.flush_mrs()
+    one = probe.bm.cache.status()["usage_bytes"]  # type: ignore[union-attr]
+    cache = BlockCache(one + one // 2)
+    t, _, clock = _tablet(str(tmp_path / "t"), cache)
+    _write(t, clock, OpType.INSERT, list(range(100)), [f"v{i}" for i in range(100)], 1)
+    t.flush_mrs()
+    first = t.rowsets()[0]
+    assert first.resident() and _lookup(t, 7, inline=True) == [(7, "v7")]
+    _write(t, clock, OpType.INSERT, list(range(1000, 1100)), [f"v{i}" for i in range(1000, 1100)], 2)
+    t.flush_mrs()
+    second = next(d for d in t.rowsets() if d is not first)
+    assert cache.status()["evictions"] == 1 and not first.resident() and second.resident()
+    assert _lookup(t, 7, inline=True) is None and _lookup(t, 7, inline=False) == [(7, "v7")]
+    assert _lookup(t, 1007, inline=True) == [(1007, "v1007")]
+    assert _rows_of(t) == [*range(100), *range(1000, 1100)]
+
+
+def _rows_of(t: Tablet) -> list[int]:
+    tbl = t.scan(ScanSpec(ordered=True)).to_table()
+    return [] if tbl is None else tbl.column("k").to_pylist()
