@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader, KuduTimedOut
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
@@ -31,6 +31,9 @@ from kudu_async.server.node import Node
 log = logging.getLogger(__name__)
 
 DDL_WAIT_DEFAULT_S = MAX_DDL_WAIT_MS / 1000  # an Is*Done caller without a deadline may wait this long
+# Longest a catalog read waits for a heartbeat round confirming leadership (an election timeout and a half:
+# by then a leader cut off from the majority has stepped down).
+CATALOG_READ_CONFIRM_S = 2.0
 
 
 class Master(Node):
@@ -180,6 +183,23 @@ class Master(Node):
         if not self.is_catalog_leader():
             raise KuduNotTheLeader(f"master {self.uuid} is not the catalog leader", self.leader_info())
 
+    async def confirm_catalog_read(self, ctx: CallContext) -> None:
+        """Before a catalog read: this master must still be the leader, not one deposed by a partition
+        and replaced (whose catalog may miss a rename or a drop the new leader applied). Within its lease
+        (a majority acked it less than an election timeout ago, its ticks on time) it answers at once;
+        otherwise a heartbeat round to a majority confirms it (Raft's read index), as a tablet leader does
+        for READ_LATEST scans. A leader that cannot confirm says it is not the leader, so clients look
+        elsewhere."""
+        self.require_leader()
+        replica = self.catalog_replica()
+        assert replica is not None  # require_leader checked it
+        try:
+            await replica.read_index(timeout_s=min(ctx.time_left(CATALOG_READ_CONFIRM_S), CATALOG_READ_CONFIRM_S))
+        except KuduTimedOut:
+            raise KuduNotTheLeader(f"master {self.uuid} could not confirm its leadership with a majority",
+                                   self.leader_info()) from None
+        self.require_leader()
+
     # --- RPC ------------------------------------------------------------------------------------------
 
     async def _rpc_ts_heartbeat(self, request: Any, ctx: CallContext) -> dict[str, Any]:
@@ -241,16 +261,24 @@ class Master(Node):
         return await self.catalog_manager.delete_table(require_map(request), ctx.time_left(30.0))
 
     async def _rpc_list_tables(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.list_tables(require_map(request))
+        req = require_map(request)
+        await self.confirm_catalog_read(ctx)
+        return self.catalog_manager.list_tables(req)
 
     async def _rpc_get_table_schema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.get_table_schema(require_map(request))
+        req = require_map(request)
+        await self.confirm_catalog_read(ctx)
+        return self.catalog_manager.get_table_schema(req)
 
     async def _rpc_get_table_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.get_table_locations(require_map(request))
+        req = require_map(request)
+        await self.confirm_catalog_read(ctx)
+        return self.catalog_manager.get_table_locations(req)
 
     async def _rpc_get_tablet_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return self.catalog_manager.get_tablet_locations(require_map(request))
+        req = require_map(request)
+        await self.confirm_catalog_read(ctx)
+        return self.catalog_manager.get_tablet_locations(req)
 
     async def _rpc_list_masters(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return {"masters": self.masters()}

@@ -966,7 +966,15 @@ class Tablet:
         hand-off to a worker, which costs more than the lookup itself."""
         if spec.read_mode != READ_LATEST and spec.snapshot_wait_s:
             return None  # its snapshot may still have to wait for writes in flight
+        if self._locate_in_memory(key) is None and self._needs_disk(key):
+            # Checked without the lock, so a lookup that must go to a worker costs the loop no more than a
+            # dict lookup and the bloom probes; the answer itself is looked up under the lock.
+            return None
         return self._scan(spec, memory_only=True, key=key)
+
+    def _needs_disk(self, key: bytes) -> bool:
+        """Whether a rowset that may hold ``key`` cannot be searched without the disk."""
+        return any(d.may_contain_key(key) and not d.readable_without_disk() for d in self._drs)
 
     def _scan(self, spec: ScanSpec, memory_only: bool, key: bytes | None = None) -> TabletScanner | None:
         """``memory_only``: the on-loop form (None when only a worker may answer); ``key``: the lookup's
