@@ -8,7 +8,10 @@ and code written for kudu-python runs with ``import kudu_async as kudu``.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
 import threading
+import weakref
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -25,6 +28,7 @@ from kudu_async.common.errors import KuduIllegalState
 from kudu_async.common.schema import Schema
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 class _LoopThread:
@@ -57,6 +61,21 @@ class _LoopThread:
             self.loop.close()
 
 
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    """At interpreter exit, close the clients a program left open: their sessions' background flushers stop
+    cleanly, and operations never flushed are reported (and dropped, as Kudu's client does) instead of
+    vanishing without a word."""
+    for c in list(_open_clients):
+        try:
+            c.close()
+        except Exception as e:  # exiting anyway: say why this client could not close cleanly
+            log.warning("closing a kudu client at exit failed: %s", e)
+
+
 class Client:
     """kudu-python's ``Client`` (blocking). Thread-safe; close it (or use ``with``) when done."""
 
@@ -68,6 +87,7 @@ class Client:
         except BaseException:
             self._loop.stop()
             raise
+        _open_clients.add(self)
 
     @staticmethod
     async def _connect(masters: Sequence[str], admin_ms: int | None, rpc_ms: int | None) -> AsyncClient:
@@ -81,6 +101,7 @@ class Client:
         return self._async.master_addrs
 
     def close(self) -> None:
+        _open_clients.discard(self)
         if not self._loop.loop.is_closed():
             self._run(self._async.close())
             self._loop.stop()

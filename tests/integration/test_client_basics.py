@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -287,3 +288,32 @@ def test_owner_and_comment_are_kept_and_altered(client: kudu.Client) -> None:
         client.create_table("owned2", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
                             n_replicas=1, owner="o" * 129)
     client.delete_table("owned")
+
+
+def test_a_program_exiting_with_unflushed_operations_is_told(cluster: MiniCluster, client: kudu.Client) -> None:
+    """A script that leaves its client and a FLUSH_AUTO_BACKGROUND session open and exits within the flush
+    interval: as Kudu's client does, the buffered rows are dropped, but with a warning naming them, and no
+    flusher task is left for the interpreter to destroy. One that flushes exits quietly with its rows."""
+    name = "exit_unflushed"
+    client.create_table(name, _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=1)
+    script = textwrap.dedent(f"""
+        import kudu_async as kudu
+        c = kudu.connect({cluster.master_addresses.split(",")!r})
+        t = c.table({name!r})
+        s = c.new_session(flush_mode=kudu.FLUSH_AUTO_BACKGROUND)
+        for k in range(@START@, @START@ + 10):
+            s.apply(t.new_insert({{"key": k, "val": "x"}}))
+        @FLUSH@
+    """)
+    env = {"PYTHONPATH": str(Path(kudu.__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"}
+    left = subprocess.run([sys.executable, "-c", script.replace("@START@", "0").replace("@FLUSH@", "")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert left.returncode == 0, left.stderr
+    assert "10 operation(s) buffered in a session that was never flushed or closed: they are dropped" in left.stderr
+    assert "Task was destroyed" not in left.stderr
+    done = subprocess.run([sys.executable, "-c", script.replace("@START@", "100").replace("@FLUSH@", "s.flush()")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    keys = sorted(r[0] for r in client.table(name).scanner().open().read_all_tuples())
+    assert keys == list(range(100, 110))
+    client.delete_table(name)
