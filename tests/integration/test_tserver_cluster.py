@@ -26,6 +26,7 @@ from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import INSERT, UPSERT, TabletClient
+from kudu_async.testing.waits import wait_for
 
 pytestmark = pytest.mark.integration
 LONG = os.environ.get("KUDU_LONG_TESTS") == "1"
@@ -415,3 +416,41 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
     assert sorted(p["uuid"] for p in st["peers"] if p["member_type"] == "VOTER") == sorted(tc.addresses)
     listed = await rpc.call(first3[evicted], "TabletServer", "ListTablets", {})
     assert [(t["tablet_id"], t["state"]) for t in listed["tablets"]] == [("tablet-r", "TOMBSTONED")]
+
+
+async def test_block_cache_holds_flushed_files_and_lets_them_go_with_the_tablet(mini_cluster_factory,
+                                                                               rpc: RpcClient) -> None:
+    """The tserver's block cache takes a flushed tablet's files (lookups of its rows then answered on the
+    loop), a restart reads them back into it, and deleting the tablet releases them."""
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
+    ts = cluster.tservers[0]
+    tc = TabletClient(rpc, "tablet-cache", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader = await tc.wait_leader()
+
+    def cache() -> dict[str, int]:
+        return cluster.tserver_metric_totals(["block_cache_usage", "block_cache_inserts"], "server")
+
+    assert cache()["block_cache_usage"] == 0
+    await tc.write(rows(range(0, 3000)), INSERT)
+    await rpc.call(leader, "TabletServer", "FlushTablet", {"tablet_id": "tablet-cache"})
+    held = cache()
+    assert held["block_cache_usage"] > 0 and held["block_cache_inserts"] >= 1  # the rowset's base data
+    files = sum(p.stat().st_size for p in (Path(ts.data_dir) / "tablets" / "tablet-cache" / "data").glob("*.blk"))
+    assert 0 < held["block_cache_usage"] <= files
+    before = cluster.tserver_metric_totals(["point_reads_in_memory", "point_reads_handed_off"])
+    for k in (5, 1500, 2999):
+        got, _ = await tc.scan(leader, predicates=[{"column": "key", "op": "=", "value": k}])
+        assert got.column("key").to_pylist() == [k]
+    after = cluster.tserver_metric_totals(["point_reads_in_memory", "point_reads_handed_off"])
+    assert after["point_reads_in_memory"] - before["point_reads_in_memory"] == 3
+    assert after["point_reads_handed_off"] == before["point_reads_handed_off"]
+
+    cluster.restart_node(ts.name)
+    leader = await tc.wait_leader()
+    # Replicas open in the background after a restart; opening reads the files into the cache again.
+    await asyncio.to_thread(wait_for, lambda: cache()["block_cache_usage"] == held["block_cache_usage"], 20.0,
+                            "the restarted tserver's block cache to hold the tablet's files again")
+
+    await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-cache"})
+    assert cache()["block_cache_usage"] == 0
