@@ -52,12 +52,14 @@ class BlockCache:
         self._cancelled: set[str] = set()  # loading paths deleted meanwhile
         self._counts = {"hits": 0, "inserts": 0, "refused": 0, "dropped": 0, "evictions": 0}
 
-    def read(self, path: str, on_evict: EvictCallback | None = None) -> pa.Buffer | None:
+    def read(self, path: str, on_evict: EvictCallback | None = None, *, make_room: bool = True) -> pa.Buffer | None:
         """The whole file at ``path`` as a buffer held by the cache, or None when it cannot fit (the
         caller maps the file instead). ``on_evict`` (a bound method, held weakly) makes the block
         evictable: it is called with the path when the block leaves the cache to make room, and must
-        stop using the buffer; without it the block is pinned until deleted. Reads the file: call from a
-        worker, never the event loop."""
+        stop using the buffer; without it the block is pinned until deleted. With ``make_room`` False
+        the block only takes free room and evicts nothing: a restarting tserver opening its old files
+        fills the cache without reading every file it holds (each would evict the one before). Reads the
+        file: call from a worker, never the event loop."""
         path = os.path.abspath(path)
         with self._lock:
             e = self._blocks.get(path)
@@ -76,7 +78,7 @@ class BlockCache:
             if path in self._loading or size > self.capacity_bytes:
                 self._counts["refused"] += 1
                 return None
-            evicted = self._make_room(size)
+            evicted = self._make_room(size) if make_room else []
             admitted = self._reserved + size <= self.capacity_bytes  # else pinned blocks fill it
             if admitted:
                 self._reserved += size

@@ -56,10 +56,13 @@ class BlockManager:
         atomic_write_with(self.path(block_id), writer, sync=self.sync)
         return block_id
 
-    def cached(self, block_id: str, on_evict: EvictCallback | None = None) -> pa.Buffer | None:
+    def cached(self, block_id: str, on_evict: EvictCallback | None = None, *,
+               make_room: bool = True) -> pa.Buffer | None:
         """The whole block in memory, held by the node's block cache, or None (no cache, or no room);
-        ``on_evict`` makes it evictable (see :meth:`BlockCache.read`)."""
-        return self.cache.read(self.path(block_id), on_evict) if self.cache is not None else None
+        ``on_evict`` makes it evictable, ``make_room`` lets it evict others (see :meth:`BlockCache.read`)."""
+        if self.cache is None:
+            return None
+        return self.cache.read(self.path(block_id), on_evict, make_room=make_room)
 
     def touch(self, path: str) -> None:
         """A cached block was just used (kept longest in the cache)."""

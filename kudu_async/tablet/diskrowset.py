@@ -258,15 +258,19 @@ class DiskRowSet:
         meta: RowSetMetadata,
         bm: BlockManager,
         state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         """Open a rowset's files seen through ``info``; ``state`` reuses the per-row last-change arrays
         of the same files opened before (:meth:`state`; they depend on rows and timestamps, not on the
-        schema)."""
+        schema). ``fresh``: just written (a flush or compaction output, the newest data and in the page
+        cache): it may evict older data from the block cache; an old rowset opened only takes free room."""
         self.info = info
         self.meta = meta
         self.bm = bm
         self._mapped: set[str] = set()  # blocks read memory-mapped, not from the block cache
         self._base_path = bm.path(meta.base_block)
+        self._fresh = fresh
         self.base = adapt_base(info, self.open_block(meta.base_block, evictable=True))
         if self.base.num_rows != meta.num_rows:
             raise KuduCorruption(
@@ -279,6 +283,7 @@ class DiskRowSet:
         self.min_key = bytes.fromhex(meta.min_key_hex)
         self.max_key = bytes.fromhex(meta.max_key_hex)
         self.delta_tables: list[pa.Table] = [adapt_deltas(info, self.open_block(b)) for b in meta.delta_blocks]
+        self._fresh = True  # delta files written later (flush_dms, minor compaction) are new
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
         # Per base row: timestamp of the last change, live now, changed at all (deltas included);
@@ -297,7 +302,7 @@ class DiskRowSet:
         :meth:`_evicted`); delta files, small, stay while they live. Reads the file: call in a worker."""
         path = self.bm.path(block_id)
         try:
-            buf = self.bm.cached(block_id, self._evicted if evictable else None)
+            buf = self.bm.cached(block_id, self._evicted if evictable else None, make_room=self._fresh)
         except OSError as e:  # as read_ipc_table reports a missing or unreadable block
             raise KuduCorruption(f"cannot read block {path}: {e}") from e
         if buf is None:

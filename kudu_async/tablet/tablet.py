@@ -1329,7 +1329,7 @@ class Tablet:
             )
             new_ids = [b for rs in metas for b in rs.blocks()]
             written = self._blocks_bytes(new_ids)
-            new_drs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
+            new_drs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
             with self._lock:
                 late = old.mutations_since(freeze_seq)
                 # Commit point first: if it fails nothing in memory has changed.
@@ -1459,7 +1459,7 @@ class Tablet:
             )
             new_ids = [b for rs in metas for b in rs.blocks()]
             written = self._blocks_bytes(new_ids)
-            outputs = [DiskRowSet(self.info, rs, self.bm) for rs in metas]
+            outputs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
             with self._lock:
                 late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
                 self._write_metadata_locked(

@@ -84,6 +84,12 @@ def test_least_recently_used_evictable_blocks_make_room_and_their_owners_are_tol
     assert cache.read(_file(tmp_path, "f", 10)) is None  # everything left is pinned: refused
     assert cache.status()["refused"] == 2
 
+    lazy = BlockCache(1500)
+    og = Owner()
+    assert lazy.read(a, og.let_go) is not None
+    assert lazy.read(b, og.let_go, make_room=False) is None  # only free room: nothing evicted for it
+    assert og.evicted == [] and lazy.holds(a) and lazy.status()["evictions"] == 0
+
 
 def test_a_block_deleted_while_it_is_read_is_not_admitted(tmp_path: Any, monkeypatch: Any) -> None:
     """A compaction can delete a block while another thread opens it: the reader still gets its bytes,
@@ -276,6 +282,15 @@ def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_
     assert _lookup(t, 7, inline=True) is None and _lookup(t, 7, inline=False) == [(7, "v7")]
     assert _lookup(t, 1007, inline=True) == [(1007, "v1007")]
     assert _rows_of(t) == [*range(100), *range(1000, 1100)]
+
+    # A restart opens old rowsets: they take only free room, so opening every file of a tserver holding
+    # more than its budget does not read each one (each evicting the last).
+    again = BlockCache(one + one // 2)
+    t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=again), clock=clock)
+    st = again.status()
+    assert st["inserts"] == 1 and st["refused"] == 1 and st["evictions"] == 0
+    assert sum(d.resident() for d in t2.rowsets()) == 1
+    assert _rows_of(t2) == [*range(100), *range(1000, 1100)]
 
 
 def _rows_of(t: Tablet) -> list[int]:
