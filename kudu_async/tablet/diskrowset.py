@@ -270,20 +270,17 @@ class DiskRowSet:
         self.bm = bm
         self._mapped: set[str] = set()  # blocks read memory-mapped, not from the block cache
         self._base_path = bm.path(meta.base_block)
-        self._fresh = fresh
-        self.base = adapt_base(info, self.open_block(meta.base_block, evictable=True))
+        self._use_base(adapt_base(info, self.open_block(meta.base_block, evictable=True, make_room=fresh)))
         if self.base.num_rows != meta.num_rows:
             raise KuduCorruption(
                 f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
             )
-        self.keys: pa.Array = self.base.column(KEY_COL).combine_chunks()
-        self._fixed, self._width = _fixed_width_view(self.keys)
         with open(bm.path(meta.bloom_block), "rb") as f:
             self.bloom = BloomFilter.from_bytes(f.read())
         self.min_key = bytes.fromhex(meta.min_key_hex)
         self.max_key = bytes.fromhex(meta.max_key_hex)
-        self.delta_tables: list[pa.Table] = [adapt_deltas(info, self.open_block(b)) for b in meta.delta_blocks]
-        self._fresh = True  # delta files written later (flush_dms, minor compaction) are new
+        self.delta_tables: list[pa.Table] = [adapt_deltas(info, self.open_block(b, make_room=fresh))
+                                             for b in meta.delta_blocks]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
         # Per base row: timestamp of the last change, live now, changed at all (deltas included);
@@ -296,13 +293,14 @@ class DiskRowSet:
         self.busy = False
         self.retired = False
 
-    def open_block(self, block_id: str, evictable: bool = False) -> pa.Table:
+    def open_block(self, block_id: str, evictable: bool = False, make_room: bool = True) -> pa.Table:
         """One of this rowset's files as a table: from the node's block cache when it admits the file,
         else memory-mapped. The base data is ``evictable`` (the cache may take it back, see
-        :meth:`_evicted`); delta files, small, stay while they live. Reads the file: call in a worker."""
+        :meth:`_evicted`); delta files, small, stay while they live. ``make_room``: a newly written file
+        may evict older data; an old one opened takes free room only. Reads the file: call in a worker."""
         path = self.bm.path(block_id)
         try:
-            buf = self.bm.cached(block_id, self._evicted if evictable else None, make_room=self._fresh)
+            buf = self.bm.cached(block_id, self._evicted if evictable else None, make_room=make_room)
         except OSError as e:  # as read_ipc_table reports a missing or unreadable block
             raise KuduCorruption(f"cannot read block {path}: {e}") from e
         if buf is None:
@@ -316,7 +314,10 @@ class DiskRowSet:
         if path != self._base_path:
             return
         self._mapped.add(self.meta.base_block)
-        base = adapt_base(self.info, read_ipc_table(path))
+        self._use_base(adapt_base(self.info, read_ipc_table(path)))
+
+    def _use_base(self, base: pa.Table) -> None:
+        """Read the base data from ``base`` (and its key column and fixed-width key view from it)."""
         keys = base.column(KEY_COL).combine_chunks()
         fixed, width = _fixed_width_view(keys)
         self.base, self.keys, self._fixed, self._width = base, keys, fixed, width

@@ -511,7 +511,7 @@ class TabletReplica:
 
         key = self.tablet.point_lookup_key(spec)
         if key is not None:
-            it = self.tablet.scan_in_memory(spec, key)  # a row in a MemRowSet: no hand-off to a worker at all
+            it = self.tablet.scan_in_memory(spec, key)  # memory answers it: no hand-off to a worker at all
             if it is not None:
                 self._c_point_in_memory.increment()
                 out = then(it)
