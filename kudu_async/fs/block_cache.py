@@ -112,7 +112,8 @@ class BlockCache:
     def _own(e: _Entry, on_evict: EvictCallback | None) -> None:
         if on_evict is None:
             e.pinned = True  # an owner that cannot let go: the block stays
-        else:
+        else:  # owners that are gone (reopened rowsets) are dropped here, so the list stays short
+            e.owners = [r for r in e.owners if r() is not None]
             e.owners.append(weakref.WeakMethod(on_evict))
 
     def _make_room(self, size: int) -> list[tuple[str, _Entry]]:
