@@ -7,7 +7,6 @@ maps; each Python worker keeps one client per cluster (as kudu-spark keeps one p
 
 from __future__ import annotations
 
-import atexit
 import datetime as _dt
 import logging
 import threading
@@ -109,7 +108,8 @@ _clients_lock = threading.Lock()
 
 
 def client_for(options: Any) -> Client:
-    """This process's client for the cluster named by the options (created once, closed at exit)."""
+    """This process's client for the cluster named by the options (created once; closed at exit, as every
+    sync client left open is)."""
     timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000)
     key = (tuple(_masters(options)), timeout)
     with _clients_lock:
@@ -122,14 +122,15 @@ def client_for(options: Any) -> Client:
         return c
 
 
-@atexit.register
 def _close_clients() -> None:
+    """Close and forget this process's cached clients (tests do, between clusters; at exit the sync
+    client's own hook closes whatever is still open)."""
     with _clients_lock:
         for c in _clients.values():
             try:
                 c.close()
             except KuduBadStatus as e:
-                log.debug("closing a kudu client at exit failed: %s", e)
+                log.debug("closing a cached kudu client failed: %s", e)
         _clients.clear()
 
 
