@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL, TS_COL, apply_deltas, set_col
+from kudu_async.tablet.key_arrays import sort_order
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, SchemaInfo
 
@@ -95,7 +96,9 @@ def merge_rowsets(
         if later is not None:
             laters.append(later)
     merged = pa.concat_tables(tables) if tables else info.storage_arrow.empty_table()
-    merged = merged.sort_by([(KEY_COL, "ascending")]).combine_chunks()
+    keys = merged.column(KEY_COL)
+    keys = keys.chunk(0) if keys.num_chunks == 1 else keys.combine_chunks()
+    merged = merged.take(pa.array(sort_order(keys))).combine_chunks()
     if not laters:
         return merged, None
     later = pa.concat_tables(laters)

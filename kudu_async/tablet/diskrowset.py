@@ -36,6 +36,7 @@ from kudu_async.tablet.delta_store import (
     mutations_to_table,
     set_col,
 )
+from kudu_async.tablet.key_arrays import binary_layout, fixed_width_view, padded_keys, sort_order
 from kudu_async.tablet.memrowset import Mutation, apply_mutations
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, SchemaInfo
@@ -135,49 +136,6 @@ def read_ipc_table(path: str, buf: pa.Buffer | None = None) -> pa.Table:
         raise KuduCorruption(f"cannot read block {path}: {e}") from e
 
 
-def _fixed_width_view(keys: pa.Array) -> tuple[np.ndarray | None, int]:
-    """A numpy ``S<width>`` view of the key column when every key has one width (int keys, ...).
-
-    numpy compares ``S`` values with trailing NUL bytes stripped, which keeps the order of equal-width
-    byte strings (NUL is the smallest byte), so ``searchsorted`` is a valid C-speed binary search.
-    """
-    n = len(keys)
-    if n == 0 or keys.offset != 0:
-        return None, 0
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1)
-    widths = np.diff(offsets)
-    width = int(widths[0])
-    if width == 0 or not (widths == width).all():
-        return None, 0
-    data = keys.buffers()[2]
-    return np.frombuffer(data, dtype=f"S{width}", count=n, offset=int(offsets[0])), width
-
-
-def _binary_layout(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets as int64, n + 1 of them; data bytes as uint8) of a ``binary`` array, zero-copy where
-    Arrow allows."""
-    n = len(arr)
-    bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4).astype(np.int64)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
-    return offsets, data
-
-
-def _padded_keys(offsets: np.ndarray, data: np.ndarray, width: int) -> np.ndarray:
-    """Keys as a numpy ``S<width>`` array, NUL-padded (longer keys truncated), built without per-key
-    Python. Padding keeps the order of the keys up to ties between keys that differ only by trailing
-    NUL bytes; callers compare lengths to tell those apart."""
-    n = len(offsets) - 1
-    lens = np.minimum(np.diff(offsets), width)
-    out = np.zeros((n, max(1, width)), dtype=np.uint8)
-    total = int(lens.sum())
-    if total:
-        row = np.repeat(np.arange(n), lens)
-        col = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        out[row, col] = data[np.repeat(offsets[:-1], lens) + col]
-    return out.view(f"S{max(1, width)}").reshape(n)
-
-
 class KeyBatch:
     """The encoded keys of one write batch, in the forms the vectorised rowset probes use (each
     built on first use): key order, bloom hashes, NUL-padded fixed-width numpy views."""
@@ -193,7 +151,7 @@ class KeyBatch:
         self.valid = np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(
             zero_copy_only=False
         )
-        self._offsets, self._data = _binary_layout(arr)
+        self._offsets, self._data = binary_layout(arr)
         self.lengths = np.diff(self._offsets)
         self._order: np.ndarray | None = None
         self._sorted: list[bytes] | None = None
@@ -205,7 +163,7 @@ class KeyBatch:
         if self._order is None:
             valid_idx = np.flatnonzero(self.valid)
             sub = self.arr if len(valid_idx) == self.n else self.arr.take(pa.array(valid_idx))
-            order = valid_idx[pc.sort_indices(sub).to_numpy()]
+            order = valid_idx[sort_order(sub)]
             self._order = order
             self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
         assert self._sorted is not None
@@ -231,7 +189,7 @@ class KeyBatch:
             if self.n and self.valid.all() and (self.lengths == width).all() and self._offsets[0] == 0:
                 out = np.frombuffer(self._data, dtype=f"S{width}", count=self.n)
             else:
-                out = _padded_keys(self._offsets, self._data, width)
+                out = padded_keys(self._offsets, self._data, width)
             self._padded[width] = out
         return out
 
@@ -319,7 +277,7 @@ class DiskRowSet:
     def _use_base(self, base: pa.Table) -> None:
         """Read the base data from ``base`` (and its key column and fixed-width key view from it)."""
         keys = base.column(KEY_COL).combine_chunks()
-        fixed, width = _fixed_width_view(keys)
+        fixed, width = fixed_width_view(keys)
         self.base, self.keys, self._fixed, self._width = base, keys, fixed, width
 
     def touch(self) -> None:
@@ -419,14 +377,14 @@ class DiskRowSet:
         if self._fixed is not None:
             return self._fixed, None
         if self._padded is None and not self._padded_too_big:
-            offsets, data = _binary_layout(self.keys)
+            offsets, data = binary_layout(self.keys)
             lens = np.diff(offsets)
             width = int(lens.max()) if len(lens) else 0
             n = len(lens)
             if width == 0 or n * width > 4 * (int(lens.sum()) + 4 * n) + (1 << 20):
                 self._padded_too_big = True
                 return None
-            self._padded = (_padded_keys(offsets, data, width), lens)
+            self._padded = (padded_keys(offsets, data, width), lens)
         return self._padded
 
     def find_rows(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:

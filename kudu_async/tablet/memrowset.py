@@ -1,8 +1,10 @@
 """MemRowSet: the in-memory, key-ordered store that takes new inserts.
 
 Rows are kept as a reference into the Arrow batches they arrived in (inserts never copy values into
-Python objects): a dict from encoded primary key to row number; scans and flushes sort the keys in Arrow
-(:class:`_SortedView`, kept until the next insert). Updates,
+Python objects): a dict from encoded primary key to row number for lookups, and the keys in key order
+for scans and flushes (:class:`_SortedView`). Inserts keep their keys as the Arrow arrays the write
+encoded; the first scan after them sorts them into the view (the view's own keys are already in order,
+so with equal-width keys this costs about one pass plus sorting the new keys). Updates,
 deletes and re-inserts are REDO mutations with their timestamps, kept column-wise like a DiskRowSet's
 (a DeltaMemStore by row number); nothing is updated in place.
 
@@ -14,6 +16,7 @@ flush can carry them over to the new DiskRowSets).
 from __future__ import annotations
 
 import bisect
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +33,15 @@ from kudu_async.tablet.delta_store import (
     Mutation,
     apply_deltas,
 )
+from kudu_async.tablet.key_arrays import key_bytes, sort_order
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
 __all__ = ["MUTATION_OVERHEAD_BYTES", "ROW_OVERHEAD_BYTES", "MRSRow", "MemRowSet", "Mutation", "apply_mutations"]
 
 ROW_OVERHEAD_BYTES = 250
+
+log = logging.getLogger("kudu_async.tablet")
 
 
 @dataclass(slots=True)
@@ -73,7 +79,10 @@ class MemRowSet:
         self._insert_ts = np.full(cap, -1, dtype=np.int64)  # by row number (-1: not inserted)
         self._last_ts = np.full(cap, -1, dtype=np.int64)  # timestamp of the last mutation (-1: none)
         self._live = np.ones(cap, dtype=bool)  # live after the last mutation
-        self._view: _SortedView | None = None  # the keys in key order, built by the first scan after inserts
+        # The keys in key order as of some insert, and the (keys, row numbers) inserted since: the first
+        # scan after inserts folds them in. One attribute, replaced whole, so that a frozen MemRowSet's
+        # view may be built by a scan and by its flush at once (both build the same one).
+        self._index: tuple[_SortedView | None, tuple[tuple[pa.Array, np.ndarray], ...]] = (None, ())
         self._batches: list[pa.RecordBatch] = []
         self._num_stored = 0
         self._mem = 0
@@ -115,27 +124,48 @@ class MemRowSet:
         return base
 
     def sorted_view(self) -> _SortedView:
-        """The keys in key order with their row numbers, built in Arrow once per batch of inserts."""
-        if self._view is None:
-            self._view = _SortedView(self.rows)
-        return self._view
+        """The keys in key order with their row numbers: the previous view with the keys inserted since
+        sorted in (vectorised, see :func:`~kudu_async.tablet.key_arrays.sort_order`)."""
+        view, pending = self._index
+        if not pending:
+            return view if view is not None else _SortedView.empty()
+        parts = [(view.keys, view.rownums)] if view is not None and len(view) else []
+        parts.extend(pending)
+        keys = pa.concat_arrays([k for k, _ in parts]) if len(parts) > 1 else parts[0][0]
+        rownums = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
+        order = sort_order(keys)
+        view = _SortedView(keys.take(pa.array(order)), rownums[order])
+        self._index = (view, ())
+        return view
 
     def insert(self, key: bytes, rownum: int, ts: int, log_index: int) -> None:
-        self.rows[key] = rownum
-        self._insert_ts[rownum] = ts
-        self._view = None
-        self._mem += ROW_OVERHEAD_BYTES + len(key)
-        self._note(ts, log_index)
+        self.insert_many([key], [rownum], ts, log_index)
 
-    def insert_many(self, keys: list[bytes], rownums: range | list[int], ts: int, log_index: int) -> None:
-        """Insert new keys in bulk (the common all-insert batch): C-level dict and numpy updates."""
+    def insert_many(
+        self, keys: list[bytes], rownums: range | list[int], ts: int, log_index: int, keys_arr: pa.Array | None = None
+    ) -> None:
+        """Insert new keys in bulk (the common all-insert batch): C-level dict and numpy updates.
+        ``keys_arr``: the same keys as an Arrow binary array, when the write has them so."""
+        before = len(self.rows)
         self.rows.update(zip(keys, rownums, strict=True))
         if isinstance(rownums, range) and rownums.step == 1:
             self._insert_ts[rownums.start : rownums.stop] = ts
+            rn = np.arange(rownums.start, rownums.stop, dtype=np.int64)
         else:
-            self._insert_ts[np.asarray(rownums, dtype=np.int64)] = ts
-        self._view = None
-        self._mem += len(keys) * ROW_OVERHEAD_BYTES + sum(map(len, keys))
+            rn = np.asarray(rownums, dtype=np.int64)
+            self._insert_ts[rn] = ts
+        arr = keys_arr
+        if not isinstance(arr, pa.Array) or not arr.type.equals(pa.binary()) or len(arr) != len(keys):
+            arr = pa.array(keys, pa.binary())
+        view, pending = self._index
+        if len(self.rows) == before + len(keys):
+            self._index = (view, (*pending, (arr, rn)))
+        else:  # a key that was here already (never expected): rebuild the index from the dict
+            log.error("MemRowSet %d: %d of %d inserted keys were already present; rebuilding its key index",
+                      self.id, before + len(keys) - len(self.rows), len(keys))
+            self._index = (None, ((pa.array(list(self.rows), pa.binary()),
+                                   np.fromiter(self.rows.values(), dtype=np.int64, count=len(self.rows))),))
+        self._mem += len(keys) * ROW_OVERHEAD_BYTES + key_bytes(arr)
         self._note(ts, log_index)
 
     def get(self, key: bytes) -> MRSRow | None:
@@ -287,19 +317,21 @@ class MemRowSet:
 
 
 class _SortedView:
-    """A MemRowSet's keys in key order (one Arrow array, sorted in C++) and their row numbers.
+    """A MemRowSet's keys in key order (one Arrow array) and their row numbers.
 
-    Scans slice it by key range instead of walking a sorted index of Python objects row by row; it is
-    rebuilt by the first scan after an insert (inserts into a MemRowSet come in batches).
+    Scans slice it by key range instead of walking a sorted index of Python objects row by row; the
+    first scan after inserts sorts their keys in (inserts into a MemRowSet come in batches).
     """
 
     __slots__ = ("keys", "rownums")
 
-    def __init__(self, rows: dict[bytes, int]) -> None:
-        keys = pa.array(list(rows), pa.binary())
-        order = pc.sort_indices(keys)
-        self.keys: pa.BinaryArray = keys.take(order)
-        self.rownums = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))[order.to_numpy()]
+    def __init__(self, keys: pa.Array, rownums: np.ndarray) -> None:
+        self.keys: pa.BinaryArray = keys
+        self.rownums = rownums
+
+    @staticmethod
+    def empty() -> _SortedView:
+        return _SortedView(pa.array([], pa.binary()), np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.rownums)

@@ -155,6 +155,7 @@ class PreparedWrite:
     ignored: int
     state: str = "prepared"
     schema_version: int = 0
+    keys_arr: pa.Array | None = None  # ``keys`` as an Arrow binary array, when every row has one
 
     def outcome(self) -> WriteResult:
         """What applying it will answer (without the log index): row errors and ignored rows are decided
@@ -450,6 +451,7 @@ class Tablet:
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
             schema_version=version,
+            keys_arr=keys_arr,
         )
 
     def _validate_rows(
@@ -818,7 +820,9 @@ class Tablet:
             base = self._mrs.add_batch(rows)
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
-            self._mrs.insert_many(keys, range(base, base + len(act)), ts, log_index)  # type: ignore[arg-type]
+            self._mrs.insert_many(
+                keys, range(base, base + len(act)), ts, log_index, prepared.keys_arr  # type: ignore[arg-type]
+            )
             res.inserted += len(act)
             return
         pos = plan.pos[act]
@@ -842,8 +846,10 @@ class Tablet:
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
             fr = act[fresh]
+            karr = prepared.keys_arr
             self._mrs.insert_many(
-                list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index  # type: ignore[arg-type]
+                list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index,  # type: ignore[arg-type]
+                None if karr is None else karr.take(pa.array(fr)),
             )
         # Everything else mutates an existing row (keys created by this batch live in self._mrs): one
         # delta chunk per rowset.

@@ -634,21 +634,56 @@ def test_delta_store_never_caches_a_table_older_than_its_last_add(monkeypatch: p
     assert dms.to_table().column(ROW_COL).to_pylist() == [0, 1]
 
 
-def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes() -> None:
-    """The scans' Arrow-sorted view of a MemRowSet's keys: byte order (prefixes first, NUL bytes count),
-    row numbers carried along, and bisection that matches ``bisect`` on the sorted list."""
+@pytest.mark.parametrize("width", [None, 1, 2, 3, 4, 8, 16])
+def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes(width: int | None) -> None:
+    """The scans' sorted view of a MemRowSet's keys: byte order (prefixes first, NUL bytes count), row
+    numbers carried along, bisection that matches ``bisect`` on the sorted list, and the same when keys
+    arrive in batches sorted into the previous view (random widths: Arrow's sort; one width: numpy's).
+    """
     import bisect
     import random
 
-    from kudu_async.tablet.memrowset import _SortedView
+    from kudu_async.tablet.schema_info import SchemaInfo
 
-    rng = random.Random(7)
-    keys = list({bytes(rng.choice(b"\x00\x01\x7f\x80\xff") for _ in range(rng.randrange(0, 6))) for _ in range(3000)})
-    rows = {k: i for i, k in enumerate(keys)}
-    view = _SortedView(rows)
-    expect = sorted(keys)
-    assert view.keys.to_pylist() == expect
-    assert [keys[r] for r in view.rownums.tolist()] == expect
-    for probe in [b"", b"\x00", b"\x7f\x80", b"\xff\xff\xff\xff\xff\xff\xff", *rng.sample(keys, 50)]:
+    rng = random.Random(7 + (width or 0))
+    alphabet = b"\x00\x01\x7f\x80\xff"
+
+    def key() -> bytes:
+        n = rng.randrange(0, 6) if width is None else width
+        return bytes(rng.choice(alphabet) for _ in range(n))
+
+    keys = list(dict.fromkeys(key() for _ in range(3000)))
+    mrs = MemRowSet(SchemaInfo(make_schema()), 0)
+    rownum = {k: 7 * i for i, k in enumerate(keys)}  # row numbers are the MemRowSet's; any distinct ints
+    mrs._insert_ts = np.zeros(7 * len(keys) + 1, dtype=np.int64)
+    done: list[bytes] = []
+    cuts = sorted({0, len(keys), *rng.sample(range(1, len(keys)), min(4, len(keys) - 1))})
+    for i, (lo, hi) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        part = keys[lo:hi]
+        arr = pa.array(part, pa.binary()) if i % 2 else None  # with and without the write's own array
+        mrs.insert_many(part, [rownum[k] for k in part], 1, 1, arr)
+        done += part
+        view = mrs.sorted_view()
+        expect = sorted(done)
+        assert view.keys.to_pylist() == expect
+        assert view.rownums.tolist() == [rownum[k] for k in expect]
+        assert mrs.sorted_view() is view  # kept until the next insert
+    for probe in [b"", b"\x00", b"\x7f\x80", b"\xff\xff\xff\xff\xff\xff\xff", *rng.sample(keys, min(50, len(keys)))]:
         assert view.bisect(probe) == bisect.bisect_left(expect, probe)
         assert view.bisect(probe, right=True) == bisect.bisect_right(expect, probe)
+
+
+@pytest.mark.parametrize("width", [None, 1, 2, 4, 8, 12])
+def test_key_sort_order_is_byte_order_and_stable(width: int | None) -> None:
+    """``sort_order``: byte order for equal-width keys (numpy views) and others (Arrow), equal keys in
+    their given order, on sliced arrays too."""
+    from kudu_async.tablet.key_arrays import sort_order
+
+    rng = random.Random(11)
+    n = 2000
+    keys = [bytes(rng.choice(b"\x00\x01\x80\xff") for _ in range(rng.randrange(0, 5) if width is None else width))
+            for _ in range(n)]
+    arr = pa.array(keys, pa.binary())
+    for a, ks in ((arr, keys), (arr.slice(37, 1500), keys[37:1537])):
+        order = sort_order(a)
+        assert order.tolist() == sorted(range(len(ks)), key=lambda i: ks[i])  # sorted() is stable too
