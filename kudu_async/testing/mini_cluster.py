@@ -190,7 +190,9 @@ class MiniCluster:
 
     def _command(self, n: NodeProcess) -> list[str]:
         return [
-            sys.executable, "-m", "kudu_async.server.main",
+            # -P: not the caller's working directory first on sys.path, so the node runs the code of
+            # this MiniCluster's repository (on PYTHONPATH), never another checkout the caller sits in.
+            sys.executable, "-P", "-m", "kudu_async.server.main",
             "--role", n.role,
             "--data-dir", str(n.data_dir),
             "--rpc-bind", n.rpc_address,

@@ -76,3 +76,17 @@ def test_pause_and_resume(cluster_1m3t: MiniCluster) -> None:
         cluster_1m3t.http_get(ts, "/healthz", timeout_s=0.5)
     cluster_1m3t.resume_node(ts)
     assert cluster_1m3t.http_get(ts, "/healthz") == (200, b"OK")
+
+
+def test_nodes_run_this_repositorys_code_whatever_the_callers_directory(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MiniCluster started from a directory holding another ``kudu_async`` (another checkout) runs its
+    nodes on its own repository's code: the caller's directory is not put first on their path."""
+    other = tmp_path / "other-checkout"  # type: ignore[operator]
+    (other / "kudu_async" / "server").mkdir(parents=True)
+    (other / "kudu_async" / "__init__.py").write_text("raise ImportError('the wrong kudu_async was imported')\n")
+    (other / "kudu_async" / "server" / "__init__.py").write_text("")
+    monkeypatch.chdir(other)
+    with MiniCluster(num_masters=1, num_tservers=0, base_dir=tmp_path / "c") as c:  # type: ignore[operator]
+        assert c.http_json(c.masters[0], "/api/v1/status")["role"] == "master"
