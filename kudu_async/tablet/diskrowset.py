@@ -9,7 +9,6 @@ in the tablet metadata so rowsets can be pruned without opening them.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import time
@@ -24,7 +23,7 @@ import pyarrow.ipc as ipc
 from kudu_async.common.errors import KuduCorruption
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import RowSetMetadata
-from kudu_async.tablet.bloom import BloomFilter, key_hashes
+from kudu_async.tablet.bloom import BloomFilter
 from kudu_async.tablet.delta_store import (
     LIVE_COL,
     ROW_COL,
@@ -36,7 +35,7 @@ from kudu_async.tablet.delta_store import (
     mutations_to_table,
     set_col,
 )
-from kudu_async.tablet.key_arrays import binary_layout, fixed_width_view, padded_keys, sort_order
+from kudu_async.tablet.key_arrays import KeyBatch, SortedKeys
 from kudu_async.tablet.memrowset import Mutation, apply_mutations
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, SchemaInfo
@@ -136,77 +135,6 @@ def read_ipc_table(path: str, buf: pa.Buffer | None = None) -> pa.Table:
         raise KuduCorruption(f"cannot read block {path}: {e}") from e
 
 
-class KeyBatch:
-    """The encoded keys of one write batch, in the forms the vectorised rowset probes use (each
-    built on first use): key order, bloom hashes, NUL-padded fixed-width numpy views."""
-
-    def __init__(self, keys: list[bytes | None], arr: pa.Array | None = None) -> None:
-        self.keys = keys
-        self.n = len(keys)
-        if arr is None:
-            arr = pa.array(keys, pa.binary())
-        elif not arr.type.equals(pa.binary()):
-            arr = arr.cast(pa.binary())
-        self.arr = arr
-        self.valid = np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(
-            zero_copy_only=False
-        )
-        self._offsets, self._data = binary_layout(arr)
-        self.lengths = np.diff(self._offsets)
-        self._order: np.ndarray | None = None
-        self._sorted: list[bytes] | None = None
-        self._hashes: np.ndarray | None = None
-        self._padded: dict[int, np.ndarray] = {}
-
-    def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
-        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
-        if self._order is None:
-            valid_idx = np.flatnonzero(self.valid)
-            sub = self.arr if len(valid_idx) == self.n else self.arr.take(pa.array(valid_idx))
-            order = valid_idx[sort_order(sub)]
-            self._order = order
-            self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
-        assert self._sorted is not None
-        a = bisect.bisect_left(self._sorted, lo)
-        b = bisect.bisect_right(self._sorted, hi)
-        return self._order[a:b]
-
-    def hashes(self) -> np.ndarray:
-        if self._hashes is None:
-            if self.valid.all():
-                self._hashes = key_hashes(self.keys)  # type: ignore[arg-type]
-            else:
-                h = np.zeros(self.n, dtype=np.uint64)
-                idx = np.flatnonzero(self.valid)
-                h[idx] = key_hashes(list(map(self.keys.__getitem__, idx.tolist())))  # type: ignore[arg-type]
-                self._hashes = h
-        return self._hashes
-
-    def padded(self, width: int) -> np.ndarray:
-        """Every key NUL-padded (or truncated) to ``width`` bytes as numpy ``S<width>``."""
-        out = self._padded.get(width)
-        if out is None:
-            if self.n and self.valid.all() and (self.lengths == width).all() and self._offsets[0] == 0:
-                out = np.frombuffer(self._data, dtype=f"S{width}", count=self.n)
-            else:
-                out = padded_keys(self._offsets, self._data, width)
-            self._padded[width] = out
-        return out
-
-
-class _KeyView:
-    """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
-
-    def __init__(self, arr: pa.Array) -> None:
-        self._arr = arr
-
-    def __len__(self) -> int:
-        return len(self._arr)
-
-    def __getitem__(self, i: int) -> bytes:
-        return self._arr[i].as_py()
-
-
 class DiskRowSet:
     """One flushed rowset; the tablet mutates its delta stores only under the component lock."""
 
@@ -246,8 +174,6 @@ class DiskRowSet:
         self._state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = (
             None if state is None else (state[0].copy(), state[1].copy(), state[2].copy())
         )
-        self._padded: tuple[np.ndarray, np.ndarray | None] | None = None
-        self._padded_too_big = False
         self.busy = False
         self.retired = False
 
@@ -277,8 +203,7 @@ class DiskRowSet:
     def _use_base(self, base: pa.Table) -> None:
         """Read the base data from ``base`` (and its key column and fixed-width key view from it)."""
         keys = base.column(KEY_COL).combine_chunks()
-        fixed, width = fixed_width_view(keys)
-        self.base, self.keys, self._fixed, self._width = base, keys, fixed, width
+        self.base, self.keys, self._sorted = base, keys, SortedKeys(keys)
 
     def touch(self) -> None:
         """This rowset's base data was read: the block cache keeps it longest."""
@@ -359,33 +284,7 @@ class DiskRowSet:
     def search(self, key: bytes) -> int | None:
         """Binary search of one key in the base data (no range or bloom check)."""
         self.touch()
-        if self._fixed is not None:
-            if len(key) != self._width:
-                return None
-            j = int(np.searchsorted(self._fixed, key))
-            return j if j < len(self._fixed) and self.keys[j].as_py() == key else None
-        view = _KeyView(self.keys)
-        i = bisect.bisect_left(view, key)
-        if i < len(view) and view[i] == key:
-            return i
-        return None
-
-    def _padded_view(self) -> tuple[np.ndarray, np.ndarray | None] | None:
-        """The sorted keys as one numpy ``S<width>`` array for ``searchsorted`` plus their lengths
-        (None when every key has that width: the zero-copy fixed-width view). None when padding
-        variable-width keys would take more than ~4x the key column's own memory."""
-        if self._fixed is not None:
-            return self._fixed, None
-        if self._padded is None and not self._padded_too_big:
-            offsets, data = binary_layout(self.keys)
-            lens = np.diff(offsets)
-            width = int(lens.max()) if len(lens) else 0
-            n = len(lens)
-            if width == 0 or n * width > 4 * (int(lens.sum()) + 4 * n) + (1 << 20):
-                self._padded_too_big = True
-                return None
-            self._padded = (padded_keys(offsets, data, width), lens)
-        return self._padded
+        return self._sorted.search(key)
 
     def find_rows(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:
         """Positions in the base data of the keys ``kb`` holds at ``rows`` (-1: not in this rowset).
@@ -399,38 +298,13 @@ class DiskRowSet:
         sub = np.flatnonzero(self.bloom.may_contain_hashes(kb.hashes()[rows]))
         if not len(sub):
             return out
-        cand = rows[sub]
         self.touch()
-        view = self._padded_view()
-        if view is None:
-            for j, r in zip(sub.tolist(), cand.tolist(), strict=True):
-                p = self.search(kb.keys[r])
-                out[j] = -1 if p is None else p
-            return out
-        arr, lens = view
-        width = arr.dtype.itemsize
-        q = kb.padded(width)[cand]
-        qlen = kb.lengths[cand]
-        j = np.searchsorted(arr, q)
-        jc = np.minimum(j, len(arr) - 1)
-        eq = (j < len(arr)) & (arr[jc] == q) & (qlen <= width)
-        if lens is None:
-            exact = eq & (qlen == width)
-        else:
-            exact = eq & (lens[jc] == qlen)
-            ties = np.flatnonzero(eq & ~exact)  # keys equal up to trailing NULs: search exactly
-            for t in ties.tolist():
-                p = self.search(kb.keys[int(cand[t])])  # type: ignore[arg-type]
-                out[sub[t]] = -1 if p is None else p
-        out[sub[exact]] = j[exact]
+        out[sub] = self._sorted.find(kb, rows[sub])
         return out
 
     def row_bounds(self, lower: bytes | None, upper: bytes | None, lower_exclusive: bool) -> tuple[int, int]:
-        view = _KeyView(self.keys)
-        lo = 0
-        if lower is not None:
-            lo = (bisect.bisect_right if lower_exclusive else bisect.bisect_left)(view, lower)
-        hi = len(view) if upper is None else bisect.bisect_left(view, upper)
+        lo = 0 if lower is None else self._sorted.bisect(lower, right=lower_exclusive)
+        hi = len(self.keys) if upper is None else self._sorted.bisect(upper)
         return lo, max(lo, hi)
 
     def row_latest(self, row: int) -> tuple[int, bool]:

@@ -1,19 +1,36 @@
-"""Encoded primary keys held as Arrow ``binary`` arrays: numpy views of them, and their sort order.
+"""Encoded primary keys held as Arrow ``binary`` arrays: numpy views of them, their sort order, and
+the key indexes built from them (a write batch's keys, a sorted key column, a MemRowSet's index).
 
 Keys compare as bytes. When every key of an array has one width (keys of integer and timestamp
 columns), numpy views of the data buffer compare the same way at C speed: ``S<width>`` values, or
 big-endian unsigned integers for widths of 1, 2, 4 and 8 bytes (the common single-integer key),
 whose stable sort is also adaptive: keys that arrive mostly in order (a bulk load, a MemRowSet's
-sorted keys plus a few new ones) sort in close to linear time.
+sorted keys plus a few new ones) sort in close to linear time. Keys of varying width are searched as
+NUL-padded ``S<max width>`` views plus their lengths.
 """
 
 from __future__ import annotations
+
+import bisect
+import itertools
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["binary_layout", "fixed_width_view", "key_bytes", "padded_keys", "sort_order"]
+from kudu_async.tablet.bloom import key_hashes
+
+__all__ = [
+    "KeyBatch",
+    "KeyIndex",
+    "KeyRun",
+    "SortedKeys",
+    "binary_layout",
+    "fixed_width_view",
+    "key_bytes",
+    "padded_keys",
+    "sort_order",
+]
 
 _INT_WIDTHS = (1, 2, 4, 8)
 
@@ -92,3 +109,328 @@ def sort_order(keys: pa.Array) -> np.ndarray:
         values = view.view(f">u{width}").astype(f"u{width}")
         return np.argsort(values, kind="stable").astype(np.int64, copy=False)
     return np.argsort(view, kind="stable").astype(np.int64, copy=False)
+
+
+class KeyBatch:
+    """The encoded keys of one write batch, in the forms the vectorised rowset probes use (each
+    built on first use): key order, bloom hashes, NUL-padded fixed-width numpy views."""
+
+    def __init__(self, keys: list[bytes | None], arr: pa.Array | None = None) -> None:
+        self.keys = keys
+        self.n = len(keys)
+        if arr is None:
+            arr = pa.array(keys, pa.binary())
+        elif not arr.type.equals(pa.binary()):
+            arr = arr.cast(pa.binary())
+        self.arr = arr
+        self.valid = np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        self._offsets, self._data = binary_layout(arr)
+        self.lengths = np.diff(self._offsets)
+        self._order: np.ndarray | None = None
+        self._sorted: list[bytes] | None = None
+        self._hashes: np.ndarray | None = None
+        self._padded: dict[int, np.ndarray] = {}
+        self._numeric: dict[int, np.ndarray] = {}
+        self._bounds: tuple[bytes, bytes] | None = None
+
+    def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
+        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
+        if self._order is None:
+            valid_idx = np.flatnonzero(self.valid)
+            sub = self.arr if len(valid_idx) == self.n else self.arr.take(pa.array(valid_idx))
+            order = valid_idx[sort_order(sub)]
+            self._order = order
+            self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
+        assert self._sorted is not None
+        a = bisect.bisect_left(self._sorted, lo)
+        b = bisect.bisect_right(self._sorted, hi)
+        return self._order[a:b]
+
+    def hashes(self) -> np.ndarray:
+        if self._hashes is None:
+            if self.valid.all():
+                self._hashes = key_hashes(self.keys)  # type: ignore[arg-type]
+            else:
+                h = np.zeros(self.n, dtype=np.uint64)
+                idx = np.flatnonzero(self.valid)
+                h[idx] = key_hashes(list(map(self.keys.__getitem__, idx.tolist())))  # type: ignore[arg-type]
+                self._hashes = h
+        return self._hashes
+
+    def padded(self, width: int) -> np.ndarray:
+        """Every key NUL-padded (or truncated) to ``width`` bytes as numpy ``S<width>``."""
+        out = self._padded.get(width)
+        if out is None:
+            if self.n and self.valid.all() and (self.lengths == width).all() and self._offsets[0] == 0:
+                out = np.frombuffer(self._data, dtype=f"S{width}", count=self.n)
+            else:
+                out = padded_keys(self._offsets, self._data, width)
+            self._padded[width] = out
+        return out
+
+    def numeric(self, width: int) -> np.ndarray:
+        """Every key as a big-endian unsigned integer of ``width`` (1, 2, 4 or 8) bytes; meaningful
+        only for the keys of exactly that width."""
+        out = self._numeric.get(width)
+        if out is None:
+            out = self.padded(width).view(f">u{width}").astype(f"u{width}")
+            self._numeric[width] = out
+        return out
+
+    def bounds(self) -> tuple[bytes, bytes] | None:
+        """(smallest, largest) valid key, or None when there is none."""
+        if self._bounds is None:
+            if not self.valid.any():
+                return None
+            mm = pc.min_max(self.arr)
+            self._bounds = (mm["min"].as_py(), mm["max"].as_py())
+        return self._bounds
+
+
+class _KeyView:
+    """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
+
+    def __init__(self, arr: pa.Array) -> None:
+        self._arr = arr
+
+    def __len__(self) -> int:
+        return len(self._arr)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self._arr[i].as_py()
+
+
+# The numpy form of a sorted key array that searches use: (values, lengths or None, width, numeric).
+_Form = tuple[np.ndarray, np.ndarray | None, int, bool]
+
+
+class SortedKeys:
+    """Distinct keys in byte order (a ``binary`` array) and the numpy form searches use, built on first
+    use: big-endian integers when every key is 1, 2, 4 or 8 bytes, ``S<width>`` when they share
+    another width, NUL-padded ``S<max width>`` plus lengths when they vary, unless padding would take
+    more than ~4x the keys' own memory (a few very long keys among short ones). Then a batch is found
+    by a binary search in Python per key, or with ``dict_fallback`` through a dict of the keys built
+    on first use (for an index probed with every key of every write, where per-key searches would
+    cost far more than the dict's memory).
+    """
+
+    __slots__ = ("_by_key", "_dict_fallback", "_form", "keys")
+
+    def __init__(self, keys: pa.Array, dict_fallback: bool = False) -> None:
+        if keys.offset != 0:
+            keys = pa.concat_arrays([keys])  # numpy views start at offset 0
+        self.keys: pa.Array = keys
+        self._form: _Form | bool | None = None  # False: no numpy form
+        self._dict_fallback = dict_fallback
+        self._by_key: dict[bytes, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _search_form(self) -> _Form | None:
+        form = self._form
+        if form is None:
+            form = self._form = self._build_form()
+        return form if isinstance(form, tuple) else None
+
+    def _build_form(self) -> _Form | bool:
+        keys = self.keys
+        n = len(keys)
+        if n == 0:
+            return False
+        view, width = fixed_width_view(keys)
+        if view is not None:
+            if width in _INT_WIDTHS:
+                return view.view(f">u{width}").astype(f"u{width}"), None, width, True
+            return view, None, width, False
+        offsets, data = binary_layout(keys)
+        lens = np.diff(offsets)
+        width = int(lens.max())
+        if width == 0 or n * width > 4 * (int(lens.sum()) + 4 * n) + (1 << 20):
+            return False
+        return padded_keys(offsets, data, width), lens, width, False
+
+    def search(self, key: bytes) -> int | None:
+        """Position of ``key``, or None."""
+        form = self._search_form()
+        if form is not None and form[1] is None:
+            values, _, width, numeric = form
+            if len(key) != width:
+                return None
+            q = int.from_bytes(key, "big") if numeric else key
+            j = int(values.searchsorted(q))
+            if j < len(values) and (values[j] == q if numeric else self.keys[j].as_py() == key):
+                return j
+            return None
+        i = bisect.bisect_left(_KeyView(self.keys), key)
+        return i if i < len(self.keys) and self.keys[i].as_py() == key else None
+
+    def bisect(self, key: bytes, right: bool = False) -> int:
+        """Where ``key`` would go (after equal keys with ``right``). Uses the numpy form only if a
+        search built it already: a few bisections are cheaper than building it."""
+        form = self._form if isinstance(self._form, tuple) else None
+        if form is not None and form[1] is None and len(key) == form[2]:
+            values, _, _, numeric = form
+            return int(values.searchsorted(int.from_bytes(key, "big") if numeric else key,
+                                           side="right" if right else "left"))
+        return (bisect.bisect_right if right else bisect.bisect_left)(_KeyView(self.keys), key)
+
+    def find(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:
+        """Positions of the keys ``kb`` holds at ``rows`` (-1: absent), one ``searchsorted`` for all."""
+        out = np.full(len(rows), -1, dtype=np.int64)
+        n = len(self.keys)
+        if not len(rows) or n == 0:
+            return out
+        form = self._search_form()
+        if form is None and self._dict_fallback:
+            if self._by_key is None:
+                self._by_key = dict(zip(self.keys.to_pylist(), range(n), strict=True))
+            get = self._by_key.get
+            keys = kb.keys
+            found = [None if keys[r] is None else get(keys[r]) for r in rows.tolist()]
+            hit = np.fromiter((f is not None for f in found), dtype=bool, count=len(found))
+            out[hit] = np.fromiter((f for f in found if f is not None), dtype=np.int64, count=int(hit.sum()))
+            return out
+        if form is None:
+            for j, r in enumerate(rows.tolist()):
+                k = kb.keys[r]
+                p = None if k is None else self.search(k)
+                if p is not None:
+                    out[j] = p
+            return out
+        values, lens, width, numeric = form
+        qlen = kb.lengths[rows]
+        ok = kb.valid[rows] & ((qlen <= width) if lens is not None else (qlen == width))
+        sub = np.flatnonzero(ok)
+        if not len(sub):
+            return out
+        cand = rows[sub]
+        q = (kb.numeric(width) if numeric else kb.padded(width))[cand]
+        j = np.searchsorted(values, q)
+        jc = np.minimum(j, n - 1)
+        eq = (j < n) & (values[jc] == q)
+        if lens is None:
+            out[sub[eq]] = j[eq]
+            return out
+        exact = eq & (lens[jc] == qlen[sub])
+        out[sub[exact]] = j[exact]
+        for t in np.flatnonzero(eq & ~exact).tolist():  # equal up to trailing NUL bytes: search exactly
+            p = self.search(kb.keys[int(cand[t])])  # type: ignore[arg-type]
+            if p is not None:
+                out[sub[t]] = p
+        return out
+
+
+class KeyRun:
+    """Distinct keys in byte order with a row number each (a run of a :class:`KeyIndex`)."""
+
+    __slots__ = ("hi", "lo", "rownums", "sorted_keys")
+
+    def __init__(self, keys: pa.Array, rownums: np.ndarray) -> None:
+        self.sorted_keys = SortedKeys(keys, dict_fallback=True)
+        self.rownums = rownums
+        self.lo: bytes = keys[0].as_py() if len(keys) else b""
+        self.hi: bytes = keys[len(keys) - 1].as_py() if len(keys) else b""
+
+    @property
+    def keys(self) -> pa.Array:
+        return self.sorted_keys.keys
+
+    def __len__(self) -> int:
+        return len(self.rownums)
+
+    def bisect(self, key: bytes, right: bool = False) -> int:
+        return self.sorted_keys.bisect(key, right)
+
+    @staticmethod
+    def empty() -> KeyRun:
+        return KeyRun(pa.array([], pa.binary()), np.zeros(0, dtype=np.int64))
+
+    @staticmethod
+    def merged(runs: list[KeyRun]) -> KeyRun:
+        """One run of all keys of ``runs`` (disjoint key sets): concatenated when their ranges follow
+        each other, else sorted (an adaptive sort of sorted runs for equal-width keys)."""
+        keys = pa.concat_arrays([r.keys for r in runs])
+        rownums = np.concatenate([r.rownums for r in runs])
+        if all(a.hi < b.lo for a, b in itertools.pairwise(runs)):
+            return KeyRun(keys, rownums)
+        order = sort_order(keys)
+        return KeyRun(keys.take(pa.array(order)), rownums[order])
+
+
+class KeyIndex:
+    """Encoded key -> row number without a Python object per key (a MemRowSet's index).
+
+    Sorted runs of keys with their row numbers: each insert adds its keys as a run, and a run is
+    merged into the one before it while that one is at most twice as long, so there are O(log n) runs
+    and a key is merged O(log n) times. A lookup probes every run whose key range meets the batch's;
+    :meth:`sorted` merges everything into one run (what scans and flushes read). The runs are one
+    tuple replaced whole, so two readers of an index no longer written (a scan and the flush of a
+    frozen MemRowSet) may merge it at once and each sees a complete index. Keys added must be new.
+    """
+
+    __slots__ = ("_n", "_runs")
+
+    def __init__(self) -> None:
+        self._runs: tuple[KeyRun, ...] = ()
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def nbytes(self) -> int:
+        return sum(r.keys.nbytes + r.rownums.nbytes for r in self._runs)
+
+    def add(self, keys: pa.Array, rownums: np.ndarray) -> None:
+        """Add new keys (a ``binary`` array without nulls, no key already here) with their row numbers."""
+        if not len(keys):
+            return
+        order = sort_order(keys)
+        runs = [*self._runs, KeyRun(keys.take(pa.array(order)), np.asarray(rownums, dtype=np.int64)[order])]
+        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]):
+            b = runs.pop()
+            runs.append(KeyRun.merged([runs.pop(), b]))
+        self._runs = tuple(runs)
+        self._n += len(keys)
+
+    def get(self, key: bytes) -> int | None:
+        for r in self._runs:
+            if r.lo <= key <= r.hi:
+                p = r.sorted_keys.search(key)
+                if p is not None:
+                    return int(r.rownums[p])
+        return None
+
+    def find(self, kb: KeyBatch, rows: np.ndarray | None = None) -> np.ndarray:
+        """Row numbers of the keys ``kb`` holds at ``rows`` (default: all), -1 where absent."""
+        if rows is None:
+            rows = np.arange(kb.n, dtype=np.int64)
+        out = np.full(len(rows), -1, dtype=np.int64)
+        bounds = kb.bounds()
+        if bounds is None:
+            return out
+        todo = np.arange(len(rows), dtype=np.int64)
+        for r in self._runs:
+            if not len(todo):
+                break
+            if bounds[1] < r.lo or bounds[0] > r.hi:
+                continue
+            p = r.sorted_keys.find(kb, rows[todo])
+            hit = p >= 0
+            if hit.any():
+                out[todo[hit]] = r.rownums[p[hit]]
+                todo = todo[~hit]
+        return out
+
+    def sorted(self) -> KeyRun:
+        """Every key in one run, in key order (kept: later lookups probe one run)."""
+        runs = self._runs
+        if len(runs) == 1:
+            return runs[0]
+        if not runs:
+            return KeyRun.empty()
+        one = KeyRun.merged(list(runs))
+        self._runs = (one,)
+        return one

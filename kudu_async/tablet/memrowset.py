@@ -1,10 +1,9 @@
 """MemRowSet: the in-memory, key-ordered store that takes new inserts.
 
 Rows are kept as a reference into the Arrow batches they arrived in (inserts never copy values into
-Python objects): a dict from encoded primary key to row number for lookups, and the keys in key order
-for scans and flushes (:class:`_SortedView`). Inserts keep their keys as the Arrow arrays the write
-encoded; the first scan after them sorts them into the view (the view's own keys are already in order,
-so with equal-width keys this costs about one pass plus sorting the new keys). Updates,
+Python objects), found by a columnar index from encoded primary key to row number
+(:class:`~kudu_async.tablet.key_arrays.KeyIndex`: sorted runs of the Arrow key arrays the writes
+encoded, no Python object per key); scans and flushes read its keys merged into one run. Updates,
 deletes and re-inserts are REDO mutations with their timestamps, kept column-wise like a DiskRowSet's
 (a DeltaMemStore by row number); nothing is updated in place.
 
@@ -15,8 +14,6 @@ flush can carry them over to the new DiskRowSets).
 
 from __future__ import annotations
 
-import bisect
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,15 +30,17 @@ from kudu_async.tablet.delta_store import (
     Mutation,
     apply_deltas,
 )
-from kudu_async.tablet.key_arrays import key_bytes, sort_order
+from kudu_async.tablet.key_arrays import KeyBatch, KeyIndex, KeyRun, key_bytes
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
 __all__ = ["MUTATION_OVERHEAD_BYTES", "ROW_OVERHEAD_BYTES", "MRSRow", "MemRowSet", "Mutation", "apply_mutations"]
 
-ROW_OVERHEAD_BYTES = 250
-
-log = logging.getLogger("kudu_async.tablet")
+# Memory a row costs beyond its values and key bytes (both counted as they come): its index entry (key
+# offset, row number, the search form's copy of an integer key) and its slots in the per-row arrays
+# (insert and last-change timestamps, liveness), which grow by doubling. Was 250 with a dict entry and
+# a bytes object per key.
+ROW_OVERHEAD_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -64,7 +63,7 @@ class MRSRow:
 class MemRowSet:
     """Encoded key -> row version chain; see the module docstring.
 
-    Per row only a dict entry key -> row number. Insert timestamps and each row's last change
+    Per row only its key in the index (with its row number). Insert timestamps and each row's last change
     (timestamp, live) live in numpy arrays indexed by row number; mutations live column-wise in a
     :class:`DeltaMemStore` whose ``_row`` is the row number (one delta chunk per write batch), so
     neither a bulk insert nor a batch of updates creates a Python object per row.
@@ -73,16 +72,12 @@ class MemRowSet:
     def __init__(self, info: SchemaInfo, mrs_id: int) -> None:
         self.info = info
         self.id = mrs_id
-        self.rows: dict[bytes, int] = {}  # key -> row number in the stored batches
+        self.index = KeyIndex()  # key -> row number in the stored batches
         self.deltas = DeltaMemStore(info)  # mutations by row number
         cap = 1024
         self._insert_ts = np.full(cap, -1, dtype=np.int64)  # by row number (-1: not inserted)
         self._last_ts = np.full(cap, -1, dtype=np.int64)  # timestamp of the last mutation (-1: none)
         self._live = np.ones(cap, dtype=bool)  # live after the last mutation
-        # The keys in key order as of some insert, and the (keys, row numbers) inserted since: the first
-        # scan after inserts folds them in. One attribute, replaced whole, so that a frozen MemRowSet's
-        # view may be built by a scan and by its flush at once (both build the same one).
-        self._index: tuple[_SortedView | None, tuple[tuple[pa.Array, np.ndarray], ...]] = (None, ())
         self._batches: list[pa.RecordBatch] = []
         self._num_stored = 0
         self._mem = 0
@@ -94,7 +89,7 @@ class MemRowSet:
         self._table: pa.Table | None = None
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.index)
 
     def memory_bytes(self) -> int:
         return self._mem
@@ -123,20 +118,9 @@ class MemRowSet:
         self._table = None
         return base
 
-    def sorted_view(self) -> _SortedView:
-        """The keys in key order with their row numbers: the previous view with the keys inserted since
-        sorted in (vectorised, see :func:`~kudu_async.tablet.key_arrays.sort_order`)."""
-        view, pending = self._index
-        if not pending:
-            return view if view is not None else _SortedView.empty()
-        parts = [(view.keys, view.rownums)] if view is not None and len(view) else []
-        parts.extend(pending)
-        keys = pa.concat_arrays([k for k, _ in parts]) if len(parts) > 1 else parts[0][0]
-        rownums = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
-        order = sort_order(keys)
-        view = _SortedView(keys.take(pa.array(order)), rownums[order])
-        self._index = (view, ())
-        return view
+    def sorted_view(self) -> KeyRun:
+        """The keys in key order with their row numbers (the index merged into one run)."""
+        return self.index.sorted()
 
     def insert(self, key: bytes, rownum: int, ts: int, log_index: int) -> None:
         self.insert_many([key], [rownum], ts, log_index)
@@ -144,10 +128,8 @@ class MemRowSet:
     def insert_many(
         self, keys: list[bytes], rownums: range | list[int], ts: int, log_index: int, keys_arr: pa.Array | None = None
     ) -> None:
-        """Insert new keys in bulk (the common all-insert batch): C-level dict and numpy updates.
+        """Insert new keys (none already here) in bulk: one index run and numpy updates.
         ``keys_arr``: the same keys as an Arrow binary array, when the write has them so."""
-        before = len(self.rows)
-        self.rows.update(zip(keys, rownums, strict=True))
         if isinstance(rownums, range) and rownums.step == 1:
             self._insert_ts[rownums.start : rownums.stop] = ts
             rn = np.arange(rownums.start, rownums.stop, dtype=np.int64)
@@ -157,19 +139,16 @@ class MemRowSet:
         arr = keys_arr
         if not isinstance(arr, pa.Array) or not arr.type.equals(pa.binary()) or len(arr) != len(keys):
             arr = pa.array(keys, pa.binary())
-        view, pending = self._index
-        if len(self.rows) == before + len(keys):
-            self._index = (view, (*pending, (arr, rn)))
-        else:  # a key that was here already (never expected): rebuild the index from the dict
-            log.error("MemRowSet %d: %d of %d inserted keys were already present; rebuilding its key index",
-                      self.id, before + len(keys) - len(self.rows), len(keys))
-            self._index = (None, ((pa.array(list(self.rows), pa.binary()),
-                                   np.fromiter(self.rows.values(), dtype=np.int64, count=len(self.rows))),))
+        self.index.add(arr, rn)
         self._mem += len(keys) * ROW_OVERHEAD_BYTES + key_bytes(arr)
         self._note(ts, log_index)
 
+    def rownums_of(self, kb: KeyBatch, rows: np.ndarray | None = None) -> np.ndarray:
+        """Row numbers of the keys ``kb`` holds at ``rows`` (default all), -1 for keys not here."""
+        return self.index.find(kb, rows)
+
     def get(self, key: bytes) -> MRSRow | None:
-        rownum = self.rows.get(key)
+        rownum = self.index.get(key)
         if rownum is None:
             return None
         return MRSRow(
@@ -314,34 +293,6 @@ class MemRowSet:
         out = [m for _, m in self.deltas.mutations(keys, key_values, min_seq)]
         out.sort(key=lambda m: m.seq)
         return out
-
-
-class _SortedView:
-    """A MemRowSet's keys in key order (one Arrow array) and their row numbers.
-
-    Scans slice it by key range instead of walking a sorted index of Python objects row by row; the
-    first scan after inserts sorts their keys in (inserts into a MemRowSet come in batches).
-    """
-
-    __slots__ = ("keys", "rownums")
-
-    def __init__(self, keys: pa.Array, rownums: np.ndarray) -> None:
-        self.keys: pa.BinaryArray = keys
-        self.rownums = rownums
-
-    @staticmethod
-    def empty() -> _SortedView:
-        return _SortedView(pa.array([], pa.binary()), np.zeros(0, dtype=np.int64))
-
-    def __len__(self) -> int:
-        return len(self.rownums)
-
-    def __getitem__(self, i: int) -> bytes:
-        return self.keys[i].as_py()
-
-    def bisect(self, key: bytes, right: bool = False) -> int:
-        """Position of ``key`` among the sorted keys (after equal keys with ``right``)."""
-        return (bisect.bisect_right if right else bisect.bisect_left)(self, key)
 
 
 def apply_mutations(

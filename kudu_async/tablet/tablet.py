@@ -30,10 +30,8 @@ flush and compaction do their I/O outside it in worker threads and swap the resu
 
 from __future__ import annotations
 
-import bisect
 import importlib
 import itertools
-import operator
 import os
 import threading
 import time
@@ -67,11 +65,10 @@ from kudu_async.tablet.delta_store import DeltaMemStore, delta_chunk
 from kudu_async.tablet.diskrowset import (
     TARGET_ROWSET_BYTES,
     DiskRowSet,
-    KeyBatch,
-    _KeyView,
     write_delta_block,
     write_rowsets,
 )
+from kudu_async.tablet.key_arrays import KeyBatch, SortedKeys
 from kudu_async.tablet.lock_manager import LockManager
 from kudu_async.tablet.memrowset import MemRowSet, MRSRow, Mutation
 from kudu_async.tablet.mvcc import MvccManager, MvccSnapshot
@@ -200,9 +197,9 @@ class TabletScanner:
 
 def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
     """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
-    view = _KeyView(t.column(KEY_COL).combine_chunks())
-    a = 0 if lo is None else bisect.bisect_left(view, lo)
-    b = len(view) if hi is None else bisect.bisect_left(view, hi)
+    keys = SortedKeys(t.column(KEY_COL).combine_chunks())
+    a = 0 if lo is None else keys.bisect(lo)
+    b = len(keys) if hi is None else keys.bisect(hi)
     return t.slice(a, max(0, b - a))
 
 
@@ -584,17 +581,21 @@ class Tablet:
         keys_arr: pa.Array | None,
         want: np.ndarray,
         drs: list[DiskRowSet] | None = None,
+        kb: KeyBatch | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
         """:meth:`_locate` plus the key's last change for every row in ``want``, vectorised.
 
         Returns (store index into the returned rowset list or -1, DiskRowSet position or -1,
-        last-change timestamp or -1, live). MemRowSets are probed with C-level dict lookups; each
+        last-change timestamp or -1, live). MemRowSets are probed through their key indexes; each
         DiskRowSet whose key range meets the batch takes the rows in its range (bisect on the sorted
         batch keys), drops most absent ones with a batch bloom probe and places the rest with one
         ``searchsorted``. A key lives in one rowset only, so a row found once is not probed again.
-        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them.
+        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them; ``kb``: the
+        batch's keys when the caller has made them a KeyBatch.
         """
         n = len(keys)
+        if kb is None:
+            kb = KeyBatch(keys, keys_arr)
         store = np.full(n, -1, dtype=np.int32)
         pos = np.full(n, -1, dtype=np.int64)
         latest = np.full(n, -1, dtype=np.int64)
@@ -602,16 +603,17 @@ class Tablet:
         stores: list[Any] = []
         todo = want.copy()
         for m in (self._mrs, *self._flushing_mrs):
-            if not len(m) or m.rows.keys().isdisjoint(keys):
+            if not len(m):
                 continue
-            found = list(map(m.rows.get, keys))  # type: ignore[arg-type]
-            hit = np.fromiter(map(operator.is_not, found, itertools.repeat(None)), dtype=bool, count=n) & todo
-            idx = np.flatnonzero(hit)
-            if not len(idx):
+            cand = np.flatnonzero(todo)
+            found = m.rownums_of(kb, cand)
+            hit = found >= 0
+            if not hit.any():
                 continue
+            idx = cand[hit]
             store[idx] = len(stores)
             stores.append(m)
-            rownums = np.fromiter(map(found.__getitem__, idx.tolist()), dtype=np.int64, count=len(idx))
+            rownums = found[hit]
             latest[idx], live[idx] = m.latest_of(rownums)
             todo[idx] = False
         if not todo.any():
@@ -619,7 +621,6 @@ class Tablet:
         elif drs is None:
             drs = self._candidate_drs(keys)
         if drs:
-            kb = KeyBatch(keys, keys_arr)
             for d in drs:
                 cand = kb.rows_in_range(d.min_key, d.max_key)
                 cand = cand[todo[cand]]
@@ -654,7 +655,8 @@ class Tablet:
         no key repeats."""
         n = len(keys)
         drs = self._candidate_drs(keys, keys_arr)
-        if not errors and not drs and self._all_fresh_inserts(op_types, keys, distinct):
+        kb = KeyBatch(keys, keys_arr)
+        if not errors and not drs and self._all_fresh_inserts(op_types, keys, kb, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
                 np.full(n, _INSERT, dtype=np.int8), np.full(n, -1, dtype=np.int32),
@@ -663,7 +665,7 @@ class Tablet:
         valid = np.ones(n, dtype=bool)
         if errors:
             valid[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        store, pos, latest, live, stores = self._locate_batch(keys, keys_arr, valid, drs)
+        store, pos, latest, live, stores = self._locate_batch(keys, keys_arr, valid, drs, kb)
         act = valid
         if replay:
             act = act & ~((store >= 0) & (latest >= ts))
@@ -756,14 +758,16 @@ class Tablet:
 
     _INSERTISH = (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE)
 
-    def _all_fresh_inserts(self, op_types: np.ndarray, keys: list[bytes | None], distinct: bool = False) -> bool:
+    def _all_fresh_inserts(
+        self, op_types: np.ndarray, keys: list[bytes | None], kb: KeyBatch, distinct: bool = False
+    ) -> bool:
         """Fast path: only insert-like rows, distinct keys, none in a MemRowSet (the caller has checked
         that no DiskRowSet's key range meets the batch's)."""
         if not op_mask(op_types, self._INSERTISH).all():
             return False
         if not distinct and len(set(keys)) != len(keys):
             return False
-        return all(m.rows.keys().isdisjoint(keys) for m in [self._mrs, *self._flushing_mrs])
+        return not any((m.rownums_of(kb) >= 0).any() for m in [self._mrs, *self._flushing_mrs] if len(m))
 
     def _take_seqs(self, n: int) -> int:
         """Reserve ``n`` consecutive mutation sequence numbers; call under the component lock."""
@@ -895,12 +899,9 @@ class Tablet:
         seqs: np.ndarray,
     ) -> None:
         """Re-inserts, updates and deletes of one MemRowSet's rows as one delta chunk."""
-        keys = prepared.keys
-        rownums = np.fromiter(
-            map(mrs.rows.__getitem__, map(keys.__getitem__, rows_idx.tolist())),  # type: ignore[arg-type]
-            dtype=np.int64,
-            count=len(rows_idx),
-        )
+        rownums = mrs.rownums_of(KeyBatch(prepared.keys, prepared.keys_arr), rows_idx)
+        if (rownums < 0).any():
+            raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
         reinsert = kinds == _INSERT
         table, nbytes = delta_chunk(
             self.info, prepared.op.rows, rows_idx, rownums, kinds != _DELETE, reinsert,

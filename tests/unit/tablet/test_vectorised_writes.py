@@ -11,6 +11,7 @@ result must match a dict model.
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -33,7 +34,8 @@ from kudu_async.tablet.delta_store import (
     delta_rows_to_mutations,
     mutations_to_table,
 )
-from kudu_async.tablet.diskrowset import DiskRowSet, KeyBatch
+from kudu_async.tablet.diskrowset import DiskRowSet
+from kudu_async.tablet.key_arrays import KeyBatch
 from kudu_async.tablet.memrowset import MemRowSet
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp
@@ -658,7 +660,7 @@ def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes(width: int |
     mrs._insert_ts = np.zeros(7 * len(keys) + 1, dtype=np.int64)
     done: list[bytes] = []
     cuts = sorted({0, len(keys), *rng.sample(range(1, len(keys)), min(4, len(keys) - 1))})
-    for i, (lo, hi) in enumerate(zip(cuts, cuts[1:], strict=False)):
+    for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
         part = keys[lo:hi]
         arr = pa.array(part, pa.binary()) if i % 2 else None  # with and without the write's own array
         mrs.insert_many(part, [rownum[k] for k in part], 1, 1, arr)

@@ -1,0 +1,108 @@
+"""The columnar key index of a MemRowSet and the sorted-key searches rowsets share (key_arrays)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kudu_async.tablet.key_arrays import KeyBatch, KeyIndex, SortedKeys
+
+
+def _keys(rng: random.Random, n: int, width: int | None, alphabet: bytes = b"\x00\x01\x7f\x80\xff") -> list[bytes]:
+    """Distinct keys: one width, or 0..6 bytes (with keys equal up to trailing NUL bytes)."""
+    out: dict[bytes, None] = {}
+    while len(out) < n:
+        w = rng.randrange(0, 7) if width is None else width
+        out[bytes(rng.choice(alphabet) for _ in range(w))] = None
+    return list(out)
+
+
+@pytest.mark.parametrize("width", [None, 1, 2, 3, 4, 8, 12])
+def test_key_index_finds_what_a_dict_finds(width: int | None) -> None:
+    """Keys added in batches of varied sizes (runs merged along the way) are found by batch and by
+    single lookups exactly as a dict finds them, absent keys too, and ``sorted`` gives every key once
+    in byte order with its row number."""
+    rng = random.Random(3 + (width or 0))
+    alphabet = bytes(range(256)) if width and width >= 3 else b"\x00\x01\x7f\x80\xff"
+    pool = _keys(rng, min(3000, len(alphabet) ** width) if width else 3000, width, alphabet)
+    rng.shuffle(pool)
+    present, absent = pool[: len(pool) * 2 // 3], pool[len(pool) * 2 // 3 :]
+    idx = KeyIndex()
+    ref: dict[bytes, int] = {}
+    pos = 0
+    while pos < len(present):
+        n = rng.choice([1, 3, 17, 100, 400])
+        part = present[pos : pos + n]
+        rownums = np.arange(10 * pos, 10 * pos + len(part), dtype=np.int64) * 3
+        idx.add(pa.array(part, pa.binary()), rownums)
+        ref.update(zip(part, rownums.tolist(), strict=True))
+        pos += n
+        if rng.random() < 0.3:  # probe between inserts: recent and old runs alike
+            probe = rng.sample(pool, min(200, len(pool)))
+            got = idx.find(KeyBatch(probe)).tolist()
+            assert got == [ref.get(k, -1) for k in probe]
+    assert len(idx) == len(ref)
+    probe = [*present, *absent, None]  # a row without a key (an invalid row) is never found
+    got = idx.find(KeyBatch(probe)).tolist()
+    assert got == [ref.get(k, -1) if k is not None else -1 for k in probe]
+    sub = np.array([0, len(probe) - 2, 5], dtype=np.int64)
+    assert idx.find(KeyBatch(probe), sub).tolist() == [got[i] for i in sub.tolist()]
+    for k in rng.sample(pool, min(300, len(pool))):
+        assert idx.get(k) == ref.get(k)
+    run = idx.sorted()
+    assert run.keys.to_pylist() == sorted(ref)
+    assert run.rownums.tolist() == [ref[k] for k in sorted(ref)]
+    assert idx.sorted() is run
+    assert idx.find(KeyBatch(probe)).tolist() == got  # the same answers from the one merged run
+
+
+def test_key_index_runs_stay_few_and_ordered_inserts_concatenate() -> None:
+    """Many small inserts leave O(log n) runs; keys that arrive in order need no sort to merge."""
+    idx = KeyIndex()
+    for i in range(0, 20_000, 10):
+        keys = [(k + 2**63).to_bytes(8, "big") for k in range(i, i + 10)]
+        idx.add(pa.array(keys, pa.binary()), np.arange(i, i + 10, dtype=np.int64))
+        assert len(idx._runs) <= 2 * (i // 10 + 1).bit_length()
+    assert idx.get((12_345 + 2**63).to_bytes(8, "big")) == 12_345
+    assert idx.sorted().rownums.tolist() == list(range(20_000))
+
+
+def test_sorted_keys_search_bisect_and_find_all_forms() -> None:
+    """SortedKeys answers alike through every numpy form (integer, S<width>, padded with lengths) and
+    the Python fallback for keys whose padding would be too big."""
+    rng = random.Random(5)
+    cases = {
+        "int": sorted(_keys(rng, 500, 8, bytes(range(256)))),
+        "fixed": sorted(_keys(rng, 500, 5)),
+        "varied": sorted(_keys(rng, 500, None)),
+        "too_big": sorted([*_keys(rng, 300, 2, bytes(range(256))), b"\x01" * 100_000]),  # one huge key: no padded form
+    }
+    for name, keys in cases.items():
+        sk = SortedKeys(pa.array(keys, pa.binary()))
+        probes = [*rng.sample(keys, 50), b"", b"\x00", b"\x00" * 3, b"\xff" * 9, b"\x01\x00", b"\x7f"]
+        for p in probes:
+            expect = keys.index(p) if p in keys else None
+            assert sk.search(p) == expect, (name, p)
+            lo = sum(k < p for k in keys)
+            assert sk.bisect(p) == lo and sk.bisect(p, right=True) == lo + (p in keys), (name, p)
+        got = sk.find(KeyBatch(probes), np.arange(len(probes), dtype=np.int64)).tolist()
+        assert got == [keys.index(p) if p in keys else -1 for p in probes], name
+        assert (sk._form is False) == (name == "too_big")
+
+
+def test_key_index_with_a_few_very_long_keys_uses_its_dict_fallback() -> None:
+    """Keys whose padding would be too big (one 100 kB key among short ones) are still found by batch,
+    through the run's dict, and absent ones are not."""
+    rng = random.Random(9)
+    keys = [*_keys(rng, 400, 3, bytes(range(256))), b"\x02" * 100_000]
+    absent = [b"\x02" * 99_999, b"zz", b""]
+    idx = KeyIndex()
+    idx.add(pa.array(keys, pa.binary()), np.arange(len(keys), dtype=np.int64) + 5)
+    probe = [*keys[::7], *absent, keys[-1]]
+    assert idx.find(KeyBatch(probe)).tolist() == [
+        keys.index(k) + 5 if k in keys else -1 for k in probe
+    ]
+    assert idx.sorted().sorted_keys._by_key is not None  # the fallback was taken
