@@ -62,6 +62,11 @@ _IPC_WRITE_OPTIONS = pa.ipc.IpcWriteOptions()
 
 def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> bytes:
     """Arrow IPC *stream* bytes of a batch, table or list of batches (all with one schema)."""
+    return batch_ipc_buffer(batch).to_pybytes()
+
+
+def batch_ipc_buffer(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> pa.Buffer:
+    """:func:`batch_to_ipc` as the Arrow buffer it was written to (no copy into a bytes object)."""
     if isinstance(batch, pa.RecordBatch | pa.Table):
         batches: list[pa.RecordBatch] = [batch] if isinstance(batch, pa.RecordBatch) else batch.to_batches()
         schema = batch.schema
@@ -74,7 +79,7 @@ def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) ->
     with pa.ipc.new_stream(sink, schema, options=_IPC_WRITE_OPTIONS) as w:
         for b in batches:
             w.write_batch(b)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
 def ipc_to_batches(data: bytes | memoryview | pa.Buffer) -> list[pa.RecordBatch]:
@@ -132,16 +137,18 @@ def op_mask(op_types: np.ndarray, kinds: Iterable[int]) -> np.ndarray:
 
 
 def encode_row_operations(
-    rows: pa.RecordBatch, op_types: Sequence[int] | np.ndarray, set_columns: np.ndarray | None = None
+    rows: pa.RecordBatch, op_types: Sequence[int] | np.ndarray, set_columns: np.ndarray | None = None,
+    ipc: bool = True,
 ) -> dict[str, Any]:
     """``{"rows": IPC, "op_types": int8 bytes, "set_columns": packed bitmap | None}`` of a batch of
     operations: rows in schema column order, one op type per row, and for partial updates a rows x
-    columns bool matrix of the cells each row sets."""
+    columns bool matrix of the cells each row sets. ``ipc=False``: "rows" is None (the caller writes the
+    rows' IPC itself)."""
     types = np.asarray(op_types, dtype=np.int8)
     if len(types) != rows.num_rows:
         raise KuduInvalidArgument(f"{len(types)} op types for {rows.num_rows} rows")
     bitmap = None if set_columns is None else np.packbits(np.asarray(set_columns, dtype=bool)).tobytes()
-    return {"rows": batch_to_ipc(rows), "op_types": types.tobytes(), "set_columns": bitmap}
+    return {"rows": batch_to_ipc(rows) if ipc else None, "op_types": types.tobytes(), "set_columns": bitmap}
 
 
 def decode_row_operations(
@@ -153,7 +160,9 @@ def decode_row_operations(
     if not isinstance(op_types, bytes | bytearray):
         raise KuduInvalidArgument("'op_types' must be bytes: one int8 operation type per row")
     try:
-        table = ipc_to_table(bytes(rows_ipc))
+        # read in place (zero copy) unless the bytes may change under the batch (a bytearray)
+        mutable = isinstance(rows_ipc, bytearray) or (isinstance(rows_ipc, memoryview) and not rows_ipc.readonly)
+        table = ipc_to_table(bytes(rows_ipc) if mutable else rows_ipc)
     except (pa.ArrowInvalid, OSError) as e:
         raise KuduInvalidArgument(f"'rows' is not a valid Arrow IPC stream: {e}") from None
     batches = table.combine_chunks().to_batches()

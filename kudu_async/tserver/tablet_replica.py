@@ -417,6 +417,7 @@ class TabletReplica:
                     try:
                         entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id,
                                                    None if request_id is None else prepared.outcome())
+                        _rows_from_entry(prepared, entry)
                         fut = r.propose([entry])[0]
                     except BaseException:
                         self.tablet.abort_write(prepared)
@@ -644,3 +645,11 @@ def _schema_from_dict(d: dict[str, Any]) -> Any:
     from kudu_async.common.schema import Schema
 
     return Schema.from_dict(d)
+
+
+def _rows_from_entry(prepared: PreparedWrite, entry: bytes) -> None:
+    """Let the write apply the rows as its log entry holds them (read in place, the same values): the
+    MemRowSet then keeps the memory the Raft log keeps anyway, and the request's copy is freed."""
+    logged = decode_entry(entry)
+    if isinstance(logged, WriteEntry) and logged.op.rows.schema.equals(prepared.op.rows.schema):
+        prepared.op = replace(prepared.op, rows=logged.op.rows)

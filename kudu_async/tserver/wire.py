@@ -10,10 +10,19 @@ the entry, and then the result the leader decided at prepare, ``[[[row_index, co
 inserted, updated, deleted, ignored]``: a replica that restarts with the write already in its files does
 not apply it again, and recalls that result from its log instead (Kudu keeps it in the WAL's commit
 record). Entries written before (or without) these elements decode with none.
+
+A write entry is ``0xC1`` (a byte msgpack never writes), the length of a msgpack header (4 bytes, big
+endian), the header (the list above without the rows), zero bytes up to a multiple of 64 (Arrow's
+alignment: a bytes object's data is 16-byte aligned, so the rows' buffers are too) and then the rows'
+IPC stream as is: decoding
+reads the rows in place (zero copy), so a replica's MemRowSet holds the same memory as its Raft log's
+copy of the entry, and reading a header never copies the rows. Entries of the earlier form (one msgpack
+list with the rows inside) still decode.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +30,12 @@ import msgpack
 import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
-from kudu_async.common.row_conversion import VALID_OP_TYPES, decode_row_operations, encode_row_operations
+from kudu_async.common.row_conversion import (
+    VALID_OP_TYPES,
+    batch_ipc_buffer,
+    decode_row_operations,
+    encode_row_operations,
+)
 from kudu_async.tablet.ops import OpType, RowError, WriteOp, WriteResult
 from kudu_async.tserver.result_tracker import RequestId
 
@@ -29,6 +43,14 @@ assert set(VALID_OP_TYPES) == {int(t) for t in OpType}, "wire op numbers must ma
 
 ENTRY_WRITE = "w"
 ENTRY_ALTER = "a"
+_ROWS_AFTER_HEADER = 0xC1  # first byte of a write entry whose rows follow its header
+_HEADER_LEN = struct.Struct(">I")
+_ROWS_ALIGN = 64
+
+
+def _rows_start(header_len: int) -> int:
+    end = 1 + _HEADER_LEN.size + header_len
+    return -(-end // _ROWS_ALIGN) * _ROWS_ALIGN
 
 
 @dataclass(frozen=True)
@@ -74,14 +96,38 @@ def decode_write_op(rows_ipc: Any, op_types: Any, set_columns: Any) -> WriteOp:
 
 def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp, request_id: RequestId | None = None,
                        outcome: WriteResult | None = None) -> bytes:
-    rows, types, set_cols = encode_write_op(op)
-    item: list[Any] = [ENTRY_WRITE, timestamp, schema_version, rows, types, set_cols]
+    types = op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types
+    d = encode_row_operations(op.rows, types, op.set_columns, ipc=False)
+    item: list[Any] = [ENTRY_WRITE, timestamp, schema_version, None, d["op_types"], d["set_columns"]]
     if request_id is not None:
         item.append([request_id.client_id, request_id.seq_no, request_id.first_incomplete_seq_no])
         if outcome is not None:
             item.append([[[e.row_index, e.code, e.message] for e in outcome.row_errors], outcome.inserted,
                          outcome.updated, outcome.deleted, outcome.ignored])
-    return msgpack.packb(item)
+    header = msgpack.packb(item)
+    pad = bytes(_rows_start(len(header)) - 1 - _HEADER_LEN.size - len(header))
+    return b"".join((bytes((_ROWS_AFTER_HEADER,)), _HEADER_LEN.pack(len(header)), header, pad,
+                     batch_ipc_buffer(op.rows)))
+
+
+def _write_parts(payload: bytes) -> tuple[list[Any], Any]:
+    """(header list, rows IPC) of a write entry: the rows as a view of ``payload`` in the current form,
+    as bytes in the earlier one; other entries come back whole, with no rows."""
+    if payload[:1] == bytes((_ROWS_AFTER_HEADER,)):
+        if len(payload) < 1 + _HEADER_LEN.size:
+            raise KuduInvalidArgument(f"tablet log entry of {len(payload)} bytes is shorter than its header")
+        (n,) = _HEADER_LEN.unpack_from(payload, 1)
+        start, rows = 1 + _HEADER_LEN.size, _rows_start(n)
+        if rows > len(payload):
+            raise KuduInvalidArgument(f"tablet log entry header of {n} bytes overruns its {len(payload)} bytes")
+        item = msgpack.unpackb(memoryview(payload)[start : start + n], raw=False)
+        if not isinstance(item, list) or len(item) < 6 or item[0] != ENTRY_WRITE:
+            raise KuduInvalidArgument("tablet log entry with rows after its header is not a write")
+        return item, memoryview(payload)[rows:]
+    item = msgpack.unpackb(payload, raw=False)
+    if not isinstance(item, list) or not item:
+        raise KuduInvalidArgument("tablet log entry is not a list")
+    return item, (item[3] if item[0] == ENTRY_WRITE and len(item) >= 6 else None)
 
 
 def encode_alter_entry(schema: dict[str, Any], version: int) -> bytes:
@@ -90,9 +136,9 @@ def encode_alter_entry(schema: dict[str, Any], version: int) -> bytes:
 
 def decode_entry(payload: bytes) -> WriteEntry | AlterEntry:
     """Decode a tablet WAL entry; anything else is corruption of the replica's log."""
-    item = msgpack.unpackb(payload, raw=False)
+    item, rows = _write_parts(payload)
     if item[0] == ENTRY_WRITE:
-        _, ts, version, rows, types, set_cols, *rest = item
+        _, ts, version, _, types, set_cols, *rest = item
         rid, outcome = _tracking(int(ts), rest)
         return WriteEntry(int(ts), int(version), decode_write_op(rows, types, set_cols), rid, outcome)
     if item[0] == ENTRY_ALTER:
@@ -102,7 +148,7 @@ def decode_entry(payload: bytes) -> WriteEntry | AlterEntry:
 
 def decode_entry_header(payload: bytes) -> WriteHeader | AlterEntry:
     """Like :func:`decode_entry` but leaves a write's rows undecoded."""
-    item = msgpack.unpackb(payload, raw=False)
+    item, _ = _write_parts(payload)
     if item[0] == ENTRY_WRITE:
         rid, outcome = _tracking(int(item[1]), item[6:])
         return WriteHeader(int(item[1]), int(item[2]), rid, outcome)

@@ -72,13 +72,43 @@ def test_write_entries_carry_the_request_id() -> None:
     assert entry.request_id == rid and entry.timestamp == 99 and entry.op.rows.equals(op.rows)
 
 
-def test_write_entries_without_a_request_id_keep_their_old_form() -> None:
-    """WALs written before request ids hold six-element entries: they still decode, with no id."""
-    op = WriteOp(np.array([1]), _batch(1), None)
-    item = msgpack.unpackb(encode_write_entry(5, 0, op), raw=False)
-    assert len(item) == 6
-    with_id = msgpack.unpackb(encode_write_entry(5, 0, op, RequestId("c", 1, 1)), raw=False)
-    assert with_id[:6] == item and with_id[6] == ["c", 1, 1]
+def test_write_entries_of_the_earlier_form_still_decode() -> None:
+    """WALs written before rows followed the header hold one msgpack list with the rows inside (six
+    elements before request ids, then the id and the decided result): they decode as before."""
+    op = WriteOp(np.array([1, 2]), _batch(2), None)
+    d = encode_row_operations(op.rows, [1, 2])
+    rid = RequestId("c", 1, 1)
+    old = msgpack.packb(["w", 5, 0, d["rows"], d["op_types"], d["set_columns"]])
+    entry = decode_entry(old)
+    assert isinstance(entry, WriteEntry) and entry.request_id is None and entry.op.rows.equals(op.rows)
+    old_tracked = msgpack.packb(["w", 5, 0, d["rows"], d["op_types"], None, ["c", 1, 1],
+                                 [[[1, "NOT_FOUND", "key not found"]], 1, 0, 0, 0]])
+    assert decode_entry_header(old_tracked) == WriteHeader(
+        5, 0, rid, WriteResult(5, 0, [RowError(1, "NOT_FOUND", "key not found")], inserted=1))
+    assert decode_entry(old_tracked).op.rows.equals(op.rows)  # type: ignore[union-attr]
+
+
+def test_write_entries_hold_their_rows_after_the_header_read_in_place() -> None:
+    """The current form: rows decode as views of the entry (no copy) at a 64-byte aligned offset, the
+    header decodes without them, and a truncated or mangled entry is refused by name."""
+    op = WriteOp(np.array([1] * 100), _batch(100), None)
+    payload = encode_write_entry(7, 1, op, RequestId("c", 2, 1))
+    assert payload[0] == 0xC1
+    entry = decode_entry(payload)
+    assert isinstance(entry, WriteEntry) and entry.op.rows.equals(op.rows)
+    base = pa.py_buffer(payload).address
+    for col in entry.op.rows.columns:
+        for buf in col.buffers():
+            if buf is not None:
+                assert base <= buf.address < base + len(payload)  # inside the entry: read in place
+                assert (buf.address - base) % 8 == 0
+    assert decode_entry_header(payload) == WriteHeader(7, 1, RequestId("c", 2, 1), None)
+    with pytest.raises(KuduInvalidArgument, match="shorter than its header"):
+        decode_entry(payload[:3])
+    with pytest.raises(KuduInvalidArgument, match="overruns"):
+        decode_entry(payload[:1] + (10**6).to_bytes(4, "big") + payload[5:])
+    with pytest.raises(KuduInvalidArgument, match="not a valid Arrow IPC stream"):
+        decode_entry(payload[:-40])
 
 
 def test_tracked_write_entries_carry_the_decided_result_and_decode_without_their_rows() -> None:
