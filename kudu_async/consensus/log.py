@@ -40,6 +40,32 @@ log = logging.getLogger(__name__)
 SEGMENT_MAGIC = b"kuduwal1"
 _HEADER = struct.Struct(">8sQ")  # magic, segment seqno
 _FRAME = struct.Struct(">III")  # payload length, crc32c of payload, crc32c of the first 8 bytes
+_INLINE_DATA = 16 * 1024  # entry data up to this size is packed with its entry; larger is written as is
+_IOV_MAX = 512
+
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's header of a ``bin`` of ``n`` bytes (the packer only writes whole objects)."""
+    if n < 1 << 8:
+        return struct.pack(">BB", 0xC4, n)
+    if n < 1 << 16:
+        return struct.pack(">BH", 0xC5, n)
+    return struct.pack(">BI", 0xC6, n)
+
+
+def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    """Write every piece in order, as few ``writev`` calls as the kernel takes (it may write part)."""
+    views = [memoryview(p) for p in parts if len(p)]
+    i = 0
+    while i < len(views):
+        n = os.writev(fd, views[i : i + _IOV_MAX])
+        while n:
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
@@ -113,6 +139,7 @@ class Log:
         self._fh: Any = None  # the open segment being appended to
         self._read_fds: dict[int, int] = {}
         self._lock = threading.Lock()  # guards reads against concurrent GC/appends from another thread
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)  # the appending thread's only
 
     # --- opening and recovery -------------------------------------------------------------------------
 
@@ -268,19 +295,49 @@ class Log:
         """Write one batch as one frame (not yet durable: call ``sync``)."""
         if not entries:
             return
-        payload = msgpack.packb([[e.term, e.index, e.kind, e.data] for e in entries], use_bin_type=True)
+        parts = self._payload_parts(entries)
+        size = sum(map(len, parts))
         seg = self._segments[-1]
-        if seg.size > _HEADER.size and seg.size + len(payload) + _FRAME.size > self.options.segment_bytes:
+        if seg.size > _HEADER.size and seg.size + size + _FRAME.size > self.options.segment_bytes:
             self._roll()
             seg = self._segments[-1]
-        head = struct.pack(">II", len(payload), crc32c.crc32c(payload))
-        frame = head + struct.pack(">I", crc32c.crc32c(head)) + payload
+        crc = 0
+        for p in parts:
+            crc = crc32c.crc32c(p, crc)
+        head = struct.pack(">II", size, crc)
         offset = seg.size
-        self._fh.write(frame)
-        seg.size += len(frame)
+        _write_all(self._fh.fileno(), [head + struct.pack(">I", crc32c.crc32c(head)), *parts])
+        seg.size += _FRAME.size + size
         with self._lock:
             self._index_batch(seg.seqno, offset, [(e.term, e.index) for e in entries])
             self._refresh_tail_ranges(entries[0].index)
+
+    def _payload_parts(self, entries: Sequence[LogEntry]) -> list[bytes | memoryview]:
+        """A frame's payload, ``msgpack([[term, index, kind, data], ...])``, as pieces whose
+        concatenation is exactly that: entries' large data stay separate pieces (never copied; the
+        frame goes out with one ``writev``)."""
+        pk = self._packer
+        pk.reset()  # nothing left over from an append that raised
+        parts: list[bytes | memoryview] = []
+        pk.pack_array_header(len(entries))
+        pending = True
+        for e in entries:
+            pk.pack_array_header(4)
+            pk.pack(e.term)
+            pk.pack(e.index)
+            pk.pack(e.kind)
+            if len(e.data) < _INLINE_DATA:
+                pk.pack(e.data)
+                pending = True
+                continue
+            parts.append(pk.bytes() + _bin_header(len(e.data)))
+            pk.reset()
+            parts.append(e.data)
+            pending = False
+        if pending:
+            parts.append(pk.bytes())
+            pk.reset()
+        return parts
 
     def _refresh_tail_ranges(self, from_index: int) -> None:
         # Entries at or after from_index may have moved to the newest segment; earlier segments lose them.

@@ -31,6 +31,29 @@ def test_entries_survive_reopen(tmp_path: Path) -> None:
     assert (again.first_index, again.last_index, again.term_at(6)) == (1, 6, 2)
 
 
+def test_frames_with_large_entries_are_the_msgpack_of_the_batch_and_read_back(tmp_path: Path) -> None:
+    """Large entry data is written as is (not packed with its entry), yet a frame's payload is exactly
+    ``msgpack([[term, index, kind, data], ...])`` as before, with the CRC of it: mixed small and large
+    entries (every msgpack bin size class) and string kinds read back after a reopen."""
+    import msgpack
+
+    from kudu_async.consensus import log as log_mod
+
+    sizes = [0, 10, 300, 70_000, 16 * 1024, 5, 2_000_000, 17]
+    batch = [LogEntry(3, i + 1, "w" if i % 2 else 7, bytes([i]) * n) for i, n in enumerate(sizes)]
+    wal = open_log(tmp_path, segment_bytes=64 << 20)
+    parts = wal._payload_parts(batch)
+    assert b"".join(parts) == msgpack.packb([[e.term, e.index, e.kind, e.data] for e in batch], use_bin_type=True)
+    assert any(p is e.data for p in parts for e in batch if len(e.data) >= log_mod._INLINE_DATA)  # not copied
+    wal.append(batch)
+    wal.append(entries(9, 10, term=3))
+    wal.sync()
+    wal.close()
+    again, report = Log.open(tmp_path)
+    assert report.entries == 10 and report.truncated_tail_bytes == 0
+    assert again.read(1) == batch + entries(9, 10, term=3)
+
+
 def test_segments_roll_and_reads_span_them(tmp_path: Path) -> None:
     wal = open_log(tmp_path, segment_bytes=4096)
     for i in range(1, 201):
