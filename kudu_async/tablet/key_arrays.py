@@ -207,21 +207,25 @@ _Form = tuple[np.ndarray, np.ndarray | None, int, bool]
 
 
 class SortedKeys:
-    """Distinct keys in byte order (a ``binary`` array) and the numpy form searches use, built on first
-    use: big-endian integers when every key is 1, 2, 4 or 8 bytes, ``S<width>`` when they share
-    another width, NUL-padded ``S<max width>`` plus lengths when they vary, unless padding would take
-    more than ~4x the keys' own memory (a few very long keys among short ones). Then a batch is found
-    by a binary search in Python per key, or with ``dict_fallback`` through a dict of the keys built
-    on first use (for an index probed with every key of every write, where per-key searches would
-    cost far more than the dict's memory).
+    """Distinct keys in byte order (a ``binary`` array) and the numpy forms that search them.
+
+    Keys of one width get a zero-copy ``S<width>`` view at construction (a check over the offsets:
+    construct it in a worker), which single-key searches use. Batches are found through a form built
+    on first use: big-endian integers when every key is 1, 2, 4 or 8 bytes (a copy), the ``S`` view
+    for other widths, NUL-padded ``S<max width>`` plus lengths when widths vary, unless padding would
+    take more than ~4x the keys' own memory (a few very long keys among short ones). Then a batch is
+    found by a binary search in Python per key, or with ``dict_fallback`` through a dict of the keys
+    built on first use (for an index probed with every key of every write, where per-key searches
+    would cost far more than the dict's memory).
     """
 
-    __slots__ = ("_by_key", "_dict_fallback", "_form", "keys")
+    __slots__ = ("_by_key", "_dict_fallback", "_fixed", "_form", "_width", "keys")
 
     def __init__(self, keys: pa.Array, dict_fallback: bool = False) -> None:
         if keys.offset != 0:
             keys = pa.concat_arrays([keys])  # numpy views start at offset 0
         self.keys: pa.Array = keys
+        self._fixed, self._width = fixed_width_view(keys)
         self._form: _Form | bool | None = None  # False: no numpy form
         self._dict_fallback = dict_fallback
         self._by_key: dict[bytes, int] | None = None
@@ -240,7 +244,7 @@ class SortedKeys:
         n = len(keys)
         if n == 0:
             return False
-        view, width = fixed_width_view(keys)
+        view, width = self._fixed, self._width
         if view is not None:
             if width in _INT_WIDTHS:
                 return view.view(f">u{width}").astype(f"u{width}"), None, width, True
@@ -253,28 +257,19 @@ class SortedKeys:
         return padded_keys(offsets, data, width), lens, width, False
 
     def search(self, key: bytes) -> int | None:
-        """Position of ``key``, or None."""
-        form = self._search_form()
-        if form is not None and form[1] is None:
-            values, _, width, numeric = form
-            if len(key) != width:
+        """Position of ``key``, or None (cheap enough for the event loop: no form is built)."""
+        if self._fixed is not None:
+            if len(key) != self._width:
                 return None
-            q = int.from_bytes(key, "big") if numeric else key
-            j = int(values.searchsorted(q))
-            if j < len(values) and (values[j] == q if numeric else self.keys[j].as_py() == key):
-                return j
-            return None
+            j = int(self._fixed.searchsorted(key))
+            return j if j < len(self._fixed) and self.keys[j].as_py() == key else None
         i = bisect.bisect_left(_KeyView(self.keys), key)
         return i if i < len(self.keys) and self.keys[i].as_py() == key else None
 
     def bisect(self, key: bytes, right: bool = False) -> int:
-        """Where ``key`` would go (after equal keys with ``right``). Uses the numpy form only if a
-        search built it already: a few bisections are cheaper than building it."""
-        form = self._form if isinstance(self._form, tuple) else None
-        if form is not None and form[1] is None and len(key) == form[2]:
-            values, _, _, numeric = form
-            return int(values.searchsorted(int.from_bytes(key, "big") if numeric else key,
-                                           side="right" if right else "left"))
+        """Where ``key`` would go (after equal keys with ``right``)."""
+        if self._fixed is not None and len(key) == self._width:
+            return int(self._fixed.searchsorted(key, side="right" if right else "left"))
         return (bisect.bisect_right if right else bisect.bisect_left)(_KeyView(self.keys), key)
 
     def find(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:

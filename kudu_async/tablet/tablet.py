@@ -30,6 +30,7 @@ flush and compaction do their I/O outside it in worker threads and swap the resu
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import itertools
 import os
@@ -68,7 +69,7 @@ from kudu_async.tablet.diskrowset import (
     write_delta_block,
     write_rowsets,
 )
-from kudu_async.tablet.key_arrays import KeyBatch, SortedKeys
+from kudu_async.tablet.key_arrays import KeyBatch, _KeyView
 from kudu_async.tablet.lock_manager import LockManager
 from kudu_async.tablet.memrowset import MemRowSet, MRSRow, Mutation
 from kudu_async.tablet.mvcc import MvccManager, MvccSnapshot
@@ -197,9 +198,9 @@ class TabletScanner:
 
 def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
     """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
-    keys = SortedKeys(t.column(KEY_COL).combine_chunks())
-    a = 0 if lo is None else keys.bisect(lo)
-    b = len(keys) if hi is None else keys.bisect(hi)
+    view = _KeyView(t.column(KEY_COL).combine_chunks())
+    a = 0 if lo is None else bisect.bisect_left(view, lo)
+    b = len(view) if hi is None else bisect.bisect_left(view, hi)
     return t.slice(a, max(0, b - a))
 
 
