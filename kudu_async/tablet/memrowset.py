@@ -14,6 +14,7 @@ flush can carry them over to the new DiskRowSets).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,7 @@ class MemRowSet:
         self._last_ts = np.full(cap, -1, dtype=np.int64)  # timestamp of the last mutation (-1: none)
         self._live = np.ones(cap, dtype=bool)  # live after the last mutation
         self._batches: list[pa.RecordBatch] = []
+        self._starts: list[int] = []  # row number of each stored batch's first row
         self._num_stored = 0
         self._mem = 0
         self.min_log_index: int | None = None
@@ -105,6 +107,7 @@ class MemRowSet:
         """Keep ``batch`` as backing storage; returns the row number of its first row."""
         base = self._num_stored
         self._batches.append(batch)
+        self._starts.append(base)
         self._num_stored += batch.num_rows
         cap = len(self._insert_ts)
         if self._num_stored > cap:
@@ -190,6 +193,14 @@ class MemRowSet:
         return self._table
 
     # -- reading ---------------------------------------------------------------------------------
+
+    def base_row(self, row: MRSRow, snap: MvccSnapshot) -> pa.RecordBatch | None:
+        """The row as a one-row slice of the batch it arrived in (zero copy) when ``snap`` sees it as it
+        was inserted (visible, never changed since); else None and :meth:`visible_row` answers."""
+        if row.last_ts >= 0 or not snap.is_visible(row.insert_ts):
+            return None
+        k = bisect.bisect_right(self._starts, row.rownum) - 1
+        return self._batches[k].slice(row.rownum - self._starts[k], 1)
 
     def visible_row(self, row: MRSRow, snap: MvccSnapshot) -> dict[int, Any] | None:
         """Column index -> value of the row as of ``snap``, or None when not live then."""

@@ -1113,6 +1113,11 @@ class Tablet:
         if store.info.names != info.names:
             return None
         if isinstance(ref, MRSRow):
+            written = store.base_row(ref, snap)
+            cols = None if written is None else [*(written.column(n) for n in needed), pa.array([key], pa.binary())]
+            if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
+                # as inserted, never changed: a zero-copy slice of the batch it arrived in
+                return pa.Table.from_arrays(cols, schema=schema)
             vals = store.visible_row(ref, snap)
         else:
             base = store.base_row(ref, snap)

@@ -176,3 +176,33 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
         release.set()
         th.join()
     assert in_memory(zz) == [("zz", 1, 5)]
+
+
+def test_a_point_read_of_an_unchanged_row_in_memory_is_a_slice_of_its_batch(tmp_path: Any) -> None:
+    """A MemRowSet row never changed since its insert is answered as a one-row slice of the batch it
+    arrived in (zero copy); one updated since, or not yet visible at the snapshot, by the general path."""
+    from kudu_async.common.predicate import ColumnPredicate as P
+    from kudu_async.tablet.tablet import READ_AT_SNAPSHOT
+
+    t, schema, clock = _tablet(str(tmp_path / "t"))
+    arrow = schema.to_arrow()
+    before = clock.now()
+    b = pa.record_batch([pa.array(["h1", "h2"]), pa.array([1, 2], pa.int64()), pa.array([10, 20], pa.int32())],
+                        schema=arrow)
+    t.write(WriteOp([OpType.INSERT] * 2, b), clock.now(), 1)
+    upd = pa.record_batch([pa.array(["h2"]), pa.array([2], pa.int64()), pa.array([21], pa.int32())], schema=arrow)
+    t.write(WriteOp([OpType.UPDATE], upd), clock.now(), 2)
+
+    def read(host: str, ts: int, **kw: Any) -> pa.Table | None:
+        spec = ScanSpec(predicates=[P("host", "=", host), P("ts", "=", ts)], **kw)
+        it = t.scan_in_memory(spec, t.point_lookup_key(spec)) if not kw else t.scan(spec)
+        assert it is not None
+        return it.to_table()
+
+    h1 = read("h1", 1)
+    assert h1 is not None and h1.to_pylist() == [{"host": "h1", "ts": 1, "v": 10}]
+    inserted = {buf.address for col in b.columns for buf in col.buffers() if buf is not None}
+    assert h1.column("v").chunk(0).buffers()[1].address in inserted  # the batch's own memory
+    h2 = read("h2", 2)
+    assert h2 is not None and h2.to_pylist() == [{"host": "h2", "ts": 2, "v": 21}]
+    assert read("h1", 1, read_mode=READ_AT_SNAPSHOT, snapshot_ts=before) is None
