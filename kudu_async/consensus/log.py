@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 import os
 import struct
 import threading
@@ -42,6 +43,7 @@ _HEADER = struct.Struct(">8sQ")  # magic, segment seqno
 _FRAME = struct.Struct(">III")  # payload length, crc32c of payload, crc32c of the first 8 bytes
 _INLINE_DATA = 16 * 1024  # entry data up to this size is packed with its entry; larger is written as is
 _IOV_MAX = 512
+_entry_data = operator.attrgetter("data")
 
 
 def _bin_header(n: int) -> bytes:
@@ -305,8 +307,15 @@ class Log:
         for p in parts:
             crc = crc32c.crc32c(p, crc)
         head = struct.pack(">II", size, crc)
+        head += struct.pack(">I", crc32c.crc32c(head))
         offset = seg.size
-        _write_all(self._fh.fileno(), [head + struct.pack(">I", crc32c.crc32c(head)), *parts])
+        if len(parts) == 1:  # small entries: one frame, one write
+            frame = head + parts[0]
+            n = os.write(self._fh.fileno(), frame)
+            if n < len(frame):
+                _write_all(self._fh.fileno(), [memoryview(frame)[n:]])
+        else:
+            _write_all(self._fh.fileno(), [head, *parts])
         seg.size += _FRAME.size + size
         with self._lock:
             self._index_batch(seg.seqno, offset, [(e.term, e.index) for e in entries])
@@ -316,6 +325,8 @@ class Log:
         """A frame's payload, ``msgpack([[term, index, kind, data], ...])``, as pieces whose
         concatenation is exactly that: entries' large data stay separate pieces (never copied; the
         frame goes out with one ``writev``)."""
+        if max(map(len, map(_entry_data, entries))) < _INLINE_DATA:  # small entries: one C-level pack
+            return [msgpack.packb([[e.term, e.index, e.kind, e.data] for e in entries], use_bin_type=True)]
         pk = self._packer
         pk.reset()  # nothing left over from an append that raised
         parts: list[bytes | memoryview] = []
