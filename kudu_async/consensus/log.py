@@ -44,6 +44,8 @@ _FRAME = struct.Struct(">III")  # payload length, crc32c of payload, crc32c of t
 _INLINE_DATA = 16 * 1024  # entry data up to this size is packed with its entry; larger is written as is
 _IOV_MAX = 512
 _entry_data = operator.attrgetter("data")
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
 def _bin_header(n: int) -> bytes:
@@ -55,7 +57,7 @@ def _bin_header(n: int) -> bytes:
     return struct.pack(">BI", 0xC6, n)
 
 
-def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+def _writev_all(fd: int, parts: list[bytes | memoryview]) -> None:
     """Write every piece in order, as few ``writev`` calls as the kernel takes (it may write part)."""
     views = [memoryview(p) for p in parts if len(p)]
     i = 0
@@ -68,8 +70,6 @@ def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
             else:
                 views[i] = views[i][n:]
                 n = 0
-MAX_FRAME_BYTES = 256 * 1024 * 1024
-DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +313,9 @@ class Log:
             frame = head + parts[0]
             n = os.write(self._fh.fileno(), frame)
             if n < len(frame):
-                _write_all(self._fh.fileno(), [memoryview(frame)[n:]])
+                _writev_all(self._fh.fileno(), [memoryview(frame)[n:]])
         else:
-            _write_all(self._fh.fileno(), [head, *parts])
+            _writev_all(self._fh.fileno(), [head, *parts])
         seg.size += _FRAME.size + size
         with self._lock:
             self._index_batch(seg.seqno, offset, [(e.term, e.index) for e in entries])

@@ -211,23 +211,25 @@ class SortedKeys:
 
     Keys of one width get a zero-copy ``S<width>`` view at construction (a check over the offsets:
     construct it in a worker), which single-key searches use. Batches are found through a form built
-    on first use: big-endian integers when every key is 1, 2, 4 or 8 bytes (a copy), the ``S`` view
-    for other widths, NUL-padded ``S<max width>`` plus lengths when widths vary, unless padding would
+    on first use: with ``numeric``, big-endian integers when every key is 1, 2, 4 or 8 bytes (a copy
+    of the keys, faster to search: for short-lived indexes), else the ``S`` view; NUL-padded
+    ``S<max width>`` plus lengths when widths vary, unless padding would
     take more than ~4x the keys' own memory (a few very long keys among short ones). Then a batch is
     found by a binary search in Python per key, or with ``dict_fallback`` through a dict of the keys
     built on first use (for an index probed with every key of every write, where per-key searches
     would cost far more than the dict's memory).
     """
 
-    __slots__ = ("_by_key", "_dict_fallback", "_fixed", "_form", "_width", "keys")
+    __slots__ = ("_by_key", "_dict_fallback", "_fixed", "_form", "_numeric", "_width", "keys")
 
-    def __init__(self, keys: pa.Array, dict_fallback: bool = False) -> None:
+    def __init__(self, keys: pa.Array, dict_fallback: bool = False, numeric: bool = False) -> None:
         if keys.offset != 0:
             keys = pa.concat_arrays([keys])  # numpy views start at offset 0
         self.keys: pa.Array = keys
         self._fixed, self._width = fixed_width_view(keys)
         self._form: _Form | bool | None = None  # False: no numpy form
         self._dict_fallback = dict_fallback
+        self._numeric = numeric
         self._by_key: dict[bytes, int] | None = None
 
     def __len__(self) -> int:
@@ -246,7 +248,7 @@ class SortedKeys:
             return False
         view, width = self._fixed, self._width
         if view is not None:
-            if width in _INT_WIDTHS:
+            if self._numeric and width in _INT_WIDTHS:
                 return view.view(f">u{width}").astype(f"u{width}"), None, width, True
             return view, None, width, False
         offsets, data = binary_layout(keys)
@@ -324,7 +326,7 @@ class KeyRun:
     __slots__ = ("hi", "lo", "rownums", "sorted_keys")
 
     def __init__(self, keys: pa.Array, rownums: np.ndarray) -> None:
-        self.sorted_keys = SortedKeys(keys, dict_fallback=True)
+        self.sorted_keys = SortedKeys(keys, dict_fallback=True, numeric=True)
         self.rownums = rownums
         self.lo: bytes = keys[0].as_py() if len(keys) else b""
         self.hi: bytes = keys[len(keys) - 1].as_py() if len(keys) else b""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -80,8 +81,8 @@ def test_sorted_keys_search_bisect_and_find_all_forms() -> None:
         "varied": sorted(_keys(rng, 500, None)),
         "too_big": sorted([*_keys(rng, 300, 2, bytes(range(256))), b"\x01" * 100_000]),  # one huge key: no padded form
     }
-    for name, keys in cases.items():
-        sk = SortedKeys(pa.array(keys, pa.binary()))
+    for (name, keys), numeric in itertools.product(cases.items(), (False, True)):
+        sk = SortedKeys(pa.array(keys, pa.binary()), numeric=numeric)
         probes = [*rng.sample(keys, 50), b"", b"\x00", b"\x00" * 3, b"\xff" * 9, b"\x01\x00", b"\x7f"]
         for p in probes:
             expect = keys.index(p) if p in keys else None
