@@ -137,18 +137,26 @@ def op_mask(op_types: np.ndarray, kinds: Iterable[int]) -> np.ndarray:
 
 
 def encode_row_operations(
-    rows: pa.RecordBatch, op_types: Sequence[int] | np.ndarray, set_columns: np.ndarray | None = None,
-    ipc: bool = True,
+    rows: pa.RecordBatch, op_types: Sequence[int] | np.ndarray, set_columns: np.ndarray | None = None
 ) -> dict[str, Any]:
     """``{"rows": IPC, "op_types": int8 bytes, "set_columns": packed bitmap | None}`` of a batch of
     operations: rows in schema column order, one op type per row, and for partial updates a rows x
-    columns bool matrix of the cells each row sets. ``ipc=False``: "rows" is None (the caller writes the
-    rows' IPC itself)."""
+    columns bool matrix of the cells each row sets."""
+    types, bitmap = encode_op_types(rows.num_rows, op_types, set_columns)
+    return {"rows": batch_to_ipc(rows), "op_types": types, "set_columns": bitmap}
+
+
+def encode_op_types(
+    num_rows: int, op_types: Sequence[int] | np.ndarray | pa.Array, set_columns: np.ndarray | None = None
+) -> tuple[bytes, bytes | None]:
+    """(int8 op type per row, packed set-columns bitmap or None): the row operations without their rows."""
+    if isinstance(op_types, pa.Array):
+        op_types = op_types.to_numpy(zero_copy_only=False)
     types = np.asarray(op_types, dtype=np.int8)
-    if len(types) != rows.num_rows:
-        raise KuduInvalidArgument(f"{len(types)} op types for {rows.num_rows} rows")
+    if len(types) != num_rows:
+        raise KuduInvalidArgument(f"{len(types)} op types for {num_rows} rows")
     bitmap = None if set_columns is None else np.packbits(np.asarray(set_columns, dtype=bool)).tobytes()
-    return {"rows": batch_to_ipc(rows) if ipc else None, "op_types": types.tobytes(), "set_columns": bitmap}
+    return types.tobytes(), bitmap
 
 
 def decode_row_operations(

@@ -153,7 +153,7 @@ class PreparedWrite:
     ignored: int
     state: str = "prepared"
     schema_version: int = 0
-    keys_arr: pa.Array | None = None  # ``keys`` as an Arrow binary array, when every row has one
+    key_batch: KeyBatch | None = None  # ``keys`` in the forms the index probes use (made once, at prepare)
 
     def outcome(self) -> WriteResult:
         """What applying it will answer (without the log index): row errors and ignored rows are decided
@@ -194,6 +194,11 @@ class TabletScanner:
         """Drain the scan into one table (tests, small scans); None when no row matched."""
         batches = list(self)
         return pa.Table.from_batches(batches) if batches else None
+
+
+def _key_array(prepared: PreparedWrite) -> pa.Array | None:
+    """The write's keys as the Arrow array its prepare encoded (None if it has none)."""
+    return None if prepared.key_batch is None else prepared.key_batch.arr
 
 
 def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
@@ -418,6 +423,7 @@ class Tablet:
         errors: dict[int, RowError] = {}
         rows = self._validate_rows(info, rows, op_types, errors)
         keys, keys_arr = self._encode_keys_checked(info, rows, errors)
+        kb = KeyBatch(keys, keys_arr)
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
         distinct: dict[bytes, None] = dict.fromkeys(keys)  # type: ignore[arg-type]
@@ -434,7 +440,7 @@ class Tablet:
                         f"preparing a write for version {version}"
                     )
                 plan, ignored = self._decide(
-                    op_types, keys, keys_arr, errors, timestamp, replay, distinct=num_distinct == n
+                    op_types, kb, errors, timestamp, replay, distinct=num_distinct == n
                 )
             self.mvcc.start_op(timestamp)
         except BaseException:
@@ -449,7 +455,7 @@ class Tablet:
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
             schema_version=version,
-            keys_arr=keys_arr,
+            key_batch=kb,
         )
 
     def _validate_rows(
@@ -527,18 +533,12 @@ class Tablet:
                     RowError(int(i), "INVALID_ARGUMENT", f"column '{f.name}' is NOT NULL but got NULL"),
                 )
 
-    def _candidate_drs(self, keys: list[bytes | None], keys_arr: pa.Array | None = None) -> list[DiskRowSet]:
-        """The DiskRowSets whose key range meets the batch's (min/max in Arrow when the keys are there)."""
-        if not self._drs or not keys:
+    def _candidate_drs(self, kb: KeyBatch) -> list[DiskRowSet]:
+        """The DiskRowSets whose key range meets the batch's."""
+        bounds = kb.bounds() if self._drs else None
+        if bounds is None:
             return []
-        if keys_arr is not None and keys_arr.null_count == 0:
-            mm = pc.min_max(keys_arr)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        else:
-            present = [k for k in keys if k is not None] if None in keys else keys
-            if not present:
-                return []
-            lo, hi = min(present), max(present)  # type: ignore[type-var]
+        lo, hi = bounds
         return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]
 
     def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
@@ -577,12 +577,7 @@ class Tablet:
         return None
 
     def _locate_batch(
-        self,
-        keys: list[bytes | None],
-        keys_arr: pa.Array | None,
-        want: np.ndarray,
-        drs: list[DiskRowSet] | None = None,
-        kb: KeyBatch | None = None,
+        self, kb: KeyBatch, want: np.ndarray, drs: list[DiskRowSet] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
         """:meth:`_locate` plus the key's last change for every row in ``want``, vectorised.
 
@@ -591,12 +586,9 @@ class Tablet:
         DiskRowSet whose key range meets the batch takes the rows in its range (bisect on the sorted
         batch keys), drops most absent ones with a batch bloom probe and places the rest with one
         ``searchsorted``. A key lives in one rowset only, so a row found once is not probed again.
-        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them; ``kb``: the
-        batch's keys when the caller has made them a KeyBatch.
+        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them.
         """
-        n = len(keys)
-        if kb is None:
-            kb = KeyBatch(keys, keys_arr)
+        n = kb.n
         store = np.full(n, -1, dtype=np.int32)
         pos = np.full(n, -1, dtype=np.int64)
         latest = np.full(n, -1, dtype=np.int64)
@@ -620,7 +612,7 @@ class Tablet:
         if not todo.any():
             drs = []
         elif drs is None:
-            drs = self._candidate_drs(keys)
+            drs = self._candidate_drs(kb)
         if drs:
             for d in drs:
                 cand = kb.rows_in_range(d.min_key, d.max_key)
@@ -642,8 +634,7 @@ class Tablet:
     def _decide(
         self,
         op_types: np.ndarray,
-        keys: list[bytes | None],
-        keys_arr: pa.Array | None,
+        kb: KeyBatch,
         errors: dict[int, RowError],
         ts: int,
         replay: bool,
@@ -654,9 +645,8 @@ class Tablet:
         of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
         effect is already in durable files). ``distinct``: the caller knows every row has a key and
         no key repeats."""
-        n = len(keys)
-        drs = self._candidate_drs(keys, keys_arr)
-        kb = KeyBatch(keys, keys_arr)
+        keys, n = kb.keys, kb.n
+        drs = self._candidate_drs(kb)
         if not errors and not drs and self._all_fresh_inserts(op_types, keys, kb, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
@@ -666,7 +656,7 @@ class Tablet:
         valid = np.ones(n, dtype=bool)
         if errors:
             valid[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        store, pos, latest, live, stores = self._locate_batch(keys, keys_arr, valid, drs, kb)
+        store, pos, latest, live, stores = self._locate_batch(kb, valid, drs)
         act = valid
         if replay:
             act = act & ~((store >= 0) & (latest >= ts))
@@ -826,7 +816,7 @@ class Tablet:
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
             self._mrs.insert_many(
-                keys, range(base, base + len(act)), ts, log_index, prepared.keys_arr  # type: ignore[arg-type]
+                keys, range(base, base + len(act)), ts, log_index, _key_array(prepared)  # type: ignore[arg-type]
             )
             res.inserted += len(act)
             return
@@ -837,7 +827,7 @@ class Tablet:
             # Flushed or compacted since prepare (the row locks kept the keys' content): find them again.
             moved = np.flatnonzero(np.isin(store, gone))
             mkeys = list(map(keys.__getitem__, act[moved].tolist()))
-            st2, pos2, _, _, stores2 = self._locate_batch(mkeys, None, np.ones(len(mkeys), dtype=bool))
+            st2, pos2, _, _, stores2 = self._locate_batch(KeyBatch(mkeys), np.ones(len(mkeys), dtype=bool))
             store = store.copy()
             pos = pos.copy()
             store[moved] = np.where(st2 >= 0, st2 + len(stores), -1)
@@ -851,7 +841,7 @@ class Tablet:
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
             fr = act[fresh]
-            karr = prepared.keys_arr
+            karr = _key_array(prepared)
             self._mrs.insert_many(
                 list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index,  # type: ignore[arg-type]
                 None if karr is None else karr.take(pa.array(fr)),
@@ -900,7 +890,7 @@ class Tablet:
         seqs: np.ndarray,
     ) -> None:
         """Re-inserts, updates and deletes of one MemRowSet's rows as one delta chunk."""
-        rownums = mrs.rownums_of(KeyBatch(prepared.keys, prepared.keys_arr), rows_idx)
+        rownums = mrs.rownums_of(prepared.key_batch or KeyBatch(prepared.keys), rows_idx)
         if (rownums < 0).any():
             raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
         reinsert = kinds == _INSERT
@@ -1112,20 +1102,16 @@ class Tablet:
         ref: Any = loc[1]
         if store.info.names != info.names:
             return None
-        if isinstance(ref, MRSRow):
-            written = store.base_row(ref, snap)
-            cols = None if written is None else [*(written.column(n) for n in needed), pa.array([key], pa.binary())]
-            if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
-                # as inserted, never changed: a zero-copy slice of the batch it arrived in
-                return pa.Table.from_arrays(cols, schema=schema)
-            vals = store.visible_row(ref, snap)
-        else:
-            base = store.base_row(ref, snap)
-            cols = None if base is None else [base.column(n) for n in (*needed, KEY_COL)]
-            if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
-                # as written, never changed: a zero-copy slice of the base data
-                return pa.Table.from_arrays(cols, schema=schema)
-            vals = store.get_row(ref, snap)
+        # A row never changed since it was written is a zero-copy slice of the batch it arrived in (a
+        # MemRowSet's, which has no key column) or of the rowset's base data.
+        written = store.base_row(ref, snap)
+        cols = None if written is None else [
+            *(written.column(n) for n in needed),
+            pa.array([key], pa.binary()) if isinstance(ref, MRSRow) else written.column(KEY_COL),
+        ]
+        if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
+            return pa.Table.from_arrays(cols, schema=schema)
+        vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
         if vals is None:
             return schema.empty_table()
         return pa.table([*([vals[info.names.index(n)]] for n in needed), [key]], schema=schema)

@@ -27,14 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
-import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.row_conversion import (
     VALID_OP_TYPES,
     batch_ipc_buffer,
     decode_row_operations,
-    encode_row_operations,
+    encode_op_types,
 )
 from kudu_async.tablet.ops import OpType, RowError, WriteOp, WriteResult
 from kudu_async.tserver.result_tracker import RequestId
@@ -82,13 +81,6 @@ class AlterEntry:
     version: int
 
 
-def encode_write_op(op: WriteOp) -> tuple[bytes, bytes, bytes | None]:
-    """(rows IPC, op types int8 bytes, set-columns bitmap bytes or None)."""
-    types = op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types
-    d = encode_row_operations(op.rows, types, op.set_columns)
-    return d["rows"], d["op_types"], d["set_columns"]
-
-
 def decode_write_op(rows_ipc: Any, op_types: Any, set_columns: Any) -> WriteOp:
     rows, types, matrix = decode_row_operations(rows_ipc, op_types, set_columns)
     return WriteOp(types, rows, matrix)
@@ -96,9 +88,8 @@ def decode_write_op(rows_ipc: Any, op_types: Any, set_columns: Any) -> WriteOp:
 
 def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp, request_id: RequestId | None = None,
                        outcome: WriteResult | None = None) -> bytes:
-    types = op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types
-    d = encode_row_operations(op.rows, types, op.set_columns, ipc=False)
-    item: list[Any] = [ENTRY_WRITE, timestamp, schema_version, None, d["op_types"], d["set_columns"]]
+    types, set_cols = encode_op_types(op.rows.num_rows, op.op_types, op.set_columns)
+    item: list[Any] = [ENTRY_WRITE, timestamp, schema_version, None, types, set_cols]
     if request_id is not None:
         item.append([request_id.client_id, request_id.seq_no, request_id.first_incomplete_seq_no])
         if outcome is not None:

@@ -463,7 +463,7 @@ def test_mrs_rows_are_located_by_batch(tmp_path: Any) -> None:
     for _ in range(4):
         h.write(200)  # later batches mutate rows earlier ones inserted into the MemRowSet
     keys = [h.t.info.encode_key([k]) for k in range(240)]
-    store, _pos, latest, live, stores = h.t._locate_batch(list(keys), None, np.ones(len(keys), dtype=bool))
+    store, _pos, latest, live, stores = h.t._locate_batch(KeyBatch(list(keys)), np.ones(len(keys), dtype=bool))
     mutated = 0
     for i, k in enumerate(keys):
         r = h.t._mrs.get(k)
