@@ -33,7 +33,13 @@ from typing import Any
 import crc32c
 import msgpack
 
-from kudu_async.common.errors import KuduAborted, KuduCorruption, KuduIllegalState, KuduNotFound
+from kudu_async.common.errors import (
+    KuduAborted,
+    KuduCorruption,
+    KuduIllegalState,
+    KuduInvalidArgument,
+    KuduNotFound,
+)
 from kudu_async.fs.io_util import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,10 @@ _INLINE_DATA = 16 * 1024  # entry data up to this size is packed with its entry;
 _IOV_MAX = 512
 _entry_data = operator.attrgetter("data")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
+# msgpack's framing of one entry inside a frame: array headers, term, index, kind, bin header (a string
+# kind may be longer; it is counted on top).
+_ENTRY_OVERHEAD = 48
+MAX_ENTRY_BYTES = MAX_FRAME_BYTES - _ENTRY_OVERHEAD
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
@@ -80,6 +90,11 @@ class LogEntry:
     index: int
     kind: int | str
     data: bytes
+
+
+def entry_frame_bytes(e: LogEntry) -> int:
+    """An upper bound of the frame an entry takes alone (what :meth:`Log.append` checks)."""
+    return len(e.data) + _ENTRY_OVERHEAD + (len(e.kind) if isinstance(e.kind, str) else 0)
 
 
 @dataclass
@@ -294,11 +309,25 @@ class Log:
     # --- appending ------------------------------------------------------------------------------------
 
     def append(self, entries: Sequence[LogEntry]) -> None:
-        """Write one batch as one frame (not yet durable: call ``sync``)."""
+        """Write a batch, as one frame when it fits in ``MAX_FRAME_BYTES`` and as several otherwise (not
+        yet durable: call ``sync``). Recovery refuses a longer frame, so none is ever written: an entry
+        too large for a frame of its own is refused before anything of the batch is written."""
         if not entries:
             return
+        for e in entries:
+            if entry_frame_bytes(e) > MAX_FRAME_BYTES:
+                raise KuduInvalidArgument(f"WAL entry {e.index} is {len(e.data)} bytes, over the "
+                                          f"{MAX_ENTRY_BYTES}-byte limit of one log frame")
+        self._append_frames(entries)
+
+    def _append_frames(self, entries: Sequence[LogEntry]) -> None:
         parts = self._payload_parts(entries)
         size = sum(map(len, parts))
+        if size > MAX_FRAME_BYTES:  # halve until each part fits (a single entry always does, checked above)
+            half = len(entries) // 2
+            self._append_frames(entries[:half])
+            self._append_frames(entries[half:])
+            return
         seg = self._segments[-1]
         if seg.size > _HEADER.size and seg.size + size + _FRAME.size > self.options.segment_bytes:
             self._roll()

@@ -28,6 +28,7 @@ from kudu_async.common.errors import (
     KuduAborted,
     KuduBadStatus,
     KuduIllegalState,
+    KuduInvalidArgument,
     KuduNotSupported,
     KuduNotTheLeader,
     KuduServiceUnavailable,
@@ -35,7 +36,7 @@ from kudu_async.common.errors import (
     KuduTimedOut,
 )
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
-from kudu_async.consensus.log import Log, LogEntry, LogOptions, LogWriter
+from kudu_async.consensus.log import MAX_ENTRY_BYTES, Log, LogEntry, LogOptions, LogWriter
 from kudu_async.consensus.raft import (
     AppendResponse,
     Config,
@@ -297,6 +298,10 @@ class RaftReplica:
             raise KuduNotTheLeader(f"replica {self.node_uuid} of {self.group} is not the leader", self.leader_hint())
         if len(self._queued) + len(self._inflight) + len(payloads) > self.options.max_pending_proposals:
             raise KuduServiceUnavailable(f"replica {self.group}: too many pending proposals")
+        for p in payloads:
+            if len(p) > MAX_ENTRY_BYTES:  # the log could not store it: refuse it here, not fail the WAL
+                raise KuduInvalidArgument(f"replica {self.group}: an entry of {len(p)} bytes is over the "
+                                          f"{MAX_ENTRY_BYTES}-byte limit of a log entry")
         loop = asyncio.get_running_loop()
         props = [_Proposal(p, loop.create_future()) for p in payloads]
         self._queued.extend(props)

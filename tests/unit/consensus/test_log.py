@@ -215,3 +215,47 @@ async def test_a_failing_completion_callback_does_not_wedge_the_writer(tmp_path:
     await writer.append(entries(3, 3))
     await writer.close()
     assert open_log(tmp_path).read(1) == entries(1, 3)
+
+
+def test_a_batch_over_the_frame_limit_is_written_as_several_frames(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recovery refuses frames over MAX_FRAME_BYTES as corrupt, so append never writes one: a batch
+    too large for one frame goes out as several, all of it read back after a reopen."""
+    from kudu_async.consensus import log as log_mod
+
+    monkeypatch.setattr(log_mod, "MAX_FRAME_BYTES", 4096)
+    wal = open_log(tmp_path)
+    batch = entries(1, 40, size=300)  # ~12 kB of entries: at least three frames
+    wal.append(batch)
+    wal.append(entries(41, 41, size=4000))  # one entry alone near the limit
+    wal.sync()
+    wal.close()
+    lengths = []
+    for seg in sorted(tmp_path.iterdir()):
+        data = seg.read_bytes()
+        off = log_mod._HEADER.size
+        while off < len(data):
+            lengths.append(log_mod._FRAME.unpack_from(data, off)[0])
+            off += log_mod._FRAME.size + lengths[-1]
+    assert len(lengths) >= 4 and max(lengths) <= 4096
+    again, report = Log.open(tmp_path)
+    assert report.entries == 41 and report.truncated_tail_bytes == 0
+    assert again.read(1) == batch + entries(41, 41, size=4000)
+
+
+def test_an_entry_too_large_for_a_frame_is_refused_and_nothing_of_its_batch_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kudu_async.common.errors import KuduInvalidArgument
+    from kudu_async.consensus import log as log_mod
+
+    monkeypatch.setattr(log_mod, "MAX_FRAME_BYTES", 4096)
+    wal = open_log(tmp_path)
+    wal.append(entries(1, 2))
+    with pytest.raises(KuduInvalidArgument, match="WAL entry 4 is 5000 bytes"):
+        wal.append(entries(3, 3) + entries(4, 4, size=5000))
+    assert wal.last_index == 2
+    wal.append(entries(3, 4))  # the log goes on
+    wal.sync()
+    wal.close()
+    again, report = Log.open(tmp_path)
+    assert report.entries == 4 and again.read(1) == entries(1, 4)
