@@ -77,8 +77,10 @@ class MemRowSet:
         self.deltas = DeltaMemStore(info)  # mutations by row number
         cap = 1024
         self._insert_ts = np.full(cap, -1, dtype=np.int64)  # by row number (-1: not inserted)
-        self._last_ts = np.full(cap, -1, dtype=np.int64)  # timestamp of the last mutation (-1: none)
-        self._live = np.ones(cap, dtype=bool)  # live after the last mutation
+        # By row number, made on the first mutation (rows of a bulk load never change): the timestamp of
+        # each row's last mutation (-1: none) and whether it is live after it.
+        self._last_ts: np.ndarray | None = None
+        self._live: np.ndarray | None = None
         self._batches: list[pa.RecordBatch] = []
         self._starts: list[int] = []  # row number of each stored batch's first row
         self._num_stored = 0
@@ -114,9 +116,10 @@ class MemRowSet:
             new_cap = max(self._num_stored, 2 * cap)
             for name, fill in (("_insert_ts", -1), ("_last_ts", -1), ("_live", True)):
                 old = getattr(self, name)
-                grown = np.full(new_cap, fill, dtype=old.dtype)
-                grown[:cap] = old
-                setattr(self, name, grown)
+                if old is not None:
+                    grown = np.full(new_cap, fill, dtype=old.dtype)
+                    grown[:cap] = old
+                    setattr(self, name, grown)
         self._mem += batch.nbytes
         self._table = None
         return base
@@ -154,19 +157,32 @@ class MemRowSet:
         rownum = self.index.get(key)
         if rownum is None:
             return None
+        if self._last_ts is None or self._live is None:
+            return MRSRow(int(self._insert_ts[rownum]), rownum, -1, True)
         return MRSRow(
             int(self._insert_ts[rownum]), rownum, int(self._last_ts[rownum]), bool(self._live[rownum])
         )
 
     def latest_of(self, rownums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(timestamp of the last change, live now) of many rows, by row number."""
+        if self._last_ts is None or self._live is None:
+            return self._insert_ts[rownums], np.ones(len(rownums), dtype=bool)
         return np.maximum(self._insert_ts[rownums], self._last_ts[rownums]), self._live[rownums]
+
+    def _change_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """The last-change arrays, made (as long as the insert timestamps) on the first mutation."""
+        if self._last_ts is None or self._live is None:
+            cap = len(self._insert_ts)
+            self._last_ts = np.full(cap, -1, dtype=np.int64)
+            self._live = np.ones(cap, dtype=bool)
+        return self._last_ts, self._live
 
     def mutate(self, row: MRSRow, m: Mutation) -> None:
         """One mutation of ``row`` (a view from :meth:`get`; ``m.key`` is its key)."""
         self.deltas.add(row.rownum, m)
-        self._last_ts[row.rownum] = m.ts
-        self._live[row.rownum] = m.live
+        last_ts, live = self._change_state()
+        last_ts[row.rownum] = m.ts
+        live[row.rownum] = m.live
         row.last_ts, row.live = m.ts, m.live
         self._mem += MUTATION_OVERHEAD_BYTES + (len(m.changes) * 16 if m.changes else 0)
         self._note(m.ts, m.log_index)
@@ -179,8 +195,9 @@ class MemRowSet:
         self.deltas.add_chunk(table, reinsert, log_index, ts, nbytes)
         _, first = np.unique(rownums[::-1], return_index=True)  # the last mutation of each row
         last = len(rownums) - 1 - first
-        self._last_ts[rownums[last]] = ts
-        self._live[rownums[last]] = table.column(LIVE_COL).to_numpy(zero_copy_only=False)[last]
+        last_ts, live = self._change_state()
+        last_ts[rownums[last]] = ts
+        live[rownums[last]] = table.column(LIVE_COL).to_numpy(zero_copy_only=False)[last]
         self._mem += nbytes
         self._note(ts, log_index)
 

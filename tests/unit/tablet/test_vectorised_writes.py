@@ -458,10 +458,18 @@ def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> No
     check(reopened)
 
 
-def test_mrs_rows_are_located_by_batch(tmp_path: Any) -> None:
+@pytest.mark.parametrize("writes", [4, 12])
+def test_mrs_rows_are_located_by_batch(tmp_path: Any, writes: int) -> None:
+    """Also past the first growth of the per-row arrays after the last-change ones were made (12 writes
+    store more rows than the initial 1,024)."""
     h = Diff(str(tmp_path / "t"), "int", 5)
-    for _ in range(4):
+    h.write(200, ops=[int(OpType.INSERT)] * 200)
+    assert h.t._mrs._last_ts is None  # inserts alone: no last-change arrays yet
+    for _ in range(writes - 1):
         h.write(200)  # later batches mutate rows earlier ones inserted into the MemRowSet
+    mrs = h.t._mrs
+    assert mrs._last_ts is not None and len(mrs._last_ts) == len(mrs._live) == len(mrs._insert_ts)
+    assert writes < 12 or mrs._num_stored > 1024
     keys = [h.t.info.encode_key([k]) for k in range(240)]
     store, _pos, latest, live, stores = h.t._locate_batch(KeyBatch(list(keys)), np.ones(len(keys), dtype=bool))
     mutated = 0
