@@ -187,7 +187,8 @@ class Node:
         }
 
     def rpcz(self) -> dict[str, Any]:
-        return {"inbound": self.rpc_server.inflight(), "outbound": self.rpc_client.inflight()}
+        return {"inbound": self.rpc_server.inflight(), "outbound": self.rpc_client.inflight(),
+                "services": self.rpc_server.services()}
 
     def mem_trackers(self) -> list[dict[str, Any]]:
         mem = process_memory()

@@ -12,8 +12,9 @@ from typing import Any
 
 import msgpack
 
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
 from kudu_async.consensus.raft_manager import RaftManager, check_group_id
+from kudu_async.consensus.replica import RaftReplica
 from kudu_async.rpc.server import CallContext, RpcServer
 
 KIND = "test_kv"
@@ -75,15 +76,24 @@ class TestKVService:
         await self.raft.create_replica(group, KIND, peers)
         return {"group": group}
 
+    def _replica(self, request: Any) -> RaftReplica:
+        """The replica of a TestKV group: other groups on the node (tablets, the catalog) are not this
+        service's to write or read."""
+        group = _get(request, "group")
+        replica = self.raft.get(group)
+        if group not in self.machines:
+            raise KuduNotFound(f"{group} is not a TestKV group")
+        return replica
+
     async def _rpc_put(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        replica = self.raft.get(_get(request, "group"))
+        replica = self._replica(request)
         entry = _put_entry(_get(request, "key"), _get(request, "value"))
         result: dict[str, Any] = await replica.replicate(entry, ctx.time_left())
         return result
 
     async def _rpc_putbatch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         """Many puts in one call, proposed together: the client-side batching Kudu's writes use."""
-        replica = self.raft.get(_get(request, "group"))
+        replica = self._replica(request)
         items = _get(request, "items")
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             raise KuduInvalidArgument(f"'items' must be a list of 1-{MAX_BATCH} [key, value] pairs")
@@ -96,9 +106,8 @@ class TestKVService:
         return {"first_index": results[0]["index"], "last_index": results[-1]["index"]}
 
     async def _rpc_get(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        group = _get(request, "group")
-        replica = self.raft.get(group)
-        sm = self.machines[group]
+        replica = self._replica(request)
+        sm = self.machines[replica.group]
         if request.get("linearizable", False):
             index = await replica.read_index()
             await replica.wait_for(lambda r: sm.applied_index >= index, 10.0)
@@ -106,9 +115,7 @@ class TestKVService:
         return {"value": value, "found": value is not None}
 
     async def _rpc_dump(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        group = _get(request, "group")
-        self.raft.get(group)
-        sm = self.machines[group]
+        sm = self.machines[self._replica(request).group]
         out: dict[str, Any] = {"applied_index": sm.applied_index, "count": len(sm.data), "digest": sm.digest()}
         if request.get("with_data", False):
             out["data"] = sm.data
