@@ -219,6 +219,11 @@ class AsyncClient:
         return AsyncScanTokenBuilder(self, table)
 
     async def deserialize_token_into_scanner(self, data: bytes, owner: Any = None) -> AsyncScanner:
+        return self.scanner_from_token(data, owner)
+
+    def scanner_from_token(self, data: bytes, owner: Any = None) -> AsyncScanner:
+        """The scanner a serialized token describes: parsing only (a token carries its table's metadata and
+        its tablet's replicas), so a blocking caller builds it in its own thread."""
         d = ScanToken.parse(data)
         table = Table(self, owner if owner is not None else self, d["table"])
         tablet = TabletLocation.from_wire(d["tablet"])

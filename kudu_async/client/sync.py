@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import threading
 import weakref
 from collections.abc import Coroutine, Iterator, Sequence
+from concurrent.futures import CancelledError, Future, wait
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -25,7 +27,7 @@ from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, KuduError
 from kudu_async.client.table import Table, WriteOperation
 from kudu_async.client.table_alterer import AsyncTableAlterer
-from kudu_async.common.errors import KuduIllegalState
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
 from kudu_async.common.schema import Schema
 
 _T = TypeVar("_T")
@@ -46,13 +48,17 @@ class _LoopThread:
         self.loop.run_forever()
 
     def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return self.submit(coro).result()
+
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
+        """Start ``coro`` on the loop; the caller waits on the returned future when it needs the result."""
         if threading.current_thread() is self._thread:
             coro.close()
             raise KuduIllegalState("a blocking kudu_async call was made from the client's own loop thread")
         if self.loop.is_closed():
             coro.close()
             raise KuduIllegalState("the client is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
         if self.loop.is_closed():
@@ -97,6 +103,9 @@ class Client:
 
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return self._loop.run(coro)
+
+    def _submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
+        return self._loop.submit(coro)
 
     @property
     def master_addrs(self) -> list[str]:
@@ -159,7 +168,7 @@ class Client:
         return ScanTokenBuilder(self, table)
 
     def deserialize_token_into_scanner(self, data: bytes) -> Scanner:
-        sc = self._run(self._async.deserialize_token_into_scanner(data, owner=self))
+        sc = self._async.scanner_from_token(data, owner=self)  # parsing only: no hop to the loop
         return Scanner(self, sc.table, sc)
 
 
@@ -245,6 +254,14 @@ class Session:
         self._s.set_mutation_buffer_flush_interval(ms)
 
 
+async def _open_and_fetch(sc: AsyncScanner) -> pa.Table:
+    """Open (if not yet) and read the first batch, in one trip to the loop."""
+    await sc.open()
+    if not sc.has_more_rows():
+        return sc.output_schema().empty_table()
+    return await sc.next_batch()
+
+
 class Scanner(ScanConfig):
     """kudu-python's ``Scanner`` (blocking): configure, ``open()``, then read."""
 
@@ -252,8 +269,16 @@ class Scanner(ScanConfig):
         super().__init__(table)
         self._client = client
         self._inner = inner
+        self._ahead: Future[pa.Table] | None = None  # xbatches' read-ahead, while one is in flight
         if inner is not None:
             self.copy_config_from(inner)
+
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """A call on the loop for this scanner, after xbatches' read-ahead (one scanner, one call at a time)."""
+        ahead = self._ahead
+        if ahead is not None and not ahead.done():
+            wait([ahead])
+        return self._client._run(coro)
 
     def _scanner(self) -> AsyncScanner:
         if self._inner is None:
@@ -263,7 +288,7 @@ class Scanner(ScanConfig):
 
     def open(self) -> Scanner:
         sc = self._scanner()
-        self._client._run(sc.open())
+        self._run(sc.open())
         return self
 
     def _opened(self) -> AsyncScanner:
@@ -276,34 +301,46 @@ class Scanner(ScanConfig):
         return self._inner is not None and self._inner.has_more_rows()
 
     def next_batch(self) -> pa.Table:
-        return self._client._run(self._opened().next_batch())
+        return self._run(self._opened().next_batch())
 
     def read_next_batch_tuples(self) -> list[tuple[Any, ...]]:
-        return self._client._run(self._opened().read_next_batch_tuples())
+        return self._run(self._opened().read_next_batch_tuples())
 
     def read_all_tuples(self) -> list[tuple[Any, ...]]:
-        return self._client._run(self._opened().read_all_tuples())
+        return self._run(self._opened().read_all_tuples())
 
     def to_arrow(self) -> pa.Table:
-        return self._client._run(self._opened().to_arrow())
+        return self._run(self._opened().to_arrow())
 
     def to_pandas(self, index: Any = None, coerce_float: bool = False) -> Any:
-        return self._client._run(self._opened().to_pandas(index, coerce_float))
+        return self._run(self._opened().to_pandas(index, coerce_float))
 
     def xbatches(self) -> Iterator[pa.Table]:
-        sc = self._opened()
-        while sc.has_more_rows():
-            b = self._client._run(sc.next_batch())
-            if b.num_rows:
-                yield b
+        """Non-empty batches until the scan ends. The next batch is fetched on the client's loop while the
+        caller works on this one (one batch ahead, no more), and opening the scanner rides with the first
+        fetch: a scan of one batch costs the caller one wait, not one per step."""
+        sc = self._scanner() if self._inner is None or not self._inner._opened else self._inner
+        pending: Future[pa.Table] | None = self._client._submit(_open_and_fetch(sc))
+        try:
+            while pending is not None:
+                b = pending.result()
+                pending = self._ahead = self._client._submit(sc.next_batch()) if sc.has_more_rows() else None
+                if b.num_rows:
+                    yield b
+        finally:
+            self._ahead = None
+            if pending is not None and not pending.done():  # the caller stopped early: drop the read-ahead
+                pending.cancel()
+                with contextlib.suppress(CancelledError, KuduBadStatus):
+                    pending.result()
 
     def keep_alive(self) -> None:
         if self._inner is not None:
-            self._client._run(self._inner.keep_alive())
+            self._run(self._inner.keep_alive())
 
     def close(self) -> None:
         if self._inner is not None:
-            self._client._run(self._inner.close())
+            self._run(self._inner.close())
 
     def get_current_server(self) -> str | None:
         return None if self._inner is None else self._inner.get_current_server()

@@ -515,6 +515,30 @@ def test_projection_limit_bounds_and_batch_reading(range_table: Table) -> None:
     assert t.scanner().add_predicate(t["host"] == "h3").open().to_pandas(index="ts").index.name == "ts"
 
 
+def test_xbatches_reads_one_batch_ahead_and_stops_cleanly(range_table: Table) -> None:
+    """xbatches opens with its first fetch (no open() needed) and fetches the next batch while the caller
+    holds this one; other calls on the scanner meanwhile wait for that fetch (every row still comes once);
+    a caller that stops early leaves a scanner it can close and a client that goes on."""
+    t = range_table
+    sc = t.scanner().set_batch_size_bytes(200).set_projected_column_names(["host", "ts"])
+    seen: list[tuple[Any, ...]] = []
+    for i, b in enumerate(sc.xbatches()):
+        if i == 2:
+            assert sc._ahead is not None  # the next batch is on its way while this one is handled
+            sc.keep_alive()
+            assert sc._ahead.done()
+        seen += list(zip(b.column("host").to_pylist(), b.column("ts").to_pylist(), strict=True))
+    assert sorted(seen) == RANGE_ROWS and not sc.has_more_rows() and sc._ahead is None
+    early = t.scanner().set_batch_size_bytes(200)
+    it = early.xbatches()
+    first = next(it)
+    assert 0 < first.num_rows < len(RANGE_ROWS)
+    it.close()  # the caller stops: the read-ahead is dropped
+    early.close()
+    assert not early.has_more_rows()
+    assert sorted(r[:2] for r in t.scanner().open().read_all_tuples()) == RANGE_ROWS
+
+
 def test_to_arrow_reads_tablets_concurrently_in_the_sequential_order(range_table: Table) -> None:
     t = range_table
     for make in (lambda: t.scanner().set_batch_size_bytes(200),
