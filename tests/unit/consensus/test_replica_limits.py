@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduTimedOut
 from kudu_async.consensus import replica as replica_mod
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState
 from kudu_async.consensus.transport import ConsensusTransport
@@ -51,3 +51,45 @@ async def test_an_entry_over_the_log_limit_is_refused_at_propose_and_the_replica
         await replica.close()
         await rpc.close()
         await asyncio.sleep(0)
+
+
+class Gated(Applied):
+    """Applies only once the gate opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def apply(self, index: int, term: int, payload: bytes) -> Any:
+        await self.gate.wait()
+        return await super().apply(index, term, payload)
+
+
+async def test_replicate_many_times_out_without_cancelling_and_raises_what_failed(tmp_path: Path) -> None:
+    """A timeout leaves the proposals to commit; a replica that stops fails every one still waiting, and the
+    call raises that (every entry's error taken, none left unretrieved)."""
+    rpc = RpcClient("test")
+    sm = Gated()
+    replica = RaftReplica("g", "n1", tmp_path / "g", sm, ConsensusTransport(rpc, "n1"),
+                          options=ReplicaOptions(fsync=False))
+    try:
+        await replica.open({"n1": "127.0.0.1:1"})
+        replica.campaign()
+        sm.gate.set()
+        await replica.wait_for(lambda r: r.is_leader_ready(), 5.0)
+        sm.gate.clear()
+        with pytest.raises(KuduTimedOut, match=r"did not commit within 0\.2s"):
+            await replica.replicate_many([b"a", b"b"], timeout_s=0.2)
+        sm.gate.set()
+        assert await replica.replicate_many([b"c"], timeout_s=5.0) == [4]  # after the leader's no-op and a, b
+        assert sm.entries == [b"a", b"b", b"c"]
+        sm.gate.clear()
+        call = asyncio.ensure_future(replica.replicate_many([b"d", b"e"], timeout_s=5.0))
+        await asyncio.sleep(0.05)
+        await replica.close()
+        with pytest.raises(KuduBadStatus):
+            await call
+    finally:
+        sm.gate.set()
+        await replica.close()
+        await rpc.close()
