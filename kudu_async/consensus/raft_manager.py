@@ -22,6 +22,7 @@ from kudu_async.common.errors import (
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
+    KuduServiceUnavailable,
 )
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
 from kudu_async.consensus.raft import AppendRequest, ConfigChangeOp, message_from_dict
@@ -216,6 +217,9 @@ class RaftManager:
     def get(self, group: Any) -> RaftReplica:
         replica = self.replicas.get(check_group_id(group))
         if replica is None:
+            if group in self.opening:  # on disk, replaying its log after a restart: ask again shortly
+                raise KuduServiceUnavailable(f"replica of {group} on {self.node_uuid} is still opening",
+                                             {"retryable": True})
             raise KuduNotFound(f"no replica of {group} on {self.node_uuid}")
         return replica
 

@@ -93,3 +93,22 @@ async def test_replicate_many_times_out_without_cancelling_and_raises_what_faile
         sm.gate.set()
         await replica.close()
         await rpc.close()
+
+
+async def test_a_group_still_opening_after_a_restart_is_retryable_not_missing(tmp_path: Path) -> None:
+    """Replicas reopen in the background after a restart while the node already serves: a call for one
+    that is on disk but not open yet is SERVICE_UNAVAILABLE (retryable), not NOT_FOUND."""
+    from kudu_async.common.errors import KuduNotFound, KuduServiceUnavailable
+    from kudu_async.consensus.raft_manager import RaftManager
+
+    rpc = RpcClient("test")
+    manager = RaftManager("n1", tmp_path, rpc)
+    try:
+        manager.opening.add("g-opening")
+        with pytest.raises(KuduServiceUnavailable, match="still opening") as info:
+            manager.get("g-opening")
+        assert info.value.details.get("retryable") is True
+        with pytest.raises(KuduNotFound, match="no replica of g-missing"):
+            manager.get("g-missing")
+    finally:
+        await rpc.close()
