@@ -115,3 +115,41 @@ async def test_malformed_bodies_to_every_method_are_refused_clearly_and_nothing_
         assert sorted(k for k, _ in got) == list(range(ROWS))
     finally:
         client.close()
+
+
+BAD_PATH_VALUES = ["x", "%00", "%ff%fe", "a" * 5000, "..%2F..%2Fetc%2Fpasswd", "-1", "99999999999999999999", "%2F",
+                   "%20", "[]", "{}"]
+QUERY_PARAMS = ["metrics", "types", "ids", "limit", "tablet_id", "name", "format", "level", "x"]
+
+
+def test_admin_endpoints_answer_bad_paths_and_parameters_without_a_server_error(
+        mini_cluster_factory: type[MiniCluster]) -> None:
+    """Every admin path a node lists on ``/``, with bad values in its path parameters and in query
+    parameters: a 2xx or a 4xx with a JSON error, never a 5xx, and the nodes keep serving."""
+    import urllib.error
+    import urllib.request
+
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
+    server_errors: list[str] = []
+    requests = 0
+    for node in cluster.nodes:
+        for path in cluster.http_json(node, "/")["paths"]:
+            values = BAD_PATH_VALUES if "{" in path else [""]
+            for v in values:
+                concrete = path.replace("{name}", v).replace("{tablet_id}", v)
+                for query in ["", *(f"?{k}={v or 'x%00'}" for k in QUERY_PARAMS)]:
+                    requests += 1
+                    url = f"{node.http_url}{concrete}{query}"
+                    try:
+                        with urllib.request.urlopen(url, timeout=10) as resp:
+                            status, body = resp.status, resp.read()
+                    except urllib.error.HTTPError as e:
+                        status, body = e.code, e.read()
+                    if status >= 500:
+                        server_errors.append(f"{node.name} {url[:100]} -> {status} {body[:120]!r}")
+                    elif status >= 400 and len(url) < 8000:  # longer: the HTTP parser's own line limit answers
+                        assert json.loads(body).get("code"), f"{url[:100]}: a {status} without a JSON error body"
+    assert requests > 300
+    assert not server_errors, "\n".join(server_errors[:20])
+    for node in cluster.nodes:
+        assert node.proc is not None and node.proc.poll() is None, f"{node.name} stopped"
