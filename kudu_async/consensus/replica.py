@@ -283,6 +283,8 @@ class RaftReplica:
         exactly as separate calls would.
         """
         futures = self.propose(payloads)
+        if not futures:
+            return []
         # One waiter for all (a shield and a gather slot per entry cost ~1.6 us each); neither a timeout
         # nor the caller's cancellation cancels the proposals, which stay tracked until they are settled.
         _, pending = await asyncio.wait(futures, timeout=timeout_s)

@@ -82,6 +82,7 @@ async def test_replicate_many_times_out_without_cancelling_and_raises_what_faile
             await replica.replicate_many([b"a", b"b"], timeout_s=0.2)
         sm.gate.set()
         assert await replica.replicate_many([b"c"], timeout_s=5.0) == [4]  # after the leader's no-op and a, b
+        assert await replica.replicate_many([], timeout_s=5.0) == []
         assert sm.entries == [b"a", b"b", b"c"]
         sm.gate.clear()
         call = asyncio.ensure_future(replica.replicate_many([b"d", b"e"], timeout_s=5.0))
