@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +34,30 @@ class Applied:
         return None
 
 
-async def test_an_entry_over_the_log_limit_is_refused_at_propose_and_the_replica_goes_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(replica_mod, "MAX_ENTRY_BYTES", 1000)  # the real one is 256 MiB
+@contextlib.asynccontextmanager
+async def one_voter(path: Path, sm: Applied) -> AsyncIterator[RaftReplica]:
+    """A replica that is its group's only voter, elected leader (no peer is ever called)."""
     rpc = RpcClient("test")
-    sm = Applied()
-    replica = RaftReplica("g", "n1", tmp_path / "g", sm, ConsensusTransport(rpc, "n1"),
-                          options=ReplicaOptions(fsync=False))
+    replica = RaftReplica("g", "n1", path / "g", sm, ConsensusTransport(rpc, "n1"), options=ReplicaOptions(fsync=False))
     try:
         await replica.open({"n1": "127.0.0.1:1"})
         replica.campaign()
         await replica.wait_for(lambda r: r.is_leader_ready(), 5.0)
+        yield replica
+    finally:
+        await replica.close()
+        await rpc.close()
+
+
+async def test_an_entry_over_the_log_limit_is_refused_at_propose_and_the_replica_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replica_mod, "MAX_ENTRY_BYTES", 1000)  # the real one is 256 MiB
+    sm = Applied()
+    async with one_voter(tmp_path, sm) as replica:
         with pytest.raises(KuduInvalidArgument, match="entry of 1001 bytes is over the 1000-byte limit"):
             replica.propose([b"fine", b"x" * 1001])
         assert await replica.replicate(b"after", timeout_s=5.0) >= 1
         assert sm.entries == [b"after"] and replica.state is ReplicaState.RUNNING
-    finally:
-        await replica.close()
-        await rpc.close()
-        await asyncio.sleep(0)
 
 
 class Gated(Applied):
@@ -68,15 +75,9 @@ class Gated(Applied):
 async def test_replicate_many_times_out_without_cancelling_and_raises_what_failed(tmp_path: Path) -> None:
     """A timeout leaves the proposals to commit; a replica that stops fails every one still waiting, and the
     call raises that (every entry's error taken, none left unretrieved)."""
-    rpc = RpcClient("test")
     sm = Gated()
-    replica = RaftReplica("g", "n1", tmp_path / "g", sm, ConsensusTransport(rpc, "n1"),
-                          options=ReplicaOptions(fsync=False))
-    try:
-        await replica.open({"n1": "127.0.0.1:1"})
-        replica.campaign()
-        sm.gate.set()
-        await replica.wait_for(lambda r: r.is_leader_ready(), 5.0)
+    sm.gate.set()  # the leader's own first entry applies
+    async with one_voter(tmp_path, sm) as replica:
         sm.gate.clear()
         with pytest.raises(KuduTimedOut, match=r"did not commit within 0\.2s"):
             await replica.replicate_many([b"a", b"b"], timeout_s=0.2)
@@ -90,10 +91,7 @@ async def test_replicate_many_times_out_without_cancelling_and_raises_what_faile
         await replica.close()
         with pytest.raises(KuduBadStatus):
             await call
-    finally:
         sm.gate.set()
-        await replica.close()
-        await rpc.close()
 
 
 async def test_a_group_still_opening_after_a_restart_is_retryable_not_missing(tmp_path: Path) -> None:
