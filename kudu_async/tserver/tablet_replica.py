@@ -410,14 +410,11 @@ class TabletReplica:
                     raise _mismatch(self.tablet_id, self.tablet.schema_version, schema_version)
                 ts = self.clock.now()
                 try:
-                    prepared = await self._prepare_in_worker(op, ts)
+                    prepared, entry = await self._prepare_in_worker(op, ts, request_id)
                 except KuduTimedOut:
                     prepared = None  # a row lock is held by a write in flight: wait outside the lock
                 if prepared is not None:
                     try:
-                        entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id,
-                                                   None if request_id is None else prepared.outcome())
-                        _rows_from_entry(prepared, entry)
                         fut = r.propose([entry])[0]
                     except BaseException:
                         self.tablet.abort_write(prepared)
@@ -433,11 +430,13 @@ class TabletReplica:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(0.05, delay * 2)
 
-    async def _prepare_in_worker(self, op: WriteOp, ts: int) -> PreparedWrite:
-        """Prepare in a worker. Cancellation-safe: if the caller is cancelled (its RPC deadline, or the client
-        hung up) while the worker prepares, the prepare still completes there and would hold its row locks
-        and MVCC slot forever; it is undone as soon as it is done, and the prepare lock stays held till then."""
-        job = asyncio.get_running_loop().run_in_executor(self.executor, self._prepare_no_wait, op, ts)
+    async def _prepare_in_worker(self, op: WriteOp, ts: int,
+                                 request_id: RequestId | None) -> tuple[PreparedWrite, bytes]:
+        """Prepare in a worker, with the write's log entry. Cancellation-safe: if the caller is cancelled (its
+        RPC deadline, or the client hung up) while the worker prepares, the prepare still completes there and
+        would hold its row locks and MVCC slot forever; it is undone as soon as it is done, and the prepare
+        lock stays held till then."""
+        job = asyncio.get_running_loop().run_in_executor(self.executor, self._prepare_no_wait, op, ts, request_id)
         try:
             return await asyncio.shield(job)
         except asyncio.CancelledError:
@@ -446,15 +445,25 @@ class TabletReplica:
                 await asyncio.wait([job])
             raise
 
-    def _undo_orphan_prepare(self, job: asyncio.Future[PreparedWrite]) -> None:
+    def _undo_orphan_prepare(self, job: asyncio.Future[tuple[PreparedWrite, bytes]]) -> None:
         if not job.cancelled() and job.exception() is None:
-            self.tablet.abort_write(job.result())
+            self.tablet.abort_write(job.result()[0])
             r = self.raft
             if r is not None:
                 r.notify()
 
-    def _prepare_no_wait(self, op: WriteOp, ts: int) -> PreparedWrite:
-        return self.tablet.prepare_write(op, ts, lock_timeout_s=0)
+    def _prepare_no_wait(self, op: WriteOp, ts: int, request_id: RequestId | None) -> tuple[PreparedWrite, bytes]:
+        """Prepare, then encode the log entry and let the write apply the rows as the entry holds them: the
+        rows' IPC stream is a copy of the whole batch, work for this worker, not the event loop."""
+        prepared = self.tablet.prepare_write(op, ts, lock_timeout_s=0)
+        try:
+            entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id,
+                                       None if request_id is None else prepared.outcome())
+            _rows_from_entry(prepared, entry)
+        except BaseException:
+            self.tablet.abort_write(prepared)
+            raise
+        return prepared, entry
 
     def _proposal_done(self, key: tuple[int, int], fut: asyncio.Future[Any]) -> None:
         """An entry that will never be applied gives back its locks and MVCC slot."""
