@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -243,3 +246,27 @@ def test_fault_tolerant_read_through_a_tserver_kill(spark: Any, spark_cluster: M
     assert keys == list(range(n)), f"{len(keys)} rows, {len(set(keys))} distinct"
     assert all(r.v == 2 * r.key for r in rows)
     print(f"read took {done - start:.2f}s; tserver {victims} killed {killed_at[0] - start:.2f}s after it started")
+
+
+def test_a_worker_freezes_its_long_lived_heap_once_and_only_in_a_spark_task() -> None:
+    """PySpark collects every reused worker's whole heap after each task; the source freezes the long-lived
+    objects once, after its first task, so that collection skips them. Outside a task nothing is frozen.
+    In a child interpreter: freezing is for the life of a process."""
+    code = textwrap.dedent("""
+        import gc
+        from pyspark import TaskContext
+        from kudu_async.spark import source
+
+        source._settle_worker_heap()
+        assert gc.get_freeze_count() == 0, "froze outside a Spark task"
+        TaskContext.get = classmethod(lambda cls: object())
+        source._settle_worker_heap()
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000, frozen  # the modules and classes loaded so far
+        keep = [[i] for i in range(1000)]
+        source._settle_worker_heap()
+        assert gc.get_freeze_count() == frozen, "froze again"
+        print("ok", frozen)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
