@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kudu_async.common.errors import KuduServiceUnavailable
-from kudu_async.tserver.scanners import BatchedHandOff
+from kudu_async.tserver import scanners
+from kudu_async.tserver.scanners import BatchedHandOff, ScannerManager
 
 
 async def test_jobs_of_one_loop_iteration_share_one_worker_call_and_keep_their_own_outcomes() -> None:
@@ -51,3 +52,11 @@ async def test_a_stopped_executor_fails_the_reads_with_a_clear_error() -> None:
     h = BatchedHandOff(ex)
     with pytest.raises(KuduServiceUnavailable, match="cannot run a read"):
         await h.run(lambda: 1)
+
+
+def test_scanner_ids_are_unique_and_name_this_process() -> None:
+    """Ids are a per-process random prefix plus a counter (no random bytes per scan): all distinct, and
+    none can name a scanner of another incarnation of the server."""
+    ids = {ScannerManager.new("t", iter(()), None, None).id for _ in range(10_000)}  # type: ignore[arg-type]
+    assert len(ids) == 10_000
+    assert all(i.startswith(scanners._ID_PREFIX) and len(i) >= 24 for i in ids)
