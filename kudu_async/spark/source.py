@@ -226,9 +226,16 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KuduDataSource)
 
 
+# The JVM talks to its Python workers over loopback TCP without TCP_NODELAY by default: the input a task
+# writes after its command waits for the worker's delayed ACK, ~40 ms per Python task (measured: an empty
+# Python source's task took 57 ms, 21 ms over Unix sockets). Unix domain sockets have no such stall.
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+
+
 def local_session(app_name: str = "kudu_async", partitions: int = 4) -> Any:
     """A local SparkSession for tests, scripts and demos: local[2], UI and progress bars off, bound to
-    127.0.0.1, UTC, workers on this interpreter (PYSPARK_PYTHON), with the kudu source registered."""
+    127.0.0.1, UTC, workers on this interpreter (PYSPARK_PYTHON) reached over Unix sockets
+    (:data:`UNIX_SOCKETS`), with the kudu source registered."""
     import os
     import sys
 
@@ -240,6 +247,7 @@ def local_session(app_name: str = "kudu_async", partitions: int = 4) -> Any:
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
              .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(partitions))
+             .config(UNIX_SOCKETS, "true")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
