@@ -13,9 +13,9 @@ processes (a cost Parquet's JVM-only writer never has), so the first run of each
 well, with its own ratio.
 ``--upsert`` then writes the same DataFrame again with ``kudu.operation upsert`` (every key exists).
 
-The read is also timed against a Python data source that does nothing (no rows, one partition per kudu
-tablet): PySpark's own cost of running a Python source's tasks (a Python worker round trip per task),
-which no kudu work can go below while the source keeps one Spark partition per tablet.
+The write and the read are also timed against a Python data source that does nothing (a writer that
+drops its Arrow batches; a reader of no rows with one partition per kudu tablet): PySpark's own cost of
+moving the rows to Python workers and of running a Python source's tasks, which no kudu work can go below.
 """
 
 from __future__ import annotations
@@ -33,8 +33,17 @@ from kudu_async.testing import MiniCluster
 
 
 def floor_source(partitions: int):  # type: ignore[no-untyped-def]
-    """A Python data source with ``partitions`` empty partitions and the bench's columns."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    """A Python data source that does nothing, with the bench's columns: a reader of ``partitions`` empty
+    partitions, and an Arrow writer that drains its batches and keeps none."""
+    from dataclasses import dataclass
+
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
 
     class EmptyReader(DataSourceReader):
         def partitions(self):  # type: ignore[no-untyped-def]
@@ -42,6 +51,14 @@ def floor_source(partitions: int):  # type: ignore[no-untyped-def]
 
         def read(self, partition):  # type: ignore[no-untyped-def]
             return iter(())
+
+    @dataclass
+    class Drained(WriterCommitMessage):
+        rows: int = 0
+
+    class DrainWriter(DataSourceArrowWriter):
+        def write(self, iterator):  # type: ignore[no-untyped-def]
+            return Drained(sum(b.num_rows for b in iterator))
 
     class EmptySource(DataSource):
         @classmethod
@@ -53,6 +70,9 @@ def floor_source(partitions: int):  # type: ignore[no-untyped-def]
 
         def reader(self, schema):  # type: ignore[no-untyped-def]
             return EmptyReader()
+
+        def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
+            return DrainWriter()
 
     return EmptySource
 
@@ -115,6 +135,7 @@ def main() -> int:
         kudu_read = best(lambda: kdf.filter(f"key >= {cut}").agg({"c": "sum"}).collect(), args.runs)
         pq_read = best(lambda: pdf.filter(f"key >= {cut}").agg({"c": "sum"}).collect(), args.runs)
         spark.dataSource.register(floor_source(args.buckets))
+        empty_write = best(lambda: df.write.format("bench_empty_python_source").mode("append").save(), args.runs)
         edf = spark.read.format("bench_empty_python_source").load()
         edf.filter(f"key >= {cut}").count()
         empty_read = best(lambda: edf.filter(f"key >= {cut}").agg({"c": "sum"}).collect(), args.runs)
@@ -124,6 +145,9 @@ def main() -> int:
         print(f"write   kudu {kudu_write:7.2f}s ({n / kudu_write:,.0f} rows/s)   parquet {pq_write:6.2f}s   "
               f"ratio {kudu_write / pq_write:5.1f}x   (goal <= 4x; best of {len(kudu_times)} runs, each into "
               "a new table / directory)")
+        print(f"    PySpark's floor for it: the same DataFrame to a Python Arrow writer that drops the batches "
+              f"{empty_write:.2f}s ({empty_write / pq_write:.1f}x parquet); kudu is {kudu_write - empty_write:+.2f}s "
+              "above it")
         print(f"write, first run of the session   kudu {kudu_times[0]:6.2f}s   parquet {pq_times[0]:6.2f}s   "
               f"ratio {kudu_times[0] / pq_times[0]:5.1f}x   (kudu's includes PySpark starting its Python workers)")
         print("write runs (s): kudu " + ", ".join(f"{t:.2f}" for t in kudu_times)
