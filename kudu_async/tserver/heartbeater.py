@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 DELETE_TYPES = ("DELETED", "TOMBSTONED")
 EARLY_COALESCE_S = 0.02  # after a replica changes, wait this long for others in the same burst
-EARLY_MIN_SPACING_S = 0.1  # early reports never go more often than this
+EARLY_MIN_SPACING_S = 0.03  # early reports never go more often than this
 # Replica states that do not count as live tablets in ``num_live_tablets`` (Kudu counts replicas that
 # are starting or running).
 _NOT_LIVE_STATES = frozenset({"FAILED", "STOPPING", "STOPPED", "SHUTDOWN", "TOMBSTONED", "DELETED"})
