@@ -49,9 +49,9 @@ from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.tablet_replica import TabletReplica, TabletState, WriteLimits
 
 log = logging.getLogger(__name__)
-FIRST_CAMPAIGN_DELAY_S = 0.05  # after creating a new tablet's replica, before its designated one campaigns
-FIRST_CAMPAIGN_RETRY_S = 0.1  # again while no leader is known (a peer's replica may not exist yet), ...
-FIRST_CAMPAIGN_TRIES = 5  # ... doubling the pause each time (0.1 + 0.2 + 0.4 + 0.8 s); then elections as usual
+FIRST_CAMPAIGN_DELAY_S = 0.02  # after creating a new tablet's replica, before its designated one campaigns
+FIRST_CAMPAIGN_RETRY_S = 0.05  # again while no leader is known (a peer's replica may not exist yet), ...
+FIRST_CAMPAIGN_TRIES = 6  # ... doubling the pause each time (0.05 + 0.1 + ... + 0.8 s); then elections as usual
 
 
 def first_candidate(tablet_id: str, peers: dict[str, str]) -> str:
