@@ -226,9 +226,9 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KuduDataSource)
 
 
-# The JVM talks to its Python workers over loopback TCP without TCP_NODELAY by default: the input a task
-# writes after its command waits for the worker's delayed ACK, ~40 ms per Python task (measured: an empty
-# Python source's task took 57 ms, 21 ms over Unix sockets). Unix domain sockets have no such stall.
+# By default the JVM talks to its Python workers over loopback TCP, where the input a task sends after its
+# command arrived ~40 ms late, every task (the constant delay of a delayed ACK): an empty Python source's
+# task took 57 ms, 21 ms over Unix domain sockets (SPARK-51688, Spark 4.1+), which have no such stall.
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 
 

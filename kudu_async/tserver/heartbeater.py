@@ -10,7 +10,7 @@ Dirty tracking is per master and generation-stamped: an id leaves a master's dir
 master acknowledged a report carrying it *and* nobody marked it again while the call was in flight, so a
 change racing with a heartbeat is never lost, and a master that is down keeps its backlog while the
 others keep up. A change does not wait out the interval: the next heartbeat goes within ~20 ms (at most
-one early heartbeat per 100 ms), as Kudu's heartbeater is triggered "ASAP" when a tablet's state moves.
+one early heartbeat per 30 ms), as Kudu's heartbeater is triggered "ASAP" when a tablet's state moves.
 
 Failures back off exponentially with jitter (capped at ``max_backoff_s``) and are logged once per streak.
 An unexpected exception (a bug, or ``reports``/``ts_info`` raising) is logged with its traceback and the
