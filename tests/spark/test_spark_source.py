@@ -248,18 +248,17 @@ def test_fault_tolerant_read_through_a_tserver_kill(spark: Any, spark_cluster: M
     print(f"read took {done - start:.2f}s; tserver {victims} killed {killed_at[0] - start:.2f}s after it started")
 
 
-def test_a_worker_freezes_its_long_lived_heap_once_and_only_in_a_spark_task() -> None:
-    """PySpark collects every reused worker's whole heap after each task; the source freezes the long-lived
-    objects once, after its first task, so that collection skips them. Outside a task nothing is frozen.
-    In a child interpreter: freezing is for the life of a process."""
+def test_a_worker_freezes_its_long_lived_heap_once_and_only_in_a_pyspark_worker() -> None:
+    """PySpark's daemon collects every reused worker's whole heap after each task; the source freezes the
+    long-lived objects once, so that collection skips them. In a process not forked by the daemon nothing
+    is frozen. In a child interpreter: freezing is for the life of a process."""
     code = textwrap.dedent("""
-        import gc
-        from pyspark import TaskContext
+        import gc, sys
         from kudu_async.spark import source
 
         source._settle_worker_heap()
-        assert gc.get_freeze_count() == 0, "froze outside a Spark task"
-        TaskContext.get = classmethod(lambda cls: object())
+        assert gc.get_freeze_count() == 0, "froze outside a PySpark worker"
+        sys.orig_argv = [sys.executable, "-m", "pyspark.daemon", "pyspark.worker"]
         source._settle_worker_heap()
         frozen = gc.get_freeze_count()
         assert frozen > 10_000, frozen  # the modules and classes loaded so far
