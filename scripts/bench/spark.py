@@ -6,11 +6,11 @@ Goal (issue 10): the kudu write within 4x of the Parquet write time, the read wi
 
 Writes and reads are timed ``--runs`` times each, and the ratios use the best run of each side, as a
 pipeline that keeps its SparkSession sees them. Five by default: the JVM keeps compiling over the first
-runs, and Parquet's reads gain most from it (0.13 s after two runs, 0.08-0.10 s after five, measured).
-Every write run goes to a new kudu table (created by the write, ``kudu.createTable``) and a new Parquet
-directory. The first kudu write of a session also pays PySpark starting its Python planner and worker
-processes (a cost Parquet's JVM-only writer never has), so the first run of each side is printed as
-well, with its own ratio.
+runs (a Parquet read took 0.13 s after two runs, 0.08-0.10 s after five), so each read query also runs
+``--runs`` times untimed first. Every write run goes to a new kudu table (created by the write,
+``kudu.createTable``) and a new Parquet directory. The first kudu write of a session also pays PySpark
+starting its Python planner and worker processes (a cost Parquet's JVM-only writer never has), so the
+first run of each side is printed as well, with its own ratio.
 ``--upsert`` then writes the same DataFrame again with ``kudu.operation upsert`` (every key exists).
 
 The write and the read are also timed against a Python data source that does nothing (a writer that
@@ -78,6 +78,9 @@ def floor_source(partitions: int):  # type: ignore[no-untyped-def]
 
 
 def best(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
+    """The fastest of ``runs`` timed calls, after ``runs`` untimed ones (the JVM's warm-up)."""
+    for _ in range(runs):
+        fn()
     times = []
     for _ in range(runs):
         t0 = time.monotonic()
