@@ -272,8 +272,8 @@ def test_a_worker_freezes_its_long_lived_heap_once_and_only_in_a_pyspark_worker(
 
 
 def test_the_local_session_talks_to_its_python_workers_over_unix_sockets(spark: Any) -> None:
-    """Over loopback TCP each Python task's input waited ~40 ms for a delayed ACK (an empty Python source's
-    task: 57 ms over TCP, 21 ms over Unix sockets); the session helper turns the sockets on."""
+    """Over loopback TCP each Python task's input arrived ~40 ms late (an empty Python source's task: 57 ms
+    over TCP, 21 ms over Unix sockets); the session helper turns the sockets on."""
     from kudu_async.spark.source import UNIX_SOCKETS
 
     assert spark.conf.get(UNIX_SOCKETS) == "true"
