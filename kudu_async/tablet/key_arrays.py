@@ -29,6 +29,7 @@ __all__ = [
     "fixed_width_view",
     "key_bytes",
     "padded_keys",
+    "probe_sorted",
     "sort_order",
 ]
 
@@ -109,6 +110,25 @@ def sort_order(keys: pa.Array) -> np.ndarray:
         values = view.view(f">u{width}").astype(f"u{width}")
         return np.argsort(values, kind="stable").astype(np.int64, copy=False)
     return np.argsort(view, kind="stable").astype(np.int64, copy=False)
+
+
+SORTED_PROBE_MIN = (32_768, 1_024)  # (sorted keys, probes) from which probing in key order pays
+
+
+def probe_sorted(values: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(values, q)``, with many probes into a large array made in key order.
+
+    numpy starts each search from the previous result while the probes ascend, so a large array is
+    walked forward instead of being hit at random: for 16,667 probes (a write batch's keys) into
+    250,000 / 1,000,000 sorted uint64 keys, 2.2 / 2.9 ms become 1.3 / 1.6 ms, the argsort included
+    (S12 keys: 3.6 / 4.3 -> 2.4 / 3.0 ms). Below ``SORTED_PROBE_MIN`` the array stays in cache.
+    """
+    if len(values) < SORTED_PROBE_MIN[0] or len(q) < SORTED_PROBE_MIN[1]:
+        return np.searchsorted(values, q)
+    order = np.argsort(q, kind="stable")
+    j = np.empty(len(q), dtype=np.intp)
+    j[order] = np.searchsorted(values, q[order])
+    return j
 
 
 class KeyBatch:
@@ -305,14 +325,14 @@ class SortedKeys:
             return out
         cand = rows[sub]
         q = (kb.numeric(width) if numeric else kb.padded(width))[cand]
-        j = np.searchsorted(values, q)
-        jc = np.minimum(j, n - 1)
-        eq = (j < n) & (values[jc] == q)
+        pos = probe_sorted(values, q)
+        jc = np.minimum(pos, n - 1)
+        eq = (pos < n) & (values[jc] == q)
         if lens is None:
-            out[sub[eq]] = j[eq]
+            out[sub[eq]] = pos[eq]
             return out
         exact = eq & (lens[jc] == qlen[sub])
-        out[sub[exact]] = j[exact]
+        out[sub[exact]] = pos[exact]
         for t in np.flatnonzero(eq & ~exact).tolist():  # equal up to trailing NUL bytes: search exactly
             p = self.search(kb.keys[int(cand[t])])  # type: ignore[arg-type]
             if p is not None:

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kudu_async.tablet.key_arrays import KeyBatch, KeyIndex, SortedKeys
+from kudu_async.tablet import key_arrays
+from kudu_async.tablet.key_arrays import KeyBatch, KeyIndex, SortedKeys, probe_sorted
 
 
 def _keys(rng: random.Random, n: int, width: int | None, alphabet: bytes = b"\x00\x01\x7f\x80\xff") -> list[bytes]:
@@ -21,11 +22,16 @@ def _keys(rng: random.Random, n: int, width: int | None, alphabet: bytes = b"\x0
     return list(out)
 
 
+@pytest.mark.parametrize("sorted_probes", [False, True])
 @pytest.mark.parametrize("width", [None, 1, 2, 3, 4, 8, 12])
-def test_key_index_finds_what_a_dict_finds(width: int | None) -> None:
+def test_key_index_finds_what_a_dict_finds(width: int | None, sorted_probes: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys added in batches of varied sizes (runs merged along the way) are found by batch and by
     single lookups exactly as a dict finds them, absent keys too, and ``sorted`` gives every key once
-    in byte order with its row number."""
+    in byte order with its row number. Again with every batch probe made in key order (the path of
+    large runs and batches)."""
+    if sorted_probes:
+        monkeypatch.setattr(key_arrays, "SORTED_PROBE_MIN", (0, 0))
     rng = random.Random(3 + (width or 0))
     alphabet = bytes(range(256)) if width and width >= 3 else b"\x00\x01\x7f\x80\xff"
     pool = _keys(rng, min(3000, len(alphabet) ** width) if width else 3000, width, alphabet)
@@ -107,3 +113,22 @@ def test_key_index_with_a_few_very_long_keys_uses_its_dict_fallback() -> None:
         keys.index(k) + 5 if k in keys else -1 for k in probe
     ]
     assert idx.sorted().sorted_keys._by_key is not None  # the fallback was taken
+
+
+@pytest.mark.parametrize("dtype", ["u8", "S5"])
+def test_probing_in_key_order_answers_as_searchsorted(dtype: str) -> None:
+    """Large arrays and many probes (the sorted path), ties among the probes and with the array, probes
+    below, between and above every key: the same positions as numpy's searchsorted."""
+    rng = np.random.default_rng(7)
+    if dtype == "u8":
+        values = np.sort(rng.integers(0, 1 << 20, 50_000).astype(np.uint64))
+        q = np.concatenate([rng.integers(0, 1 << 20, 3_000).astype(np.uint64), values[::97], values[:5],
+                            np.array([0, (1 << 20) + 5], dtype=np.uint64)])
+    else:
+        values = np.sort(rng.integers(0, 256, (50_000, 5), dtype=np.uint8).view("S5").reshape(-1))
+        q = np.concatenate([rng.integers(0, 256, (3_000, 5), dtype=np.uint8).view("S5").reshape(-1),
+                            values[::97], values[:5], np.array([b"", b"\xff" * 5], dtype="S5")])
+    rng.shuffle(q)
+    assert len(values) >= key_arrays.SORTED_PROBE_MIN[0] and len(q) >= key_arrays.SORTED_PROBE_MIN[1]
+    assert probe_sorted(values, q).tolist() == np.searchsorted(values, q).tolist()
+    assert probe_sorted(values, q[:10]).tolist() == np.searchsorted(values, q[:10]).tolist()
