@@ -24,6 +24,7 @@ __all__ = [
     "KeyBatch",
     "KeyIndex",
     "KeyRun",
+    "KeySet",
     "SortedKeys",
     "binary_layout",
     "fixed_width_view",
@@ -133,15 +134,19 @@ def probe_sorted(values: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 class KeyBatch:
     """The encoded keys of one write batch, in the forms the vectorised rowset probes use (each
-    built on first use): key order, bloom hashes, NUL-padded fixed-width numpy views."""
+    built on first use): key order, bloom hashes, NUL-padded fixed-width numpy views, the row locks'
+    :class:`KeySet`. ``keys`` (one Python ``bytes`` per row) is made only for the paths that loop
+    over keys in Python: a bulk insert of new keys never needs it."""
 
-    def __init__(self, keys: list[bytes | None], arr: pa.Array | None = None) -> None:
-        self.keys = keys
-        self.n = len(keys)
+    def __init__(self, keys: list[bytes | None] | None = None, arr: pa.Array | None = None) -> None:
         if arr is None:
+            if keys is None:
+                raise ValueError("KeyBatch needs the keys as a list or an Arrow array")
             arr = pa.array(keys, pa.binary())
         elif not arr.type.equals(pa.binary()):
             arr = arr.cast(pa.binary())
+        self._keys = keys
+        self.n = len(arr)
         self.arr = arr
         self.valid = np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(
             zero_copy_only=False
@@ -154,6 +159,22 @@ class KeyBatch:
         self._padded: dict[int, np.ndarray] = {}
         self._numeric: dict[int, np.ndarray] = {}
         self._bounds: tuple[bytes, bytes] | None = None
+        self._key_set: KeySet | None = None
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        """Every row's key as ``bytes`` (None for a row without one)."""
+        if self._keys is None:
+            self._keys = self.arr.to_pylist()
+        return self._keys
+
+    def int_width(self) -> int | None:
+        """The width when every row has a key and all are 1, 2, 4 or 8 bytes wide (integer keys):
+        then :meth:`numeric` orders them exactly as bytes."""
+        if not self.n or not self.valid.all():
+            return None
+        w = int(self.lengths[0])
+        return w if w in _INT_WIDTHS and bool((self.lengths == w).all()) else None
 
     def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
         """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
@@ -204,9 +225,74 @@ class KeyBatch:
         if self._bounds is None:
             if not self.valid.any():
                 return None
-            mm = pc.min_max(self.arr)
-            self._bounds = (mm["min"].as_py(), mm["max"].as_py())
+            w = self.int_width()
+            if w is not None:
+                v = self.numeric(w)
+                self._bounds = (int(v.min()).to_bytes(w, "big"), int(v.max()).to_bytes(w, "big"))
+            else:
+                mm = pc.min_max(self.arr)
+                self._bounds = (mm["min"].as_py(), mm["max"].as_py())
         return self._bounds
+
+    def key_set(self) -> KeySet:
+        """The batch's distinct keys as row locks (see :class:`KeySet`)."""
+        if self._key_set is None:
+            bounds = self.bounds()
+            if bounds is None:
+                self._key_set = KeySet(pa.array([], pa.binary()), b"", b"", None, 0)
+                return self._key_set
+            w = self.int_width()
+            if w is not None:
+                s = np.sort(self.numeric(w), kind="stable")  # adaptive: near-linear on keys mostly in order
+                count = 1 + int(np.count_nonzero(s[1:] != s[:-1]))
+                self._key_set = KeySet(self.arr, bounds[0], bounds[1], s, count)
+            else:
+                arr = self.arr if self.valid.all() else self.arr.filter(pa.array(self.valid))
+                count = pc.count_distinct(arr).as_py()
+                self._key_set = KeySet(arr, bounds[0], bounds[1], None, count)
+        return self._key_set
+
+
+class KeySet:
+    """One write's row locks: its distinct keys, tested against another write's without a Python
+    object per key.
+
+    Most writes of a tablet hold disjoint key ranges (a bulk load's batches, writers of separate
+    ranges), which the bounds settle at once. Integer keys (every key 1, 2, 4 or 8 bytes) keep their
+    sorted numeric values, and overlapping ranges are searched one in the other (keys of two
+    different widths are never equal); any other keys are compared by Arrow's hash-based ``is_in``.
+    """
+
+    __slots__ = ("arr", "hi", "lo", "n", "sorted")
+
+    def __init__(self, arr: pa.Array, lo: bytes, hi: bytes, sorted_values: np.ndarray | None, n: int) -> None:
+        self.arr = arr  # binary, without nulls; may repeat keys
+        self.lo = lo
+        self.hi = hi
+        self.sorted = sorted_values
+        self.n = n  # distinct keys
+
+    @staticmethod
+    def of(keys: list[bytes]) -> KeySet:
+        return KeyBatch(list(keys)).key_set()
+
+    def overlaps(self, other: KeySet) -> bool:
+        """Whether the two share a key."""
+        if not self.n or not other.n or self.hi < other.lo or other.hi < self.lo:
+            return False
+        a, b = self.sorted, other.sorted
+        if a is not None and b is not None:
+            if a.dtype != b.dtype:
+                return False
+            if len(a) > len(b):
+                a, b = b, a
+            a = a[np.searchsorted(a, b[0]) : np.searchsorted(a, b[-1], side="right")]  # within b's range
+            if not len(a):
+                return False
+            j = np.minimum(np.searchsorted(b, a), len(b) - 1)
+            return bool((b[j] == a).any())
+        small, big = (self.arr, other.arr) if len(self.arr) <= len(other.arr) else (other.arr, self.arr)
+        return bool(pc.any(pc.is_in(small, value_set=big)).as_py())
 
 
 class _KeyView:
@@ -405,7 +491,12 @@ class KeyIndex:
         if not len(keys):
             return
         order = sort_order(keys)
-        runs = [*self._runs, KeyRun(keys.take(pa.array(order)), np.asarray(rownums, dtype=np.int64)[order])]
+        rownums = np.asarray(rownums, dtype=np.int64)
+        if bool((order[1:] > order[:-1]).all()):  # already in key order (a sequential load): no copy
+            run = KeyRun(keys, rownums)
+        else:
+            run = KeyRun(keys.take(pa.array(order)), rownums[order])
+        runs = [*self._runs, run]
         while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]):
             b = runs.pop()
             runs.append(KeyRun.merged([runs.pop(), b]))

@@ -3,10 +3,10 @@
 An op takes all its keys at once (all-or-nothing, so two ops can never deadlock). Callers on threads
 may block with a timeout; the asyncio tserver passes ``timeout_s=0`` and retries, never blocking the loop.
 
-Locks are held per op, as one dict of its keys: taking them checks the op's keys against each other op
-in flight (iterating the smaller side, in C) and releasing them all drops one dict. A bulk write takes
-and frees its 100k row locks with one pass over its keys instead of five (a key -> owner table costs an
-insert, a check and a delete per key on top of building the op's own set), and there are only a few
+Locks are held per op, as one :class:`KeySet` of its keys: taking them tests the op's set against each
+other op in flight (bounds first, then a search or hash probe in C) and releasing them drops the set.
+There is no Python object per key: a bulk write of 100k rows takes and frees its locks in well under a
+millisecond (a dict of the keys took ~0.5 ms per 16k keys to build alone), and there are only a few
 ops in flight per tablet (one per write RPC being prepared or replicated).
 """
 
@@ -14,33 +14,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
 
 from kudu_async.common.errors import KuduTimedOut
+from kudu_async.tablet.key_arrays import KeySet
 
 
 class LockManager:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._held: dict[int, dict[bytes, None]] = {}  # owner -> the keys it holds
+        self._held: dict[int, KeySet] = {}  # owner -> the keys it holds
         self._waiting = 0
 
-    def acquire(self, keys: Iterable[bytes], owner: int, timeout_s: float) -> None:
-        """Take every key for ``owner`` (keys it already holds count as free), or none of them.
-
-        A dict passed as ``keys`` becomes the op's key set as it is (no copy): do not change it after."""
-        mine = keys if type(keys) is dict else dict.fromkeys(keys)
-        wanted = mine.keys()
+    def acquire(self, keys: KeySet, owner: int, timeout_s: float) -> None:
+        """Take every key of ``keys`` for ``owner`` (which holds none yet), or none of them."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if owner in self._held:
+                raise ValueError(f"lock owner {owner} already holds row locks")
             while True:
-                held = self._held
-                if all(other.keys().isdisjoint(wanted) for o, other in held.items() if o != owner):
-                    current = held.get(owner)
-                    if current is None:
-                        held[owner] = mine
-                    else:
-                        current.update(mine)
+                if not any(keys.overlaps(other) for other in self._held.values()):
+                    self._held[owner] = keys
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -52,24 +45,11 @@ class LockManager:
                     self._waiting -= 1
 
     def release_all(self, owner: int) -> None:
-        """Free every key ``owner`` holds (what a finished op does): no pass over its keys."""
+        """Free every key ``owner`` holds (what a finished op does)."""
         with self._cond:
             if self._held.pop(owner, None) is not None and self._waiting:
                 self._cond.notify_all()
 
-    def release(self, keys: Iterable[bytes], owner: int) -> None:
-        """Free those of ``keys`` that ``owner`` holds; others' locks are untouched."""
-        with self._cond:
-            current = self._held.get(owner)
-            if current is None:
-                return
-            for k in keys:
-                current.pop(k, None)
-            if not current:
-                del self._held[owner]
-            if self._waiting:
-                self._cond.notify_all()
-
     def num_locked(self) -> int:
         with self._cond:
-            return sum(map(len, self._held.values()))
+            return sum(k.n for k in self._held.values())

@@ -132,21 +132,21 @@ class MemRowSet:
         self.insert_many([key], [rownum], ts, log_index)
 
     def insert_many(
-        self, keys: list[bytes], rownums: range | list[int], ts: int, log_index: int, keys_arr: pa.Array | None = None
+        self, keys: pa.Array | list[bytes], rownums: range | np.ndarray | list[int], ts: int, log_index: int
     ) -> None:
-        """Insert new keys (none already here) in bulk: one index run and numpy updates.
-        ``keys_arr``: the same keys as an Arrow binary array, when the write has them so."""
+        """Insert new keys (none already here; best as an Arrow ``binary`` array) in bulk: one index run
+        and numpy updates."""
         if isinstance(rownums, range) and rownums.step == 1:
             self._insert_ts[rownums.start : rownums.stop] = ts
             rn = np.arange(rownums.start, rownums.stop, dtype=np.int64)
         else:
             rn = np.asarray(rownums, dtype=np.int64)
             self._insert_ts[rn] = ts
-        arr = keys_arr
-        if not isinstance(arr, pa.Array) or not arr.type.equals(pa.binary()) or len(arr) != len(keys):
-            arr = pa.array(keys, pa.binary())
+        arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
+        if not arr.type.equals(pa.binary()):
+            arr = arr.cast(pa.binary())
         self.index.add(arr, rn)
-        self._mem += len(keys) * ROW_OVERHEAD_BYTES + key_bytes(arr)
+        self._mem += len(arr) * ROW_OVERHEAD_BYTES + key_bytes(arr)
         self._note(ts, log_index)
 
     def rownums_of(self, kb: KeyBatch, rows: np.ndarray | None = None) -> np.ndarray:

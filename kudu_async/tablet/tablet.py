@@ -147,13 +147,16 @@ class PreparedWrite:
     op: WriteOp
     timestamp: int
     owner: int
-    keys: list[bytes | None]
+    key_batch: KeyBatch  # the rows' encoded keys, in the forms the index probes use (made once, at prepare)
     plan: WritePlan
     errors: list[RowError]
     ignored: int
     state: str = "prepared"
     schema_version: int = 0
-    key_batch: KeyBatch | None = None  # ``keys`` in the forms the index probes use (made once, at prepare)
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self.key_batch.keys
 
     def outcome(self) -> WriteResult:
         """What applying it will answer (without the log index): row errors and ignored rows are decided
@@ -194,11 +197,6 @@ class TabletScanner:
         """Drain the scan into one table (tests, small scans); None when no row matched."""
         batches = list(self)
         return pa.Table.from_batches(batches) if batches else None
-
-
-def _key_array(prepared: PreparedWrite) -> pa.Array | None:
-    """The write's keys as the Arrow array its prepare encoded (None if it has none)."""
-    return None if prepared.key_batch is None else prepared.key_batch.arr
 
 
 def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
@@ -422,15 +420,12 @@ class Tablet:
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         errors: dict[int, RowError] = {}
         rows = self._validate_rows(info, rows, op_types, errors)
-        keys, keys_arr = self._encode_keys_checked(info, rows, errors)
-        kb = KeyBatch(keys, keys_arr)
+        kb = self._encode_keys_checked(info, rows, errors)
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
-        distinct: dict[bytes, None] = dict.fromkeys(keys)  # type: ignore[arg-type]
-        distinct.pop(None, None)  # type: ignore[call-overload]
-        num_distinct = len(distinct)
-        self.locks.acquire(  # takes the dict as this op's key set
-            distinct, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        key_set = kb.key_set()
+        self.locks.acquire(
+            key_set, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         )
         try:
             with self._lock:
@@ -440,7 +435,7 @@ class Tablet:
                         f"preparing a write for version {version}"
                     )
                 plan, ignored = self._decide(
-                    op_types, kb, errors, timestamp, replay, distinct=num_distinct == n
+                    op_types, kb, errors, timestamp, replay, distinct=key_set.n == n
                 )
             self.mvcc.start_op(timestamp)
         except BaseException:
@@ -450,12 +445,11 @@ class Tablet:
             op=WriteOp(op_types, rows, op.set_columns),
             timestamp=timestamp,
             owner=owner,
-            keys=keys,
+            key_batch=kb,
             plan=plan,
             errors=sorted(errors.values(), key=lambda e: e.row_index),
             ignored=ignored,
             schema_version=version,
-            key_batch=kb,
         )
 
     def _validate_rows(
@@ -487,16 +481,15 @@ class Tablet:
 
     def _encode_keys_checked(
         self, info: SchemaInfo, rows: pa.RecordBatch, errors: dict[int, RowError]
-    ) -> tuple[list[bytes | None], pa.Array | None]:
-        """Encoded keys (None for invalid rows), and as an Arrow array when every row has one."""
+    ) -> KeyBatch:
+        """Every row's encoded key (none for an invalid row)."""
         null_mask = None
         for name in info.key_names:
             m = pc.is_null(rows.column(name))
             null_mask = m if null_mask is None else pc.or_(null_mask, m)
         has_nulls = null_mask is not None and pc.any(null_mask).as_py()
         if not has_nulls and not errors:
-            arr = info.encode_keys_array(rows)
-            return arr.to_pylist(), arr
+            return KeyBatch(arr=info.encode_keys_array(rows))
         bad = (
             null_mask.to_numpy(zero_copy_only=False).copy()
             if has_nulls and null_mask is not None
@@ -510,7 +503,7 @@ class Tablet:
         out: list[bytes | None] = [None] * rows.num_rows
         for gi, k in zip(good.tolist(), enc, strict=True):
             out[gi] = k
-        return out, None
+        return KeyBatch(out)
 
     def _check_nulls(
         self,
@@ -645,9 +638,9 @@ class Tablet:
         of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
         effect is already in durable files). ``distinct``: the caller knows every row has a key and
         no key repeats."""
-        keys, n = kb.keys, kb.n
+        n = kb.n
         drs = self._candidate_drs(kb)
-        if not errors and not drs and self._all_fresh_inserts(op_types, keys, kb, distinct):
+        if not errors and not drs and self._all_fresh_inserts(op_types, kb, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
                 np.full(n, _INSERT, dtype=np.int8), np.full(n, -1, dtype=np.int32),
@@ -657,6 +650,7 @@ class Tablet:
         if errors:
             valid[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
         store, pos, latest, live, stores = self._locate_batch(kb, valid, drs)
+        keys = kb.keys
         act = valid
         if replay:
             act = act & ~((store >= 0) & (latest >= ts))
@@ -749,14 +743,12 @@ class Tablet:
 
     _INSERTISH = (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE)
 
-    def _all_fresh_inserts(
-        self, op_types: np.ndarray, keys: list[bytes | None], kb: KeyBatch, distinct: bool = False
-    ) -> bool:
+    def _all_fresh_inserts(self, op_types: np.ndarray, kb: KeyBatch, distinct: bool = False) -> bool:
         """Fast path: only insert-like rows, distinct keys, none in a MemRowSet (the caller has checked
         that no DiskRowSet's key range meets the batch's)."""
         if not op_mask(op_types, self._INSERTISH).all():
             return False
-        if not distinct and len(set(keys)) != len(keys):
+        if not distinct and len(set(kb.keys)) != kb.n:
             return False
         return not any((m.rownums_of(kb) >= 0).any() for m in [self._mrs, *self._flushing_mrs] if len(m))
 
@@ -799,7 +791,7 @@ class Tablet:
         ts = prepared.timestamp
         rows = prepared.op.rows
         plan = prepared.plan
-        keys = prepared.keys
+        karr = prepared.key_batch.arr
         act = np.flatnonzero(plan.kind)
         if not len(act):
             return
@@ -815,9 +807,7 @@ class Tablet:
             base = self._mrs.add_batch(rows)
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
-            self._mrs.insert_many(
-                keys, range(base, base + len(act)), ts, log_index, _key_array(prepared)  # type: ignore[arg-type]
-            )
+            self._mrs.insert_many(karr, range(base, base + len(act)), ts, log_index)
             res.inserted += len(act)
             return
         pos = plan.pos[act]
@@ -826,8 +816,8 @@ class Tablet:
         if gone:
             # Flushed or compacted since prepare (the row locks kept the keys' content): find them again.
             moved = np.flatnonzero(np.isin(store, gone))
-            mkeys = list(map(keys.__getitem__, act[moved].tolist()))
-            st2, pos2, _, _, stores2 = self._locate_batch(KeyBatch(mkeys), np.ones(len(mkeys), dtype=bool))
+            mkb = KeyBatch(arr=karr.take(pa.array(act[moved])))
+            st2, pos2, _, _, stores2 = self._locate_batch(mkb, np.ones(mkb.n, dtype=bool))
             store = store.copy()
             pos = pos.copy()
             store[moved] = np.where(st2 >= 0, st2 + len(stores), -1)
@@ -841,11 +831,7 @@ class Tablet:
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
             fr = act[fresh]
-            karr = _key_array(prepared)
-            self._mrs.insert_many(
-                list(map(keys.__getitem__, fr.tolist())), (base + fr).tolist(), ts, log_index,  # type: ignore[arg-type]
-                None if karr is None else karr.take(pa.array(fr)),
-            )
+            self._mrs.insert_many(karr.take(pa.array(fr)), base + fr, ts, log_index)
         # Everything else mutates an existing row (keys created by this batch live in self._mrs): one
         # delta chunk per rowset.
         targets = [self._mrs, *stores]
@@ -890,7 +876,7 @@ class Tablet:
         seqs: np.ndarray,
     ) -> None:
         """Re-inserts, updates and deletes of one MemRowSet's rows as one delta chunk."""
-        rownums = mrs.rownums_of(prepared.key_batch or KeyBatch(prepared.keys), rows_idx)
+        rownums = mrs.rownums_of(prepared.key_batch, rows_idx)
         if (rownums < 0).any():
             raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
         reinsert = kinds == _INSERT

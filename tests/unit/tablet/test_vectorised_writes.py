@@ -485,38 +485,79 @@ def test_mrs_rows_are_located_by_batch(tmp_path: Any, writes: int) -> None:
     assert mutated > 20
 
 
-def test_lock_release_frees_only_the_owners_keys() -> None:
+def test_lock_owners_conflict_only_on_shared_keys() -> None:
     from kudu_async.common.errors import KuduTimedOut
+    from kudu_async.tablet.key_arrays import KeySet
     from kudu_async.tablet.lock_manager import LockManager
 
     lm = LockManager()
-    lm.acquire([b"a", b"b"], 1, 0)
-    lm.release([b"a", b"b"], 2)  # not the owner: nothing is freed
+    lm.acquire(KeySet.of([b"a", b"b", b"b"]), 1, 0)  # a repeated key is one lock
     assert lm.num_locked() == 2
     with pytest.raises(KuduTimedOut):
-        lm.acquire([b"b", b"z"], 2, 0)
-    lm.acquire([b"c"], 1, 0)
-    lm.release(iter([b"a", b"c", b"x"]), 1)  # partly held (mixed path), from an iterator
-    assert lm.num_locked() == 1
-    lm.acquire([b"a", b"c"], 2, 0)
-    lm.release([b"b"], 1)  # all held by the caller (bulk path)
-    lm.acquire([b"b"], 2, 0)
-    lm.release([b"a", b"b", b"c"], 2)
+        lm.acquire(KeySet.of([b"b", b"z"]), 2, 0)
+    assert lm.num_locked() == 2  # all or nothing: b"z" was not taken
+    lm.acquire(KeySet.of([b"aa", b"c"]), 2, 0)  # inside op 1's range, no shared key
+    with pytest.raises(ValueError, match="already holds"):
+        lm.acquire(KeySet.of([b"q"]), 2, 0)
+    lm.release_all(1)
+    lm.acquire(KeySet.of([b"b", b"z"]), 3, 0)
+    assert lm.num_locked() == 4
+    lm.release_all(2)
+    lm.release_all(3)
     assert lm.num_locked() == 0
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 5, None])
+def test_key_sets_overlap_exactly(width: int | None) -> None:
+    """Integer-width keys (sorted numeric search), other fixed widths and varying widths (Arrow's
+    is_in) all find a single shared key among many, and none where there is none."""
+    from kudu_async.tablet.key_arrays import KeySet
+
+    rng = random.Random(width or 0)
+
+    def key(v: int) -> bytes:
+        if width is None:
+            return v.to_bytes(4, "big")[: 1 + v % 4]
+        return (v % (256**width)).to_bytes(width, "big")
+
+    space = 256 if width == 1 else 100_000
+    vals = rng.sample(range(space), min(space, 4000))
+    a_vals, b_vals = vals[: len(vals) // 2], vals[len(vals) // 2 :]
+    a, b = KeySet.of([key(v) for v in a_vals]), KeySet.of([key(v) for v in b_vals])
+    assert a.lo <= b.hi and b.lo <= a.hi  # ranges overlap: the exact test decides
+    shared = {key(v) for v in a_vals} & {key(v) for v in b_vals}
+    assert a.overlaps(b) is bool(shared) and b.overlaps(a) is bool(shared)
+    one = key(b_vals[rng.randrange(len(b_vals))])
+    c = KeySet.of([key(v) for v in a_vals] + [one])
+    assert c.overlaps(b) and b.overlaps(c)
+    assert not KeySet.of([]).overlaps(b) and not b.overlaps(KeySet.of([]))
+
+
+def test_key_sets_of_different_widths_and_forms() -> None:
+    from kudu_async.tablet.key_arrays import KeySet
+
+    ints8 = KeySet.of([(v).to_bytes(8, "big") for v in range(1000)])
+    assert ints8.sorted is not None and ints8.n == 1000
+    ints4 = KeySet.of([(v).to_bytes(4, "big") for v in range(1000)])
+    assert not ints8.overlaps(ints4)  # keys of two widths are never equal
+    mixed = KeySet.of([b"\x00" * 8, b"\x00\x01"])  # varying widths: compared as Arrow arrays
+    assert mixed.sorted is None
+    assert mixed.overlaps(ints8) and ints8.overlaps(mixed)
+    assert mixed.overlaps(ints4) is False
+    assert KeySet.of([(0).to_bytes(4, "big"), b"\x00\x01"]).overlaps(ints4)
 
 
 def test_release_all_frees_one_ops_keys_and_wakes_a_waiting_op() -> None:
     import threading
 
+    from kudu_async.tablet.key_arrays import KeySet
     from kudu_async.tablet.lock_manager import LockManager
 
     lm = LockManager()
-    keys = {b"k%d" % i: None for i in range(1000)}
-    lm.acquire(keys, 1, 0)  # a dict is taken as the op's key set
-    lm.acquire([b"other"], 2, 0)
-    lm.acquire([b"k5", b"k6"], 1, 0)  # keys it holds already count as free for the same owner
+    lm.acquire(KeySet.of([b"k%d" % i for i in range(1000)]), 1, 0)
+    lm.acquire(KeySet.of([b"other"]), 2, 0)
     got: list[bool] = []
-    waiter = threading.Thread(target=lambda: (lm.acquire([b"k999", b"new"], 3, 10.0), got.append(True)))
+    waiter = threading.Thread(target=lambda: (lm.acquire(KeySet.of([b"k999", b"new"]), 3, 10.0), got.append(True)))
     waiter.start()
     lm.release_all(1)
     waiter.join(10.0)
@@ -670,8 +711,8 @@ def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes(width: int |
     cuts = sorted({0, len(keys), *rng.sample(range(1, len(keys)), min(4, len(keys) - 1))})
     for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
         part = keys[lo:hi]
-        arr = pa.array(part, pa.binary()) if i % 2 else None  # with and without the write's own array
-        mrs.insert_many(part, [rownum[k] for k in part], 1, 1, arr)
+        given = pa.array(part, pa.binary()) if i % 2 else part  # as the write's Arrow array or a list
+        mrs.insert_many(given, [rownum[k] for k in part], 1, 1)
         done += part
         view = mrs.sorted_view()
         expect = sorted(done)
