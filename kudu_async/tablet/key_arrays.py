@@ -113,6 +113,7 @@ def sort_order(keys: pa.Array) -> np.ndarray:
     return np.argsort(view, kind="stable").astype(np.int64, copy=False)
 
 
+SEPARATE_RUNS = 16  # runs of a KeyIndex kept unmerged while their key ranges do not meet
 SORTED_PROBE_MIN = (32_768, 1_024)  # (sorted keys, probes) from which probing in key order pays
 
 
@@ -454,7 +455,8 @@ class KeyRun:
     @staticmethod
     def merged(runs: list[KeyRun]) -> KeyRun:
         """One run of all keys of ``runs`` (disjoint key sets): concatenated when their ranges follow
-        each other, else sorted (an adaptive sort of sorted runs for equal-width keys)."""
+        each other in some order, else sorted (an adaptive sort of sorted runs for equal-width keys)."""
+        runs = sorted(runs, key=lambda r: r.lo)
         keys = pa.concat_arrays([r.keys for r in runs])
         rownums = np.concatenate([r.rownums for r in runs])
         if all(a.hi < b.lo for a, b in itertools.pairwise(runs)):
@@ -468,8 +470,12 @@ class KeyIndex:
 
     Sorted runs of keys with their row numbers: each insert adds its keys as a run, and a run is
     merged into the one before it while that one is at most twice as long, so there are O(log n) runs
-    and a key is merged O(log n) times. A lookup probes every run whose key range meets the batch's;
-    :meth:`sorted` merges everything into one run (what scans and flushes read). The runs are one
+    and a key is merged O(log n) times. Runs whose key ranges do not meet are not merged until there
+    are more than ``SEPARATE_RUNS``: a lookup skips a run outside its range for free, and inserts of
+    separate ranges (a sequential load, writers of their own key ranges) then copy no key until a
+    scan or flush asks for :meth:`sorted`, which merges everything into one run (near-linear: the
+    sort is adaptive to the runs). A lookup probes the runs whose key range meets the batch's, each
+    with the batch's keys in its range. The runs are one
     tuple replaced whole, so two readers of an index no longer written (a scan and the flush of a
     frozen MemRowSet) may merge it at once and each sees a complete index. Keys added must be new.
     """
@@ -497,7 +503,9 @@ class KeyIndex:
         else:
             run = KeyRun(keys.take(pa.array(order)), rownums[order])
         runs = [*self._runs, run]
-        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]):
+        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]) and (
+            len(runs) > SEPARATE_RUNS or not (runs[-2].hi < runs[-1].lo or runs[-1].hi < runs[-2].lo)
+        ):
             b = runs.pop()
             runs.append(KeyRun.merged([runs.pop(), b]))
         self._runs = tuple(runs)
@@ -520,16 +528,31 @@ class KeyIndex:
         if bounds is None:
             return out
         todo = np.arange(len(rows), dtype=np.int64)
+        width = kb.int_width()
+        span = 0 if width is None else int.from_bytes(bounds[1], "big") - int.from_bytes(bounds[0], "big")
         for r in self._runs:
             if not len(todo):
                 break
             if bounds[1] < r.lo or bounds[0] > r.hi:
                 continue
-            p = r.sorted_keys.find(kb, rows[todo])
+            cand, rest = todo, None
+            if width is not None and len(r.lo) == len(r.hi) == width:
+                lo, hi = int.from_bytes(r.lo, "big"), int.from_bytes(r.hi, "big")
+                narrow = 2 * (hi - lo) < span  # under half the batch's key range: probe the keys in it only
+            else:
+                narrow = False
+            if narrow and width is not None:
+                q = kb.numeric(width)[rows[todo]]
+                inside = (q >= lo) & (q <= hi)
+                if not inside.all():
+                    cand, rest = todo[inside], todo[~inside]
+                    if not len(cand):
+                        continue
+            p = r.sorted_keys.find(kb, rows[cand])
             hit = p >= 0
             if hit.any():
-                out[todo[hit]] = r.rownums[p[hit]]
-                todo = todo[~hit]
+                out[cand[hit]] = r.rownums[p[hit]]
+                todo = cand[~hit] if rest is None else np.concatenate([rest, cand[~hit]])
         return out
 
     def sorted(self) -> KeyRun:

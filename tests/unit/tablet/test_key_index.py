@@ -67,14 +67,40 @@ def test_key_index_finds_what_a_dict_finds(width: int | None, sorted_probes: boo
 
 
 def test_key_index_runs_stay_few_and_ordered_inserts_concatenate() -> None:
-    """Many small inserts leave O(log n) runs; keys that arrive in order need no sort to merge."""
+    """Many small inserts leave O(log n) runs beyond the separate ones; keys that arrive in order need
+    no sort to merge."""
     idx = KeyIndex()
     for i in range(0, 20_000, 10):
         keys = [(k + 2**63).to_bytes(8, "big") for k in range(i, i + 10)]
         idx.add(pa.array(keys, pa.binary()), np.arange(i, i + 10, dtype=np.int64))
-        assert len(idx._runs) <= 2 * (i // 10 + 1).bit_length()
+        assert len(idx._runs) <= key_arrays.SEPARATE_RUNS + 2 * (i // 10 + 1).bit_length()
     assert idx.get((12_345 + 2**63).to_bytes(8, "big")) == 12_345
     assert idx.sorted().rownums.tolist() == list(range(20_000))
+
+
+def test_key_index_keeps_separate_ranges_apart_and_merges_overlapping_ones() -> None:
+    """Two writers of their own key ranges, interleaved: their runs are not merged (no key copied)
+    while there are few, and a batch probes only the runs its keys fall in; overlapping runs merge."""
+    def enc(vals: range | list[int]) -> pa.Array:
+        return pa.array([(v + 2**63).to_bytes(8, "big") for v in vals], pa.binary())
+
+    idx = KeyIndex()
+    for c in range(4):
+        for base in (0, 1_000_000):
+            lo = base + c * 1000
+            idx.add(enc(range(lo, lo + 1000)), np.arange(lo, lo + 1000, dtype=np.int64))
+    assert len(idx._runs) == 8
+    probe = [5, 1_000_005, 3_999, 1_003_999, 4_000, 2_000_000]  # spans every run; the last two absent
+    assert idx.find(KeyBatch(enc(probe).to_pylist())).tolist() == [5, 1_000_005, 3_999, 1_003_999, -1, -1]
+    idx.add(enc([500_000]), np.array([7], dtype=np.int64))  # between the writers' ranges: kept apart
+    assert len(idx._runs) == 9
+    one = idx.sorted()
+    assert len(idx._runs) == 1 and one.rownums[:3].tolist() == [0, 1, 2] and one.rownums[4000] == 7
+    overlapping = KeyIndex()
+    overlapping.add(enc(range(0, 2000, 2)), np.arange(1000, dtype=np.int64))
+    overlapping.add(enc(range(1, 2000, 2)), np.arange(1000, 2000, dtype=np.int64))
+    assert len(overlapping._runs) == 1
+    assert overlapping.sorted().rownums[:4].tolist() == [0, 1000, 1, 1001]
 
 
 def test_sorted_keys_search_bisect_and_find_all_forms() -> None:
