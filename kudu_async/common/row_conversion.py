@@ -191,4 +191,4 @@ def decode_row_operations(
         if len(bits) < cells or len(bits) - cells >= 8:
             raise KuduInvalidArgument(f"'set_columns' has {len(bits)} bits for {cells} cells")
         matrix = bits[:cells].reshape(rows.num_rows, rows.num_columns).astype(bool)
-    return rows, types.astype(np.int64), matrix
+    return rows, types, matrix

@@ -25,6 +25,9 @@ class WriteOp:
     op_types: Sequence[int] | np.ndarray | pa.Array
     rows: pa.RecordBatch
     set_columns: np.ndarray | None = None
+    # The Arrow IPC stream ``rows`` were read from (a write RPC's bytes), while they are those rows
+    # unchanged: the log entry then carries these bytes instead of writing the rows out again.
+    rows_ipc: bytes | memoryview | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

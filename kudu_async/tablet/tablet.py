@@ -199,6 +199,23 @@ class TabletScanner:
         return pa.Table.from_batches(batches) if batches else None
 
 
+def _same_data(a: pa.RecordBatch, b: pa.RecordBatch) -> bool:
+    """Whether two batches hold the same values in the same memory (validation and casts passed a
+    batch through unchanged), with the same column names and types."""
+    if a is b:
+        return True
+    if a.num_rows != b.num_rows or not a.schema.equals(b.schema):
+        return False
+    for x, y in zip(a.columns, b.columns, strict=True):
+        if x.offset != y.offset:
+            return False
+        for bx, by in zip(x.buffers(), y.buffers(), strict=True):
+            if (bx is None) != (by is None) or (bx is not None and by is not None
+                                                  and (bx.address != by.address or bx.size != by.size)):
+                return False
+    return True
+
+
 def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
     """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
     view = _KeyView(t.column(KEY_COL).combine_chunks())
@@ -410,14 +427,16 @@ class Tablet:
             )
         n = rows.num_rows
         op_types = np.asarray(
-            op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types,
-            dtype=np.int64,
+            op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types
         )
+        if op_types.dtype != np.int8:
+            op_types = op_types.astype(np.int64)
         if len(op_types) != n:
             raise KuduInvalidArgument(f"{len(op_types)} op types for {n} rows")
         if not op_mask(op_types, VALID_OP_TYPES).all():
             bad = set(op_types.tolist()) - {int(t) for t in OpType}
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
+        op_types = op_types.astype(np.int8, copy=False)  # every valid type fits; op_mask's fastest form
         errors: dict[int, RowError] = {}
         rows = self._validate_rows(info, rows, op_types, errors)
         kb = self._encode_keys_checked(info, rows, errors)
@@ -442,7 +461,7 @@ class Tablet:
             self.locks.release_all(owner)
             raise
         return PreparedWrite(
-            op=WriteOp(op_types, rows, op.set_columns),
+            op=WriteOp(op_types, rows, op.set_columns, op.rows_ipc if _same_data(rows, op.rows) else None),
             timestamp=timestamp,
             owner=owner,
             key_batch=kb,

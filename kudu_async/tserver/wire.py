@@ -83,7 +83,8 @@ class AlterEntry:
 
 def decode_write_op(rows_ipc: Any, op_types: Any, set_columns: Any) -> WriteOp:
     rows, types, matrix = decode_row_operations(rows_ipc, op_types, set_columns)
-    return WriteOp(types, rows, matrix)
+    fixed = isinstance(rows_ipc, bytes) or (isinstance(rows_ipc, memoryview) and rows_ipc.readonly)
+    return WriteOp(types, rows, matrix, rows_ipc if fixed else None)
 
 
 def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp, request_id: RequestId | None = None,
@@ -97,8 +98,8 @@ def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp, request
                          outcome.updated, outcome.deleted, outcome.ignored])
     header = msgpack.packb(item)
     pad = bytes(_rows_start(len(header)) - 1 - _HEADER_LEN.size - len(header))
-    return b"".join((bytes((_ROWS_AFTER_HEADER,)), _HEADER_LEN.pack(len(header)), header, pad,
-                     batch_ipc_buffer(op.rows)))
+    rows = op.rows_ipc if op.rows_ipc is not None else batch_ipc_buffer(op.rows)
+    return b"".join((bytes((_ROWS_AFTER_HEADER,)), _HEADER_LEN.pack(len(header)), header, pad, rows))
 
 
 def _write_parts(payload: bytes) -> tuple[list[Any], Any]:

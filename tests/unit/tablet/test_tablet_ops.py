@@ -360,3 +360,20 @@ def test_a_tablet_past_its_flush_threshold_flushes_without_node_memory_pressure(
 
     mm.memory_threshold_bytes = 1  # node-wide pressure: the biggest store goes whatever its threshold
     assert mm.poll_once(run_inline=True) is not None and len(small.tablet.rowsets()) == 1
+
+
+def test_rows_passed_through_unchanged_keep_the_ipc_bytes_they_came_in(h: Harness) -> None:
+    """The log entry may carry a write's IPC bytes as they arrived only while prepare left the rows
+    as they were read: a cast column (or any rewrite) drops them."""
+    from kudu_async.common.row_conversion import batch_to_ipc, ipc_to_table
+
+    ipc = batch_to_ipc(h.batch([1, 2]))
+    rows = ipc_to_table(ipc).to_batches()[0]
+    p = h.tablet.prepare_write(WriteOp(np.array([INS, INS], dtype=np.int8), rows, None, ipc), h.clock.now())
+    assert p.op.rows_ipc is ipc and p.op.rows.equals(rows)
+    h.tablet.abort_write(p)
+    cols = rows.columns
+    wide = pa.record_batch([cols[0], cols[1].cast(pa.int64()), *cols[2:]], names=rows.schema.names)
+    p = h.tablet.prepare_write(WriteOp([INS, INS], wide, None, batch_to_ipc(wide)), h.clock.now())
+    assert p.op.rows_ipc is None and p.op.rows.schema.field(1).type == pa.int32()
+    h.tablet.abort_write(p)

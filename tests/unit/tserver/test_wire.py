@@ -53,6 +53,20 @@ def test_bad_row_operations_are_named(rows: object, types: object, bits: object,
         decode_row_operations(good["rows"] if rows == "ok" else rows, types, bits)
 
 
+def test_a_write_entry_carries_the_rows_ipc_bytes_it_is_given() -> None:
+    from kudu_async.common.row_conversion import batch_to_ipc
+    from kudu_async.tserver.wire import decode_write_op
+
+    ipc = batch_to_ipc(_batch(4))
+    op = decode_write_op(ipc, bytes([1] * 4), None)
+    assert op.rows_ipc is ipc
+    raw = encode_write_entry(7, 1, op)
+    assert raw.endswith(ipc)
+    entry = decode_entry(raw)
+    assert isinstance(entry, WriteEntry) and entry.op.rows.equals(_batch(4))
+    assert decode_write_op(bytearray(ipc), bytes([1] * 4), None).rows_ipc is None  # may change: not kept
+
+
 def test_wal_entries_round_trip() -> None:
     op = WriteOp(np.array([1, 5, 3]), _batch(3), None)
     entry = decode_entry(encode_write_entry(1234, 2, op))
