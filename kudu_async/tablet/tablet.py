@@ -461,7 +461,8 @@ class Tablet:
             self.locks.release_all(owner)
             raise
         return PreparedWrite(
-            op=WriteOp(op_types, rows, op.set_columns, op.rows_ipc if _same_data(rows, op.rows) else None),
+            op=WriteOp(op_types, rows, op.set_columns,
+                       op.rows_ipc if op.rows_ipc is not None and _same_data(rows, op.rows) else None),
             timestamp=timestamp,
             owner=owner,
             key_batch=kb,

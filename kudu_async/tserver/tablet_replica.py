@@ -661,4 +661,4 @@ def _rows_from_entry(prepared: PreparedWrite, entry: bytes) -> None:
     MemRowSet then keeps the memory the Raft log keeps anyway, and the request's copy is freed."""
     logged = decode_entry(entry)
     if isinstance(logged, WriteEntry) and logged.op.rows.schema.equals(prepared.op.rows.schema):
-        prepared.op = replace(prepared.op, rows=logged.op.rows)
+        prepared.op = replace(prepared.op, rows=logged.op.rows, rows_ipc=None)  # the request's bytes go too
