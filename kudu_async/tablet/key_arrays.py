@@ -114,6 +114,7 @@ def sort_order(keys: pa.Array) -> np.ndarray:
 
 
 SEPARATE_RUNS = 16  # runs of a KeyIndex kept unmerged while their key ranges do not meet
+SCALAR_PROBES = 8  # a KeyIndex lookup of at most this many keys searches key by key
 SORTED_PROBE_MIN = (32_768, 1_024)  # (sorted keys, probes) from which probing in key order pays
 
 
@@ -524,6 +525,14 @@ class KeyIndex:
         if rows is None:
             rows = np.arange(kb.n, dtype=np.int64)
         out = np.full(len(rows), -1, dtype=np.int64)
+        if len(rows) <= SCALAR_PROBES:  # a few keys: a binary search per key and run beats numpy's set-up
+            keys = kb.keys
+            for j, r in enumerate(rows.tolist()):
+                k = keys[r]
+                found = None if k is None else self.get(k)
+                if found is not None:
+                    out[j] = found
+            return out
         bounds = kb.bounds()
         if bounds is None:
             return out

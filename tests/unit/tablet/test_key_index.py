@@ -90,8 +90,13 @@ def test_key_index_keeps_separate_ranges_apart_and_merges_overlapping_ones() -> 
             lo = base + c * 1000
             idx.add(enc(range(lo, lo + 1000)), np.arange(lo, lo + 1000, dtype=np.int64))
     assert len(idx._runs) == 8
-    probe = [5, 1_000_005, 3_999, 1_003_999, 4_000, 2_000_000]  # spans every run; the last two absent
-    assert idx.find(KeyBatch(enc(probe).to_pylist())).tolist() == [5, 1_000_005, 3_999, 1_003_999, -1, -1]
+    many = list(range(10, 4000, 100))  # more keys than SCALAR_PROBES: the vectorised path, run by run
+    probe = [5, 1_000_005, 3_999, 1_003_999, 4_000, 2_000_000, *many]  # spans every run; 4,000 and 2M absent
+    expect = [5, 1_000_005, 3_999, 1_003_999, -1, -1, *many]
+    assert len(probe) > key_arrays.SCALAR_PROBES
+    assert idx.find(KeyBatch(enc(probe).to_pylist())).tolist() == expect
+    few = np.array([0, 4, 2], dtype=np.int64)  # a few rows: searched key by key, the same answers
+    assert idx.find(KeyBatch(enc(probe).to_pylist()), few).tolist() == [expect[i] for i in few.tolist()]
     idx.add(enc([500_000]), np.array([7], dtype=np.int64))  # between the writers' ranges: kept apart
     assert len(idx._runs) == 9
     one = idx.sorted()
