@@ -8,7 +8,12 @@ Writes and reads are timed ``--runs`` times each, and the ratios use the best ru
 pipeline that keeps its SparkSession sees them. Five by default: the JVM keeps compiling over the first
 runs (a Parquet read took 0.13 s after two runs, 0.08-0.10 s after five), so each read query also runs
 ``--runs`` times untimed first. Every write run goes to a new kudu table (created by the write,
-``kudu.createTable``) and a new Parquet directory. The first kudu write of a session also pays PySpark
+``kudu.createTable``) and a new Parquet directory; after its timing, each run's table and directory but
+the first run's (which the reads use) are deleted, so every run writes into a cluster holding what one
+1M-row write leaves. Keeping all of them made each later kudu run slower than the one before (~0.9 s for
+runs 2-3, ~1.3 s for runs 4-5 on the 2-core test machines): each tserver holds ~80 MB more per table, and
+there memory beyond the first few GB a workload takes costs ~7x more to fault in (0.37 ms per MB below
+~3.7 GB of fresh allocations in one process, 2.7 ms above). The first kudu write of a session also pays PySpark
 starting its Python planner and worker processes (a cost Parquet's JVM-only writer never has), so the
 first run of each side is printed as well, with its own ratio.
 ``--upsert`` then writes the same DataFrame again with ``kudu.operation upsert`` (every key exists).
@@ -29,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kudu_async.client.sync import connect
 from kudu_async.testing import MiniCluster
 
 
@@ -121,6 +127,10 @@ def main() -> int:
              .option("kudu.hashBuckets", str(args.buckets)).option("kudu.operation", "insert").mode("append")
              .save())
             kudu_times.append(time.monotonic() - t0)
+            if run > 0:  # keep the footprint of one write (see the module docstring); run 0 is read below
+                shutil.rmtree(pq, ignore_errors=True)
+                with connect(m) as client:
+                    client.delete_table(f"bench-{run}")
         pq_write, kudu_write = min(pq_times), min(kudu_times)
         kudu_upsert = None
         if args.upsert:
@@ -130,7 +140,7 @@ def main() -> int:
             kudu_upsert = time.monotonic() - t0
         cut = int(n * 0.9)
         kdf = spark.read.format("kudu").option("kudu.master", m).option("kudu.table", "bench-0").load()
-        pdf = spark.read.parquet(pq)
+        pdf = spark.read.parquet(str(work / "parquet-0"))
         expect = n - cut
         for name, frame in (("kudu", kdf), ("parquet", pdf)):
             got = frame.filter(f"key >= {cut}").count()
