@@ -170,6 +170,13 @@ class KeyBatch:
             self._keys = self.arr.to_pylist()
         return self._keys
 
+    def key(self, row: int) -> bytes | None:
+        """One row's key, without making the whole list."""
+        if self._keys is not None:
+            return self._keys[row]
+        k: bytes | None = self.arr[row].as_py()
+        return k
+
     def int_width(self) -> int | None:
         """The width when every row has a key and all are 1, 2, 4 or 8 bytes wide (integer keys):
         then :meth:`numeric` orders them exactly as bytes."""
@@ -526,9 +533,8 @@ class KeyIndex:
             rows = np.arange(kb.n, dtype=np.int64)
         out = np.full(len(rows), -1, dtype=np.int64)
         if len(rows) <= SCALAR_PROBES:  # a few keys: a binary search per key and run beats numpy's set-up
-            keys = kb.keys
             for j, r in enumerate(rows.tolist()):
-                k = keys[r]
+                k = kb.key(r)
                 found = None if k is None else self.get(k)
                 if found is not None:
                     out[j] = found
