@@ -162,6 +162,7 @@ class KeyBatch:
         self._numeric: dict[int, np.ndarray] = {}
         self._bounds: tuple[bytes, bytes] | None = None
         self._key_set: KeySet | None = None
+        self._int_width: int | None = -1  # -1: not computed yet
 
     @property
     def keys(self) -> list[bytes | None]:
@@ -180,23 +181,34 @@ class KeyBatch:
     def int_width(self) -> int | None:
         """The width when every row has a key and all are 1, 2, 4 or 8 bytes wide (integer keys):
         then :meth:`numeric` orders them exactly as bytes."""
-        if not self.n or not self.valid.all():
-            return None
-        w = int(self.lengths[0])
-        return w if w in _INT_WIDTHS and bool((self.lengths == w).all()) else None
+        if self._int_width == -1:
+            w: int | None = None
+            if self.n and self.valid.all():
+                w = int(self.lengths[0])
+                if w not in _INT_WIDTHS or not bool((self.lengths == w).all()):
+                    w = None
+            self._int_width = w
+        return self._int_width
+
+    def order(self) -> np.ndarray:
+        """Row indices of the (non-null) keys in key order, equal keys in row order: sorted once for
+        the row locks, the DiskRowSet probes and the MemRowSet's index run."""
+        if self._order is None:
+            if self.valid.all():
+                self._order = sort_order(self.arr)
+            else:
+                valid_idx = np.flatnonzero(self.valid)
+                self._order = valid_idx[sort_order(self.arr.take(pa.array(valid_idx)))]
+        return self._order
 
     def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
         """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
-        if self._order is None:
-            valid_idx = np.flatnonzero(self.valid)
-            sub = self.arr if len(valid_idx) == self.n else self.arr.take(pa.array(valid_idx))
-            order = valid_idx[sort_order(sub)]
-            self._order = order
+        order = self.order()
+        if self._sorted is None:
             self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
-        assert self._sorted is not None
         a = bisect.bisect_left(self._sorted, lo)
         b = bisect.bisect_right(self._sorted, hi)
-        return self._order[a:b]
+        return order[a:b]
 
     def hashes(self) -> np.ndarray:
         if self._hashes is None:
@@ -252,7 +264,7 @@ class KeyBatch:
                 return self._key_set
             w = self.int_width()
             if w is not None:
-                s = np.sort(self.numeric(w), kind="stable")  # adaptive: near-linear on keys mostly in order
+                s = self.numeric(w)[self.order()]
                 count = 1 + int(np.count_nonzero(s[1:] != s[:-1]))
                 self._key_set = KeySet(self.arr, bounds[0], bounds[1], s, count)
             else:
@@ -500,11 +512,13 @@ class KeyIndex:
     def nbytes(self) -> int:
         return sum(r.keys.nbytes + r.rownums.nbytes for r in self._runs)
 
-    def add(self, keys: pa.Array, rownums: np.ndarray) -> None:
-        """Add new keys (a ``binary`` array without nulls, no key already here) with their row numbers."""
+    def add(self, keys: pa.Array, rownums: np.ndarray, order: np.ndarray | None = None) -> None:
+        """Add new keys (a ``binary`` array without nulls, no key already here) with their row numbers;
+        ``order``: their :func:`sort_order`, when the caller has it."""
         if not len(keys):
             return
-        order = sort_order(keys)
+        if order is None:
+            order = sort_order(keys)
         rownums = np.asarray(rownums, dtype=np.int64)
         if bool((order[1:] > order[:-1]).all()):  # already in key order (a sequential load): no copy
             run = KeyRun(keys, rownums)

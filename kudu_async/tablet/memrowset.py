@@ -132,10 +132,11 @@ class MemRowSet:
         self.insert_many([key], [rownum], ts, log_index)
 
     def insert_many(
-        self, keys: pa.Array | list[bytes], rownums: range | np.ndarray | list[int], ts: int, log_index: int
+        self, keys: pa.Array | list[bytes], rownums: range | np.ndarray | list[int], ts: int, log_index: int,
+        order: np.ndarray | None = None,
     ) -> None:
         """Insert new keys (none already here; best as an Arrow ``binary`` array) in bulk: one index run
-        and numpy updates."""
+        and numpy updates. ``order``: the keys' sort order, when the write has it."""
         if isinstance(rownums, range) and rownums.step == 1:
             self._insert_ts[rownums.start : rownums.stop] = ts
             rn = np.arange(rownums.start, rownums.stop, dtype=np.int64)
@@ -145,7 +146,7 @@ class MemRowSet:
         arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
         if not arr.type.equals(pa.binary()):
             arr = arr.cast(pa.binary())
-        self.index.add(arr, rn)
+        self.index.add(arr, rn, order)
         self._mem += len(arr) * ROW_OVERHEAD_BYTES + key_bytes(arr)
         self._note(ts, log_index)
 

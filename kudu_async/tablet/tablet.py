@@ -827,7 +827,7 @@ class Tablet:
             base = self._mrs.add_batch(rows)
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
-            self._mrs.insert_many(karr, range(base, base + len(act)), ts, log_index)
+            self._mrs.insert_many(karr, range(base, base + len(act)), ts, log_index, prepared.key_batch.order())
             res.inserted += len(act)
             return
         pos = plan.pos[act]
