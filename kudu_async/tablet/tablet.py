@@ -154,10 +154,6 @@ class PreparedWrite:
     state: str = "prepared"
     schema_version: int = 0
 
-    @property
-    def keys(self) -> list[bytes | None]:
-        return self.key_batch.keys
-
     def outcome(self) -> WriteResult:
         """What applying it will answer (without the log index): row errors and ignored rows are decided
         here and the plan fixes the counts; the row locks keep that true until it is applied."""
