@@ -25,6 +25,7 @@ from kudu_async.common.errors import (
     KuduBadStatus,
     KuduInvalidArgument,
     KuduNotTheLeader,
+    KuduTimedOut,
 )
 from kudu_async.common.partition import Partition
 from kudu_async.rpc.client import RpcClient
@@ -97,7 +98,8 @@ class MasterClient:
 
     async def _find_leader(self, deadline: Deadline) -> str | None:
         """Ask every master at once; the first that says it leads wins, else the hint most of them give."""
-        timeout = deadline.rpc_timeout(min(self.rpc_timeout_s, 3.0))
+        cap = min(self.rpc_timeout_s, 3.0)
+        timeout = deadline.rpc_timeout(cap)
 
         async def ask(addr: str) -> dict[str, Any] | None:
             try:
@@ -105,7 +107,10 @@ class MasterClient:
                 self._errors.pop(addr, None)
                 return r
             except KuduBadStatus as e:
-                self._errors[addr] = str(e)
+                # An attempt cut short by the operation's own deadline says nothing new about the master:
+                # its timeout must not hide what an earlier attempt learnt (e.g. connection refused).
+                if not (isinstance(e, KuduTimedOut) and timeout < cap and addr in self._errors):
+                    self._errors[addr] = str(e)
                 return None
 
         answers = await asyncio.gather(*(ask(a) for a in self.addresses))

@@ -176,6 +176,31 @@ def test_deadline_rpc_timeout_is_what_is_left_capped() -> None:
     assert Deadline(-1.0, "x").rpc_timeout(1.0) == 0.001
 
 
+async def test_a_last_attempt_cut_short_by_the_deadline_keeps_the_masters_real_error() -> None:
+    """A master that refused connections, then timed out on an attempt given only the deadline's last
+    millisecond: the timeout message still names the refusal (what a user can act on)."""
+    from kudu_async.client.meta_cache import MasterClient
+
+    class Rpc:
+        def __init__(self) -> None:
+            self.calls: list[float] = []
+
+        async def call(self, addr: str, service: str, method: str, req: Any, timeout_s: float = 10.0) -> Any:
+            self.calls.append(timeout_s)
+            if len(self.calls) == 1:
+                raise KuduNetworkError(f"{addr}: connection refused")
+            raise KuduTimedOut(f"connecting to {addr} timed out (call timeout {timeout_s:g}s)")
+
+    rpc = Rpc()
+    mc = MasterClient(rpc, ["127.0.0.1:1"], rpc_timeout_s=10.0)  # type: ignore[arg-type]
+    assert await mc._find_leader(Deadline(5.0, "connect")) is None
+    assert await mc._find_leader(Deadline(0.0, "connect")) is None  # an attempt with 1 ms left
+    assert rpc.calls[1] == 0.001
+    assert "connection refused" in str(mc._no_leader())
+    assert await mc._find_leader(Deadline(5.0, "connect")) is None  # a full attempt's timeout is news
+    assert "timed out (call timeout 3s)" in str(mc._no_leader())
+
+
 async def test_backoff_doubles_with_jitter_up_to_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
 
