@@ -21,8 +21,21 @@ from kudu_async.common.errors import (
 )
 
 __all__ = [
-    "KuduAborted", "KuduAlreadyPresent", "KuduBadStatus", "KuduException", "KuduIOError", "KuduIllegalState",
-    "KuduIncomplete", "KuduInvalidArgument", "KuduNetworkError", "KuduNotAuthorized", "KuduNotFound",
-    "KuduNotSupported", "KuduNotTheLeader", "KuduRemoteError", "KuduRuntimeError", "KuduServiceUnavailable",
+    "KuduAborted",
+    "KuduAlreadyPresent",
+    "KuduBadStatus",
+    "KuduException",
+    "KuduIOError",
+    "KuduIllegalState",
+    "KuduIncomplete",
+    "KuduInvalidArgument",
+    "KuduNetworkError",
+    "KuduNotAuthorized",
+    "KuduNotFound",
+    "KuduNotSupported",
+    "KuduNotTheLeader",
+    "KuduRemoteError",
+    "KuduRuntimeError",
+    "KuduServiceUnavailable",
     "KuduTimedOut",
 ]

@@ -24,9 +24,11 @@ def main() -> int:
     ap.add_argument("--data-dir", default="local-cluster", help="cluster data directory [./local-cluster]")
     ap.add_argument("--tservers", type=int, default=3, help="number of tablet servers [3]")
     ap.add_argument("--fresh", action="store_true", help="wipe the data directory first")
-    ap.add_argument("--random-ports", action="store_true",
-                    help="pick free ports instead of Kudu's defaults (master 7051/8051, tservers 7050/8050, "
-                         "7150/8150, ...)")
+    ap.add_argument(
+        "--random-ports",
+        action="store_true",
+        help="pick free ports instead of Kudu's defaults (master 7051/8051, tservers 7050/8050, 7150/8150, ...)",
+    )
     ap.add_argument("--exit-after-start", action="store_true", help="stop again once healthy (smoke test)")
     args = ap.parse_args()
 

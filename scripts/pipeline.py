@@ -45,10 +45,11 @@ def create_tables(client: kudu.Client) -> None:
     b.add_column("event_type", kudu.string, nullable=False)
     b.add_column("amount", kudu.decimal, precision=12, scale=2)
     b.add_column("revision", kudu.int32, nullable=False, default=0)
-    part = (kudu.Partitioning().add_hash_partitions(["event_id"], 3).set_range_partition_columns(["event_time"]))
+    part = kudu.Partitioning().add_hash_partitions(["event_id"], 3).set_range_partition_columns(["event_time"])
     for d in range(DAYS):
-        part.add_range_partition({"event_time": DAY0 + dt.timedelta(days=d)},
-                                 {"event_time": DAY0 + dt.timedelta(days=d + 1)})
+        part.add_range_partition(
+            {"event_time": DAY0 + dt.timedelta(days=d)}, {"event_time": DAY0 + dt.timedelta(days=d + 1)}
+        )
     client.create_table("events", b.build(), part, n_replicas=3)
     u = kudu.schema_builder()
     u.add_column("user_id", kudu.int64, nullable=False).primary_key()
@@ -58,8 +59,12 @@ def create_tables(client: kudu.Client) -> None:
 
 
 def kudu_df(spark: object, masters: str, table: str) -> object:
-    return (spark.read.format("kudu").option("kudu.master", masters)  # type: ignore[attr-defined]
-            .option("kudu.table", table).load())
+    return (
+        spark.read.format("kudu")
+        .option("kudu.master", masters)  # type: ignore[attr-defined]
+        .option("kudu.table", table)
+        .load()
+    )
 
 
 def write(df: object, masters: str, table: str, op: str, **opts: str) -> None:
@@ -88,17 +93,26 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
     span_us = DAYS * 86_400_000_000 - 1
 
     users = spark.range(0, n_users).selectExpr(  # type: ignore[attr-defined]
-        "id as user_id", f"element_at(array({','.join(repr(c) for c in COUNTRIES)}), "
+        "id as user_id",
+        f"element_at(array({','.join(repr(c) for c in COUNTRIES)}), "
         f"cast(pmod(hash(id), {len(COUNTRIES)}) + 1 as int)) as country",
-        "case when id % 10 = 0 then 'vip' else 'regular' end as segment")
+        "case when id % 10 = 0 then 'vip' else 'regular' end as segment",
+    )
     write(users, masters, "users", "upsert")
 
     types = ",".join(repr(t) for t in EVENT_TYPES)
-    events = spark.range(0, n_events).selectExpr(  # type: ignore[attr-defined]
-        f"timestamp_micros({start_us} + pmod(xxhash64(id, 7), {span_us})) as event_time", "id as event_id",
-        f"pmod(hash(id, 11), {n_users}) as user_id",
-        f"element_at(array({types}), cast(pmod(hash(id, 13), {len(EVENT_TYPES)}) + 1 as int)) as event_type",
-        "cast(pmod(hash(id, 17), 20000) / 100.0 as decimal(12,2)) as amount", "0 as revision").cache()
+    events = (
+        spark.range(0, n_events)
+        .selectExpr(  # type: ignore[attr-defined]
+            f"timestamp_micros({start_us} + pmod(xxhash64(id, 7), {span_us})) as event_time",
+            "id as event_id",
+            f"pmod(hash(id, 11), {n_users}) as user_id",
+            f"element_at(array({types}), cast(pmod(hash(id, 13), {len(EVENT_TYPES)}) + 1 as int)) as event_type",
+            "cast(pmod(hash(id, 17), 20000) / 100.0 as decimal(12,2)) as amount",
+            "0 as revision",
+        )
+        .cache()
+    )
     events.count()
     t0 = time.monotonic()
     write(events, masters, "events", "upsert")
@@ -107,14 +121,23 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
 
     # Corrections: 5% of events get a new amount (revision 1); 1% are deleted as fraud; late events arrive.
     corrections = events.where("event_id % 20 = 0").selectExpr(
-        "event_time", "event_id", "user_id", "event_type", "cast(amount * 0.9 as decimal(12,2)) as amount",
-        "1 as revision")
+        "event_time",
+        "event_id",
+        "user_id",
+        "event_type",
+        "cast(amount * 0.9 as decimal(12,2)) as amount",
+        "1 as revision",
+    )
     write(corrections, masters, "events", "update")
     write(events.where("event_id % 100 = 1").select("event_time", "event_id"), masters, "events", "delete")
     late = spark.range(n_events, n_events + n_events // 50).selectExpr(  # type: ignore[attr-defined]
-        f"timestamp_micros({start_us} + pmod(xxhash64(id, 7), 86400000000)) as event_time", "id as event_id",
-        f"pmod(hash(id, 11), {n_users}) as user_id", "'purchase' as event_type",
-        "cast(pmod(hash(id, 17), 20000) / 100.0 as decimal(12,2)) as amount", "0 as revision")
+        f"timestamp_micros({start_us} + pmod(xxhash64(id, 7), 86400000000)) as event_time",
+        "id as event_id",
+        f"pmod(hash(id, 11), {n_users}) as user_id",
+        "'purchase' as event_type",
+        "cast(pmod(hash(id, 17), 20000) / 100.0 as decimal(12,2)) as amount",
+        "0 as revision",
+    )
     write(late, masters, "events", "insert")
 
     # A short streaming run: three micro-batches of JSON events, upserted (replay-safe).
@@ -126,16 +149,34 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
             for i in range(1000):
                 eid = base + part * 1000 + i
                 ts = DAY0 + dt.timedelta(days=DAYS - 1, seconds=eid % 86_000)
-                lines.append(json.dumps({"event_time": ts.isoformat(), "event_id": eid, "user_id": eid % n_users,
-                                         "event_type": "view", "amount": None, "revision": 0}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "event_time": ts.isoformat(),
+                            "event_id": eid,
+                            "user_id": eid % n_users,
+                            "event_type": "view",
+                            "amount": None,
+                            "revision": 0,
+                        }
+                    )
+                )
             (stream_dir / "in").mkdir(exist_ok=True)
             (stream_dir / "in" / f"batch{part}.json").write_text("\n".join(lines))
-        schema = ("event_time timestamp, event_id long, user_id long, event_type string, amount decimal(12,2), "
-                  "revision int")
-        q = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)  # type: ignore[attr-defined]
-             .json(str(stream_dir / "in")).writeStream.format("kudu").option("kudu.master", masters)
-             .option("kudu.table", "events").option("checkpointLocation", str(stream_dir / "ck"))
-             .trigger(availableNow=True).start())
+        schema = (
+            "event_time timestamp, event_id long, user_id long, event_type string, amount decimal(12,2), revision int"
+        )
+        q = (
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", 1)  # type: ignore[attr-defined]
+            .json(str(stream_dir / "in"))
+            .writeStream.format("kudu")
+            .option("kudu.master", masters)
+            .option("kudu.table", "events")
+            .option("checkpointLocation", str(stream_dir / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(300)
         print(f"streamed 3 micro-batches ({len(q.recentProgress)} progress reports)")
     finally:
@@ -166,9 +207,13 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
     show("corrected events (revision 1, pushed down)", corrected)
 
     t0 = time.monotonic()
-    write(daily.selectExpr("cast(day as date) as day", "event_type", "events", "revenue"), masters,  # type: ignore
-          "daily_revenue", "upsert", **{"kudu.createTable": "true", "kudu.primaryKey": "day,event_type",
-                                        "kudu.hashBuckets": "2"})
+    write(
+        daily.selectExpr("cast(day as date) as day", "event_type", "events", "revenue"),
+        masters,  # type: ignore
+        "daily_revenue",
+        "upsert",
+        **{"kudu.createTable": "true", "kudu.primaryKey": "day,event_type", "kudu.hashBuckets": "2"},
+    )
     back = kudu_df(spark, masters, "daily_revenue").count()  # type: ignore[attr-defined]
     print(f"\nwrote result table daily_revenue: {back} rows in {time.monotonic() - t0:.1f}s")
     spark.stop()  # type: ignore[attr-defined]

@@ -66,8 +66,9 @@ def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None
 class AsyncClient:
     """A connection to one cluster; safe to share between tasks of one event loop."""
 
-    def __init__(self, masters: Sequence[str], admin_timeout_ms: int | None = None,
-                 rpc_timeout_ms: int | None = None) -> None:
+    def __init__(
+        self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
+    ) -> None:
         self.admin_timeout_ms = admin_timeout_ms or DEFAULT_ADMIN_TIMEOUT_MS
         self.rpc_timeout_ms = rpc_timeout_ms or DEFAULT_RPC_TIMEOUT_MS
         self.client_id = uuid.uuid4().hex
@@ -116,16 +117,27 @@ class AsyncClient:
 
     # --- DDL -----------------------------------------------------------------------------------------
 
-    async def create_table(self, table_name: str, schema: Schema, partitioning: Partitioning | None = None,
-                           n_replicas: int | None = None, owner: str | None = None, comment: str | None = None,
-                           wait: bool = True) -> Table:
+    async def create_table(
+        self,
+        table_name: str,
+        schema: Schema,
+        partitioning: Partitioning | None = None,
+        n_replicas: int | None = None,
+        owner: str | None = None,
+        comment: str | None = None,
+        wait: bool = True,
+    ) -> Table:
         if not isinstance(schema, Schema):
             raise KuduInvalidArgument("schema must be built with kudu.schema_builder()")
         part = partitioning if partitioning is not None else Partitioning()
         if not isinstance(part, Partitioning):
             raise KuduInvalidArgument("partitioning must be a kudu.Partitioning")
-        req: dict[str, Any] = {"name": table_name, "schema": schema.to_dict(), **part.to_wire(schema),
-                               "request_id": self._request_id()}
+        req: dict[str, Any] = {
+            "name": table_name,
+            "schema": schema.to_dict(),
+            **part.to_wire(schema),
+            "request_id": self._request_id(),
+        }
         if n_replicas is not None:
             req["num_replicas"] = n_replicas
         if owner is not None:
@@ -157,13 +169,17 @@ class AsyncClient:
                 delay = min(0.2, delay * 1.5)
 
     async def delete_table(self, table_name: str) -> None:
-        await self.masters.call("DeleteTable", {"name": table_name, "request_id": self._request_id()},
-                                self._admin_deadline(f"DeleteTable {table_name}"))
+        await self.masters.call(
+            "DeleteTable",
+            {"name": table_name, "request_id": self._request_id()},
+            self._admin_deadline(f"DeleteTable {table_name}"),
+        )
 
     async def table_exists(self, table_name: str) -> bool:
         try:
-            await self.masters.call("GetTableSchema", {"name": table_name},
-                                    self._admin_deadline(f"GetTableSchema {table_name}"))
+            await self.masters.call(
+                "GetTableSchema", {"name": table_name}, self._admin_deadline(f"GetTableSchema {table_name}")
+            )
             return True
         except KuduNotFound:
             return False
@@ -174,8 +190,9 @@ class AsyncClient:
         return [t["name"] for t in r.get("tables", [])]
 
     async def table(self, table_name: str, owner: Any = None) -> Table:
-        info = await self.masters.call("GetTableSchema", {"name": table_name},
-                                       self._admin_deadline(f"GetTableSchema {table_name}"))
+        info = await self.masters.call(
+            "GetTableSchema", {"name": table_name}, self._admin_deadline(f"GetTableSchema {table_name}")
+        )
         return Table(self, owner if owner is not None else self, info)
 
     async def reload_table(self, table: Table, deadline: Deadline) -> None:
@@ -189,8 +206,9 @@ class AsyncClient:
 
     async def alter_table(self, table: Table, req: dict[str, Any], wait: bool = True) -> Table:
         deadline = self._admin_deadline(f"AlterTable {table.name}")
-        reply = await self.masters.call("AlterTable", {"table_id": table.id, **req,
-                                                       "request_id": self._request_id()}, deadline)
+        reply = await self.masters.call(
+            "AlterTable", {"table_id": table.id, **req, "request_id": self._request_id()}, deadline
+        )
         if wait:
             await self._wait_done("IsAlterTableDone", {"table_id": reply["table_id"]}, deadline)
         info = await self.masters.call("GetTableSchema", {"table_id": table.id}, deadline)
@@ -233,8 +251,9 @@ class AsyncClient:
 
     # --- tablet RPCs with leader discovery -----------------------------------------------------------
 
-    async def call_tablet_leader(self, table: Table, tablet_id: str, method: str, req: dict[str, Any],
-                                 deadline: Deadline) -> dict[str, Any]:
+    async def call_tablet_leader(
+        self, table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
         """``TabletServer/method`` on the tablet's leader: follows NOT_THE_LEADER hints, tries the other
         replicas, refreshes locations when none answers, backs off between rounds, all within ``deadline``.
         Raises NOT_FOUND (details TABLET_NOT_FOUND) when the tablet is no longer part of the table."""
@@ -246,8 +265,9 @@ class AsyncClient:
             refresh = False
             t = locs.by_id(tablet_id)
             if t is None:
-                raise KuduNotFound(f"tablet {tablet_id} is no longer part of table {table.name}",
-                                   {"error": "TABLET_NOT_FOUND"})
+                raise KuduNotFound(
+                    f"tablet {tablet_id} is no longer part of table {table.name}", {"error": "TABLET_NOT_FOUND"}
+                )
             addr = t.next_leader_guess()
             if addr is None:
                 t.failed.clear()
@@ -255,8 +275,9 @@ class AsyncClient:
                 await deadline.backoff(last)
                 continue
             try:
-                reply: dict[str, Any] = await self.rpc.call(addr, "TabletServer", method, req,
-                                                            timeout_s=deadline.rpc_timeout(self.rpc_timeout_ms / 1000))
+                reply: dict[str, Any] = await self.rpc.call(
+                    addr, "TabletServer", method, req, timeout_s=deadline.rpc_timeout(self.rpc_timeout_ms / 1000)
+                )
                 t.leader_address = addr
                 t.failed.discard(addr)
                 return reply
@@ -288,9 +309,13 @@ class AsyncClient:
             await deadline.backoff(last)
 
 
-async def connect(host: str | Sequence[str] = "127.0.0.1", port: int | Sequence[int] | None = DEFAULT_PORT,
-                  admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None,
-                  **_security: Any) -> AsyncClient:
+async def connect(
+    host: str | Sequence[str] = "127.0.0.1",
+    port: int | Sequence[int] | None = DEFAULT_PORT,
+    admin_timeout_ms: int | None = None,
+    rpc_timeout_ms: int | None = None,
+    **_security: Any,
+) -> AsyncClient:
     """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments."""
     client = AsyncClient(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
     try:

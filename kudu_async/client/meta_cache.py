@@ -69,8 +69,9 @@ class MasterClient:
             addr = self.leader or await self._find_leader(deadline)
             if addr is not None:
                 try:
-                    reply: dict[str, Any] = await self.rpc.call(addr, "Master", method, req,
-                                                                timeout_s=deadline.rpc_timeout(self.rpc_timeout_s))
+                    reply: dict[str, Any] = await self.rpc.call(
+                        addr, "Master", method, req, timeout_s=deadline.rpc_timeout(self.rpc_timeout_s)
+                    )
                     self.leader = addr
                     return reply
                 except KuduNotTheLeader as e:
@@ -148,14 +149,20 @@ class TabletLocation:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TabletLocation:
-        reps = [ReplicaLocation(r["uuid"], r["rpc_address"], r.get("role", "UNKNOWN"))
-                for r in d.get("replicas", []) if r.get("rpc_address")]
+        reps = [
+            ReplicaLocation(r["uuid"], r["rpc_address"], r.get("role", "UNKNOWN"))
+            for r in d.get("replicas", [])
+            if r.get("rpc_address")
+        ]
         leader = next((r.rpc_address for r in reps if r.role == "LEADER"), None)
         return cls(d["tablet_id"], Partition.from_dict(d["partition"]), reps, leader)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"tablet_id": self.tablet_id, "partition": self.partition.to_dict(),
-                "replicas": [r.to_dict() for r in self.replicas]}
+        return {
+            "tablet_id": self.tablet_id,
+            "partition": self.partition.to_dict(),
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
 
     def id(self) -> str:  # kudu-python: Tablet.id()
         return self.tablet_id
@@ -279,4 +286,3 @@ class MetaCache:
 
     def invalidate(self, table_id: str) -> None:
         self._tables.pop(table_id, None)
-

@@ -24,7 +24,12 @@ from kudu_async.common.errors import (
 
 # Failures of one server or one attempt: another attempt (maybe elsewhere) may succeed.
 RETRYABLE: tuple[type[KuduBadStatus], ...] = (
-    KuduNotTheLeader, KuduNetworkError, KuduTimedOut, KuduServiceUnavailable, KuduAborted, KuduTabletNotRunning,
+    KuduNotTheLeader,
+    KuduNetworkError,
+    KuduTimedOut,
+    KuduServiceUnavailable,
+    KuduAborted,
+    KuduTabletNotRunning,
 )
 
 MIN_BACKOFF_S = 0.01
@@ -53,8 +58,10 @@ class Deadline:
 
     def timed_out(self, last_error: BaseException | None = None) -> KuduTimedOut:
         tail = f"; last error: {last_error}" if last_error is not None else ""
-        return KuduTimedOut(f"{self.what} timed out after {self.timeout_s:g}s ({self.attempts} attempts){tail}",
-                            {"attempts": self.attempts})
+        return KuduTimedOut(
+            f"{self.what} timed out after {self.timeout_s:g}s ({self.attempts} attempts){tail}",
+            {"attempts": self.attempts},
+        )
 
     def rpc_timeout(self, cap_s: float) -> float:
         """The timeout for one attempt: what is left, at most ``cap_s``."""

@@ -37,8 +37,13 @@ if TYPE_CHECKING:
 READ_LATEST = "latest"
 READ_AT_SNAPSHOT = "snapshot"
 READ_YOUR_WRITES = "read_your_writes"
-_READ_MODES = {"latest": READ_LATEST, "read_latest": READ_LATEST, "snapshot": READ_AT_SNAPSHOT,
-               "read_at_snapshot": READ_AT_SNAPSHOT, "read_your_writes": READ_YOUR_WRITES}
+_READ_MODES = {
+    "latest": READ_LATEST,
+    "read_latest": READ_LATEST,
+    "snapshot": READ_AT_SNAPSHOT,
+    "read_at_snapshot": READ_AT_SNAPSHOT,
+    "read_your_writes": READ_YOUR_WRITES,
+}
 LEADER_ONLY = "leader_only"
 CLOSEST_REPLICA = "closest_replica"
 FIRST_REPLICA = "first_replica"
@@ -185,8 +190,19 @@ class ScanConfig:
         self.lower_key = d.get("lower_key")
         self.upper_key = d.get("upper_key")
 
-    CONFIG_FIELDS = ("projection", "predicates", "read_mode", "snapshot_ts", "limit", "fault_tolerant",
-                     "batch_size_bytes", "selection", "timeout_ms", "lower_key", "upper_key")
+    CONFIG_FIELDS = (
+        "projection",
+        "predicates",
+        "read_mode",
+        "snapshot_ts",
+        "limit",
+        "fault_tolerant",
+        "batch_size_bytes",
+        "selection",
+        "timeout_ms",
+        "lower_key",
+        "upper_key",
+    )
 
     def copy_config_from(self, other: ScanConfig) -> None:
         for k in self.CONFIG_FIELDS:
@@ -242,8 +258,11 @@ class AsyncScanner(ScanConfig):
             locs = await self.client.meta.locations(self.table.id, self._deadline(f"locating {self.table.name}"))
             by_start = {t.partition.partition_key_start: t for t in locs.tablets}
             keep = self.table.partition_schema.prune(
-                [t.partition for t in locs.tablets], self.predicates,
-                lower_bound_key=self.lower_key or b"", upper_bound_key=self.upper_key or b"")
+                [t.partition for t in locs.tablets],
+                self.predicates,
+                lower_bound_key=self.lower_key or b"",
+                upper_bound_key=self.upper_key or b"",
+            )
             self._tablets = [by_start[p.partition_key_start] for p in keep]
         if self.fault_tolerant:
             proj = self.projection if self.projection is not None else self.table.schema.names
@@ -258,15 +277,21 @@ class AsyncScanner(ScanConfig):
     async def close(self) -> None:
         if self._scanner_id is not None and self._server is not None:
             with contextlib.suppress(KuduBadStatus):  # else the server expires it after its TTL
-                await self.client.rpc.call(self._server, "TabletServer", "Scan",
-                                           {"scanner_id": self._scanner_id, "close": True}, timeout_s=2.0)
+                await self.client.rpc.call(
+                    self._server, "TabletServer", "Scan", {"scanner_id": self._scanner_id, "close": True}, timeout_s=2.0
+                )
         self._scanner_id = None
         self._done = True
 
     async def keep_alive(self) -> None:
         if self._scanner_id is not None and self._server is not None:
-            await self.client.rpc.call(self._server, "TabletServer", "ScannerKeepAlive",
-                                       {"scanner_id": self._scanner_id}, timeout_s=self.client.rpc_timeout_ms / 1000)
+            await self.client.rpc.call(
+                self._server,
+                "TabletServer",
+                "ScannerKeepAlive",
+                {"scanner_id": self._scanner_id},
+                timeout_s=self.client.rpc_timeout_ms / 1000,
+            )
 
     def get_current_server(self) -> str | None:
         """The server of the batch just read (still known once the scanner moved past that tablet)."""
@@ -330,15 +355,21 @@ class AsyncScanner(ScanConfig):
                 if self._scanner_id is None:
                     return None
                 assert self._server is not None
-                reply = await self.client.rpc.call(self._server, "TabletServer", "Scan",
-                                                   {"scanner_id": self._scanner_id},
-                                                   timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000))
+                reply = await self.client.rpc.call(
+                    self._server,
+                    "TabletServer",
+                    "Scan",
+                    {"scanner_id": self._scanner_id},
+                    timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000),
+                )
                 return self._take_reply(reply)
             except _RESUMABLE as e:
                 last = e
                 if self._tablet_open and not self.fault_tolerant and self._returned_from_tablet:
-                    raise KuduBadStatus(f"scan of tablet {t.tablet_id} failed on {self._server} after returning "
-                                        f"rows: {e} (use set_fault_tolerant() to resume elsewhere)") from e
+                    raise KuduBadStatus(
+                        f"scan of tablet {t.tablet_id} failed on {self._server} after returning "
+                        f"rows: {e} (use set_fault_tolerant() to resume elsewhere)"
+                    ) from e
                 if self._server is not None:
                     tried.add(self._server)
                     t.failed.add(self._server)
@@ -367,8 +398,10 @@ class AsyncScanner(ScanConfig):
             return None
         fresh = locs.by_id(t.tablet_id)
         if fresh is None:
-            raise KuduNotFound(f"tablet {t.tablet_id} is no longer part of table {self.table.name} (its range "
-                               "partition was dropped)", {"error": "TABLET_NOT_FOUND"})
+            raise KuduNotFound(
+                f"tablet {t.tablet_id} is no longer part of table {self.table.name} (its range partition was dropped)",
+                {"error": "TABLET_NOT_FOUND"},
+            )
         self._tablets[self._ti] = fresh
         return fresh
 
@@ -393,9 +426,12 @@ class AsyncScanner(ScanConfig):
         proj = self.projection
         if proj is not None and self._resume_cols:
             proj = [*proj, *self._resume_cols]
-        req: dict[str, Any] = {"tablet_id": t.tablet_id, "read_mode": "READ_LATEST" if self.read_mode == READ_LATEST
-                               else "READ_AT_SNAPSHOT", "ordered": bool(self.fault_tolerant),
-                               "predicates": [p.to_dict() for p in self.predicates]}
+        req: dict[str, Any] = {
+            "tablet_id": t.tablet_id,
+            "read_mode": "READ_LATEST" if self.read_mode == READ_LATEST else "READ_AT_SNAPSHOT",
+            "ordered": bool(self.fault_tolerant),
+            "predicates": [p.to_dict() for p in self.predicates],
+        }
         if proj is not None:
             req["projection"] = proj
         if self.snapshot_ts is not None and self.read_mode == READ_AT_SNAPSHOT:
@@ -414,8 +450,9 @@ class AsyncScanner(ScanConfig):
         if seen:
             req["propagated_timestamp"] = seen
         self._server = addr
-        reply = await self.client.rpc.call(addr, "TabletServer", "Scan", req,
-                                           timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000))
+        reply = await self.client.rpc.call(
+            addr, "TabletServer", "Scan", req, timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000)
+        )
         t.failed.discard(addr)
         if self.read_mode == READ_LATEST:
             t.leader_address = addr
@@ -472,8 +509,13 @@ class AsyncScanner(ScanConfig):
     def _can_read_concurrently(self) -> bool:
         # Between tablets, unlimited, several tablets left, and one read time known up front
         # (READ_LATEST, or the snapshot fixed): a snapshot the next tablet would choose comes first.
-        return (not self._tablet_open and self.limit is None and len(self._tablets) - self._ti > 1
-                and not self._done and (self.read_mode == READ_LATEST or self.snapshot_ts is not None))
+        return (
+            not self._tablet_open
+            and self.limit is None
+            and len(self._tablets) - self._ti > 1
+            and not self._done
+            and (self.read_mode == READ_LATEST or self.snapshot_ts is not None)
+        )
 
     async def _tablets_concurrently(self) -> list[pa.Table]:
         sem = asyncio.Semaphore(MAX_CONCURRENT_TABLET_SCANS)
@@ -484,7 +526,7 @@ class AsyncScanner(ScanConfig):
                 sub.copy_config_from(self)
                 return [b async for b in sub.xbatches()]
 
-        per_tablet = await asyncio.gather(*(one(t) for t in self._tablets[self._ti:]))
+        per_tablet = await asyncio.gather(*(one(t) for t in self._tablets[self._ti :]))
         self._ti, self._done = len(self._tablets), True
         parts = [b for bs in per_tablet for b in bs]
         self._returned += sum(b.num_rows for b in parts)
@@ -510,8 +552,11 @@ class ScanToken:
         self.config = config
 
     def serialize(self) -> bytes:
-        return bytes(msgpack.packb({"v": TOKEN_VERSION, "table": self.table.info, "tablet": self.tablet.to_wire(),
-                                    "scan": self.config}))
+        return bytes(
+            msgpack.packb(
+                {"v": TOKEN_VERSION, "table": self.table.info, "tablet": self.tablet.to_wire(), "scan": self.config}
+            )
+        )
 
     @staticmethod
     def parse(data: bytes) -> dict[str, Any]:
@@ -519,8 +564,11 @@ class ScanToken:
             d = msgpack.unpackb(data, raw=False)
         except (ValueError, TypeError, msgpack.ExtraData) as e:
             raise KuduInvalidArgument(f"not a scan token: {e}") from None
-        if not isinstance(d, dict) or d.get("v") != TOKEN_VERSION or not all(k in d for k in ("table", "tablet",
-                                                                                                "scan")):
+        if (
+            not isinstance(d, dict)
+            or d.get("v") != TOKEN_VERSION
+            or not all(k in d for k in ("table", "tablet", "scan"))
+        ):
             raise KuduInvalidArgument("not a scan token of this version")
         return d
 
@@ -550,12 +598,16 @@ class AsyncScanTokenBuilder(ScanConfig):
             seen = self.client.latest_observed_timestamp()
             self.read_mode = READ_AT_SNAPSHOT if seen else READ_LATEST
             self.snapshot_ts = seen or None
-        locs = await self.client.meta.locations(self.table.id, Deadline(self.client.admin_timeout_ms / 1000,
-                                                                         f"locating {self.table.name}"))
+        locs = await self.client.meta.locations(
+            self.table.id, Deadline(self.client.admin_timeout_ms / 1000, f"locating {self.table.name}")
+        )
         by_start = {t.partition.partition_key_start: t for t in locs.tablets}
-        keep = self.table.partition_schema.prune([t.partition for t in locs.tablets], self.predicates,
-                                                 lower_bound_key=self.lower_key or b"",
-                                                 upper_bound_key=self.upper_key or b"")
+        keep = self.table.partition_schema.prune(
+            [t.partition for t in locs.tablets],
+            self.predicates,
+            lower_bound_key=self.lower_key or b"",
+            upper_bound_key=self.upper_key or b"",
+        )
         if self.read_mode == READ_AT_SNAPSHOT and self.snapshot_ts is None:
             # One point in time for every token, chosen here, as kudu-spark does on the driver.
             self.snapshot_ts = max(self.client.latest_observed_timestamp(), make_timestamp(int(time.time() * 1e6)))

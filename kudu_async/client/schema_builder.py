@@ -94,8 +94,9 @@ class ColumnSpec:
         if key and nullable:
             raise KuduInvalidArgument(f"key column '{self.name}' cannot be nullable")
         attrs = {k: v for k, v in self._attrs.items() if k != "new_name"}
-        return ColumnSchema(self.name, self._type, nullable,
-                            None if self._default is NO_DEFAULT else self._default, **attrs)
+        return ColumnSchema(
+            self.name, self._type, nullable, None if self._default is NO_DEFAULT else self._default, **attrs
+        )
 
 
 class SchemaBuilder:
@@ -105,10 +106,21 @@ class SchemaBuilder:
         self._specs: list[ColumnSpec] = []
         self._keys: list[str] | None = None
 
-    def add_column(self, name: str, type_: Any = None, nullable: bool | None = None, compression: str | None = None,
-                   encoding: str | None = None, primary_key: bool = False, block_size: int | None = None,
-                   default: Any = NO_DEFAULT, precision: int | None = None, scale: int | None = None,
-                   length: int | None = None, comment: str | None = None) -> ColumnSpec:
+    def add_column(
+        self,
+        name: str,
+        type_: Any = None,
+        nullable: bool | None = None,
+        compression: str | None = None,
+        encoding: str | None = None,
+        primary_key: bool = False,
+        block_size: int | None = None,
+        default: Any = NO_DEFAULT,
+        precision: int | None = None,
+        scale: int | None = None,
+        length: int | None = None,
+        comment: str | None = None,
+    ) -> ColumnSpec:
         if any(s.name == name for s in self._specs):
             raise KuduInvalidArgument(f"column '{name}' added twice")
         spec = ColumnSpec(self, name)
@@ -121,8 +133,15 @@ class SchemaBuilder:
             spec.primary_key()
         if default is not NO_DEFAULT:
             spec.default(default)
-        for key, v in (("compression", compression), ("encoding", encoding), ("block_size", block_size),
-                       ("precision", precision), ("scale", scale), ("length", length), ("comment", comment)):
+        for key, v in (
+            ("compression", compression),
+            ("encoding", encoding),
+            ("block_size", block_size),
+            ("precision", precision),
+            ("scale", scale),
+            ("length", length),
+            ("comment", comment),
+        ):
             if v is not None:
                 spec._set(key, v)
         return spec
@@ -142,8 +161,10 @@ class SchemaBuilder:
             if k not in names:
                 raise KuduInvalidArgument(f"primary key column '{k}' is not in the schema")
         if names[: len(keys)] != keys:
-            raise KuduInvalidArgument(f"primary key columns {keys} must be the first columns, in order "
-                                      f"(the schema starts with {names[: len(keys)]})")
+            raise KuduInvalidArgument(
+                f"primary key columns {keys} must be the first columns, in order "
+                f"(the schema starts with {names[: len(keys)]})"
+            )
         cols = [s.to_column(key=i < len(keys)) for i, s in enumerate(self._specs)]
         return Schema(cols, len(keys))
 
@@ -163,22 +184,33 @@ class RangePartition:
     A range of recent, busy rows can take more buckets than the old ones. It needs as many hash levels as
     the table has."""
 
-    def __init__(self, lower_bound: Any = None, upper_bound: Any = None, lower_bound_type: str = "inclusive",
-                 upper_bound_type: str = "exclusive") -> None:
+    def __init__(
+        self,
+        lower_bound: Any = None,
+        upper_bound: Any = None,
+        lower_bound_type: str = "inclusive",
+        upper_bound_type: str = "exclusive",
+    ) -> None:
         self.lower_bound, self.upper_bound = lower_bound, upper_bound
         self.lower_bound_type, self.upper_bound_type = lower_bound_type, upper_bound_type
         self.hash_dimensions: list[HashDimension] = []
 
-    def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int,
-                            seed: int | None = None) -> RangePartition:
+    def add_hash_partitions(
+        self, column_names: Sequence[str] | str, num_buckets: int, seed: int | None = None
+    ) -> RangePartition:
         self.hash_dimensions.append(_hash_level(column_names, num_buckets, seed))
         return self
 
     def bound(self) -> tuple[Any, Any, str, str, tuple[HashDimension, ...]]:
         if not self.hash_dimensions:
             raise KuduInvalidArgument("a custom range partition needs its hash partitions (add_hash_partitions)")
-        return (self.lower_bound, self.upper_bound, self.lower_bound_type, self.upper_bound_type,
-                tuple(self.hash_dimensions))
+        return (
+            self.lower_bound,
+            self.upper_bound,
+            self.lower_bound_type,
+            self.upper_bound_type,
+            tuple(self.hash_dimensions),
+        )
 
 
 class Partitioning:
@@ -190,8 +222,9 @@ class Partitioning:
         self._bounds: list[tuple[Any, Any, str, str, tuple[HashDimension, ...] | None]] = []
         self._splits: list[Any] = []
 
-    def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int,
-                            seed: int | None = None) -> Partitioning:
+    def add_hash_partitions(
+        self, column_names: Sequence[str] | str, num_buckets: int, seed: int | None = None
+    ) -> Partitioning:
         self._hash.append(_hash_level(column_names, num_buckets, seed))
         return self
 
@@ -199,8 +232,13 @@ class Partitioning:
         self._range_cols = [column_names] if isinstance(column_names, str) else list(column_names)
         return self
 
-    def add_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
-                            lower_bound_type: str = "inclusive", upper_bound_type: str = "exclusive") -> Partitioning:
+    def add_range_partition(
+        self,
+        lower_bound: Any = None,
+        upper_bound: Any = None,
+        lower_bound_type: str = "inclusive",
+        upper_bound_type: str = "exclusive",
+    ) -> Partitioning:
         self._bounds.append((lower_bound, upper_bound, lower_bound_type, upper_bound_type, None))
         return self
 
@@ -221,8 +259,10 @@ class Partitioning:
         return PartitionSchema(schema, self._hash, ranges).with_custom_ranges(self._range_bounds())
 
     def _range_bounds(self) -> list[RangeBound]:
-        return [dataclasses.replace(RangeBound.of((_as_row(lo), _as_row(hi), lt, ut)), hash_dimensions=dims)
-                for lo, hi, lt, ut, dims in self._bounds]
+        return [
+            dataclasses.replace(RangeBound.of((_as_row(lo), _as_row(hi), lt, ut)), hash_dimensions=dims)
+            for lo, hi, lt, ut, dims in self._bounds
+        ]
 
     def to_wire(self, schema: Schema) -> dict[str, Any]:
         """``partition_schema``, ``range_bounds`` and ``split_rows`` of a CreateTable request (validated here,
@@ -232,9 +272,11 @@ class Partitioning:
         # raises on overlaps, bad splits, wrong columns
         ps.create_partitions(self._range_bounds(), [_as_row(s) for s in self._splits])
         plain = PartitionSchema(schema, ps.hash_dimensions, ps.range_schema)
-        return {"partition_schema": plain.to_dict(),
-                "range_bounds": [bound_to_wire(ps, lo, hi, lt, ut, dims) for lo, hi, lt, ut, dims in self._bounds],
-                "split_rows": [row_to_wire(ps, s) for s in self._splits]}
+        return {
+            "partition_schema": plain.to_dict(),
+            "range_bounds": [bound_to_wire(ps, lo, hi, lt, ut, dims) for lo, hi, lt, ut, dims in self._bounds],
+            "split_rows": [row_to_wire(ps, s) for s in self._splits],
+        }
 
 
 def _as_row(row: Any) -> Any:
@@ -256,10 +298,20 @@ def row_to_wire(ps: PartitionSchema, row: Any) -> Any:
     return {k: value_to_wire(v) for k, v in d.items()}
 
 
-def bound_to_wire(ps: PartitionSchema, lower: Any, upper: Any, lower_type: str, upper_type: str,
-                  hash_dimensions: Sequence[HashDimension] | None = None) -> dict[str, Any]:
-    out = {"lower": row_to_wire(ps, lower), "upper": row_to_wire(ps, upper),
-           "lower_bound_type": lower_type, "upper_bound_type": upper_type}
+def bound_to_wire(
+    ps: PartitionSchema,
+    lower: Any,
+    upper: Any,
+    lower_type: str,
+    upper_type: str,
+    hash_dimensions: Sequence[HashDimension] | None = None,
+) -> dict[str, Any]:
+    out = {
+        "lower": row_to_wire(ps, lower),
+        "upper": row_to_wire(ps, upper),
+        "lower_bound_type": lower_type,
+        "upper_bound_type": upper_type,
+    }
     if hash_dimensions is not None:
         out["hash_dimensions"] = [d.to_dict() for d in hash_dimensions]
     return out

@@ -44,9 +44,16 @@ log = logging.getLogger(__name__)
 FLUSH_AUTO_SYNC = "sync"
 FLUSH_AUTO_BACKGROUND = "background"
 FLUSH_MANUAL = "manual"
-_FLUSH_MODES = {"sync": FLUSH_AUTO_SYNC, "auto_sync": FLUSH_AUTO_SYNC, "auto_flush_sync": FLUSH_AUTO_SYNC,
-                "background": FLUSH_AUTO_BACKGROUND, "auto_background": FLUSH_AUTO_BACKGROUND,
-                "auto_flush_background": FLUSH_AUTO_BACKGROUND, "manual": FLUSH_MANUAL, "manual_flush": FLUSH_MANUAL}
+_FLUSH_MODES = {
+    "sync": FLUSH_AUTO_SYNC,
+    "auto_sync": FLUSH_AUTO_SYNC,
+    "auto_flush_sync": FLUSH_AUTO_SYNC,
+    "background": FLUSH_AUTO_BACKGROUND,
+    "auto_background": FLUSH_AUTO_BACKGROUND,
+    "auto_flush_background": FLUSH_AUTO_BACKGROUND,
+    "manual": FLUSH_MANUAL,
+    "manual_flush": FLUSH_MANUAL,
+}
 
 MAX_ROWS_PER_RPC = 20_000
 MAX_BYTES_PER_RPC = 8 * 1024 * 1024
@@ -57,9 +64,16 @@ STAGE_ROWS = 1000  # the blocking Session hands rows to the loop this many at a 
 STAGE_BYTES = 1024 * 1024  # ... or at this many bytes
 MAX_REROUTES = 10
 _IGNORE_KINDS = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE))
-_METRIC_NAMES = {OpType.INSERT: "insert", OpType.INSERT_IGNORE: "insert", OpType.UPSERT: "upsert",
-                 OpType.UPSERT_IGNORE: "upsert", OpType.UPDATE: "update", OpType.UPDATE_IGNORE: "update",
-                 OpType.DELETE: "delete", OpType.DELETE_IGNORE: "delete"}
+_METRIC_NAMES = {
+    OpType.INSERT: "insert",
+    OpType.INSERT_IGNORE: "insert",
+    OpType.UPSERT: "upsert",
+    OpType.UPSERT_IGNORE: "upsert",
+    OpType.UPDATE: "update",
+    OpType.UPDATE_IGNORE: "update",
+    OpType.DELETE: "delete",
+    OpType.DELETE_IGNORE: "delete",
+}
 
 
 class KuduError:
@@ -112,11 +126,19 @@ def _row_bytes(row: dict[str, Any]) -> int:
 
 
 class AsyncSession:
-    def __init__(self, client: AsyncClient, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000,
-                 mutation_buffer_sz: int = 7 * 1024 * 1024, mutation_buffer_max_num: int = 2,
-                 flush_interval_ms: int = 1000, flush_watermark: float = 0.5, *,
-                 mutation_buffer_watermark: float | None = None,
-                 mutation_buffer_flush_interval: int | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        flush_mode: str = FLUSH_MANUAL,
+        timeout_ms: int = 5000,
+        mutation_buffer_sz: int = 7 * 1024 * 1024,
+        mutation_buffer_max_num: int = 2,
+        flush_interval_ms: int = 1000,
+        flush_watermark: float = 0.5,
+        *,
+        mutation_buffer_watermark: float | None = None,
+        mutation_buffer_flush_interval: int | None = None,
+    ) -> None:
         """kudu-python's ``new_session`` keywords (``mutation_buffer_watermark``, ``mutation_buffer_flush_interval``)
         are accepted as well as the shorter ``flush_watermark`` and ``flush_interval_ms``."""
         self.client = client
@@ -204,11 +226,15 @@ class AsyncSession:
 
     def _check_space(self, size: int, count: int) -> None:
         """FLUSH_MANUAL: refuse an operation the buffer (with rows staged for it) has no room for."""
-        if self._buf_bytes + self._staged_bytes + size > self.buffer_bytes_limit or \
-                len(self._buf) + len(self._staged) + count > MAX_BUFFERED_OPS:
-            raise KuduIncomplete(f"mutation buffer is full ({len(self._buf) + len(self._staged)} operations, "
-                                 f"{self._buf_bytes + self._staged_bytes} bytes); flush() first or "
-                                 "set_mutation_buffer_space()")
+        if (
+            self._buf_bytes + self._staged_bytes + size > self.buffer_bytes_limit
+            or len(self._buf) + len(self._staged) + count > MAX_BUFFERED_OPS
+        ):
+            raise KuduIncomplete(
+                f"mutation buffer is full ({len(self._buf) + len(self._staged)} operations, "
+                f"{self._buf_bytes + self._staged_bytes} bytes); flush() first or "
+                "set_mutation_buffer_space()"
+            )
 
     async def _buffer(self, item: _Buffered, size: int | None = None) -> None:
         size = _row_bytes(item[1]) if size is None else size
@@ -243,8 +269,9 @@ class AsyncSession:
 
     def staged_enough(self) -> bool:
         """Whether the caller should hand its staged rows over now (bounded in rows and bytes)."""
-        return len(self._staged) >= STAGE_ROWS or \
-            self._staged_bytes >= min(STAGE_BYTES, self.buffer_bytes_limit * self.flush_watermark)
+        return len(self._staged) >= STAGE_ROWS or self._staged_bytes >= min(
+            STAGE_BYTES, self.buffer_bytes_limit * self.flush_watermark
+        )
 
     async def take_staged(self) -> None:
         """Buffer every staged operation (on the loop, in staging order: the swap and the buffering
@@ -277,8 +304,11 @@ class AsyncSession:
         op_type = op_type_of(op)
         name = OPERATIONS[str(op).lower()].op_name
         if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist(
-                [], batch.schema)
+            batch = (
+                batch.combine_chunks().to_batches()[0]
+                if batch.num_rows
+                else pa.RecordBatch.from_pylist([], batch.schema)
+            )
         given = set(batch.schema.names)
         checked, bad = table.schema.validate_batch_rows(batch, for_op=name)
         full, set_cols = _widen(table.schema, checked, given)
@@ -293,8 +323,17 @@ class AsyncSession:
             full = full.take(idx)
             set_cols = None if set_cols is None else set_cols[keep]
         if full.num_rows:
-            await self._send(_Batch(table, full, np.full(full.num_rows, int(op_type), dtype=np.int8), set_cols, None,
-                                    table.schema, table.schema_version))
+            await self._send(
+                _Batch(
+                    table,
+                    full,
+                    np.full(full.num_rows, int(op_type), dtype=np.int8),
+                    set_cols,
+                    None,
+                    table.schema,
+                    table.schema_version,
+                )
+            )
         self._raise_if_new_errors(errors_before, "apply_arrow")
         return n
 
@@ -315,12 +354,21 @@ class AsyncSession:
         kept_before, failed_before = before
         failed = self._failed_total - failed_before
         if failed > 0:
-            first: Any = (self._errors[kept_before] if len(self._errors) > kept_before else
-                          self._errors[-1] if self._errors else "(already taken by get_pending_errors)")
-            dropped = "" if len(self._errors) - kept_before == failed else \
-                f" (only the first {MAX_PENDING_ERRORS} errors are kept)"
-            raise KuduIOError(f"{what}: {failed} row(s) failed{dropped}; first: {first}; see get_pending_errors()",
-                              {"errors": failed})
+            first: Any = (
+                self._errors[kept_before]
+                if len(self._errors) > kept_before
+                else self._errors[-1]
+                if self._errors
+                else "(already taken by get_pending_errors)"
+            )
+            dropped = (
+                ""
+                if len(self._errors) - kept_before == failed
+                else f" (only the first {MAX_PENDING_ERRORS} errors are kept)"
+            )
+            raise KuduIOError(
+                f"{what}: {failed} row(s) failed{dropped}; first: {first}; see get_pending_errors()", {"errors": failed}
+            )
 
     async def _start_background_flush(self) -> None:
         if not self._buf:
@@ -368,8 +416,11 @@ class AsyncSession:
             timer.cancel()
         left = self.count_buffered_operations()
         if left and not self._closed:
-            log.warning("client closed with %d operation(s) buffered in a session that was never flushed or "
-                        "closed: they are dropped", left)
+            log.warning(
+                "client closed with %d operation(s) buffered in a session that was never flushed or "
+                "closed: they are dropped",
+                left,
+            )
         self._closed = True
         return timer
 
@@ -437,8 +488,12 @@ class AsyncSession:
             self._fail_rows(b, range(b.rows.num_rows), e, possibly_successful=False)
             return
         for i in np.flatnonzero(where < 0).tolist():
-            self._add_error(KuduError(KuduNotFound(f"no tablet of table {b.table.name} covers this row (no range "
-                                                   "partition for it)"), b.failed(i)))
+            self._add_error(
+                KuduError(
+                    KuduNotFound(f"no tablet of table {b.table.name} covers this row (no range partition for it)"),
+                    b.failed(i),
+                )
+            )
         tablets = [int(t) for t in np.unique(where[where >= 0])]
         sem = asyncio.Semaphore(MAX_TABLETS_IN_FLIGHT)
         moved: list[np.ndarray] = []
@@ -453,13 +508,25 @@ class AsyncSession:
         await asyncio.gather(*(one(t) for t in tablets))
         if moved:  # tablets not found where the cache said: refresh and route those rows again
             idx = np.sort(np.concatenate(moved))
-            sub = _Batch(b.table, b.rows.take(pa.array(idx)), b.op_types[idx],
-                         None if b.set_cols is None else b.set_cols[idx],
-                         None if b.ops is None else [b.ops[i] for i in idx.tolist()], b.schema, b.schema_version)
+            sub = _Batch(
+                b.table,
+                b.rows.take(pa.array(idx)),
+                b.op_types[idx],
+                None if b.set_cols is None else b.set_cols[idx],
+                None if b.ops is None else [b.ops[i] for i in idx.tolist()],
+                b.schema,
+                b.schema_version,
+            )
             if hops >= MAX_REROUTES:
-                self._fail_rows(sub, range(len(idx)), KuduNotFound(
-                    f"{len(idx)} rows of table {b.table.name} found no tablet after {hops} location refreshes "
-                    "(tablets keep moving or being dropped)"), possibly_successful=False)
+                self._fail_rows(
+                    sub,
+                    range(len(idx)),
+                    KuduNotFound(
+                        f"{len(idx)} rows of table {b.table.name} found no tablet after {hops} location refreshes "
+                        "(tablets keep moving or being dropped)"
+                    ),
+                    possibly_successful=False,
+                )
                 return
             again = Deadline(self.timeout_ms / 1000.0, f"re-routing {len(idx)} rows of table {b.table.name}")
             await again.backoff(None)
@@ -475,17 +542,18 @@ class AsyncSession:
             try:
                 await self._write_segment(b, tablet.tablet_id, seg)
             except _TabletMoved:
-                return rows[np.searchsorted(rows, seg[0]):]
+                return rows[np.searchsorted(rows, seg[0]) :]
             except KuduBadStatus as e:
                 self._fail_rows(b, seg, e, possibly_successful=True)
-                for later in segs[k + 1:]:
+                for later in segs[k + 1 :]:
                     self._fail_rows(b, later, e, possibly_successful=False)
                 return None
         return None
 
     async def _write_segment(self, b: _Batch, tablet_id: str, seg: np.ndarray) -> None:
-        deadline = Deadline(self.timeout_ms / 1000.0,
-                            f"write of {len(seg)} rows to tablet {tablet_id} of table {b.table.name}")
+        deadline = Deadline(
+            self.timeout_ms / 1000.0, f"write of {len(seg)} rows to tablet {tablet_id} of table {b.table.name}"
+        )
         idx = pa.array(seg)
         # One request id for every attempt, whatever the reason for the retry (timeout, lost connection,
         # another leader) and whichever server answers, so a write already applied is never applied again.
@@ -499,15 +567,20 @@ class AsyncSession:
         finally:
             self.client.write_ids.end(request_id)
 
-    async def _write_segment_attempts(self, b: _Batch, tablet_id: str, seg: np.ndarray, idx: pa.Array,
-                                      deadline: Deadline, request_id: dict[str, Any]) -> None:
+    async def _write_segment_attempts(
+        self, b: _Batch, tablet_id: str, seg: np.ndarray, idx: pa.Array, deadline: Deadline, request_id: dict[str, Any]
+    ) -> None:
         while True:
             version = b.schema_version  # rows, bitmap and version read together (no await in between)
             rows = b.rows.take(idx)
             types = b.op_types[seg]
             set_cols = None if b.set_cols is None else b.set_cols[seg]
-            req = {"tablet_id": tablet_id, "schema_version": version, "request_id": request_id,
-                   **encode_row_operations(rows, types, set_cols)}
+            req = {
+                "tablet_id": tablet_id,
+                "schema_version": version,
+                "request_id": request_id,
+                **encode_row_operations(rows, types, set_cols),
+            }
             seen = self.client.latest_observed_timestamp()
             if seen:
                 req["propagated_timestamp"] = seen
@@ -546,8 +619,9 @@ class AsyncSession:
         for e in reply.get("row_errors") or []:
             i = int(e["row_index"])
             failed[i] = True
-            self._add_error(KuduError(error_from_code(str(e["code"]), str(e.get("message", ""))),
-                                      b.failed(int(seg[i]))))
+            self._add_error(
+                KuduError(error_from_code(str(e["code"]), str(e.get("message", ""))), b.failed(int(seg[i])))
+            )
         ok = types[~failed]
         ignored = int(reply.get("ignored", 0))
         for t in np.unique(ok).tolist():
@@ -643,8 +717,9 @@ def _adapt(b: _Batch, old: Schema, new: Schema) -> None:
     old_pos = {ident(c): i for i, c in enumerate(old.columns)}
     for ci, c in enumerate(old.columns):
         if ident(c) not in new_pos and set_cols[:, ci].any() and b.rows.column(ci).null_count < n:
-            raise KuduInvalidArgument(f"column '{c.name}' is no longer in table {b.table.name} (dropped while "
-                                      "this write was in flight)")
+            raise KuduInvalidArgument(
+                f"column '{c.name}' is no longer in table {b.table.name} (dropped while this write was in flight)"
+            )
     arrays = []
     new_set = np.zeros((n, len(new)), dtype=bool)
     insertish = op_mask(b.op_types, (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE))

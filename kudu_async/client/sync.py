@@ -87,8 +87,9 @@ def _close_open_clients() -> None:
 class Client:
     """kudu-python's ``Client`` (blocking). Thread-safe; close it (or use ``with``) when done."""
 
-    def __init__(self, masters: Sequence[str], admin_timeout_ms: int | None = None,
-                 rpc_timeout_ms: int | None = None) -> None:
+    def __init__(
+        self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
+    ) -> None:
         self._loop = _LoopThread("kudu-client")
         try:
             self._async = self._loop.run(self._connect(masters, admin_timeout_ms, rpc_timeout_ms))
@@ -124,8 +125,15 @@ class Client:
         self.close()
 
     # DDL and metadata
-    def create_table(self, table_name: str, schema: Schema, partitioning: Partitioning | None = None,
-                     n_replicas: int | None = None, owner: str | None = None, comment: str | None = None) -> Table:
+    def create_table(
+        self,
+        table_name: str,
+        schema: Schema,
+        partitioning: Partitioning | None = None,
+        n_replicas: int | None = None,
+        owner: str | None = None,
+        comment: str | None = None,
+    ) -> Table:
         t = self._run(self._async.create_table(table_name, schema, partitioning, n_replicas, owner, comment))
         t._owner = self
         return t
@@ -360,7 +368,12 @@ class ScanTokenBuilder(ScanConfig):
         return self._client._run(b.build())
 
 
-def connect(host: str | Sequence[str] = "127.0.0.1", port: int | Sequence[int] | None = 7051,
-            admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None, **_security: Any) -> Client:
+def connect(
+    host: str | Sequence[str] = "127.0.0.1",
+    port: int | Sequence[int] | None = 7051,
+    admin_timeout_ms: int | None = None,
+    rpc_timeout_ms: int | None = None,
+    **_security: Any,
+) -> Client:
     """kudu-python's ``connect``: one host and port, lists of both, or ``"host:port"`` strings."""
     return Client(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)

@@ -107,7 +107,8 @@ class WriteOperation:
             return
         if isinstance(key, int) and not 0 <= key < len(schema.columns):
             raise KuduInvalidArgument(
-                f"column index {key} is not in table {self.table.name} ({len(schema.columns)} columns)")
+                f"column index {key} is not in table {self.table.name} ({len(schema.columns)} columns)"
+            )
         name = schema.columns[key].name if isinstance(key, int) else key
         if name not in schema:
             raise KuduInvalidArgument(f"column '{name}' is not in table {self.table.name}")

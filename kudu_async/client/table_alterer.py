@@ -12,6 +12,7 @@ from kudu_async.common.types import value_to_wire
 if TYPE_CHECKING:
     from kudu_async.client.aio import AsyncClient
 
+
 class _AlterColumnSpec(ColumnSpec):
     """``alter_column(name)``: only what Kudu lets AlterTable change (default, comment, encoding,
     compression, block size, mutability) and a rename."""
@@ -67,8 +68,16 @@ class AsyncTableAlterer:
         self._extra["new_comment"] = comment
         return self
 
-    def add_column(self, name: str, type_: Any = None, nullable: bool | None = None, compression: str | None = None,
-                   encoding: str | None = None, default: Any = NO_DEFAULT, **kw: Any) -> ColumnSpec:
+    def add_column(
+        self,
+        name: str,
+        type_: Any = None,
+        nullable: bool | None = None,
+        compression: str | None = None,
+        encoding: str | None = None,
+        default: Any = NO_DEFAULT,
+        **kw: Any,
+    ) -> ColumnSpec:
         b = SchemaBuilder()
         spec = b.add_column(name, type_, nullable, compression, encoding, **kw)
         if default is not NO_DEFAULT:
@@ -93,9 +102,13 @@ class AsyncTableAlterer:
         self._steps.append({"type": "DROP_COLUMN", "name": name})
         return self
 
-    def add_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
-                            lower_bound_type: str = "inclusive",
-                            upper_bound_type: str = "exclusive") -> AsyncTableAlterer:
+    def add_range_partition(
+        self,
+        lower_bound: Any = None,
+        upper_bound: Any = None,
+        lower_bound_type: str = "inclusive",
+        upper_bound_type: str = "exclusive",
+    ) -> AsyncTableAlterer:
         b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
         self._steps.append({"type": "ADD_RANGE_PARTITION", **b})
         return self
@@ -109,9 +122,13 @@ class AsyncTableAlterer:
         self._steps.append({"type": "ADD_RANGE_PARTITION", **b})
         return self
 
-    def drop_range_partition(self, lower_bound: Any = None, upper_bound: Any = None,
-                             lower_bound_type: str = "inclusive",
-                            upper_bound_type: str = "exclusive") -> AsyncTableAlterer:
+    def drop_range_partition(
+        self,
+        lower_bound: Any = None,
+        upper_bound: Any = None,
+        lower_bound_type: str = "inclusive",
+        upper_bound_type: str = "exclusive",
+    ) -> AsyncTableAlterer:
         b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
         self._steps.append({"type": "DROP_RANGE_PARTITION", **b})
         return self

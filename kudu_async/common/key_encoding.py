@@ -63,9 +63,7 @@ def _encode_component(col: ColumnSchema, value: Any, is_last: bool) -> bytes:
     return raw.replace(b"\x00", b"\x00\x01") + b"\x00\x00"
 
 
-def encode_values(
-    columns: Sequence[ColumnSchema], values: Sequence[Any], *, allow_prefix: bool = False
-) -> bytes:
+def encode_values(columns: Sequence[ColumnSchema], values: Sequence[Any], *, allow_prefix: bool = False) -> bytes:
     """Encode ``values`` for ``columns`` (the last column's string is raw).
 
     With ``allow_prefix`` fewer values than columns may be given (scan bounds, partial range bounds);
@@ -81,9 +79,7 @@ def encode_values(
         parts.append(_encode_component(col, v, i == last))
     out = b"".join(parts)
     if len(out) > MAX_ENCODED_KEY_SIZE_BYTES:
-        raise KuduInvalidArgument(
-            f"encoded primary key of {len(out)} bytes exceeds {MAX_ENCODED_KEY_SIZE_BYTES}"
-        )
+        raise KuduInvalidArgument(f"encoded primary key of {len(out)} bytes exceeds {MAX_ENCODED_KEY_SIZE_BYTES}")
     return out
 
 
@@ -110,9 +106,7 @@ def encode_key_prefix(schema: Schema, values: Sequence[Any]) -> bytes:
     return encode_values(schema.key_columns, list(values), allow_prefix=True)
 
 
-def decode_values(
-    columns: Sequence[ColumnSchema], data: bytes, *, allow_prefix: bool = False
-) -> tuple[Any, ...]:
+def decode_values(columns: Sequence[ColumnSchema], data: bytes, *, allow_prefix: bool = False) -> tuple[Any, ...]:
     """Inverse of ``encode_values``; values come back in canonical form. With ``allow_prefix`` the
     data may stop after any component (partial range bounds)."""
     out: list[Any] = []
@@ -190,9 +184,7 @@ def _fixed_matrix(col: ColumnSchema, arr: pa.Array, width: int) -> np.ndarray:
             arr = arr.view(pa.int32())
         vals = arr.to_numpy(zero_copy_only=False)
     bits = 8 * width
-    flipped = vals.astype(f"<i{width}", copy=False).view(f"<u{width}") ^ np.array(
-        1 << (bits - 1), f"<u{width}"
-    )
+    flipped = vals.astype(f"<i{width}", copy=False).view(f"<u{width}") ^ np.array(1 << (bits - 1), f"<u{width}")
     return flipped.astype(f">u{width}").view(np.uint8).reshape(n, width)
 
 
@@ -249,9 +241,7 @@ def encode_columns(columns: Sequence[ColumnSchema], arrays: Sequence[pa.Array | 
     if any_variable and n:
         biggest = pc.max(pc.binary_length(out)).as_py()
         if biggest is not None and biggest > MAX_ENCODED_KEY_SIZE_BYTES:
-            raise KuduInvalidArgument(
-                f"encoded primary key of {biggest} bytes exceeds {MAX_ENCODED_KEY_SIZE_BYTES}"
-            )
+            raise KuduInvalidArgument(f"encoded primary key of {biggest} bytes exceeds {MAX_ENCODED_KEY_SIZE_BYTES}")
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()
     return out

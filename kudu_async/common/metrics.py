@@ -230,9 +230,7 @@ class MetricRegistry:
                     cumulative = 0
                     for bound, count in zip(m.bounds, m.counts, strict=False):
                         cumulative += count
-                        lines.append(
-                            f"{pname}_bucket{_prom_labels({**labels, 'le': _fmt(bound)})} {cumulative}"
-                        )
+                        lines.append(f"{pname}_bucket{_prom_labels({**labels, 'le': _fmt(bound)})} {cumulative}")
                     lines.append(f"{pname}_bucket{_prom_labels({**labels, 'le': '+Inf'})} {m.total_count}")
                     lines.append(f"{pname}_sum{_prom_labels(labels)} {_fmt(m.total_sum)}")
                     lines.append(f"{pname}_count{_prom_labels(labels)} {m.total_count}")

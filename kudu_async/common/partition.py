@@ -357,9 +357,7 @@ class PartitionSchema:
         enc = encode_values(self._dim_columns(dim), list(values))
         return xxhash.xxh64_intdigest(enc, seed=dim.seed) % dim.num_buckets
 
-    def hash_buckets_of(
-        self, row: Mapping[str, Any], dims: Sequence[HashDimension] | None = None
-    ) -> tuple[int, ...]:
+    def hash_buckets_of(self, row: Mapping[str, Any], dims: Sequence[HashDimension] | None = None) -> tuple[int, ...]:
         """The row's bucket per hash level (of ``dims``; by default those of the row's range)."""
         if dims is None:
             dims = self.hash_dimensions
@@ -401,9 +399,7 @@ class PartitionSchema:
                 raise KuduInvalidArgument(f"column '{c}': value missing", {"column": c})
         range_keys = None
         if self.range_schema.columns:
-            range_keys = encode_columns(
-                self.range_columns, [batch.column(c) for c in self.range_schema.columns]
-            )
+            range_keys = encode_columns(self.range_columns, [batch.column(c) for c in self.range_schema.columns])
         # Which hash schema each row uses: 0 = the default, i + 1 = custom range i.
         groups = np.zeros(n, dtype=np.int64)
         if self.custom_ranges and range_keys is not None:
@@ -431,9 +427,7 @@ class PartitionSchema:
                 else:
                     buckets[rows] = h
             raw = buckets.astype(">u4").tobytes()
-            parts.append(
-                pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
-            )
+            parts.append(pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)]))
         if range_keys is not None:
             parts.append(range_keys)
         if not parts:
@@ -457,9 +451,7 @@ class PartitionSchema:
         ranges: list[tuple[bytes, bytes]] = []
         for b in bounds:
             lo, hi = self._encode_bound(b)
-            if b.hash_dimensions is not None and not any(
-                (r.lower, r.upper) == (lo, hi) for r in self.custom_ranges
-            ):
+            if b.hash_dimensions is not None and not any((r.lower, r.upper) == (lo, hi) for r in self.custom_ranges):
                 raise KuduInvalidArgument(
                     "a range with its own hash schema must be registered first (with_custom_ranges)"
                 )
@@ -577,11 +569,7 @@ class PartitionSchema:
         for pred in predicates:
             by_col.setdefault(pred.column, []).append(pred)
         for col, preds in by_col.items():
-            if (
-                col in self.schema
-                and self.schema.is_key_column(col)
-                and any(p.op == "IS NULL" for p in preds)
-            ):
+            if col in self.schema and self.schema.is_key_column(col) and any(p.op == "IS NULL" for p in preds):
                 return []  # key columns are NOT NULL
         if not lower_bound_key and not upper_bound_key:
             row = self._pinned_row(by_col)
@@ -641,9 +629,7 @@ class PartitionSchema:
             out.append(p)
         return out
 
-    def _allowed_buckets(
-        self, dim: HashDimension, by_col: Mapping[str, list[ColumnPredicate]]
-    ) -> set[int] | None:
+    def _allowed_buckets(self, dim: HashDimension, by_col: Mapping[str, list[ColumnPredicate]]) -> set[int] | None:
         value_lists: list[list[Any]] = []
         for c in dim.columns:
             col = self.schema.column(c)
@@ -749,13 +735,16 @@ def hash_encoded(encoded: pa.Array, seed: int, num_buckets: int) -> np.ndarray:
     hashes = xxh64_fixed_width(encoded, seed)
     if hashes is None:
         values = encoded.to_pylist()
-        hashes = np.fromiter(map(xxhash.xxh64_intdigest, values, itertools.repeat(seed)), dtype=np.uint64,
-                             count=len(values))
+        hashes = np.fromiter(
+            map(xxhash.xxh64_intdigest, values, itertools.repeat(seed)), dtype=np.uint64, count=len(values)
+        )
     return (hashes % np.uint64(num_buckets)).astype(np.uint32)
 
 
-_P1, _P2, _P3, _P4, _P5 = (np.uint64(p) for p in (
-    0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5))
+_P1, _P2, _P3, _P4, _P5 = (
+    np.uint64(p)
+    for p in (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+)
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:

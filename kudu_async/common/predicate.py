@@ -64,9 +64,7 @@ class ColumnPredicate:
                 raise KuduInvalidArgument(f"IN on column '{self.column}' needs a list of values")
             object.__setattr__(self, "value", tuple(self.value))
         elif self.value is None:
-            raise KuduInvalidArgument(
-                f"comparison with NULL on column '{self.column}' never matches; use IS NULL"
-            )
+            raise KuduInvalidArgument(f"comparison with NULL on column '{self.column}' never matches; use IS NULL")
 
     @property
     def values(self) -> tuple[Any, ...]:
@@ -83,9 +81,7 @@ class ColumnPredicate:
         if self.op in ("IS NULL", "IS NOT NULL"):
             return self
         if self.op == "IN":
-            return ColumnPredicate(
-                self.column, "IN", tuple(col.coerce(v) for v in self.value if v is not None)
-            )
+            return ColumnPredicate(self.column, "IN", tuple(col.coerce(v) for v in self.value if v is not None))
         return ColumnPredicate(self.column, self.op, col.coerce(self.value))
 
     # -- evaluation -------------------------------------------------------------------------------------
@@ -169,9 +165,7 @@ def _scalar_value(column: str, value: Any, typ: pa.DataType) -> Any:
     return value
 
 
-def evaluate_predicates(
-    predicates: Sequence[ColumnPredicate], batch: pa.RecordBatch | pa.Table
-) -> pa.BooleanArray:
+def evaluate_predicates(predicates: Sequence[ColumnPredicate], batch: pa.RecordBatch | pa.Table) -> pa.BooleanArray:
     """AND of all predicates (all True when there are none)."""
     mask: pa.BooleanArray | None = None
     for p in predicates:

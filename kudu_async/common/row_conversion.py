@@ -96,6 +96,7 @@ def ipc_to_table(data: bytes | memoryview | pa.Buffer) -> pa.Table:
 
 # --- row operations on the wire (Write RPC and the tablet WAL) ------------------------------------------
 
+
 class OpType(enum.IntEnum):
     """Row operation types, numbered as Kudu's RowOperationsPB so wire values carry over."""
 

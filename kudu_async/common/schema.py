@@ -78,9 +78,7 @@ def check_identifier(kind: str, name: Any) -> None:
         )
 
 
-def _norm_choice(
-    kind: str, value: str | None, choices: Sequence[str], aliases: Mapping[str, str]
-) -> str | None:
+def _norm_choice(kind: str, value: str | None, choices: Sequence[str], aliases: Mapping[str, str]) -> str | None:
     if value is None:
         return None
     v = str(value).strip().lower()
@@ -120,14 +118,10 @@ class ColumnSchema:
             if self.precision is None:
                 raise KuduInvalidArgument(f"column '{self.name}': decimal needs a precision")
             if not 1 <= self.precision <= T.MAX_DECIMAL_PRECISION:
-                raise KuduInvalidArgument(
-                    f"column '{self.name}': decimal precision {self.precision} not in 1..38"
-                )
+                raise KuduInvalidArgument(f"column '{self.name}': decimal precision {self.precision} not in 1..38")
             scale = 0 if self.scale is None else self.scale
             if not 0 <= scale <= self.precision:
-                raise KuduInvalidArgument(
-                    f"column '{self.name}': decimal scale {scale} not in 0..{self.precision}"
-                )
+                raise KuduInvalidArgument(f"column '{self.name}': decimal scale {scale} not in 0..{self.precision}")
             object.__setattr__(self, "scale", scale)
         elif self.precision is not None or self.scale is not None:
             raise KuduInvalidArgument(f"column '{self.name}': precision/scale only apply to decimal")
@@ -263,8 +257,7 @@ class Schema:
             raise KuduInvalidArgument("key_column_count must be an int")
         if not 1 <= key_column_count <= len(cols):
             raise KuduInvalidArgument(
-                f"the primary key must be a non-empty prefix of the columns (got {key_column_count} of "
-                f"{len(cols)})"
+                f"the primary key must be a non-empty prefix of the columns (got {key_column_count} of {len(cols)})"
             )
         index: dict[str, int] = {}
         for i, c in enumerate(cols):
@@ -450,9 +443,7 @@ class Schema:
         allowed = {"default", "comment", "encoding", "compression", "block_size", "immutable"}
         bad = set(changes) - allowed
         if bad:
-            raise KuduInvalidArgument(
-                f"column '{name}': cannot alter {', '.join(sorted(bad))}", {"column": name}
-            )
+            raise KuduInvalidArgument(f"column '{name}': cannot alter {', '.join(sorted(bad))}", {"column": name})
         i = self.column_index(name)
         cols = list(self.columns)
         cols[i] = dataclasses.replace(cols[i], **changes)
@@ -460,9 +451,7 @@ class Schema:
 
     # -- per-row validation -----------------------------------------------------------------------------
 
-    def validate_row(
-        self, row: Mapping[str, Any] | Sequence[Any], *, for_op: str = "insert"
-    ) -> dict[str, Any]:
+    def validate_row(self, row: Mapping[str, Any] | Sequence[Any], *, for_op: str = "insert") -> dict[str, Any]:
         """Check one row for ``for_op`` and return ``{name: canonical value}``.
 
         insert/upsert: every column, defaults filled in, NOT NULL enforced. update: key + given columns.
@@ -474,9 +463,7 @@ class Schema:
         else:
             vals = list(row)
             if len(vals) > len(self.columns):
-                raise KuduInvalidArgument(
-                    f"row has {len(vals)} values; the schema has {len(self.columns)} columns"
-                )
+                raise KuduInvalidArgument(f"row has {len(vals)} values; the schema has {len(self.columns)} columns")
             given = {c.name: v for c, v in zip(self.columns, vals, strict=False)}
         if not given.keys() <= self._index.keys():
             name = next(n for n in given if n not in self._index)
@@ -583,9 +570,7 @@ class Schema:
                 if c.type.is_string_like and n and _max_cell_bytes(arr) > limit:
                     sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
                     for r in np.flatnonzero(sizes > limit).tolist():
-                        errors.setdefault(
-                            int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}"
-                        )
+                        errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
             elif is_key:
                 raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
             elif op in INSERT_LIKE_OPS:

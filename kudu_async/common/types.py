@@ -357,9 +357,7 @@ def coerce_value(
             raise _bad(column, name, value)
         lo, hi = _INT_BOUNDS[name]
         if not lo <= value <= hi:
-            raise KuduInvalidArgument(
-                f"column '{column}': value {value} out of range for {name}", {"column": column}
-            )
+            raise KuduInvalidArgument(f"column '{column}': value {value} out of range for {name}", {"column": column})
         return value
     if kt is FLOAT or kt is DOUBLE:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -414,9 +412,7 @@ def coerce_value(
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             if not _MIN_DATE_DAYS <= value <= _MAX_DATE_DAYS:
-                raise KuduInvalidArgument(
-                    f"column '{column}': date {value} days out of range", {"column": column}
-                )
+                raise KuduInvalidArgument(f"column '{column}': date {value} days out of range", {"column": column})
             return days_to_date(value)
         raise _bad(column, "date", value)
     if kt is DECIMAL:

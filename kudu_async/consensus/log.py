@@ -316,8 +316,10 @@ class Log:
             return
         for e in entries:
             if entry_frame_bytes(e) > MAX_FRAME_BYTES:
-                raise KuduInvalidArgument(f"WAL entry {e.index} is {len(e.data)} bytes, over the "
-                                          f"{MAX_ENTRY_BYTES}-byte limit of one log frame")
+                raise KuduInvalidArgument(
+                    f"WAL entry {e.index} is {len(e.data)} bytes, over the "
+                    f"{MAX_ENTRY_BYTES}-byte limit of one log frame"
+                )
         self._append_frames(entries)
 
     def _append_frames(self, entries: Sequence[LogEntry]) -> None:
@@ -455,8 +457,10 @@ class Log:
         return len(self._segments)
 
     def segment_info(self) -> list[dict[str, int]]:
-        return [{"seqno": s.seqno, "bytes": s.size, "first_index": s.first_index, "last_index": s.last_index}
-                for s in self._segments]
+        return [
+            {"seqno": s.seqno, "bytes": s.size, "first_index": s.first_index, "last_index": s.last_index}
+            for s in self._segments
+        ]
 
     def total_bytes(self) -> int:
         return sum(s.size for s in self._segments)
@@ -577,8 +581,11 @@ class LogWriter:
 
         work.add_done_callback(done)
 
-    def _written(self, batch: list[tuple[Sequence[LogEntry], asyncio.Future[None], DurableCallback | None]],
-                 error: BaseException | None) -> None:
+    def _written(
+        self,
+        batch: list[tuple[Sequence[LogEntry], asyncio.Future[None], DurableCallback | None]],
+        error: BaseException | None,
+    ) -> None:
         self._writing = False
         if error is None:
             self.syncs += 1

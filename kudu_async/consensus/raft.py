@@ -634,8 +634,7 @@ class RaftNode:
         self._append_own(list(map(Entry, repeat(term), count(first), repeat(NORMAL), payloads)))
         return first + len(payloads) - 1
 
-    def propose_config_change(self, op: ConfigChangeOp, peer: str,
-                              addresses: Mapping[str, str] | None = None) -> int:
+    def propose_config_change(self, op: ConfigChangeOp, peer: str, addresses: Mapping[str, str] | None = None) -> int:
         """Append a CONFIG entry changing one server; it takes effect at once (when appended).
 
         ``addresses`` (uuid -> address) are stored in the entry for the hosts; the core never reads them."""
@@ -694,9 +693,7 @@ class RaftNode:
     def step_down(self) -> None:
         """Abrupt leader step-down (Kudu LeaderStepDown ABRUPT): become a follower in the same term."""
         if self.role is not Role.LEADER:
-            raise KuduNotTheLeader(
-                f"replica {self.id} of {self.group} is not the leader", {"leader": self.leader}
-            )
+            raise KuduNotTheLeader(f"replica {self.id} of {self.group} is not the leader", {"leader": self.leader})
         self._become_follower(self.term, None)
 
     def transfer_leadership(self, peer: str) -> None:
@@ -705,9 +702,7 @@ class RaftNode:
         If it has not won within an election timeout, this leader carries on (as Kudu does)."""
         self._require_leader()
         if peer == self.id or peer not in self.config.voters:
-            raise KuduInvalidArgument(
-                f"cannot transfer leadership of {self.group} to {peer}: not another voter"
-            )
+            raise KuduInvalidArgument(f"cannot transfer leadership of {self.group} to {peer}: not another voter")
         self._transferee = peer
         self._transfer_elapsed = 0
         pr = self._progress[peer]
@@ -861,9 +856,7 @@ class RaftNode:
                     )
                 )
             elif isinstance(m, Heartbeat):
-                self._send(
-                    HeartbeatResponse(self.group, self.id, m.src, self.term, 0, 0, m.read_seq, m.sent_tick)
-                )
+                self._send(HeartbeatResponse(self.group, self.id, m.src, self.term, 0, 0, m.read_seq, m.sent_tick))
             elif isinstance(m, VoteRequest) and m.pre_vote:
                 self._send(VoteResponse(self.group, self.id, m.src, self.term, False, True))
             return
@@ -953,9 +946,7 @@ class RaftNode:
             if granted:
                 self.vote = m.src
                 self._reset_timer()
-        self._send(
-            VoteResponse(self.group, self.id, m.src, m.term if granted else self.term, granted, m.pre_vote)
-        )
+        self._send(VoteResponse(self.group, self.id, m.src, m.term if granted else self.term, granted, m.pre_vote))
 
     def _handle_vote_response(self, m: VoteResponse) -> None:
         if m.pre_vote:
@@ -1066,9 +1057,7 @@ class RaftNode:
             else:
                 entries = log.slice_limited(pr.next, opts.max_msg_bytes)
             self._out_msgs.append(
-                AppendRequest(
-                    self.group, self.id, peer, self.term, prev, prev_term, self.commit, tuple(entries)
-                )
+                AppendRequest(self.group, self.id, peer, self.term, prev, prev_term, self.commit, tuple(entries))
             )
             if pr.state is PeerState.PROBE:
                 pr.paused = True
@@ -1085,9 +1074,7 @@ class RaftNode:
     def _broadcast_heartbeat(self) -> None:
         seq = self._read_seq
         for peer in self._progress:
-            self._out_msgs.append(
-                Heartbeat(self.group, self.id, peer, self.term, self.commit, seq, self._ticks)
-            )
+            self._out_msgs.append(Heartbeat(self.group, self.id, peer, self.term, self.commit, seq, self._ticks))
 
     def _handle_append_response(self, m: AppendResponse) -> None:
         if self.role is not Role.LEADER:
@@ -1221,9 +1208,7 @@ class RaftNode:
             prev_term = m.prev_term
         if log.term_at(prev) != prev_term:
             self._send(
-                AppendResponse(
-                    self.group, self.id, m.src, self.term, False, 0, log.last_index(), self.commit, prev
-                )
+                AppendResponse(self.group, self.id, m.src, self.term, False, 0, log.last_index(), self.commit, prev)
             )
             return
         last = log.last_index()
@@ -1239,9 +1224,7 @@ class RaftNode:
                         break
                     if t != e.term:
                         if e.index <= self.commit:
-                            raise AssertionError(
-                                f"{self.id}: leader {m.src} overwrites committed index {e.index}"
-                            )
+                            raise AssertionError(f"{self.id}: leader {m.src} overwrites committed index {e.index}")
                         self._truncate_after(e.index - 1)
                         new = entries[k:]
                         break
@@ -1307,9 +1290,7 @@ class RaftNode:
         ack = min(self._ack_match, self._log.stable)
         self._ack_sent = max(self._ack_sent, ack)
         self._send(
-            HeartbeatResponse(
-                self.group, self.id, m.src, self.term, ack, self._ack_match, m.read_seq, m.sent_tick
-            )
+            HeartbeatResponse(self.group, self.id, m.src, self.term, ack, self._ack_match, m.read_seq, m.sent_tick)
         )
 
     # --- configuration --------------------------------------------------------------------------------

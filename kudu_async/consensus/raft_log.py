@@ -31,9 +31,7 @@ class RaftLog:
 
     __slots__ = ("_cum", "_entries", "snapshot_index", "snapshot_term", "stable")
 
-    def __init__(
-        self, snapshot_index: int = 0, snapshot_term: int = 0, entries: Sequence[Entry] = ()
-    ) -> None:
+    def __init__(self, snapshot_index: int = 0, snapshot_term: int = 0, entries: Sequence[Entry] = ()) -> None:
         self.snapshot_index = snapshot_index
         self.snapshot_term = snapshot_term
         self._entries: list[Entry] = []

@@ -129,8 +129,7 @@ class RaftManager:
         d = self.root / group
         self.opening.add(group)
         try:
-            cm = await asyncio.get_running_loop().run_in_executor(self.executor, ConsensusMetadata.load,
-                                                                  d / "cmeta")
+            cm = await asyncio.get_running_loop().run_in_executor(self.executor, ConsensusMetadata.load, d / "cmeta")
             extra = dict((cm.config if cm else {}).get("extra", {}))
             return await self._open_replica(group, extra, None)
         except KuduBadStatus as e:
@@ -139,8 +138,9 @@ class RaftManager:
         finally:
             self.opening.discard(group)
 
-    async def create_replica(self, group: str, kind: str, peers: dict[str, str],
-                             extra: dict[str, Any] | None = None) -> RaftReplica:
+    async def create_replica(
+        self, group: str, kind: str, peers: dict[str, str], extra: dict[str, Any] | None = None
+    ) -> RaftReplica:
         """Create a brand-new replica of ``group`` whose first config is ``peers`` (uuid -> address)."""
         check_group_id(group)
         if group in self.replicas:
@@ -158,8 +158,9 @@ class RaftManager:
         kind = extra.get("kind", "")
         factory = self._factories.get(kind)
         sm: StateMachine = _FailedStateMachine() if factory is None else await factory(group, extra)
-        replica = RaftReplica(group, self.node_uuid, self.root / group, sm, self.transport, self.executor,
-                              self.options, extra)
+        replica = RaftReplica(
+            group, self.node_uuid, self.root / group, sm, self.transport, self.executor, self.options, extra
+        )
         self.replicas[group] = replica
         self.tombstoned.discard(group)
         replica.on_peer_needs_copy = lambda peer, address: self._needs_copy(group, peer, address)
@@ -218,8 +219,9 @@ class RaftManager:
         replica = self.replicas.get(check_group_id(group))
         if replica is None:
             if group in self.opening:  # on disk, replaying its log after a restart: ask again shortly
-                raise KuduServiceUnavailable(f"replica of {group} on {self.node_uuid} is still opening",
-                                             {"retryable": True})
+                raise KuduServiceUnavailable(
+                    f"replica of {group} on {self.node_uuid} is still opening", {"retryable": True}
+                )
             raise KuduNotFound(f"no replica of {group} on {self.node_uuid}")
         return replica
 
@@ -266,8 +268,13 @@ class RaftManager:
         except KuduBadStatus as e:
             log.warning("bad consensus reply dropped", extra={"peer": sender, "error": str(e)})
 
-    def _deliver(self, raw_messages: list[dict[str, Any]], missing: set[str] | None = None,
-                 owed: dict[RaftReplica, int] | None = None, sender: str = "") -> None:
+    def _deliver(
+        self,
+        raw_messages: list[dict[str, Any]],
+        missing: set[str] | None = None,
+        owed: dict[RaftReplica, int] | None = None,
+        sender: str = "",
+    ) -> None:
         """Step each message into its replica. ``owed`` (for a request from ``sender``) gets, per replica
         that received appends with entries, the count of AppendResponses to ``sender`` that answers them."""
         messages = [message_from_dict(m) for m in raw_messages]  # all validated before any is stepped
@@ -317,8 +324,10 @@ class RaftManager:
         cas = request.get("cas_config_index")
         raft = replica.raft
         if cas is not None and raft is not None and raft.config_index != cas:
-            raise KuduIllegalState(f"config of {replica.group} is at index {raft.config_index}, not {cas}",
-                                   {"config_index": raft.config_index})
+            raise KuduIllegalState(
+                f"config of {replica.group} is at index {raft.config_index}, not {cas}",
+                {"config_index": raft.config_index},
+            )
         remaining = ctx.remaining()
         index = await replica.change_config(op, peer, address, 30.0 if remaining is None else max(0.05, remaining))
         return {**replica.leader_hint(), "config_index": index}

@@ -95,9 +95,7 @@ class Config:
         try:
             return Config(frozenset(map(str, raw["voters"])), frozenset(map(str, raw.get("learners", ()))))
         except (TypeError, KeyError, AttributeError) as exc:
-            raise KuduInvalidRequest(
-                f"malformed raft config: expected voters/learners, got {raw!r:.100}"
-            ) from exc
+            raise KuduInvalidRequest(f"malformed raft config: expected voters/learners, got {raw!r:.100}") from exc
 
     def encode(self, addresses: Mapping[str, str] | None = None) -> bytes:
         """Payload of a CONFIG entry (msgpack, so the WAL stays one format).
@@ -258,9 +256,7 @@ class TimeoutNow(_Wire):
     term: int
 
 
-Message = (
-    AppendRequest | AppendResponse | Heartbeat | HeartbeatResponse | VoteRequest | VoteResponse | TimeoutNow
-)
+Message = AppendRequest | AppendResponse | Heartbeat | HeartbeatResponse | VoteRequest | VoteResponse | TimeoutNow
 
 _BY_TAG: dict[str, type[_Wire]] = {
     cls.TAG: cls

@@ -183,16 +183,18 @@ class RaftReplica:
         wal, report = Log.open(self.dir / "wal", LogOptions(self.options.segment_bytes, self.options.fsync))
         self.wal = wal
         if report.truncated_tail_bytes:
-            log.warning("recovered WAL with a torn tail", extra={"group": self.group,
-                                                                 "bytes": report.truncated_tail_bytes})
+            log.warning(
+                "recovered WAL with a torn tail", extra={"group": self.group, "bytes": report.truncated_tail_bytes}
+            )
         rng = random.Random(hash((self.node_uuid, self.group, time.time_ns())))
         if cmeta is None:
             if not initial_peers:
                 raise KuduIllegalState(f"replica {self.group} has no metadata and no initial config")
             self.peers = dict(initial_peers)
             config = Config(frozenset(initial_peers))
-            cmeta = ConsensusMetadata(0, None, 0, {"peers": self.peers, "snapshot": [0, 0, config.to_dict()],
-                                                   "extra": self.extra_meta})
+            cmeta = ConsensusMetadata(
+                0, None, 0, {"peers": self.peers, "snapshot": [0, 0, config.to_dict()], "extra": self.extra_meta}
+            )
             cmeta.save(self.cmeta_path)
             self._cmeta = cmeta
             self.raft = RaftNode.bootstrap(self.node_uuid, self.group, config, options=self.options.raft, rng=rng)
@@ -205,20 +207,35 @@ class RaftReplica:
         durable = self.sm.durable_index()
         done = min(max(durable, snapshot.index), wal.last_index)
         if wal.first_index <= done:
-            self.sm.recall([(e.index, e.data) for e in wal.read(wal.first_index, done)
-                            if EntryKind(int(e.kind)) is EntryKind.NORMAL])
+            self.sm.recall(
+                [
+                    (e.index, e.data)
+                    for e in wal.read(wal.first_index, done)
+                    if EntryKind(int(e.kind)) is EntryKind.NORMAL
+                ]
+            )
         start = max(wal.first_index, snapshot.index + 1)
-        entries = [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data)
-                   for e in wal.read(start)] if start <= wal.last_index else []
+        entries = (
+            [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data) for e in wal.read(start)]
+            if start <= wal.last_index
+            else []
+        )
         self._learn_addresses(entries)
         self._saved_commit = cmeta.commit_index
         self.raft = RaftNode.restart(
-            self.node_uuid, self.group, HardState(cmeta.term, cmeta.voted_for, cmeta.commit_index),
-            snapshot, entries, applied=max(durable, snapshot.index) if durable else None,
-            options=self.options.raft, rng=rng,
+            self.node_uuid,
+            self.group,
+            HardState(cmeta.term, cmeta.voted_for, cmeta.commit_index),
+            snapshot,
+            entries,
+            applied=max(durable, snapshot.index) if durable else None,
+            options=self.options.raft,
+            rng=rng,
         )
-        log.info("replica recovered", extra={"group": self.group, "term": cmeta.term, "entries": len(entries),
-                                             "snapshot_index": snapshot.index})
+        log.info(
+            "replica recovered",
+            extra={"group": self.group, "term": cmeta.term, "entries": len(entries), "snapshot_index": snapshot.index},
+        )
 
     # --- inputs ---------------------------------------------------------------------------------------
 
@@ -265,8 +282,12 @@ class RaftReplica:
     def leader_hint(self) -> dict[str, Any]:
         raft = self.raft
         leader = raft.leader if raft is not None else None
-        return {"group": self.group, "leader": leader, "leader_address": self.peers.get(leader or ""),
-                "term": raft.term if raft is not None else 0}
+        return {
+            "group": self.group,
+            "leader": leader,
+            "leader_address": self.peers.get(leader or ""),
+            "term": raft.term if raft is not None else 0,
+        }
 
     async def replicate(self, payload: bytes, timeout_s: float = 10.0) -> Any:
         """Replicate ``payload``; returns what the state machine's ``apply`` returned for it.
@@ -309,8 +330,10 @@ class RaftReplica:
             raise KuduServiceUnavailable(f"replica {self.group}: too many pending proposals")
         for p in payloads:
             if len(p) > MAX_ENTRY_BYTES:  # the log could not store it: refuse it here, not fail the WAL
-                raise KuduInvalidArgument(f"replica {self.group}: an entry of {len(p)} bytes is over the "
-                                          f"{MAX_ENTRY_BYTES}-byte limit of a log entry")
+                raise KuduInvalidArgument(
+                    f"replica {self.group}: an entry of {len(p)} bytes is over the "
+                    f"{MAX_ENTRY_BYTES}-byte limit of a log entry"
+                )
         loop = asyncio.get_running_loop()
         props = [_Proposal(p, loop.create_future()) for p in payloads]
         self._queued.extend(props)
@@ -321,8 +344,13 @@ class RaftReplica:
         """Leader whose own term's first entry is applied: every earlier entry is applied too, so the
         state machine has seen everything a new proposal must be ordered after."""
         raft = self.raft
-        return (self.state is ReplicaState.RUNNING and raft is not None and raft.is_leader
-                and raft.applied_index >= raft.commit and raft.log.term_at(raft.applied_index) == raft.term)
+        return (
+            self.state is ReplicaState.RUNNING
+            and raft is not None
+            and raft.is_leader
+            and raft.applied_index >= raft.commit
+            and raft.log.term_at(raft.applied_index) == raft.term
+        )
 
     async def read_index(self, timeout_s: float = 10.0, use_lease: bool = True) -> int:
         """A linearizable read point: once ``applied >= `` the returned index, reads see every commit."""
@@ -402,9 +430,16 @@ class RaftReplica:
         responses still go out, in a call of their own)."""
 
         def answered(r: RaftReplica) -> bool:
-            return (r.append_responses_sent.get(peer, 0) >= count or r.state is not ReplicaState.RUNNING
-                    or (not r._busy and not r._readies and r._writes_in_flight == 0
-                        and (r.raft is None or not r.raft.has_ready())))
+            return (
+                r.append_responses_sent.get(peer, 0) >= count
+                or r.state is not ReplicaState.RUNNING
+                or (
+                    not r._busy
+                    and not r._readies
+                    and r._writes_in_flight == 0
+                    and (r.raft is None or not r.raft.has_ready())
+                )
+            )
 
         with contextlib.suppress(KuduTimedOut):
             await self.wait_for(answered, timeout_s)
@@ -475,12 +510,16 @@ class RaftReplica:
         for ns in rd.needs_snapshot:
             if ns.peer not in self._snapshot_warned:
                 self._snapshot_warned.add(ns.peer)
-                log.warning("peer is behind the retained log and needs a tablet copy",
-                            extra={"group": self.group, "peer": ns.peer, "snapshot_index": ns.snapshot.index})
+                log.warning(
+                    "peer is behind the retained log and needs a tablet copy",
+                    extra={"group": self.group, "peer": ns.peer, "snapshot_index": ns.snapshot.index},
+                )
             self.peer_needs_copy(ns.peer)
         if rd.role is not None:
-            log.info("raft role change", extra={"group": self.group, "role": rd.role.role.value,
-                                                "term": rd.role.term, "leader": rd.role.leader})
+            log.info(
+                "raft role change",
+                extra={"group": self.group, "role": rd.role.role.value, "term": rd.role.term, "leader": rd.role.leader},
+            )
             if self.on_role_change is not None:
                 self.on_role_change()
 
@@ -505,8 +544,11 @@ class RaftReplica:
         raft = self.raft
         assert raft is not None
         snap = raft.snapshot_meta()
-        self._cmeta.config = {"peers": dict(self.peers), "snapshot": [snap.index, snap.term, snap.config.to_dict()],
-                              "extra": self.extra_meta}
+        self._cmeta.config = {
+            "peers": dict(self.peers),
+            "snapshot": [snap.index, snap.term, snap.config.to_dict()],
+            "extra": self.extra_meta,
+        }
 
     def _start_log_write(self, entries: tuple[Entry, ...]) -> None:
         assert self.writer is not None
@@ -559,8 +601,11 @@ class RaftReplica:
                 if prop.term == e.term:
                     prop.future.set_result(result)
                 else:
-                    prop.future.set_exception(KuduAborted(
-                        f"entry {e.index} of {self.group} was replaced by a new leader's entry", self.leader_hint()))
+                    prop.future.set_exception(
+                        KuduAborted(
+                            f"entry {e.index} of {self.group} was replaced by a new leader's entry", self.leader_hint()
+                        )
+                    )
         raft.applied(committed[-1].index)
         self._applied_since_gc += len(committed)
         segments = self.wal.num_segments if self.wal is not None else 0
@@ -666,9 +711,16 @@ class RaftReplica:
         before linking the WAL, so the log files hold every entry after the compaction point."""
         raft = self._require_running()
         snap = raft.snapshot_meta()
-        cm = ConsensusMetadata(raft.term, None, min(raft.commit, raft.stable_index),
-                               {"peers": dict(self.peers), "snapshot": [snap.index, snap.term, snap.config.to_dict()],
-                                "extra": self.extra_meta})
+        cm = ConsensusMetadata(
+            raft.term,
+            None,
+            min(raft.commit, raft.stable_index),
+            {
+                "peers": dict(self.peers),
+                "snapshot": [snap.index, snap.term, snap.config.to_dict()],
+                "extra": self.extra_meta,
+            },
+        )
         return cm.to_bytes()
 
     def wal_files(self) -> list[Path]:
@@ -680,8 +732,12 @@ class RaftReplica:
 
     def status(self) -> dict[str, Any]:
         raft = self.raft
-        out: dict[str, Any] = {"group": self.group, "state": self.state.value, "error": self.error,
-                               "kind": self.extra_meta.get("kind")}
+        out: dict[str, Any] = {
+            "group": self.group,
+            "state": self.state.value,
+            "error": self.error,
+            "kind": self.extra_meta.get("kind"),
+        }
         if raft is None:
             return out
         now = time.monotonic()
@@ -689,30 +745,37 @@ class RaftReplica:
         for uuid in sorted(raft.config.members | set(self.peers)):
             ps = raft.peer_state(uuid) if raft.is_leader else None
             contact = self.last_contact.get(uuid)
-            peers.append({
-                "uuid": uuid,
-                "address": self.peers.get(uuid),
-                "member_type": "VOTER" if uuid in raft.config.voters else
-                               "NON_VOTER" if uuid in raft.config.learners else "NONE",
-                "match_index": ps[1] if ps else None,
-                "mode": ps[0].value if ps else None,
-                "last_contact_ms_ago": None if contact is None else round((now - contact) * 1000),
-            })
-        out.update({
-            "role": raft.role.value,
-            "term": raft.term,
-            "leader": raft.leader,
-            "commit_index": raft.commit,
-            "config_index": raft.config_index,
-            "applied_index": raft.applied_index,
-            "last_log_index": raft.last_index,
-            "durable_index": raft.stable_index,
-            "first_log_index": raft.first_index,
-            "peers": peers,
-            "pending_proposals": len(self._queued) + len(self._inflight),
-            "driver_busy": self._busy,
-            "readies_waiting": len(self._readies),
-            "log_writes_in_flight": self._writes_in_flight,
-            "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
-        })
+            peers.append(
+                {
+                    "uuid": uuid,
+                    "address": self.peers.get(uuid),
+                    "member_type": "VOTER"
+                    if uuid in raft.config.voters
+                    else "NON_VOTER"
+                    if uuid in raft.config.learners
+                    else "NONE",
+                    "match_index": ps[1] if ps else None,
+                    "mode": ps[0].value if ps else None,
+                    "last_contact_ms_ago": None if contact is None else round((now - contact) * 1000),
+                }
+            )
+        out.update(
+            {
+                "role": raft.role.value,
+                "term": raft.term,
+                "leader": raft.leader,
+                "commit_index": raft.commit,
+                "config_index": raft.config_index,
+                "applied_index": raft.applied_index,
+                "last_log_index": raft.last_index,
+                "durable_index": raft.stable_index,
+                "first_log_index": raft.first_index,
+                "peers": peers,
+                "pending_proposals": len(self._queued) + len(self._inflight),
+                "driver_busy": self._busy,
+                "readies_waiting": len(self._readies),
+                "log_writes_in_flight": self._writes_in_flight,
+                "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
+            }
+        )
         return out

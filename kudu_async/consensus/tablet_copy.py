@@ -147,9 +147,16 @@ class _Session:
 class TabletCopySource:
     """Serves copy sessions: ``TabletCopy/BeginSession``, ``FetchData``, ``EndSession``."""
 
-    def __init__(self, staging_root: Path, provider: ManifestProvider, executor: Executor | None = None, *,
-                 session_idle_timeout_s: float = 60.0, max_sessions: int = 8,
-                 max_chunk_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        staging_root: Path,
+        provider: ManifestProvider,
+        executor: Executor | None = None,
+        *,
+        session_idle_timeout_s: float = 60.0,
+        max_sessions: int = 8,
+        max_chunk_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
         if session_idle_timeout_s <= 0 or max_sessions <= 0 or max_chunk_bytes <= 0:
             raise KuduInvalidArgument("tablet copy source limits must be positive")
         self.staging_root = staging_root
@@ -191,9 +198,18 @@ class TabletCopySource:
 
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()
-        return [{"id": s.id, "session_id": s.id, "group": s.group, "files": len(s.files),
-                 "bytes": sum(f[1] for f in s.files.values()), "bytes_sent": s.bytes_sent,
-                 "idle_s": round(now - s.last_access, 3)} for s in self.sessions.values()]
+        return [
+            {
+                "id": s.id,
+                "session_id": s.id,
+                "group": s.group,
+                "files": len(s.files),
+                "bytes": sum(f[1] for f in s.files.values()),
+                "bytes_sent": s.bytes_sent,
+                "idle_s": round(now - s.last_access, 3),
+            }
+            for s in self.sessions.values()
+        ]
 
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await _offload(self.executor, fn, *args)
@@ -209,8 +225,9 @@ class TabletCopySource:
         if self._stopped:
             raise KuduServiceUnavailable("tablet copy source is stopped", {"retryable": True})
         if len(self.sessions) + self._starting >= self.max_sessions:
-            raise KuduServiceUnavailable(f"{self.max_sessions} tablet copy sessions already open; retry later",
-                                         {"retryable": True})
+            raise KuduServiceUnavailable(
+                f"{self.max_sessions} tablet copy sessions already open; retry later", {"retryable": True}
+            )
         sid = secrets.token_hex(12)
         sdir = self.staging_root / sid
         self._starting += 1
@@ -228,17 +245,24 @@ class TabletCopySource:
             self._starting -= 1
         if self._stopped:  # stop() ran while the provider worked: nobody will end this session
             await self._remove_dir(sdir)
-            raise KuduServiceUnavailable("tablet copy source stopped while the session was being set up",
-                                         {"retryable": True})
+            raise KuduServiceUnavailable(
+                "tablet copy source stopped while the session was being set up", {"retryable": True}
+            )
         session = _Session(sid, group, sdir, files, meta)
         self.sessions[sid] = session
-        log.info("tablet copy session started", extra={"session": sid, "group": group, "files": len(files),
-                                                       "bytes": sum(f[1] for f in files.values())})
-        return {"session_id": sid, "meta": meta,
-                "files": [{"name": n, "size": f[1], "crc32c": f[2]} for n, f in sorted(files.items())]}
+        log.info(
+            "tablet copy session started",
+            extra={"session": sid, "group": group, "files": len(files), "bytes": sum(f[1] for f in files.values())},
+        )
+        return {
+            "session_id": sid,
+            "meta": meta,
+            "files": [{"name": n, "size": f[1], "crc32c": f[2]} for n, f in sorted(files.items())],
+        }
 
-    async def _prepare(self, group: str, extra: dict[str, Any],
-                       sdir: Path) -> tuple[dict[str, tuple[Path, int, int]], dict[str, Any]]:
+    async def _prepare(
+        self, group: str, extra: dict[str, Any], sdir: Path
+    ) -> tuple[dict[str, tuple[Path, int, int]], dict[str, Any]]:
         """Session dir, manifest, then sizes and CRCs frozen; on any failure the dir is gone again."""
         await self._run(lambda: sdir.mkdir(parents=True, exist_ok=False))
         try:
@@ -283,8 +307,10 @@ class TabletCopySource:
         sid = req.get("session_id")
         s = self.sessions.get(sid) if isinstance(sid, str) else None
         if s is None:
-            raise KuduNotFound(f"tablet copy session {sid!r:.40} not found (ended or expired after "
-                               f"{self.session_idle_timeout_s:g}s idle)")
+            raise KuduNotFound(
+                f"tablet copy session {sid!r:.40} not found (ended or expired after "
+                f"{self.session_idle_timeout_s:g}s idle)"
+            )
         s.last_access = time.monotonic()
         return s
 
@@ -353,10 +379,15 @@ class TabletCopySource:
         while True:
             await asyncio.sleep(min(5.0, max(0.05, self.session_idle_timeout_s / 4)))
             now = time.monotonic()
-            for s in [s for s in self.sessions.values()
-                      if s.reading == 0 and now - s.last_access > self.session_idle_timeout_s]:
-                log.warning("tablet copy session expired", extra={"session": s.id, "group": s.group,
-                                                                  "idle_s": round(now - s.last_access, 1)})
+            for s in [
+                s
+                for s in self.sessions.values()
+                if s.reading == 0 and now - s.last_access > self.session_idle_timeout_s
+            ]:
+                log.warning(
+                    "tablet copy session expired",
+                    extra={"session": s.id, "group": s.group, "idle_s": round(now - s.last_access, 1)},
+                )
                 await self._end(s.id)
             for d in list(self._orphans):
                 await self._remove_dir(d)
@@ -384,10 +415,18 @@ class _Deadline:
         return remaining
 
 
-async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: str, dest_dir: Path, *,
-                            extra: dict[str, Any] | None = None, chunk_bytes: int = 1024 * 1024,
-                            timeout_s: float = 300.0, executor: Executor | None = None,
-                            progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+async def fetch_tablet_copy(
+    rpc_client: RpcClient,
+    source_address: str,
+    group: str,
+    dest_dir: Path,
+    *,
+    extra: dict[str, Any] | None = None,
+    chunk_bytes: int = 1024 * 1024,
+    timeout_s: float = 300.0,
+    executor: Executor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """Copy ``group``'s image from ``source_address`` into ``dest_dir``; returns the source's meta.
 
     ``dest_dir`` must not exist or be empty. On any failure (cancellation included) ``dest_dir`` is removed
@@ -406,8 +445,13 @@ async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: s
     await _offload(executor, _prepare)
     session_id: str | None = None
     try:
-        begin = await rpc_client.call(source_address, SERVICE, "BeginSession", {"group": group, "extra": extra or {}},
-                                      timeout_s=min(deadline.left(), 60.0))
+        begin = await rpc_client.call(
+            source_address,
+            SERVICE,
+            "BeginSession",
+            {"group": group, "extra": extra or {}},
+            timeout_s=min(deadline.left(), 60.0),
+        )
         if isinstance(begin, dict) and isinstance(begin.get("session_id"), str):
             session_id = begin["session_id"]  # known before anything else is checked: it is ended below
         files, meta = _parse_begin(begin, group, source_address)
@@ -419,8 +463,16 @@ async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: s
             try:
                 offset, crc = 0, 0
                 while offset < size:
-                    chunk = await _fetch_chunk(rpc_client, source_address, session_id, name, offset,
-                                               min(chunk_bytes, size - offset), deadline, group)
+                    chunk = await _fetch_chunk(
+                        rpc_client,
+                        source_address,
+                        session_id,
+                        name,
+                        offset,
+                        min(chunk_bytes, size - offset),
+                        deadline,
+                        group,
+                    )
                     crc = await _offload(executor, _write, fh, chunk, crc)
                     offset += len(chunk)
                     done += len(chunk)
@@ -428,8 +480,10 @@ async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: s
                     if progress is not None:
                         progress(done, total)
                 if crc != want_crc:
-                    raise KuduCorruption(f"tablet copy of {group}: {name} ({size} bytes) has CRC32C {crc:#010x}, "
-                                         f"the source said {want_crc:#010x}")
+                    raise KuduCorruption(
+                        f"tablet copy of {group}: {name} ({size} bytes) has CRC32C {crc:#010x}, "
+                        f"the source said {want_crc:#010x}"
+                    )
                 await _offload(executor, _sync_close, fh)
             except BaseException:
                 await _offload(executor, _close_quietly, fh)
@@ -445,8 +499,7 @@ async def fetch_tablet_copy(rpc_client: RpcClient, source_address: str, group: s
     finally:
         if session_id is not None:
             try:
-                await rpc_client.call(source_address, SERVICE, "EndSession", {"session_id": session_id},
-                                      timeout_s=5.0)
+                await rpc_client.call(source_address, SERVICE, "EndSession", {"session_id": session_id}, timeout_s=5.0)
             except KuduBadStatus as e:
                 log.info("ending a tablet copy session failed (it will expire)", extra={"error": str(e)})
 
@@ -462,16 +515,23 @@ def _parse_begin(begin: Any, group: str, source: str) -> tuple[list[tuple[str, i
     files: list[tuple[str, int, int]] = []
     for f in raw:
         size, crc = (f.get("size"), f.get("crc32c")) if isinstance(f, dict) else (None, None)
-        if (isinstance(size, bool) or not isinstance(size, int) or size < 0
-                or isinstance(crc, bool) or not isinstance(crc, int) or not 0 <= crc < 1 << 32):
+        if (
+            isinstance(size, bool)
+            or not isinstance(size, int)
+            or size < 0
+            or isinstance(crc, bool)
+            or not isinstance(crc, int)
+            or not 0 <= crc < 1 << 32
+        ):
             raise KuduRemoteError(f"tablet copy of {group}: {source} sent a bad file entry {f!r:.200}")
         files.append((f.get("name"), size, crc))
     check_names(name for name, _, _ in files)
     return files, dict(meta or {})
 
 
-async def _fetch_chunk(rpc: RpcClient, address: str, session_id: str, name: str, offset: int, want: int,
-                       deadline: _Deadline, group: str) -> bytes:
+async def _fetch_chunk(
+    rpc: RpcClient, address: str, session_id: str, name: str, offset: int, want: int, deadline: _Deadline, group: str
+) -> bytes:
     """Up to ``want`` bytes of ``name`` at ``offset``: transient failures retried with jittered exponential
     backoff inside the deadline; a chunk failing its CRC32C is refetched once (damage in flight)."""
     delay = 0.05
@@ -480,14 +540,20 @@ async def _fetch_chunk(rpc: RpcClient, address: str, session_id: str, name: str,
     while True:
         call_timeout = min(deadline.left(last), 30.0)
         try:
-            reply = await rpc.call(address, SERVICE, "FetchData", {"session_id": session_id, "name": name,
-                                                                   "offset": offset, "max_bytes": want},
-                                   timeout_s=call_timeout)
+            reply = await rpc.call(
+                address,
+                SERVICE,
+                "FetchData",
+                {"session_id": session_id, "name": name, "offset": offset, "max_bytes": want},
+                timeout_s=call_timeout,
+            )
         except _RETRYABLE as e:
             last = e
             pause = min(deadline.left(e), delay * random.uniform(0.5, 1.0))
-            log.info("tablet copy chunk failed; retrying", extra={"group": group, "file": name, "offset": offset,
-                                                                  "error": str(e)})
+            log.info(
+                "tablet copy chunk failed; retrying",
+                extra={"group": group, "file": name, "offset": offset, "error": str(e)},
+            )
             await asyncio.sleep(pause)
             delay = min(_MAX_BACKOFF_S, delay * 2)
             continue
@@ -495,16 +561,20 @@ async def _fetch_chunk(rpc: RpcClient, address: str, session_id: str, name: str,
         crc = reply.get("crc32c") if isinstance(reply, dict) else None
         if not isinstance(data, bytes) or not 0 < len(data) <= want:
             shown = len(data) if isinstance(data, bytes) else type(data).__name__
-            raise KuduCorruption(f"tablet copy of {group}: chunk of {name} at offset {offset} has {shown} bytes, "
-                                 f"expected 1..{want}")
+            raise KuduCorruption(
+                f"tablet copy of {group}: chunk of {name} at offset {offset} has {shown} bytes, expected 1..{want}"
+            )
         if crc32c.crc32c(data) == crc:
             return data
         damaged += 1
         if damaged > 1:
-            raise KuduCorruption(f"tablet copy of {group}: chunk of {name} at offset {offset} failed its "
-                                 "CRC32C check twice")
-        log.warning("tablet copy chunk failed its CRC32C check; refetching",
-                    extra={"group": group, "file": name, "offset": offset})
+            raise KuduCorruption(
+                f"tablet copy of {group}: chunk of {name} at offset {offset} failed its CRC32C check twice"
+            )
+        log.warning(
+            "tablet copy chunk failed its CRC32C check; refetching",
+            extra={"group": group, "file": name, "offset": offset},
+        )
 
 
 def _open_for_write(path: Path) -> Any:

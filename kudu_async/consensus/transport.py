@@ -146,9 +146,13 @@ class ConsensusTransport:
 
     async def _send_batch(self, peer_uuid: str, box: _PeerOutbox, batch: list[WireMessage]) -> None:
         try:
-            reply = await self.rpc.call(box.address, SERVICE, BATCH_METHOD,
-                                        {"from": self.node_uuid, "to": peer_uuid, "messages": batch},
-                                        timeout_s=self.rpc_timeout_s)
+            reply = await self.rpc.call(
+                box.address,
+                SERVICE,
+                BATCH_METHOD,
+                {"from": self.node_uuid, "to": peer_uuid, "messages": batch},
+                timeout_s=self.rpc_timeout_s,
+            )
             replies = reply.get("messages") if isinstance(reply, dict) else None
             if replies and self.on_reply is not None:
                 if not isinstance(replies, list) or not all(isinstance(m, dict) for m in replies):
@@ -171,8 +175,10 @@ class ConsensusTransport:
             box.dropped += len(batch) + len(box.messages)
             box.messages, box.bytes_estimate, box.only_heartbeats = [], 0, True
             if box.failures == 1 or box.failures % 50 == 0:
-                log.info("consensus peer unreachable, backing off",
-                         extra={"peer": peer_uuid, "address": box.address, "error": str(e), "failures": box.failures})
+                log.info(
+                    "consensus peer unreachable, backing off",
+                    extra={"peer": peer_uuid, "address": box.address, "error": str(e), "failures": box.failures},
+                )
             box.last_error = str(e)
         finally:
             box.in_flight = False

@@ -178,5 +178,10 @@ class BlockCache:
     def status(self) -> dict[str, Any]:
         with self._lock:
             pinned = sum(e.buf.size for e in self._blocks.values() if e.pinned)
-            return {"capacity_bytes": self.capacity_bytes, "usage_bytes": self._reserved, "pinned_bytes": pinned,
-                    "blocks": len(self._blocks), **self._counts}
+            return {
+                "capacity_bytes": self.capacity_bytes,
+                "usage_bytes": self._reserved,
+                "pinned_bytes": pinned,
+                "blocks": len(self._blocks),
+                **self._counts,
+            }

@@ -56,8 +56,9 @@ class BlockManager:
         atomic_write_with(self.path(block_id), writer, sync=self.sync)
         return block_id
 
-    def cached(self, block_id: str, on_evict: EvictCallback | None = None, *,
-               make_room: bool = True) -> pa.Buffer | None:
+    def cached(
+        self, block_id: str, on_evict: EvictCallback | None = None, *, make_room: bool = True
+    ) -> pa.Buffer | None:
         """The whole block in memory, held by the node's block cache, or None (no cache, or no room);
         ``on_evict`` makes it evictable, ``make_room`` lets it evict others (see :meth:`BlockCache.read`)."""
         if self.cache is None:

@@ -116,8 +116,9 @@ class CatalogManager:
         if isinstance(result, dict) and result.get("conflict"):
             raise CatalogConflict(f"catalog write refused: {result['conflict']}")
 
-    async def _ddl(self, method: str, req: dict[str, Any], timeout_s: float,
-                   plan: Callable[[dict[str, Any]], Plan]) -> dict[str, Any]:
+    async def _ddl(
+        self, method: str, req: dict[str, Any], timeout_s: float, plan: Callable[[dict[str, Any]], Plan]
+    ) -> dict[str, Any]:
         """Run one DDL exactly once per request id: answer a known id from the catalog, else plan the
         change on the current catalog and write it with its result; plan again if the write conflicts."""
         self.master.require_leader()
@@ -128,18 +129,21 @@ class CatalogManager:
             if request_id is not None:
                 done = self.remembered(request_id, method, digest)
                 if done is not None:
-                    log.info("DDL retry answered from the catalog",
-                             extra={"method": method, "request_id": request_id})
+                    log.info("DDL retry answered from the catalog", extra={"method": method, "request_id": request_id})
                     return done
             ops, result = plan(req)
             if request_id is not None:
-                ops = [*ops, request(request_id, {"method": method, "digest": digest, "result": result,
-                                                   "time": time.time()})]
+                ops = [
+                    *ops,
+                    request(request_id, {"method": method, "digest": digest, "result": result, "time": time.time()}),
+                ]
             try:
                 await self._write(ops, max(0.05, deadline - time.monotonic()))
             except CatalogConflict as e:
-                log.info("DDL write conflicted; planning it again",
-                         extra={"method": method, "request_id": request_id, "attempt": attempt, "error": str(e)})
+                log.info(
+                    "DDL write conflicted; planning it again",
+                    extra={"method": method, "request_id": request_id, "attempt": attempt, "error": str(e)},
+                )
                 if time.monotonic() >= deadline:
                     raise
                 continue
@@ -157,7 +161,9 @@ class CatalogManager:
         if entry.get("method") != method or entry.get("digest") != digest:
             raise KuduInvalidArgument(
                 f"request_id {request_id!r} was already used for a different request ({entry.get('method')}); "
-                "a retry must repeat the original request exactly", {"request_id": request_id})
+                "a retry must repeat the original request exactly",
+                {"request_id": request_id},
+            )
         return dict(entry["result"])
 
     def find_table(self, name: Any = None, table_id: Any = None) -> dict[str, Any]:
@@ -171,7 +177,7 @@ class CatalogManager:
         for t in self.tables.values():
             if t["name"] == name and t["state"] not in ("DELETING", "DELETED"):
                 return t
-        raise KuduNotFound(f"the table does not exist: table_name: \"{name}\"", {"table_name": name})
+        raise KuduNotFound(f'the table does not exist: table_name: "{name}"', {"table_name": name})
 
     # --- DDL ------------------------------------------------------------------------------------------
 
@@ -200,8 +206,9 @@ class CatalogManager:
             raise KuduInvalidArgument(f"{len(partitions)} tablets exceed the limit of {MAX_TABLETS_PER_TABLE}")
         for t in self.tables.values():
             if t["name"] == name and t["state"] not in ("DELETING", "DELETED"):
-                raise KuduAlreadyPresent(f"table {name} already exists with id {t['id']}",
-                                         {"table_id": t["id"], "table_name": name})
+                raise KuduAlreadyPresent(
+                    f"table {name} already exists with id {t['id']}", {"table_id": t["id"], "table_name": name}
+                )
         now = time.monotonic()
         live = self.master.ts_manager.live_tservers(now)
         self._require_live(n, live, "to create a table with the requested replication factor")
@@ -216,18 +223,39 @@ class CatalogManager:
             for u in chosen:
                 load[u] += 1
             replicas = {u: self._address(u) for u in chosen}
-            ops.append(put("tablet", tid, {"id": tid, "table_id": table_id, "partition": p.to_dict(),
-                                           "replicas": replicas, "state": "CREATING",
-                                           "first_leader": _first_leader(chosen, leads)}))
+            ops.append(
+                put(
+                    "tablet",
+                    tid,
+                    {
+                        "id": tid,
+                        "table_id": table_id,
+                        "partition": p.to_dict(),
+                        "replicas": replicas,
+                        "state": "CREATING",
+                        "first_leader": _first_leader(chosen, leads),
+                    },
+                )
+            )
             tablet_ids.append(tid)
-        table = {"id": table_id, "name": name, "state": "CREATING", "schema": schema.to_dict(),
-                 "schema_version": 0, "partition_schema": pschema.to_dict(), "num_replicas": n,
-                 "tablet_ids": tablet_ids, "created_at": time.time(),
-                 "owner": _owner(req.get("owner")), "comment": _comment(req.get("comment"))}
+        table = {
+            "id": table_id,
+            "name": name,
+            "state": "CREATING",
+            "schema": schema.to_dict(),
+            "schema_version": 0,
+            "partition_schema": pschema.to_dict(),
+            "num_replicas": n,
+            "tablet_ids": tablet_ids,
+            "created_at": time.time(),
+            "owner": _owner(req.get("owner")),
+            "comment": _comment(req.get("comment")),
+        }
         return [put("table", table_id, table), *ops], {"table_id": table_id}
 
-    async def wait_ddl_done(self, check: Callable[[dict[str, Any]], dict[str, Any]], req: dict[str, Any],
-                            time_left_s: float) -> dict[str, Any]:
+    async def wait_ddl_done(
+        self, check: Callable[[dict[str, Any]], dict[str, Any]], req: dict[str, Any], time_left_s: float
+    ) -> dict[str, Any]:
         """Answer an Is*Done call, waiting first (up to the request's ``wait_ms``, within the caller's
         deadline) for a background pass to finish the DDL: the client hears at once instead of on its next
         poll."""
@@ -274,8 +302,10 @@ class CatalogManager:
         if new_name is not None:
             if not isinstance(new_name, str) or not TABLE_NAME_RE.match(new_name):
                 raise KuduInvalidArgument("'new_name' must be 1-256 characters without control characters")
-            if any(o["name"] == new_name and o["id"] != t["id"] and o["state"] not in ("DELETING", "DELETED")
-                   for o in self.tables.values()):
+            if any(
+                o["name"] == new_name and o["id"] != t["id"] and o["state"] not in ("DELETING", "DELETED")
+                for o in self.tables.values()
+            ):
                 raise KuduAlreadyPresent(f"table {new_name} already exists")
         meta: dict[str, Any] = {}  # owner / comment: catalog-only, no tablet is touched
         if "new_owner" in req:
@@ -312,16 +342,24 @@ class CatalogManager:
                 changes = {k: value_from_wire(v) for k, v in step.items() if k not in ("type", "name")}
                 schema, schema_changed = schema.alter_column(_step_str(step, "name", i), **changes), True
             elif kind in ("ADD_RANGE_PARTITION", "DROP_RANGE_PARTITION"):
-                bound = _wire_bound({"lower": step.get("lower"), "upper": step.get("upper"),
-                                     "lower_bound_type": step.get("lower_bound_type", "inclusive"),
-                                     "upper_bound_type": step.get("upper_bound_type", "exclusive")})
+                bound = _wire_bound(
+                    {
+                        "lower": step.get("lower"),
+                        "upper": step.get("upper"),
+                        "lower_bound_type": step.get("lower_bound_type", "inclusive"),
+                        "upper_bound_type": step.get("upper_bound_type", "exclusive"),
+                    }
+                )
                 if kind == "ADD_RANGE_PARTITION" and step.get("hash_dimensions") is not None:
                     bound["hash_dimensions"] = step["hash_dimensions"]  # a range with its own hash schema
                 with_bound = pschema.with_custom_ranges([bound])
                 [(lo, hi)] = with_bound.range_partitions([bound])
                 current = {tid: self.tablets[tid] for tid in tablet_ids if tid in self.tablets}
-                same = [tid for tid, r in current.items()
-                        if (r["partition"]["range_key_start"], r["partition"]["range_key_end"]) == (lo, hi)]
+                same = [
+                    tid
+                    for tid, r in current.items()
+                    if (r["partition"]["range_key_start"], r["partition"]["range_key_end"]) == (lo, hi)
+                ]
                 if kind == "DROP_RANGE_PARTITION":
                     if not same:
                         raise KuduInvalidArgument(f"alter_schema_steps[{i}]: no range partition matches that bound")
@@ -332,8 +370,9 @@ class CatalogManager:
                 for r in current.values():
                     rlo, rhi = r["partition"]["range_key_start"], r["partition"]["range_key_end"]
                     if (not hi or rlo < hi) and (not rhi or lo < rhi):
-                        raise KuduInvalidArgument(f"alter_schema_steps[{i}]: new range partition overlaps an "
-                                                  "existing one")
+                        raise KuduInvalidArgument(
+                            f"alter_schema_steps[{i}]: new range partition overlaps an existing one"
+                        )
                 n = t["num_replicas"]
                 self._require_live(n, live, "for a new range partition's replicas")
                 pschema = with_bound
@@ -342,20 +381,37 @@ class CatalogManager:
                     chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]
                     for u in chosen:
                         load[u] += 1
-                    ops.append(put("tablet", tid, {"id": tid, "table_id": t["id"], "partition": p.to_dict(),
-                                                   "replicas": {u: self._address(u) for u in chosen},
-                                                   "state": "CREATING",
-                                                   "first_leader": _first_leader(chosen, leads)}))
+                    ops.append(
+                        put(
+                            "tablet",
+                            tid,
+                            {
+                                "id": tid,
+                                "table_id": t["id"],
+                                "partition": p.to_dict(),
+                                "replicas": {u: self._address(u) for u in chosen},
+                                "state": "CREATING",
+                                "first_leader": _first_leader(chosen, leads),
+                            },
+                        )
+                    )
                     tablet_ids.append(tid)
             else:
                 raise KuduInvalidArgument(f"alter_schema_steps[{i}]: unknown step type {kind!r}")
         version = t["schema_version"] + (1 if schema_changed else 0)
         work = schema_changed or dropped or len(tablet_ids) != len(t["tablet_ids"])
-        table = {**t, **meta, "name": new_name or t["name"], "schema": schema.to_dict(), "schema_version": version,
-                 "partition_schema": pschema.to_dict(),
-                 "next_column_id": next_id, "tablet_ids": tablet_ids,
-                 "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
-                 "state": "ALTERING" if work else t["state"]}
+        table = {
+            **t,
+            **meta,
+            "name": new_name or t["name"],
+            "schema": schema.to_dict(),
+            "schema_version": version,
+            "partition_schema": pschema.to_dict(),
+            "next_column_id": next_id,
+            "tablet_ids": tablet_ids,
+            "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
+            "state": "ALTERING" if work else t["state"],
+        }
         return [put("table", t["id"], table), *ops], {"table_id": t["id"], "schema_version": version}
 
     def is_alter_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -368,16 +424,27 @@ class CatalogManager:
         name_filter = req.get("name_filter")
         if name_filter is not None and not isinstance(name_filter, str):
             raise KuduInvalidArgument("'name_filter' must be a string")
-        out = [{"name": t["name"], "table_id": t["id"], "state": t["state"]} for t in self.tables.values()
-               if t["state"] not in ("DELETING", "DELETED") and (not name_filter or name_filter in t["name"])]
+        out = [
+            {"name": t["name"], "table_id": t["id"], "state": t["state"]}
+            for t in self.tables.values()
+            if t["state"] not in ("DELETING", "DELETED") and (not name_filter or name_filter in t["name"])
+        ]
         return {"tables": sorted(out, key=lambda t: t["name"])}
 
     def get_table_schema(self, req: dict[str, Any]) -> dict[str, Any]:
         self.master.require_leader()
         t = self.find_table(req.get("name"), req.get("table_id"))
-        return {"table_id": t["id"], "name": t["name"], "schema": t["schema"], "schema_version": t["schema_version"],
-                "partition_schema": t["partition_schema"], "num_replicas": t["num_replicas"],
-                "owner": t.get("owner"), "comment": t.get("comment"), "create_table_done": t["state"] == "RUNNING"}
+        return {
+            "table_id": t["id"],
+            "name": t["name"],
+            "schema": t["schema"],
+            "schema_version": t["schema_version"],
+            "partition_schema": t["partition_schema"],
+            "num_replicas": t["num_replicas"],
+            "owner": t.get("owner"),
+            "comment": t.get("comment"),
+            "create_table_done": t["state"] == "RUNNING",
+        }
 
     def get_table_locations(self, req: dict[str, Any]) -> dict[str, Any]:
         """Tablets of a table whose partition-key range meets [start, end), from the caches."""
@@ -426,8 +493,13 @@ class CatalogManager:
             cfg = info["config"]
             peers = cfg.get("peers", {})
             for u in [*cfg.get("voters", []), *cfg.get("non_voters", [])]:
-                role = ("LEADER" if u == info.get("leader_uuid") else
-                        "FOLLOWER" if u in cfg.get("voters", []) else "LEARNER")
+                role = (
+                    "LEADER"
+                    if u == info.get("leader_uuid")
+                    else "FOLLOWER"
+                    if u in cfg.get("voters", [])
+                    else "LEARNER"
+                )
                 replicas.append({"uuid": u, "rpc_address": peers.get(u) or self._address(u), "role": role})
         else:
             replicas = [{"uuid": u, "rpc_address": a, "role": "UNKNOWN"} for u, a in rec["replicas"].items()]
@@ -440,16 +512,23 @@ class CatalogManager:
         if len(live) >= n:
             return
         details = {"live_tservers": len(live)}
-        unregistered = {u for rec in self.tablets.values() for u in rec["replicas"]
-                        if self.master.ts_manager.registration(u) is None}
+        unregistered = {
+            u
+            for rec in self.tablets.values()
+            for u in rec["replicas"]
+            if self.master.ts_manager.registration(u) is None
+        }
         uptime = self.master.uptime_s()
         if unregistered and uptime < REGISTRATION_GRACE_S:
             raise KuduServiceUnavailable(
                 f"not enough live tablet servers {what} ({len(live)} of {n}) yet: this master started "
                 f"{uptime:.1f}s ago and {len(unregistered)} tablet servers holding replicas have not registered "
-                "with it again; retry", details)
-        raise KuduInvalidArgument(f"not enough live tablet servers {what} {n}; {len(live)} tablet servers are "
-                                  "alive", details)
+                "with it again; retry",
+                details,
+            )
+        raise KuduInvalidArgument(
+            f"not enough live tablet servers {what} {n}; {len(live)} tablet servers are alive", details
+        )
 
     def _replica_counts(self, live: list[str]) -> dict[str, int]:
         counts = {u: 0 for u in live}
@@ -542,9 +621,16 @@ class CatalogManager:
                     ops.append(put("tablet", tid, {**rec, "state": "RUNNING"}))
                     continue
                 pending = True
-                req = {"tablet_id": tid, "table_id": table["id"], "table_name": table["name"],
-                       "schema": table["schema"], "schema_version": version, "partition": rec["partition"],
-                       "partition_schema": table["partition_schema"], "peers": rec["replicas"]}
+                req = {
+                    "tablet_id": tid,
+                    "table_id": table["id"],
+                    "table_name": table["name"],
+                    "schema": table["schema"],
+                    "schema_version": version,
+                    "partition": rec["partition"],
+                    "partition_schema": table["partition_schema"],
+                    "peers": rec["replicas"],
+                }
                 if rec.get("first_leader") in rec["replicas"]:
                     req["first_leader"] = rec["first_leader"]
                 for u, addr in rec["replicas"].items():
@@ -554,15 +640,21 @@ class CatalogManager:
                 if leader is None or have < version:
                     pending = True
                     if leader is not None:
-                        self._ask(("alter", tid, f"{leader}@{version}"), now, self._address(leader), "AlterSchema",
-                                  {"tablet_id": tid, "schema": table["schema"], "schema_version": version})
+                        self._ask(
+                            ("alter", tid, f"{leader}@{version}"),
+                            now,
+                            self._address(leader),
+                            "AlterSchema",
+                            {"tablet_id": tid, "schema": table["schema"], "schema_version": version},
+                        )
         dropped = table.get("dropped_tablet_ids", [])
         remaining, drop_ops = self._delete_tablets(dropped, now)
         ops += drop_ops
         if not pending and not remaining:
             ops.append(put("table", table["id"], {**table, "state": "RUNNING", "dropped_tablet_ids": []}))
-            log.info("table is RUNNING", extra={"table": table["name"], "table_id": table["id"],
-                                                "schema_version": version})
+            log.info(
+                "table is RUNNING", extra={"table": table["name"], "table_id": table["id"], "schema_version": version}
+            )
         if ops:
             await self._write(ops)
 
@@ -582,8 +674,9 @@ class CatalogManager:
                 continue
             remaining.append(tid)
             for u in still:
-                self._ask(("delete", tid, u), now, holders[u], "DeleteTablet",
-                          {"tablet_id": tid, "delete_type": "DELETED"})
+                self._ask(
+                    ("delete", tid, u), now, holders[u], "DeleteTablet", {"tablet_id": tid, "delete_type": "DELETED"}
+                )
         return remaining, ops
 
     def _may_hold_unreported(self, ts_uuid: str, now: float) -> bool:
@@ -603,9 +696,11 @@ class CatalogManager:
         cat = self.master.catalog
         if cat is None:
             return []
-        return [{"tablet_id": tid, "reason": "its tablet was deleted from the catalog", "delete_type": "DELETED"}
-                for tid in sorted(self.master.ts_manager.tablets_on(ts_uuid))
-                if tid in cat.deleted_tablets and tid not in cat.tablets]
+        return [
+            {"tablet_id": tid, "reason": "its tablet was deleted from the catalog", "delete_type": "DELETED"}
+            for tid in sorted(self.master.ts_manager.tablets_on(ts_uuid))
+            if tid in cat.deleted_tablets and tid not in cat.tablets
+        ]
 
     def _ask(self, key: tuple[str, str, str], now: float, address: str, method: str, req: dict[str, Any]) -> bool:
         """Fire an idempotent tserver RPC at most every RPC_RETRY_S per (action, tablet, server); True if sent."""
@@ -616,14 +711,20 @@ class CatalogManager:
         async def call() -> None:
             try:
                 reply = await self.master.rpc_client.call(address, "TabletServer", method, req, timeout_s=10.0)
-                if (method == "DeleteTablet" and isinstance(reply, dict) and reply.get("deleted") is False
-                        and key[2] in self.master.ts_manager.tablet_replicas(key[1])):
+                if (
+                    method == "DeleteTablet"
+                    and isinstance(reply, dict)
+                    and reply.get("deleted") is False
+                    and key[2] in self.master.ts_manager.tablet_replicas(key[1])
+                ):
                     # It had nothing to delete, yet the directory says it reports the tablet: a report was
                     # lost. A full one puts the directory right (else the deletion would wait forever).
                     self.master.ts_manager.request_full_report(key[2])
             except KuduBadStatus as e:
-                log.info("tserver call for the catalog failed; will retry",
-                         extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)})
+                log.info(
+                    "tserver call for the catalog failed; will retry",
+                    extra={"method": method, "tablet": key[1], "server": key[2], "error": str(e)},
+                )
 
         self.master.spawn_background(call())
         return True
@@ -660,12 +761,13 @@ class CatalogManager:
                 view = self._tablet_view(rec, table["num_replicas"], now)
                 if view is None:
                     continue
-                placement = {u: view.peers.get(u) or rec["replicas"].get(u) or self._address(u)
-                             for u in view.members}
+                placement = {u: view.peers.get(u) or rec["replicas"].get(u) or self._address(u) for u in view.members}
                 if placement != rec["replicas"]:
                     ops.append(put("tablet", tid, {**rec, "replicas": placement}))
-                    log.info("tablet placement follows its reported config",
-                             extra={"tablet": tid, "config_index": view.config_index, "replicas": sorted(placement)})
+                    log.info(
+                        "tablet placement follows its reported config",
+                        extra={"tablet": tid, "config_index": view.config_index, "replicas": sorted(placement)},
+                    )
                 seen |= view.members | set(view.replica_states)
                 if tid not in self._rerep_busy:
                     views.append(view)
@@ -673,17 +775,32 @@ class CatalogManager:
             await self._write(ops)
         failed = frozenset(u for u in seen if silent(u) > failed_after)
         usable = frozenset(live) - failed
-        cluster = ClusterView(live=usable, failed=failed, addresses={u: self._address(u) for u in seen},
-                              load=self._replica_counts(sorted(usable)), fresh_excess=self._fresh_excess(views, now),
-                              stuck_learners=self._stuck_learners(views, now, failed_after))
+        cluster = ClusterView(
+            live=usable,
+            failed=failed,
+            addresses={u: self._address(u) for u in seen},
+            load=self._replica_counts(sorted(usable)),
+            fresh_excess=self._fresh_excess(views, now),
+            stuck_learners=self._stuck_learners(views, now, failed_after),
+        )
         in_flight_adds = sum(1 for op, _, _ in self._rerep_busy.values() if op == rereplication.ADD_LEARNER)
         for action in rereplication.plan(views, cluster, rereplication.MAX_CONCURRENT_REREPLICATIONS, in_flight_adds):
             if isinstance(action, Tombstone):
-                if self._ask(("tombstone", action.tablet_id, action.server), now, action.address, "DeleteTablet",
-                             {"tablet_id": action.tablet_id, "delete_type": "TOMBSTONED",
-                              "cas_config_index": action.cas_config_index}):
-                    log.info("re-replication: tombstoning a replica that left the config", extra={
-                        "tablet": action.tablet_id, "server": action.server, "reason": action.reason})
+                if self._ask(
+                    ("tombstone", action.tablet_id, action.server),
+                    now,
+                    action.address,
+                    "DeleteTablet",
+                    {
+                        "tablet_id": action.tablet_id,
+                        "delete_type": "TOMBSTONED",
+                        "cas_config_index": action.cas_config_index,
+                    },
+                ):
+                    log.info(
+                        "re-replication: tombstoning a replica that left the config",
+                        extra={"tablet": action.tablet_id, "server": action.server, "reason": action.reason},
+                    )
             else:
                 self._change_config(action, now)
 
@@ -731,16 +848,30 @@ class CatalogManager:
         replicas = info["replicas"]
         leader = info.get("leader_uuid")
         mine = replicas.get(leader or "")
-        if (mine is None or mine.get("role") != "LEADER" or mine.get("state") != "RUNNING"
-                or mine.get("term") != info.get("term") or not tsm.is_live(leader or "", now)):
+        if (
+            mine is None
+            or mine.get("role") != "LEADER"
+            or mine.get("state") != "RUNNING"
+            or mine.get("term") != info.get("term")
+            or not tsm.is_live(leader or "", now)
+        ):
             leader = None
         voters, non_voters = frozenset(cfg["voters"]), frozenset(cfg["non_voters"])
         hint = self._replace_hints.get(tid)
         if hint is not None and hint not in voters:
             del self._replace_hints[tid]  # the replaced voter is gone: done
             hint = None
-        return TabletView(tid, num_replicas, cfg["opid_index"], voters, non_voters, dict(cfg["peers"]), leader,
-                          {u: str(r.get("state")) for u, r in replicas.items()}, hint)
+        return TabletView(
+            tid,
+            num_replicas,
+            cfg["opid_index"],
+            voters,
+            non_voters,
+            dict(cfg["peers"]),
+            leader,
+            {u: str(r.get("state")) for u, r in replicas.items()},
+            hint,
+        )
 
     def _change_config(self, action: ChangeConfig, now: float) -> None:
         """Send one planned config change to the tablet leader (rate-limited per step; at most one in
@@ -755,26 +886,43 @@ class CatalogManager:
         self._rerep_busy[tid] = (action.op, None, now + CHANGE_CONFIG_TIMEOUT_S + SETTLE_S)
         if action.op == rereplication.ADD_LEARNER and action.replacing:
             self._replace_hints[tid] = action.replacing
-        req: dict[str, Any] = {"group": tid, "op": action.op, "peer": action.peer,
-                               "cas_config_index": action.cas_config_index}
+        req: dict[str, Any] = {
+            "group": tid,
+            "op": action.op,
+            "peer": action.peer,
+            "cas_config_index": action.cas_config_index,
+        }
         if action.address:
             req["address"] = action.address
-        log.info("re-replication: asking the tablet leader to change its config", extra={
-            "tablet": tid, "op": action.op, "peer": action.peer, "leader": action.leader,
-            "cas_config_index": action.cas_config_index, "reason": action.reason})
+        log.info(
+            "re-replication: asking the tablet leader to change its config",
+            extra={
+                "tablet": tid,
+                "op": action.op,
+                "peer": action.peer,
+                "leader": action.leader,
+                "cas_config_index": action.cas_config_index,
+                "reason": action.reason,
+            },
+        )
 
         async def call() -> None:
             index: int | None = None
             try:
-                resp = await self.master.rpc_client.call(action.leader_address, "Consensus", "ChangeConfig", req,
-                                                         timeout_s=CHANGE_CONFIG_TIMEOUT_S)
+                resp = await self.master.rpc_client.call(
+                    action.leader_address, "Consensus", "ChangeConfig", req, timeout_s=CHANGE_CONFIG_TIMEOUT_S
+                )
                 got = resp.get("config_index") if isinstance(resp, dict) else None
                 index = got if isinstance(got, int) else None
-                log.info("re-replication: config change committed", extra={
-                    "tablet": tid, "op": action.op, "peer": action.peer, "config_index": index})
+                log.info(
+                    "re-replication: config change committed",
+                    extra={"tablet": tid, "op": action.op, "peer": action.peer, "config_index": index},
+                )
             except KuduBadStatus as e:
-                log.info("re-replication: config change refused or failed; will retry", extra={
-                    "tablet": tid, "op": action.op, "peer": action.peer, "error": str(e)})
+                log.info(
+                    "re-replication: config change refused or failed; will retry",
+                    extra={"tablet": tid, "op": action.op, "peer": action.peer, "error": str(e)},
+                )
             finally:
                 if index is None:
                     self._rerep_busy.pop(tid, None)
@@ -793,7 +941,8 @@ def _request_id(req: dict[str, Any]) -> str | None:
     if not isinstance(rid, str) or not REQUEST_ID_RE.fullmatch(rid):
         raise KuduInvalidArgument(
             f"'request_id' must be a string of 1-{MAX_REQUEST_ID_LEN} printable ASCII characters without "
-            f"spaces (e.g. '<client uuid>:<sequence>'), got {_short(rid)}")
+            f"spaces (e.g. '<client uuid>:<sequence>'), got {_short(rid)}"
+        )
     return rid
 
 
@@ -873,4 +1022,3 @@ def _first_leader(chosen: list[str], leads: dict[str, int]) -> str:
     first = min(chosen, key=lambda u: (leads.get(u, 0), u))
     leads[first] = leads.get(first, 0) + 1
     return first
-

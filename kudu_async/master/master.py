@@ -54,8 +54,17 @@ class Master(Node):
         self._bg: set[asyncio.Task[None]] = set()
         self._reports_term = -1  # the term in which this master last asked tservers for full reports
         self.catalog_manager = CatalogManager(self)
-        for name in ("CreateTable", "IsCreateTableDone", "AlterTable", "IsAlterTableDone", "DeleteTable",
-                     "ListTables", "GetTableSchema", "GetTableLocations", "GetTabletLocations"):
+        for name in (
+            "CreateTable",
+            "IsCreateTableDone",
+            "AlterTable",
+            "IsAlterTableDone",
+            "DeleteTable",
+            "ListTables",
+            "GetTableSchema",
+            "GetTableLocations",
+            "GetTabletLocations",
+        ):
             self.rpc_server.register("Master", name, getattr(self, f"_rpc_{_snake(name)}"))
 
     async def _open_catalog(self, group: str, extra: dict[str, Any]) -> SysCatalogStateMachine:
@@ -110,13 +119,16 @@ class Master(Node):
                     break
                 except KuduBadStatus as e:
                     if delay >= 2.0:
-                        log.warning("waiting for master to answer before creating the catalog",
-                                    extra={"master": addr, "error": str(e)})
+                        log.warning(
+                            "waiting for master to answer before creating the catalog",
+                            extra={"master": addr, "error": str(e)},
+                        )
                     await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                     delay = min(5.0, delay * 2)
         if self.uuid not in peers:
-            raise KuduIllegalState(f"this master's address {self.rpc_address} is not in --master-addresses "
-                                   f"{self.config.masters}")
+            raise KuduIllegalState(
+                f"this master's address {self.rpc_address} is not in --master-addresses {self.config.masters}"
+            )
         if sys_catalog.GROUP not in self.raft.replicas:
             await self.raft.create_replica(sys_catalog.GROUP, sys_catalog.KIND, peers)
             log.info("sys catalog created", extra={"masters": sorted(peers)})
@@ -158,8 +170,13 @@ class Master(Node):
         """
         r = self.catalog_replica()
         raft = r.raft if r is not None else None
-        return (r is not None and raft is not None and r.state is ReplicaState.RUNNING and raft.is_leader
-                and raft.log.term_at(raft.applied_index) == raft.term)
+        return (
+            r is not None
+            and raft is not None
+            and r.state is ReplicaState.RUNNING
+            and raft.is_leader
+            and raft.log.term_at(raft.applied_index) == raft.term
+        )
 
     def leader_info(self) -> dict[str, Any]:
         r = self.catalog_replica()
@@ -171,12 +188,19 @@ class Master(Node):
     def masters(self) -> list[dict[str, Any]]:
         r = self.catalog_replica()
         if r is None or r.raft is None:
-            return [{"uuid": self.uuid if a == self.rpc_address else None, "rpc_address": a, "role": "UNKNOWN"}
-                    for a in self.config.masters]
+            return [
+                {"uuid": self.uuid if a == self.rpc_address else None, "rpc_address": a, "role": "UNKNOWN"}
+                for a in self.config.masters
+            ]
         leader = r.raft.leader
-        return [{"uuid": u, "rpc_address": a,
-                 "role": "LEADER" if u == leader else "FOLLOWER" if u in r.raft.config.voters else "LEARNER"}
-                for u, a in sorted(r.peers.items(), key=lambda kv: kv[1])]
+        return [
+            {
+                "uuid": u,
+                "rpc_address": a,
+                "role": "LEADER" if u == leader else "FOLLOWER" if u in r.raft.config.voters else "LEARNER",
+            }
+            for u, a in sorted(r.peers.items(), key=lambda kv: kv[1])
+        ]
 
     def require_leader(self) -> None:
         """Only the catalog leader answers clients; others say who leads."""
@@ -196,8 +220,9 @@ class Master(Node):
         try:
             await replica.read_index(timeout_s=min(ctx.time_left(CATALOG_READ_CONFIRM_S), CATALOG_READ_CONFIRM_S))
         except KuduTimedOut:
-            raise KuduNotTheLeader(f"master {self.uuid} could not confirm its leadership with a majority",
-                                   self.leader_info()) from None
+            raise KuduNotTheLeader(
+                f"master {self.uuid} could not confirm its leadership with a majority", self.leader_info()
+            ) from None
         self.require_leader()
 
     # --- RPC ------------------------------------------------------------------------------------------
@@ -235,8 +260,7 @@ class Master(Node):
 
     async def _rpc_connect_to_master(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         """Leader discovery for clients and tools: any master answers with what it knows."""
-        return {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(),
-                "masters": self.masters()}
+        return {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(), "masters": self.masters()}
 
     # --- DDL and locations (leader only; each validates its request) -----------------------------------
 
@@ -246,8 +270,9 @@ class Master(Node):
     async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         return await self._ddl_done(self.catalog_manager.is_create_table_done, request, ctx)
 
-    async def _ddl_done(self, check: Callable[[dict[str, Any]], dict[str, Any]], request: Any,
-                        ctx: CallContext) -> dict[str, Any]:
+    async def _ddl_done(
+        self, check: Callable[[dict[str, Any]], dict[str, Any]], request: Any, ctx: CallContext
+    ) -> dict[str, Any]:
         """Is*Done: the catalog's answer, held up to the request's ``wait_ms`` for the DDL to finish."""
         return await self.catalog_manager.wait_ddl_done(check, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
 
@@ -299,10 +324,14 @@ class Master(Node):
         ds = self.ts_manager.descriptors(time.monotonic())
         live = sum(1 for d in ds if d["live"])
         cat = self.catalog
-        return {"num_live_tservers": live, "num_dead_tservers": len(ds) - live,
-                "is_leader": self.is_catalog_leader(), **self.leader_info(),
-                "ddl_request_ids_remembered": 0 if cat is None else len(cat.requests),
-                "catalog_writes_refused": 0 if cat is None else cat.conflicts}
+        return {
+            "num_live_tservers": live,
+            "num_dead_tservers": len(ds) - live,
+            "is_leader": self.is_catalog_leader(),
+            **self.leader_info(),
+            "ddl_request_ids_remembered": 0 if cat is None else len(cat.requests),
+            "catalog_writes_refused": 0 if cat is None else cat.conflicts,
+        }
 
 
 async def _tservers_page(request: web.Request) -> web.Response:
@@ -326,9 +355,17 @@ async def _masters_page(request: web.Request) -> web.Response:
 async def _tables_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tables``: every table in the catalog (any master; followers may lag)."""
     master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
-    tables = [{"name": t["name"], "table_id": t["id"], "state": t["state"], "num_tablets": len(t["tablet_ids"]),
-               "num_replicas": t["num_replicas"], "schema_version": t["schema_version"]}
-              for t in master.catalog_manager.tables.values()]
+    tables = [
+        {
+            "name": t["name"],
+            "table_id": t["id"],
+            "state": t["state"],
+            "num_tablets": len(t["tablet_ids"]),
+            "num_replicas": t["num_replicas"],
+            "schema_version": t["schema_version"],
+        }
+        for t in master.catalog_manager.tables.values()
+    ]
     return json_response({"tables": sorted(tables, key=lambda t: t["name"])})
 
 

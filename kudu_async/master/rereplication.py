@@ -120,8 +120,12 @@ class Tombstone:
 Action = ChangeConfig | Tombstone
 
 
-def plan(tablets: Iterable[TabletView], cluster: ClusterView,
-         max_concurrent: int = MAX_CONCURRENT_REREPLICATIONS, in_flight_adds: int = 0) -> list[Action]:
+def plan(
+    tablets: Iterable[TabletView],
+    cluster: ClusterView,
+    max_concurrent: int = MAX_CONCURRENT_REREPLICATIONS,
+    in_flight_adds: int = 0,
+) -> list[Action]:
     """The next step of every tablet that needs one (tablets in id order, so the result is deterministic).
 
     ``in_flight_adds``: learners added but not reported yet (they count against ``max_concurrent``).
@@ -155,8 +159,15 @@ def _tombstones(t: TabletView, cluster: ClusterView) -> list[Tombstone]:
             continue  # (a copy in progress is tombstoned once it has finished, if still not a member)
         address = cluster.addresses.get(u)
         if address:
-            out.append(Tombstone(t.tablet_id, u, address, t.config_index,
-                                 f"replica in state {state} is not in the config (index {t.config_index})"))
+            out.append(
+                Tombstone(
+                    t.tablet_id,
+                    u,
+                    address,
+                    t.config_index,
+                    f"replica in state {state} is not in the config (index {t.config_index})",
+                )
+            )
     return out
 
 
@@ -189,8 +200,9 @@ def _config_step(t: TabletView, cluster: ClusterView, load: dict[str, int], add_
             # No majority of healthy voters: nothing can commit while the config stays this size.
             if sick and 2 * healthy > len(t.voters) - 1:
                 victim = hinted or sick[0]
-                return change(REMOVE, victim, "the healthy voters are no majority: evicting a failed voter "
-                                              "first restores one")
+                return change(
+                    REMOVE, victim, "the healthy voters are no majority: evicting a failed voter first restores one"
+                )
             return None
         if not add_allowed:
             return None
@@ -198,9 +210,13 @@ def _config_step(t: TabletView, cluster: ClusterView, load: dict[str, int], add_
         if target is None:
             return None
         replacing = hinted or (sick[0] if sick else None)
-        return change(ADD_LEARNER, target, f"{healthy} healthy voters of {t.num_replicas}"
-                      + (f"; replacing {replacing}" if replacing else ""),
-                      address=cluster.addresses.get(target), replacing=replacing)
+        return change(
+            ADD_LEARNER,
+            target,
+            f"{healthy} healthy voters of {t.num_replicas}" + (f"; replacing {replacing}" if replacing else ""),
+            address=cluster.addresses.get(target),
+            replacing=replacing,
+        )
     if sick:
         return change(REMOVE, hinted or sick[0], "failed voter replaced: the config has enough healthy voters")
     if len(t.voters) > t.num_replicas:
@@ -219,9 +235,14 @@ def _placement(t: TabletView, cluster: ClusterView, load: Mapping[str, int]) -> 
     """The live server with the fewest replicas that holds no replica of ``t`` (ties: lowest uuid).
 
     A server still holding a stale replica of the tablet is skipped: it is tombstoned first."""
-    candidates = [u for u in cluster.live
-                  if u not in t.members and t.replica_states.get(u, TOMBSTONED) == TOMBSTONED
-                  and u not in cluster.failed and cluster.addresses.get(u)]
+    candidates = [
+        u
+        for u in cluster.live
+        if u not in t.members
+        and t.replica_states.get(u, TOMBSTONED) == TOMBSTONED
+        and u not in cluster.failed
+        and cluster.addresses.get(u)
+    ]
     if not candidates:
         return None
     return min(candidates, key=lambda u: (load.get(u, 0), u))

@@ -90,9 +90,14 @@ def is_live_table(record: dict[str, Any]) -> bool:
 class SysCatalogStateMachine:
     """The catalog maps, rebuilt from the snapshot plus the log; implements ``StateMachine``."""
 
-    def __init__(self, directory: Path, executor: Executor | None, snapshot_every: int = 200,
-                 max_requests: int = MAX_REMEMBERED_REQUESTS,
-                 max_deleted: int = MAX_REMEMBERED_DELETED_TABLETS) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        executor: Executor | None,
+        snapshot_every: int = 200,
+        max_requests: int = MAX_REMEMBERED_REQUESTS,
+        max_deleted: int = MAX_REMEMBERED_DELETED_TABLETS,
+    ) -> None:
         self.path = directory / SNAPSHOT_FILE
         self.executor = executor
         self.snapshot_every = snapshot_every
@@ -148,14 +153,23 @@ class SysCatalogStateMachine:
             if old is None and new.get("rev") is not None:
                 return f"{kind} {record_id} was deleted since it was read (at rev {new.get('rev')})"
             if old is not None and old.get("rev") != new.get("rev"):
-                return (f"{kind} {record_id} changed since it was read: rev {new.get('rev')} was written over "
-                        f"by rev {old.get('rev')}")
-            if kind == "table" and is_live_table(new) and (
-                    old is None or not is_live_table(old) or old.get("name") != new.get("name")):
+                return (
+                    f"{kind} {record_id} changed since it was read: rev {new.get('rev')} was written over "
+                    f"by rev {old.get('rev')}"
+                )
+            if (
+                kind == "table"
+                and is_live_table(new)
+                and (old is None or not is_live_table(old) or old.get("name") != new.get("name"))
+            ):
                 for other_id in {*self.tables, *(i for k, i in staged if k == "table")}:
                     other = current("table", other_id)
-                    if (other_id != record_id and other is not None and is_live_table(other)
-                            and other.get("name") == new.get("name")):
+                    if (
+                        other_id != record_id
+                        and other is not None
+                        and is_live_table(other)
+                        and other.get("name") == new.get("name")
+                    ):
                         return f"table name {new.get('name')!r} is taken by table {other_id}"
             staged[(kind, record_id)] = new
         return None
@@ -198,10 +212,15 @@ class SysCatalogStateMachine:
     async def snapshot(self) -> None:
         self._since_snapshot = 0
         index = self.applied_index
-        data = msgpack.packb({"index": index, "tables": copy.deepcopy(self.tables),
-                              "tablets": copy.deepcopy(self.tablets),
-                              "requests": [[rid, copy.deepcopy(e)] for rid, e in self.requests.items()],
-                              "deleted_tablets": list(self.deleted_tablets.items())},
-                             use_bin_type=True)
+        data = msgpack.packb(
+            {
+                "index": index,
+                "tables": copy.deepcopy(self.tables),
+                "tablets": copy.deepcopy(self.tablets),
+                "requests": [[rid, copy.deepcopy(e)] for rid, e in self.requests.items()],
+                "deleted_tablets": list(self.deleted_tablets.items()),
+            },
+            use_bin_type=True,
+        )
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)
         self._snapshot_index = index

@@ -110,8 +110,12 @@ def validate_ts_info(info: Any, path: str = "ts") -> dict[str, Any]:
     """A tserver's registration (``ts`` of a heartbeat), checked and copied."""
     d = _map(info, path)
     start_time = _get(d, "start_time", path)
-    if isinstance(start_time, bool) or not isinstance(start_time, int | float) or not math.isfinite(start_time) \
-            or start_time < 0:
+    if (
+        isinstance(start_time, bool)
+        or not isinstance(start_time, int | float)
+        or not math.isfinite(start_time)
+        or start_time < 0
+    ):
         raise _bad(f"{path}.start_time", f"expected a non-negative unix time, got {start_time!r:.50}")
     return {
         "uuid": _id(_get(d, "uuid", path), f"{path}.uuid"),
@@ -263,17 +267,26 @@ class TSManager:
         known = self._ts.get(ts["uuid"])
         if known is None:
             self._ts[ts["uuid"]] = _TServer(
-                ts["uuid"], ts["rpc_address"], ts["http_address"], ts["version"], ts["start_time"],
-                registered_at, now,
+                ts["uuid"],
+                ts["rpc_address"],
+                ts["http_address"],
+                ts["version"],
+                ts["start_time"],
+                registered_at,
+                now,
             )
             log.info("tserver registered", extra={"ts_uuid": ts["uuid"], "rpc_address": ts["rpc_address"]})
             return
         if (known.rpc_address, known.http_address) != (ts["rpc_address"], ts["http_address"]):
             log.warning(
                 "tserver re-registered at a different address",
-                extra={"ts_uuid": known.uuid, "old_rpc_address": known.rpc_address,
-                       "new_rpc_address": ts["rpc_address"], "old_http_address": known.http_address,
-                       "new_http_address": ts["http_address"]},
+                extra={
+                    "ts_uuid": known.uuid,
+                    "old_rpc_address": known.rpc_address,
+                    "new_rpc_address": ts["rpc_address"],
+                    "old_http_address": known.http_address,
+                    "new_http_address": ts["http_address"],
+                },
             )
         else:
             log.info("tserver re-registered", extra={"ts_uuid": known.uuid, "rpc_address": ts["rpc_address"]})
@@ -286,8 +299,9 @@ class TSManager:
         known.needs_full_report = True
         known.last_seq = -1  # a restarted tserver numbers its reports from scratch
 
-    def heartbeat(self, uuid: str, now: float, num_live_tablets: int | None = None,
-                  leader_count: int | None = None) -> bool:
+    def heartbeat(
+        self, uuid: str, now: float, num_live_tablets: int | None = None, leader_count: int | None = None
+    ) -> bool:
         """Note that ``uuid`` is alive; False if it never registered here (it must register first)."""
         ts = self._ts.get(uuid)
         if ts is None:
@@ -304,8 +318,13 @@ class TSManager:
         ts = self._ts.get(uuid)
         if ts is None:
             return None
-        return {"uuid": ts.uuid, "rpc_address": ts.rpc_address, "http_address": ts.http_address,
-                "version": ts.version, "start_time": ts.start_time}
+        return {
+            "uuid": ts.uuid,
+            "rpc_address": ts.rpc_address,
+            "http_address": ts.http_address,
+            "version": ts.version,
+            "start_time": ts.start_time,
+        }
 
     def is_live(self, uuid: str, now: float) -> bool:
         ts = self._ts.get(uuid)
@@ -381,8 +400,9 @@ class TSManager:
             raise KuduIllegalState(f"tserver {uuid} sent a tablet report without registering")
         rep = validate_report(report)
         if rep["seq"] <= ts.last_seq:
-            log.info("ignoring stale tablet report", extra={"ts_uuid": uuid, "seq": rep["seq"],
-                                                             "last_seq": ts.last_seq})
+            log.info(
+                "ignoring stale tablet report", extra={"ts_uuid": uuid, "seq": rep["seq"], "last_seq": ts.last_seq}
+            )
             return False
         if not rep["full"] and ts.needs_full_report:
             log.info("ignoring incremental tablet report: waiting for a full one", extra={"ts_uuid": uuid})
@@ -407,9 +427,15 @@ class TSManager:
         if t is None:
             t = self._tablets[tablet_id] = _Tablet(r["table_id"])
         elif t.table_id != r["table_id"]:
-            log.warning("replicas disagree on a tablet's table", extra={
-                "tablet_id": tablet_id, "ts_uuid": ts.uuid, "known_table_id": t.table_id,
-                "reported_table_id": r["table_id"]})
+            log.warning(
+                "replicas disagree on a tablet's table",
+                extra={
+                    "tablet_id": tablet_id,
+                    "ts_uuid": ts.uuid,
+                    "known_table_id": t.table_id,
+                    "reported_table_id": r["table_id"],
+                },
+            )
         t.replicas[ts.uuid] = r
         ts.tablets.add(tablet_id)
         config = r["config"]

@@ -53,8 +53,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        return json_error(e.status, e.reason.upper().replace(" ", "_"), f"{request.method} {request.path}: "
-                          f"{e.reason}")
+        return json_error(e.status, e.reason.upper().replace(" ", "_"), f"{request.method} {request.path}: {e.reason}")
     except Exception as e:
         log.exception("admin handler %s failed", request.path)
         return json_error(500, "RUNTIME_ERROR", f"{type(e).__name__}: {e}")
@@ -108,14 +107,16 @@ async def varz_text(request: web.Request) -> web.Response:
 
 async def version(request: web.Request) -> web.Response:
     node = _node(request)
-    return web.json_response({
-        "version_info": {
-            "version_string": __version__,
-            "build_type": "RELEASE",
-            "implementation": "kudu_async",
-            "role": node.role,
+    return web.json_response(
+        {
+            "version_info": {
+                "version_string": __version__,
+                "build_type": "RELEASE",
+                "implementation": "kudu_async",
+                "role": node.role,
+            }
         }
-    })
+    )
 
 
 async def rpcz(request: web.Request) -> web.Response:
@@ -129,8 +130,12 @@ async def metrics_json(request: web.Request) -> web.Response:
 
 
 async def metrics_prometheus(request: web.Request) -> web.Response:
-    return web.Response(text=_node(request).metrics.to_prometheus(), content_type="text/plain",
-                        charset="utf-8", headers={"X-Prometheus-Format": "0.0.4"})
+    return web.Response(
+        text=_node(request).metrics.to_prometheus(),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Prometheus-Format": "0.0.4"},
+    )
 
 
 async def mem_trackers(request: web.Request) -> web.Response:
@@ -139,8 +144,13 @@ async def mem_trackers(request: web.Request) -> web.Response:
 
 async def raft_status(request: web.Request) -> web.Response:
     raft = _node(request).raft
-    return web.json_response({"replicas": raft.status(), "peers": raft.transport.peer_status(),
-                              "messages_for_unknown_groups": raft.unknown_group_messages})
+    return web.json_response(
+        {
+            "replicas": raft.status(),
+            "peers": raft.transport.peer_status(),
+            "messages_for_unknown_groups": raft.unknown_group_messages,
+        }
+    )
 
 
 async def home(request: web.Request) -> web.Response:

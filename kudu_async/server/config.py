@@ -164,62 +164,135 @@ def parse_master_addresses(text: str) -> list[str]:
 FLAGS: tuple[Flag, ...] = (
     Flag("role", _to_str, None, "Node role: master or tserver (required).", choices=ROLES),
     Flag("data_dir", _to_str, None, "Directory for this node's instance file, WALs and data (required)."),
-    Flag("rpc_bind", _to_str, "", "RPC address host:port (default 127.0.0.1:7051 master, :7050 tserver).",
-         check=_hostport_or_empty),
-    Flag("http_bind", _to_str, "", "Admin HTTP address host:port (default 127.0.0.1:8051 master, "
-         ":8050 tserver).", check=_hostport_or_empty),
-    Flag("master_addresses", _to_str, "127.0.0.1:7051", "Comma-separated RPC addresses of all masters.",
-         check=_master_list),
+    Flag(
+        "rpc_bind",
+        _to_str,
+        "",
+        "RPC address host:port (default 127.0.0.1:7051 master, :7050 tserver).",
+        check=_hostport_or_empty,
+    ),
+    Flag(
+        "http_bind",
+        _to_str,
+        "",
+        "Admin HTTP address host:port (default 127.0.0.1:8051 master, :8050 tserver).",
+        check=_hostport_or_empty,
+    ),
+    Flag(
+        "master_addresses",
+        _to_str,
+        "127.0.0.1:7051",
+        "Comma-separated RPC addresses of all masters.",
+        check=_master_list,
+    ),
     Flag("node_name", _to_str, "", "Name used in logs and fault-injection rules (default: the uuid)."),
     Flag("log_level", _to_str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Flag("log_file", _to_str, "", "Write logs here instead of stderr."),
-    Flag("rpc_max_message_bytes", _to_int, 64 * 1024 * 1024, "Largest RPC body accepted or sent.",
-         check=_positive),
-    Flag("rpc_service_queue_length", _to_int, 1000,
-         "Calls in flight per service before new ones get SERVICE_UNAVAILABLE.", check=_positive),
-    Flag("enable_fault_injection", _to_bool, False,
-         "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only)."),
-    Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.",
-         check=_non_negative),
+    Flag("rpc_max_message_bytes", _to_int, 64 * 1024 * 1024, "Largest RPC body accepted or sent.", check=_positive),
+    Flag(
+        "rpc_service_queue_length",
+        _to_int,
+        1000,
+        "Calls in flight per service before new ones get SERVICE_UNAVAILABLE.",
+        check=_positive,
+    ),
+    Flag(
+        "enable_fault_injection",
+        _to_bool,
+        False,
+        "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only).",
+    ),
+    Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.", check=_non_negative),
     Flag("raft_heartbeat_interval_ms", _to_int, 500, "Raft leader heartbeat period.", check=_positive),
-    Flag("leader_failure_max_missed_heartbeat_periods", _to_float, 3.0,
-         "Missed heartbeats before a follower starts an election.", check=_positive),
+    Flag(
+        "leader_failure_max_missed_heartbeat_periods",
+        _to_float,
+        3.0,
+        "Missed heartbeats before a follower starts an election.",
+        check=_positive,
+    ),
     Flag("heartbeat_interval_ms", _to_int, 1000, "tserver -> master heartbeat period.", check=_positive),
-    Flag("tserver_unresponsive_timeout_ms", _to_int, 60000, "Master: a tserver silent for this long counts as "
-         "dead (no new replicas are placed on it).", check=_positive),
-    Flag("follower_unavailable_considered_failed_sec", _to_float, 300.0, "Master: the replicas of a tserver "
-         "silent for this long count as failed and are re-replicated elsewhere (Kudu's 3-4-3 scheme).",
-         check=_positive),
-    Flag("raft_tick_interval_ms", _to_int, 100, "Period of the node-level Raft ticker (heartbeats and "
-         "election timeouts are whole numbers of ticks).", check=_positive),
-    Flag("log_force_fsync_all", _to_bool, True, "fsync the WAL before acknowledging (group commit keeps it "
-         "cheap; unlike Kudu, on by default)."),
+    Flag(
+        "tserver_unresponsive_timeout_ms",
+        _to_int,
+        60000,
+        "Master: a tserver silent for this long counts as dead (no new replicas are placed on it).",
+        check=_positive,
+    ),
+    Flag(
+        "follower_unavailable_considered_failed_sec",
+        _to_float,
+        300.0,
+        "Master: the replicas of a tserver "
+        "silent for this long count as failed and are re-replicated elsewhere (Kudu's 3-4-3 scheme).",
+        check=_positive,
+    ),
+    Flag(
+        "raft_tick_interval_ms",
+        _to_int,
+        100,
+        "Period of the node-level Raft ticker (heartbeats and election timeouts are whole numbers of ticks).",
+        check=_positive,
+    ),
+    Flag(
+        "log_force_fsync_all",
+        _to_bool,
+        True,
+        "fsync the WAL before acknowledging (group commit keeps it cheap; unlike Kudu, on by default).",
+    ),
     Flag("log_segment_size_mb", _to_int, 8, "Roll WAL segments at this size.", check=_positive),
     Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
     # --- tablet server: storage, scans, back-pressure ---
-    Flag("flush_threshold_mb", _to_int, 64, "Flush a tablet's MemRowSet (or a DeltaMemStore) at this size "
-         "(Kudu: 1024).", check=_positive),
-    Flag("memory_pressure_threshold_mb", _to_int, 1024, "MemRowSet + DeltaMemStore bytes of all tablets on this "
-         "node above which the biggest store is flushed first, whatever its size (Kudu flushes under memory "
-         "pressure at memory_pressure_percentage of its process memory limit).", check=_positive),
+    Flag(
+        "flush_threshold_mb",
+        _to_int,
+        64,
+        "Flush a tablet's MemRowSet (or a DeltaMemStore) at this size (Kudu: 1024).",
+        check=_positive,
+    ),
+    Flag(
+        "memory_pressure_threshold_mb",
+        _to_int,
+        1024,
+        "MemRowSet + DeltaMemStore bytes of all tablets on this "
+        "node above which the biggest store is flushed first, whatever its size (Kudu flushes under memory "
+        "pressure at memory_pressure_percentage of its process memory limit).",
+        check=_positive,
+    ),
     Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive),
-    Flag("block_cache_capacity_mb", _to_int, 512, "Rowset files held in memory, for all tablets of this node: a "
-         "point lookup whose rowsets are all held is answered on the event loop, without a disk read or a "
-         "hand-off to a worker; the least recently used base data is evicted for new files, which are "
-         "memory-mapped when nothing can be. 0 turns the cache off.", check=_non_negative),
-    Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.",
-         check=_positive),
-    Flag("maintenance_manager_num_threads", _to_int, 1, "Worker threads for flushes and compactions.",
-         check=_positive),
-    Flag("tablet_memory_limit_mb", _to_int, 256, "MemRowSet + DeltaMemStore bytes of one tablet above which "
-         "writes get SERVICE_UNAVAILABLE until flushes catch up.", check=_positive),
-    Flag("tablet_max_pending_writes", _to_int, 256, "Writes in flight per tablet before SERVICE_UNAVAILABLE.",
-         check=_positive),
+    Flag(
+        "block_cache_capacity_mb",
+        _to_int,
+        512,
+        "Rowset files held in memory, for all tablets of this node: a "
+        "point lookup whose rowsets are all held is answered on the event loop, without a disk read or a "
+        "hand-off to a worker; the least recently used base data is evicted for new files, which are "
+        "memory-mapped when nothing can be. 0 turns the cache off.",
+        check=_non_negative,
+    ),
+    Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.", check=_positive),
+    Flag("maintenance_manager_num_threads", _to_int, 1, "Worker threads for flushes and compactions.", check=_positive),
+    Flag(
+        "tablet_memory_limit_mb",
+        _to_int,
+        256,
+        "MemRowSet + DeltaMemStore bytes of one tablet above which "
+        "writes get SERVICE_UNAVAILABLE until flushes catch up.",
+        check=_positive,
+    ),
+    Flag(
+        "tablet_max_pending_writes",
+        _to_int,
+        256,
+        "Writes in flight per tablet before SERVICE_UNAVAILABLE.",
+        check=_positive,
+    ),
     Flag("scanner_ttl_ms", _to_int, 60_000, "Idle scanners expire after this long.", check=_positive),
-    Flag("tablet_bootstrap_parallelism", _to_int, 4, "Tablets opened (log replayed) at once on start.",
-         check=_positive),
+    Flag(
+        "tablet_bootstrap_parallelism", _to_int, 4, "Tablets opened (log replayed) at once on start.", check=_positive
+    ),
 )
 FLAGS_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 
@@ -264,8 +337,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of flag values (default: none).")
     for f in FLAGS:
         default = "required" if f.default is None else repr(f.default)
-        p.add_argument(f.cli, dest=f.name, metavar=f.name.upper(), help=f"{f.help} [default: {default}; "
-                       f"env {f.env}]")
+        p.add_argument(f.cli, dest=f.name, metavar=f.name.upper(), help=f"{f.help} [default: {default}; env {f.env}]")
     return p
 
 

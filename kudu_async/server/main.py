@@ -42,8 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kudu-node: {e.message}", file=sys.stderr)
         return 2
     if config.role == "master" and len(config.masters) not in (1, 3, 5):
-        print(f"kudu-node: --master-addresses lists {len(config.masters)} masters; a master quorum needs 1, 3 or 5 "
-              "(an even count tolerates no more failures than the odd count below it)", file=sys.stderr)
+        print(
+            f"kudu-node: --master-addresses lists {len(config.masters)} masters; a master quorum needs 1, 3 or 5 "
+            "(an even count tolerates no more failures than the odd count below it)",
+            file=sys.stderr,
+        )
         return 2
     fs = FsManager(config.data_dir, config.role)
     try:

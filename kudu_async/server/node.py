@@ -53,10 +53,15 @@ class Node:
         self.server_metrics: MetricEntity = self.metrics.entity(
             "server", METRIC_ENTITY_ID.get(self.role, "kudu.server"), {"uuid": self.uuid, "role": self.role}
         )
-        self.server_metrics.gauge("uptime", "Seconds since the node started", "seconds",
-                                  read=lambda: round(time.monotonic() - self._started_mono, 3))
-        self.server_metrics.gauge("memory_rss", "Resident set size of the process", "bytes",
-                                  read=lambda: process_memory()["current_bytes"])
+        self.server_metrics.gauge(
+            "uptime",
+            "Seconds since the node started",
+            "seconds",
+            read=lambda: round(time.monotonic() - self._started_mono, 3),
+        )
+        self.server_metrics.gauge(
+            "memory_rss", "Resident set size of the process", "bytes", read=lambda: process_memory()["current_bytes"]
+        )
         self.faults = FaultInjector(enabled=config.enable_fault_injection)
         self.rpc_server = RpcServer(
             self.server_metrics,
@@ -80,8 +85,10 @@ class Node:
             self.rpc_client,
             self.io_executor,
             ReplicaOptions(
-                raft=RaftOptions(heartbeat_ticks=heartbeat_ticks,
-                                 missed_heartbeats=max(1, round(config.leader_failure_max_missed_heartbeat_periods))),
+                raft=RaftOptions(
+                    heartbeat_ticks=heartbeat_ticks,
+                    missed_heartbeats=max(1, round(config.leader_failure_max_missed_heartbeat_periods)),
+                ),
                 fsync=config.log_force_fsync_all,
                 segment_bytes=config.log_segment_size_mb * 1024 * 1024,
                 max_retained_segments=config.log_max_segments_to_retain,
@@ -130,8 +137,10 @@ class Node:
         addresses = self._http_runner.addresses  # resolves port 0 to the bound port
         if addresses:
             self.http_address = format_hostport(http_host, addresses[0][1])
-        log.info("node started", extra={"rpc_address": self.rpc_address, "http_address": self.http_address,
-                                        "version": __version__})
+        log.info(
+            "node started",
+            extra={"rpc_address": self.rpc_address, "http_address": self.http_address, "version": __version__},
+        )
         await self.on_started()
 
     async def stop(self) -> None:
@@ -181,19 +190,20 @@ class Node:
             "uptime_s": round(time.monotonic() - self._started_mono, 3),
             "is_leader": None,
             # Objects kept out of the cycle collector since start-up, and its runs per generation.
-            "gc": {"frozen_objects": gc.get_freeze_count(),
-                   "collections": [g["collections"] for g in gc.get_stats()]},
+            "gc": {"frozen_objects": gc.get_freeze_count(), "collections": [g["collections"] for g in gc.get_stats()]},
             **self.role_status(),
         }
 
     def rpcz(self) -> dict[str, Any]:
-        return {"inbound": self.rpc_server.inflight(), "outbound": self.rpc_client.inflight(),
-                "services": self.rpc_server.services()}
+        return {
+            "inbound": self.rpc_server.inflight(),
+            "outbound": self.rpc_client.inflight(),
+            "services": self.rpc_server.services(),
+        }
 
     def mem_trackers(self) -> list[dict[str, Any]]:
         mem = process_memory()
-        return [{"id": "root", "parent": None, "limit": -1, "current": mem["current_bytes"],
-                 "peak": mem["peak_bytes"]}]
+        return [{"id": "root", "parent": None, "limit": -1, "current": mem["current_bytes"], "peak": mem["peak_bytes"]}]
 
     def _register_generic_service(self) -> None:
         self.rpc_server.register("Generic", "Ping", self._rpc_ping)

@@ -54,11 +54,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "kudu"
-WRITE_OPERATIONS = ("insert", "insert_ignore", "upsert", "upsert_ignore", "update", "update_ignore", "delete",
-                    "delete_ignore")
+WRITE_OPERATIONS = (
+    "insert",
+    "insert_ignore",
+    "upsert",
+    "upsert_ignore",
+    "update",
+    "update_ignore",
+    "delete",
+    "delete_ignore",
+)
 WRITE_FLUSH_ROWS = 100_000  # rows gathered from Spark's 10k-row batches before one apply_arrow
-_FILTER_OPS: dict[type, str] = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<",
-                                LessThanOrEqual: "<="}
+_FILTER_OPS: dict[type, str] = {
+    EqualTo: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+}
 
 # --- options and the per-worker client -------------------------------------------------------------
 
@@ -205,8 +218,10 @@ class KuduDataSource(DataSource):
         _check_overwrite(overwrite)
         op = _operation(self.options, "upsert")
         if op not in ("upsert", "upsert_ignore", "delete_ignore", "update_ignore", "insert_ignore"):
-            raise KuduInvalidArgument(f"a streaming sink must be replayable: kudu.operation {op} would fail or "
-                                      "duplicate on a replayed micro-batch; use upsert")
+            raise KuduInvalidArgument(
+                f"a streaming sink must be replayable: kudu.operation {op} would fail or "
+                "duplicate on a replayed micro-batch; use upsert"
+            )
         table = _create_or_open(self.options, schema)
         _check_write_columns(table, schema)
         return KuduStreamWriter(dict(self.options), op)
@@ -241,12 +256,18 @@ def local_session(app_name: str = "kudu_async", partitions: int = 4) -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (SparkSession.builder.master("local[2]").appName(app_name)
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(partitions))
-             .config(UNIX_SOCKETS, "true")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config(UNIX_SOCKETS, "true")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -254,8 +275,10 @@ def local_session(app_name: str = "kudu_async", partitions: int = 4) -> Any:
 
 def _check_overwrite(overwrite: bool) -> None:
     if overwrite:
-        raise KuduInvalidArgument("the kudu data source only appends (mode 'append'); Kudu tables are updated by "
-                                  "key - use kudu.operation upsert/delete instead of overwrite")
+        raise KuduInvalidArgument(
+            "the kudu data source only appends (mode 'append'); Kudu tables are updated by "
+            "key - use kudu.operation upsert/delete instead of overwrite"
+        )
 
 
 def _operation(options: Any, default: str) -> str:
@@ -302,8 +325,10 @@ def _create_or_open(options: Any, schema: StructType) -> Table:
 def _check_write_columns(table: Table, schema: StructType) -> None:
     for f in schema.fields:
         if _match_column(table, f.name) is None:
-            raise KuduInvalidArgument(f"DataFrame column '{f.name}' is not a column of table {table.name} "
-                                      f"(its columns: {', '.join(table.schema.names)})")
+            raise KuduInvalidArgument(
+                f"DataFrame column '{f.name}' is not a column of table {table.name} "
+                f"(its columns: {', '.join(table.schema.names)})"
+            )
 
 
 def _match_column(table: Table, name: str) -> str | None:
@@ -353,8 +378,9 @@ class KuduReader(DataSourceReader):
         if _bool_opt(self.options, "kudu.faultTolerantScan"):
             b.set_fault_tolerant()
         b.set_batch_size_bytes(_int_opt(self.options, "kudu.batchSize", 8 * 1024 * 1024) or 8 * 1024 * 1024)
-        parts: list[InputPartition] = [KuduInputPartition(t.serialize(), t.tablet.tablet_id, t.hosts())
-                                       for t in b.build()]
+        parts: list[InputPartition] = [
+            KuduInputPartition(t.serialize(), t.tablet.tablet_id, t.hosts()) for t in b.build()
+        ]
         _settle_worker_heap()  # the planner worker: planning runs again for every query
         return parts
 
@@ -497,8 +523,9 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
                 raise type(e)(f"kudu.operation {operation} into {table.name} failed: {e.message}", e.details) from e
             first = "; ".join(f"{err.status} in row {err.failed_op()}" for err in errors[:5])
             more = f" (and {len(errors) - 5}{'+' if overflowed else ''} more)" if len(errors) > 5 else ""
-            raise KuduBadStatus(f"kudu.operation {operation} into {table.name} failed for {len(errors)} row(s): "
-                                f"{first}{more}") from e
+            raise KuduBadStatus(
+                f"kudu.operation {operation} into {table.name} failed for {len(errors)} row(s): {first}{more}"
+            ) from e
 
     with ThreadPoolExecutor(1, thread_name_prefix="kudu-write") as sender:
         inflight: Future[int] | None = None

@@ -59,10 +59,17 @@ def expected_arrow_schema(struct: st.StructType) -> pa.Schema:
 
 def _arrow_type(t: st.DataType) -> pa.DataType:
     simple: list[tuple[type[st.DataType], pa.DataType]] = [
-        (st.ByteType, pa.int8()), (st.ShortType, pa.int16()), (st.IntegerType, pa.int32()),
-        (st.LongType, pa.int64()), (st.FloatType, pa.float32()), (st.DoubleType, pa.float64()),
-        (st.BooleanType, pa.bool_()), (st.StringType, pa.string()), (st.BinaryType, pa.binary()),
-        (st.DateType, pa.date32()), (st.TimestampType, pa.timestamp("us", tz="UTC")),
+        (st.ByteType, pa.int8()),
+        (st.ShortType, pa.int16()),
+        (st.IntegerType, pa.int32()),
+        (st.LongType, pa.int64()),
+        (st.FloatType, pa.float32()),
+        (st.DoubleType, pa.float64()),
+        (st.BooleanType, pa.bool_()),
+        (st.StringType, pa.string()),
+        (st.BinaryType, pa.binary()),
+        (st.DateType, pa.date32()),
+        (st.TimestampType, pa.timestamp("us", tz="UTC")),
         (st.TimestampNTZType, pa.timestamp("us")),
     ]
     for cls, at in simple:
@@ -77,15 +84,24 @@ def kudu_column(field: st.StructField, *, key: bool) -> ColumnSchema:
     """A Kudu column for a Spark field (table creation from a DataFrame)."""
     t = field.dataType
     mapping: list[tuple[type[st.DataType], T.KuduType]] = [
-        (st.ByteType, T.INT8), (st.ShortType, T.INT16), (st.IntegerType, T.INT32), (st.LongType, T.INT64),
-        (st.FloatType, T.FLOAT), (st.DoubleType, T.DOUBLE), (st.BooleanType, T.BOOL), (st.StringType, T.STRING),
-        (st.BinaryType, T.BINARY), (st.DateType, T.DATE), (st.TimestampType, T.UNIXTIME_MICROS),
+        (st.ByteType, T.INT8),
+        (st.ShortType, T.INT16),
+        (st.IntegerType, T.INT32),
+        (st.LongType, T.INT64),
+        (st.FloatType, T.FLOAT),
+        (st.DoubleType, T.DOUBLE),
+        (st.BooleanType, T.BOOL),
+        (st.StringType, T.STRING),
+        (st.BinaryType, T.BINARY),
+        (st.DateType, T.DATE),
+        (st.TimestampType, T.UNIXTIME_MICROS),
         (st.TimestampNTZType, T.UNIXTIME_MICROS),
     ]
     for cls, kt in mapping:
         if isinstance(t, cls):
             return ColumnSchema(field.name, kt, nullable=not key and field.nullable)
     if isinstance(t, st.DecimalType):
-        return ColumnSchema(field.name, T.DECIMAL, nullable=not key and field.nullable,
-                            precision=t.precision, scale=t.scale)
+        return ColumnSchema(
+            field.name, T.DECIMAL, nullable=not key and field.nullable, precision=t.precision, scale=t.scale
+        )
     raise KuduInvalidArgument(f"column '{field.name}': Spark type {t.simpleString()} has no kudu_async type")

@@ -44,9 +44,7 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
             newer = None
     keep = np.ones(n, dtype=bool) if live is None else live.copy()
     # Rows inserted after the AHM are kept untouched (their deltas are all newer than the AHM too).
-    inserted_after = pc.greater(folded.column(TS_COL), pa.scalar(ahm, pa.uint64())).to_numpy(
-        zero_copy_only=False
-    )
+    inserted_after = pc.greater(folded.column(TS_COL), pa.scalar(ahm, pa.uint64())).to_numpy(zero_copy_only=False)
     keep |= inserted_after
     out = folded.filter(pa.array(keep))
     if newer is None:
@@ -84,9 +82,7 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
     return out, newer.append_column(KEY_COL, base.column(KEY_COL).take(pa.array(rows)))
 
 
-def merge_rowsets(
-    info: SchemaInfo, inputs: list[CompactionInput], ahm: int
-) -> tuple[pa.Table, pa.Table | None]:
+def merge_rowsets(info: SchemaInfo, inputs: list[CompactionInput], ahm: int) -> tuple[pa.Table, pa.Table | None]:
     """Fold every input to the AHM and merge them into one key-sorted table plus its deltas newer
     than the AHM (a delta table whose ``_row`` is the position in the merged table, or None)."""
     tables, laters = [], []
@@ -106,6 +102,4 @@ def merge_rowsets(
     if pos.null_count:
         raise AssertionError("a kept delta lost its row during compaction")
     later = later.drop_columns([KEY_COL])
-    return merged, later.set_column(
-        later.schema.get_field_index(ROW_COL), ROW_COL, pc.cast(pos, pa.uint32())
-    )
+    return merged, later.set_column(later.schema.get_field_index(ROW_COL), ROW_COL, pc.cast(pos, pa.uint32()))

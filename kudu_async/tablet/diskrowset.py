@@ -158,15 +158,14 @@ class DiskRowSet:
         self._base_path = bm.path(meta.base_block)
         self._use_base(adapt_base(info, self.open_block(meta.base_block, evictable=True, make_room=fresh)))
         if self.base.num_rows != meta.num_rows:
-            raise KuduCorruption(
-                f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}"
-            )
+            raise KuduCorruption(f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}")
         with open(bm.path(meta.bloom_block), "rb") as f:
             self.bloom = BloomFilter.from_bytes(f.read())
         self.min_key = bytes.fromhex(meta.min_key_hex)
         self.max_key = bytes.fromhex(meta.max_key_hex)
-        self.delta_tables: list[pa.Table] = [adapt_deltas(info, self.open_block(b, make_room=fresh))
-                                             for b in meta.delta_blocks]
+        self.delta_tables: list[pa.Table] = [
+            adapt_deltas(info, self.open_block(b, make_room=fresh)) for b in meta.delta_blocks
+        ]
         self.dms = DeltaMemStore(info)
         self.flushing_dms: list[DeltaMemStore] = []
         # Per base row: timestamp of the last change, live now, changed at all (deltas included);

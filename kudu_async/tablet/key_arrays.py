@@ -150,8 +150,8 @@ class KeyBatch:
         self._keys = keys
         self.n = len(arr)
         self.arr = arr
-        self.valid = np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(
-            zero_copy_only=False
+        self.valid = (
+            np.ones(self.n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
         )
         self._offsets, self._data = binary_layout(arr)
         self.lengths = np.diff(self._offsets)
@@ -525,8 +525,10 @@ class KeyIndex:
         else:
             run = KeyRun(keys.take(pa.array(order)), rownums[order])
         runs = [*self._runs, run]
-        while len(runs) >= 2 and len(runs[-2]) <= 2 * len(runs[-1]) and (
-            len(runs) > SEPARATE_RUNS or not (runs[-2].hi < runs[-1].lo or runs[-1].hi < runs[-2].lo)
+        while (
+            len(runs) >= 2
+            and len(runs[-2]) <= 2 * len(runs[-1])
+            and (len(runs) > SEPARATE_RUNS or not (runs[-2].hi < runs[-1].lo or runs[-1].hi < runs[-2].lo))
         ):
             b = runs.pop()
             runs.append(KeyRun.merged([runs.pop(), b]))

@@ -210,9 +210,7 @@ class MaintenanceManager:
             busy = set(self._running)
         ops = [op for t in tablets for op in tablet_ops(t)]
         total_ram = sum(op.ram_anchored for op in ops)
-        scored = sorted(
-            ((self.score(op, total_ram), op) for op in ops if op.key not in busy), key=lambda so: -so[0]
-        )
+        scored = sorted(((self.score(op, total_ram), op) for op in ops if op.key not in busy), key=lambda so: -so[0])
         self._last_queue = [{**op.to_dict(), "score": s} for s, op in scored]
         return [(s, op) for s, op in scored if s > 0]
 

@@ -132,7 +132,11 @@ class MemRowSet:
         self.insert_many([key], [rownum], ts, log_index)
 
     def insert_many(
-        self, keys: pa.Array | list[bytes], rownums: range | np.ndarray | list[int], ts: int, log_index: int,
+        self,
+        keys: pa.Array | list[bytes],
+        rownums: range | np.ndarray | list[int],
+        ts: int,
+        log_index: int,
         order: np.ndarray | None = None,
     ) -> None:
         """Insert new keys (none already here; best as an Arrow ``binary`` array) in bulk: one index run
@@ -160,9 +164,7 @@ class MemRowSet:
             return None
         if self._last_ts is None or self._live is None:
             return MRSRow(int(self._insert_ts[rownum]), rownum, -1, True)
-        return MRSRow(
-            int(self._insert_ts[rownum]), rownum, int(self._last_ts[rownum]), bool(self._live[rownum])
-        )
+        return MRSRow(int(self._insert_ts[rownum]), rownum, int(self._last_ts[rownum]), bool(self._live[rownum]))
 
     def latest_of(self, rownums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(timestamp of the last change, live now) of many rows, by row number."""
@@ -205,9 +207,7 @@ class MemRowSet:
     def table(self) -> pa.Table:
         """All stored rows (including never-visible ones) as one table indexed by row number."""
         if self._table is None:
-            self._table = (
-                pa.Table.from_batches(self._batches) if self._batches else self.info.arrow.empty_table()
-            )
+            self._table = pa.Table.from_batches(self._batches) if self._batches else self.info.arrow.empty_table()
         return self._table
 
     # -- reading ---------------------------------------------------------------------------------

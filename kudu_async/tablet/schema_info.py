@@ -55,9 +55,9 @@ class SchemaInfo:
         self.key_names = self.names[: self.num_key_columns]
         self.value_indices = list(range(self.num_key_columns, len(self.names)))
         self.nullable = [f.nullable for f in self.arrow]
-        self.ids: list[int | None] = [getattr(c, "id", None) for c in getattr(schema, "columns", ())] or [
-            None
-        ] * len(self.names)
+        self.ids: list[int | None] = [getattr(c, "id", None) for c in getattr(schema, "columns", ())] or [None] * len(
+            self.names
+        )
         self.storage_arrow = pa.schema(
             [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]
         )

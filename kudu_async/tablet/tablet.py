@@ -158,9 +158,15 @@ class PreparedWrite:
         """What applying it will answer (without the log index): row errors and ignored rows are decided
         here and the plan fixes the counts; the row locks keep that true until it is applied."""
         kind = self.plan.kind
-        return WriteResult(self.timestamp, 0, list(self.errors), int(np.count_nonzero(kind == _INSERT)),
-                           int(np.count_nonzero(kind == _UPDATE)), int(np.count_nonzero(kind == _DELETE)),
-                           self.ignored)
+        return WriteResult(
+            self.timestamp,
+            0,
+            list(self.errors),
+            int(np.count_nonzero(kind == _INSERT)),
+            int(np.count_nonzero(kind == _UPDATE)),
+            int(np.count_nonzero(kind == _DELETE)),
+            self.ignored,
+        )
 
 
 class TabletScanner:
@@ -206,8 +212,9 @@ def _same_data(a: pa.RecordBatch, b: pa.RecordBatch) -> bool:
         if x.offset != y.offset:
             return False
         for bx, by in zip(x.buffers(), y.buffers(), strict=True):
-            if (bx is None) != (by is None) or (bx is not None and by is not None
-                                                  and (bx.address != by.address or bx.size != by.size)):
+            if (bx is None) != (by is None) or (
+                bx is not None and by is not None and (bx.address != by.address or bx.size != by.size)
+            ):
                 return False
     return True
 
@@ -325,9 +332,7 @@ class Tablet:
         self._point_schemas: dict[tuple[SchemaInfo, tuple[str, ...]], pa.Schema] = {}
         durable_max = max(
             [rs.max_ts for rs in meta.rowsets]
-            + [
-                int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables if t.num_rows
-            ],
+            + [int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables if t.num_rows],
             default=-1,
         )
         self.mvcc.mark_committed_up_to(durable_max)
@@ -352,8 +357,9 @@ class Tablet:
         os.makedirs(tablet_dir, exist_ok=True)
         if hasattr(schema, "with_column_ids"):  # storage tests may pass a minimal stand-in schema
             schema = schema.with_column_ids()
-        meta = TabletMetadata(tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict(),
-                              schema_version=schema_version)
+        meta = TabletMetadata(
+            tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict(), schema_version=schema_version
+        )
         write_tablet_metadata(tablet_dir, meta, sync=options.sync)
         return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
 
@@ -413,9 +419,7 @@ class Tablet:
             info, version = self.info, self.schema_version
         rows = op.rows
         if rows.schema.names != info.names:
-            raise KuduInvalidArgument(
-                f"write columns {rows.schema.names} do not match the schema columns {info.names}"
-            )
+            raise KuduInvalidArgument(f"write columns {rows.schema.names} do not match the schema columns {info.names}")
         if not rows.schema.equals(info.arrow, check_metadata=False):
             rows = pa.RecordBatch.from_arrays(
                 [c.cast(f.type) for c, f in zip(rows.columns, info.arrow, strict=True)],
@@ -439,9 +443,7 @@ class Tablet:
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
         key_set = kb.key_set()
-        self.locks.acquire(
-            key_set, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
-        )
+        self.locks.acquire(key_set, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s)
         try:
             with self._lock:
                 if self.schema_version != version:
@@ -449,16 +451,18 @@ class Tablet:
                         f"tablet {self.tablet_id}: schema changed to version {self.schema_version} while "
                         f"preparing a write for version {version}"
                     )
-                plan, ignored = self._decide(
-                    op_types, kb, errors, timestamp, replay, distinct=key_set.n == n
-                )
+                plan, ignored = self._decide(op_types, kb, errors, timestamp, replay, distinct=key_set.n == n)
             self.mvcc.start_op(timestamp)
         except BaseException:
             self.locks.release_all(owner)
             raise
         return PreparedWrite(
-            op=WriteOp(op_types, rows, op.set_columns,
-                       op.rows_ipc if op.rows_ipc is not None and _same_data(rows, op.rows) else None),
+            op=WriteOp(
+                op_types,
+                rows,
+                op.set_columns,
+                op.rows_ipc if op.rows_ipc is not None and _same_data(rows, op.rows) else None,
+            ),
             timestamp=timestamp,
             owner=owner,
             key_batch=kb,
@@ -495,9 +499,7 @@ class Tablet:
                     errors[i] = RowError(i, "INVALID_ARGUMENT", msg)
         return rows
 
-    def _encode_keys_checked(
-        self, info: SchemaInfo, rows: pa.RecordBatch, errors: dict[int, RowError]
-    ) -> KeyBatch:
+    def _encode_keys_checked(self, info: SchemaInfo, rows: pa.RecordBatch, errors: dict[int, RowError]) -> KeyBatch:
         """Every row's encoded key (none for an invalid row)."""
         null_mask = None
         for name in info.key_names:
@@ -659,8 +661,10 @@ class Tablet:
         if not errors and not drs and self._all_fresh_inserts(op_types, kb, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(
-                np.full(n, _INSERT, dtype=np.int8), np.full(n, -1, dtype=np.int32),
-                np.full(n, -1, dtype=np.int64), [],
+                np.full(n, _INSERT, dtype=np.int8),
+                np.full(n, -1, dtype=np.int32),
+                np.full(n, -1, dtype=np.int64),
+                [],
             ), 0
         valid = np.ones(n, dtype=bool)
         if errors:
@@ -692,8 +696,10 @@ class Tablet:
         ignored = int(
             np.count_nonzero(
                 single
-                & (((t == OpType.INSERT_IGNORE) & live)
-                   | (((t == OpType.UPDATE_IGNORE) | (t == OpType.DELETE_IGNORE)) & ~live))
+                & (
+                    ((t == OpType.INSERT_IGNORE) & live)
+                    | (((t == OpType.UPDATE_IGNORE) | (t == OpType.DELETE_IGNORE)) & ~live)
+                )
             )
         )
         chained: np.ndarray | None = None
@@ -814,12 +820,7 @@ class Tablet:
         kind = plan.kind[act]
         store = plan.store[act]
         chained = np.zeros(len(act), dtype=bool) if plan.chained is None else plan.chained[act]
-        if (
-            len(act) == rows.num_rows
-            and not (store >= 0).any()
-            and not chained.any()
-            and not self._mrs.retired
-        ):
+        if len(act) == rows.num_rows and not (store >= 0).any() and not chained.any() and not self._mrs.retired:
             base = self._mrs.add_batch(rows)
             if self._mrs.created_at is None:
                 self._mrs.created_at = time.monotonic()
@@ -877,8 +878,15 @@ class Tablet:
         """Re-inserts, updates and deletes of one DiskRowSet's rows as one delta chunk."""
         reinsert = kinds == _INSERT
         table, nbytes = delta_chunk(
-            self.info, prepared.op.rows, rows_idx, positions, kinds != _DELETE, reinsert,
-            prepared.op.set_columns, prepared.timestamp, seqs,
+            self.info,
+            prepared.op.rows,
+            rows_idx,
+            positions,
+            kinds != _DELETE,
+            reinsert,
+            prepared.op.set_columns,
+            prepared.timestamp,
+            seqs,
         )
         d.mutate_batch(positions, table, reinsert, log_index, prepared.timestamp, nbytes)
 
@@ -897,8 +905,15 @@ class Tablet:
             raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
         reinsert = kinds == _INSERT
         table, nbytes = delta_chunk(
-            self.info, prepared.op.rows, rows_idx, rownums, kinds != _DELETE, reinsert,
-            prepared.op.set_columns, prepared.timestamp, seqs,
+            self.info,
+            prepared.op.rows,
+            rows_idx,
+            rownums,
+            kinds != _DELETE,
+            reinsert,
+            prepared.op.set_columns,
+            prepared.timestamp,
+            seqs,
         )
         mrs.mutate_batch(rownums, table, reinsert, log_index, prepared.timestamp, nbytes)
 
@@ -995,8 +1010,7 @@ class Tablet:
             needed = [c for c in info.names if c in projection or c in pred_cols]
             point = self._point_read(info, spec, snap, needed, memory_only, key)
             if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
-                scanner = TabletScanner(
-                    self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
+                scanner = TabletScanner(self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
                 scanner.info = info
                 return scanner
             if memory_only:
@@ -1033,8 +1047,9 @@ class Tablet:
             for d, deltas in drs:
                 yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
 
-        scanner = TabletScanner(self._batches(self._filtered(pieces(), spec, projection), spec, projection),
-                                snap, snap_ts)
+        scanner = TabletScanner(
+            self._batches(self._filtered(pieces(), spec, projection), spec, projection), snap, snap_ts
+        )
         scanner.info = info
         return scanner
 
@@ -1088,9 +1103,11 @@ class Tablet:
             if key is None:
                 return None
         schema = self._point_schema(info, needed)
-        if (spec.lower_key is not None and key < spec.lower_key) or \
-                (spec.upper_key is not None and key >= spec.upper_key) or \
-                (spec.resume_after_key is not None and key <= spec.resume_after_key):
+        if (
+            (spec.lower_key is not None and key < spec.lower_key)
+            or (spec.upper_key is not None and key >= spec.upper_key)
+            or (spec.resume_after_key is not None and key <= spec.resume_after_key)
+        ):
             return schema.empty_table()
         loc: tuple[Any, Any] | None = self._locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
         if loc is None:
@@ -1107,10 +1124,14 @@ class Tablet:
         # A row never changed since it was written is a zero-copy slice of the batch it arrived in (a
         # MemRowSet's, which has no key column) or of the rowset's base data.
         written = store.base_row(ref, snap)
-        cols = None if written is None else [
-            *(written.column(n) for n in needed),
-            pa.array([key], pa.binary()) if isinstance(ref, MRSRow) else written.column(KEY_COL),
-        ]
+        cols = (
+            None
+            if written is None
+            else [
+                *(written.column(n) for n in needed),
+                pa.array([key], pa.binary()) if isinstance(ref, MRSRow) else written.column(KEY_COL),
+            ]
+        )
         if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
             return pa.Table.from_arrays(cols, schema=schema)
         vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
@@ -1325,9 +1346,7 @@ class Tablet:
         new_ids: list[str] = []
         try:
             table, deltas = old.flush_input(freeze_seq)
-            metas = write_rowsets(
-                self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
-            )
+            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
             new_ids = [b for rs in metas for b in rs.blocks()]
             written = self._blocks_bytes(new_ids)
             new_drs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
@@ -1455,9 +1474,7 @@ class Tablet:
                 self._next_rowset_id += 1000
             ahm = self._effective_ahm()
             table, deltas = merge_rowsets(self.info, frozen, ahm)
-            metas = write_rowsets(
-                self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes
-            )
+            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
             new_ids = [b for rs in metas for b in rs.blocks()]
             written = self._blocks_bytes(new_ids)
             outputs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
@@ -1557,9 +1574,7 @@ class Tablet:
 
     def _dirty_locked(self) -> bool:
         """Anything in memory that is not in a file yet (MemRowSets, DeltaMemStores)?"""
-        return bool(
-            len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs)
-        )
+        return bool(len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs))
 
     def _check_alter(self, new_schema: Any) -> Any:
         """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
@@ -1572,19 +1587,24 @@ class Tablet:
         cur_key = [(c.id, c.name) for c in cur.key_columns]
         if [i for i, _ in new_key] != [i for i, _ in cur_key]:
             # Name the first key position that differs (the current column there, else the new one).
-            pos = next(p for p in range(max(len(new_key), len(cur_key)))
-                       if p >= len(new_key) or p >= len(cur_key) or new_key[p][0] != cur_key[p][0])
+            pos = next(
+                p
+                for p in range(max(len(new_key), len(cur_key)))
+                if p >= len(new_key) or p >= len(cur_key) or new_key[p][0] != cur_key[p][0]
+            )
             name = cur_key[pos][1] if pos < len(cur_key) else new_key[pos][1]
-            raise KuduInvalidArgument(f"AlterSchema cannot change the primary key columns (key column '{name}')",
-                                      {"column": name})
+            raise KuduInvalidArgument(
+                f"AlterSchema cannot change the primary key columns (key column '{name}')", {"column": name}
+            )
         for c in schema.columns:
             old = cur_by_id.get(c.id)
             if old is None:
                 if c.id < next_id:
                     raise KuduInvalidArgument(f"column '{c.name}' reuses the id {c.id} of a dropped column")
                 if not c.nullable and c.default is None:
-                    raise KuduInvalidArgument(f"added column '{c.name}' must be nullable or have a default",
-                                              {"column": c.name})
+                    raise KuduInvalidArgument(
+                        f"added column '{c.name}' must be nullable or have a default", {"column": c.name}
+                    )
                 continue
             for attr in ("type", "nullable", "precision", "scale", "length"):
                 if getattr(c, attr) != getattr(old, attr):
@@ -1701,8 +1721,11 @@ def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]
     if pa.types.is_decimal(typ):
         col = pc.cast(col, pa.string())
         typ = col.type
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_binary(
-        typ
+    if (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_binary(typ)
     ):
         b = pc.fill_null(pc.cast(col, pa.large_binary()), pa.scalar(b"", pa.large_binary()))
         lengths = pc.binary_length(b).to_numpy(zero_copy_only=False).astype("<i8").tobytes()

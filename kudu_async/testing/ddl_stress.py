@@ -35,8 +35,9 @@ from kudu_async.testing.master_client import LeaderMasterClient
 from kudu_async.testing.mini_cluster import MiniCluster, NodeProcess
 
 BASE_COLUMNS = ["key", "val"]
-SCHEMA = Schema([ColumnSchema("key", type_from_name("int64"), nullable=False),
-                 ColumnSchema("val", type_from_name("string"))], 1)
+SCHEMA = Schema(
+    [ColumnSchema("key", type_from_name("int64"), nullable=False), ColumnSchema("val", type_from_name("string"))], 1
+)
 
 
 @dataclass
@@ -127,8 +128,9 @@ def _fmt(c: Counter[str]) -> str:
 
 
 class DdlStress:
-    def __init__(self, cluster: MiniCluster, config: DdlStressConfig,
-                 progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, cluster: MiniCluster, config: DdlStressConfig, progress: Callable[[str], None] | None = None
+    ) -> None:
         if len(cluster.masters) < 3:
             raise ValueError("killing the leader master needs at least 3 masters")
         self.cluster = cluster
@@ -150,8 +152,9 @@ class DdlStress:
         return [m.rpc_address for m in self.cluster.masters if m.is_running()]
 
     def client(self, worker: int) -> LeaderMasterClient:
-        return LeaderMasterClient(self.rpc, self.live_master_addresses, client_id=f"ddl-stress-w{worker}",
-                                  rpc_timeout_s=5.0)
+        return LeaderMasterClient(
+            self.rpc, self.live_master_addresses, client_id=f"ddl-stress-w{worker}", rpc_timeout_s=5.0
+        )
 
     # --- the run ------------------------------------------------------------------------------------
 
@@ -163,8 +166,7 @@ class DdlStress:
             self._end = t0 + self.config.duration_s
             monitor = asyncio.create_task(self._monitor(), name="leader-monitor")
             killer = asyncio.create_task(self._killer(), name="leader-killer")
-            workers = [asyncio.create_task(self._worker(i), name=f"ddl-worker-{i}")
-                       for i in range(self.config.workers)]
+            workers = [asyncio.create_task(self._worker(i), name=f"ddl-worker-{i}") for i in range(self.config.workers)]
             try:
                 await asyncio.gather(*workers)
                 self._stop.set()
@@ -200,8 +202,9 @@ class DdlStress:
 
         async def ask(m: NodeProcess) -> dict[str, Any] | None:
             try:
-                reply: dict[str, Any] = await self.rpc.call(m.rpc_address, "Master", "ConnectToMaster", {},
-                                                            timeout_s=timeout_s)
+                reply: dict[str, Any] = await self.rpc.call(
+                    m.rpc_address, "Master", "ConnectToMaster", {}, timeout_s=timeout_s
+                )
                 return reply
             except KuduBadStatus:
                 return None
@@ -308,8 +311,9 @@ class DdlStress:
             return False
         return bool(reply.get("done"))
 
-    async def _ddl(self, client: LeaderMasterClient, w: int, method: str, req: dict[str, Any],
-                   table: TableModel | None) -> dict[str, Any] | None:
+    async def _ddl(
+        self, client: LeaderMasterClient, w: int, method: str, req: dict[str, Any], table: TableModel | None
+    ) -> dict[str, Any] | None:
         """One DDL under a new request id; the reply, or None if its outcome is unknown at the deadline
         (the table is then frozen until the resend after the run) or it was refused (a violation: every
         DDL the workers send is valid for their model)."""
@@ -341,14 +345,21 @@ class DdlStress:
         return reply
 
     async def _create(self, client: LeaderMasterClient, w: int, name: str) -> None:
-        req = {"name": name, "schema": SCHEMA.to_dict(), "partition_schema": self.pschema.to_dict(),
-               "num_replicas": self.config.num_replicas}
+        req = {
+            "name": name,
+            "schema": SCHEMA.to_dict(),
+            "partition_schema": self.pschema.to_dict(),
+            "num_replicas": self.config.num_replicas,
+        }
         reply = await self._ddl(client, w, "CreateTable", req, None)
         if reply is not None:
             t = self._model_create(w, name, reply)
             with contextlib.suppress(KuduBadStatus):
-                await client.wait_done("IsCreateTableDone", {"table_id": t.table_id},
-                                       min(self.config.wait_created_s, max(0.1, self._end - time.monotonic())))
+                await client.wait_done(
+                    "IsCreateTableDone",
+                    {"table_id": t.table_id},
+                    min(self.config.wait_created_s, max(0.1, self._end - time.monotonic())),
+                )
                 t.created = True
 
     def _model_create(self, w: int, name: str, reply: dict[str, Any]) -> TableModel:
@@ -358,8 +369,7 @@ class DdlStress:
 
     async def _add_column(self, client: LeaderMasterClient, t: TableModel) -> None:
         col = f"c{t.schema_version + 1}"
-        req = {"name": t.name,
-               "alter_schema_steps": [{"type": "ADD_COLUMN", "column": {"name": col, "type": "int32"}}]}
+        req = {"name": t.name, "alter_schema_steps": [{"type": "ADD_COLUMN", "column": {"name": col, "type": "int32"}}]}
         reply = await self._ddl(client, t.worker, "AlterTable", req, t)
         if reply is not None:
             self._model_apply(t, "AlterTable", req, reply)
@@ -380,8 +390,9 @@ class DdlStress:
     def _model_apply(self, t: TableModel, method: str, req: dict[str, Any], reply: dict[str, Any]) -> None:
         """The worker's model after an acknowledged DDL on ``t``; a reply that contradicts it is a violation."""
         if reply.get("table_id") != t.table_id:
-            self.report.violations.append(f"{method} {_brief(req)} answered for table {reply.get('table_id')}, "
-                                          f"not {t.table_id}")
+            self.report.violations.append(
+                f"{method} {_brief(req)} answered for table {reply.get('table_id')}, not {t.table_id}"
+            )
         if method == "DeleteTable":
             t.deleted = True
             return
@@ -391,8 +402,10 @@ class DdlStress:
             t.columns.append(step["column"]["name"])
             t.schema_version += 1
         if reply.get("schema_version") != t.schema_version:
-            self.report.violations.append(f"{method} {_brief(req)} answered schema_version "
-                                          f"{reply.get('schema_version')}, the model has {t.schema_version}")
+            self.report.violations.append(
+                f"{method} {_brief(req)} answered schema_version "
+                f"{reply.get('schema_version')}, the model has {t.schema_version}"
+            )
 
     async def _resend(self, client: LeaderMasterClient, w: int) -> None:
         """Send an acknowledged DDL again under its request id (its reply lost, say): the same answer,
@@ -459,8 +472,10 @@ class DdlStress:
                 break
             await asyncio.sleep(0.5)
         v = self.report.violations
-        v += [f"table {t['name']} ({t['table_id']}) still {t['state']} {cfg.settle_timeout_s:g}s after the run"
-              for t in busy]
+        v += [
+            f"table {t['name']} ({t['table_id']}) still {t['state']} {cfg.settle_timeout_s:g}s after the run"
+            for t in busy
+        ]
         # 2. The catalog holds exactly the tables the models hold.
         names = Counter(t["name"] for t in tables)
         v += [f"{n} tables are named {name!r}" for name, n in names.items() if n > 1]
@@ -481,18 +496,24 @@ class DdlStress:
             if cols != t.columns:
                 v.append(f"table {t.name} has columns {cols}, acknowledged alters make them {t.columns}")
             if schema["schema_version"] != t.schema_version:
-                v.append(f"table {t.name} is at schema version {schema['schema_version']}, acknowledged alters "
-                         f"make it {t.schema_version}")
+                v.append(
+                    f"table {t.name} is at schema version {schema['schema_version']}, acknowledged alters "
+                    f"make it {t.schema_version}"
+                )
         for t in deleted:
             if t.table_id in by_id:
-                v.append(f"acknowledged DeleteTable of {t.name} ({t.table_id}) is lost: still "
-                         f"{by_id[t.table_id]['state']}")
+                v.append(
+                    f"acknowledged DeleteTable of {t.name} ({t.table_id}) is lost: still {by_id[t.table_id]['state']}"
+                )
             with contextlib.suppress(KuduNotFound):
                 await admin.call("GetTableSchema", {"table_id": t.table_id}, 30.0)
                 v.append(f"deleted table {t.table_id} still answers GetTableSchema")
         known = {t.table_id for t in self.tables}
-        v += [f"table {t['name']} ({t['table_id']}) was never acknowledged to any worker (applied twice?)"
-              for t in tables if t["table_id"] not in known]
+        v += [
+            f"table {t['name']} ({t['table_id']}) was never acknowledged to any worker (applied twice?)"
+            for t in tables
+            if t["table_id"] not in known
+        ]
         # 3. The tservers hold exactly the replicas of the catalog's tablets.
         await self._verify_replicas(admin, live, deadline)
         if v:
@@ -518,9 +539,13 @@ class DdlStress:
         for ts in self.cluster.tservers:
             try:
                 reply = await self.rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {}, timeout_s=10.0)
-                out.append(f"{ts.name} ({ts.uuid[:8]}) tablets: " + ", ".join(
-                    f"{r['tablet_id'][:8]}:{r['state']}:{r.get('role')}:v{r.get('schema_version')}"
-                    for r in reply["tablets"]))
+                out.append(
+                    f"{ts.name} ({ts.uuid[:8]}) tablets: "
+                    + ", ".join(
+                        f"{r['tablet_id'][:8]}:{r['state']}:{r.get('role')}:v{r.get('schema_version')}"
+                        for r in reply["tablets"]
+                    )
+                )
             except KuduBadStatus as e:
                 out.append(f"{ts.name} ListTablets: {e}")
         return out
@@ -554,15 +579,19 @@ class DdlStress:
             for rep in reply["tablets"]:
                 held[(ts.uuid, rep["tablet_id"])] = rep
         for key in sorted(set(held) - set(expected)):
-            problems.append(f"tserver {key[0][:8]} holds tablet {key[1]} ({held[key].get('table_name')}, "
-                            f"{held[key]['state']}) that no live table of the catalog has")
+            problems.append(
+                f"tserver {key[0][:8]} holds tablet {key[1]} ({held[key].get('table_name')}, "
+                f"{held[key]['state']}) that no live table of the catalog has"
+            )
         for key in sorted(set(expected) - set(held)):
             problems.append(f"tserver {key[0][:8]} lacks tablet {key[1]} of the catalog")
         for key in sorted(set(expected) & set(held)):
             rep = held[key]
             if rep["state"] != "RUNNING" or rep.get("schema_version") != expected[key]:
-                problems.append(f"tserver {key[0][:8]} tablet {key[1]}: {rep['state']} at schema version "
-                                f"{rep.get('schema_version')}, expected RUNNING at {expected[key]}")
+                problems.append(
+                    f"tserver {key[0][:8]} tablet {key[1]}: {rep['state']} at schema version "
+                    f"{rep.get('schema_version')}, expected RUNNING at {expected[key]}"
+                )
         return problems, len(held)
 
     def _count_dedup_answers(self) -> int:
@@ -579,6 +608,7 @@ def _brief(req: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={req[k]}" for k in keys if k in req) + "}"
 
 
-async def run_ddl_stress(cluster: MiniCluster, config: DdlStressConfig,
-                         progress: Callable[[str], None] | None = None) -> DdlStressReport:
+async def run_ddl_stress(
+    cluster: MiniCluster, config: DdlStressConfig, progress: Callable[[str], None] | None = None
+) -> DdlStressReport:
     return await DdlStress(cluster, config, progress).run()

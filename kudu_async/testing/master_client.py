@@ -31,7 +31,12 @@ from kudu_async.rpc.client import RpcClient
 
 # One master's failure to answer: the next attempt (maybe at another master) may succeed.
 RETRYABLE: tuple[type[KuduBadStatus], ...] = (
-    KuduNotTheLeader, KuduNetworkError, KuduTimedOut, KuduServiceUnavailable, KuduAborted, KuduUninitialized,
+    KuduNotTheLeader,
+    KuduNetworkError,
+    KuduTimedOut,
+    KuduServiceUnavailable,
+    KuduAborted,
+    KuduUninitialized,
 )
 DDL_METHODS = ("CreateTable", "AlterTable", "DeleteTable")
 
@@ -47,9 +52,14 @@ class MasterCallStats:
 class LeaderMasterClient:
     """Call the leader master. ``masters`` is a list of addresses or a function returning the current one."""
 
-    def __init__(self, rpc: RpcClient, masters: Sequence[str] | Callable[[], Sequence[str]],
-                 client_id: str | None = None, rpc_timeout_s: float = 5.0,
-                 max_backoff_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        rpc: RpcClient,
+        masters: Sequence[str] | Callable[[], Sequence[str]],
+        client_id: str | None = None,
+        rpc_timeout_s: float = 5.0,
+        max_backoff_s: float = 0.5,
+    ) -> None:
         self.rpc = rpc
         self._masters = masters
         self.client_id = client_id or uuid.uuid4().hex
@@ -89,8 +99,9 @@ class LeaderMasterClient:
                 first = False
                 self.stats.attempts += 1
                 try:
-                    reply: dict[str, Any] = await self.rpc.call(addr, "Master", method, req,
-                                                                timeout_s=min(self.rpc_timeout_s, left))
+                    reply: dict[str, Any] = await self.rpc.call(
+                        addr, "Master", method, req, timeout_s=min(self.rpc_timeout_s, left)
+                    )
                 except RETRYABLE as e:
                     last = e
                     if self.leader == addr:
@@ -107,8 +118,10 @@ class LeaderMasterClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 tail = f"; last error: {last}" if last is not None else ""
-                raise KuduTimedOut(f"Master/{method} got no answer from a leader master within {timeout_s:g}s"
-                                   f"{tail}", {"method": method})
+                raise KuduTimedOut(
+                    f"Master/{method} got no answer from a leader master within {timeout_s:g}s{tail}",
+                    {"method": method},
+                )
             await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.0)))
             delay = min(self.max_backoff_s, delay * 2)
 
@@ -120,8 +133,9 @@ class LeaderMasterClient:
             req = {**req, "request_id": self.new_request_id()}
         return await self.call(method, req, timeout_s)
 
-    async def wait_done(self, method: str, req: dict[str, Any], timeout_s: float = 60.0,
-                        poll_s: float = 0.1) -> dict[str, Any]:
+    async def wait_done(
+        self, method: str, req: dict[str, Any], timeout_s: float = 60.0, poll_s: float = 0.1
+    ) -> dict[str, Any]:
         """Poll IsCreateTableDone / IsAlterTableDone until ``done``; KuduTimedOut with the last state."""
         deadline = time.monotonic() + timeout_s
         while True:

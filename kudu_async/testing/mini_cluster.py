@@ -166,8 +166,14 @@ class MiniCluster:
         tserver flags plus ``extra_flags``), as an operator adds a machine to a running cluster. It
         registers with the masters by its own heartbeats; callers wait for that if they need it."""
         index = max((t.index for t in self.tservers), default=-1) + 1
-        n = NodeProcess("tserver", index, self.base_dir / f"tserver-{index}", self._fresh_port(), self._fresh_port(),
-                        [*self._tserver_flags, *extra_flags])
+        n = NodeProcess(
+            "tserver",
+            index,
+            self.base_dir / f"tserver-{index}",
+            self._fresh_port(),
+            self._fresh_port(),
+            [*self._tserver_flags, *extra_flags],
+        )
         self.tservers.append(n)
         self._spawn(n)
         if wait:
@@ -192,14 +198,24 @@ class MiniCluster:
         return [
             # -P: not the caller's working directory first on sys.path, so the node runs the code of
             # this MiniCluster's repository (on PYTHONPATH), never another checkout the caller sits in.
-            sys.executable, "-P", "-m", "kudu_async.server.main",
-            "--role", n.role,
-            "--data-dir", str(n.data_dir),
-            "--rpc-bind", n.rpc_address,
-            "--http-bind", n.http_address,
-            "--master-addresses", self.master_addresses,
-            "--node-name", n.name,
-            "--log-file", str(n.log_path),
+            sys.executable,
+            "-P",
+            "-m",
+            "kudu_async.server.main",
+            "--role",
+            n.role,
+            "--data-dir",
+            str(n.data_dir),
+            "--rpc-bind",
+            n.rpc_address,
+            "--http-bind",
+            n.http_address,
+            "--master-addresses",
+            self.master_addresses,
+            "--node-name",
+            n.name,
+            "--log-file",
+            str(n.log_path),
             *n.extra_flags,
         ]
 
@@ -213,7 +229,11 @@ class MiniCluster:
         stderr_path = n.data_dir / "stderr.log"
         with stderr_path.open("ab") as err:
             n.proc = subprocess.Popen(
-                self._command(n), stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
+                self._command(n),
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                env=env,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us, not the nodes directly
             )
         n.paused = False
@@ -344,8 +364,7 @@ class MiniCluster:
 
     def describe(self) -> Iterator[str]:
         for n in self.nodes:
-            yield (f"{n.name:<10} uuid={n.uuid} rpc={n.rpc_address} http={n.http_url} "
-                   f"pid={n.pid} data={n.data_dir}")
+            yield (f"{n.name:<10} uuid={n.uuid} rpc={n.rpc_address} http={n.http_url} pid={n.pid} data={n.data_dir}")
 
 
 @atexit.register

@@ -29,8 +29,14 @@ from kudu_async.common.row_conversion import encode_row_operations, ipc_to_table
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
 
-RETRYABLE = (KuduNotTheLeader, KuduNetworkError, KuduTimedOut, KuduServiceUnavailable, KuduAborted,
-             KuduTabletNotRunning)
+RETRYABLE = (
+    KuduNotTheLeader,
+    KuduNetworkError,
+    KuduTimedOut,
+    KuduServiceUnavailable,
+    KuduAborted,
+    KuduTabletNotRunning,
+)
 INSERT, UPDATE, DELETE, UPSERT = 1, 2, 3, 5
 
 
@@ -46,13 +52,19 @@ class TabletClient:
         self.schema_version = 0
 
     async def create(self, table_id: str = "t1", table_name: str = "test") -> None:
-        req = {"tablet_id": self.tablet_id, "table_id": table_id, "table_name": table_name,
-               "schema": self.schema.to_dict(), "peers": self.addresses}
+        req = {
+            "tablet_id": self.tablet_id,
+            "table_id": table_id,
+            "table_name": table_name,
+            "schema": self.schema.to_dict(),
+            "peers": self.addresses,
+        }
         await asyncio.gather(*(self.rpc.call(a, "TabletServer", "CreateTablet", req) for a in self.addresses.values()))
 
     async def status(self, address: str) -> dict[str, Any]:
-        reply: dict[str, Any] = await self.rpc.call(address, "Consensus", "GetState", {"group": self.tablet_id},
-                                                    timeout_s=2.0)
+        reply: dict[str, Any] = await self.rpc.call(
+            address, "Consensus", "GetState", {"group": self.tablet_id}, timeout_s=2.0
+        )
         return reply
 
     async def wait_leader(self, timeout_s: float = 15.0, exclude: Sequence[str] = ()) -> str:
@@ -82,8 +94,9 @@ class TabletClient:
             try:
                 if addr is None:
                     addr = await self.wait_leader(min(remaining, 5.0))
-                reply: dict[str, Any] = await self.rpc.call(addr, "TabletServer", method, req,
-                                                            timeout_s=min(remaining, 10.0))
+                reply: dict[str, Any] = await self.rpc.call(
+                    addr, "TabletServer", method, req, timeout_s=min(remaining, 10.0)
+                )
                 return reply
             except KuduNotTheLeader as e:
                 hint = e.details.get("leader_address")
@@ -100,18 +113,33 @@ class TabletClient:
         reply lost): callers that count rows use idempotent ops (UPSERT) or tolerate ALREADY_PRESENT. (The
         real client's sessions send request ids and get exactly-once writes.)
         """
-        req = {"tablet_id": self.tablet_id, "schema_version": self.schema_version,
-               **encode_row_operations(rows, [op] * rows.num_rows)}
+        req = {
+            "tablet_id": self.tablet_id,
+            "schema_version": self.schema_version,
+            **encode_row_operations(rows, [op] * rows.num_rows),
+        }
         return await self._call_leader("Write", req, timeout_s)
 
-    async def scan(self, address: str | None = None, *, read_mode: str = "READ_LATEST",
-                   snapshot_ts: int | None = None, ordered: bool = True, projection: list[str] | None = None,
-                   predicates: list[dict[str, Any]] | None = None, batch_bytes: int | None = None,
-                   timeout_s: float = 30.0) -> tuple[pa.Table, int | None]:
+    async def scan(
+        self,
+        address: str | None = None,
+        *,
+        read_mode: str = "READ_LATEST",
+        snapshot_ts: int | None = None,
+        ordered: bool = True,
+        projection: list[str] | None = None,
+        predicates: list[dict[str, Any]] | None = None,
+        batch_bytes: int | None = None,
+        timeout_s: float = 30.0,
+    ) -> tuple[pa.Table, int | None]:
         """Every row of the scan as one table, and the snapshot timestamp used (None for READ_LATEST)."""
         req: dict[str, Any] = {"tablet_id": self.tablet_id, "read_mode": read_mode, "ordered": ordered}
-        for k, v in (("snapshot_ts", snapshot_ts), ("projection", projection), ("predicates", predicates),
-                     ("batch_bytes", batch_bytes)):
+        for k, v in (
+            ("snapshot_ts", snapshot_ts),
+            ("projection", projection),
+            ("predicates", predicates),
+            ("batch_bytes", batch_bytes),
+        ):
             if v is not None:
                 req[k] = v
         if address is None:
@@ -123,8 +151,9 @@ class TabletClient:
         tables = [ipc_to_table(first["data"])]
         reply = first
         while reply.get("has_more"):
-            reply = await self.rpc.call(address, "TabletServer", "Scan", {"scanner_id": reply["scanner_id"]},
-                                        timeout_s=timeout_s)
+            reply = await self.rpc.call(
+                address, "TabletServer", "Scan", {"scanner_id": reply["scanner_id"]}, timeout_s=timeout_s
+            )
             tables.append(ipc_to_table(reply["data"]))
         return pa.concat_tables(tables), first.get("snapshot_ts")
 

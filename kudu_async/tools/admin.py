@@ -45,21 +45,36 @@ def build_parser() -> argparse.ArgumentParser:
     c = cmd(cl, "ksck", "check every master, tserver, table and tablet; exit 1 with a report when unhealthy")
     c.add_argument("--tables", help="comma-separated tables to check [all]")
     c.add_argument("--checksum", action="store_true", help="also compare a snapshot checksum of every replica")
-    c = cmd(cl, "rebalance", "even out replicas (per table, then overall) and then tablet leaders across the live "
-                             "tablet servers; refuses to start unless ksck finds every tablet in scope healthy")
+    c = cmd(
+        cl,
+        "rebalance",
+        "even out replicas (per table, then overall) and then tablet leaders across the live "
+        "tablet servers; refuses to start unless ksck finds every tablet in scope healthy",
+    )
     c.add_argument("--tables", help="comma-separated tables to balance [all]")
-    c.add_argument("--ignored-tservers", help="comma-separated tablet server uuids to leave alone: nothing moves "
-                                              "to or from them and they are not counted")
+    c.add_argument(
+        "--ignored-tservers",
+        help="comma-separated tablet server uuids to leave alone: nothing moves "
+        "to or from them and they are not counted",
+    )
     only = c.add_mutually_exclusive_group()
     only.add_argument("--leaders-only", action="store_true", help="only even out tablet leaders")
     only.add_argument("--replicas-only", action="store_true", help="only move replicas, leave leaders")
     c.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
-    c.add_argument("--max-moves-per-server", type=int, default=rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER,
-                   help="replica moves (or leader transfers) in flight touching one tablet server "
-                        f"[{rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER}]")
-    c.add_argument("--max-run-time-sec", type=float, default=rebalancer_tool.DEFAULT_MAX_RUN_TIME_S,
-                   help="deadline of the whole run: moves in flight then are cut off, the rest skipped "
-                        f"[{rebalancer_tool.DEFAULT_MAX_RUN_TIME_S:g}]")
+    c.add_argument(
+        "--max-moves-per-server",
+        type=int,
+        default=rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER,
+        help="replica moves (or leader transfers) in flight touching one tablet server "
+        f"[{rebalancer_tool.DEFAULT_MAX_MOVES_PER_SERVER}]",
+    )
+    c.add_argument(
+        "--max-run-time-sec",
+        type=float,
+        default=rebalancer_tool.DEFAULT_MAX_RUN_TIME_S,
+        help="deadline of the whole run: moves in flight then are cut off, the rest skipped "
+        f"[{rebalancer_tool.DEFAULT_MAX_RUN_TIME_S:g}]",
+    )
 
     ms = area("master", "the masters")
     cmd(ms, "list", "every master: uuid, address, role")
@@ -95,9 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("leader-step-down", "make the tablet's leader step down (an election follows)"),
         ("transfer-leadership", "hand leadership to a named, caught-up replica"),
         ("raft-state", "each replica's view of its Raft group"),
-        ("change-config", "add (a new replica, copied and then promoted; the master trims the tablet back to its "
-                          "replication factor) or remove a replica; or a raw Raft change: ADD_LEARNER, PROMOTE, "
-                          "ADD_VOTER, REMOVE"),
+        (
+            "change-config",
+            "add (a new replica, copied and then promoted; the master trims the tablet back to its "
+            "replication factor) or remove a replica; or a raw Raft change: ADD_LEARNER, PROMOTE, "
+            "ADD_VOTER, REMOVE",
+        ),
         ("move-replica", "move a replica from one tablet server to another (add, copy, promote, remove)"),
     ]
     for name, help_text in specs:
@@ -108,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "change-config":
             c.add_argument("op", choices=("add", "remove", "ADD_LEARNER", "PROMOTE", "ADD_VOTER", "REMOVE"))
             c.add_argument("peer", help="uuid of the tablet server (replica) to add, promote or remove")
-            c.add_argument("--type", choices=("VOTER", "NON_VOTER"), default="VOTER",
-                           help="add: the new replica's type [VOTER]")
+            c.add_argument(
+                "--type", choices=("VOTER", "NON_VOTER"), default="VOTER", help="add: the new replica's type [VOTER]"
+            )
             c.add_argument("--address", help="RPC address of an added replica's server [from the master]")
         if name == "move-replica":
             c.add_argument("src", help="uuid of the tablet server to move the replica from")
@@ -158,8 +177,9 @@ async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], str] | No
         await client.close()
 
 
-async def _cluster_command(client: AsyncClient, args: argparse.Namespace
-                           ) -> tuple[Any, Callable[[Any], str] | None, int]:
+async def _cluster_command(
+    client: AsyncClient, args: argparse.Namespace
+) -> tuple[Any, Callable[[Any], str] | None, int]:
     progress = not args.no_progress
     a, c = args.area, args.command
     if (a, c) == ("cluster", "ksck"):
@@ -170,9 +190,14 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
         ropts = rebalancer_tool.RebalanceOptions(
             tables=_names(args.tables, "--tables"),
             ignored_tservers=frozenset(_names(args.ignored_tservers, "--ignored-tservers") or ()),
-            leaders_only=args.leaders_only, replicas_only=args.replicas_only, dry_run=args.dry_run,
-            max_moves_per_server=args.max_moves_per_server, max_run_time_s=args.max_run_time_sec,
-            timeout_s=args.timeout_ms / 1000, progress=progress)
+            leaders_only=args.leaders_only,
+            replicas_only=args.replicas_only,
+            dry_run=args.dry_run,
+            max_moves_per_server=args.max_moves_per_server,
+            max_run_time_s=args.max_run_time_sec,
+            timeout_s=args.timeout_ms / 1000,
+            progress=progress,
+        )
         rep = await rebalancer_tool.run(client, ropts)
         return rep, rebalancer_tool.render, 0 if rep["ok"] else 1
     if (a, c) == ("master", "list"):
@@ -180,11 +205,20 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
     if (a, c) == ("tserver", "list"):
         return await client.list_tablet_servers(), _render_tservers, 0
     if a == "perf":
-        opts = loadgen.LoadgenOptions(rows=args.rows, threads=args.threads, batch_rows=args.batch_rows,
-                                      table=args.table, buckets=args.buckets, replicas=args.replicas,
-                                      string_len=args.string_len, keep_auto_table=args.keep_auto_table,
-                                      row_mode=args.row_mode, key_start=args.key_start, run_scan=args.run_scan,
-                                      progress=progress)
+        opts = loadgen.LoadgenOptions(
+            rows=args.rows,
+            threads=args.threads,
+            batch_rows=args.batch_rows,
+            table=args.table,
+            buckets=args.buckets,
+            replicas=args.replicas,
+            string_len=args.string_len,
+            keep_auto_table=args.keep_auto_table,
+            row_mode=args.row_mode,
+            key_start=args.key_start,
+            run_scan=args.run_scan,
+            progress=progress,
+        )
         res = await loadgen.run(client, opts)
         return res, _render_loadgen, 1 if res["errors"] else 0
     if c == "list":
@@ -197,8 +231,9 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
     if c == "create":
         spec = _load_spec(args.spec)
         name, schema, part, n, extra = table_tool.spec_to_create_args(spec)
-        await client.create_table(name, schema, part, n_replicas=n, owner=extra.get("owner"),
-                                  comment=extra.get("comment"))
+        await client.create_table(
+            name, schema, part, n_replicas=n, owner=extra.get("owner"), comment=extra.get("comment")
+        )
         return {"created": name}, lambda r: f"created table {r['created']}", 0
     if c == "delete":
         await client.delete_table(args.name)
@@ -207,21 +242,37 @@ async def _cluster_command(client: AsyncClient, args: argparse.Namespace
         if getattr(args, "json", False):
             args.format = "json"
         cols = [x for x in (args.columns or "").split(",") if x] or None
-        await table_tool.scan(client, args.name, cols, args.predicates, args.format, args.limit,
-                              sys.stdout.buffer, progress)
+        await table_tool.scan(
+            client, args.name, cols, args.predicates, args.format, args.limit, sys.stdout.buffer, progress
+        )
         return None, None, 0
     if c == "copy":
         dst = None
         if args.dst_masters:
             dst = AsyncClient(master_addresses(args.dst_masters.split(","), None), admin_timeout_ms=args.timeout_ms)
         try:
-            res = await table_tool.copy(client, args.src, args.dst, dst, args.create_table, args.write_type,
-                                        args.predicates, args.num_replicas, progress)
+            res = await table_tool.copy(
+                client,
+                args.src,
+                args.dst,
+                dst,
+                args.create_table,
+                args.write_type,
+                args.predicates,
+                args.num_replicas,
+                progress,
+            )
         finally:
             if dst is not None:
                 await dst.close()
-        return res, lambda r: (f"copied {r['rows']:,} rows from {r['source']} to {r['destination']} in "
-                               f"{r['seconds']} s ({r['rows_per_s'] or 0:,} rows/s)"), 0
+        return (
+            res,
+            lambda r: (
+                f"copied {r['rows']:,} rows from {r['source']} to {r['destination']} in "
+                f"{r['seconds']} s ({r['rows_per_s'] or 0:,} rows/s)"
+            ),
+            0,
+        )
     if c == "statistics":
         return await table_tool.statistics(client, args.name), _render_stats, 0
     raise AssertionError(f"unhandled command {a} {c}")
@@ -255,8 +306,15 @@ async def _master_list(client: AsyncClient) -> list[dict[str, Any]]:
     for m in members:
         try:
             st = await client.rpc.call(m["rpc_address"], "Generic", "GetStatus", {}, timeout_s=5.0)
-            out.append({**m, "http_address": st.get("http_address"), "version": st.get("version"),
-                        "uptime_s": st.get("uptime_s"), "term": st.get("term")})
+            out.append(
+                {
+                    **m,
+                    "http_address": st.get("http_address"),
+                    "version": st.get("version"),
+                    "uptime_s": st.get("uptime_s"),
+                    "term": st.get("term"),
+                }
+            )
         except KuduBadStatus as e:
             out.append({**m, "error": str(e)})
     return out
@@ -266,17 +324,21 @@ def _render_masters(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'uuid':<34} {'rpc address':<22} {'role':<9} {'http address':<22} status"]
     for m in rows:
         status = f"UNAVAILABLE: {m['error']}" if "error" in m else f"up {m.get('uptime_s')} s, term {m.get('term')}"
-        lines.append(f"{m.get('uuid') or '-':<34} {m['rpc_address']:<22} {m['role']:<9} "
-                     f"{m.get('http_address') or '-':<22} {status}")
+        lines.append(
+            f"{m.get('uuid') or '-':<34} {m['rpc_address']:<22} {m['role']:<9} "
+            f"{m.get('http_address') or '-':<22} {status}"
+        )
     return "\n".join(lines)
 
 
 def _render_tservers(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'uuid':<34} {'rpc address':<22} {'http address':<22} {'state':<5} replicas leaders  heartbeat"]
     for t in rows:
-        lines.append(f"{t['uuid']:<34} {t['rpc_address']:<22} {t.get('http_address') or '-':<22} "
-                     f"{'LIVE' if t.get('live') else 'DEAD':<5} {t.get('num_replicas', 0):>8} "
-                     f"{t.get('num_leaders', 0):>7}  {t.get('last_heartbeat_age_s')} s ago")
+        lines.append(
+            f"{t['uuid']:<34} {t['rpc_address']:<22} {t.get('http_address') or '-':<22} "
+            f"{'LIVE' if t.get('live') else 'DEAD':<5} {t.get('num_replicas', 0):>8} "
+            f"{t.get('num_leaders', 0):>7}  {t.get('last_heartbeat_age_s')} s ago"
+        )
     return "\n".join(lines)
 
 
@@ -291,10 +353,14 @@ def _render_table_tablets(rows: list[dict[str, Any]]) -> str:
 
 
 def _render_stats(s: dict[str, Any]) -> str:
-    lines = [f"TABLE {s['table']}", f"  live row count: {s['live_row_count']:,}",
-             f"  on disk size: {s['on_disk_size']:,} bytes (leaders; {s['on_disk_size_all_replicas']:,} bytes "
-             "with every replica and WAL)", f"  memory: {s['memory_size']:,} bytes",
-             f"  tablets: {s['num_tablets']}, replication factor {s['num_replicas']}"]
+    lines = [
+        f"TABLE {s['table']}",
+        f"  live row count: {s['live_row_count']:,}",
+        f"  on disk size: {s['on_disk_size']:,} bytes (leaders; {s['on_disk_size_all_replicas']:,} bytes "
+        "with every replica and WAL)",
+        f"  memory: {s['memory_size']:,} bytes",
+        f"  tablets: {s['num_tablets']}, replication factor {s['num_replicas']}",
+    ]
     if s["replicas_unreachable"]:
         lines.append("  unreachable replicas: " + "; ".join(s["replicas_unreachable"]))
     return "\n".join(lines)
@@ -302,10 +368,12 @@ def _render_stats(s: dict[str, Any]) -> str:
 
 def _render_loadgen(r: dict[str, Any]) -> str:
     lat = r["batch_latency_ms"]
-    lines = [f"wrote {r['rows']:,} rows into {r['table']} with {r['threads']} writers ({r['mode']} mode, "
-             f"{r['batch_rows']} rows per batch) in {r['seconds']} s: {r['rows_per_s'] or 0:,} rows/s",
-             f"batch latency ms: p50 {lat['p50']}  p95 {lat['p95']}  p99 {lat['p99']}  max {lat['max']}",
-             "table kept" if r["kept"] else "auto-created table dropped"]
+    lines = [
+        f"wrote {r['rows']:,} rows into {r['table']} with {r['threads']} writers ({r['mode']} mode, "
+        f"{r['batch_rows']} rows per batch) in {r['seconds']} s: {r['rows_per_s'] or 0:,} rows/s",
+        f"batch latency ms: p50 {lat['p50']}  p95 {lat['p95']}  p99 {lat['p99']}  max {lat['max']}",
+        "table kept" if r["kept"] else "auto-created table dropped",
+    ]
     if "scan" in r:
         lines.append(f"scan counted {r['scan']['rows']:,} rows in {r['scan']['seconds']} s")
     lines += [f"ERROR: {e}" for e in r["errors"]]
@@ -321,8 +389,9 @@ async def _tablet_servers(client: AsyncClient, args: argparse.Namespace) -> list
     deadline = Deadline(args.timeout_ms / 1000, f"locations of tablet {args.tablet}")
     reply = await client.masters.call("GetTabletLocations", {"tablet_ids": [args.tablet]}, deadline)
     if not reply.get("tablets"):
-        raise KuduInvalidArgument(f"the master knows no tablet {args.tablet} (a Raft group that is not a table's "
-                                  "tablet needs --servers)")
+        raise KuduInvalidArgument(
+            f"the master knows no tablet {args.tablet} (a Raft group that is not a table's tablet needs --servers)"
+        )
     return [r["rpc_address"] for r in reply["tablets"][0]["replicas"] if r.get("rpc_address")]
 
 
@@ -337,19 +406,22 @@ async def _tablet_command(client: AsyncClient, args: argparse.Namespace) -> Any:
     if args.command == "leader-step-down":
         return await rpc.call(leader, "Consensus", "StepDown", {"group": args.tablet}, timeout_s=timeout_s)
     if args.command == "transfer-leadership":
-        return await rpc.call(leader, "Consensus", "TransferLeadership", {"group": args.tablet, "peer": args.peer},
-                              timeout_s=timeout_s)
+        return await rpc.call(
+            leader, "Consensus", "TransferLeadership", {"group": args.tablet, "peer": args.peer}, timeout_s=timeout_s
+        )
     if args.command == "move-replica":
         return await replica_util.move_replica(client, args.tablet, args.src, args.dst, leader, timeout_s)
     op = args.op
     if op in ("add", "ADD_LEARNER", "ADD_VOTER"):
         address = args.address or await replica_util.ts_address(client, args.peer)
         if op == "add":
-            return await replica_util.add_replica(rpc, args.tablet, leader, args.peer, address, args.type == "VOTER",
-                                                  timeout_s)
+            return await replica_util.add_replica(
+                rpc, args.tablet, leader, args.peer, address, args.type == "VOTER", timeout_s
+            )
         return await replica_util.change_config(rpc, leader, args.tablet, op, args.peer, address, timeout_s)
-    return await replica_util.change_config(rpc, leader, args.tablet, "REMOVE" if op == "remove" else op, args.peer,
-                                            None, timeout_s)
+    return await replica_util.change_config(
+        rpc, leader, args.tablet, "REMOVE" if op == "remove" else op, args.peer, None, timeout_s
+    )
 
 
 # --- entry point ------------------------------------------------------------------------------------

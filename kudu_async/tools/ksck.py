@@ -65,16 +65,29 @@ def evaluate(s: Snapshot) -> dict[str, Any]:
                 errors.append(f"table {t['name']} tablet {loc['tablet_id']}: {v['status']}: {'; '.join(v['why'])}")
         totals.update(verdicts)
         worst = max(verdicts, key=_SEVERITY.index) if verdicts else HEALTHY
-        entry: dict[str, Any] = {"name": t["name"], "table_id": t["table_id"], "num_replicas": t["num_replicas"],
-                                 "status": worst, "tablets": len(t["tablets"]),
-                                 "tablet_status": dict(sorted(verdicts.items())), "unhealthy_tablets": bad_tablets}
+        entry: dict[str, Any] = {
+            "name": t["name"],
+            "table_id": t["table_id"],
+            "num_replicas": t["num_replicas"],
+            "status": worst,
+            "tablets": len(t["tablets"]),
+            "tablet_status": dict(sorted(verdicts.items())),
+            "unhealthy_tablets": bad_tablets,
+        }
         if s.checksums:
             entry["checksum"] = _check_checksums(t, s, errors)
         tables.append(entry)
     versions = Counter(str(m.get("version")) for m in s.masters.values() if "error" not in m)
     versions.update(str(st.get("version")) for st in s.tserver_status.values() if "error" not in st)
-    return {"ok": not errors, "errors": errors, "masters": masters, "tservers": tservers,
-            "versions": dict(versions), "tables": tables, "tablet_summary": dict(sorted(totals.items()))}
+    return {
+        "ok": not errors,
+        "errors": errors,
+        "masters": masters,
+        "tservers": tservers,
+        "versions": dict(versions),
+        "tables": tables,
+        "tablet_summary": dict(sorted(totals.items())),
+    }
 
 
 def _check_masters(s: Snapshot, errors: list[str]) -> list[dict[str, Any]]:
@@ -86,9 +99,16 @@ def _check_masters(s: Snapshot, errors: list[str]) -> list[dict[str, Any]]:
             out.append({"address": addr, "status": "UNAVAILABLE", "error": st["error"]})
             continue
         leaders.add(st.get("leader_uuid"))
-        out.append({"address": addr, "uuid": st.get("uuid"), "status": "HEALTHY",
-                    "role": "LEADER" if st.get("is_leader") else "FOLLOWER", "leader_uuid": st.get("leader_uuid"),
-                    "term": st.get("term")})
+        out.append(
+            {
+                "address": addr,
+                "uuid": st.get("uuid"),
+                "status": "HEALTHY",
+                "role": "LEADER" if st.get("is_leader") else "FOLLOWER",
+                "leader_uuid": st.get("leader_uuid"),
+                "term": st.get("term"),
+            }
+        )
     if None in leaders:
         errors.append("a master knows no leader")
     if len(leaders - {None}) > 1:
@@ -110,9 +130,17 @@ def _check_tservers(s: Snapshot, errors: list[str]) -> list[dict[str, Any]]:
             errors.append(f"tserver at {d['rpc_address']} has uuid {st.get('uuid')}, the master expects {d['uuid']}")
         else:
             status = "HEALTHY"
-        out.append({"uuid": d["uuid"], "address": d["rpc_address"], "status": status, "live": d.get("live"),
-                    "replicas": d.get("num_replicas"), "leaders": d.get("num_leaders"),
-                    **({"error": st["error"]} if "error" in st else {})})
+        out.append(
+            {
+                "uuid": d["uuid"],
+                "address": d["rpc_address"],
+                "status": status,
+                "live": d.get("live"),
+                "replicas": d.get("num_replicas"),
+                "leaders": d.get("num_leaders"),
+                **({"error": st["error"]} if "error" in st else {}),
+            }
+        )
     return out
 
 
@@ -130,9 +158,17 @@ def tablet_verdict(loc: dict[str, Any], num_replicas: int, s: Snapshot) -> dict[
             state = "MISSING"
         else:
             state = str(rep.get("state"))
-        replicas.append({"uuid": u, "address": r.get("rpc_address"), "master_role": r.get("role"), "state": state,
-                         "role": rep.get("role") if rep else None, "term": rep.get("term") if rep else None,
-                         "voters": sorted(rep["config"]["voters"]) if rep and rep.get("config") else None})
+        replicas.append(
+            {
+                "uuid": u,
+                "address": r.get("rpc_address"),
+                "master_role": r.get("role"),
+                "state": state,
+                "role": rep.get("role") if rep else None,
+                "term": rep.get("term") if rep else None,
+                "voters": sorted(rep["config"]["voters"]) if rep and rep.get("config") else None,
+            }
+        )
     voters = [r for r in replicas if r["master_role"] in ("LEADER", "FOLLOWER")]
     running_voters = [r for r in voters if r["state"] == "RUNNING"]
     leaders = [r for r in replicas if r["role"] == "LEADER" and r["state"] == "RUNNING"]
@@ -160,8 +196,13 @@ def tablet_verdict(loc: dict[str, Any], num_replicas: int, s: Snapshot) -> dict[
             why.append(f"{len(running_voters)} running voters for replication factor {num_replicas}")
         elif any(r["state"] != "RUNNING" for r in replicas):
             status = RECOVERING
-    return {"tablet_id": tid, "status": status, "why": why, "leader": leader["uuid"] if leader else None,
-            "replicas": replicas}
+    return {
+        "tablet_id": tid,
+        "status": status,
+        "why": why,
+        "leader": leader["uuid"] if leader else None,
+        "replicas": replicas,
+    }
 
 
 def _check_checksums(t: dict[str, Any], s: Snapshot, errors: list[str]) -> dict[str, Any]:
@@ -172,15 +213,17 @@ def _check_checksums(t: dict[str, Any], s: Snapshot, errors: list[str]) -> dict[
         ok = {u: r for u, r in results.items() if "error" not in r}
         for u, r in results.items():
             if "error" in r:
-                errors.append(f"table {t['name']} tablet {loc['tablet_id']}: checksum of the replica on {u} "
-                              f"failed: {r['error']}")
+                errors.append(
+                    f"table {t['name']} tablet {loc['tablet_id']}: checksum of the replica on {u} failed: {r['error']}"
+                )
         distinct = {(r["rows"], r["checksum"]) for r in ok.values()}
         if len(distinct) > 1:
             mismatched += 1
-            errors.append(f"table {t['name']} tablet {loc['tablet_id']}: replicas differ at snapshot "
-                          f"{next(iter(ok.values()))['snapshot_ts']}: "
-                          + ", ".join(f"{u}: {r['rows']} rows, checksum {r['checksum']}"
-                                      for u, r in sorted(ok.items())))
+            errors.append(
+                f"table {t['name']} tablet {loc['tablet_id']}: replicas differ at snapshot "
+                f"{next(iter(ok.values()))['snapshot_ts']}: "
+                + ", ".join(f"{u}: {r['rows']} rows, checksum {r['checksum']}" for u, r in sorted(ok.items()))
+            )
         if ok:
             rows += max(r["rows"] for r in ok.values())
     return {"rows": rows, "mismatched_tablets": mismatched}
@@ -189,16 +232,18 @@ def _check_checksums(t: dict[str, Any], s: Snapshot, errors: list[str]) -> dict[
 # --- collection (the I/O half) -----------------------------------------------------------------------
 
 
-async def collect(client: AsyncClient, tables: list[str] | None = None, checksum: bool = False,
-                  timeout_s: float = 30.0) -> Snapshot:
+async def collect(
+    client: AsyncClient, tables: list[str] | None = None, checksum: bool = False, timeout_s: float = 30.0
+) -> Snapshot:
     """Ask the cluster for a :class:`Snapshot`. A server that does not answer is recorded, not fatal."""
     sem = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
     async def call(addr: str, service: str, method: str, req: dict[str, Any]) -> dict[str, Any]:
         async with sem:
             try:
-                reply: dict[str, Any] = await client.rpc.call(addr, service, method, req,
-                                                              timeout_s=min(timeout_s, 10.0))
+                reply: dict[str, Any] = await client.rpc.call(
+                    addr, service, method, req, timeout_s=min(timeout_s, 10.0)
+                )
                 return reply
             except KuduBadStatus as e:
                 return {"error": str(e)}
@@ -208,9 +253,13 @@ async def collect(client: AsyncClient, tables: list[str] | None = None, checksum
     masters = dict(zip(master_addrs, statuses, strict=True))
     ts_list = await client.list_tablet_servers()
     live = [d for d in ts_list if d.get("live")]
-    ts_status = dict(zip([d["uuid"] for d in live],
-                         await asyncio.gather(*(call(d["rpc_address"], "Generic", "GetStatus", {}) for d in live)),
-                         strict=True))
+    ts_status = dict(
+        zip(
+            [d["uuid"] for d in live],
+            await asyncio.gather(*(call(d["rpc_address"], "Generic", "GetStatus", {}) for d in live)),
+            strict=True,
+        )
+    )
     listed = await asyncio.gather(*(call(d["rpc_address"], "TabletServer", "ListTablets", {}) for d in live))
     reports: dict[str, dict[str, dict[str, Any]]] = {}
     for d, reply in zip(live, listed, strict=True):
@@ -221,10 +270,17 @@ async def collect(client: AsyncClient, tables: list[str] | None = None, checksum
     for name in names:
         deadline = Deadline(timeout_s, f"locations of table {name}")
         schema = await client.masters.call("GetTableSchema", {"name": name}, deadline)
-        locs = await client.masters.call("GetTableLocations", {"table_id": schema["table_id"],
-                                                                "max_returned": 100_000}, deadline)
-        infos.append({"name": name, "table_id": schema["table_id"], "num_replicas": schema["num_replicas"],
-                      "tablets": locs["tablets"]})
+        locs = await client.masters.call(
+            "GetTableLocations", {"table_id": schema["table_id"], "max_returned": 100_000}, deadline
+        )
+        infos.append(
+            {
+                "name": name,
+                "table_id": schema["table_id"],
+                "num_replicas": schema["num_replicas"],
+                "tablets": locs["tablets"],
+            }
+        )
     snap = Snapshot(masters, ts_list, ts_status, reports, infos)
     if checksum:
         snap.checksums = await _checksums(snap, call)
@@ -246,9 +302,12 @@ async def _checksums(s: Snapshot, call: Any) -> dict[str, dict[str, dict[str, An
         if "error" in first:
             return tid, out
         others = [r["uuid"] for r in loc["replicas"] if r["uuid"] != v["leader"] and r["uuid"] in addr]
-        replies = await asyncio.gather(*(call(addr[u], "TabletServer", "Checksum",
-                                              {"tablet_id": tid, "snapshot_ts": first["snapshot_ts"]})
-                                         for u in others))
+        replies = await asyncio.gather(
+            *(
+                call(addr[u], "TabletServer", "Checksum", {"tablet_id": tid, "snapshot_ts": first["snapshot_ts"]})
+                for u in others
+            )
+        )
         out.update(zip(others, replies, strict=True))
         return tid, out
 
@@ -268,8 +327,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  {m['address']:<22} {m.get('uuid') or '-':<34} {m['status']:<12} {m.get('role', '')}")
     lines.append("Tablet servers:")
     for t in report["tservers"]:
-        lines.append(f"  {t['address']:<22} {t['uuid']:<34} {t['status']:<12} replicas={t.get('replicas')} "
-                     f"leaders={t.get('leaders')}")
+        lines.append(
+            f"  {t['address']:<22} {t['uuid']:<34} {t['status']:<12} replicas={t.get('replicas')} "
+            f"leaders={t.get('leaders')}"
+        )
     lines.append("Versions: " + ", ".join(f"{v} ({n} servers)" for v, n in sorted(report["versions"].items())))
     lines.append("Tables:")
     for t in report["tables"]:
@@ -277,8 +338,9 @@ def render(report: dict[str, Any]) -> str:
         if "checksum" in t:
             extra = f"  checksum: {t['checksum']['rows']} rows, {t['checksum']['mismatched_tablets']} mismatched"
         counts = ", ".join(f"{k}={v}" for k, v in t["tablet_status"].items())
-        lines.append(f"  {t['name']:<30} {t['status']:<18} {t['tablets']} tablets ({counts}) RF={t['num_replicas']}"
-                     + extra)
+        lines.append(
+            f"  {t['name']:<30} {t['status']:<18} {t['tablets']} tablets ({counts}) RF={t['num_replicas']}" + extra
+        )
     lines.append("Tablets in total: " + (", ".join(f"{k}={v}" for k, v in report["tablet_summary"].items()) or "none"))
     lines.append("OK" if report["ok"] else "ksck found problems (exit status 1)")
     return "\n".join(lines)

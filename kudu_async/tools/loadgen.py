@@ -46,8 +46,14 @@ class LoadgenOptions:
     progress: bool = True
 
     def check(self) -> None:
-        for name, lo in (("rows", 1), ("threads", 1), ("batch_rows", 1), ("buckets", 1), ("replicas", 1),
-                         ("string_len", 0)):
+        for name, lo in (
+            ("rows", 1),
+            ("threads", 1),
+            ("batch_rows", 1),
+            ("buckets", 1),
+            ("replicas", 1),
+            ("string_len", 0),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise KuduInvalidArgument(f"--{name.replace('_', '-')} must be an integer >= {lo}, got {v!r}")
@@ -67,33 +73,34 @@ def generate(table: Table, start: int, n: int, string_len: int) -> pa.RecordBatc
         bounds = T.int_bounds(kt)
         if i == 0:
             if bounds is None and kt not in (T.STRING, T.VARCHAR):
-                raise KuduInvalidArgument(f"loadgen needs an integer or string first key column; "
-                                          f"{c.name} is {c.type_label}")
+                raise KuduInvalidArgument(
+                    f"loadgen needs an integer or string first key column; {c.name} is {c.type_label}"
+                )
             if bounds is not None and start + n - 1 > bounds[1]:
-                raise KuduInvalidArgument(f"key column {c.name} ({c.type_label}) cannot hold keys up to "
-                                          f"{start + n - 1}")
+                raise KuduInvalidArgument(
+                    f"key column {c.name} ({c.type_label}) cannot hold keys up to {start + n - 1}"
+                )
             vals = keys
         else:
             vals = (keys * 2654435761 + i) % 1_000_003
         base = pa.array(vals)
         if bounds is not None:
             arr = pa.array(vals if i == 0 else vals & bounds[1]).cast(
-                pa.from_numpy_dtype(np.dtype(f"int{8 * _width(kt)}")))
+                pa.from_numpy_dtype(np.dtype(f"int{8 * _width(kt)}"))
+            )
         elif kt in (T.FLOAT, T.DOUBLE):
             arr = pc.divide(pc.cast(base, pa.float64()), 7.0)
             arr = arr.cast(pa.float32() if kt is T.FLOAT else pa.float64())
         elif kt in (T.STRING, T.VARCHAR):
             arr = pc.utf8_rpad(pc.cast(base, pa.string()), width=max(string_len, 1), padding="x")
         elif kt is T.BINARY:
-            arr = pc.cast(pc.utf8_rpad(pc.cast(base, pa.string()), width=max(string_len, 1), padding="x"),
-                          pa.binary())
+            arr = pc.cast(pc.utf8_rpad(pc.cast(base, pa.string()), width=max(string_len, 1), padding="x"), pa.binary())
         elif kt is T.BOOL:
             arr = pc.equal(pc.bit_wise_and(base, 1), 1)
         elif kt is T.UNIXTIME_MICROS:
             arr = pc.cast(pc.multiply(base, 1000), pa.timestamp("us", tz="UTC"))
         elif not c.nullable or c.default is None:
-            raise KuduInvalidArgument(f"loadgen cannot generate column {c.name} ({c.type_label}) and it has no "
-                                      "default")
+            raise KuduInvalidArgument(f"loadgen cannot generate column {c.name} ({c.type_label}) and it has no default")
         else:
             continue  # nullable or defaulted: left out, the server fills it
         cols.append(arr)
@@ -137,8 +144,10 @@ async def _load(client: AsyncClient, table: Table, opts: LoadgenOptions, auto: b
     prog = Progress(f"loadgen {table.name}", total=opts.rows, enabled=opts.progress)
 
     async def writer(start: int, n: int) -> None:
-        s = client.new_session(flush_mode=FLUSH_AUTO_BACKGROUND if opts.row_mode else "manual",
-                               timeout_ms=max(30_000, client.rpc_timeout_ms))
+        s = client.new_session(
+            flush_mode=FLUSH_AUTO_BACKGROUND if opts.row_mode else "manual",
+            timeout_ms=max(30_000, client.rpc_timeout_ms),
+        )
         done = 0
         while done < n:
             k = min(opts.batch_rows, n - done)
@@ -166,14 +175,21 @@ async def _load(client: AsyncClient, table: Table, opts: LoadgenOptions, auto: b
     lat = np.array(latencies) * 1000.0 if latencies else np.zeros(1)
     written = int(prog.done)
     out: dict[str, Any] = {
-        "table": table.name, "auto_table": auto, "kept": (not auto) or opts.keep_auto_table,
-        "rows": written, "threads": opts.threads, "batch_rows": opts.batch_rows,
-        "mode": "row" if opts.row_mode else "arrow", "seconds": round(took, 3),
+        "table": table.name,
+        "auto_table": auto,
+        "kept": (not auto) or opts.keep_auto_table,
+        "rows": written,
+        "threads": opts.threads,
+        "batch_rows": opts.batch_rows,
+        "mode": "row" if opts.row_mode else "arrow",
+        "seconds": round(took, 3),
         "rows_per_s": round(written / took) if took > 0 else None,
-        "batch_latency_ms": {"p50": round(float(np.percentile(lat, 50)), 2),
-                             "p95": round(float(np.percentile(lat, 95)), 2),
-                             "p99": round(float(np.percentile(lat, 99)), 2),
-                             "max": round(float(lat.max()), 2)},
+        "batch_latency_ms": {
+            "p50": round(float(np.percentile(lat, 50)), 2),
+            "p95": round(float(np.percentile(lat, 95)), 2),
+            "p99": round(float(np.percentile(lat, 99)), 2),
+            "max": round(float(lat.max()), 2),
+        },
         "errors": errors,
     }
     if opts.run_scan:

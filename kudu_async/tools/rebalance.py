@@ -121,17 +121,26 @@ def summary(p: Placement) -> dict[str, object]:
     """Counts and spreads for the report: per server and per table, replicas and leaders."""
     rt, ro = replica_counts(p)
     lt, lo = leader_counts(p)
-    return {"replicas": ro, "leaders": lo, "replica_spread": spread(ro), "leader_spread": spread(lo),
-            "table_replica_spread": {t: spread(c) for t, c in sorted(rt.items())},
-            "table_leader_spread": {t: spread(c) for t, c in sorted(lt.items())}}
+    return {
+        "replicas": ro,
+        "leaders": lo,
+        "replica_spread": spread(ro),
+        "leader_spread": spread(lo),
+        "table_replica_spread": {t: spread(c) for t, c in sorted(rt.items())},
+        "table_leader_spread": {t: spread(c) for t, c in sorted(lt.items())},
+    }
 
 
 # --- the greedy loop both plans share -------------------------------------------------------------------
 
 
-def _greedy(per_table: dict[str, dict[str, int]], overall: dict[str, int],
-            pick: Callable[[str, str, str], Tablet | None], do: Callable[[Tablet, str, str, str], None],
-            noun: str) -> None:
+def _greedy(
+    per_table: dict[str, dict[str, int]],
+    overall: dict[str, int],
+    pick: Callable[[str, str, str], Tablet | None],
+    do: Callable[[Tablet, str, str, str], None],
+    noun: str,
+) -> None:
     """Even out ``per_table`` counts (each table on its own), then ``overall`` counts with steps that take
     from a table with more on the source than on the target (so no table's spread widens), and again
     until neither finds a step. ``pick(table, src, dst)``: a tablet of ``table`` to take from ``src`` to
@@ -139,25 +148,31 @@ def _greedy(per_table: dict[str, dict[str, int]], overall: dict[str, int],
 
     Terminates: a per-table step lowers the sum of squared per-table counts; an overall step lowers the
     sum of squared overall counts and does not raise the per-table one."""
+
     def pairs(c: Mapping[str, int]) -> list[tuple[str, str]]:
         """(src, dst) with src two or more above dst: widest first, then by the overall difference."""
-        return sorted(((s, d) for s in c for d in c if c[s] - c[d] >= 2),
-                      key=lambda sd: (-(c[sd[0]] - c[sd[1]]), -(overall[sd[0]] - overall[sd[1]]), sd))
+        return sorted(
+            ((s, d) for s in c for d in c if c[s] - c[d] >= 2),
+            key=lambda sd: (-(c[sd[0]] - c[sd[1]]), -(overall[sd[0]] - overall[sd[1]]), sd),
+        )
 
     while True:
         steps = 0
         for table in sorted(per_table):
             c = per_table[table]
-            while (step := next(((s, d, t) for s, d in pairs(c) if (t := pick(table, s, d)) is not None),
-                                None)) is not None:
+            while (
+                step := next(((s, d, t) for s, d in pairs(c) if (t := pick(table, s, d)) is not None), None)
+            ) is not None:
                 s, d, t = step
                 do(t, s, d, f"table {table}: {s} has {c[s]} {noun}, {d} has {c[d]}")
                 steps += 1
         while True:
             step = None
             for s, d in pairs(overall):
-                tables = sorted((tb for tb, c in per_table.items() if c[s] > c[d]),
-                                key=lambda tb: (-(per_table[tb][s] - per_table[tb][d]), tb))
+                tables = sorted(
+                    (tb for tb, c in per_table.items() if c[s] > c[d]),
+                    key=lambda tb: (-(per_table[tb][s] - per_table[tb][d]), tb),
+                )
                 step = next(((s, d, t) for tb in tables if (t := pick(tb, s, d)) is not None), None)
                 if step is not None:
                     break
@@ -201,8 +216,9 @@ def plan_replica_moves(p: Placement) -> list[Move]:
             out.append(Move(t.tablet_id, t.table, src, dst, reason, leader_to))
         else:
             placed[(t.tablet_id, dst)] = earlier
-            out[earlier] = replace(out[earlier], dst=dst, leader_to=leader_to,
-                                   reason=f"{out[earlier].reason}; then {reason}")
+            out[earlier] = replace(
+                out[earlier], dst=dst, leader_to=leader_to, reason=f"{out[earlier].reason}; then {reason}"
+            )
         tablets[t.tablet_id] = replace(t, voters=t.voters - {src} | {dst}, leader=new_leader)
         per_table[t.table][src] -= 1
         per_table[t.table][dst] += 1
@@ -212,8 +228,14 @@ def plan_replica_moves(p: Placement) -> list[Move]:
     def movable(table: str, src: str, dst: str) -> Tablet | None:
         """A tablet of ``table`` on ``src`` and not on ``dst``: best one not moved by the plan yet, then
         one ``src`` does not lead. Not one the plan moved from ``dst`` to ``src`` (that would undo it)."""
-        cands = [t for t in tablets.values() if t.table == table and src in t.voters and dst not in t.voters
-                 and not ((i := placed.get((t.tablet_id, src))) is not None and out[i].src == dst)]
+        cands = [
+            t
+            for t in tablets.values()
+            if t.table == table
+            and src in t.voters
+            and dst not in t.voters
+            and not ((i := placed.get((t.tablet_id, src))) is not None and out[i].src == dst)
+        ]
         return min(cands, key=lambda t: ((t.tablet_id, src) in placed, t.leader == src, t.tablet_id)) if cands else None
 
     _greedy(per_table, overall, movable, do, "replicas")
@@ -226,8 +248,9 @@ def apply_moves(p: Placement, moves: Iterable[Move]) -> Placement:
     for m in moves:
         t = by_id[m.tablet_id]
         if m.src not in t.voters or m.dst in t.voters:
-            raise ValueError(f"move of {m.tablet_id} from {m.src} to {m.dst} does not fit its voters "
-                             f"{sorted(t.voters)}")
+            raise ValueError(
+                f"move of {m.tablet_id} from {m.src} to {m.dst} does not fit its voters {sorted(t.voters)}"
+            )
         leader = (m.leader_to or m.dst) if t.leader == m.src else t.leader
         by_id[m.tablet_id] = replace(t, voters=t.voters - {m.src} | {m.dst}, leader=leader)
     return Placement(p.servers, tuple(by_id[t.tablet_id] for t in p.tablets))
@@ -246,25 +269,38 @@ def plan_leader_transfers(p: Placement) -> list[LeaderTransfer]:
     def candidates(table: str, src: str, dst: str) -> list[Tablet]:
         """Tablets ``src`` leads with a voter on ``dst``, not planned yet first; not one whose planned
         transfer came from ``dst`` (that would undo it)."""
-        return sorted((t for t in tablets.values() if t.table == table and t.leader == src
-                       and dst in t.voters
-                       and not (t.tablet_id in planned and out[planned[t.tablet_id]].src == dst)),
-                      key=lambda t: (t.tablet_id in planned, t.tablet_id))
+        return sorted(
+            (
+                t
+                for t in tablets.values()
+                if t.table == table
+                and t.leader == src
+                and dst in t.voters
+                and not (t.tablet_id in planned and out[planned[t.tablet_id]].src == dst)
+            ),
+            key=lambda t: (t.tablet_id in planned, t.tablet_id),
+        )
 
     def do(t: Tablet, src: str, dst: str, reason: str) -> None:
         tc = per_table[t.table]
         earlier = planned.get(t.tablet_id)
         first = out[earlier].src if earlier is not None else src  # who leads before the plan
         # Fallbacks: other balanced voters that would still narrow both spreads if they took over.
-        alts = sorted((u for u in (t.voters & p.servers) - {src, dst, first}
-                       if overall[src] - overall[u] >= 2 and tc[src] - tc[u] >= 1),
-                      key=lambda u: (overall[u], tc[u], u))
+        alts = sorted(
+            (
+                u
+                for u in (t.voters & p.servers) - {src, dst, first}
+                if overall[src] - overall[u] >= 2 and tc[src] - tc[u] >= 1
+            ),
+            key=lambda u: (overall[u], tc[u], u),
+        )
         if earlier is None:
             planned[t.tablet_id] = len(out)
             out.append(LeaderTransfer(t.tablet_id, t.table, src, dst, reason, tuple(alts)))
         else:  # handing it on from where the plan just put it: the earlier transfer goes to dst instead
-            out[earlier] = replace(out[earlier], dst=dst, alternatives=tuple(alts),
-                                   reason=f"{out[earlier].reason}; then {reason}")
+            out[earlier] = replace(
+                out[earlier], dst=dst, alternatives=tuple(alts), reason=f"{out[earlier].reason}; then {reason}"
+            )
         tablets[t.tablet_id] = replace(t, leader=dst)
         tc[src] -= 1
         tc[dst] += 1
@@ -281,7 +317,9 @@ def apply_transfers(p: Placement, transfers: Iterable[LeaderTransfer]) -> Placem
     for x in transfers:
         t = by_id[x.tablet_id]
         if t.leader != x.src or x.dst not in t.voters:
-            raise ValueError(f"transfer of {x.tablet_id} from {x.src} to {x.dst} does not fit: leader {t.leader}, "
-                             f"voters {sorted(t.voters)}")
+            raise ValueError(
+                f"transfer of {x.tablet_id} from {x.src} to {x.dst} does not fit: leader {t.leader}, "
+                f"voters {sorted(t.voters)}"
+            )
         by_id[x.tablet_id] = replace(t, leader=x.dst)
     return Placement(p.servers, tuple(by_id[t.tablet_id] for t in p.tablets))

@@ -110,8 +110,10 @@ def view_from_snapshot(snap: ksck.Snapshot, ignored: frozenset[str] = frozenset(
             elif others:
                 problems.append(f"{where}: a config change is in flight (non-voter replica on {', '.join(others)})")
             elif len(voters) > table["num_replicas"]:
-                problems.append(f"{where}: {len(voters)} voters for replication factor {table['num_replicas']} "
-                                "(the master is trimming it)")
+                problems.append(
+                    f"{where}: {len(voters)} voters for replication factor {table['num_replicas']} "
+                    "(the master is trimming it)"
+                )
             leader = v["leader"] if v["leader"] in voters else None
             tablets.append(rb.Tablet(tid, table["name"], voters, leader))
     return ClusterView(rb.Placement(frozenset(servers), tuple(tablets)), problems, addresses, excluded)
@@ -128,9 +130,15 @@ class _Run:
         self.deadline = Deadline(opts.max_run_time_s, "cluster rebalance (--max-run-time-sec)")
         self.out = opts.out if opts.out is not None else sys.stderr
         self.report: dict[str, Any] = {
-            "dry_run": opts.dry_run, "tables": opts.tables or "all", "ignored_tservers": sorted(opts.ignored_tservers),
+            "dry_run": opts.dry_run,
+            "tables": opts.tables or "all",
+            "ignored_tservers": sorted(opts.ignored_tservers),
             "mode": "leaders-only" if opts.leaders_only else "replicas-only" if opts.replicas_only else "all",
-            "replica_moves": [], "leader_transfers": [], "errors": [], "refused": []}
+            "replica_moves": [],
+            "leader_transfers": [],
+            "errors": [],
+            "refused": [],
+        }
 
     def say(self, line: str) -> None:
         if self.opts.progress:
@@ -147,9 +155,11 @@ class _Run:
         if self.deadline.remaining() <= 0:
             view = await self.look()
             if view.problems:
-                self.report["errors"].append("--max-run-time-sec ran out with the cluster still settling (moves cut "
-                                             "off leave their new replica to the master, which finishes the copy, "
-                                             "promotes it and trims the tablet): " + "; ".join(view.problems))
+                self.report["errors"].append(
+                    "--max-run-time-sec ran out with the cluster still settling (moves cut "
+                    "off leave their new replica to the master, which finishes the copy, "
+                    "promotes it and trims the tablet): " + "; ".join(view.problems)
+                )
                 return None
             return view
         wait = Deadline(min(SETTLE_TIMEOUT_S, self.deadline.remaining()), "the cluster to settle")
@@ -158,8 +168,10 @@ class _Run:
             if not view.problems:
                 return view
             if wait.remaining() <= 0:
-                self.report["errors"].append(f"the cluster did not settle within {wait.timeout_s:.1f} s after the "
-                                             "last round: " + "; ".join(view.problems))
+                self.report["errors"].append(
+                    f"the cluster did not settle within {wait.timeout_s:.1f} s after the "
+                    "last round: " + "; ".join(view.problems)
+                )
                 return None
             await asyncio.sleep(min(0.5, max(0.0, wait.remaining())))
 
@@ -191,8 +203,9 @@ class _Run:
         report["after"] = rb.summary(view.placement)
         report["left_to_do"] = {"replica_moves": len(left_moves), "leader_transfers": len(left_transfers)}
         balanced = not left_moves and not left_transfers
-        report.update(balanced=balanced, already_balanced=balanced and not attempted,
-                      ok=balanced and not report["errors"])
+        report.update(
+            balanced=balanced, already_balanced=balanced and not attempted, ok=balanced and not report["errors"]
+        )
         return report
 
     def dry_run(self, view: ClusterView) -> dict[str, Any]:
@@ -221,12 +234,13 @@ class _Run:
             if not plan:
                 break
             if self.deadline.remaining() <= 0:
-                self.report["errors"].append(f"--max-run-time-sec ({self.deadline.timeout_s:g} s) ran out before "
-                                             f"{kind} round {rnd} ({len(plan)} planned)")
+                self.report["errors"].append(
+                    f"--max-run-time-sec ({self.deadline.timeout_s:g} s) ran out before "
+                    f"{kind} round {rnd} ({len(plan)} planned)"
+                )
                 break
             attempted = True
-            self.say(f"{kind} round {rnd}: {len(plan)} {kind} {'moves' if kind == 'replica' else 'transfers'} "
-                     "planned")
+            self.say(f"{kind} round {rnd}: {len(plan)} {kind} {'moves' if kind == 'replica' else 'transfers'} planned")
             results = await self.execute(current, plan, kind, rnd)
             self.report["replica_moves" if kind == "replica" else "leader_transfers"].extend(results)
             current = await self.settle()
@@ -234,16 +248,22 @@ class _Run:
                 break
         return current, attempted
 
-    async def execute(self, view: ClusterView, plan: Sequence[rb.Move | rb.LeaderTransfer],
-                      kind: str, rnd: int) -> list[dict[str, Any]]:
+    async def execute(
+        self, view: ClusterView, plan: Sequence[rb.Move | rb.LeaderTransfer], kind: str, rnd: int
+    ) -> list[dict[str, Any]]:
         # Where to look for a tablet's leader: its voters now, and every server the plan moves it to (a
         # tablet's second move starts after its first, which may have handed the leadership over).
         holders = {t.tablet_id: set(t.voters) for t in view.placement.tablets}
         for item in plan:
             if isinstance(item, rb.Move):
                 holders[item.tablet_id].add(item.dst)
-        prog = Progress(f"rebalance: {kind} round {rnd}", total=len(plan), out=self.out,
-                        enabled=self.opts.progress, unit="moves" if kind == "replica" else "transfers")
+        prog = Progress(
+            f"rebalance: {kind} round {rnd}",
+            total=len(plan),
+            out=self.out,
+            enabled=self.opts.progress,
+            unit="moves" if kind == "replica" else "transfers",
+        )
 
         async def one(item: rb.Move | rb.LeaderTransfer) -> dict[str, Any]:
             try:
@@ -253,8 +273,14 @@ class _Run:
             finally:
                 prog.update(1)
 
-        results = await run_bounded(list(plan), lambda i: (i.src, i.dst), lambda i: i.tablet_id,
-                                    self.opts.max_moves_per_server, one, self.deadline)
+        results = await run_bounded(
+            list(plan),
+            lambda i: (i.src, i.dst),
+            lambda i: i.tablet_id,
+            self.opts.max_moves_per_server,
+            one,
+            self.deadline,
+        )
         prog.finish()
         out = []
         for item, res in zip(plan, results, strict=True):
@@ -272,10 +298,18 @@ class _Run:
             servers = [addresses[u] for u in sorted(holders) if u in addresses]
             leader = replica_util.leader_of(
                 await replica_util.states(rpc, servers, m.tablet_id, self.deadline.rpc_timeout(self.opts.timeout_s)),
-                m.tablet_id)
-            res = await replica_util.move_replica(self.client, m.tablet_id, m.src, m.dst, leader,
-                                                  self.deadline.left(), dst_address=addresses[m.dst],
-                                                  leader_to=m.leader_to)
+                m.tablet_id,
+            )
+            res = await replica_util.move_replica(
+                self.client,
+                m.tablet_id,
+                m.src,
+                m.dst,
+                leader,
+                self.deadline.left(),
+                dst_address=addresses[m.dst],
+                leader_to=m.leader_to,
+            )
             entry.update(status="done", seconds=res["seconds"])
             if res.get("notes"):
                 entry["notes"] = res["notes"]
@@ -315,8 +349,13 @@ class _Run:
                 continue
             try:
                 res = await replica_util.transfer_leadership(
-                    rpc, addresses[x.src], x.tablet_id, u, addresses[u],
-                    min(replica_util.TRANSFER_WAIT_S, self.deadline.left()))
+                    rpc,
+                    addresses[x.src],
+                    x.tablet_id,
+                    u,
+                    addresses[u],
+                    min(replica_util.TRANSFER_WAIT_S, self.deadline.left()),
+                )
                 entry.update(status="done", to=u, term=res.get("term"))
                 if tried:
                     entry["refused_by"] = tried
@@ -326,23 +365,37 @@ class _Run:
                 tried.append(f"{u}: {e}" + ("" if caught_up(u) else " (was not caught up)"))
             # A transfer that took effect only after we stopped waiting: do not hand it on again.
             try:
-                now = await rpc.call(addresses[x.src], "Consensus", "GetState", {"group": x.tablet_id},
-                                     timeout_s=self.deadline.rpc_timeout(self.opts.timeout_s))
+                now = await rpc.call(
+                    addresses[x.src],
+                    "Consensus",
+                    "GetState",
+                    {"group": x.tablet_id},
+                    timeout_s=self.deadline.rpc_timeout(self.opts.timeout_s),
+                )
             except KuduBadStatus as e:
                 tried.append(f"could not ask {x.src} for its state again: {e}")
                 break
             if now.get("role") != "LEADER":
-                entry.update(status="done", to=now.get("leader"), refused_by=tried,
-                             notes=[f"{x.src} stopped leading after the wait; leader now {now.get('leader')}"])
+                entry.update(
+                    status="done",
+                    to=now.get("leader"),
+                    refused_by=tried,
+                    notes=[f"{x.src} stopped leading after the wait; leader now {now.get('leader')}"],
+                )
                 return entry
         entry["error"] = "no candidate took over: " + "; ".join(tried)
         self.say(f"FAILED to move the leadership of {x.tablet_id} ({x.table}) off {x.src}: {entry['error']}")
         return entry
 
 
-async def run_bounded(items: list[T], servers_of: Callable[[T], tuple[str, ...]], key_of: Callable[[T], str],
-                      limit: int, fn: Callable[[T], Awaitable[dict[str, Any]]],
-                      deadline: Deadline) -> list[dict[str, Any] | None]:
+async def run_bounded(
+    items: list[T],
+    servers_of: Callable[[T], tuple[str, ...]],
+    key_of: Callable[[T], str],
+    limit: int,
+    fn: Callable[[T], Awaitable[dict[str, Any]]],
+    deadline: Deadline,
+) -> list[dict[str, Any] | None]:
     """Run ``fn`` on every item concurrently, with at most ``limit`` running per server named by
     ``servers_of``, and items of one ``key_of`` (a tablet) one at a time in list order; otherwise in list
     order where the bounds allow. None for items not started before the deadline."""
@@ -381,8 +434,10 @@ async def _check_names(client: AsyncClient, opts: RebalanceOptions) -> None:
         known = set(await client.list_tables())
         unknown = [t for t in opts.tables if t not in known]
         if unknown:
-            raise KuduInvalidArgument(f"--tables: no table named {', '.join(repr(t) for t in unknown)} "
-                                      f"(tables: {', '.join(sorted(known)) or 'none'})")
+            raise KuduInvalidArgument(
+                f"--tables: no table named {', '.join(repr(t) for t in unknown)} "
+                f"(tables: {', '.join(sorted(known)) or 'none'})"
+            )
     if opts.ignored_tservers:
         known = {d["uuid"] for d in await client.list_tablet_servers()}
         unknown = sorted(opts.ignored_tservers - known)
@@ -391,16 +446,29 @@ async def _check_names(client: AsyncClient, opts: RebalanceOptions) -> None:
 
 
 def _move_entry(m: rb.Move, status: str) -> dict[str, Any]:
-    e: dict[str, Any] = {"tablet": m.tablet_id, "table": m.table, "from": m.src, "to": m.dst, "status": status,
-                         "reason": m.reason}
+    e: dict[str, Any] = {
+        "tablet": m.tablet_id,
+        "table": m.table,
+        "from": m.src,
+        "to": m.dst,
+        "status": status,
+        "reason": m.reason,
+    }
     if m.leader_to:
         e["leader_to"] = m.leader_to
     return e
 
 
 def _transfer_entry(x: rb.LeaderTransfer, status: str) -> dict[str, Any]:
-    return {"tablet": x.tablet_id, "table": x.table, "from": x.src, "to": x.dst, "status": status,
-            "reason": x.reason, "alternatives": list(x.alternatives)}
+    return {
+        "tablet": x.tablet_id,
+        "table": x.table,
+        "from": x.src,
+        "to": x.dst,
+        "status": status,
+        "reason": x.reason,
+        "alternatives": list(x.alternatives),
+    }
 
 
 async def run(client: AsyncClient, opts: RebalanceOptions) -> dict[str, Any]:
@@ -419,8 +487,10 @@ def render(r: dict[str, Any]) -> str:
     """The plain-text report: what was (or would be) done, the counts before and after, the verdict."""
     lines: list[str] = []
     if r["refused"]:
-        lines.append(f"refusing to rebalance: {len(r['refused'])} tablet(s) are not healthy or are changing; "
-                     "moving replicas now is unsafe (see `cluster ksck`):")
+        lines.append(
+            f"refusing to rebalance: {len(r['refused'])} tablet(s) are not healthy or are changing; "
+            "moving replicas now is unsafe (see `cluster ksck`):"
+        )
         lines += [f"  - {p}" for p in r["refused"]]
         return "\n".join(lines)
     for key, title in (("replica_moves", "Replica moves"), ("leader_transfers", "Leader transfers")):
@@ -430,8 +500,10 @@ def render(r: dict[str, Any]) -> str:
         for e in r[key]:
             took = f"  {e['seconds']} s" if "seconds" in e else ""
             to = e.get("to", "")
-            lines.append(f"  {e['status'].upper():<8} {e['tablet']} ({e['table']}): {e['from']} -> {to}{took}"
-                         + (f"  [{e['reason']}]" if e["status"] == "planned" else ""))
+            lines.append(
+                f"  {e['status'].upper():<8} {e['tablet']} ({e['table']}): {e['from']} -> {to}{took}"
+                + (f"  [{e['reason']}]" if e["status"] == "planned" else "")
+            )
             if e.get("error"):
                 lines.append(f"           {e['error']}")
             if e.get("refused_by"):
@@ -463,8 +535,10 @@ def verdict(r: dict[str, Any]) -> str:
     if r["dry_run"]:
         if r["already_balanced"]:
             return "dry run: the cluster is already balanced; nothing to do"
-        return (f"dry run: {len(r['replica_moves'])} replica move(s) and {len(r['leader_transfers'])} leader "
-                "transfer(s) planned; nothing was changed")
+        return (
+            f"dry run: {len(r['replica_moves'])} replica move(s) and {len(r['leader_transfers'])} leader "
+            "transfer(s) planned; nothing was changed"
+        )
     if r["already_balanced"] and r["ok"]:
         return "the cluster was already balanced; nothing to do"
     done = f"{len(moves)} replica move(s) and {len(transfers)} leader transfer(s) done"
@@ -472,6 +546,8 @@ def verdict(r: dict[str, Any]) -> str:
         tail = f"; {len(failed)} failed or skipped but retried" if failed else ""
         return f"the cluster is balanced: {done}{tail}"
     left = r.get("left_to_do", {})
-    return (f"NOT balanced (exit status 1): {done}, {len(failed)} failed or skipped; still to do: "
-            f"{left.get('replica_moves', '?')} replica move(s), {left.get('leader_transfers', '?')} leader "
-            "transfer(s)")
+    return (
+        f"NOT balanced (exit status 1): {done}, {len(failed)} failed or skipped; still to do: "
+        f"{left.get('replica_moves', '?')} replica move(s), {left.get('leader_transfers', '?')} leader "
+        "transfer(s)"
+    )

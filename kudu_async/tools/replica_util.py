@@ -32,6 +32,7 @@ PROMOTE_POLL_MAX_S = 0.1  # while a new replica's copy runs, how often to try pr
 
 async def states(rpc: RpcClient, servers: Sequence[str], group: str, timeout_s: float) -> dict[str, Any]:
     """Each server's ``Consensus/GetState`` of ``group`` (or ``{"error": ...}`` where the call failed)."""
+
     async def one(addr: str) -> Any:
         try:
             return await rpc.call(addr, "Consensus", "GetState", {"group": group}, timeout_s=timeout_s)
@@ -45,9 +46,10 @@ def leader_of(states_by_addr: dict[str, Any], group: str) -> str:
     """The address of the replica leading ``group`` in the newest term (a stale leader may linger)."""
     leaders = [a for a, st in states_by_addr.items() if st.get("role") == "LEADER"]
     if not leaders:
-        raise KuduIllegalState(f"no server in {sorted(states_by_addr)} leads {group}: "
-                               + "; ".join(f"{a}: {st.get('role') or st.get('error')}"
-                                           for a, st in states_by_addr.items()))
+        raise KuduIllegalState(
+            f"no server in {sorted(states_by_addr)} leads {group}: "
+            + "; ".join(f"{a}: {st.get('role') or st.get('error')}" for a, st in states_by_addr.items())
+        )
     return max(leaders, key=lambda a: states_by_addr[a].get("term", 0))
 
 
@@ -56,14 +58,23 @@ async def ts_address(client: AsyncClient, uuid: str) -> str:
     for d in await client.list_tablet_servers():
         if d["uuid"] == uuid:
             if not d.get("live"):
-                raise KuduIllegalState(f"tablet server {uuid} is not live (last heartbeat "
-                                       f"{d.get('last_heartbeat_age_s')} s ago)")
+                raise KuduIllegalState(
+                    f"tablet server {uuid} is not live (last heartbeat {d.get('last_heartbeat_age_s')} s ago)"
+                )
             return str(d["rpc_address"])
     raise KuduInvalidArgument(f"the master knows no tablet server {uuid}")
 
 
-async def change_config(rpc: RpcClient, leader: str, group: str, op: str, peer: str, address: str | None,
-                        timeout_s: float, cas: int | None = None) -> dict[str, Any]:
+async def change_config(
+    rpc: RpcClient,
+    leader: str,
+    group: str,
+    op: str,
+    peer: str,
+    address: str | None,
+    timeout_s: float,
+    cas: int | None = None,
+) -> dict[str, Any]:
     """One Raft config change on the leader at ``leader``; ``cas``: refused unless the config is at that index."""
     req: dict[str, Any] = {"group": group, "op": op, "peer": peer}
     if address:
@@ -74,8 +85,9 @@ async def change_config(rpc: RpcClient, leader: str, group: str, op: str, peer: 
     return reply
 
 
-async def add_replica(rpc: RpcClient, group: str, leader: str, peer: str, address: str, voter: bool,
-                      timeout_s: float) -> dict[str, Any]:
+async def add_replica(
+    rpc: RpcClient, group: str, leader: str, peer: str, address: str, voter: bool, timeout_s: float
+) -> dict[str, Any]:
     """ADD_LEARNER (the leader has the new server copy the tablet), then, for a voter, PROMOTE it once
     its log has caught up (the leader refuses before; the master may promote it first, which is fine)."""
     deadline = Deadline(timeout_s, f"adding {peer} to {group} as a learner")
@@ -93,8 +105,9 @@ async def add_replica(rpc: RpcClient, group: str, leader: str, peer: str, addres
     return await promote_when_caught_up(rpc, leader, group, peer, deadline.left())
 
 
-async def promote_when_caught_up(rpc: RpcClient, leader: str, group: str, peer: str,
-                                 timeout_s: float) -> dict[str, Any]:
+async def promote_when_caught_up(
+    rpc: RpcClient, leader: str, group: str, peer: str, timeout_s: float
+) -> dict[str, Any]:
     deadline = Deadline(timeout_s, f"promotion of the new replica {peer} of {group}")
     last: BaseException | None = None
     while True:
@@ -118,19 +131,26 @@ async def promote_when_caught_up(rpc: RpcClient, leader: str, group: str, peer: 
         await asyncio.sleep(min(PROMOTE_POLL_MAX_S, 0.01 * 2 ** min(deadline.attempts, 10), deadline.remaining()))
 
 
-async def transfer_leadership(rpc: RpcClient, leader: str, group: str, peer: str, peer_address: str,
-                              timeout_s: float) -> dict[str, Any]:
+async def transfer_leadership(
+    rpc: RpcClient, leader: str, group: str, peer: str, peer_address: str, timeout_s: float
+) -> dict[str, Any]:
     """Ask the leader at ``leader`` to hand ``group`` to ``peer`` and wait until ``peer``'s own state says
     it leads. Raises KuduTimedOut when it does not within ``timeout_s`` (the leader gave up: the peer did
     not catch up or did not win), or the leader's refusal (not a voter, not the leader any more)."""
     deadline = Deadline(timeout_s, f"transfer of the leadership of {group} to {peer}")
-    before = await rpc.call(leader, "Consensus", "TransferLeadership", {"group": group, "peer": peer},
-                            timeout_s=deadline.rpc_timeout(timeout_s))
+    before = await rpc.call(
+        leader,
+        "Consensus",
+        "TransferLeadership",
+        {"group": group, "peer": peer},
+        timeout_s=deadline.rpc_timeout(timeout_s),
+    )
     last: BaseException | None = None
     while True:
         try:
-            st = await rpc.call(peer_address, "Consensus", "GetState", {"group": group},
-                                timeout_s=deadline.rpc_timeout(2.0))
+            st = await rpc.call(
+                peer_address, "Consensus", "GetState", {"group": group}, timeout_s=deadline.rpc_timeout(2.0)
+            )
             if st.get("role") == "LEADER":
                 return {"group": group, "leader": peer, "term": st.get("term"), "previous": before}
             last = KuduIllegalState(f"{peer} is {st.get('role')} in term {st.get('term')}")
@@ -139,8 +159,16 @@ async def transfer_leadership(rpc: RpcClient, leader: str, group: str, peer: str
         await deadline.backoff(last)
 
 
-async def move_replica(client: AsyncClient, group: str, src: str, dst: str, leader: str, timeout_s: float,
-                       dst_address: str | None = None, leader_to: str | None = None) -> dict[str, Any]:
+async def move_replica(
+    client: AsyncClient,
+    group: str,
+    src: str,
+    dst: str,
+    leader: str,
+    timeout_s: float,
+    dst_address: str | None = None,
+    leader_to: str | None = None,
+) -> dict[str, Any]:
     """Move ``group``'s replica from server ``src`` to ``dst``: add ``dst`` (copied, promoted), then remove
     ``src``; the tablet never has fewer healthy voters. ``leader`` is the address of the current leader.
 
@@ -170,8 +198,9 @@ async def move_replica(client: AsyncClient, group: str, src: str, dst: str, lead
         target = leader_to if leader_to in others else (others[0] if others else None)
         handed_over = True
         if target is None:
-            notes.append(f"{src} is the only voter: it removes itself once {dst} is promoted, and {dst} then "
-                         "elects itself")
+            notes.append(
+                f"{src} is the only voter: it removes itself once {dst} is promoted, and {dst} then elects itself"
+            )
         else:
             leader = await _hand_over(rpc, leader, group, target, st, deadline, notes)
     address = dst_address or await ts_address(client, dst)
@@ -190,8 +219,7 @@ async def move_replica(client: AsyncClient, group: str, src: str, dst: str, lead
                 await deadline.backoff(e)
                 continue
         try:
-            st = await rpc.call(leader, "Consensus", "GetState", {"group": group},
-                                timeout_s=deadline.rpc_timeout(5.0))
+            st = await rpc.call(leader, "Consensus", "GetState", {"group": group}, timeout_s=deadline.rpc_timeout(5.0))
             if st.get("role") != "LEADER":
                 raise KuduNotTheLeader(f"{leader} no longer leads {group}")
         except (KuduNotTheLeader, KuduIllegalState, KuduTimedOut) as e:
@@ -203,23 +231,30 @@ async def move_replica(client: AsyncClient, group: str, src: str, dst: str, lead
             break  # the master trimmed the over-replicated tablet first, and chose src
         if len(voters) <= voters_before:
             gone = sorted(set(members) - set(voters) - {dst})
-            raise KuduIllegalState(f"{dst} was added to {group} but {gone or 'another voter'} was removed instead "
-                                   f"of {src} (by the master's trimming?); {src} stays")
+            raise KuduIllegalState(
+                f"{dst} was added to {group} but {gone or 'another voter'} was removed instead "
+                f"of {src} (by the master's trimming?); {src} stays"
+            )
         if st.get("leader") == src and not handed_over:  # src was elected again during the copy
             handed_over = True
             target = leader_to if leader_to is not None and leader_to in voters and leader_to != src else dst
             leader = await _hand_over(rpc, leader, group, target, st, deadline, notes)
             continue
         cas = st.get("config_index")
-    out: dict[str, Any] = {"tablet": group, "moved_from": src, "moved_to": dst,
-                           "seconds": round(time.monotonic() - t0, 3)}
+    out: dict[str, Any] = {
+        "tablet": group,
+        "moved_from": src,
+        "moved_to": dst,
+        "seconds": round(time.monotonic() - t0, 3),
+    }
     if notes:
         out["notes"] = notes
     return out
 
 
-async def _hand_over(rpc: RpcClient, leader: str, group: str, target: str, st: dict[str, Any], deadline: Deadline,
-                     notes: list[str]) -> str:
+async def _hand_over(
+    rpc: RpcClient, leader: str, group: str, target: str, st: dict[str, Any], deadline: Deadline, notes: list[str]
+) -> str:
     """Transfer the leadership of ``group`` to ``target`` (its address from the leader's state ``st``); the
     address of whoever leads afterwards. A failed transfer is noted, not raised: the source stays leader
     and removes itself later."""

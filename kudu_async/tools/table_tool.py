@@ -47,8 +47,9 @@ COPY_BATCH_ROWS = 100_000  # rows per apply_arrow call of ``table copy``
 class Progress:
     """Progress of a long command on stderr: redrawn in place on a terminal, a line every 5 s otherwise."""
 
-    def __init__(self, what: str, total: int | None = None, out: IO[str] | None = None,
-                 enabled: bool = True, unit: str = "rows") -> None:
+    def __init__(
+        self, what: str, total: int | None = None, out: IO[str] | None = None, enabled: bool = True, unit: str = "rows"
+    ) -> None:
         self.what, self.total, self.enabled, self.unit = what, total, enabled, unit
         self.out = out if out is not None else sys.stderr
         self.tty = self.out.isatty()
@@ -145,10 +146,17 @@ def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | Non
         if not isinstance(ctype, str):
             raise KuduInvalidArgument(f"column '{cname}' needs 'column_type'")
         attrs = _obj(c.get("type_attributes") or {}, f"column '{cname}': 'type_attributes'")
-        spec_c = b.add_column(cname, type_=ctype, nullable=bool(c.get("is_nullable", cname not in keys)),
-                              precision=attrs.get("precision"), scale=attrs.get("scale"),
-                              length=attrs.get("length"), comment=c.get("comment"),
-                              encoding=c.get("encoding"), compression=c.get("compression"))
+        spec_c = b.add_column(
+            cname,
+            type_=ctype,
+            nullable=bool(c.get("is_nullable", cname not in keys)),
+            precision=attrs.get("precision"),
+            scale=attrs.get("scale"),
+            length=attrs.get("length"),
+            comment=c.get("comment"),
+            encoding=c.get("encoding"),
+            compression=c.get("compression"),
+        )
         if c.get("default_value") is not None:
             tmp = spec_c.to_column(key=False)
             spec_c.default(json_value(tmp, c["default_value"]))
@@ -161,8 +169,7 @@ def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | Non
         n = h.get("num_buckets")
         if isinstance(n, bool) or not isinstance(n, int):
             raise KuduInvalidArgument(f"hash_partitions #{i}: 'num_buckets' must be an integer")
-        part.add_hash_partitions(_list_of_str(h.get("columns"), f"hash_partitions #{i}: 'columns'"), n,
-                                 h.get("seed"))
+        part.add_hash_partitions(_list_of_str(h.get("columns"), f"hash_partitions #{i}: 'columns'"), n, h.get("seed"))
     rp = p.get("range_partition")
     if rp is not None:
         rp = _obj(rp, "'range_partition'")
@@ -199,8 +206,9 @@ def _bound(b: Any, cols: list[ColumnSchema], what: str, default_type: str) -> tu
         raise KuduInvalidArgument(f"{what}: 'bound_type' must be inclusive or exclusive")
     vals = b.get("bound_values")
     if not isinstance(vals, list) or len(vals) != len(cols):
-        raise KuduInvalidArgument(f"{what}: 'bound_values' must list one value per range column "
-                                  f"({[c.name for c in cols]})")
+        raise KuduInvalidArgument(
+            f"{what}: 'bound_values' must list one value per range column ({[c.name for c in cols]})"
+        )
     return tuple(json_value(c, v) for c, v in zip(cols, vals, strict=True)), kind
 
 
@@ -256,12 +264,17 @@ def range_partitions(table: Table, tablets: Sequence[TabletLocation]) -> list[tu
     out = []
     for lo, hi in sorted(seen):
         try:
-            out.append((decode_values(cols, lo, allow_prefix=True) if lo else None,
-                        decode_values(cols, hi, allow_prefix=True) if hi else None))
+            out.append(
+                (
+                    decode_values(cols, lo, allow_prefix=True) if lo else None,
+                    decode_values(cols, hi, allow_prefix=True) if hi else None,
+                )
+            )
         except KuduCorruption:
             raise KuduInvalidArgument(
                 f"table {table.name}: a range bound ({lo.hex()}..{hi.hex()}) was given as exclusive-lower or "
-                "inclusive-upper and cannot be shown as values") from None
+                "inclusive-upper and cannot be shown as values"
+            ) from None
     return out
 
 
@@ -277,23 +290,32 @@ def _sql(v: Any) -> str:
 
 async def describe(client: AsyncClient, name: str) -> dict[str, Any]:
     table = await client.table(name)
-    locs = await client.meta.locations(table.id, Deadline(client.admin_timeout_ms / 1000, f"locations of {name}"),
-                                       refresh=True)
+    locs = await client.meta.locations(
+        table.id, Deadline(client.admin_timeout_ms / 1000, f"locations of {name}"), refresh=True
+    )
     ps = table.partition_schema
     ranges: list[Any]
     try:
-        ranges = [[list(lo) if lo else None, list(hi) if hi else None]
-                  for lo, hi in range_partitions(table, locs.tablets)]
+        ranges = [
+            [list(lo) if lo else None, list(hi) if hi else None] for lo, hi in range_partitions(table, locs.tablets)
+        ]
     except KuduInvalidArgument as e:
         ranges = [str(e)]
-    return {"name": table.name, "table_id": table.id, "num_replicas": table.num_replicas,
-            "owner": table.owner, "comment": table.comment,
-            "schema_version": table.schema_version, "schema": table.schema.to_dict(),
-            "hash_partitions": [{"columns": list(d.columns), "num_buckets": d.num_buckets, "seed": d.seed}
-                                for d in ps.hash_dimensions],
-            "range_columns": list(ps.range_schema.columns), "range_partitions": ranges,
-            "tablets": [{"tablet_id": t.tablet_id, "replicas": [r.to_dict() for r in t.replicas]}
-                        for t in locs.tablets]}
+    return {
+        "name": table.name,
+        "table_id": table.id,
+        "num_replicas": table.num_replicas,
+        "owner": table.owner,
+        "comment": table.comment,
+        "schema_version": table.schema_version,
+        "schema": table.schema.to_dict(),
+        "hash_partitions": [
+            {"columns": list(d.columns), "num_buckets": d.num_buckets, "seed": d.seed} for d in ps.hash_dimensions
+        ],
+        "range_columns": list(ps.range_schema.columns),
+        "range_partitions": ranges,
+        "tablets": [{"tablet_id": t.tablet_id, "replicas": [r.to_dict() for r in t.replicas]} for t in locs.tablets],
+    }
 
 
 def render_describe(d: dict[str, Any]) -> str:
@@ -338,8 +360,16 @@ def render_describe(d: dict[str, Any]) -> str:
 # --- scan -----------------------------------------------------------------------------------------------
 
 
-async def scan(client: AsyncClient, name: str, columns: Sequence[str] | None, predicates: str | None,
-               fmt: str, limit: int | None, out: IO[bytes], progress: bool = True) -> int:
+async def scan(
+    client: AsyncClient,
+    name: str,
+    columns: Sequence[str] | None,
+    predicates: str | None,
+    fmt: str,
+    limit: int | None,
+    out: IO[bytes],
+    progress: bool = True,
+) -> int:
     """Stream the rows of ``name`` to ``out`` as CSV (with a header) or JSON Lines; returns the row count."""
     table = await client.table(name)
     sc = client._new_scanner(table)
@@ -397,19 +427,29 @@ def _json_default(v: Any) -> Any:
 # --- copy -----------------------------------------------------------------------------------------------
 
 
-async def copy(client: AsyncClient, src: str, dst: str, dst_client: AsyncClient | None = None,
-               create_table: bool = False, write_type: str = "insert", predicates: str | None = None,
-               num_replicas: int | None = None, progress: bool = True) -> dict[str, Any]:
+async def copy(
+    client: AsyncClient,
+    src: str,
+    dst: str,
+    dst_client: AsyncClient | None = None,
+    create_table: bool = False,
+    write_type: str = "insert",
+    predicates: str | None = None,
+    num_replicas: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Copy the rows of ``src`` into ``dst`` (maybe on another cluster), optionally creating it with the
     source's schema and partitioning. Rows move as Arrow batches through ``apply_arrow``."""
     if write_type not in OPERATIONS or "delete" in write_type or "update" in write_type:
-        raise KuduInvalidArgument(f"write type must be insert, insert_ignore, upsert or upsert_ignore, "
-                                  f"got {write_type!r}")
+        raise KuduInvalidArgument(
+            f"write type must be insert, insert_ignore, upsert or upsert_ignore, got {write_type!r}"
+        )
     target = dst_client or client
     table = await client.table(src)
     if create_table:
-        locs = await client.meta.locations(table.id, Deadline(client.admin_timeout_ms / 1000, f"locations of {src}"),
-                                           refresh=True)
+        locs = await client.meta.locations(
+            table.id, Deadline(client.admin_timeout_ms / 1000, f"locations of {src}"), refresh=True
+        )
         part = Partitioning()
         for d in table.partition_schema.hash_dimensions:
             part.add_hash_partitions(list(d.columns), d.num_buckets, d.seed)
@@ -452,8 +492,14 @@ async def copy(client: AsyncClient, src: str, dst: str, dst_client: AsyncClient 
     prog.finish()
     await sc.close()
     took = time.monotonic() - t0
-    return {"source": src, "destination": dst, "rows": rows, "seconds": round(took, 3),
-            "rows_per_s": round(rows / took) if took > 0 else None, "write_type": write_type}
+    return {
+        "source": src,
+        "destination": dst,
+        "rows": rows,
+        "seconds": round(took, 3),
+        "rows_per_s": round(rows / took) if took > 0 else None,
+        "write_type": write_type,
+    }
 
 
 # --- statistics -----------------------------------------------------------------------------------------
@@ -467,14 +513,17 @@ async def statistics(client: AsyncClient, name: str) -> dict[str, Any]:
     locs = await client.meta.locations(table.id, deadline, refresh=True)
 
     async def one(t: TabletLocation) -> dict[str, Any]:
-        counted = await client.call_tablet_leader(table, t.tablet_id, "Checksum", {"tablet_id": t.tablet_id},
-                                                  deadline)
+        counted = await client.call_tablet_leader(table, t.tablet_id, "Checksum", {"tablet_id": t.tablet_id}, deadline)
 
         async def sizes(r: Any) -> dict[str, Any]:
             try:
-                got = await client.rpc.call(r.rpc_address, "TabletServer", "GetTabletStats",
-                                            {"tablet_id": t.tablet_id},
-                                            timeout_s=deadline.rpc_timeout(client.rpc_timeout_ms / 1000))
+                got = await client.rpc.call(
+                    r.rpc_address,
+                    "TabletServer",
+                    "GetTabletStats",
+                    {"tablet_id": t.tablet_id},
+                    timeout_s=deadline.rpc_timeout(client.rpc_timeout_ms / 1000),
+                )
                 return {"uuid": r.uuid, "role": r.role, **got}
             except KuduBadStatus as e:
                 return {"uuid": r.uuid, "role": r.role, "error": str(e)}
@@ -485,11 +534,16 @@ async def statistics(client: AsyncClient, name: str) -> dict[str, Any]:
     per = await asyncio.gather(*(one(t) for t in locs.tablets))
     ok = [s for p in per for s in p["replicas"] if "error" not in s]
     leaders = [s for s in ok if s["role"] == "LEADER"]
-    return {"table": name, "table_id": table.id, "num_tablets": len(per), "num_replicas": table.num_replicas,
-            "live_row_count": sum(p["live_row_count"] for p in per),
-            # One copy of the data (the leaders'), as Kudu's statistics count it; and every replica's.
-            "on_disk_size": sum(s["on_disk_data_bytes"] for s in leaders),
-            "on_disk_size_all_replicas": sum(s["on_disk_data_bytes"] + s["on_disk_wal_bytes"] for s in ok),
-            "memory_size": sum(s["memrowset_bytes"] + s["delta_memstore_bytes"] for s in leaders),
-            "replicas_unreachable": [f"{s['uuid']}: {s['error']}" for p in per for s in p["replicas"] if "error" in s],
-            "tablets": per}
+    return {
+        "table": name,
+        "table_id": table.id,
+        "num_tablets": len(per),
+        "num_replicas": table.num_replicas,
+        "live_row_count": sum(p["live_row_count"] for p in per),
+        # One copy of the data (the leaders'), as Kudu's statistics count it; and every replica's.
+        "on_disk_size": sum(s["on_disk_data_bytes"] for s in leaders),
+        "on_disk_size_all_replicas": sum(s["on_disk_data_bytes"] + s["on_disk_wal_bytes"] for s in ok),
+        "memory_size": sum(s["memrowset_bytes"] + s["delta_memstore_bytes"] for s in leaders),
+        "replicas_unreachable": [f"{s['uuid']}: {s['error']}" for p in per for s in p["replicas"] if "error" in s],
+        "tablets": per,
+    }

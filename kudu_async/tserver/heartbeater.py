@@ -87,10 +87,16 @@ def _check_response(resp: Any) -> dict[str, Any]:
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise _BadAnswer(f"TSHeartbeat answer: {key} must be a list of maps")
     for i, item in enumerate(resp["tablets_to_delete"]):
-        if not isinstance(item.get("tablet_id"), str) or not item["tablet_id"] \
-                or not isinstance(item.get("reason"), str) or item.get("delete_type") not in DELETE_TYPES:
-            raise _BadAnswer(f"TSHeartbeat answer: tablets_to_delete[{i}] needs tablet_id, reason and "
-                             f"delete_type in {DELETE_TYPES}: {item!r:.200}")
+        if (
+            not isinstance(item.get("tablet_id"), str)
+            or not item["tablet_id"]
+            or not isinstance(item.get("reason"), str)
+            or item.get("delete_type") not in DELETE_TYPES
+        ):
+            raise _BadAnswer(
+                f"TSHeartbeat answer: tablets_to_delete[{i}] needs tablet_id, reason and "
+                f"delete_type in {DELETE_TYPES}: {item!r:.200}"
+            )
     return resp
 
 
@@ -118,8 +124,7 @@ class Heartbeater:
             raise KuduInvalidArgument("Heartbeater needs at least one master address")
         if len(set(addrs)) != len(addrs):
             raise KuduInvalidArgument(f"duplicate master address in {addrs}")
-        for name, v in (("interval_s", interval_s), ("rpc_timeout_s", rpc_timeout_s),
-                        ("max_backoff_s", max_backoff_s)):
+        for name, v in (("interval_s", interval_s), ("rpc_timeout_s", rpc_timeout_s), ("max_backoff_s", max_backoff_s)):
             if not v > 0:
                 raise KuduInvalidArgument(f"{name} must be > 0, got {v}")
         self.rpc_client = rpc_client
@@ -211,14 +216,17 @@ class Heartbeater:
             # A bug or a failing callback: its traceback is logged even inside a streak of network errors
             # (once per distinct error, so a persistent one does not flood the log either).
             m.last_unexpected = text
-            log.error("heartbeat loop failed unexpectedly; restarting it", exc_info=err,
-                      extra={"master": m.address})
+            log.error("heartbeat loop failed unexpectedly; restarting it", exc_info=err, extra={"master": m.address})
         elif m.consecutive_failures == 1:
-            log.warning("heartbeat to master failed; backing off (logged once until it recovers)",
-                        extra={"master": m.address, "error": text})
+            log.warning(
+                "heartbeat to master failed; backing off (logged once until it recovers)",
+                extra={"master": m.address, "error": text},
+            )
         else:
-            log.debug("heartbeat to master failed again", extra={
-                "master": m.address, "error": text, "consecutive_failures": m.consecutive_failures})
+            log.debug(
+                "heartbeat to master failed again",
+                extra={"master": m.address, "error": text, "consecutive_failures": m.consecutive_failures},
+            )
         m.last_error = text
 
     async def _supervise(self, m: _MasterState) -> None:
@@ -243,8 +251,10 @@ class Heartbeater:
                 await asyncio.sleep(self._backoff(m.consecutive_failures))
                 continue
             if m.consecutive_failures:
-                log.info("heartbeats to master resumed", extra={
-                    "master": m.address, "failures": m.consecutive_failures, "last_error": m.last_error})
+                log.info(
+                    "heartbeats to master resumed",
+                    extra={"master": m.address, "failures": m.consecutive_failures, "last_error": m.last_error},
+                )
             m.consecutive_failures = 0
             m.last_error = None
             m.last_unexpected = None
@@ -286,17 +296,27 @@ class Heartbeater:
         elif sent_dirty:
             tablets = self.reports(set(sent_dirty))
             present = {t.get("tablet_id") for t in tablets}
-            report = {"full": False, "seq": m.seq, "tablets": tablets,
-                      "removed": sorted(i for i in sent_dirty if i not in present)}
+            report = {
+                "full": False,
+                "seq": m.seq,
+                "tablets": tablets,
+                "removed": sorted(i for i in sent_dirty if i not in present),
+            }
         else:
             report = None
         num_live, leaders = self._counts(full_reports)
-        request = {"ts": self.ts_info(), "register": register, "report": report,
-                   "num_live_tablets": num_live, "leader_count": leaders}
+        request = {
+            "ts": self.ts_info(),
+            "register": register,
+            "report": report,
+            "num_live_tablets": num_live,
+            "leader_count": leaders,
+        }
         if report is not None:
             m.seq += 1  # never reuse a seq, even if this call fails: the master drops seq <= last applied
         resp = _check_response(
-            await self.rpc_client.call(m.address, "Master", "TSHeartbeat", request, timeout_s=self.rpc_timeout_s))
+            await self.rpc_client.call(m.address, "Master", "TSHeartbeat", request, timeout_s=self.rpc_timeout_s)
+        )
 
         m.last_success = time.monotonic()
         m.is_leader = resp["leader"]
@@ -338,8 +358,9 @@ class Heartbeater:
                 key = (kind, tablet_id) if isinstance(tablet_id, str) else None
                 if key is not None and key in self._callbacks_running:
                     continue
-                task = loop.create_task(self._run_callback(m.address, kind, cb, item),
-                                        name=f"heartbeat {kind} {tablet_id}")
+                task = loop.create_task(
+                    self._run_callback(m.address, kind, cb, item), name=f"heartbeat {kind} {tablet_id}"
+                )
                 self._callback_tasks.add(task)
                 if key is not None:
                     self._callbacks_running[key] = task
@@ -355,5 +376,7 @@ class Heartbeater:
         try:
             await cb(item)
         except Exception:  # the tablet manager's failure: logged, never fatal to heartbeats
-            log.exception("heartbeat callback failed", extra={
-                "master": master, "kind": kind, "tablet_id": str(item.get("tablet_id"))})
+            log.exception(
+                "heartbeat callback failed",
+                extra={"master": master, "kind": kind, "tablet_id": str(item.get("tablet_id"))},
+            )

@@ -76,26 +76,27 @@ def parse_request_id(raw: Any) -> RequestId | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise KuduInvalidArgument(f"'request_id' must be a map with client_id, seq_no and first_incomplete_seq_no, "
-                                  f"got {type(raw).__name__}")
+        raise KuduInvalidArgument(
+            f"'request_id' must be a map with client_id, seq_no and first_incomplete_seq_no, got {type(raw).__name__}"
+        )
     unknown = set(raw) - {"client_id", "seq_no", "first_incomplete_seq_no"}
     if unknown:
         raise KuduInvalidArgument(f"'request_id' has unknown field(s) {sorted(map(str, unknown))}")
     cid = raw.get("client_id")
-    if (not isinstance(cid, str) or not 1 <= len(cid) <= MAX_CLIENT_ID_LEN or not cid.isascii()
-            or not cid.isprintable()):
-        raise KuduInvalidArgument(f"'request_id.client_id' must be 1-{MAX_CLIENT_ID_LEN} printable ASCII "
-                                  f"characters, got {cid!r:.80}")
+    if not isinstance(cid, str) or not 1 <= len(cid) <= MAX_CLIENT_ID_LEN or not cid.isascii() or not cid.isprintable():
+        raise KuduInvalidArgument(
+            f"'request_id.client_id' must be 1-{MAX_CLIENT_ID_LEN} printable ASCII characters, got {cid!r:.80}"
+        )
     seq = raw.get("seq_no")
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
         raise KuduInvalidArgument(f"'request_id.seq_no' must be a non-negative integer, got {seq!r}")
     first = raw.get("first_incomplete_seq_no")
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-        raise KuduInvalidArgument(
-            f"'request_id.first_incomplete_seq_no' must be a non-negative integer, got {first!r}")
+        raise KuduInvalidArgument(f"'request_id.first_incomplete_seq_no' must be a non-negative integer, got {first!r}")
     if first > seq + 1:
-        raise KuduInvalidArgument(f"'request_id.first_incomplete_seq_no' ({first}) must be at most seq_no + 1 "
-                                  f"({seq + 1})")
+        raise KuduInvalidArgument(
+            f"'request_id.first_incomplete_seq_no' ({first}) must be at most seq_no + 1 ({seq + 1})"
+        )
     return RequestId(cid, seq, first)
 
 
@@ -116,9 +117,14 @@ class _Client:
 class ResultTracker:
     """Per tablet replica: the Write responses remembered per client, by seq_no."""
 
-    def __init__(self, max_clients: int = MAX_CLIENTS, max_responses_per_client: int = MAX_RESPONSES_PER_CLIENT,
-                 client_ttl_s: float = CLIENT_TTL_S, response_ttl_s: float = RESPONSE_TTL_S,
-                 gc_interval_s: float = GC_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        max_clients: int = MAX_CLIENTS,
+        max_responses_per_client: int = MAX_RESPONSES_PER_CLIENT,
+        client_ttl_s: float = CLIENT_TTL_S,
+        response_ttl_s: float = RESPONSE_TTL_S,
+        gc_interval_s: float = GC_INTERVAL_S,
+    ) -> None:
         self.max_clients = max_clients
         self.max_responses_per_client = max_responses_per_client
         self.client_ttl_s = client_ttl_s
@@ -220,8 +226,10 @@ class ResultTracker:
 
     def _evict_a_client(self) -> None:
         """Forget the least recently seen client with nothing in progress (or, if all have, the oldest)."""
-        victim = next((cid for cid, c in self._clients.items() if all(e.done for e in c.entries.values())),
-                      next(iter(self._clients)))
+        victim = next(
+            (cid for cid, c in self._clients.items() if all(e.done for e in c.entries.values())),
+            next(iter(self._clients)),
+        )
         del self._clients[victim]
 
     @staticmethod
@@ -249,8 +257,13 @@ class ResultTracker:
     def stats(self) -> dict[str, int]:
         responses = self.num_responses()
         tracked = sum(len(c.entries) for c in self._clients.values())
-        return {"clients": len(self._clients), "responses": responses, "in_progress": tracked - responses,
-                "duplicates_answered": self.duplicates_answered, "stale_rejected": self.stale_rejected}
+        return {
+            "clients": len(self._clients),
+            "responses": responses,
+            "in_progress": tracked - responses,
+            "duplicates_answered": self.duplicates_answered,
+            "stale_rejected": self.stale_rejected,
+        }
 
     def num_clients(self) -> int:
         return len(self._clients)

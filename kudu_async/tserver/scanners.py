@@ -121,9 +121,16 @@ class Scanner:
     request: dict[str, Any] = field(default_factory=dict)  # projection, predicates, read mode: for /scans
 
     def to_dict(self, now: float) -> dict[str, Any]:
-        return {"scanner_id": self.id, "tablet_id": self.tablet_id, "rows_returned": self.rows,
-                "batches": self.batches, "idle_s": round(now - self.last_access, 3),
-                "age_s": round(now - self.created, 3), "snapshot_ts": self.snapshot_ts, **self.request}
+        return {
+            "scanner_id": self.id,
+            "tablet_id": self.tablet_id,
+            "rows_returned": self.rows,
+            "batches": self.batches,
+            "idle_s": round(now - self.last_access, 3),
+            "age_s": round(now - self.created, 3),
+            "snapshot_ts": self.snapshot_ts,
+            **self.request,
+        }
 
 
 class ScannerManager:
@@ -139,12 +146,18 @@ class ScannerManager:
 
     def check_capacity(self) -> None:
         if len(self.scanners) >= self.max_scanners:
-            raise KuduServiceUnavailable(f"{len(self.scanners)} scanners open on this server; retry later",
-                                         {"retryable": True})
+            raise KuduServiceUnavailable(
+                f"{len(self.scanners)} scanners open on this server; retry later", {"retryable": True}
+            )
 
     @staticmethod
-    def new(tablet_id: str, it: TabletScanner, schema: pa.Schema, snapshot_ts: int | None,
-            request: dict[str, Any] | None = None) -> Scanner:
+    def new(
+        tablet_id: str,
+        it: TabletScanner,
+        schema: pa.Schema,
+        snapshot_ts: int | None,
+        request: dict[str, Any] | None = None,
+    ) -> Scanner:
         """A scanner not yet registered (see :meth:`started`)."""
         sid = f"{_ID_PREFIX}{next(_id_counter):08x}"
         return Scanner(sid, tablet_id, it, schema, snapshot_ts, request=request or {})
@@ -162,8 +175,11 @@ class ScannerManager:
     def get(self, scanner_id: str) -> Scanner:
         sc = self.scanners.get(scanner_id)
         if sc is None:
-            raise KuduNotFound(f"scanner {scanner_id} not found (it expired after {self.ttl_s:.0f}s idle, "
-                               "finished, or the server restarted)", {"error": "SCANNER_EXPIRED"})
+            raise KuduNotFound(
+                f"scanner {scanner_id} not found (it expired after {self.ttl_s:.0f}s idle, "
+                "finished, or the server restarted)",
+                {"error": "SCANNER_EXPIRED"},
+            )
         sc.last_access = time.monotonic()
         return sc
 
@@ -191,9 +207,14 @@ class ScannerManager:
         if batch is not None:
             sc.rows += batch.num_rows
             sc.batches += 1
-        return {"scanner_id": sc.id if more else None, "data": data,
-                "rows": 0 if batch is None else batch.num_rows, "has_more": more,
-                "last_key": sc.it.last_key, "snapshot_ts": sc.snapshot_ts}
+        return {
+            "scanner_id": sc.id if more else None,
+            "data": data,
+            "rows": 0 if batch is None else batch.num_rows,
+            "has_more": more,
+            "last_key": sc.it.last_key,
+            "snapshot_ts": sc.snapshot_ts,
+        }
 
     @staticmethod
     def pull(sc: Scanner) -> tuple[pa.RecordBatch | None, bytes, bool]:

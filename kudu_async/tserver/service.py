@@ -31,9 +31,20 @@ class TabletService:
         self._clock_update = clock_update
 
     def register_rpc(self, server: RpcServer) -> None:
-        for name in ("CreateTablet", "DeleteTablet", "Write", "Scan", "ScannerKeepAlive", "Checksum",
-                     "ListTablets", "GetSafeTime", "StartTabletCopy", "AlterSchema", "FlushTablet",
-                     "GetTabletStats"):
+        for name in (
+            "CreateTablet",
+            "DeleteTablet",
+            "Write",
+            "Scan",
+            "ScannerKeepAlive",
+            "Checksum",
+            "ListTablets",
+            "GetSafeTime",
+            "StartTabletCopy",
+            "AlterSchema",
+            "FlushTablet",
+            "GetTabletStats",
+        ):
             server.register(SERVICE, name, getattr(self, f"_rpc_{name.lower()}"))
 
     async def _rpc_createtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
@@ -60,7 +71,10 @@ class TabletService:
         return {
             "timestamp": res.timestamp,
             "row_errors": [{"row_index": e.row_index, "code": e.code, "message": e.message} for e in res.row_errors],
-            "inserted": res.inserted, "updated": res.updated, "deleted": res.deleted, "ignored": res.ignored,
+            "inserted": res.inserted,
+            "updated": res.updated,
+            "deleted": res.deleted,
+            "ignored": res.ignored,
         }
 
     async def _rpc_scan(self, request: Any, ctx: CallContext) -> dict[str, Any]:
@@ -76,8 +90,9 @@ class TabletService:
         replica = self.manager.get(_str(req, "tablet_id"))
         schema = replica.tablet.info.schema
         projection = req.get("projection")
-        if projection is not None and (not isinstance(projection, list)
-                                       or not all(isinstance(c, str) for c in projection)):
+        if projection is not None and (
+            not isinstance(projection, list) or not all(isinstance(c, str) for c in projection)
+        ):
             raise KuduInvalidArgument("'projection' must be a list of column names")
         for c in projection or []:
             if c not in replica.tablet.info.names:
@@ -98,8 +113,9 @@ class TabletService:
         if version is not None and version != replica.tablet.schema_version:
             raise KuduInvalidArgument(
                 f"tablet {replica.tablet_id} has schema version {replica.tablet.schema_version}, the scan was "
-                f"built for {version}: reload the table schema", {"error": "MISMATCHED_SCHEMA",
-                                                                   "schema_version": replica.tablet.schema_version})
+                f"built for {version}: reload the table schema",
+                {"error": "MISMATCHED_SCHEMA", "schema_version": replica.tablet.schema_version},
+            )
         batch_bytes = req.get("batch_bytes")
         if batch_bytes is not None and (not isinstance(batch_bytes, int) or not 1 <= batch_bytes <= MAX_BATCH_BYTES):
             raise KuduInvalidArgument(f"'batch_bytes' must be 1..{MAX_BATCH_BYTES}")
@@ -110,11 +126,16 @@ class TabletService:
         if propagated is not None:
             self._clock_update(_int(req, "propagated_timestamp"))
         spec = ScanSpec(
-            projection=projection, predicates=predicates,
-            lower_key=_bytes_or_none(req, "lower_key"), upper_key=_bytes_or_none(req, "upper_key"),
-            resume_after_key=_bytes_or_none(req, "resume_after_key"), limit=limit, read_mode=read_mode,
+            projection=projection,
+            predicates=predicates,
+            lower_key=_bytes_or_none(req, "lower_key"),
+            upper_key=_bytes_or_none(req, "upper_key"),
+            resume_after_key=_bytes_or_none(req, "resume_after_key"),
+            limit=limit,
+            read_mode=read_mode,
             snapshot_ts=_int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None,
-            ordered=bool(req.get("ordered", False)), batch_bytes=batch_bytes,
+            ordered=bool(req.get("ordered", False)),
+            batch_bytes=batch_bytes,
         )
         self.scanners.check_capacity()
 
@@ -122,9 +143,13 @@ class TabletService:
             """In the worker that opened the scan: its first batch too."""
             info = it.info or replica.tablet.info  # the schema the scan reads with, even if an alter just landed
             names = projection if projection is not None else info.names
-            sc = self.scanners.new(replica.tablet_id, it, pa.schema([info.arrow.field(n) for n in names]),
-                                   spec.snapshot_ts, {"projection": names, "read_mode": read_mode,
-                                                      "predicates": [_pred_text(p) for p in predicates]})
+            sc = self.scanners.new(
+                replica.tablet_id,
+                it,
+                pa.schema([info.arrow.field(n) for n in names]),
+                spec.snapshot_ts,
+                {"projection": names, "read_mode": read_mode, "predicates": [_pred_text(p) for p in predicates]},
+            )
             return sc, ScannerManager.pull(sc)
 
         sc, pulled = await replica.scan_with(spec, ctx.time_left(), begin)
@@ -153,8 +178,9 @@ class TabletService:
 
     async def _rpc_starttabletcopy(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         req = require_map(request)
-        return await self.manager.start_tablet_copy(_str(req, "tablet_id"), _str(req, "source_uuid"),
-                                                    _str(req, "source_address"), _int(req, "caller_term", 0))
+        return await self.manager.start_tablet_copy(
+            _str(req, "tablet_id"), _str(req, "source_uuid"), _str(req, "source_address"), _int(req, "caller_term", 0)
+        )
 
     async def _rpc_alterschema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         req = require_map(request)
@@ -171,7 +197,6 @@ class TabletService:
         await asyncio.get_running_loop().run_in_executor(self.manager.executor, replica.tablet.flush_all)
         return {"last_flushed_log_index": replica.tablet.earliest_needed_log_index() - 1}
 
-
     async def _rpc_gettabletstats(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         """Sizes of one replica for ``kudu-admin table statistics``: bytes on disk (files walked in an
         executor) and in memory. Row counts come from a snapshot ``Checksum``, which is exact."""
@@ -179,11 +204,18 @@ class TabletService:
         replica = self.manager.get(tablet_id)
         wal_dir = replica.raft.dir / "wal" if replica.raft is not None else None
         data_bytes, wal_bytes = await asyncio.get_running_loop().run_in_executor(
-            self.manager.executor, _sizes, self.manager.tablet_dir(tablet_id), wal_dir)
+            self.manager.executor, _sizes, self.manager.tablet_dir(tablet_id), wal_dir
+        )
         st = replica.tablet.status()
-        return {"tablet_id": tablet_id, "on_disk_data_bytes": data_bytes, "on_disk_wal_bytes": wal_bytes,
-                "memrowset_bytes": st["mrs_bytes"], "delta_memstore_bytes": st["dms_bytes"],
-                "memrowset_rows": st["mrs_rows"], "disk_rowsets": len(st["rowsets"])}
+        return {
+            "tablet_id": tablet_id,
+            "on_disk_data_bytes": data_bytes,
+            "on_disk_wal_bytes": wal_bytes,
+            "memrowset_bytes": st["mrs_bytes"],
+            "delta_memstore_bytes": st["dms_bytes"],
+            "memrowset_rows": st["mrs_rows"],
+            "disk_rowsets": len(st["rowsets"]),
+        }
 
 
 def _sizes(tdir: Path, wal_dir: Path | None) -> tuple[int, int]:

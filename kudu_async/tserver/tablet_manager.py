@@ -60,6 +60,7 @@ def first_candidate(tablet_id: str, peers: dict[str, str]) -> str:
     order = sorted(peers)
     return order[zlib.crc32(tablet_id.encode()) % len(order)]
 
+
 TABLET_KIND = "tablet"
 COPY_RETRY_S = 10.0  # at most one copy attempt per (tablet, peer) this often
 
@@ -124,15 +125,28 @@ class TabletManager:
             raise KuduIllegalState(f"tablet {group}: cannot open storage: {e}") from e
         self.failed_to_open.pop(group, None)
         info = {k: extra.get(k) for k in ("table_id", "table_name", "partition", "partition_schema")}
-        entity = self.metrics.entity("tablet", group, {"table_id": info.get("table_id") or "",
-                                                      "table_name": info.get("table_name") or ""})
-        replica = TabletReplica(group, info, tablet, lambda: self.raft.replicas.get(group), self.executor,
-                                self.clock, entity, self.limits, self._mark_dirty, self._fetch_safe_index,
-                                self.small_reads)
+        entity = self.metrics.entity(
+            "tablet", group, {"table_id": info.get("table_id") or "", "table_name": info.get("table_name") or ""}
+        )
+        replica = TabletReplica(
+            group,
+            info,
+            tablet,
+            lambda: self.raft.replicas.get(group),
+            self.executor,
+            self.clock,
+            entity,
+            self.limits,
+            self._mark_dirty,
+            self._fetch_safe_index,
+            self.small_reads,
+        )
         self.replicas[group] = replica
         self.maintenance.register(tablet)
-        log.info("tablet storage opened", extra={"tablet": group, "seconds": round(time.monotonic() - started, 3),
-                                                 "rowsets": len(tablet.rowsets())})
+        log.info(
+            "tablet storage opened",
+            extra={"tablet": group, "seconds": round(time.monotonic() - started, 3), "rowsets": len(tablet.rowsets())},
+        )
         self._mark_dirty(group)
         return replica
 
@@ -140,8 +154,14 @@ class TabletManager:
         if os.path.exists(metadata_path(str(tdir))):
             return Tablet.open(str(tdir), options=self.options, clock=self.clock)
         schema = Schema.from_dict(extra["schema"])
-        return Tablet.create(str(tdir), schema, tablet_id=group, options=self.options, clock=self.clock,
-                             schema_version=int(extra.get("schema_version") or 0))
+        return Tablet.create(
+            str(tdir),
+            schema,
+            tablet_id=group,
+            options=self.options,
+            clock=self.clock,
+            schema_version=int(extra.get("schema_version") or 0),
+        )
 
     def _mark_dirty(self, tablet_id: str) -> None:
         self.on_change(tablet_id)
@@ -182,8 +202,11 @@ class TabletManager:
         if isinstance(schema_version, bool) or not isinstance(schema_version, int) or schema_version < 0:
             raise KuduInvalidArgument("'schema_version' must be a non-negative integer")
         peers = req.get("peers")
-        if not isinstance(peers, dict) or not peers or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in peers.items()):
+        if (
+            not isinstance(peers, dict)
+            or not peers
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in peers.items())
+        ):
             raise KuduInvalidArgument("'peers' must map replica uuid -> RPC address")
         if self.node_uuid not in peers:
             raise KuduInvalidArgument(f"'peers' does not include this tablet server {self.node_uuid}")
@@ -212,9 +235,14 @@ class TabletManager:
             tdir = self.tablet_dir(tablet_id)
             # Leftover storage without a replica (a crash mid-create, or an old deleted incarnation).
             await asyncio.get_running_loop().run_in_executor(self.executor, self._remove_storage, tdir)
-            extra = {"table_id": table_id, "table_name": table_name, "partition": partition,
-                     "partition_schema": partition_schema, "schema": schema.to_dict(),
-                     "schema_version": schema_version}
+            extra = {
+                "table_id": table_id,
+                "table_name": table_name,
+                "partition": partition,
+                "partition_schema": partition_schema,
+                "schema": schema.to_dict(),
+                "schema_version": schema_version,
+            }
             replica = await self.raft.create_replica(tablet_id, TABLET_KIND, dict(peers), extra)
             log.info("tablet created", extra={"tablet": tablet_id, "table": table_name, "peers": sorted(peers)})
             if (first_leader or first_candidate(tablet_id, peers)) == self.node_uuid:
@@ -224,8 +252,13 @@ class TabletManager:
             fut.set_result(None)
             del self._creating[tablet_id]
 
-    def _first_campaign(self, tablet_id: str, replica: RaftReplica, tries_left: int = FIRST_CAMPAIGN_TRIES,
-                        pause_s: float = FIRST_CAMPAIGN_RETRY_S) -> None:
+    def _first_campaign(
+        self,
+        tablet_id: str,
+        replica: RaftReplica,
+        tries_left: int = FIRST_CAMPAIGN_TRIES,
+        pause_s: float = FIRST_CAMPAIGN_RETRY_S,
+    ) -> None:
         """A new tablet's designated replica asks for votes at once instead of waiting out an election
         timeout. Its peers are created by the same master pass, a moment apart: a round that found too
         few of them is repeated shortly, with doubling pauses so that a slow vote round is not cut short
@@ -240,11 +273,13 @@ class TabletManager:
             log.info("first campaign skipped", extra={"tablet": tablet_id, "reason": str(e)})
             return
         if tries_left > 1:
-            asyncio.get_running_loop().call_later(pause_s, self._first_campaign, tablet_id, replica, tries_left - 1,
-                                                  2 * pause_s)
+            asyncio.get_running_loop().call_later(
+                pause_s, self._first_campaign, tablet_id, replica, tries_left - 1, 2 * pause_s
+            )
 
-    async def delete_tablet(self, tablet_id: str, delete_type: str = "DELETED",
-                            cas_config_index: int | None = None) -> dict[str, Any]:
+    async def delete_tablet(
+        self, tablet_id: str, delete_type: str = "DELETED", cas_config_index: int | None = None
+    ) -> dict[str, Any]:
         """DELETED removes everything; TOMBSTONED keeps the Raft metadata. Idempotent."""
         check_group_id(tablet_id)
         if delete_type not in ("DELETED", "TOMBSTONED"):
@@ -254,8 +289,9 @@ class TabletManager:
         if cas_config_index is not None and raft_replica is not None and raft_replica.raft is not None:
             have = raft_replica.raft.config_index
             if have > cas_config_index:
-                raise KuduIllegalState(f"tablet {tablet_id}: config index {have} is newer than {cas_config_index}",
-                                       {"config_index": have})
+                raise KuduIllegalState(
+                    f"tablet {tablet_id}: config index {have} is newer than {cas_config_index}", {"config_index": have}
+                )
         known = replica is not None or raft_replica is not None or tablet_id in self.raft.tombstoned
         if not known and not self.tablet_dir(tablet_id).exists():
             return {"tablet_id": tablet_id, "deleted": False}
@@ -273,8 +309,9 @@ class TabletManager:
             replica.abort_all()
         await self.raft.remove_replica(tablet_id, tombstone=tombstone)
         await self._wait_maintenance_idle(tablet_id)
-        await asyncio.get_running_loop().run_in_executor(self.executor, self._remove_storage,
-                                                         self.tablet_dir(tablet_id))
+        await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._remove_storage, self.tablet_dir(tablet_id)
+        )
         self.metrics.remove("tablet", tablet_id)
         self._signatures.pop(tablet_id, None)
         self.failed_to_open.pop(tablet_id, None)
@@ -294,31 +331,61 @@ class TabletManager:
             if tablet_id in self.failed_to_open:
                 raise KuduTabletFailed(f"tablet {tablet_id} is FAILED: {self.failed_to_open[tablet_id]}")
             if tablet_id in self._copying or tablet_id in self.raft.opening:
-                raise KuduServiceUnavailable(f"tablet {tablet_id} is not ready yet on {self.node_uuid}",
-                                             {"retryable": True})
-            raise KuduNotFound(f"tablet {tablet_id} is not hosted by tablet server {self.node_uuid}",
-                               {"error": "TABLET_NOT_FOUND"})
+                raise KuduServiceUnavailable(
+                    f"tablet {tablet_id} is not ready yet on {self.node_uuid}", {"retryable": True}
+                )
+            raise KuduNotFound(
+                f"tablet {tablet_id} is not hosted by tablet server {self.node_uuid}", {"error": "TABLET_NOT_FOUND"}
+            )
         return replica
 
     # --- reports and listings -------------------------------------------------------------------------
 
     def reports(self, ids: set[str] | None) -> list[dict[str, Any]]:
-        wanted = (set(self.replicas) | set(self.failed_to_open) | self.raft.tombstoned | set(self.raft.opening)
-                  | set(self._copying)) if ids is None else ids
+        wanted = (
+            (
+                set(self.replicas)
+                | set(self.failed_to_open)
+                | self.raft.tombstoned
+                | set(self.raft.opening)
+                | set(self._copying)
+            )
+            if ids is None
+            else ids
+        )
         out = []
         for tid in sorted(wanted):
             r = self.replicas.get(tid)
             if r is not None:
                 out.append(r.report())
-            elif (tid in self._copying or tid in self.failed_to_open or tid in self.raft.tombstoned
-                  or tid in self.raft.opening):
-                state = (TabletState.COPYING if tid in self._copying else
-                         TabletState.FAILED if tid in self.failed_to_open else
-                         TabletState.TOMBSTONED if tid in self.raft.tombstoned else TabletState.BOOTSTRAPPING)
-                out.append({"tablet_id": tid, "table_id": "", "state": state.value,
-                            "error": self.failed_to_open.get(tid), "role": None, "term": 0, "leader_uuid": None,
-                            "config": {"opid_index": 0, "voters": [], "non_voters": [], "peers": {}},
-                            "schema_version": 0})
+            elif (
+                tid in self._copying
+                or tid in self.failed_to_open
+                or tid in self.raft.tombstoned
+                or tid in self.raft.opening
+            ):
+                state = (
+                    TabletState.COPYING
+                    if tid in self._copying
+                    else TabletState.FAILED
+                    if tid in self.failed_to_open
+                    else TabletState.TOMBSTONED
+                    if tid in self.raft.tombstoned
+                    else TabletState.BOOTSTRAPPING
+                )
+                out.append(
+                    {
+                        "tablet_id": tid,
+                        "table_id": "",
+                        "state": state.value,
+                        "error": self.failed_to_open.get(tid),
+                        "role": None,
+                        "term": 0,
+                        "leader_uuid": None,
+                        "config": {"opid_index": 0, "voters": [], "non_voters": [], "peers": {}},
+                        "schema_version": 0,
+                    }
+                )
         return out
 
     def list_tablets(self) -> list[dict[str, Any]]:
@@ -326,8 +393,12 @@ class TabletManager:
         for rep in self.reports(None):
             r = self.replicas.get(rep["tablet_id"])
             if r is not None:
-                rep = {**rep, "table_name": r.info.get("table_name"), "partition": r.info.get("partition"),
-                       "schema_version": r.tablet.schema_version}
+                rep = {
+                    **rep,
+                    "table_name": r.info.get("table_name"),
+                    "partition": r.info.get("partition"),
+                    "schema_version": r.tablet.schema_version,
+                }
             out.append(rep)
         return out
 
@@ -338,10 +409,16 @@ class TabletManager:
         hint = r.leader_hint() if r is not None else {}
         address = hint.get("leader_address")
         if not address:
-            raise KuduServiceUnavailable(f"tablet {replica.tablet_id}: no known leader to confirm safe time",
-                                         {"retryable": True})
-        reply = await self.rpc.call(address, "TabletServer", "GetSafeTime",
-                                    {"tablet_id": replica.tablet_id, "timestamp": ts}, timeout_s=timeout_s)
+            raise KuduServiceUnavailable(
+                f"tablet {replica.tablet_id}: no known leader to confirm safe time", {"retryable": True}
+            )
+        reply = await self.rpc.call(
+            address,
+            "TabletServer",
+            "GetSafeTime",
+            {"tablet_id": replica.tablet_id, "timestamp": ts},
+            timeout_s=timeout_s,
+        )
         index = reply.get("index") if isinstance(reply, dict) else None
         if not isinstance(index, int):
             raise KuduIllegalState(f"GetSafeTime from {address}: malformed answer")
@@ -362,9 +439,18 @@ class TabletManager:
 
         async def ask() -> None:
             try:
-                await self.rpc.call(address, "TabletServer", "StartTabletCopy",
-                                    {"tablet_id": group, "source_uuid": self.node_uuid,
-                                     "source_address": self.self_address(), "caller_term": term}, timeout_s=10.0)
+                await self.rpc.call(
+                    address,
+                    "TabletServer",
+                    "StartTabletCopy",
+                    {
+                        "tablet_id": group,
+                        "source_uuid": self.node_uuid,
+                        "source_address": self.self_address(),
+                        "caller_term": term,
+                    },
+                    timeout_s=10.0,
+                )
             except KuduBadStatus as e:
                 log.warning("StartTabletCopy request failed", extra={"tablet": group, "peer": peer, "error": str(e)})
 
@@ -372,8 +458,9 @@ class TabletManager:
         self._asks.add(task)
         task.add_done_callback(self._asks.discard)
 
-    async def start_tablet_copy(self, tablet_id: str, source_uuid: str, source_address: str,
-                                caller_term: int) -> dict[str, Any]:
+    async def start_tablet_copy(
+        self, tablet_id: str, source_uuid: str, source_address: str, caller_term: int
+    ) -> dict[str, Any]:
         """Destination side: replace whatever we hold of ``tablet_id`` with a copy from the leader."""
         check_group_id(tablet_id)
         if tablet_id in self._copying:
@@ -383,8 +470,9 @@ class TabletManager:
             if existing.raft.is_leader:
                 raise KuduIllegalState(f"tablet {tablet_id}: this replica is the leader; refusing to be overwritten")
             if existing.raft.term > caller_term:
-                raise KuduIllegalState(f"tablet {tablet_id}: local term {existing.raft.term} is newer than the "
-                                       f"caller's {caller_term}")
+                raise KuduIllegalState(
+                    f"tablet {tablet_id}: local term {existing.raft.term} is newer than the caller's {caller_term}"
+                )
         task = asyncio.get_running_loop().create_task(self._copy_in(tablet_id, source_uuid, source_address))
         self._copying[tablet_id] = task
         task.add_done_callback(lambda t: self._copying.pop(tablet_id, None))
@@ -445,7 +533,8 @@ class TabletManager:
         try:
             cmeta = rr.copy_metadata()
             files, blobs = await asyncio.get_running_loop().run_in_executor(
-                self.executor, self._capture_files, replica, rr.wal_files(), session_dir)
+                self.executor, self._capture_files, replica, rr.wal_files(), session_dir
+            )
         finally:
             rr.gc_holds -= 1
         blobs["consensus/cmeta"] = cmeta
@@ -453,8 +542,9 @@ class TabletManager:
         return CopyManifest(files=files, blobs=blobs, meta={"tablet_id": group, "bytes": total})
 
     @staticmethod
-    def _capture_files(replica: TabletReplica, wal_files: list[Path],
-                       session_dir: Path) -> tuple[dict[str, Path], dict[str, bytes]]:
+    def _capture_files(
+        replica: TabletReplica, wal_files: list[Path], session_dir: Path
+    ) -> tuple[dict[str, Path], dict[str, bytes]]:
         files: dict[str, Path] = {}
         for p in wal_files:  # WAL first: the storage captured after it can only be newer
             dst = session_dir / "consensus" / "wal" / p.name

@@ -130,34 +130,53 @@ class TabletReplica:
         self._c_updated = metrics.counter("rows_updated", "Rows updated", "rows")
         self._c_deleted = metrics.counter("rows_deleted", "Rows deleted", "rows")
         self._c_writes = metrics.counter("write_ops", "Write operations applied", "operations")
-        self._c_rejected = metrics.counter("writes_rejected_backpressure",
-                                           "Writes refused with SERVICE_UNAVAILABLE by back-pressure", "operations")
+        self._c_rejected = metrics.counter(
+            "writes_rejected_backpressure", "Writes refused with SERVICE_UNAVAILABLE by back-pressure", "operations"
+        )
         self._c_scans = metrics.counter("scans_started", "Scanners opened", "scanners")
         self._c_point_in_memory = metrics.counter(
             "point_reads_in_memory",
-            "Point lookups answered on the event loop from memory (a MemRowSet or cached rowset files)", "scanners")
+            "Point lookups answered on the event loop from memory (a MemRowSet or cached rowset files)",
+            "scanners",
+        )
         self._c_point_handed_off = metrics.counter(
             "point_reads_handed_off",
-            "Point lookups handed to a worker (a rowset file not in the block cache may hold the row)", "scanners")
+            "Point lookups handed to a worker (a rowset file not in the block cache may hold the row)",
+            "scanners",
+        )
         self._c_duplicates = metrics.counter(
-            "writes_duplicate_answered", "Retried writes answered with the first attempt's result (not applied "
-            "again)", "operations")
-        self._c_stale = metrics.counter("writes_stale_rejected", "Retried writes refused because their result "
-                                        "was already forgotten", "operations")
-        metrics.gauge("result_tracker_clients", "Clients whose write results this replica remembers", "units",
-                      read=lambda: self.tracker.num_clients())
-        metrics.gauge("result_tracker_responses", "Write results this replica remembers", "units",
-                      read=lambda: self.tracker.num_responses())
+            "writes_duplicate_answered",
+            "Retried writes answered with the first attempt's result (not applied again)",
+            "operations",
+        )
+        self._c_stale = metrics.counter(
+            "writes_stale_rejected", "Retried writes refused because their result was already forgotten", "operations"
+        )
+        metrics.gauge(
+            "result_tracker_clients",
+            "Clients whose write results this replica remembers",
+            "units",
+            read=lambda: self.tracker.num_clients(),
+        )
+        metrics.gauge(
+            "result_tracker_responses",
+            "Write results this replica remembers",
+            "units",
+            read=lambda: self.tracker.num_responses(),
+        )
         metrics.gauge("memrowset_size", "MemRowSet bytes", "bytes", read=tablet.mrs_memory_bytes)
         metrics.gauge("delta_memstore_size", "DeltaMemStore bytes", "bytes", read=tablet.dms_memory_bytes)
         metrics.gauge("num_rowsets_on_disk", "DiskRowSets", "units", read=lambda: len(tablet.rowsets()))
-        for key, unit, text in (("flushes", "operations", "MemRowSet and DeltaMemStore flushes"),
-                                ("bytes_flushed", "bytes", "Bytes written by flushes"),
-                                ("compactions", "operations", "Rowset and delta compactions that did work"),
-                                ("bytes_compacted", "bytes", "Bytes written by compactions")):
+        for key, unit, text in (
+            ("flushes", "operations", "MemRowSet and DeltaMemStore flushes"),
+            ("bytes_flushed", "bytes", "Bytes written by flushes"),
+            ("compactions", "operations", "Rowset and delta compactions that did work"),
+            ("bytes_compacted", "bytes", "Bytes written by compactions"),
+        ):
             metrics.gauge(key, text + " (monotonic)", unit, read=functools.partial(_stat, tablet, key))
-        metrics.gauge("pending_writes", "Writes prepared and not yet applied", "operations",
-                      read=lambda: len(self._pending))
+        metrics.gauge(
+            "pending_writes", "Writes prepared and not yet applied", "operations", read=lambda: len(self._pending)
+        )
 
     # --- state ----------------------------------------------------------------------------------------
 
@@ -233,8 +252,9 @@ class TabletReplica:
                 self.tracker.complete(entry.request_id, result, time.monotonic())
             return result
         self._abort_stale_pending()
-        changed = await loop.run_in_executor(self.executor, self.tablet.alter_schema,
-                                             _schema_from_dict(entry.schema), entry.version, index)
+        changed = await loop.run_in_executor(
+            self.executor, self.tablet.alter_schema, _schema_from_dict(entry.schema), entry.version, index
+        )
         if changed:
             log.info("tablet schema altered", extra={"tablet": self.tablet_id, "version": entry.version})
             self._on_change(self.tablet_id)
@@ -256,19 +276,24 @@ class TabletReplica:
         for index, h in headers:
             if isinstance(h, AlterEntry):
                 newest, exact = h.version, True
-            elif h.request_id is not None and h.outcome is not None and (
-                h.schema_version == newest if exact else h.schema_version <= newest
+            elif (
+                h.request_id is not None
+                and h.outcome is not None
+                and (h.schema_version == newest if exact else h.schema_version <= newest)
             ):
                 self.tracker.complete(h.request_id, replace(h.outcome, log_index=index), now)
                 recalled += 1
         if recalled:
-            log.info("recalled the results of flushed writes from the log",
-                     extra={"tablet": self.tablet_id, "writes": recalled})
+            log.info(
+                "recalled the results of flushed writes from the log",
+                extra={"tablet": self.tablet_id, "writes": recalled},
+            )
 
     def _replay_write(self, entry: WriteEntry, index: int) -> WriteResult:
         self.clock.update(entry.timestamp)
-        prepared = self.tablet.prepare_write(entry.op, entry.timestamp, replay=True,
-                                             lock_timeout_s=self.limits.lock_wait_s)
+        prepared = self.tablet.prepare_write(
+            entry.op, entry.timestamp, replay=True, lock_timeout_s=self.limits.lock_wait_s
+        )
         return self.tablet.apply_write(prepared, index)
 
     def _abort_stale_pending(self) -> None:
@@ -278,15 +303,18 @@ class TabletReplica:
             return
         for prepared in self._pending.values():
             self.tablet.abort_write(prepared)
-        log.info("aborted writes prepared in a lost leadership", extra={"tablet": self.tablet_id,
-                                                                        "count": len(self._pending)})
+        log.info(
+            "aborted writes prepared in a lost leadership",
+            extra={"tablet": self.tablet_id, "count": len(self._pending)},
+        )
         self._pending.clear()
         self._pending_bytes = 0
 
     # --- writes ---------------------------------------------------------------------------------------
 
-    async def write(self, op: WriteOp, schema_version: int, timeout_s: float,
-                    request_id: RequestId | None = None) -> WriteResult:
+    async def write(
+        self, op: WriteOp, schema_version: int, timeout_s: float, request_id: RequestId | None = None
+    ) -> WriteResult:
         """Replicate and apply one batch; returns per-row errors. Leader only. With a ``request_id``, at
         most once: a retry of a write already applied gets the first attempt's result."""
         r = self._leader()
@@ -308,7 +336,9 @@ class TabletReplica:
                 raise KuduInvalidArgument(
                     f"write request {request_id.seq_no} of client {request_id.client_id} on tablet {self.tablet_id} "
                     "is older than what this tablet remembers of that client (completed and forgotten); it is "
-                    "not applied again", {"error": "STALE_REQUEST", "seq_no": request_id.seq_no})
+                    "not applied again",
+                    {"error": "STALE_REQUEST", "seq_no": request_id.seq_no},
+                )
             if look.outcome is Outcome.IN_PROGRESS:
                 first = self._inflight_requests.get(key)
                 if first is None:  # no attempt of ours is running: a leftover mark
@@ -317,8 +347,10 @@ class TabletReplica:
                 try:
                     await asyncio.wait_for(asyncio.shield(first), max(0.01, deadline - time.monotonic()))
                 except TimeoutError:
-                    raise KuduTimedOut(f"write to tablet {self.tablet_id}: an earlier attempt of this request is "
-                                       "still being replicated; it may still commit") from None
+                    raise KuduTimedOut(
+                        f"write to tablet {self.tablet_id}: an earlier attempt of this request is "
+                        "still being replicated; it may still commit"
+                    ) from None
                 r = self._leader()
                 continue  # its outcome is recorded (COMPLETED) or it left no trace (NEW)
             break
@@ -345,8 +377,10 @@ class TabletReplica:
 
     async def _ready_leader(self, r: RaftReplica, deadline: float) -> RaftReplica:
         if not r.is_leader_ready():
-            await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
-                             max(0.01, deadline - time.monotonic()))
+            await r.wait_for(
+                lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
+                max(0.01, deadline - time.monotonic()),
+            )
             r = self._leader()
         return r
 
@@ -364,7 +398,8 @@ class TabletReplica:
             result = await asyncio.wait_for(asyncio.shield(fut), max(0.01, deadline - time.monotonic()))
         except TimeoutError:
             raise KuduTimedOut(
-                f"write to tablet {self.tablet_id} did not commit in time; it may still commit") from None
+                f"write to tablet {self.tablet_id} did not commit in time; it may still commit"
+            ) from None
         if isinstance(result, KuduBadStatus):
             raise result
         assert isinstance(result, WriteResult)
@@ -383,11 +418,16 @@ class TabletReplica:
                 why = f"{mem} bytes in memory stores (limit {lim.memory_limit_bytes}) while flushes catch up"
         if why is not None:
             self._c_rejected.increment()
-            raise KuduServiceUnavailable(f"tablet {self.tablet_id} is busy: {why}; retry later",
-                                         {"retryable": True})
+            raise KuduServiceUnavailable(f"tablet {self.tablet_id} is busy: {why}; retry later", {"retryable": True})
 
-    async def _prepare_and_propose(self, r: RaftReplica, op: WriteOp, deadline: float, schema_version: int,
-                                   tracked: tuple[RequestId, int] | None = None) -> asyncio.Future[Any]:
+    async def _prepare_and_propose(
+        self,
+        r: RaftReplica,
+        op: WriteOp,
+        deadline: float,
+        schema_version: int,
+        tracked: tuple[RequestId, int] | None = None,
+    ) -> asyncio.Future[Any]:
         """Prepare and propose under the prepare lock. ``tracked``: the write's request id and the term in
         which the tracker said it was new (a leadership lost and won again meanwhile may have applied an
         attempt of an intervening leader, so the write is refused as retryable instead of proposed)."""
@@ -399,8 +439,10 @@ class TabletReplica:
                 r = self._leader()
                 if tracked is not None and request_id is not None:
                     if r.raft is None or r.raft.term != tracked[1]:
-                        raise KuduAborted(f"write to tablet {self.tablet_id}: leadership changed while it waited; "
-                                          "retry", r.leader_hint())
+                        raise KuduAborted(
+                            f"write to tablet {self.tablet_id}: leadership changed while it waited; retry",
+                            r.leader_hint(),
+                        )
                     look = self.tracker.peek(*request_id.key)  # recorded meanwhile: never propose it again
                     if look.outcome is Outcome.COMPLETED:
                         done: asyncio.Future[Any] = loop.create_future()
@@ -430,8 +472,9 @@ class TabletReplica:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(0.05, delay * 2)
 
-    async def _prepare_in_worker(self, op: WriteOp, ts: int,
-                                 request_id: RequestId | None) -> tuple[PreparedWrite, bytes]:
+    async def _prepare_in_worker(
+        self, op: WriteOp, ts: int, request_id: RequestId | None
+    ) -> tuple[PreparedWrite, bytes]:
         """Prepare in a worker, with the write's log entry. Cancellation-safe: if the caller is cancelled (its
         RPC deadline, or the client hung up) while the worker prepares, the prepare still completes there and
         would hold its row locks and MVCC slot forever; it is undone as soon as it is done, and the prepare
@@ -457,8 +500,13 @@ class TabletReplica:
         rows' IPC stream is a copy of the whole batch, work for this worker, not the event loop."""
         prepared = self.tablet.prepare_write(op, ts, lock_timeout_s=0)
         try:
-            entry = encode_write_entry(ts, self.tablet.schema_version, prepared.op, request_id,
-                                       None if request_id is None else prepared.outcome())
+            entry = encode_write_entry(
+                ts,
+                self.tablet.schema_version,
+                prepared.op,
+                request_id,
+                None if request_id is None else prepared.outcome(),
+            )
             _rows_from_entry(prepared, entry)
         except BaseException:
             self.tablet.abort_write(prepared)
@@ -484,8 +532,10 @@ class TabletReplica:
         _schema_from_dict(schema)  # validate before it reaches the log
         deadline = time.monotonic() + timeout_s
         if not r.is_leader_ready():
-            await r.wait_for(lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
-                             max(0.01, deadline - time.monotonic()))
+            await r.wait_for(
+                lambda rr: rr.is_leader_ready() or not (rr.raft and rr.raft.is_leader),
+                max(0.01, deadline - time.monotonic()),
+            )
             r = self._leader()
         # Like Kudu's schema lock: no write is prepared between proposing the alter and applying it (one
         # that slipped in would be refused at apply anyway, identically on every replica).
@@ -516,6 +566,7 @@ class TabletReplica:
             spec.snapshot_wait_s = 0.0
         else:
             raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
+
         def open_() -> _T:
             return then(self.tablet.scan(spec))
 
@@ -577,7 +628,8 @@ class TabletReplica:
             snapshot_ts = self.clock.now()
         await self.wait_safe_time(snapshot_ts, deadline)
         out: dict[str, Any] = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.tablet.checksum, snapshot_ts)
+            self.executor, self.tablet.checksum, snapshot_ts
+        )
         return out
 
     # --- lifecycle and introspection ------------------------------------------------------------------
@@ -593,8 +645,12 @@ class TabletReplica:
         raft = r.raft if r is not None else None
         cfg: dict[str, Any] = {"opid_index": 0, "voters": [], "non_voters": [], "peers": {}}
         if raft is not None and r is not None:
-            cfg = {"opid_index": raft.config_index, "voters": sorted(raft.config.voters),
-                   "non_voters": sorted(raft.config.learners), "peers": dict(r.peers)}
+            cfg = {
+                "opid_index": raft.config_index,
+                "voters": sorted(raft.config.voters),
+                "non_voters": sorted(raft.config.learners),
+                "peers": dict(r.peers),
+            }
         return {
             "tablet_id": self.tablet_id,
             "table_id": self.info.get("table_id", ""),
@@ -614,8 +670,15 @@ class TabletReplica:
         raft = r.raft if r is not None else None
         if raft is None:
             return (self.state.value, self.failure_reason, self.tablet.schema_version)
-        return (self.state.value, self.failure_reason, raft.role, raft.term, raft.leader, raft.config_index,
-                self.tablet.schema_version)
+        return (
+            self.state.value,
+            self.failure_reason,
+            raft.role,
+            raft.term,
+            raft.leader,
+            raft.config_index,
+            self.tablet.schema_version,
+        )
 
     def status(self) -> dict[str, Any]:
         r = self.raft
@@ -647,7 +710,9 @@ def _stat(tablet: Tablet, key: str) -> int:
 def _mismatch(tablet_id: str, have: int, got: int) -> KuduInvalidArgument:
     return KuduInvalidArgument(
         f"tablet {tablet_id} has schema version {have}; the write was built for version {got}: "
-        "reload the table schema and retry", {"error": "MISMATCHED_SCHEMA", "schema_version": have})
+        "reload the table schema and retry",
+        {"error": "MISMATCHED_SCHEMA", "schema_version": have},
+    )
 
 
 def _schema_from_dict(d: dict[str, Any]) -> Any:

@@ -53,10 +53,18 @@ class TabletServer(Node):
             ("block_cache_capacity", "capacity_bytes", "Block cache capacity (block_cache_capacity_mb)", "bytes"),
             ("block_cache_inserts", "inserts", "Rowset files admitted to the block cache (monotonic)", "blocks"),
             ("block_cache_hits", "hits", "Opens of a file the block cache already held (monotonic)", "blocks"),
-            ("block_cache_evictions", "evictions", "Least recently used files evicted to make room (monotonic)",
-             "blocks"),
-            ("block_cache_refused", "refused", "Files memory-mapped instead: no room in the block cache "
-             "(monotonic)", "blocks"),
+            (
+                "block_cache_evictions",
+                "evictions",
+                "Least recently used files evicted to make room (monotonic)",
+                "blocks",
+            ),
+            (
+                "block_cache_refused",
+                "refused",
+                "Files memory-mapped instead: no room in the block cache (monotonic)",
+                "blocks",
+            ),
         ):
             self.server_metrics.gauge(name, text, unit, read=functools.partial(_cache_stat, self.block_cache, key))
         options = TabletOptions(
@@ -66,11 +74,23 @@ class TabletServer(Node):
             sync=cfg.log_force_fsync_all,
             block_cache=self.block_cache,
         )
-        limits = WriteLimits(max_pending_writes=cfg.tablet_max_pending_writes,
-                             memory_limit_bytes=cfg.tablet_memory_limit_mb * 1024 * 1024)
-        self.tablets = TabletManager(self.uuid, self.fs.root, self.raft, self.rpc_client, self.io_executor,
-                                     self.metrics, options, limits, self.maintenance,
-                                     self_address=lambda: self.rpc_address, clock=self.clock)
+        limits = WriteLimits(
+            max_pending_writes=cfg.tablet_max_pending_writes,
+            memory_limit_bytes=cfg.tablet_memory_limit_mb * 1024 * 1024,
+        )
+        self.tablets = TabletManager(
+            self.uuid,
+            self.fs.root,
+            self.raft,
+            self.rpc_client,
+            self.io_executor,
+            self.metrics,
+            options,
+            limits,
+            self.maintenance,
+            self_address=lambda: self.rpc_address,
+            clock=self.clock,
+        )
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
         self.service = TabletService(self.tablets, self.scanners, self.clock.update)
         self.service.register_rpc(self.rpc_server)
@@ -134,8 +154,13 @@ class TabletServer(Node):
 
     def _ts_info(self) -> dict[str, Any]:
         """Our registration; read at every heartbeat, so the HTTP port bound after start is picked up."""
-        return {"uuid": self.uuid, "rpc_address": self.rpc_address, "http_address": self.http_address,
-                "version": __version__, "start_time": self.started_at}
+        return {
+            "uuid": self.uuid,
+            "rpc_address": self.rpc_address,
+            "http_address": self.http_address,
+            "version": __version__,
+            "start_time": self.started_at,
+        }
 
     async def _master_says_create(self, item: dict[str, Any]) -> None:
         await self.tablets.create_tablet(item)
@@ -155,8 +180,12 @@ class TabletServer(Node):
         for rep in self.tablets.reports(None):
             states[rep["state"]] = states.get(rep["state"], 0) + 1
         _, leaders = self._tablet_counts()
-        return {"num_tablets": sum(states.values()), "tablet_states": states, "num_leaders": leaders,
-                "heartbeat": self.heartbeater.status()}
+        return {
+            "num_tablets": sum(states.values()),
+            "tablet_states": states,
+            "num_leaders": leaders,
+            "heartbeat": self.heartbeater.status(),
+        }
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/api/v1/tablets", _tablets)
@@ -183,14 +212,20 @@ async def _tablet(request: web.Request) -> web.Response:
 
 async def _maintenance(request: web.Request) -> web.Response:
     ts = _ts(request)
-    return json_response({**ts.maintenance.status(), "tablet_copies": ts.tablets.copy_history,
-                              "copy_sessions": ts.tablets.copy_source.status()})
+    return json_response(
+        {
+            **ts.maintenance.status(),
+            "tablet_copies": ts.tablets.copy_history,
+            "copy_sessions": ts.tablets.copy_source.status(),
+        }
+    )
 
 
 async def _scans(request: web.Request) -> web.Response:
     ts = _ts(request)
-    return json_response({"scanners": ts.scanners.status(), "recent": ts.scanners.recent_scans(),
-                          "expired": ts.scanners.expired})
+    return json_response(
+        {"scanners": ts.scanners.status(), "recent": ts.scanners.recent_scans(), "expired": ts.scanners.expired}
+    )
 
 
 def _cache_stat(cache: BlockCache, key: str) -> int:

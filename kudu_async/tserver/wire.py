@@ -87,15 +87,27 @@ def decode_write_op(rows_ipc: Any, op_types: Any, set_columns: Any) -> WriteOp:
     return WriteOp(types, rows, matrix, rows_ipc if fixed else None)
 
 
-def encode_write_entry(timestamp: int, schema_version: int, op: WriteOp, request_id: RequestId | None = None,
-                       outcome: WriteResult | None = None) -> bytes:
+def encode_write_entry(
+    timestamp: int,
+    schema_version: int,
+    op: WriteOp,
+    request_id: RequestId | None = None,
+    outcome: WriteResult | None = None,
+) -> bytes:
     types, set_cols = encode_op_types(op.rows.num_rows, op.op_types, op.set_columns)
     item: list[Any] = [ENTRY_WRITE, timestamp, schema_version, None, types, set_cols]
     if request_id is not None:
         item.append([request_id.client_id, request_id.seq_no, request_id.first_incomplete_seq_no])
         if outcome is not None:
-            item.append([[[e.row_index, e.code, e.message] for e in outcome.row_errors], outcome.inserted,
-                         outcome.updated, outcome.deleted, outcome.ignored])
+            item.append(
+                [
+                    [[e.row_index, e.code, e.message] for e in outcome.row_errors],
+                    outcome.inserted,
+                    outcome.updated,
+                    outcome.deleted,
+                    outcome.ignored,
+                ]
+            )
     header = msgpack.packb(item)
     pad = bytes(_rows_start(len(header)) - 1 - _HEADER_LEN.size - len(header))
     rows = op.rows_ipc if op.rows_ipc is not None else batch_ipc_buffer(op.rows)
@@ -157,5 +169,12 @@ def _tracking(ts: int, rest: list[Any]) -> tuple[RequestId | None, WriteResult |
     if len(rest) < 2 or rest[1] is None:
         return rid, None
     errors, inserted, updated, deleted, ignored = rest[1]
-    return rid, WriteResult(ts, 0, [RowError(int(i), str(c), str(m)) for i, c, m in errors], int(inserted),
-                            int(updated), int(deleted), int(ignored))
+    return rid, WriteResult(
+        ts,
+        0,
+        [RowError(int(i), str(c), str(m)) for i, c, m in errors],
+        int(inserted),
+        int(updated),
+        int(deleted),
+        int(ignored),
+    )

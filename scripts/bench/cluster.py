@@ -152,8 +152,9 @@ async def row_apply_async(masters: str, table_name: str, n: int) -> float:
         await client.close()
 
 
-async def point_reads(masters: str, table_name: str, rows: int, n: int, concurrency: int,
-                      seed: int) -> tuple[list[float], float]:
+async def point_reads(
+    masters: str, table_name: str, rows: int, n: int, concurrency: int, seed: int
+) -> tuple[list[float], float]:
     """Latencies (seconds) of ``n`` single-key reads from ``concurrency`` tasks, and the elapsed time."""
     client = await kudu_async.aio.connect(masters.split(","))
     try:
@@ -218,16 +219,18 @@ def pct(sorted_lat: list[float], q: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=None, help=f"rows bulk-loaded in (a) [{FULL['rows']:,}]")
-    ap.add_argument("--apply-rows", type=int, default=None,
-                    help=f"rows applied one at a time in (b) [{FULL['apply_rows']:,}]")
+    ap.add_argument(
+        "--apply-rows", type=int, default=None, help=f"rows applied one at a time in (b) [{FULL['apply_rows']:,}]"
+    )
     ap.add_argument("--point-reads", type=int, default=None, help=f"point reads in (c) [{FULL['point_reads']:,}]")
     ap.add_argument("--concurrency", type=int, default=16, help="tasks doing the point reads [16]")
     ap.add_argument("--batch", type=int, default=100_000, help="rows per record batch in (a) [100,000]")
     ap.add_argument("--buckets", type=int, default=6, help="hash buckets (tablets) of each table [6]")
     ap.add_argument("--runs", type=int, default=3, help="timed runs of each scan in (d), best printed [3]")
     ap.add_argument("--seed", type=int, default=9)
-    ap.add_argument("--quick", action="store_true", help="smoke run: " + ", ".join(f"{k} {v:,}" for k, v in
-                                                                                   QUICK.items()))
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: " + ", ".join(f"{k} {v:,}" for k, v in QUICK.items())
+    )
     args = ap.parse_args()
     for k, v in (QUICK if args.quick else FULL).items():
         if getattr(args, k) is None:
@@ -247,8 +250,10 @@ def main() -> int:
         ta = client.create_table("bench_arrow", schema(), part, n_replicas=3)
         tb = client.create_table("bench_apply", schema(), part, n_replicas=3)
         tb2 = client.create_table("bench_apply_async", schema(), part, n_replicas=3)
-        print(f"cluster: 1 master + 3 tservers up, 3 tables of {args.buckets} tablets x 3 replicas created in "
-              f"{time.perf_counter() - t0:.1f}s")
+        print(
+            f"cluster: 1 master + 3 tservers up, 3 tables of {args.buckets} tablets x 3 replicas created in "
+            f"{time.perf_counter() - t0:.1f}s"
+        )
 
         # (a) bulk load through apply_arrow
         t0 = time.perf_counter()
@@ -259,46 +264,59 @@ def main() -> int:
         check(got == n, f"(a) scan counted {got:,} rows, {n:,} were written")
         check(key_sum == n * (n - 1) // 2, f"(a) scan summed keys to {key_sum}, expected {n * (n - 1) // 2}")
         rate_a = n / el_a
-        print(f"(a) apply_arrow bulk load: {n:,} rows in batches of {args.batch:,} in {el_a:.2f}s: "
-              f"{rate_a:,.0f} rows/s   (goal >= 100,000 rows/s: {verdict(rate_a >= 100_000)}; "
-              f"batches built in {build:.2f}s, not timed; scan count verified)")
+        print(
+            f"(a) apply_arrow bulk load: {n:,} rows in batches of {args.batch:,} in {el_a:.2f}s: "
+            f"{rate_a:,.0f} rows/s   (goal >= 100,000 rows/s: {verdict(rate_a >= 100_000)}; "
+            f"batches built in {build:.2f}s, not timed; scan count verified)"
+        )
         if len(per) >= 2:
             half = len(per) // 2
             first = sum(len(b) for b in batches[:half]) / sum(per[:half])
             second = sum(len(b) for b in batches[half:]) / sum(per[half:])
-            print(f"    per apply_arrow call: fastest {min(per):.2f}s, median {statistics.median(per):.2f}s, slowest "
-                  f"{max(per):.2f}s; first half of the load {first:,.0f} rows/s, second half {second:,.0f} rows/s")
+            print(
+                f"    per apply_arrow call: fastest {min(per):.2f}s, median {statistics.median(per):.2f}s, slowest "
+                f"{max(per):.2f}s; first half of the load {first:,.0f} rows/s, second half {second:,.0f} rows/s"
+            )
 
         # (b) row-at-a-time apply, FLUSH_AUTO_BACKGROUND
         el_b = row_apply(client, tb, m)
         got, _ = count_rows(tb)
         check(got == m, f"(b) scan counted {got:,} rows, {m:,} were applied")
         rate_b = m / el_b
-        print(f"(b) row-at-a-time apply (FLUSH_AUTO_BACKGROUND): {m:,} rows in {el_b:.2f}s: {rate_b:,.0f} rows/s   "
-              f"(goal >= 30,000 rows/s: {verdict(rate_b >= 30_000)}; scan count verified)")
+        print(
+            f"(b) row-at-a-time apply (FLUSH_AUTO_BACKGROUND): {m:,} rows in {el_b:.2f}s: {rate_b:,.0f} rows/s   "
+            f"(goal >= 30,000 rows/s: {verdict(rate_b >= 30_000)}; scan count verified)"
+        )
         el_b2 = asyncio.run(row_apply_async(masters, "bench_apply_async", m))
         got, _ = count_rows(tb2)
         check(got == m, f"(b, async) scan counted {got:,} rows, {m:,} were applied")
-        print(f"    info, not the goal: the same {m:,} rows through the async client's apply (no thread hop per "
-              f"row): {el_b2:.2f}s, {m / el_b2:,.0f} rows/s; scan count verified")
+        print(
+            f"    info, not the goal: the same {m:,} rows through the async client's apply (no thread hop per "
+            f"row): {el_b2:.2f}s, {m / el_b2:,.0f} rows/s; scan count verified"
+        )
 
         # (c) point reads from the async client
         before = cluster.tserver_metric_totals(POINT_READ_PATHS)
-        lat, el_c = asyncio.run(point_reads(masters, "bench_arrow", n, args.point_reads, args.concurrency,
-                                            args.seed))
+        lat, el_c = asyncio.run(point_reads(masters, "bench_arrow", n, args.point_reads, args.concurrency, args.seed))
         after = cluster.tserver_metric_totals(POINT_READ_PATHS)
         lat.sort()
         p50, p99, mx = statistics.median(lat) * 1000, pct(lat, 0.99) * 1000, lat[-1] * 1000
-        print(f"(c) point reads (scanner, key == k; async client, {args.concurrency} tasks): {len(lat):,} reads "
-              f"in {el_c:.2f}s ({len(lat) / el_c:,.0f} reads/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
-              f"max {mx:.1f} ms   (goal p99 < 10 ms: {verdict(p99 < 10)})")
+        print(
+            f"(c) point reads (scanner, key == k; async client, {args.concurrency} tasks): {len(lat):,} reads "
+            f"in {el_c:.2f}s ({len(lat) / el_c:,.0f} reads/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+            f"max {mx:.1f} ms   (goal p99 < 10 ms: {verdict(p99 < 10)})"
+        )
         mem, handed = (after[k] - before[k] for k in POINT_READ_PATHS)
-        print(f"    info, not the goal: {mem:,} of these lookups (warm-up included) were answered from memory on "
-              f"the tserver's event loop (a MemRowSet, or rowset files in the block cache), {handed:,} went to a "
-              "worker (a rowset file not in the cache, or the tablet's lock was held)")
+        print(
+            f"    info, not the goal: {mem:,} of these lookups (warm-up included) were answered from memory on "
+            f"the tserver's event loop (a MemRowSet, or rowset files in the block cache), {handed:,} went to a "
+            "worker (a rowset file not in the cache, or the tablet's lock was held)"
+        )
         floor = sorted(asyncio.run(ping_floor(cluster.tservers[0].rpc_address, args.point_reads, args.concurrency)))
-        print(f"    info, not the goal: bare Generic/Ping RPCs to one tserver, {args.concurrency} tasks: p50 "
-              f"{statistics.median(floor) * 1000:.1f} ms, p99 {pct(floor, 0.99) * 1000:.1f} ms (the RPC stack's floor)")
+        print(
+            f"    info, not the goal: bare Generic/Ping RPCs to one tserver, {args.concurrency} tasks: p50 "
+            f"{statistics.median(floor) * 1000:.1f} ms, p99 {pct(floor, 0.99) * 1000:.1f} ms (the RPC stack's floor)"
+        )
 
         # (d) predicate scan vs Parquet
         path = work / "bench.parquet"
@@ -311,8 +329,7 @@ def main() -> int:
         expect_sum = 0.5 * (n * (n - 1) // 2 - cut * (cut - 1) // 2)
 
         def kudu_scan() -> tuple[int, float]:
-            t = (ta.scanner().set_projected_column_names(["c"]).add_predicate(ta["key"] >= cut).open()
-                 .to_arrow())
+            t = ta.scanner().set_projected_column_names(["c"]).add_predicate(ta["key"] >= cut).open().to_arrow()
             return t.num_rows, float(pc.sum(t.column("c")).as_py() or 0.0)
 
         def parquet_scan() -> tuple[int, float]:
@@ -326,10 +343,12 @@ def main() -> int:
             check(total == expect_sum, f"(d) {name} scan summed c to {total}, expected {expect_sum}")
         kudu_rate, pq_rate = expect_rows / kudu_el, expect_rows / pq_el
         ratio = kudu_rate / pq_rate
-        print(f"(d) scan key >= {cut:,}, sum c ({expect_rows:,} rows, best of {args.runs}): kudu {kudu_el:.3f}s "
-              f"({kudu_rate:,.0f} rows/s), parquet {pq_el:.3f}s ({pq_rate:,.0f} rows/s): kudu at {ratio:.1%} of "
-              f"parquet   (goal >= 25%: {verdict(ratio >= 0.25)}; parquet file written in {pq_write:.2f}s, "
-              f"row groups of {args.batch:,})")
+        print(
+            f"(d) scan key >= {cut:,}, sum c ({expect_rows:,} rows, best of {args.runs}): kudu {kudu_el:.3f}s "
+            f"({kudu_rate:,.0f} rows/s), parquet {pq_el:.3f}s ({pq_rate:,.0f} rows/s): kudu at {ratio:.1%} of "
+            f"parquet   (goal >= 25%: {verdict(ratio >= 0.25)}; parquet file written in {pq_write:.2f}s, "
+            f"row groups of {args.batch:,})"
+        )
         met = [rate_a >= 100_000, rate_b >= 30_000, p99 < 10, ratio >= 0.25]
         summary = ", ".join(f"({x}) {verdict(ok)}" for x, ok in zip("abcd", met, strict=True))
         print(f"goals met: {sum(met)} of 4 ({summary})")

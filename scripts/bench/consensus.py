@@ -46,8 +46,9 @@ async def find_leaders(
     return leaders
 
 
-async def drive(concurrency: int, max_ops: int, seconds: float, step: int,
-                op: Callable[[int], Awaitable[Any]]) -> tuple[list[float], float, int]:
+async def drive(
+    concurrency: int, max_ops: int, seconds: float, step: int, op: Callable[[int], Awaitable[Any]]
+) -> tuple[list[float], float, int]:
     """``concurrency`` workers, each awaiting ``op(i)`` (``step`` entries from entry ``i``) until ``max_ops``
     entries or ``seconds``: (each entry's latency, elapsed seconds, entries that failed)."""
     latencies: list[float] = []
@@ -86,8 +87,9 @@ async def run_phase(
             await rpc.call(leaders[g], "TestKV", "PutBatch", {"group": g, "items": items}, timeout_s=10)
 
     latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, batch, op)
-    report(f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}", latencies, elapsed,
-           f"errors {errors}")
+    report(
+        f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}", latencies, elapsed, f"errors {errors}"
+    )
 
 
 def report(label: str, latencies: list[float], elapsed: float, extra: str) -> None:
@@ -95,8 +97,10 @@ def report(label: str, latencies: list[float], elapsed: float, extra: str) -> No
     lat = sorted(latencies)
     p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: float("nan"))
     print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, {extra})")
-    print(f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "
-          f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms")
+    print(
+        f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "
+        f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms"
+    )
 
 
 class Coalescer:
@@ -141,8 +145,13 @@ class Coalescer:
 
     async def _send(self, batch: list[tuple[list[Any], asyncio.Future[None]]]) -> None:
         try:
-            await self.rpc.call(self.address, "TestKV", "PutBatch",
-                                {"group": self.group, "items": [item for item, _ in batch]}, timeout_s=10)
+            await self.rpc.call(
+                self.address,
+                "TestKV",
+                "PutBatch",
+                {"group": self.group, "items": [item for item, _ in batch]},
+                timeout_s=10,
+            )
             for _, fut in batch:
                 fut.set_result(None)
         except KuduBadStatus as e:
@@ -154,8 +163,9 @@ class Coalescer:
             self._pump()
 
 
-async def run_coalesced(rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float,
-                        in_flight: int = 2) -> None:
+async def run_coalesced(
+    rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float, in_flight: int = 2
+) -> None:
     """``concurrency`` proposers, each with one small entry outstanding at a time, through Coalescers."""
     groups = list(leaders)
     batchers = {g: Coalescer(rpc, g, leaders[g], in_flight, 1000) for g in groups}
@@ -165,9 +175,13 @@ async def run_coalesced(rpc: RpcClient, leaders: dict[str, str], concurrency: in
 
     latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, op)
     calls = sum(b.calls for b in batchers.values())
-    report(f"groups={len(groups)} proposers={concurrency} one entry each, coalesced by the client "
-           f"(<= {in_flight} calls in flight per leader)", latencies, elapsed,
-           f"errors {errors}, {len(latencies) / max(1, calls):.1f} entries per call")
+    report(
+        f"groups={len(groups)} proposers={concurrency} one entry each, coalesced by the client "
+        f"(<= {in_flight} calls in flight per leader)",
+        latencies,
+        elapsed,
+        f"errors {errors}, {len(latencies) / max(1, calls):.1f} entries per call",
+    )
 
 
 async def main() -> None:
@@ -177,8 +191,7 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="max seconds per phase")
     ap.add_argument("--groups", type=int, default=100, help="groups in the multi-group phase")
     ap.add_argument("--batch", type=int, default=100, help="entries per RPC in the batched phases")
-    ap.add_argument("--in-flight", type=int, default=2,
-                    help="calls in flight per leader in the coalesced phases [2]")
+    ap.add_argument("--in-flight", type=int, default=2, help="calls in flight per leader in the coalesced phases [2]")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-consensus-") as d:
         cluster = MiniCluster(1, 3, base_dir=d, tserver_flags=["--enable-test-kv", "true"])

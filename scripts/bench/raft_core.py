@@ -32,8 +32,7 @@ class Cluster:
         opts = RaftOptions(max_inflight_msgs=256)
         cfg = Config(frozenset(ids))
         self.nodes = {
-            i: RaftNode.bootstrap(i, GROUP, cfg, options=opts, rng=random.Random(k))
-            for k, i in enumerate(ids)
+            i: RaftNode.bootstrap(i, GROUP, cfg, options=opts, rng=random.Random(k)) for k, i in enumerate(ids)
         }
         self.queue: deque[Message] = deque()
         self.applied = dict.fromkeys(ids, 0)

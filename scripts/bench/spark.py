@@ -99,8 +99,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--buckets", type=int, default=6, help="hash buckets of the kudu table [6]")
-    ap.add_argument("--runs", type=int, default=5,
-                    help="timed runs of each write and read (best is compared; the JVM warms up over the first) [5]")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=5,
+        help="timed runs of each write and read (best is compared; the JVM warms up over the first) [5]",
+    )
     ap.add_argument("--upsert", action="store_true", help="also time an upsert of every row again")
     args = ap.parse_args()
     from kudu_async.spark import local_session
@@ -111,8 +115,11 @@ def main() -> int:
         spark = local_session("kudu_async-bench", partitions=2)
         m = cluster.master_addresses
         n = args.rows
-        df = spark.range(0, n).selectExpr("id as key", "cast(id % 1000 as int) as a", "concat('name-', id) as b",
-                                          "id * 0.5 as c").cache()
+        df = (
+            spark.range(0, n)
+            .selectExpr("id as key", "cast(id % 1000 as int) as a", "concat('name-', id) as b", "id * 0.5 as c")
+            .cache()
+        )
         df.count()
         pq_times: list[float] = []
         kudu_times: list[float] = []
@@ -122,10 +129,17 @@ def main() -> int:
             df.write.mode("overwrite").parquet(pq)
             pq_times.append(time.monotonic() - t0)
             t0 = time.monotonic()
-            (df.write.format("kudu").option("kudu.master", m).option("kudu.table", f"bench-{run}")
-             .option("kudu.createTable", "true").option("kudu.primaryKey", "key")
-             .option("kudu.hashBuckets", str(args.buckets)).option("kudu.operation", "insert").mode("append")
-             .save())
+            (
+                df.write.format("kudu")
+                .option("kudu.master", m)
+                .option("kudu.table", f"bench-{run}")
+                .option("kudu.createTable", "true")
+                .option("kudu.primaryKey", "key")
+                .option("kudu.hashBuckets", str(args.buckets))
+                .option("kudu.operation", "insert")
+                .mode("append")
+                .save()
+            )
             kudu_times.append(time.monotonic() - t0)
             if run > 0:  # keep the footprint of one write (see the module docstring); run 0 is read below
                 shutil.rmtree(pq, ignore_errors=True)
@@ -135,8 +149,14 @@ def main() -> int:
         kudu_upsert = None
         if args.upsert:
             t0 = time.monotonic()
-            (df.write.format("kudu").option("kudu.master", m).option("kudu.table", "bench-0")
-             .option("kudu.operation", "upsert").mode("append").save())
+            (
+                df.write.format("kudu")
+                .option("kudu.master", m)
+                .option("kudu.table", "bench-0")
+                .option("kudu.operation", "upsert")
+                .mode("append")
+                .save()
+            )
             kudu_upsert = time.monotonic() - t0
         cut = int(n * 0.9)
         kdf = spark.read.format("kudu").option("kudu.master", m).option("kudu.table", "bench-0").load()
@@ -155,25 +175,41 @@ def main() -> int:
         kudu_full = best(lambda: kdf.agg({"c": "sum"}).collect(), args.runs)
         pq_full = best(lambda: pdf.agg({"c": "sum"}).collect(), args.runs)
         print(f"rows: {n:,} (key + 3 columns), kudu table: {args.buckets} tablets x 3 replicas on 3 tservers")
-        print(f"write   kudu {kudu_write:7.2f}s ({n / kudu_write:,.0f} rows/s)   parquet {pq_write:6.2f}s   "
-              f"ratio {kudu_write / pq_write:5.1f}x   (goal <= 4x; best of {len(kudu_times)} runs, each into "
-              "a new table / directory)")
-        print(f"    PySpark's floor for it: the same DataFrame to a Python Arrow writer that drops the batches "
-              f"{empty_write:.2f}s ({empty_write / pq_write:.1f}x parquet); kudu is {kudu_write - empty_write:+.2f}s "
-              "above it")
-        print(f"write, first run of the session   kudu {kudu_times[0]:6.2f}s   parquet {pq_times[0]:6.2f}s   "
-              f"ratio {kudu_times[0] / pq_times[0]:5.1f}x   (kudu's includes PySpark starting its Python workers)")
-        print("write runs (s): kudu " + ", ".join(f"{t:.2f}" for t in kudu_times)
-              + "; parquet " + ", ".join(f"{t:.2f}" for t in pq_times))
+        print(
+            f"write   kudu {kudu_write:7.2f}s ({n / kudu_write:,.0f} rows/s)   parquet {pq_write:6.2f}s   "
+            f"ratio {kudu_write / pq_write:5.1f}x   (goal <= 4x; best of {len(kudu_times)} runs, each into "
+            "a new table / directory)"
+        )
+        print(
+            f"    PySpark's floor for it: the same DataFrame to a Python Arrow writer that drops the batches "
+            f"{empty_write:.2f}s ({empty_write / pq_write:.1f}x parquet); kudu is {kudu_write - empty_write:+.2f}s "
+            "above it"
+        )
+        print(
+            f"write, first run of the session   kudu {kudu_times[0]:6.2f}s   parquet {pq_times[0]:6.2f}s   "
+            f"ratio {kudu_times[0] / pq_times[0]:5.1f}x   (kudu's includes PySpark starting its Python workers)"
+        )
+        print(
+            "write runs (s): kudu "
+            + ", ".join(f"{t:.2f}" for t in kudu_times)
+            + "; parquet "
+            + ", ".join(f"{t:.2f}" for t in pq_times)
+        )
         if kudu_upsert is not None:
             print(f"upsert  kudu {kudu_upsert:7.2f}s ({n / kudu_upsert:,.0f} rows/s), every key already present")
-        print(f"read (key >= {cut}, sum c)   kudu {kudu_read:6.2f}s   parquet {pq_read:6.2f}s   "
-              f"ratio {kudu_read / pq_read:5.1f}x   (goal <= 3x)")
-        print(f"    PySpark's floor for it: the same query on a Python source with {args.buckets} empty partitions "
-              f"{empty_read:.2f}s ({empty_read / pq_read:.1f}x parquet); kudu is {kudu_read - empty_read:+.2f}s "
-              "above it")
-        print(f"read (all rows, sum c)      kudu {kudu_full:6.2f}s   parquet {pq_full:6.2f}s   "
-              f"ratio {kudu_full / pq_full:5.1f}x   ({n / kudu_full:,.0f} rows/s from kudu)")
+        print(
+            f"read (key >= {cut}, sum c)   kudu {kudu_read:6.2f}s   parquet {pq_read:6.2f}s   "
+            f"ratio {kudu_read / pq_read:5.1f}x   (goal <= 3x)"
+        )
+        print(
+            f"    PySpark's floor for it: the same query on a Python source with {args.buckets} empty partitions "
+            f"{empty_read:.2f}s ({empty_read / pq_read:.1f}x parquet); kudu is {kudu_read - empty_read:+.2f}s "
+            "above it"
+        )
+        print(
+            f"read (all rows, sum c)      kudu {kudu_full:6.2f}s   parquet {pq_full:6.2f}s   "
+            f"ratio {kudu_full / pq_full:5.1f}x   ({n / kudu_full:,.0f} rows/s from kudu)"
+        )
         spark.stop()
     finally:
         cluster.shutdown()

@@ -179,8 +179,11 @@ def ops_bench(args: argparse.Namespace) -> None:
                 if prof is not None:
                     prof.disable()
                 assert not res.row_errors, (name, res.row_errors[:3])
-            print(f"  {name:<44} {label:<8} {len(part):>8,} rows {secs:7.3f} s wall {cpu:7.3f} s cpu "
-                  f"{len(part) / cpu:>11,.0f} rows/s (cpu)", flush=True)
+            print(
+                f"  {name:<44} {label:<8} {len(part):>8,} rows {secs:7.3f} s wall {cpu:7.3f} s cpu "
+                f"{len(part) / cpu:>11,.0f} rows/s (cpu)",
+                flush=True,
+            )
             if prof is not None:
                 pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
                 prof.clear()
@@ -193,8 +196,11 @@ def ops_bench(args: argparse.Namespace) -> None:
         res = tablet.write(WriteOp(np.full(b.num_rows, OpType.INSERT, dtype=np.int64), b), clock.now(), index)
         assert not res.row_errors
     tablet.flush_mrs()
-    print(f"ops: {n:,} even keys flushed to {len(tablet.rowsets())} DiskRowSets; batches of {bs:,} rows "
-          f"(sync={args.sync})", flush=True)
+    print(
+        f"ops: {n:,} even keys flushed to {len(tablet.rowsets())} DiskRowSets; batches of {bs:,} rows "
+        f"(sync={args.sync})",
+        flush=True,
+    )
     m = min(n, args.ops_rows)
     sample = np.sort(rng.choice(existing, m, replace=False))
     run("(i) insert fresh keys inside the DRS ranges", OpType.INSERT, existing[:m] + 1)
@@ -213,8 +219,11 @@ def ops_bench(args: argparse.Namespace) -> None:
     c0, t0 = time.process_time(), time.perf_counter()
     tablet.compact_rowsets()  # every delta is newer than the AHM (7 days of history): all carried over
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    print(f"  (vi) compact all {rows_before:,} rows with {deltas:,} deltas: {wall:.3f} s wall {cpu:.3f} s cpu "
-          f"{rows_before / cpu:,.0f} rows/s (cpu)", flush=True)
+    print(
+        f"  (vi) compact all {rows_before:,} rows with {deltas:,} deltas: {wall:.3f} s wall {cpu:.3f} s cpu "
+        f"{rows_before / cpu:,.0f} rows/s (cpu)",
+        flush=True,
+    )
     if args.dir is None:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -245,16 +254,12 @@ def main() -> None:
     opts = TabletOptions(flush_threshold_bytes=args.flush_mb << 20, sync=args.sync)
     clock = HybridClock()
     tablet = Tablet.create(os.path.join(root, "tablet"), schema, tablet_id="bench", options=opts, clock=clock)
-    mm = MaintenanceManager(
-        num_threads=1, polling_interval_s=0.05, memory_threshold_bytes=opts.flush_threshold_bytes
-    )
+    mm = MaintenanceManager(num_threads=1, polling_interval_s=0.05, memory_threshold_bytes=opts.flush_threshold_bytes)
     mm.register(tablet)
     mm.start()
     rng = np.random.default_rng(1)
     anon = AnonPeak()
-    print(
-        f"dir={root} rows={args.rows} batch={args.batch} flush_threshold={args.flush_mb} MiB sync={args.sync}"
-    )
+    print(f"dir={root} rows={args.rows} batch={args.batch} flush_threshold={args.flush_mb} MiB sync={args.sync}")
 
     # (a) inserts
     write_s = 0.0

@@ -27,15 +27,17 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import INSERT, TabletClient
 
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"),
-                 ColumnSchema("metric", "double")], 1)
+SCHEMA = Schema(
+    [ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"), ColumnSchema("metric", "double")], 1
+)
 
 
 def batch(lo: int, hi: int) -> pa.RecordBatch:
     keys = pa.array(range(lo, hi), pa.int64())
     return pa.RecordBatch.from_arrays(
         [keys, pa.array([f"value-{k:012d}" for k in range(lo, hi)]), pa.array([k * 0.5 for k in range(lo, hi)])],
-        schema=SCHEMA.to_arrow())
+        schema=SCHEMA.to_arrow(),
+    )
 
 
 async def writes(args: argparse.Namespace, base: Path) -> None:
@@ -59,16 +61,20 @@ async def writes(args: argparse.Namespace, base: Path) -> None:
         await asyncio.gather(*(one(lo) for lo in range(0, args.rows, args.batch)))
         el = time.perf_counter() - t0
         lat.sort()
-        print(f"write: {args.rows:,} rows in batches of {args.batch} x{args.concurrency} in flight: "
-              f"{args.rows / el:,.0f} rows/s; Write p50 {statistics.median(lat) * 1000:.1f} ms "
-              f"p99 {lat[int(len(lat) * 0.99) - 1] * 1000:.1f} ms")
+        print(
+            f"write: {args.rows:,} rows in batches of {args.batch} x{args.concurrency} in flight: "
+            f"{args.rows / el:,.0f} rows/s; Write p50 {statistics.median(lat) * 1000:.1f} ms "
+            f"p99 {lat[int(len(lat) * 0.99) - 1] * 1000:.1f} ms"
+        )
         follower = next(a for a in tc.addresses.values() if a != leader)
         t0 = time.perf_counter()
         _, snap = await tc.scan(leader, read_mode="READ_AT_SNAPSHOT", projection=["key"])
         table, _ = await tc.scan(follower, read_mode="READ_AT_SNAPSHOT", snapshot_ts=snap, ordered=False)
         el = time.perf_counter() - t0
-        print(f"scan: {table.num_rows:,} rows (all columns) from a follower at a snapshot in {el:.2f}s "
-              f"(+ a key-only scan on the leader): {table.num_rows / el:,.0f} rows/s")
+        print(
+            f"scan: {table.num_rows:,} rows (all columns) from a follower at a snapshot in {el:.2f}s "
+            f"(+ a key-only scan on the leader): {table.num_rows / el:,.0f} rows/s"
+        )
     finally:
         await rpc.close()
         cluster.shutdown()
@@ -96,8 +102,10 @@ async def restart(args: argparse.Namespace, base: Path) -> None:
                 break
             await asyncio.sleep(0.02)
         el = time.perf_counter() - t0
-        print(f"restart: {args.tablets} tablets x {n:,} rows (WAL replay, nothing flushed): process healthy in "
-              f"{healthy:.2f}s, all tablets RUNNING {el:.2f}s after the restart began")
+        print(
+            f"restart: {args.tablets} tablets x {n:,} rows (WAL replay, nothing flushed): process healthy in "
+            f"{healthy:.2f}s, all tablets RUNNING {el:.2f}s after the restart began"
+        )
     finally:
         await rpc.close()
         cluster.shutdown()

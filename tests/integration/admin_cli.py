@@ -13,8 +13,12 @@ from kudu_async.testing import MiniCluster
 
 
 def admin(cluster: MiniCluster, *args: str, ok: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "kudu_async.tools.admin", "--masters", cluster.master_addresses,
-                        "--no-progress", *args], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "kudu_async.tools.admin", "--masters", cluster.master_addresses, "--no-progress", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if ok:
         assert r.returncode == 0, f"kudu-admin {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
     return r
@@ -30,8 +34,9 @@ def create_kv_table(cluster: MiniCluster, name: str, buckets: int, rows: int) ->
         b = kudu.schema_builder()
         b.add_column("key").type(kudu.int64).nullable(False).primary_key()
         b.add_column("v", type_=kudu.string)
-        t = client.create_table(name, b.build(), kudu.Partitioning().add_hash_partitions(["key"], buckets),
-                                n_replicas=3)
+        t = client.create_table(
+            name, b.build(), kudu.Partitioning().add_hash_partitions(["key"], buckets), n_replicas=3
+        )
         s = client.new_session()
         for i in range(rows):
             s.apply(t.new_insert({"key": i, "v": f"v{i}"}))

@@ -39,12 +39,19 @@ SPEC = {
     },
     "partition": {
         "hash_partitions": [{"columns": ["id"], "num_buckets": 2}],
-        "range_partition": {"columns": ["day"], "range_bounds": [
-            {"lower_bound": {"bound_type": "inclusive", "bound_values": ["2026-01-01"]},
-             "upper_bound": {"bound_type": "exclusive", "bound_values": ["2026-02-01"]}},
-            {"lower_bound": {"bound_type": "inclusive", "bound_values": ["2026-02-01"]},
-             "upper_bound": {"bound_type": "exclusive", "bound_values": ["2026-03-01"]}},
-        ]},
+        "range_partition": {
+            "columns": ["day"],
+            "range_bounds": [
+                {
+                    "lower_bound": {"bound_type": "inclusive", "bound_values": ["2026-01-01"]},
+                    "upper_bound": {"bound_type": "exclusive", "bound_values": ["2026-02-01"]},
+                },
+                {
+                    "lower_bound": {"bound_type": "inclusive", "bound_values": ["2026-02-01"]},
+                    "upper_bound": {"bound_type": "exclusive", "bound_values": ["2026-03-01"]},
+                },
+            ],
+        },
     },
     "num_replicas": 3,
     "owner": "alice",
@@ -78,19 +85,34 @@ def test_table_commands(cluster: MiniCluster, tmp_path: Path) -> None:
         t = client.table("events")
         s = client.new_session()
         for i in range(200):
-            s.apply(t.new_insert({"id": i, "day": dt.date(2026, 1 + i % 2, 1 + i % 28),
-                                  "name": None if i % 10 == 0 else f"n{i}", "amount": Decimal(i) / 4,
-                                  "ts": dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i)}))
+            s.apply(
+                t.new_insert(
+                    {
+                        "id": i,
+                        "day": dt.date(2026, 1 + i % 2, 1 + i % 28),
+                        "name": None if i % 10 == 0 else f"n{i}",
+                        "amount": Decimal(i) / 4,
+                        "ts": dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i),
+                    }
+                )
+            )
         s.flush()
 
     # Predicates in Kudu's JSON form: key range, IN on a date, NULL.
-    out = admin(cluster, "table", "scan", "events", "--predicates",
-                '["AND", [">=", "id", 150], ["<", "id", 160], ["IN", "day", ["2026-02-12", "2026-02-14"]]]').stdout
+    out = admin(
+        cluster,
+        "table",
+        "scan",
+        "events",
+        "--predicates",
+        '["AND", [">=", "id", 150], ["<", "id", 160], ["IN", "day", ["2026-02-12", "2026-02-14"]]]',
+    ).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     assert sorted(int(r["id"]) for r in rows) == [151, 153]
     assert {r["amount"] for r in rows} == {"37.75", "38.25"}
-    nulls = admin(cluster, "--json", "table", "scan", "events", "--columns", "id,name",
-                  "--predicates", '["NULL", "name"]').stdout
+    nulls = admin(
+        cluster, "--json", "table", "scan", "events", "--columns", "id,name", "--predicates", '["NULL", "name"]'
+    ).stdout
     recs = [json.loads(line) for line in nulls.splitlines()]
     assert sorted(r["id"] for r in recs) == list(range(0, 200, 10)) and all(r["name"] is None for r in recs)
     assert set(recs[0]) == {"id", "name"}
@@ -104,11 +126,24 @@ def test_table_commands(cluster: MiniCluster, tmp_path: Path) -> None:
 
     copied = admin_json(cluster, "table", "copy", "events", "events_copy", "--create-table")
     assert copied["rows"] == 200
-    assert "PARTITION '2026-02-01' <= VALUES < '2026-03-01'" in admin(cluster, "table", "describe",
-                                                                      "events_copy").stdout
+    assert (
+        "PARTITION '2026-02-01' <= VALUES < '2026-03-01'" in admin(cluster, "table", "describe", "events_copy").stdout
+    )
     # Copy a subset into the existing copy with upsert: nothing new, nothing lost.
-    assert admin_json(cluster, "table", "copy", "events", "events_copy", "--write-type", "upsert",
-                      "--predicates", '["<", "id", 10]')["rows"] == 10
+    assert (
+        admin_json(
+            cluster,
+            "table",
+            "copy",
+            "events",
+            "events_copy",
+            "--write-type",
+            "upsert",
+            "--predicates",
+            '["<", "id", 10]',
+        )["rows"]
+        == 10
+    )
     report = admin_json(cluster, "cluster", "ksck", "--checksum", "--tables", "events,events_copy")
     assert report["ok"], report["errors"]
     sums = {t["name"]: t["checksum"] for t in report["tables"]}
@@ -139,8 +174,22 @@ def test_bad_input_is_named(cluster: MiniCluster, tmp_path: Path) -> None:
     assert r.returncode == 1 and "--rows must be an integer >= 1" in r.stderr
     r = admin(cluster, "tablet", "leader-step-down", "0123456789abcdef0123456789abcdef", ok=False)
     assert r.returncode == 1 and "knows no tablet" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "kudu_async.tools.admin", "--masters", "127.0.0.1:1",
-                        "--timeout-ms", "1500", "table", "list"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kudu_async.tools.admin",
+            "--masters",
+            "127.0.0.1:1",
+            "--timeout-ms",
+            "1500",
+            "table",
+            "list",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and "TIMED_OUT" in r.stderr and "127.0.0.1:1" in r.stderr
 
 
@@ -152,8 +201,20 @@ def test_master_tserver_list_and_loadgen(cluster: MiniCluster) -> None:
     assert sorted(s["uuid"] for s in servers) == sorted(t.uuid for t in cluster.tservers)
     assert all(s["live"] for s in servers)
     assert admin(cluster, "tserver", "list").stdout.count("LIVE") == 4
-    res = admin_json(cluster, "perf", "loadgen", "--rows", "30000", "--threads", "3", "--batch-rows", "5000",
-                     "--replicas", "3", "--run-scan")
+    res = admin_json(
+        cluster,
+        "perf",
+        "loadgen",
+        "--rows",
+        "30000",
+        "--threads",
+        "3",
+        "--batch-rows",
+        "5000",
+        "--replicas",
+        "3",
+        "--run-scan",
+    )
     assert res["rows"] == 30000 and res["scan"]["rows"] == 30000 and not res["errors"] and not res["kept"]
     assert res["rows_per_s"] > 0 and res["batch_latency_ms"]["p99"] >= res["batch_latency_ms"]["p50"] > 0
     assert not [n for n in admin(cluster, "table", "list").stdout.split() if n.startswith("loadgen_auto")]
@@ -189,14 +250,23 @@ def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
     # remove: the master sees the tablet under-replicated and places a new replica (3-4-3).
     victim = next(u for u in after if u != _leader(cluster, tablet)["leader"])
     admin_json(cluster, "tablet", "change-config", tablet, "remove", victim)
-    wait_for(lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and victim not in v
-          and set(v.values()) == {"VOTER"}, 90, "the master to re-replicate after a remove")
+    wait_for(
+        lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and victim not in v and set(v.values()) == {"VOTER"},
+        90,
+        "the master to re-replicate after a remove",
+    )
 
     # leader-step-down through the master's locations: another election, the rows still there.
     before = _leader(cluster, tablet)
     admin_json(cluster, "tablet", "leader-step-down", tablet)
-    wait_for(lambda: any(s.get("role") == "LEADER" and s["term"] > before["term"]
-                      for s in admin_json(cluster, "tablet", "raft-state", tablet).values()), 30, "a new leader")
+    wait_for(
+        lambda: any(
+            s.get("role") == "LEADER" and s["term"] > before["term"]
+            for s in admin_json(cluster, "tablet", "raft-state", tablet).values()
+        ),
+        30,
+        "a new leader",
+    )
     report = admin_json(cluster, "cluster", "ksck", "--checksum", "--tables", "moves")
     assert report["ok"], report["errors"]
     assert report["tables"][0]["checksum"]["rows"] == 500
@@ -216,8 +286,12 @@ def test_ksck_on_a_damaged_cluster(cluster: MiniCluster) -> None:
     report = json.loads(admin(cluster, "--json", "cluster", "ksck", ok=False).stdout)
     assert not report["ok"]
     assert [t["status"] for t in report["tservers"] if t["uuid"] == victim.uuid] == ["UNAVAILABLE"]
-    hit = [tb for table in report["tables"] for tb in table["unhealthy_tablets"]
-           if victim.uuid in [rep["uuid"] for rep in tb["replicas"]]]
+    hit = [
+        tb
+        for table in report["tables"]
+        for tb in table["unhealthy_tablets"]
+        if victim.uuid in [rep["uuid"] for rep in tb["replicas"]]
+    ]
     assert len(hit) == busiest["num_replicas"]
     assert all(tb["status"] in ("UNDER_REPLICATED", "UNAVAILABLE") for tb in hit)
     assert all(any("TS_UNAVAILABLE" in w for w in tb["why"]) for tb in hit)

@@ -68,8 +68,9 @@ def kv_schema() -> kudu.Schema:
 
 
 def create_kv(client: kudu.Client, prefix: str = "kv", buckets: int = 3) -> Table:
-    return client.create_table(unique(prefix), kv_schema(),
-                               kudu.Partitioning().add_hash_partitions(["key"], buckets), n_replicas=3)
+    return client.create_table(
+        unique(prefix), kv_schema(), kudu.Partitioning().add_hash_partitions(["key"], buckets), n_replicas=3
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,16 +85,31 @@ def range_table(client: kudu.Client) -> Table:
     b.add_column("flag", kudu.bool)
     b.add_column("note", kudu.string)
     b.set_primary_keys(["host", "ts"])
-    part = (kudu.Partitioning().add_hash_partitions(["host"], 2).set_range_partition_columns(["ts"])
-            .add_range_partition(0, 100).add_range_partition(100, 200).add_range_partition(300, 400))
+    part = (
+        kudu.Partitioning()
+        .add_hash_partitions(["host"], 2)
+        .set_range_partition_columns(["ts"])
+        .add_range_partition(0, 100)
+        .add_range_partition(100, 200)
+        .add_range_partition(300, 400)
+    )
     t = client.create_table(unique("ranges"), b.build(), part, n_replicas=3)
     s = client.new_session()
     for h in range(4):
         for ts in range(0, 400, 10):
             if 200 <= ts < 300:
                 continue
-            s.apply(t.new_insert({"host": f"h{h}", "ts": ts, "metric": float(ts), "flag": ts % 20 == 0,
-                                  "note": None if ts % 30 == 0 else f"n{ts}"}))
+            s.apply(
+                t.new_insert(
+                    {
+                        "host": f"h{h}",
+                        "ts": ts,
+                        "metric": float(ts),
+                        "flag": ts % 20 == 0,
+                        "note": None if ts % 30 == 0 else f"n{ts}",
+                    }
+                )
+            )
     s.flush()
     return t
 
@@ -112,8 +128,12 @@ def keys_of(t: Table, scanner: Any = None) -> list[tuple[Any, ...]]:
 def test_connect_takes_every_kudu_python_form(cluster: MiniCluster) -> None:
     m = cluster.masters[0]
     host, port = m.rpc_address.rsplit(":", 1)
-    for c in (kudu.connect(host, int(port)), kudu.connect([host], [int(port)]), kudu.connect([m.rpc_address]),
-              kudu.connect(m.rpc_address, port=None)):
+    for c in (
+        kudu.connect(host, int(port)),
+        kudu.connect([host], [int(port)]),
+        kudu.connect([m.rpc_address]),
+        kudu.connect(m.rpc_address, port=None),
+    ):
         with c:
             assert c.master_addrs == [m.rpc_address]
             assert len(c.list_tablet_servers()) == 3
@@ -129,7 +149,8 @@ def test_list_tablet_servers_and_masters(client: kudu.Client, cluster: MiniClust
     assert all(s["live"] for s in servers)
     masters = client.list_masters()
     assert [(m["uuid"], m["rpc_address"], m["role"]) for m in masters] == [
-        (cluster.masters[0].uuid, cluster.masters[0].rpc_address, "LEADER")]
+        (cluster.masters[0].uuid, cluster.masters[0].rpc_address, "LEADER")
+    ]
 
 
 # --- DDL -----------------------------------------------------------------------------------------------------
@@ -137,10 +158,23 @@ def test_list_tablet_servers_and_masters(client: kudu.Client, cluster: MiniClust
 
 def test_create_find_list_and_delete_tables(client: kudu.Client) -> None:
     alpha, beta = unique("ddl_alpha"), unique("ddl_beta")
-    t = client.create_table(alpha, kv_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                            n_replicas=1, owner="alice", comment="a test table")
-    client.create_table(beta, kv_schema(), kudu.Partitioning().set_range_partition_columns(["key"])
-                        .add_range_partition(0, 10).add_range_partition_split(5), n_replicas=3)
+    t = client.create_table(
+        alpha,
+        kv_schema(),
+        kudu.Partitioning().add_hash_partitions(["key"], 2),
+        n_replicas=1,
+        owner="alice",
+        comment="a test table",
+    )
+    client.create_table(
+        beta,
+        kv_schema(),
+        kudu.Partitioning()
+        .set_range_partition_columns(["key"])
+        .add_range_partition(0, 10)
+        .add_range_partition_split(5),
+        n_replicas=3,
+    )
     assert (t.name, t.num_replicas, t.num_columns) == (alpha, 1, 3)
     assert t.schema == kv_schema()
     assert client.table_exists(alpha) and client.table_exists(beta)
@@ -173,14 +207,21 @@ def test_typed_range_bounds_and_splits_route_rows(client: kudu.Client) -> None:
     b.add_column("amount", kudu.decimal, precision=8, scale=2, nullable=False)
     b.set_primary_keys(["ts", "day", "amount"])
     jan, jun, dec = (dt.datetime(2024, m, 1, tzinfo=UTC) for m in (1, 6, 12))
-    part = (kudu.Partitioning().set_range_partition_columns(["ts"]).add_range_partition(jan, dec)
-            .add_range_partition_split(jun))
+    part = (
+        kudu.Partitioning()
+        .set_range_partition_columns(["ts"])
+        .add_range_partition(jan, dec)
+        .add_range_partition_split(jun)
+    )
     t = client.create_table(unique("typed_ranges"), b.build(), part, n_replicas=1)
     assert len(t.scan_token_builder().build()) == 2
     s = client.new_session()
     for m in range(1, 12):
-        s.apply(t.new_insert({"ts": dt.datetime(2024, m, 15, tzinfo=UTC), "day": dt.date(2024, m, 15),
-                              "amount": Decimal(m) / 4}))
+        s.apply(
+            t.new_insert(
+                {"ts": dt.datetime(2024, m, 15, tzinfo=UTC), "day": dt.date(2024, m, 15), "amount": Decimal(m) / 4}
+            )
+        )
     s.apply(t.new_insert({"ts": dec, "day": dt.date(2024, 12, 1), "amount": 0}))  # past the last range
     with pytest.raises(kudu.KuduBadStatus, match="1 row"):
         s.flush()
@@ -195,13 +236,16 @@ def test_typed_range_bounds_and_splits_route_rows(client: kudu.Client) -> None:
     assert len(t2.scanner().open().read_all_tuples()) == 12
 
 
-@pytest.mark.parametrize(("kw", "complaint"), [
-    ({"n_replicas": 2}, "odd"),
-    ({"n_replicas": 5}, "not enough live tablet servers"),
-    ({"partitioning": kudu.Partitioning().add_hash_partitions(["val"], 2)}, "not a primary key column"),
-    ({"schema": "not a schema"}, "schema must be built"),
-    ({"partitioning": "hash"}, "must be a kudu.Partitioning"),
-])
+@pytest.mark.parametrize(
+    ("kw", "complaint"),
+    [
+        ({"n_replicas": 2}, "odd"),
+        ({"n_replicas": 5}, "not enough live tablet servers"),
+        ({"partitioning": kudu.Partitioning().add_hash_partitions(["val"], 2)}, "not a primary key column"),
+        ({"schema": "not a schema"}, "schema must be built"),
+        ({"partitioning": "hash"}, "must be a kudu.Partitioning"),
+    ],
+)
 def test_create_table_refuses_bad_requests(client: kudu.Client, kw: dict[str, Any], complaint: str) -> None:
     args: dict[str, Any] = {"schema": kv_schema(), "partitioning": None, **kw}
     name = unique("bad")
@@ -225,14 +269,21 @@ def test_every_write_kind_with_per_row_errors_and_exact_metrics(client: kudu.Cli
     s.flush()
     assert s.get_write_op_metrics()["successful_inserts"] == 10
     ops = [
-        t.new_insert({"key": 0, "val": "dup"}), t.new_insert({"key": 10, "val": "v10"}),         # 1 error, 1 ok
-        t.new_insert_ignore({"key": 1, "val": "dup"}), t.new_insert_ignore({"key": 11}),         # 1 ignored, 1 ok
-        t.new_upsert({"key": 2, "val": "up2"}), t.new_upsert({"key": 12, "val": "up12"}),        # update + insert
+        t.new_insert({"key": 0, "val": "dup"}),
+        t.new_insert({"key": 10, "val": "v10"}),  # 1 error, 1 ok
+        t.new_insert_ignore({"key": 1, "val": "dup"}),
+        t.new_insert_ignore({"key": 11}),  # 1 ignored, 1 ok
+        t.new_upsert({"key": 2, "val": "up2"}),
+        t.new_upsert({"key": 12, "val": "up12"}),  # update + insert
         t.new_upsert_ignore({"key": 3, "val": "upi3"}),
-        t.new_update({"key": 4, "val": "upd4"}), t.new_update({"key": 99, "val": "x"}),         # 1 ok, 1 error
-        t.new_update_ignore({"key": 5, "n": 55}), t.new_update_ignore({"key": 98, "n": 1}),     # 1 ok, 1 ignored
-        t.new_delete({"key": 6}), t.new_delete({"key": 97}),                                    # 1 ok, 1 error
-        t.new_delete_ignore({"key": 7}), t.new_delete_ignore({"key": 96}),                      # 1 ok, 1 ignored
+        t.new_update({"key": 4, "val": "upd4"}),
+        t.new_update({"key": 99, "val": "x"}),  # 1 ok, 1 error
+        t.new_update_ignore({"key": 5, "n": 55}),
+        t.new_update_ignore({"key": 98, "n": 1}),  # 1 ok, 1 ignored
+        t.new_delete({"key": 6}),
+        t.new_delete({"key": 97}),  # 1 ok, 1 error
+        t.new_delete_ignore({"key": 7}),
+        t.new_delete_ignore({"key": 96}),  # 1 ok, 1 ignored
     ]
     for op in ops:
         s.apply(op)
@@ -243,16 +294,34 @@ def test_every_write_kind_with_per_row_errors_and_exact_metrics(client: kudu.Cli
     errors, overflowed = s.get_pending_errors()
     assert not overflowed
     assert sorted((type(e.status).__name__, e.failed_op().op_name, e.failed_op()["key"]) for e in errors) == [
-        ("KuduAlreadyPresent", "insert", 0), ("KuduNotFound", "delete", 97), ("KuduNotFound", "update", 99)]
+        ("KuduAlreadyPresent", "insert", 0),
+        ("KuduNotFound", "delete", 97),
+        ("KuduNotFound", "update", 99),
+    ]
     assert all(not e.was_possibly_successful() for e in errors)
     assert s.get_write_op_metrics() == {
-        "successful_inserts": 12, "successful_upserts": 3, "successful_updates": 2, "successful_deletes": 2,
-        "insert_ignore_errors": 1, "upsert_ignore_errors": 0, "update_ignore_errors": 1,
-        "delete_ignore_errors": 1}
+        "successful_inserts": 12,
+        "successful_upserts": 3,
+        "successful_updates": 2,
+        "successful_deletes": 2,
+        "insert_ignore_errors": 1,
+        "upsert_ignore_errors": 0,
+        "update_ignore_errors": 1,
+        "delete_ignore_errors": 1,
+    }
     assert rows_of(t) == {
-        0: (0, "v0", 0), 1: (1, "v1", 1), 2: (2, "up2", 2), 3: (3, "upi3", 3), 4: (4, "upd4", 4),
-        5: (5, "v5", 55), 8: (8, "v8", 8), 9: (9, "v9", 9), 10: (10, "v10", 7), 11: (11, None, 7),
-        12: (12, "up12", 7)}  # upserts kept the cells they did not name; inserts took n's default
+        0: (0, "v0", 0),
+        1: (1, "v1", 1),
+        2: (2, "up2", 2),
+        3: (3, "upi3", 3),
+        4: (4, "upd4", 4),
+        5: (5, "v5", 55),
+        8: (8, "v8", 8),
+        9: (9, "v9", 9),
+        10: (10, "v10", 7),
+        11: (11, None, 7),
+        12: (12, "up12", 7),
+    }  # upserts kept the cells they did not name; inserts took n's default
     s.close()
 
 
@@ -344,16 +413,23 @@ def test_apply_arrow_with_column_subsets_and_bad_rows(client: kudu.Client) -> No
         s.apply_arrow(t, bad, op="upsert")
     errors, _ = s.get_pending_errors()
     assert [(e.failed_op()["key"], str(e.status)) for e in errors] == [
-        (201, "INVALID_ARGUMENT: column 'n': NULL in NOT NULL column")]
+        (201, "INVALID_ARGUMENT: column 'n': NULL in NOT NULL column")
+    ]
     assert 200 in rows_of(t) and 202 in rows_of(t) and 201 not in rows_of(t)
     s.apply_arrow(t, pa.table({"key": pa.array(range(50), pa.int64())}), op="delete")
     assert sorted(rows_of(t)) == [*range(50, 100), 200, 202]
     with pytest.raises(kudu.KuduInvalidArgument, match="column 'nope' is not in the schema"):
         s.apply_arrow(t, pa.table({"key": [1], "nope": [1]}))
     assert s.get_write_op_metrics() == {
-        "successful_inserts": 100, "successful_upserts": 2, "successful_updates": 2, "successful_deletes": 50,
-        "insert_ignore_errors": 0, "upsert_ignore_errors": 0, "update_ignore_errors": 0,
-        "delete_ignore_errors": 0}
+        "successful_inserts": 100,
+        "successful_upserts": 2,
+        "successful_updates": 2,
+        "successful_deletes": 50,
+        "insert_ignore_errors": 0,
+        "upsert_ignore_errors": 0,
+        "update_ignore_errors": 0,
+        "delete_ignore_errors": 0,
+    }
 
 
 def test_session_as_context_manager_flushes_on_exit(client: kudu.Client) -> None:
@@ -393,32 +469,67 @@ def all_types_schema() -> kudu.Schema:
 
 UTC = dt.UTC
 TYPED_ROWS = [
-    (0, -128, -32768, -2**31, -2**63, -1.5, -1e300, False, "", b"", dt.datetime(1970, 1, 1, tzinfo=UTC),
-     dt.date(1, 1, 1), Decimal("-999999999.999"), Decimal("-9999999999999999999999999999.9999999999"), ""),
-    (1, 127, 32767, 2**31 - 1, 2**63 - 1, 3.25, 2.5e-300, True, "ünïcødé ✓", b"\x00\xff\x01",
-     dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=UTC), dt.date(9999, 12, 31), Decimal("999999999.999"),
-     Decimal("9999999999999999999999999999.9999999999"), "abcd"),
+    (
+        0,
+        -128,
+        -32768,
+        -(2**31),
+        -(2**63),
+        -1.5,
+        -1e300,
+        False,
+        "",
+        b"",
+        dt.datetime(1970, 1, 1, tzinfo=UTC),
+        dt.date(1, 1, 1),
+        Decimal("-999999999.999"),
+        Decimal("-9999999999999999999999999999.9999999999"),
+        "",
+    ),
+    (
+        1,
+        127,
+        32767,
+        2**31 - 1,
+        2**63 - 1,
+        3.25,
+        2.5e-300,
+        True,
+        "ünïcødé ✓",
+        b"\x00\xff\x01",
+        dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=UTC),
+        dt.date(9999, 12, 31),
+        Decimal("999999999.999"),
+        Decimal("9999999999999999999999999999.9999999999"),
+        "abcd",
+    ),
     (2, None, None, None, None, None, None, None, None, None, None, None, None, None, None),
 ]
 
 
 def test_every_column_type_round_trips(client: kudu.Client) -> None:
-    t = client.create_table(unique("types"), all_types_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                            n_replicas=1)
+    t = client.create_table(
+        unique("types"), all_types_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=1
+    )
     s = client.new_session()
     for r in TYPED_ROWS:
         s.apply(t.new_insert(r))
     # kudu-python's conveniences: naive datetimes are UTC, ints work for decimals and timestamps,
     # str for binary, and a too-long varchar is truncated as Kudu does.
-    s.apply(t.new_insert({"key": 3, "ts": dt.datetime(2001, 2, 3, 4, 5, 6), "dec": 12, "bin": "text",
-                          "vc": "truncated"}))
+    s.apply(
+        t.new_insert({"key": 3, "ts": dt.datetime(2001, 2, 3, 4, 5, 6), "dec": 12, "bin": "text", "vc": "truncated"})
+    )
     s.apply(t.new_insert({"key": 4, "ts": 1_000_000, "day": 1}))
     s.flush()
     got = sorted(t.scanner().open().read_all_tuples())
     assert got[:3] == TYPED_ROWS
     by_name = dict(zip(t.schema.names, got[3], strict=True))
     assert (by_name["ts"], by_name["dec"], by_name["bin"], by_name["vc"]) == (
-        dt.datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC), Decimal("12.000"), b"text", "trun")
+        dt.datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC),
+        Decimal("12.000"),
+        b"text",
+        "trun",
+    )
     assert got[4][10] == dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC) and got[4][11] == dt.date(1970, 1, 2)
     arrow = t.scanner().open().to_arrow()
     assert arrow.schema.field("dec").type == pa.decimal128(12, 3)
@@ -448,27 +559,34 @@ def scanned_tablets(sc: Scanner) -> int:
     return len(sc._inner._tablets)
 
 
-@pytest.mark.parametrize(("preds", "expect", "tablets"), [
-    (lambda t: [], lambda h, ts: True, 6),
-    (lambda t: [t["host"] == "h1"], lambda h, ts: h == "h1", 3),                       # hash pruned
-    (lambda t: [t["ts"] >= 300], lambda h, ts: ts >= 300, 2),                          # range pruned
-    (lambda t: [t["ts"] < 100], lambda h, ts: ts < 100, 2),
-    (lambda t: [t["ts"] > 90, t["ts"] <= 100], lambda h, ts: 90 < ts <= 100, 4),
-    (lambda t: [t["host"] == "h2", t["ts"] == 150], lambda h, ts: (h, ts) == ("h2", 150), 1),
-    (lambda t: [t["host"].in_list(["h0", "h3"]), t["ts"].in_list([10, 20])],
-     lambda h, ts: h in ("h0", "h3") and ts in (10, 20), lambda t: buckets_of(t, "h0", "h3")),
-    (lambda t: [t["ts"].in_list([10, 390])], lambda h, ts: ts in (10, 390), 6),  # IN prunes by its min..max
-    (lambda t: [t["ts"] >= 200, t["ts"] < 300], lambda h, ts: False, 0),               # only the range gap
-    (lambda t: [t["host"].is_null()], lambda h, ts: False, 0),                         # key columns are NOT NULL
-    (lambda t: [t["metric"] >= 350.0], lambda h, ts: ts >= 350, 6),                    # value column: no pruning
-    (lambda t: [t["flag"] == True], lambda h, ts: ts % 20 == 0, 6),  # noqa: E712
-    (lambda t: [t["note"].is_null()], lambda h, ts: ts % 30 == 0, 6),
-    (lambda t: [t["note"].is_not_null(), t["ts"] < 60], lambda h, ts: ts % 30 != 0 and ts < 60, 2),
-    (lambda t: [t["note"].in_list(["n10", "n20", "nope"])], lambda h, ts: ts in (10, 20), 6),
-    (lambda t: [t["host"] >= "h2", t["ts"] < 20], lambda h, ts: h >= "h2" and ts < 20, 2),
-])
-def test_predicates_of_every_kind_and_partition_pruning(range_table: Table, preds: Any, expect: Any,
-                                                        tablets: Any) -> None:
+@pytest.mark.parametrize(
+    ("preds", "expect", "tablets"),
+    [
+        (lambda t: [], lambda h, ts: True, 6),
+        (lambda t: [t["host"] == "h1"], lambda h, ts: h == "h1", 3),  # hash pruned
+        (lambda t: [t["ts"] >= 300], lambda h, ts: ts >= 300, 2),  # range pruned
+        (lambda t: [t["ts"] < 100], lambda h, ts: ts < 100, 2),
+        (lambda t: [t["ts"] > 90, t["ts"] <= 100], lambda h, ts: 90 < ts <= 100, 4),
+        (lambda t: [t["host"] == "h2", t["ts"] == 150], lambda h, ts: (h, ts) == ("h2", 150), 1),
+        (
+            lambda t: [t["host"].in_list(["h0", "h3"]), t["ts"].in_list([10, 20])],
+            lambda h, ts: h in ("h0", "h3") and ts in (10, 20),
+            lambda t: buckets_of(t, "h0", "h3"),
+        ),
+        (lambda t: [t["ts"].in_list([10, 390])], lambda h, ts: ts in (10, 390), 6),  # IN prunes by its min..max
+        (lambda t: [t["ts"] >= 200, t["ts"] < 300], lambda h, ts: False, 0),  # only the range gap
+        (lambda t: [t["host"].is_null()], lambda h, ts: False, 0),  # key columns are NOT NULL
+        (lambda t: [t["metric"] >= 350.0], lambda h, ts: ts >= 350, 6),  # value column: no pruning
+        (lambda t: [t["flag"] == True], lambda h, ts: ts % 20 == 0, 6),  # noqa: E712
+        (lambda t: [t["note"].is_null()], lambda h, ts: ts % 30 == 0, 6),
+        (lambda t: [t["note"].is_not_null(), t["ts"] < 60], lambda h, ts: ts % 30 != 0 and ts < 60, 2),
+        (lambda t: [t["note"].in_list(["n10", "n20", "nope"])], lambda h, ts: ts in (10, 20), 6),
+        (lambda t: [t["host"] >= "h2", t["ts"] < 20], lambda h, ts: h >= "h2" and ts < 20, 2),
+    ],
+)
+def test_predicates_of_every_kind_and_partition_pruning(
+    range_table: Table, preds: Any, expect: Any, tablets: Any
+) -> None:
     sc = range_table.scanner().add_predicates(preds(range_table)).set_projected_column_names(["host", "ts"])
     sc.open()
     assert scanned_tablets(sc) == (tablets(range_table) if callable(tablets) else tablets)
@@ -541,9 +659,11 @@ def test_xbatches_reads_one_batch_ahead_and_stops_cleanly(range_table: Table) ->
 
 def test_to_arrow_reads_tablets_concurrently_in_the_sequential_order(range_table: Table) -> None:
     t = range_table
-    for make in (lambda: t.scanner().set_batch_size_bytes(200),
-                 lambda: t.scanner().set_fault_tolerant().set_projected_column_names(["metric", "ts"]),
-                 lambda: t.scanner().add_predicate(t["ts"] >= 100)):
+    for make in (
+        lambda: t.scanner().set_batch_size_bytes(200),
+        lambda: t.scanner().set_fault_tolerant().set_projected_column_names(["metric", "ts"]),
+        lambda: t.scanner().add_predicate(t["ts"] >= 100),
+    ):
         sequential = [b for b in make().open().xbatches()]
         want = pa.concat_tables(sequential) if sequential else None
         sc = make().open()
@@ -598,20 +718,26 @@ def test_read_at_snapshot_in_the_past_does_not_see_later_writes(client: kudu.Cli
     s.flush()
     before = {k: (k, "before", 7) for k in range(10)}
     latest = rows_of(t)
-    assert latest == {0: (0, "changed", 7), **{k: (k, "before", 7) for k in range(2, 10)},
-                      **{k: (k, "after", 7) for k in range(10, 20)}}
-    for sc in (t.scanner().set_snapshot(snap_micros),
-               t.scanner().set_snapshot(dt.datetime.fromtimestamp(snap_micros / 1e6, UTC)),
-               t.scanner().set_read_mode(kudu.READ_AT_SNAPSHOT).set_snapshot_raw(after_first),
-               t.scanner().set_fault_tolerant().set_snapshot(snap_micros).set_batch_size_bytes(64)):
+    assert latest == {
+        0: (0, "changed", 7),
+        **{k: (k, "before", 7) for k in range(2, 10)},
+        **{k: (k, "after", 7) for k in range(10, 20)},
+    }
+    for sc in (
+        t.scanner().set_snapshot(snap_micros),
+        t.scanner().set_snapshot(dt.datetime.fromtimestamp(snap_micros / 1e6, UTC)),
+        t.scanner().set_read_mode(kudu.READ_AT_SNAPSHOT).set_snapshot_raw(after_first),
+        t.scanner().set_fault_tolerant().set_snapshot(snap_micros).set_batch_size_bytes(64),
+    ):
         assert {r[0]: r for r in sc.open().read_all_tuples()} == before
     # A snapshot scan with no timestamp reads every tablet at the one time the first tablet picked.
     sc = t.scanner().set_read_mode(kudu.READ_AT_SNAPSHOT).open()
     assert {r[0] for r in sc.read_all_tuples()} == set(latest)
 
 
-def test_read_your_writes_sees_own_writes_on_any_replica_and_across_clients(client: kudu.Client,
-                                                                          cluster: MiniCluster) -> None:
+def test_read_your_writes_sees_own_writes_on_any_replica_and_across_clients(
+    client: kudu.Client, cluster: MiniCluster
+) -> None:
     t = create_kv(client, buckets=2)
     s = client.new_session(flush_mode=kudu.FLUSH_AUTO_SYNC)
     for k in range(8):
@@ -652,19 +778,27 @@ def read_tokens_elsewhere(cluster: MiniCluster, tokens: list[bytes]) -> list[lis
     import json
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-c", TOKEN_READER, cluster.master_addresses], env=env, cwd=str(REPO),
-                       input="\n".join(base64.b64encode(t).decode() for t in tokens), capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", TOKEN_READER, cluster.master_addresses],
+        env=env,
+        cwd=str(REPO),
+        input="\n".join(base64.b64encode(t).decode() for t in tokens),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return [[tuple(row) for row in rows] for rows in json.loads(r.stdout)]
 
 
-def test_scan_tokens_serialised_and_read_in_another_process(client: kudu.Client, cluster: MiniCluster,
-                                                            range_table: Table) -> None:
+def test_scan_tokens_serialised_and_read_in_another_process(
+    client: kudu.Client, cluster: MiniCluster, range_table: Table
+) -> None:
     t = range_table
     b = t.scan_token_builder()
     b.set_projected_column_names(["host", "ts", "note"]).add_predicate(t["ts"] >= 50).add_predicate(
-        t["note"].is_not_null()).set_batch_size_bytes(256).set_timeout_millis(20_000)
+        t["note"].is_not_null()
+    ).set_batch_size_bytes(256).set_timeout_millis(20_000)
     tokens = b.build()
     assert len(tokens) == 6  # ts >= 50 prunes nothing here: [0,100) still holds 50..90
     assert all(isinstance(tok.tablet, kudu.client.Tablet) and tok.hosts() == ["127.0.0.1"] for tok in tokens)
@@ -672,8 +806,14 @@ def test_scan_tokens_serialised_and_read_in_another_process(client: kudu.Client,
     local = [sorted(tok.into_kudu_scanner().open().read_all_tuples()) for tok in tokens]
     remote = read_tokens_elsewhere(cluster, [tok.serialize() for tok in tokens])
     assert [sorted(r) for r in remote] == local
-    expected = sorted(t.scanner().set_projected_column_names(["host", "ts", "note"]).add_predicate(t["ts"] >= 50)
-                      .add_predicate(t["note"].is_not_null()).open().read_all_tuples())
+    expected = sorted(
+        t.scanner()
+        .set_projected_column_names(["host", "ts", "note"])
+        .add_predicate(t["ts"] >= 50)
+        .add_predicate(t["note"].is_not_null())
+        .open()
+        .read_all_tuples()
+    )
     merged = sorted(r for rows in remote for r in rows)
     assert merged == expected and len(merged) == len(set(merged)) > 0
     # Primary-key bounds travel in the tokens: together they read exactly the rows inside them.
@@ -682,8 +822,7 @@ def test_scan_tokens_serialised_and_read_in_another_process(client: kudu.Client,
     assert [r[:2] for r in rows] == [r for r in RANGE_ROWS if r[0] == "h1"]
 
 
-def test_snapshot_scan_tokens_read_at_build_time_in_another_process(client: kudu.Client,
-                                                                    cluster: MiniCluster) -> None:
+def test_snapshot_scan_tokens_read_at_build_time_in_another_process(client: kudu.Client, cluster: MiniCluster) -> None:
     t = create_kv(client, buckets=2)
     s = client.new_session()
     for k in range(20):
@@ -712,8 +851,12 @@ def test_a_garbage_token_is_refused_by_the_client(client: kudu.Client) -> None:
 
 
 def range_kv(client: kudu.Client, prefix: str = "alter") -> Table:
-    part = kudu.Partitioning().add_hash_partitions(["key"], 2).set_range_partition_columns(["key"]) \
+    part = (
+        kudu.Partitioning()
+        .add_hash_partitions(["key"], 2)
+        .set_range_partition_columns(["key"])
         .add_range_partition(0, 100)
+    )
     return client.create_table(unique(prefix), kv_schema(), part, n_replicas=3)
 
 
@@ -773,13 +916,18 @@ def test_ranges_with_their_own_hash_schema_create_alter_write_and_read(client: k
     """kudu-python's per-range hash schemas (Kudu 1.17): RangePartition(...).add_hash_partitions(...) at
     create time and through the alterer; rows route to the range's own buckets, scans and point reads
     find them, pruning counts the range's buckets, and dropping the range drops its hash schema too."""
-    part = (kudu.Partitioning().add_hash_partitions(["key"], 2).set_range_partition_columns(["key"])
-            .add_range_partition(0, 100)
-            .add_custom_range_partition(kudu.RangePartition(100, 200).add_hash_partitions(["key"], 4, seed=7)))
+    part = (
+        kudu.Partitioning()
+        .add_hash_partitions(["key"], 2)
+        .set_range_partition_columns(["key"])
+        .add_range_partition(0, 100)
+        .add_custom_range_partition(kudu.RangePartition(100, 200).add_hash_partitions(["key"], 4, seed=7))
+    )
     t = client.create_table(unique("custom_hash"), kv_schema(), part, n_replicas=3)
     assert len(t.scan_token_builder().build()) == 2 + 4
-    assert [(r.hash_dimensions[0].num_buckets, r.hash_dimensions[0].seed) for r in t.partition_schema.custom_ranges] \
-        == [(4, 7)]
+    assert [
+        (r.hash_dimensions[0].num_buckets, r.hash_dimensions[0].seed) for r in t.partition_schema.custom_ranges
+    ] == [(4, 7)]
     s = client.new_session()
     for k in range(0, 200, 5):
         s.apply(t.new_insert({"key": k, "val": f"v{k}", "n": k}))
@@ -792,8 +940,11 @@ def test_ranges_with_their_own_hash_schema_create_alter_write_and_read(client: k
     tablets_of = {tok.tablet.tablet_id for tok in t.scan_token_builder().add_predicate(t["key"] >= 100).build()}
     assert len(tablets_of) == 4  # the rows of [100, 200) are spread over its own 4 buckets
 
-    t2 = (client.new_table_alterer(t)
-          .add_custom_range_partition(kudu.RangePartition(200, 300).add_hash_partitions(["key"], 3)).alter())
+    t2 = (
+        client.new_table_alterer(t)
+        .add_custom_range_partition(kudu.RangePartition(200, 300).add_hash_partitions(["key"], 3))
+        .alter()
+    )
     assert len(t2.scan_token_builder().build()) == 2 + 4 + 3
     s.apply(t2.new_insert({"key": 250, "val": "third", "n": 1}))
     s.flush()
@@ -806,10 +957,12 @@ def test_ranges_with_their_own_hash_schema_create_alter_write_and_read(client: k
         client.new_table_alterer(t3).add_custom_range_partition(kudu.RangePartition(300, 400))
     with pytest.raises(kudu.KuduInvalidArgument, match="'val' is not a primary key column"):
         client.new_table_alterer(t3).add_custom_range_partition(
-            kudu.RangePartition(300, 400).add_hash_partitions(["val"], 2)).alter()
+            kudu.RangePartition(300, 400).add_hash_partitions(["val"], 2)
+        ).alter()
     with pytest.raises(kudu.KuduInvalidArgument, match="overlap"):
         client.new_table_alterer(t3).add_custom_range_partition(
-            kudu.RangePartition(250, 400).add_hash_partitions(["key"], 2)).alter()
+            kudu.RangePartition(250, 400).add_hash_partitions(["key"], 2)
+        ).alter()
     assert len(client.table(t3.name).scan_token_builder().build()) == 2 + 3  # nothing changed
 
 
@@ -1001,11 +1154,13 @@ def test_scanning_a_deleted_table_fails_at_once(client: kudu.Client) -> None:
 
 
 def test_expired_scanners_resume_when_fault_tolerant_and_keep_alive_keeps_them(mini_cluster_factory: Any) -> None:
-    c = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST,
-                             tserver_flags=["--scanner-ttl-ms", "2000"])
+    c = mini_cluster_factory(
+        num_masters=1, num_tservers=3, extra_flags=FAST, tserver_flags=["--scanner-ttl-ms", "2000"]
+    )
     with kudu.connect(c.master_addresses) as client:
-        t = client.create_table(unique("expiry"), kv_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                n_replicas=3)
+        t = client.create_table(
+            unique("expiry"), kv_schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         s = client.new_session()
         for k in range(2000):
             s.apply(t.new_insert({"key": k, "val": "x" * 50}))

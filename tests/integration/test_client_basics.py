@@ -66,8 +66,14 @@ def test_ddl_writes_errors_metrics_and_scans(client: kudu.Client) -> None:
     s.apply(t.new_upsert((5, "ups")))
     s.flush()
     m = s.get_write_op_metrics()
-    assert (m["successful_inserts"], m["successful_updates"], m["successful_deletes"], m["successful_upserts"],
-            m["insert_ignore_errors"], m["delete_ignore_errors"]) == (100, 1, 1, 1, 1, 1)
+    assert (
+        m["successful_inserts"],
+        m["successful_updates"],
+        m["successful_deletes"],
+        m["successful_upserts"],
+        m["insert_ignore_errors"],
+        m["delete_ignore_errors"],
+    ) == (100, 1, 1, 1, 1, 1)
     assert s.apply_arrow(t, pa.table({"key": pa.array(range(1000, 3000), pa.int64())}), "upsert") == 2000
     rows = sorted(t.scanner().add_predicate(t["key"] < 6).open().read_all_tuples())
     assert rows == [(0, "v0", 7), (1, "v1", 7), (2, "upd", 7), (4, "v4", 7), (5, "ups", 7)]
@@ -113,8 +119,14 @@ def test_scan_tokens_work_in_another_process(client: kudu.Client, cluster: MiniC
         print(n)
         c.close()
     """)
-    out = subprocess.run([sys.executable, "-c", code], input="\n".join(tok.serialize().hex() for tok in tokens),
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input="\n".join(tok.serialize().hex() for tok in tokens),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert int(out.stdout.strip()) == 2000
     with pytest.raises(kudu.KuduInvalidArgument, match="not a scan token"):
         client.deserialize_token_into_scanner(b"garbage")
@@ -124,8 +136,11 @@ def test_alter_table_and_a_write_built_on_the_old_schema(client: kudu.Client) ->
     b = kudu.schema_builder()
     b.add_column("day", kudu.date, nullable=False).primary_key()
     b.add_column("amount", kudu.decimal, precision=10, scale=2)
-    part = kudu.Partitioning().set_range_partition_columns(["day"]).add_range_partition(
-        {"day": dt.date(2026, 1, 1)}, {"day": dt.date(2026, 2, 1)})
+    part = (
+        kudu.Partitioning()
+        .set_range_partition_columns(["day"])
+        .add_range_partition({"day": dt.date(2026, 1, 1)}, {"day": dt.date(2026, 2, 1)})
+    )
     t = client.create_table("alter_me", b.build(), part, n_replicas=3)
     s = client.new_session()
     s.apply(t.new_insert({"day": dt.date(2026, 1, 5), "amount": Decimal("1.25")}))
@@ -152,8 +167,9 @@ def test_alter_table_and_a_write_built_on_the_old_schema(client: kudu.Client) ->
 
 async def test_async_client(cluster: MiniCluster) -> None:
     async with await kudu_async.aio.connect(cluster.master_addresses.split(",")) as c:
-        t = await c.create_table("async_t", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                 n_replicas=3)
+        t = await c.create_table(
+            "async_t", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         s = c.new_session(flush_mode=kudu.FLUSH_AUTO_BACKGROUND)
         for i in range(500):
             await s.apply(t.new_upsert({"key": i, "val": str(i)}))
@@ -177,8 +193,9 @@ async def test_point_reads_stay_linearizable_while_rows_move_from_memory_to_file
 
 async def test_point_reads_stay_linearizable_without_a_block_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The same with every rowset file memory-mapped: lookups of flushed rows go to workers."""
-    with MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path / "c",
-                     tserver_flags=["--block-cache-capacity-mb", "0"]) as c:
+    with MiniCluster(
+        num_masters=1, num_tservers=3, base_dir=tmp_path / "c", tserver_flags=["--block-cache-capacity-mb", "0"]
+    ) as c:
         await _check_point_reads_linearizable(c, both_paths=True)
         assert c.tserver_metric_totals(["block_cache_usage"], "server") == {"block_cache_usage": 0}
 
@@ -190,8 +207,9 @@ async def _check_point_reads_linearizable(cluster: MiniCluster, both_paths: bool
     from kudu_async.rpc.client import RpcClient
 
     async with await kudu_async.aio.connect(cluster.master_addresses.split(",")) as c:
-        t = await c.create_table("moving_rows", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                 n_replicas=3)
+        t = await c.create_table(
+            "moving_rows", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         tablets = [tok.tablet.tablet_id for tok in await t.scan_token_builder().build()]
         inserted: set[int] = set()
         updated: set[int] = set()
@@ -251,11 +269,14 @@ async def _check_point_reads_linearizable(cluster: MiniCluster, both_paths: bool
 
 
 def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path / "c") as c, \
-            kudu.connect(c.master_addresses.split(",")) as client:
+    with (
+        MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path / "c") as c,
+        kudu.connect(c.master_addresses.split(",")) as client,
+    ):
         # one tablet, so the kill hits the leader of every write
-        t = client.create_table("failover", _schema(), kudu.Partitioning().set_range_partition_columns([]),
-                                n_replicas=3)
+        t = client.create_table(
+            "failover", _schema(), kudu.Partitioning().set_range_partition_columns([]), n_replicas=3
+        )
         s = client.new_session(timeout_ms=30_000)
         acked = 0
         for batch in range(20):
@@ -273,8 +294,14 @@ def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:  # type: ignor
 
 
 def test_owner_and_comment_are_kept_and_altered(client: kudu.Client) -> None:
-    t = client.create_table("owned", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                            n_replicas=1, owner="alice", comment="first")
+    t = client.create_table(
+        "owned",
+        _schema(),
+        kudu.Partitioning().add_hash_partitions(["key"], 2),
+        n_replicas=1,
+        owner="alice",
+        comment="first",
+    )
     assert (t.owner, t.comment) == ("alice", "first")
     t = client.new_table_alterer(t).set_owner("bob").set_comment("second").alter()
     assert (t.owner, t.comment) == ("bob", "second")
@@ -285,8 +312,9 @@ def test_owner_and_comment_are_kept_and_altered(client: kudu.Client) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match="'comment' must be a string of at most 256"):
         client.new_table_alterer(t).set_comment("x" * 257).alter()
     with pytest.raises(kudu.KuduInvalidArgument, match="'owner' must be a string of at most 128"):
-        client.create_table("owned2", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                            n_replicas=1, owner="o" * 129)
+        client.create_table(
+            "owned2", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=1, owner="o" * 129
+        )
     client.delete_table("owned")
 
 
@@ -306,13 +334,23 @@ def test_a_program_exiting_with_unflushed_operations_is_told(cluster: MiniCluste
         @FLUSH@
     """)
     env = {"PYTHONPATH": str(Path(kudu.__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"}
-    left = subprocess.run([sys.executable, "-c", script.replace("@START@", "0").replace("@FLUSH@", "")],
-                          capture_output=True, text=True, timeout=60, env=env)
+    left = subprocess.run(
+        [sys.executable, "-c", script.replace("@START@", "0").replace("@FLUSH@", "")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert left.returncode == 0, left.stderr
     assert "10 operation(s) buffered in a session that was never flushed or closed: they are dropped" in left.stderr
     assert "Task was destroyed" not in left.stderr
-    done = subprocess.run([sys.executable, "-c", script.replace("@START@", "100").replace("@FLUSH@", "s.flush()")],
-                          capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", script.replace("@START@", "100").replace("@FLUSH@", "s.flush()")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     keys = sorted(r[0] for r in client.table(name).scanner().open().read_all_tuples())
     assert keys == list(range(100, 110))

@@ -84,8 +84,9 @@ class Writer(threading.Thread):
 def test_kill_a_tablet_leader_during_session_writes(mini_cluster_factory: Any) -> None:
     cluster = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST)
     with kudu.connect(cluster.master_addresses) as client:
-        t = client.create_table("writes_under_fire", schema(), kudu.Partitioning().add_hash_partitions(["key"], 3),
-                                n_replicas=3)
+        t = client.create_table(
+            "writes_under_fire", schema(), kudu.Partitioning().add_hash_partitions(["key"], 3), n_replicas=3
+        )
         w = Writer(client, t)
         w.start()
         wait_for(lambda: w.flushes >= 10 or w.error, 30, "ten acknowledged batches")
@@ -108,8 +109,9 @@ def test_kill_a_tablet_leader_during_session_writes(mini_cluster_factory: Any) -
 def test_kill_the_server_a_fault_tolerant_scan_reads_from(mini_cluster_factory: Any) -> None:
     cluster = mini_cluster_factory(num_masters=1, num_tservers=3, extra_flags=FAST)
     with kudu.connect(cluster.master_addresses) as client:
-        t = client.create_table("scan_under_fire", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                n_replicas=3)
+        t = client.create_table(
+            "scan_under_fire", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         s = client.new_session()
         n = 4000
         for k in range(n):
@@ -159,8 +161,9 @@ def test_kill_the_server_a_fault_tolerant_scan_reads_from(mini_cluster_factory: 
 def test_leader_master_failover_during_ddl_and_writes(mini_cluster_factory: Any) -> None:
     cluster = mini_cluster_factory(num_masters=3, num_tservers=3, extra_flags=FAST)
     with kudu.connect(cluster.master_addresses) as client:
-        t = client.create_table("ddl_failover", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                n_replicas=3)
+        t = client.create_table(
+            "ddl_failover", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         w = Writer(client, t)
         w.start()
         wait_for(lambda: w.flushes >= 5 or w.error, 30, "five acknowledged batches")
@@ -168,8 +171,9 @@ def test_leader_master_failover_during_ddl_and_writes(mini_cluster_factory: Any)
         old = node_at(cluster, leader["rpc_address"])
         cluster.kill_node(old)
 
-        other = client.create_table("after_failover", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                                    n_replicas=3)
+        other = client.create_table(
+            "after_failover", schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         new_leader = next(m for m in client.list_masters() if m["role"] == "LEADER")
         assert new_leader["rpc_address"] != old.rpc_address
         alt = client.new_table_alterer(t)
@@ -209,9 +213,17 @@ def test_a_snapshot_read_on_a_new_leader_sees_what_the_old_one_committed(mini_cl
             async def go() -> None:
                 for ts in cluster.tservers:
                     if ts.is_running():
-                        rules = [{"action": "delay", "src": "*", "dst": o.rpc_address, "delay_ms": 1000}
-                                 for o in cluster.tservers if o is not ts] if on else []
+                        rules = (
+                            [
+                                {"action": "delay", "src": "*", "dst": o.rpc_address, "delay_ms": 1000}
+                                for o in cluster.tservers
+                                if o is not ts
+                            ]
+                            if on
+                            else []
+                        )
                         await rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": rules})
+
             client._run(go())
 
         def new_leader() -> str | None:
@@ -222,6 +234,7 @@ def test_a_snapshot_read_on_a_new_leader_sees_what_the_old_one_committed(mini_cl
                         if st.get("role") == "LEADER":
                             return ts.rpc_address
                 return None
+
             return client._run(go())
 
         set_faults(True)
@@ -254,8 +267,10 @@ def test_a_snapshot_read_on_a_replaced_leader_is_not_stale(mini_cluster_factory:
         s.flush()
         time.sleep(1.2)  # heartbeat rounds give the leader its lease
         others = [ts for ts in cluster.tservers if ts is not old]
-        rules = [{"action": "drop", "src": "*", "dst": old.rpc_address},
-                 {"action": "drop", "src": old.name, "dst": "*"}]
+        rules = [
+            {"action": "drop", "src": "*", "dst": old.rpc_address},
+            {"action": "drop", "src": old.name, "dst": "*"},
+        ]
 
         async def set_rules(rs: list[dict[str, Any]]) -> None:
             for ts in others:
@@ -265,8 +280,11 @@ def test_a_snapshot_read_on_a_replaced_leader_is_not_stale(mini_cluster_factory:
         cluster.pause_node(old)
         try:
             t2 = client.table(t.name)
-            wait_for(lambda: locations(client, t2).tablets[0].leader_address not in (None, old.rpc_address), 30,
-                     "a new leader")
+            wait_for(
+                lambda: locations(client, t2).tablets[0].leader_address not in (None, old.rpc_address),
+                30,
+                "a new leader",
+            )
             s2 = client.new_session(timeout_ms=30_000)
             s2.apply(t2.new_update({"key": 1, "val": "new"}))
             s2.flush()

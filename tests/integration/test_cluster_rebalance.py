@@ -35,8 +35,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
     try:
         create_kv_table(c, "rebal", 6, ROWS)
         c.add_tserver()
-        wait_for(lambda: sum(1 for d in _admin_json(c, "tserver", "list") if d["live"]) == 4, 30,
-              "the new tablet server to register")
+        wait_for(
+            lambda: sum(1 for d in _admin_json(c, "tserver", "list") if d["live"]) == 4,
+            30,
+            "the new tablet server to register",
+        )
         yield c
     finally:
         c.shutdown()
@@ -44,6 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
 
 def _view(cluster: MiniCluster) -> rebalancer_tool.ClusterView:
     """The placement as the rebalancer sees it (fresh from the replicas' own reports)."""
+
     async def go() -> rebalancer_tool.ClusterView:
         client = AsyncClient(master_addresses(cluster.master_addresses.split(","), None))
         try:
@@ -56,8 +60,9 @@ def _view(cluster: MiniCluster) -> rebalancer_tool.ClusterView:
 
 def _row_count(cluster: MiniCluster) -> int:
     with kudu.connect(cluster.master_addresses.split(",")) as client:
-        keys = [r[0] for r in client.table("rebal").scanner().set_projected_column_names(["key"]).open()
-                .read_all_tuples()]
+        keys = [
+            r[0] for r in client.table("rebal").scanner().set_projected_column_names(["key"]).open().read_all_tuples()
+        ]
     assert len(keys) == len(set(keys))
     return len(keys)
 
@@ -144,8 +149,9 @@ def test_leaders_piled_on_one_server_are_spread(cluster: MiniCluster) -> None:
             for t in view.placement.tablets:
                 if pile in t.voters and t.leader != pile:
                     assert t.leader is not None
-                    await replica_util.transfer_leadership(client.rpc, view.addresses[t.leader], t.tablet_id, pile,
-                                                           view.addresses[pile], 10.0)
+                    await replica_util.transfer_leadership(
+                        client.rpc, view.addresses[t.leader], t.tablet_id, pile, view.addresses[pile], 10.0
+                    )
         finally:
             await client.close()
 
@@ -167,6 +173,7 @@ def test_leaders_piled_on_one_server_are_spread(cluster: MiniCluster) -> None:
 
 def test_refuses_to_start_on_an_unhealthy_cluster(cluster: MiniCluster) -> None:
     """Last: it stops a tablet server."""
+
     def voters() -> dict[str, frozenset[str]]:
         return {t.tablet_id: t.voters for t in _view(cluster).placement.tablets}
 

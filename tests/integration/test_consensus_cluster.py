@@ -77,8 +77,9 @@ class KV:
                 if addr is None:
                     continue
                 try:
-                    await self.rpc.call(addr, "TestKV", "Put", {"group": self.group, "key": key, "value": value},
-                                        timeout_s=2.0)
+                    await self.rpc.call(
+                        addr, "TestKV", "Put", {"group": self.group, "key": key, "value": value}, timeout_s=2.0
+                    )
                     self.leader = addr
                     return
                 except KuduNotTheLeader as e:
@@ -112,8 +113,9 @@ class KV:
 
 @pytest.fixture
 async def kv_cluster(tmp_path: Path) -> AsyncIterator[tuple[MiniCluster, KV]]:
-    cluster = MiniCluster(1, 3, base_dir=tmp_path / "c", tserver_flags=["--enable-test-kv", "true",
-                                                                        "--enable-fault-injection", "true"])
+    cluster = MiniCluster(
+        1, 3, base_dir=tmp_path / "c", tserver_flags=["--enable-test-kv", "true", "--enable-fault-injection", "true"]
+    )
     await asyncio.get_running_loop().run_in_executor(None, cluster.start)
     kv = KV(cluster)
     try:
@@ -221,18 +223,21 @@ async def test_minority_partition_cannot_commit_and_logs_converge_after_heal(kv_
     names = [ts.name for ts in cluster.tservers]
     isolated = leader
     # Cut the leader off from the other tservers, both directions.
-    rules = [{"action": "drop", "src": isolated.name, "dst": ts.rpc_address} for ts in cluster.tservers
-             if ts is not isolated]
+    rules = [
+        {"action": "drop", "src": isolated.name, "dst": ts.rpc_address} for ts in cluster.tservers if ts is not isolated
+    ]
     rules += [{"action": "drop", "src": n, "dst": isolated.rpc_address} for n in names if n != isolated.name]
     for ts in cluster.tservers:
         await kv.rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": rules})
     with pytest.raises(RETRYABLE):
-        await kv.rpc.call(isolated.rpc_address, "TestKV", "Put", {"group": GROUP, "key": "minority", "value": "x"},
-                          timeout_s=3.0)
+        await kv.rpc.call(
+            isolated.rpc_address, "TestKV", "Put", {"group": GROUP, "key": "minority", "value": "x"}, timeout_s=3.0
+        )
     majority = [ts for ts in cluster.tservers if ts is not isolated]
     new_leader = await kv.wait_leader(among=majority, timeout_s=10.0)
-    await kv.rpc.call(new_leader.rpc_address, "TestKV", "Put", {"group": GROUP, "key": "majority", "value": "y"},
-                      timeout_s=5.0)
+    await kv.rpc.call(
+        new_leader.rpc_address, "TestKV", "Put", {"group": GROUP, "key": "majority", "value": "y"}, timeout_s=5.0
+    )
     for ts in cluster.tservers:
         await kv.rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": []})
     await kv.wait_converged(timeout_s=20)
@@ -345,19 +350,27 @@ async def test_kudu_admin_steps_down_and_transfers_leadership(kv_cluster) -> Non
     target = next(ts for ts in cluster.tservers if ts is not leader)
 
     def admin(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kudu_async.tools.admin", *args], capture_output=True,
-                              text=True, timeout=30)
+        return subprocess.run(
+            [sys.executable, "-m", "kudu_async.tools.admin", *args], capture_output=True, text=True, timeout=30
+        )
 
     r = await asyncio.get_running_loop().run_in_executor(
-        None, admin, "tablet", "transfer-leadership", GROUP, target.uuid, "--servers", servers)
+        None, admin, "tablet", "transfer-leadership", GROUP, target.uuid, "--servers", servers
+    )
     assert r.returncode == 0, r.stderr
     new = await kv.wait_leader(among=[target], timeout_s=10)
     assert new is target
     r = await asyncio.get_running_loop().run_in_executor(
-        None, admin, "tablet", "leader-step-down", GROUP, "--servers", servers)
+        None, admin, "tablet", "leader-step-down", GROUP, "--servers", servers
+    )
     assert r.returncode == 0, r.stderr
-    state = json.loads((await asyncio.get_running_loop().run_in_executor(
-        None, admin, "tablet", "raft-state", GROUP, "--servers", servers)).stdout)
+    state = json.loads(
+        (
+            await asyncio.get_running_loop().run_in_executor(
+                None, admin, "tablet", "raft-state", GROUP, "--servers", servers
+            )
+        ).stdout
+    )
     assert set(state) == {ts.rpc_address for ts in cluster.tservers}
     await kv.put("after-admin", "1")  # a leader is back and the group takes writes
 
@@ -383,8 +396,9 @@ async def test_a_resumed_paused_leader_does_not_serve_stale_lease_reads(kv_clust
     finally:
         cluster.resume_node(old)
     try:
-        got = await kv.rpc.call(old.rpc_address, "TestKV", "Get", {"group": GROUP, "key": "k", "linearizable": True},
-                                timeout_s=5.0)
+        got = await kv.rpc.call(
+            old.rpc_address, "TestKV", "Get", {"group": GROUP, "key": "k", "linearizable": True}, timeout_s=5.0
+        )
     except RETRYABLE:
         got = None  # refusing (or timing out) is right: it cannot confirm that it still leads
     assert got is None or got["value"] == "new", f"stale read from the resumed old leader: {got}"

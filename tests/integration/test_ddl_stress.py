@@ -13,9 +13,17 @@ pytestmark = pytest.mark.integration  # not 'slow': CI runs this short version
 @pytest.mark.timeout(420)
 async def test_ddl_under_leader_master_kills_loses_nothing_and_applies_nothing_twice(mini_cluster_factory) -> None:
     cluster = mini_cluster_factory(num_masters=3, num_tservers=3)
-    config = DdlStressConfig(duration_s=35.0, workers=3, tables_per_worker=3, hash_buckets=2,
-                             kill_every_s=(3.0, 5.0), restart_after_s=(0.3, 1.0), ddl_timeout_s=30.0,
-                             resend_probability=0.15, settle_timeout_s=120.0)
+    config = DdlStressConfig(
+        duration_s=35.0,
+        workers=3,
+        tables_per_worker=3,
+        hash_buckets=2,
+        kill_every_s=(3.0, 5.0),
+        restart_after_s=(0.3, 1.0),
+        ddl_timeout_s=30.0,
+        resend_probability=0.15,
+        settle_timeout_s=120.0,
+    )
     report = await run_ddl_stress(cluster, config, progress=print)
     print("\n" + "\n".join(report.lines()))
     assert report.violations == []

@@ -24,8 +24,9 @@ from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import INSERT, UPDATE, TabletClient
 
 pytestmark = pytest.mark.integration
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"),
-                 ColumnSchema("n", "int32")], 1)
+SCHEMA = Schema(
+    [ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"), ColumnSchema("n", "int32")], 1
+)
 
 
 @pytest.fixture
@@ -37,8 +38,13 @@ async def rpc() -> AsyncIterator[RpcClient]:
 
 def rows(keys: list[int], n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array(keys, pa.int64()), pa.array([f"v{k}" for k in keys], pa.string()),
-         pa.array([n] * len(keys), pa.int32())], schema=SCHEMA.to_arrow())
+        [
+            pa.array(keys, pa.int64()),
+            pa.array([f"v{k}" for k in keys], pa.string()),
+            pa.array([n] * len(keys), pa.int32()),
+        ],
+        schema=SCHEMA.to_arrow(),
+    )
 
 
 class Writes:
@@ -49,10 +55,16 @@ class Writes:
         self.client_id = uuid.uuid4().hex
 
     def req(self, seq: int, batch: pa.RecordBatch, op: int, first: int | None = None) -> dict[str, Any]:
-        return {"tablet_id": self.tablet_id, "schema_version": 0,
-                "request_id": {"client_id": self.client_id, "seq_no": seq,
-                               "first_incomplete_seq_no": seq if first is None else first},
-                **encode_row_operations(batch, [op] * batch.num_rows)}
+        return {
+            "tablet_id": self.tablet_id,
+            "schema_version": 0,
+            "request_id": {
+                "client_id": self.client_id,
+                "seq_no": seq,
+                "first_incomplete_seq_no": seq if first is None else first,
+            },
+            **encode_row_operations(batch, [op] * batch.num_rows),
+        }
 
 
 async def values(tc: TabletClient) -> dict[int, int]:
@@ -114,8 +126,9 @@ async def test_a_write_sent_twice_to_the_leader_is_applied_once(mini_cluster_fac
     assert [e["code"] for e in plain["row_errors"]] == ["ALREADY_PRESENT"] * 10
 
 
-async def test_a_write_resent_to_the_new_leader_after_a_kill_is_applied_once(mini_cluster_factory: Any,
-                                                                              rpc: RpcClient) -> None:
+async def test_a_write_resent_to_the_new_leader_after_a_kill_is_applied_once(
+    mini_cluster_factory: Any, rpc: RpcClient
+) -> None:
     cluster = mini_cluster_factory(num_masters=1, num_tservers=3)
     tc, leader = await start_tablet(cluster, rpc, "eo-failover")
     w = Writes(tc.tablet_id)
@@ -161,17 +174,26 @@ def test_a_session_insert_whose_first_attempt_timed_out_is_applied_once(mini_clu
     b.add_column("key", kudu.int64, nullable=False).primary_key()
     b.add_column("val", kudu.string)
     with kudu.connect(cluster.master_addresses) as admin:
-        t = admin.create_table("eo_session", b.build(), kudu.Partitioning().add_hash_partitions(["key"], 2),
-                               n_replicas=3)
+        t = admin.create_table(
+            "eo_session", b.build(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+        )
         locs = admin._run(admin._async.meta.locations(t.id, Deadline(10.0, "locations"), refresh=True))
         tablet_ids = [tab.tablet_id for tab in locs.tablets]
 
         def set_rules(slow: bool) -> None:
             async def go() -> None:
                 for ts in cluster.tservers:
-                    rules = [{"action": "delay", "src": "*", "dst": other.rpc_address, "delay_ms": 450}
-                             for other in cluster.tservers if other is not ts] if slow else []
+                    rules = (
+                        [
+                            {"action": "delay", "src": "*", "dst": other.rpc_address, "delay_ms": 450}
+                            for other in cluster.tservers
+                            if other is not ts
+                        ]
+                        if slow
+                        else []
+                    )
                     await admin._async.rpc.call(ts.rpc_address, "Generic", "SetFaults", {"rules": rules})
+
             admin._run(go())
 
         with kudu.connect(cluster.master_addresses, rpc_timeout_ms=300) as client:
@@ -196,8 +218,9 @@ def test_a_session_insert_whose_first_attempt_timed_out_is_applied_once(mini_clu
         assert duplicates >= 1, "no retry reached a tablet server: the test did not exercise a retry"
 
 
-async def test_a_write_flushed_before_a_full_restart_is_still_applied_once(mini_cluster_factory: Any,
-                                                                            rpc: RpcClient) -> None:
+async def test_a_write_flushed_before_a_full_restart_is_still_applied_once(
+    mini_cluster_factory: Any, rpc: RpcClient
+) -> None:
     """Every replica flushes the writes to its files and every tablet server restarts: the writes are not
     applied again at bootstrap, so their results come from their WAL entries; a resend of each is answered
     with the first attempt's result (no ALREADY_PRESENT, and the earlier update does not overwrite the
@@ -214,8 +237,9 @@ async def test_a_write_flushed_before_a_full_restart_is_still_applied_once(mini_
     await rpc.call(leader, "TabletServer", "Write", w.req(4, rows([3], 200), UPDATE, first=1))
     for ts in cluster.tservers:  # every replica holds the four writes (entries 2-5) in its files
         deadline = time.monotonic() + 20
-        while (await rpc.call(ts.rpc_address, "TabletServer", "FlushTablet",
-                              {"tablet_id": tc.tablet_id}))["last_flushed_log_index"] < 5:
+        while (await rpc.call(ts.rpc_address, "TabletServer", "FlushTablet", {"tablet_id": tc.tablet_id}))[
+            "last_flushed_log_index"
+        ] < 5:
             assert time.monotonic() < deadline, f"{ts.name} never applied the writes"
             await asyncio.sleep(0.1)
 

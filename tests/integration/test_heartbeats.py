@@ -39,9 +39,11 @@ def all_live(cluster: MiniCluster, master: NodeProcess) -> bool:
 
 
 async def test_master_tracks_tservers_through_kill_restart_and_its_own_restart(
-        mini_cluster_factory: type[MiniCluster]) -> None:
-    cluster = mini_cluster_factory(num_masters=1, num_tservers=3,
-                                   master_flags=["--tserver-unresponsive-timeout-ms", str(UNRESPONSIVE_MS)])
+    mini_cluster_factory: type[MiniCluster],
+) -> None:
+    cluster = mini_cluster_factory(
+        num_masters=1, num_tservers=3, master_flags=["--tserver-unresponsive-timeout-ms", str(UNRESPONSIVE_MS)]
+    )
     master = cluster.masters[0]
     poll(cluster, "all 3 tservers live", lambda: all_live(cluster, master), timeout_s=8.0)
     listed = cluster.http_json(master, "/api/v1/tservers")
@@ -55,8 +57,11 @@ async def test_master_tracks_tservers_through_kill_restart_and_its_own_restart(
     # Start-up's objects are out of the cycle collector's sight (no full-collection pauses over them).
     assert status["gc"]["frozen_objects"] > 10_000
     assert cluster.http_json(cluster.tservers[0], "/api/v1/status")["gc"]["frozen_objects"] > 10_000
-    poll(cluster, "the master leads its catalog and says so in heartbeats",
-         lambda: cluster.http_json(cluster.tservers[0], "/api/v1/status")["heartbeat"][0]["is_leader"] is True)
+    poll(
+        cluster,
+        "the master leads its catalog and says so in heartbeats",
+        lambda: cluster.http_json(cluster.tservers[0], "/api/v1/status")["heartbeat"][0]["is_leader"] is True,
+    )
     ts_status = cluster.http_json(cluster.tservers[0], "/api/v1/status")
     [hb] = ts_status["heartbeat"]
     assert hb["address"] == master.rpc_address and hb["registered"] and hb["is_leader"] is True
@@ -70,8 +75,12 @@ async def test_master_tracks_tservers_through_kill_restart_and_its_own_restart(
 
     victim = cluster.tservers[1]
     cluster.kill_node(victim)
-    poll(cluster, "the killed tserver shown dead",
-         lambda: tservers_seen(cluster, master)[victim.uuid]["live"] is False, timeout_s=UNRESPONSIVE_MS / 1000 + 3)
+    poll(
+        cluster,
+        "the killed tserver shown dead",
+        lambda: tservers_seen(cluster, master)[victim.uuid]["live"] is False,
+        timeout_s=UNRESPONSIVE_MS / 1000 + 3,
+    )
     seen = tservers_seen(cluster, master)
     assert all(seen[ts.uuid]["live"] for ts in cluster.tservers if ts is not victim)
     assert cluster.http_json(master, "/api/v1/status")["num_dead_tservers"] == 1
@@ -82,18 +91,27 @@ async def test_master_tracks_tservers_through_kill_restart_and_its_own_restart(
 
     cluster.kill_node(master)  # its registry is in memory only
     cluster.restart_node(master)
-    poll(cluster, "every tserver re-registered with the restarted master",
-         lambda: all_live(cluster, master), timeout_s=10.0)
+    poll(
+        cluster,
+        "every tserver re-registered with the restarted master",
+        lambda: all_live(cluster, master),
+        timeout_s=10.0,
+    )
     seen = tservers_seen(cluster, master)
     assert {u: (d["rpc_address"], d["http_address"]) for u, d in seen.items()} == {
-        ts.uuid: (ts.rpc_address, ts.http_address) for ts in cluster.tservers}
+        ts.uuid: (ts.rpc_address, ts.http_address) for ts in cluster.tservers
+    }
 
 
 def test_every_master_knows_every_tserver(mini_cluster_factory: type[MiniCluster]) -> None:
     cluster = mini_cluster_factory(num_masters=3, num_tservers=2)
     for master in cluster.masters:
-        poll(cluster, f"{master.name} seeing both tservers live", functools.partial(all_live, cluster, master),
-             timeout_s=8.0)
+        poll(
+            cluster,
+            f"{master.name} seeing both tservers live",
+            functools.partial(all_live, cluster, master),
+            timeout_s=8.0,
+        )
         assert len(tservers_seen(cluster, master)) == 2
     for ts in cluster.tservers:
         heartbeat = cluster.http_json(ts, "/api/v1/status")["heartbeat"]

@@ -24,8 +24,9 @@ async def rpc() -> AsyncIterator[RpcClient]:
     await client.close()
 
 
-async def wait_master_leader(cluster: MiniCluster, rpc: RpcClient, timeout_s: float = 20.0,
-                             exclude: tuple[str, ...] = ()) -> dict:
+async def wait_master_leader(
+    cluster: MiniCluster, rpc: RpcClient, timeout_s: float = 20.0, exclude: tuple[str, ...] = ()
+) -> dict:
     """Poll every live master until one says it leads and every live master names that one."""
     deadline = time.monotonic() + timeout_s
     last: list = []
@@ -69,16 +70,33 @@ async def test_three_masters_elect_one_catalog_leader_and_fail_over(mini_cluster
 
 
 def test_even_master_count_is_refused(tmp_path) -> None:
-    r = subprocess.run([sys.executable, "-m", "kudu_async.server.main", "--role", "master",
-                        "--data-dir", str(tmp_path / "m"), "--rpc-bind", "127.0.0.1:0", "--http-bind", "127.0.0.1:0",
-                        "--master-addresses", "127.0.0.1:7051,127.0.0.1:7151"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kudu_async.server.main",
+            "--role",
+            "master",
+            "--data-dir",
+            str(tmp_path / "m"),
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--http-bind",
+            "127.0.0.1:0",
+            "--master-addresses",
+            "127.0.0.1:7051,127.0.0.1:7151",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2
     assert "1, 3 or 5" in r.stderr
 
 
 async def test_a_deposed_leader_does_not_answer_catalog_reads_from_its_stale_catalog(
-        mini_cluster_factory, rpc: RpcClient) -> None:
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
     """The leader master is stopped (SIGSTOP), the others elect a new leader and a table is renamed there.
     A lookup of the old name sent to the stopped master, which still believes it leads, is answered when
     it resumes: it must not return the table under its old name. Its lease has lapsed (its ticks fell
@@ -87,11 +105,19 @@ async def test_a_deposed_leader_does_not_answer_catalog_reads_from_its_stale_cat
     leader = await wait_master_leader(cluster, rpc)
     old = next(m for m in cluster.masters if m.uuid == leader["uuid"])
     schema = {"columns": [{"name": "k", "type": "int64", "nullable": False}], "num_key_columns": 1}
-    await rpc.call(old.rpc_address, "Master", "CreateTable",
-                   {"name": "before", "schema": schema, "num_replicas": 1}, timeout_s=30.0)
+    await rpc.call(
+        old.rpc_address,
+        "Master",
+        "CreateTable",
+        {"name": "before", "schema": schema, "num_replicas": 1},
+        timeout_s=30.0,
+    )
     for _ in range(60):  # the rename below needs the table created (its tablet running)
-        if (await rpc.call(old.rpc_address, "Master", "IsCreateTableDone", {"name": "before", "wait_ms": 1000},
-                           timeout_s=5.0))["done"]:
+        if (
+            await rpc.call(
+                old.rpc_address, "Master", "IsCreateTableDone", {"name": "before", "wait_ms": 1000}, timeout_s=5.0
+            )
+        )["done"]:
             break
     got = await rpc.call(old.rpc_address, "Master", "GetTableSchema", {"name": "before"}, timeout_s=5.0)
     assert got["name"] == "before" and got["create_table_done"]
@@ -100,10 +126,12 @@ async def test_a_deposed_leader_does_not_answer_catalog_reads_from_its_stale_cat
         new = await wait_master_leader(cluster, rpc, exclude=(old.name,))
         new_addr = next(m.rpc_address for m in cluster.masters if m.uuid == new["uuid"])
         await rpc.call(new_addr, "Master", "AlterTable", {"name": "before", "new_name": "after"}, timeout_s=30.0)
-        assert (await rpc.call(new_addr, "Master", "GetTableSchema", {"name": "after"}, timeout_s=5.0))["name"] \
-            == "after"
-        stale = asyncio.ensure_future(rpc.call(old.rpc_address, "Master", "GetTableSchema", {"name": "before"},
-                                               timeout_s=20.0))
+        assert (await rpc.call(new_addr, "Master", "GetTableSchema", {"name": "after"}, timeout_s=5.0))[
+            "name"
+        ] == "after"
+        stale = asyncio.ensure_future(
+            rpc.call(old.rpc_address, "Master", "GetTableSchema", {"name": "before"}, timeout_s=20.0)
+        )
         await asyncio.sleep(0.5)  # the request waits at the stopped master
     finally:
         cluster.resume_node(old.name)

@@ -48,8 +48,13 @@ async def master_call(cluster: MiniCluster, rpc: RpcClient, method: str, req: di
 
 
 async def create_table(cluster: MiniCluster, rpc: RpcClient, name: str) -> str:
-    req = {"name": name, "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict(), "num_replicas": 3,
-           "range_bounds": [[{"key": 0}, {"key": 50_000}], [{"key": 50_000}, {"key": 100_000}]]}
+    req = {
+        "name": name,
+        "schema": SCHEMA.to_dict(),
+        "partition_schema": PSCHEMA.to_dict(),
+        "num_replicas": 3,
+        "range_bounds": [[{"key": 0}, {"key": 50_000}], [{"key": 50_000}, {"key": 100_000}]],
+    }
     return (await master_call(cluster, rpc, "CreateTable", req))["table_id"]
 
 
@@ -63,14 +68,18 @@ async def wait_created(cluster: MiniCluster, rpc: RpcClient, name: str, timeout_
 async def write_and_read(cluster: MiniCluster, rpc: RpcClient, name: str, keys: list[int]) -> int:
     """A minimal client: route rows by partition key to each tablet's leader, then scan every tablet."""
     locs = (await master_call(cluster, rpc, "GetTableLocations", {"name": name}))["tablets"]
-    batch = pa.RecordBatch.from_arrays([pa.array(keys, pa.int64()), pa.array([f"v{k}" for k in keys])],
-                                       schema=SCHEMA.to_arrow())
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.int64()), pa.array([f"v{k}" for k in keys])], schema=SCHEMA.to_arrow()
+    )
     pkeys = PSCHEMA.partition_keys(batch).to_pylist()
     clients = {}
     for loc in locs:
         p = loc["partition"]
-        idx = [i for i, k in enumerate(pkeys)
-               if k >= p["partition_key_start"] and (not p["partition_key_end"] or k < p["partition_key_end"])]
+        idx = [
+            i
+            for i, k in enumerate(pkeys)
+            if k >= p["partition_key_start"] and (not p["partition_key_end"] or k < p["partition_key_end"])
+        ]
         tc = TabletClient(rpc, loc["tablet_id"], SCHEMA, {r["uuid"]: r["rpc_address"] for r in loc["replicas"]})
         clients[loc["tablet_id"]] = tc
         if idx:
@@ -125,8 +134,10 @@ async def test_create_locate_write_read_restart_and_delete(mini_cluster_factory,
     await master_call(cluster, rpc, "DeleteTable", {"name": "metrics"})
     deadline = time.monotonic() + 60
     while True:
-        held = [len((await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {}))["tablets"])
-                for ts in cluster.tservers]
+        held = [
+            len((await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {}))["tablets"])
+            for ts in cluster.tservers
+        ]
         if held == [0, 0, 0]:
             break
         assert time.monotonic() < deadline, held
@@ -134,8 +145,9 @@ async def test_create_locate_write_read_restart_and_delete(mini_cluster_factory,
     assert (await master_call(cluster, rpc, "ListTables", {}))["tables"] == []
 
 
-async def test_leader_master_killed_during_create_table_next_leader_finishes(mini_cluster_factory,
-                                                                          rpc: RpcClient) -> None:
+async def test_leader_master_killed_during_create_table_next_leader_finishes(
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
     cluster = mini_cluster_factory(num_masters=3, num_tservers=3)
     await create_table(cluster, rpc, "warm-up")  # answered only once a leader leads the catalog
     info = await master_call(cluster, rpc, "ConnectToMaster", {})
@@ -149,8 +161,12 @@ async def test_leader_master_killed_during_create_table_next_leader_finishes(min
 async def test_bad_ddl_requests_are_named(mini_cluster_factory, rpc: RpcClient) -> None:
     cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
     base = {"name": "t", "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict()}
-    cases = [({**base, "num_replicas": 3}, "live tablet servers"), ({**base, "num_replicas": 2}, "odd"),
-             ({**base, "name": ""}, "name"), ({**base, "partition_schema": {"range_columns": ["val"]}}, "val")]
+    cases = [
+        ({**base, "num_replicas": 3}, "live tablet servers"),
+        ({**base, "num_replicas": 2}, "odd"),
+        ({**base, "name": ""}, "name"),
+        ({**base, "partition_schema": {"range_columns": ["val"]}}, "val"),
+    ]
     for req, msg in cases:
         with pytest.raises(KuduInvalidArgument, match=msg):
             await master_call(cluster, rpc, "CreateTable", req)
@@ -158,20 +174,24 @@ async def test_bad_ddl_requests_are_named(mini_cluster_factory, rpc: RpcClient) 
     await wait_created(cluster, rpc, "t")
 
 
-async def test_alter_table_survives_leader_master_kill_and_reaches_every_tablet(mini_cluster_factory,
-                                                                               rpc: RpcClient) -> None:
+async def test_alter_table_survives_leader_master_kill_and_reaches_every_tablet(
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
     cluster = mini_cluster_factory(num_masters=3, num_tservers=3)
     await create_table(cluster, rpc, "evolving")
     await wait_created(cluster, rpc, "evolving")
     assert await write_and_read(cluster, rpc, "evolving", list(range(0, 100_000, 1000))) == 100
     info = await master_call(cluster, rpc, "ConnectToMaster", {})
     leader = next(m for m in cluster.masters if m.uuid == info["leader_uuid"])
-    steps = [{"type": "ADD_COLUMN", "column": {"name": "extra", "type": "int32", "default": 5}},
-             {"type": "RENAME_COLUMN", "old_name": "val", "new_name": "label"},
-             {"type": "ADD_RANGE_PARTITION", "lower": {"key": 100_000}, "upper": {"key": 150_000}},
-             {"type": "DROP_RANGE_PARTITION", "lower": {"key": 0}, "upper": {"key": 50_000}}]
-    reply = await master_call(cluster, rpc, "AlterTable", {"name": "evolving", "alter_schema_steps": steps,
-                                                            "new_name": "evolved"})
+    steps = [
+        {"type": "ADD_COLUMN", "column": {"name": "extra", "type": "int32", "default": 5}},
+        {"type": "RENAME_COLUMN", "old_name": "val", "new_name": "label"},
+        {"type": "ADD_RANGE_PARTITION", "lower": {"key": 100_000}, "upper": {"key": 150_000}},
+        {"type": "DROP_RANGE_PARTITION", "lower": {"key": 0}, "upper": {"key": 50_000}},
+    ]
+    reply = await master_call(
+        cluster, rpc, "AlterTable", {"name": "evolving", "alter_schema_steps": steps, "new_name": "evolved"}
+    )
     assert reply["schema_version"] == 1
     cluster.kill_node(leader.name)  # the next leader pushes the schema and makes/drops the range tablets
     deadline = time.monotonic() + 90

@@ -61,8 +61,9 @@ async def remembered_everywhere(cluster: MiniCluster, n: int, timeout_s: float =
         await asyncio.sleep(0.2)
 
 
-async def test_ddl_retried_on_the_next_leader_is_answered_as_first_and_applied_once(mini_cluster_factory,
-                                                                                    rpc: RpcClient) -> None:
+async def test_ddl_retried_on_the_next_leader_is_answered_as_first_and_applied_once(
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
     cluster = mini_cluster_factory(num_masters=3, num_tservers=3)
     client = masters_client(cluster, rpc)
     # CreateTable: acknowledged, the leader dies, the retry reaches the next leader.
@@ -75,8 +76,11 @@ async def test_ddl_retried_on_the_next_leader_is_answered_as_first_and_applied_o
         await client.call("CreateTable", {**create, "request_id": "app:other"})
     cluster.restart_node(dead)
     # AlterTable adding a column, then a rename: each retried after a leader's death.
-    add = {"name": "t", "request_id": "app:2",
-           "alter_schema_steps": [{"type": "ADD_COLUMN", "column": {"name": "extra", "type": "int32"}}]}
+    add = {
+        "name": "t",
+        "request_id": "app:2",
+        "alter_schema_steps": [{"type": "ADD_COLUMN", "column": {"name": "extra", "type": "int32"}}],
+    }
     added = await client.call("AlterTable", add)
     assert added == {"table_id": created["table_id"], "schema_version": 1}
     cluster.restart_node(await kill_leader(cluster, rpc))
@@ -103,8 +107,7 @@ async def test_ddl_retried_on_the_next_leader_is_answered_as_first_and_applied_o
     await remembered_everywhere(cluster, 4)  # app:1 to app:4; refused requests leave nothing
 
 
-async def test_a_create_whose_reply_never_came_is_resolved_by_its_retry(mini_cluster_factory,
-                                                                        rpc: RpcClient) -> None:
+async def test_a_create_whose_reply_never_came_is_resolved_by_its_retry(mini_cluster_factory, rpc: RpcClient) -> None:
     """The client gives up on the reply (a deadline of a few ms) while the leader may already have proposed
     the create, which then commits unanswered; the leader dies. Whether or not the first attempt committed,
     its retry under the same request id leaves exactly one table and names it."""
@@ -119,8 +122,13 @@ async def test_a_create_whose_reply_never_came_is_resolved_by_its_retry(mini_clu
         name = f"t{i}"
         names.append(name)
         try:
-            await rpc.call(leader, "Master", "CreateTable", {"name": name, **CREATE, "request_id": f"app:{i}"},
-                           timeout_s=(i + 1) / 1000.0)
+            await rpc.call(
+                leader,
+                "Master",
+                "CreateTable",
+                {"name": name, **CREATE, "request_id": f"app:{i}"},
+                timeout_s=(i + 1) / 1000.0,
+            )
             continue
         except KuduBadStatus as e:
             assert e.code in ("TIMED_OUT", "NETWORK_ERROR"), e
@@ -130,8 +138,10 @@ async def test_a_create_whose_reply_never_came_is_resolved_by_its_retry(mini_clu
         if unanswered_but_applied >= 2:
             break
     await kill_leader(cluster, rpc)
-    ids = {n: await client.call("CreateTable", {"name": n, **CREATE, "request_id": f"app:{i}"})
-           for i, n in enumerate(names)}
+    ids = {
+        n: await client.call("CreateTable", {"name": n, **CREATE, "request_id": f"app:{i}"})
+        for i, n in enumerate(names)
+    }
     tables = (await client.call("ListTables", {}))["tables"]
     assert sorted((t["name"], t["table_id"]) for t in tables) == sorted((n, r["table_id"]) for n, r in ids.items())
     print(f"\n{len(names)} creates sent with a short deadline, {unanswered_but_applied} applied unanswered")

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.integration
 
 
 def run_node(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kudu_async.server.main", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kudu_async.server.main", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_help_lists_flags() -> None:
@@ -35,13 +36,15 @@ def test_bad_value_exits_nonzero_naming_flag_and_value(tmp_path: Path) -> None:
 
 def test_refuses_data_dir_of_other_role(tmp_path: Path) -> None:
     FsManager(tmp_path, "master").open_or_create()
-    r = run_node("--role", "tserver", "--data-dir", str(tmp_path), "--rpc-bind", "127.0.0.1:0",
-                 "--http-bind", "127.0.0.1:0")
+    r = run_node(
+        "--role", "tserver", "--data-dir", str(tmp_path), "--rpc-bind", "127.0.0.1:0", "--http-bind", "127.0.0.1:0"
+    )
     assert r.returncode == 1 and "belongs to a master" in r.stderr
 
 
 def test_refuses_damaged_instance_file(tmp_path: Path) -> None:
     (tmp_path / "instance").write_text("garbage")
-    r = run_node("--role", "master", "--data-dir", str(tmp_path), "--rpc-bind", "127.0.0.1:0",
-                 "--http-bind", "127.0.0.1:0")
+    r = run_node(
+        "--role", "master", "--data-dir", str(tmp_path), "--rpc-bind", "127.0.0.1:0", "--http-bind", "127.0.0.1:0"
+    )
     assert r.returncode == 1 and "damaged" in r.stderr

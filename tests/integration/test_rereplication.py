@@ -23,8 +23,12 @@ pytestmark = pytest.mark.integration
 SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
 PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 4)], [])
 FAILED_AFTER_S = 3
-MASTER_FLAGS = ["--follower-unavailable-considered-failed-sec", str(FAILED_AFTER_S),
-                "--tserver-unresponsive-timeout-ms", "1500"]
+MASTER_FLAGS = [
+    "--follower-unavailable-considered-failed-sec",
+    str(FAILED_AFTER_S),
+    "--tserver-unresponsive-timeout-ms",
+    "1500",
+]
 TSERVER_FLAGS = ["--heartbeat-interval-ms", "300"]
 
 
@@ -58,16 +62,20 @@ async def create_and_fill(cluster: MiniCluster, rpc: RpcClient, name: str, keys:
         assert time.monotonic() < deadline, "table never finished creating"
         await asyncio.sleep(0.2)
     locs = await locations(cluster, rpc, name)
-    batch = pa.RecordBatch.from_arrays([pa.array(keys, pa.int64()), pa.array([f"v{k}" for k in keys])],
-                                       schema=SCHEMA.to_arrow())
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.int64()), pa.array([f"v{k}" for k in keys])], schema=SCHEMA.to_arrow()
+    )
     pkeys = PSCHEMA.partition_keys(batch).to_pylist()
     for loc in locs:
         p = loc["partition"]
-        idx = [i for i, k in enumerate(pkeys)
-               if k >= p["partition_key_start"] and (not p["partition_key_end"] or k < p["partition_key_end"])]
+        idx = [
+            i
+            for i, k in enumerate(pkeys)
+            if k >= p["partition_key_start"] and (not p["partition_key_end"] or k < p["partition_key_end"])
+        ]
         tc = TabletClient(rpc, loc["tablet_id"], SCHEMA, {r["uuid"]: r["rpc_address"] for r in loc["replicas"]})
         for lo in range(0, len(idx), 1000):
-            await tc.write(batch.take(pa.array(idx[lo:lo + 1000])), UPSERT)
+            await tc.write(batch.take(pa.array(idx[lo : lo + 1000])), UPSERT)
     return locs
 
 
@@ -82,8 +90,9 @@ async def voters_of(rpc: RpcClient, leader_address: str, tablet_id: str) -> list
     return sorted(p["uuid"] for p in st["peers"] if p["member_type"] == "VOTER")
 
 
-async def wait_rereplicated(cluster: MiniCluster, rpc: RpcClient, name: str, dead: str,
-                            timeout_s: float) -> list[dict[str, Any]]:
+async def wait_rereplicated(
+    cluster: MiniCluster, rpc: RpcClient, name: str, dead: str, timeout_s: float
+) -> list[dict[str, Any]]:
     """Until every tablet has 3 voters, none on ``dead``, no learner, all live, and a leader that agrees."""
     live = {ts.uuid for ts in cluster.tservers if ts.is_running()}
     deadline = time.monotonic() + timeout_s
@@ -131,16 +140,17 @@ async def checksums_match(rpc: RpcClient, locs: list[dict[str, Any]], timeout_s:
     return total
 
 
-async def test_dead_tserver_replicas_are_re_replicated_and_tombstoned_when_it_returns(mini_cluster_factory,
-                                                                                    rpc: RpcClient) -> None:
-    cluster = mini_cluster_factory(num_masters=1, num_tservers=4, master_flags=MASTER_FLAGS,
-                                   tserver_flags=TSERVER_FLAGS)
+async def test_dead_tserver_replicas_are_re_replicated_and_tombstoned_when_it_returns(
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
+    cluster = mini_cluster_factory(
+        num_masters=1, num_tservers=4, master_flags=MASTER_FLAGS, tserver_flags=TSERVER_FLAGS
+    )
     keys = list(range(0, 20_000, 3))
     locs = await create_and_fill(cluster, rpc, "rerep", keys)
     assert len(locs) == 4
     assert await checksums_match(rpc, locs) == len(keys)
-    held = {ts.uuid: sum(1 for loc in locs for r in loc["replicas"] if r["uuid"] == ts.uuid)
-            for ts in cluster.tservers}
+    held = {ts.uuid: sum(1 for loc in locs for r in loc["replicas"] if r["uuid"] == ts.uuid) for ts in cluster.tservers}
     victim = max(cluster.tservers, key=lambda ts: (held[ts.uuid], ts.name))
     affected = sorted(loc["tablet_id"] for loc in locs if any(r["uuid"] == victim.uuid for r in loc["replicas"]))
     assert affected, held
@@ -149,11 +159,12 @@ async def test_dead_tserver_replicas_are_re_replicated_and_tombstoned_when_it_re
     cluster.kill_node(victim)
     locs = await wait_rereplicated(cluster, rpc, "rerep", victim.uuid, timeout_s=45)
     took = time.monotonic() - killed_at
-    print(f"\nre-replication of {len(affected)} tablets (replicas of killed {victim.name}) took {took:.1f}s "
-          f"after the kill ({took - FAILED_AFTER_S:.1f}s after the {FAILED_AFTER_S}s failure timeout)")
+    print(
+        f"\nre-replication of {len(affected)} tablets (replicas of killed {victim.name}) took {took:.1f}s "
+        f"after the kill ({took - FAILED_AFTER_S:.1f}s after the {FAILED_AFTER_S}s failure timeout)"
+    )
     assert await checksums_match(rpc, locs) == len(keys)
-    placement = {u: sum(1 for loc in locs for r in loc["replicas"] if r["uuid"] == u)
-                 for u in held if u != victim.uuid}
+    placement = {u: sum(1 for loc in locs for r in loc["replicas"] if r["uuid"] == u) for u in held if u != victim.uuid}
     assert sum(placement.values()) == 12 and max(placement.values()) - min(placement.values()) <= 1, placement
 
     # The dead server returns holding replicas that left their configs: the master tombstones them, and
@@ -170,22 +181,25 @@ async def test_dead_tserver_replicas_are_re_replicated_and_tombstoned_when_it_re
         await asyncio.sleep(0.2)
     print(f"stale replicas on the returned {victim.name} tombstoned {time.monotonic() - back_at:.1f}s after restart")
     after = await locations(cluster, rpc, "rerep")
-    assert all(victim.uuid not in {r["uuid"] for r in loc["replicas"]} and len(loc["replicas"]) == 3
-               for loc in after)
+    assert all(victim.uuid not in {r["uuid"] for r in loc["replicas"]} and len(loc["replicas"]) == 3 for loc in after)
     assert await checksums_match(rpc, after) == len(keys)
 
 
-async def test_paused_tserver_resumed_mid_re_replication_ends_with_three_replicas(mini_cluster_factory,
-                                                                                  rpc: RpcClient) -> None:
+async def test_paused_tserver_resumed_mid_re_replication_ends_with_three_replicas(
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
     """SIGSTOP a tserver past the failure timeout and SIGCONT it as soon as a replacement learner appears:
     the learner is still promoted, the tablet briefly has 4 healthy voters and is trimmed back to 3 (the
     voter being replaced goes), and the resumed server's replicas outside the configs are tombstoned."""
-    cluster = mini_cluster_factory(num_masters=1, num_tservers=4, master_flags=MASTER_FLAGS,
-                                   tserver_flags=TSERVER_FLAGS)
+    cluster = mini_cluster_factory(
+        num_masters=1, num_tservers=4, master_flags=MASTER_FLAGS, tserver_flags=TSERVER_FLAGS
+    )
     keys = list(range(0, 9_000, 3))
     locs = await create_and_fill(cluster, rpc, "pause", keys)
-    victim = max(cluster.tservers, key=lambda ts: (sum(1 for loc in locs for r in loc["replicas"]
-                                                       if r["uuid"] == ts.uuid), ts.name))
+    victim = max(
+        cluster.tservers,
+        key=lambda ts: (sum(1 for loc in locs for r in loc["replicas"] if r["uuid"] == ts.uuid), ts.name),
+    )
     cluster.pause_node(victim)
     deadline = time.monotonic() + 30
     while not any(r["role"] == "LEARNER" for loc in await locations(cluster, rpc, "pause") for r in loc["replicas"]):
@@ -196,8 +210,12 @@ async def test_paused_tserver_resumed_mid_re_replication_ends_with_three_replica
     while True:
         locs = await locations(cluster, rpc, "pause")
         if all(sorted(r["role"] for r in loc["replicas"]) == ["FOLLOWER", "FOLLOWER", "LEADER"] for loc in locs):
-            voters = [await voters_of(rpc, next(r["rpc_address"] for r in loc["replicas"] if r["role"] == "LEADER"),
-                                      loc["tablet_id"]) for loc in locs]
+            voters = [
+                await voters_of(
+                    rpc, next(r["rpc_address"] for r in loc["replicas"] if r["role"] == "LEADER"), loc["tablet_id"]
+                )
+                for loc in locs
+            ]
             if all(v == sorted(r["uuid"] for r in loc["replicas"]) for v, loc in zip(voters, locs, strict=True)):
                 break
         assert time.monotonic() < deadline, f"never back to 3 voters: {locs}"
@@ -213,5 +231,7 @@ async def test_paused_tserver_resumed_mid_re_replication_ends_with_three_replica
         assert time.monotonic() < deadline, f"replicas outside their configs never tombstoned: {stale}"
         await asyncio.sleep(0.2)
     trims = cluster.masters[0].log_path.read_text().count("voters for replication factor")
-    print(f"\n{victim.name} paused then resumed: {len(stale)} of its replicas replaced and tombstoned, "
-          f"{len(member_of)} kept; {trims} config(s) trimmed from 4 voters back to 3")
+    print(
+        f"\n{victim.name} paused then resumed: {len(stale)} of its replicas replaced and tombstoned, "
+        f"{len(member_of)} kept; {trims} config(s) trimmed from 4 voters back to 3"
+    )

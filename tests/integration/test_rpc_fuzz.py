@@ -28,22 +28,119 @@ from kudu_async.testing import MiniCluster
 
 pytestmark = pytest.mark.integration
 
-WRONG: list[Any] = [None, 0, -1, 2**63 - 1, -(2**63), 1.5, float("nan"), "", "x", "\x00", b"", b"\xff", [], [1],
-                    [None], {}, {"a": 1}, True, "a" * 5000, [[[[[]]]]], {"": None}]
-FIELDS = ["tablet_id", "table_id", "table", "name", "new_name", "group", "scanner_id", "schema", "partition_schema",
-          "rows", "ops", "op_types", "data", "predicates", "projection", "peer", "peers", "uuid", "from", "to",
-          "messages", "session_id", "source_uuid", "source_address", "caller_term", "timestamp", "snapshot_ts",
-          "read_mode", "batch_bytes", "limit", "lower_key", "upper_key", "resume_after_key", "close",
-          "alter_schema_steps", "num_replicas", "split_rows", "request_id", "key", "value", "items", "rules",
-          "registration", "tablet_report", "instance", "op", "cas_config_index", "address", "schema_version",
-          "ordered", "propagated_timestamp", "linearizable", "kind", "offset", "length", "file", "name_filter",
-          "partition_key_start", "partition_key_end", "new_owner", "new_comment", "range_partitions"]
+WRONG: list[Any] = [
+    None,
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    1.5,
+    float("nan"),
+    "",
+    "x",
+    "\x00",
+    b"",
+    b"\xff",
+    [],
+    [1],
+    [None],
+    {},
+    {"a": 1},
+    True,
+    "a" * 5000,
+    [[[[[]]]]],
+    {"": None},
+]
+FIELDS = [
+    "tablet_id",
+    "table_id",
+    "table",
+    "name",
+    "new_name",
+    "group",
+    "scanner_id",
+    "schema",
+    "partition_schema",
+    "rows",
+    "ops",
+    "op_types",
+    "data",
+    "predicates",
+    "projection",
+    "peer",
+    "peers",
+    "uuid",
+    "from",
+    "to",
+    "messages",
+    "session_id",
+    "source_uuid",
+    "source_address",
+    "caller_term",
+    "timestamp",
+    "snapshot_ts",
+    "read_mode",
+    "batch_bytes",
+    "limit",
+    "lower_key",
+    "upper_key",
+    "resume_after_key",
+    "close",
+    "alter_schema_steps",
+    "num_replicas",
+    "split_rows",
+    "request_id",
+    "key",
+    "value",
+    "items",
+    "rules",
+    "registration",
+    "tablet_report",
+    "instance",
+    "op",
+    "cas_config_index",
+    "address",
+    "schema_version",
+    "ordered",
+    "propagated_timestamp",
+    "linearizable",
+    "kind",
+    "offset",
+    "length",
+    "file",
+    "name_filter",
+    "partition_key_start",
+    "partition_key_end",
+    "new_owner",
+    "new_comment",
+    "range_partitions",
+]
 # The methods real ids may reach with the other fields malformed: those that only read, and Write (no
 # malformed body is a valid batch of rows).
-REAL_IDS = {"Scan", "ScannerKeepAlive", "Checksum", "ListTablets", "GetSafeTime", "GetTabletStats", "GetState",
-             "GetTableSchema", "GetTableLocations", "GetTabletLocations", "ListTables", "IsCreateTableDone",
-             "IsAlterTableDone", "ListTabletServers", "ListMasters", "ConnectToMaster", "Ping", "GetStatus",
-             "Get", "Dump", "FetchData", "Write"}
+REAL_IDS = {
+    "Scan",
+    "ScannerKeepAlive",
+    "Checksum",
+    "ListTablets",
+    "GetSafeTime",
+    "GetTabletStats",
+    "GetState",
+    "GetTableSchema",
+    "GetTableLocations",
+    "GetTabletLocations",
+    "ListTables",
+    "IsCreateTableDone",
+    "IsAlterTableDone",
+    "ListTabletServers",
+    "ListMasters",
+    "ConnectToMaster",
+    "Ping",
+    "GetStatus",
+    "Get",
+    "Dump",
+    "FetchData",
+    "Write",
+}
 ROWS = 1000
 
 
@@ -68,7 +165,8 @@ def bodies(rng: random.Random, real: dict[str, Any], with_real: bool, n_random: 
 
 
 async def test_malformed_bodies_to_every_method_are_refused_clearly_and_nothing_is_lost(
-        mini_cluster_factory: type[MiniCluster], rpc: RpcClient) -> None:
+    mini_cluster_factory: type[MiniCluster], rpc: RpcClient
+) -> None:
     cluster = mini_cluster_factory(num_masters=1, num_tservers=3, tserver_flags=["--enable-test-kv", "true"])
     client = kudu_async.connect(cluster.master_addresses.split(","))
     try:
@@ -98,13 +196,17 @@ async def test_malformed_bodies_to_every_method_are_refused_clearly_and_nothing_
                                 shown = json.dumps(body, default=repr)[:120]
                                 unhandled.append(f"{node.name} {service}/{method} {shown} -> {e}")
         assert methods_seen >= 40, f"only {methods_seen} methods listed by /rpcz"
-        assert not unhandled, (f"{len(unhandled)} of {calls} calls were not refused clearly:\n"
-                               + "\n".join(unhandled[:20]))
+        assert not unhandled, f"{len(unhandled)} of {calls} calls were not refused clearly:\n" + "\n".join(
+            unhandled[:20]
+        )
         # The test-only KV service on a tablet's Raft group: refused, not proposed into the tablet's log.
         for ts in cluster.tservers:
-            for method, body in (("Put", {"group": tablet_id, "key": "k", "value": b"v"}),
-                                 ("PutBatch", {"group": tablet_id, "items": [["k", b"v"]]}),
-                                 ("Get", {"group": tablet_id, "key": "k"}), ("Dump", {"group": tablet_id})):
+            for method, body in (
+                ("Put", {"group": tablet_id, "key": "k", "value": b"v"}),
+                ("PutBatch", {"group": tablet_id, "items": [["k", b"v"]]}),
+                ("Get", {"group": tablet_id, "key": "k"}),
+                ("Dump", {"group": tablet_id}),
+            ):
                 with pytest.raises(KuduBadStatus, match="NOT_FOUND"):
                     await rpc.call(ts.rpc_address, "TestKV", method, body, timeout_s=5)
         for node in cluster.nodes:
@@ -117,13 +219,25 @@ async def test_malformed_bodies_to_every_method_are_refused_clearly_and_nothing_
         client.close()
 
 
-BAD_PATH_VALUES = ["x", "%00", "%ff%fe", "a" * 5000, "..%2F..%2Fetc%2Fpasswd", "-1", "99999999999999999999", "%2F",
-                   "%20", "[]", "{}"]
+BAD_PATH_VALUES = [
+    "x",
+    "%00",
+    "%ff%fe",
+    "a" * 5000,
+    "..%2F..%2Fetc%2Fpasswd",
+    "-1",
+    "99999999999999999999",
+    "%2F",
+    "%20",
+    "[]",
+    "{}",
+]
 QUERY_PARAMS = ["metrics", "types", "ids", "limit", "tablet_id", "name", "format", "level", "x"]
 
 
 def test_admin_endpoints_answer_bad_paths_and_parameters_without_a_server_error(
-        mini_cluster_factory: type[MiniCluster]) -> None:
+    mini_cluster_factory: type[MiniCluster],
+) -> None:
     """Every admin path a node lists on ``/``, with bad values in its path parameters and in query
     parameters: a 2xx or a 4xx with a JSON error, never a 5xx, and the nodes keep serving."""
     import urllib.error

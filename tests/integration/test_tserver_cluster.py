@@ -30,15 +30,21 @@ from kudu_async.testing.waits import wait_for
 
 pytestmark = pytest.mark.integration
 LONG = os.environ.get("KUDU_LONG_TESTS") == "1"
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"),
-                 ColumnSchema("n", "int32")], 1)
+SCHEMA = Schema(
+    [ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"), ColumnSchema("n", "int32")], 1
+)
 
 
 def rows(keys: range | list[int], tag: str = "v") -> pa.RecordBatch:
     ks = list(keys)
     return pa.RecordBatch.from_arrays(
-        [pa.array(ks, pa.int64()), pa.array([f"{tag}{k}" for k in ks], pa.string()),
-         pa.array([k % 1000 for k in ks], pa.int32())], schema=SCHEMA.to_arrow())
+        [
+            pa.array(ks, pa.int64()),
+            pa.array([f"{tag}{k}" for k in ks], pa.string()),
+            pa.array([k % 1000 for k in ks], pa.int32()),
+        ],
+        schema=SCHEMA.to_arrow(),
+    )
 
 
 @pytest.fixture
@@ -53,8 +59,7 @@ def addresses(cluster: MiniCluster, n: int | None = None) -> dict[str, str]:
     return {ts.uuid: ts.rpc_address for ts in tss}
 
 
-async def wait_checksums_equal(tc: TabletClient, addrs: list[str], rows_expected: int,
-                               timeout_s: float = 30.0) -> dict:
+async def wait_checksums_equal(tc: TabletClient, addrs: list[str], rows_expected: int, timeout_s: float = 30.0) -> dict:
     """Every replica's checksum at one snapshot, once all agree (followers may still be applying)."""
     deadline = time.monotonic() + timeout_s
     last: list = []
@@ -112,8 +117,9 @@ async def test_three_replicas_take_100k_rows_and_agree(mini_cluster_factory, rpc
     assert ei.value.details.get("leader_address") == leader
     # Followers refuse writes too.
     with pytest.raises(KuduNotTheLeader):
-        await rpc.call(follower, "TabletServer", "Write", {"tablet_id": "tablet-a", "schema_version": 0,
-                                                           **_ops(rows([total + 2]))})
+        await rpc.call(
+            follower, "TabletServer", "Write", {"tablet_id": "tablet-a", "schema_version": 0, **_ops(rows([total + 2]))}
+        )
 
 
 async def wait_master_sees(cluster: MiniCluster, replicas: int, leaders: int, timeout_s: float = 10.0) -> None:
@@ -121,8 +127,10 @@ async def wait_master_sees(cluster: MiniCluster, replicas: int, leaders: int, ti
     deadline = time.monotonic() + timeout_s
     seen = None
     while time.monotonic() < deadline:
-        seen = [(d["num_replicas"], d["num_leaders"]) for d in cluster.http_json(cluster.masters[0].name,
-                                                                                  "/api/v1/tservers")]
+        seen = [
+            (d["num_replicas"], d["num_leaders"])
+            for d in cluster.http_json(cluster.masters[0].name, "/api/v1/tservers")
+        ]
         if seen == [(replicas, leaders)]:
             return
         await asyncio.sleep(0.1)
@@ -151,10 +159,26 @@ async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, r
         ("Scan", {"tablet_id": "tablet-b", "projection": ["missing"]}),
         ("Scan", {"tablet_id": "tablet-b", "read_mode": "READ_SOMETIME"}),
         ("CreateTablet", {"tablet_id": "../x", "table_id": "t", "schema": SCHEMA.to_dict(), "peers": {}}),
-        ("CreateTablet", {"tablet_id": "tablet-c", "table_id": "t", "schema": SCHEMA.to_dict(),
-                          "peers": {ts.uuid: ts.rpc_address}, "first_leader": "someone-else"}),
-        ("CreateTablet", {"tablet_id": "tablet-c", "table_id": "t", "schema": SCHEMA.to_dict(),
-                          "peers": {ts.uuid: ts.rpc_address}, "first_leader": [ts.uuid]}),
+        (
+            "CreateTablet",
+            {
+                "tablet_id": "tablet-c",
+                "table_id": "t",
+                "schema": SCHEMA.to_dict(),
+                "peers": {ts.uuid: ts.rpc_address},
+                "first_leader": "someone-else",
+            },
+        ),
+        (
+            "CreateTablet",
+            {
+                "tablet_id": "tablet-c",
+                "table_id": "t",
+                "schema": SCHEMA.to_dict(),
+                "peers": {ts.uuid: ts.rpc_address},
+                "first_leader": [ts.uuid],
+            },
+        ),
         ("DeleteTablet", {"tablet_id": "tablet-b", "delete_type": "SHRED"}),
     ]
     for method, req in bad:
@@ -165,7 +189,8 @@ async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, r
     # Admin pages: the tablet list, one tablet's detail, maintenance and per-tablet metrics.
     listed_http = cluster.http_json(ts.name, "/api/v1/tablets")
     assert [(t["tablet_id"], t["state"], t["role"]) for t in listed_http["tablets"]] == [
-        ("tablet-b", "RUNNING", "LEADER")]
+        ("tablet-b", "RUNNING", "LEADER")
+    ]
     detail = cluster.http_json(ts.name, "/api/v1/tablets/tablet-b")
     assert detail["consensus"]["role"] == "LEADER" and detail["storage"]["mrs_rows"] == 10
     assert [c["name"] for c in detail["schema"]["columns"]] == ["key", "val", "n"]
@@ -185,8 +210,9 @@ async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, r
     await wait_master_sees(cluster, replicas=1, leaders=1)
     # A write built for another schema version is refused with a clear error.
     with pytest.raises(KuduInvalidArgument, match="schema version"):
-        await rpc.call(ts.rpc_address, "TabletServer", "Write",
-                       {"tablet_id": "tablet-b", "schema_version": 7, **_ops(rows([99]))})
+        await rpc.call(
+            ts.rpc_address, "TabletServer", "Write", {"tablet_id": "tablet-b", "schema_version": 7, **_ops(rows([99]))}
+        )
     assert (await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-b"}))["deleted"]
     assert not (await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-b"}))["deleted"]
     listed = await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {})
@@ -252,8 +278,7 @@ async def test_deleted_replica_is_rebuilt_by_tablet_copy(mini_cluster_factory, r
     assert st["role"] == "FOLLOWER"
     copies = cluster.http_json(victim.name, "/api/v1/maintenance")["tablet_copies"]
     assert [c["result"] for c in copies if c["tablet_id"] == "tablet-c"][-1] == "OK"
-    maint = cluster.http_json(next(t for t in cluster.tservers if t.rpc_address == leader).name,
-                                    "/api/v1/maintenance")
+    maint = cluster.http_json(next(t for t in cluster.tservers if t.rpc_address == leader).name, "/api/v1/maintenance")
     assert "copy_sessions" in maint
 
 
@@ -282,9 +307,11 @@ async def test_restart_with_50_tablets_bootstraps_all(mini_cluster_factory, rpc:
 
 
 async def test_backpressure_and_scanner_expiry(mini_cluster_factory, rpc: RpcClient) -> None:
-    cluster = mini_cluster_factory(num_masters=1, num_tservers=1,
-                                   tserver_flags=["--tablet-memory-limit-mb", "1", "--flush-threshold-mb", "512",
-                                                  "--scanner-ttl-ms", "600"])
+    cluster = mini_cluster_factory(
+        num_masters=1,
+        num_tservers=1,
+        tserver_flags=["--tablet-memory-limit-mb", "1", "--flush-threshold-mb", "512", "--scanner-ttl-ms", "600"],
+    )
     tc = TabletClient(rpc, "tablet-p", SCHEMA, addresses(cluster))
     await tc.create()
     addr = await tc.wait_leader()
@@ -298,8 +325,9 @@ async def test_backpressure_and_scanner_expiry(mini_cluster_factory, rpc: RpcCli
             refused += 1
             break
     assert refused == 1
-    first = await rpc.call(addr, "TabletServer", "Scan", {"tablet_id": "tablet-p", "batch_bytes": 1024,
-                                                          "read_mode": "READ_LATEST"})
+    first = await rpc.call(
+        addr, "TabletServer", "Scan", {"tablet_id": "tablet-p", "batch_bytes": 1024, "read_mode": "READ_LATEST"}
+    )
     assert first["has_more"]
     await asyncio.sleep(2.0)
     with pytest.raises(KuduNotFound, match="expired"):
@@ -307,8 +335,9 @@ async def test_backpressure_and_scanner_expiry(mini_cluster_factory, rpc: RpcCli
 
 
 async def test_follower_behind_the_retained_log_is_copied(mini_cluster_factory, rpc: RpcClient) -> None:
-    cluster = mini_cluster_factory(num_masters=1, num_tservers=3,
-                                   tserver_flags=["--log-segment-size-mb", "1", "--log-max-segments-to-retain", "2"])
+    cluster = mini_cluster_factory(
+        num_masters=1, num_tservers=3, tserver_flags=["--log-segment-size-mb", "1", "--log-max-segments-to-retain", "2"]
+    )
     tc = TabletClient(rpc, "tablet-g", SCHEMA, addresses(cluster))
     await tc.create()
     leader = await tc.wait_leader()
@@ -339,16 +368,27 @@ async def test_alter_schema_is_replicated_and_old_writes_are_refused(mini_cluste
     leader_node = next(t for t in cluster.tservers if t.rpc_address == leader)
     current = Schema.from_dict(cluster.http_json(leader_node.name, "/api/v1/tablets/tablet-s")["schema"])
     altered = current.add_column(ColumnSchema("extra", "int32", default=7)).rename_column("val", "label")
-    reply = await rpc.call(leader, "TabletServer", "AlterSchema",
-                           {"tablet_id": "tablet-s", "schema": altered.to_dict(), "schema_version": 1})
+    reply = await rpc.call(
+        leader,
+        "TabletServer",
+        "AlterSchema",
+        {"tablet_id": "tablet-s", "schema": altered.to_dict(), "schema_version": 1},
+    )
     assert reply["schema_version"] == 1
     with pytest.raises(KuduInvalidArgument, match="schema version") as ei:
-        await rpc.call(leader, "TabletServer", "Write", {"tablet_id": "tablet-s", "schema_version": 0,
-                                                         **_ops(rows([500]))})
+        await rpc.call(
+            leader, "TabletServer", "Write", {"tablet_id": "tablet-s", "schema_version": 0, **_ops(rows([500]))}
+        )
     assert ei.value.details["error"] == "MISMATCHED_SCHEMA" and ei.value.details["schema_version"] == 1
     new_rows = pa.RecordBatch.from_arrays(
-        [pa.array([1000, 1001], pa.int64()), pa.array(["a", "b"]), pa.array([1, 2], pa.int32()),
-         pa.array([70, None], pa.int32())], schema=altered.to_arrow())
+        [
+            pa.array([1000, 1001], pa.int64()),
+            pa.array(["a", "b"]),
+            pa.array([1, 2], pa.int32()),
+            pa.array([70, None], pa.int32()),
+        ],
+        schema=altered.to_arrow(),
+    )
     tc.schema_version = 1
     assert (await tc.write(new_rows))["inserted"] == 2
     # Every replica applied the alter: same rows, the new column's default on old rows, the renamed column.
@@ -375,8 +415,12 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
     leader = await tc.wait_leader()
     await tc.write(rows(range(3000)))
     new = cluster.tservers[3]
-    await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "ADD_LEARNER",
-                                                         "peer": new.uuid, "address": new.rpc_address})
+    await rpc.call(
+        leader,
+        "Consensus",
+        "ChangeConfig",
+        {"group": "tablet-r", "op": "ADD_LEARNER", "peer": new.uuid, "address": new.rpc_address},
+    )
     deadline = time.monotonic() + 60
     while True:  # the leader finds the learner lacks the tablet and has it copied there
         try:
@@ -389,12 +433,15 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
         await asyncio.sleep(0.1)
     for addr in first3.values():  # the config entry told every member (not only the leader) its address
         st = await rpc.call(addr, "Consensus", "GetState", {"group": "tablet-r"})
-        assert {p["uuid"]: (p["member_type"], p["address"]) for p in st["peers"]}[new.uuid] == \
-            ("NON_VOTER", new.rpc_address), st["peers"]
+        assert {p["uuid"]: (p["member_type"], p["address"]) for p in st["peers"]}[new.uuid] == (
+            "NON_VOTER",
+            new.rpc_address,
+        ), st["peers"]
     while True:  # a learner is promoted once caught up
         try:
-            await rpc.call(leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "PROMOTE",
-                                                                 "peer": new.uuid})
+            await rpc.call(
+                leader, "Consensus", "ChangeConfig", {"group": "tablet-r", "op": "PROMOTE", "peer": new.uuid}
+            )
             break
         except KuduBadStatus as e:
             assert time.monotonic() < deadline, f"promotion kept failing: {e}"
@@ -402,13 +449,25 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
     evicted = next(u for u, a in first3.items() if a != leader)
     servers = ",".join([*first3.values(), new.rpc_address])
     admin = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kudu_async.tools.admin", "tablet", "change-config", "tablet-r", "REMOVE", evicted,
-        "--servers", servers, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "kudu_async.tools.admin",
+        "tablet",
+        "change-config",
+        "tablet-r",
+        "REMOVE",
+        evicted,
+        "--servers",
+        servers,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(admin.communicate(), 60)
     assert admin.returncode == 0, err.decode()
     assert json.loads(out)["config_index"] > 0
-    await rpc.call(first3[evicted], "TabletServer", "DeleteTablet", {"tablet_id": "tablet-r",
-                                                                     "delete_type": "TOMBSTONED"})
+    await rpc.call(
+        first3[evicted], "TabletServer", "DeleteTablet", {"tablet_id": "tablet-r", "delete_type": "TOMBSTONED"}
+    )
     tc.addresses = {u: a for u, a in {**first3, new.uuid: new.rpc_address}.items() if u != evicted}
     await tc.write(rows(range(3000, 4000)))
     await wait_checksums_equal(tc, list(tc.addresses.values()), 4000)
@@ -418,8 +477,9 @@ async def test_new_learner_is_filled_by_tablet_copy_then_promoted(mini_cluster_f
     assert [(t["tablet_id"], t["state"]) for t in listed["tablets"]] == [("tablet-r", "TOMBSTONED")]
 
 
-async def test_block_cache_holds_flushed_files_and_lets_them_go_with_the_tablet(mini_cluster_factory,
-                                                                               rpc: RpcClient) -> None:
+async def test_block_cache_holds_flushed_files_and_lets_them_go_with_the_tablet(
+    mini_cluster_factory, rpc: RpcClient
+) -> None:
     """The tserver's block cache takes a flushed tablet's files (lookups of its rows then answered on the
     loop), a restart reads them back into it, and deleting the tablet releases them."""
     cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
@@ -449,8 +509,12 @@ async def test_block_cache_holds_flushed_files_and_lets_them_go_with_the_tablet(
     cluster.restart_node(ts.name)
     leader = await tc.wait_leader()
     # Replicas open in the background after a restart; opening reads the files into the cache again.
-    await asyncio.to_thread(wait_for, lambda: cache()["block_cache_usage"] == held["block_cache_usage"], 20.0,
-                            "the restarted tserver's block cache to hold the tablet's files again")
+    await asyncio.to_thread(
+        wait_for,
+        lambda: cache()["block_cache_usage"] == held["block_cache_usage"],
+        20.0,
+        "the restarted tserver's block cache to hold the tablet's files again",
+    )
 
     await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-cache"})
     assert cache()["block_cache_usage"] == 0

@@ -150,9 +150,7 @@ class Simulation:
         d = n.durable
         n.incarnation += 1
         rng = random.Random(f"{self.seed}/{n.id}/{n.incarnation}")
-        n.raft = RaftNode.restart(
-            n.id, GROUP, d.hard_state, d.snapshot, list(d.log), options=self.opts, rng=rng
-        )
+        n.raft = RaftNode.restart(n.id, GROUP, d.hard_state, d.snapshot, list(d.log), options=self.opts, rng=rng)
         n.sm = list(d.snap_data)
         n.seen_commit = n.raft.commit
         n.writes.clear()

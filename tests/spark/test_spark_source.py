@@ -56,23 +56,57 @@ def test_every_type_round_trips(spark: Any, spark_cluster: MiniCluster) -> None:
     with _client(spark_cluster) as client:
         b = kudu.schema_builder()
         b.add_column("id", kudu.int64, nullable=False).primary_key()
-        for name, typ in (("i8", kudu.int8), ("i16", kudu.int16), ("i32", kudu.int32), ("f", kudu.float_),
-                          ("d", kudu.double), ("b", kudu.bool_), ("s", kudu.string), ("bin", kudu.binary),
-                          ("ts", kudu.unixtime_micros), ("day", kudu.date)):
+        for name, typ in (
+            ("i8", kudu.int8),
+            ("i16", kudu.int16),
+            ("i32", kudu.int32),
+            ("f", kudu.float_),
+            ("d", kudu.double),
+            ("b", kudu.bool_),
+            ("s", kudu.string),
+            ("bin", kudu.binary),
+            ("ts", kudu.unixtime_micros),
+            ("day", kudu.date),
+        ):
             b.add_column(name, typ)
         b.add_column("dec", kudu.decimal, precision=12, scale=3)
         b.add_column("vc", kudu.varchar, length=10)
         client.create_table("types", b.build(), kudu.Partitioning().add_hash_partitions(["id"], 2), n_replicas=3)
     schema = _read(spark, spark_cluster, "types").schema
     assert [(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields] == [
-        ("id", "bigint", False), ("i8", "tinyint", True), ("i16", "smallint", True), ("i32", "int", True),
-        ("f", "float", True), ("d", "double", True), ("b", "boolean", True), ("s", "string", True),
-        ("bin", "binary", True), ("ts", "timestamp", True), ("day", "date", True), ("dec", "decimal(12,3)", True),
-        ("vc", "string", True)]
+        ("id", "bigint", False),
+        ("i8", "tinyint", True),
+        ("i16", "smallint", True),
+        ("i32", "int", True),
+        ("f", "float", True),
+        ("d", "double", True),
+        ("b", "boolean", True),
+        ("s", "string", True),
+        ("bin", "binary", True),
+        ("ts", "timestamp", True),
+        ("day", "date", True),
+        ("dec", "decimal(12,3)", True),
+        ("vc", "string", True),
+    ]
     ts = dt.datetime(2024, 5, 6, 7, 8, 9, 123456)
-    rows = [(1, -5, 300, 70000, 1.5, 2.25, True, "héllo", b"\x00\xff", ts, dt.date(2024, 2, 29),
-             Decimal("123456789.125"), "short"),
-            (2, None, None, None, None, None, None, None, None, None, None, None, None)]
+    rows = [
+        (
+            1,
+            -5,
+            300,
+            70000,
+            1.5,
+            2.25,
+            True,
+            "héllo",
+            b"\x00\xff",
+            ts,
+            dt.date(2024, 2, 29),
+            Decimal("123456789.125"),
+            "short",
+        ),
+        (2, None, None, None, None, None, None, None, None, None, None, None, None),
+    ]
     df = spark.createDataFrame(rows, schema)
     _write(df, spark_cluster, "types", "insert")
     back = sorted(_read(spark, spark_cluster, "types").collect(), key=lambda r: r.id)
@@ -89,8 +123,13 @@ def _scans_seen(c: MiniCluster) -> list[dict[str, Any]]:
 
 def test_filters_are_pushed_to_the_tablets(spark: Any, spark_cluster: MiniCluster) -> None:
     df = spark.range(0, 5000).selectExpr("id as key", "cast(id % 10 as int) as grp", "concat('v', id) as val")
-    _write(df, spark_cluster, "push", "upsert", **{"kudu.createTable": "true", "kudu.primaryKey": "key",
-                                                   "kudu.hashBuckets": "3"})
+    _write(
+        df,
+        spark_cluster,
+        "push",
+        "upsert",
+        **{"kudu.createTable": "true", "kudu.primaryKey": "key", "kudu.hashBuckets": "3"},
+    )
     got = _read(spark, spark_cluster, "push").filter("key >= 4990 and grp in (1, 3) and val is not null").collect()
     assert sorted(r.key for r in got) == [4991, 4993]
     preds = [p for s in _scans_seen(spark_cluster) for p in s.get("predicates", [])]
@@ -128,8 +167,9 @@ def test_each_write_operation_and_row_errors(spark: Any, spark_cluster: MiniClus
     assert 5 not in final and 6 not in final and len(final) == 10 - 2 + 2
 
 
-def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(spark_cluster: MiniCluster,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(
+    spark_cluster: MiniCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A task's writer sends one chunk while it gathers the next: every row of many chunks lands, and a bad
     row in a later chunk fails the task naming it, with the earlier chunks written."""
     import pyarrow as pa
@@ -145,9 +185,12 @@ def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(spark_cluster: M
     opts = {"kudu.master": spark_cluster.master_addresses, "kudu.table": "chunks"}
 
     def batches(lo: int, hi: int) -> list[pa.RecordBatch]:
-        return [pa.RecordBatch.from_pydict({"key": list(range(i, min(i + 10, hi))),
-                                            "val": [f"v{k}" for k in range(i, min(i + 10, hi))]})
-                for i in range(lo, hi, 10)]
+        return [
+            pa.RecordBatch.from_pydict(
+                {"key": list(range(i, min(i + 10, hi))), "val": [f"v{k}" for k in range(i, min(i + 10, hi))]}
+            )
+            for i in range(lo, hi, 10)
+        ]
 
     try:
         msg = source._write_batches(opts, "insert", iter(batches(0, 300)))
@@ -176,8 +219,14 @@ def test_clear_errors(spark: Any, spark_cluster: MiniCluster) -> None:
         spark.read.format("kudu").option("kudu.master", "a:b:c:x").option("kudu.table", "x").load().collect()
     t0 = time.monotonic()
     with pytest.raises(SPARK_ERRORS, match=r"TIMED_OUT.*127\.0\.0\.1:1: NETWORK_ERROR"):
-        (spark.read.format("kudu").option("kudu.master", "127.0.0.1:1").option("kudu.table", "x")
-         .option("kudu.operationTimeoutMs", "1500").load().collect())
+        (
+            spark.read.format("kudu")
+            .option("kudu.master", "127.0.0.1:1")
+            .option("kudu.table", "x")
+            .option("kudu.operationTimeoutMs", "1500")
+            .load()
+            .collect()
+        )
     assert time.monotonic() - t0 < 60
     good = spark.createDataFrame([(1, "x")], "key long, val string")
     _write(good, spark_cluster, "errs", "upsert", **{"kudu.createTable": "true", "kudu.primaryKey": "key"})
@@ -185,24 +234,39 @@ def test_clear_errors(spark: Any, spark_cluster: MiniCluster) -> None:
     with pytest.raises(SPARK_ERRORS, match="'nope' is not a column"):
         _write(bad, spark_cluster, "errs", "upsert")
     with pytest.raises(SPARK_ERRORS, match="only appends"):
-        (bad.write.format("kudu").option("kudu.master", spark_cluster.master_addresses)
-         .option("kudu.table", "errs").mode("overwrite").save())
+        (
+            bad.write.format("kudu")
+            .option("kudu.master", spark_cluster.master_addresses)
+            .option("kudu.table", "errs")
+            .mode("overwrite")
+            .save()
+        )
 
 
-def test_streaming_sink_upserts_and_replays_without_duplicates(spark: Any, spark_cluster: MiniCluster,
-                                                              tmp_path: Path) -> None:
+def test_streaming_sink_upserts_and_replays_without_duplicates(
+    spark: Any, spark_cluster: MiniCluster, tmp_path: Path
+) -> None:
     src = tmp_path / "in"
     src.mkdir()
     for part in range(3):
         (src / f"part{part}.json").write_text(
-            "\n".join(json.dumps({"key": part * 100 + i, "val": f"s{part}-{i}"}) for i in range(100)))
+            "\n".join(json.dumps({"key": part * 100 + i, "val": f"s{part}-{i}"}) for i in range(100))
+        )
     schema = st.StructType([st.StructField("key", st.LongType()), st.StructField("val", st.StringType())])
 
     def run(checkpoint: Path) -> None:
-        q = (spark.readStream.schema(schema).json(str(src)).writeStream.format("kudu")
-             .option("kudu.master", spark_cluster.master_addresses).option("kudu.table", "stream")
-             .option("kudu.createTable", "true").option("kudu.primaryKey", "key")
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        q = (
+            spark.readStream.schema(schema)
+            .json(str(src))
+            .writeStream.format("kudu")
+            .option("kudu.master", spark_cluster.master_addresses)
+            .option("kudu.table", "stream")
+            .option("kudu.createTable", "true")
+            .option("kudu.primaryKey", "key")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(120)
         assert q.exception() is None
 
@@ -217,8 +281,13 @@ def test_fault_tolerant_read_through_a_tserver_kill(spark: Any, spark_cluster: M
     """Runs last in the module: it kills a tserver of the shared cluster."""
     n = 40_000
     df = spark.range(0, n).selectExpr("id as key", "id * 2 as v")
-    _write(df, spark_cluster, "ft", "upsert", **{"kudu.createTable": "true", "kudu.primaryKey": "key",
-                                                 "kudu.hashBuckets": "3"})
+    _write(
+        df,
+        spark_cluster,
+        "ft",
+        "upsert",
+        **{"kudu.createTable": "true", "kudu.primaryKey": "key", "kudu.hashBuckets": "3"},
+    )
     killed_at: list[float] = []
     victims: list[str] = []
 

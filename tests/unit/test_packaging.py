@@ -12,8 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_package_is_listed() -> None:
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "kudu_async").rglob("__init__.py")
-             if "autoreg" not in p.parts}
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "kudu_async").rglob("__init__.py")
+        if "autoreg" not in p.parts
+    }
     assert set(conf["packages"]) == found | {"pyspark_kudu_async"}
     assert (ROOT / conf["package-dir"]["pyspark_kudu_async"] / "__init__.py").is_file()
 

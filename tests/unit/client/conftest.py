@@ -12,13 +12,25 @@ from kudu_async.client.table import Table
 from kudu_async.common.schema import Schema
 
 
-def table_info(schema: Schema, partitioning: kudu.Partitioning | None = None, *, name: str = "t",
-               table_id: str = "tid", version: int = 0) -> dict[str, Any]:
+def table_info(
+    schema: Schema,
+    partitioning: kudu.Partitioning | None = None,
+    *,
+    name: str = "t",
+    table_id: str = "tid",
+    version: int = 0,
+) -> dict[str, Any]:
     """What GetTableSchema answers for a table of this schema (column ids assigned, as the master does)."""
     part = partitioning if partitioning is not None else kudu.Partitioning()
     with_ids = schema.with_column_ids()
-    return {"name": name, "table_id": table_id, "schema": with_ids.to_dict(), "schema_version": version,
-            "partition_schema": part.to_wire(with_ids)["partition_schema"], "num_replicas": 3}
+    return {
+        "name": name,
+        "table_id": table_id,
+        "schema": with_ids.to_dict(),
+        "schema_version": version,
+        "partition_schema": part.to_wire(with_ids)["partition_schema"],
+        "num_replicas": 3,
+    }
 
 
 def offline_table(schema: Schema, partitioning: kudu.Partitioning | None = None, **kw: Any) -> Table:

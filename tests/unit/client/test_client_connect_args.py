@@ -11,46 +11,52 @@ from kudu_async.client.aio import master_addresses
 from kudu_async.client.meta_cache import parse_master_addresses
 
 
-@pytest.mark.parametrize(("host", "port", "expected"), [
-    ("m1", 7051, ["m1:7051"]),
-    ("m1", None, ["m1:7051"]),
-    ("m1", 9000, ["m1:9000"]),
-    ("m1:7151", None, ["m1:7151"]),
-    ("m1:7151", 9000, ["m1:7151"]),  # an explicit port wins over the default one
-    ("m1:1,m2:2, m3:3 ", None, ["m1:1", "m2:2", "m3:3"]),
-    ("m1,m2:2", 9, ["m1:9", "m2:2"]),
-    (["m1", "m2", "m3"], [1, 2, 3], ["m1:1", "m2:2", "m3:3"]),
-    (["m1", "m2"], 7051, ["m1:7051", "m2:7051"]),
-    (("m1", "m2"), (5, 6), ["m1:5", "m2:6"]),
-    (["m1:1", "m2:2"], None, ["m1:1", "m2:2"]),
-    (["m1:1", "m1:1", "m2:2"], None, ["m1:1", "m2:2"]),  # duplicates collapse, order kept
-    ("[::1]:7051", None, ["[::1]:7051"]),
-    ("[::1]", 7151, ["[::1]:7151"]),
-])
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("m1", 7051, ["m1:7051"]),
+        ("m1", None, ["m1:7051"]),
+        ("m1", 9000, ["m1:9000"]),
+        ("m1:7151", None, ["m1:7151"]),
+        ("m1:7151", 9000, ["m1:7151"]),  # an explicit port wins over the default one
+        ("m1:1,m2:2, m3:3 ", None, ["m1:1", "m2:2", "m3:3"]),
+        ("m1,m2:2", 9, ["m1:9", "m2:2"]),
+        (["m1", "m2", "m3"], [1, 2, 3], ["m1:1", "m2:2", "m3:3"]),
+        (["m1", "m2"], 7051, ["m1:7051", "m2:7051"]),
+        (("m1", "m2"), (5, 6), ["m1:5", "m2:6"]),
+        (["m1:1", "m2:2"], None, ["m1:1", "m2:2"]),
+        (["m1:1", "m1:1", "m2:2"], None, ["m1:1", "m2:2"]),  # duplicates collapse, order kept
+        ("[::1]:7051", None, ["[::1]:7051"]),
+        ("[::1]", 7151, ["[::1]:7151"]),
+    ],
+)
 def test_master_address_forms(host: Any, port: Any, expected: list[str]) -> None:
     assert master_addresses(host, port) == expected
 
 
-@pytest.mark.parametrize(("host", "port", "complaint"), [
-    ("", 7051, "no master host"),
-    ([], 7051, "no master host"),
-    (" , ", 7051, "no master host"),
-    (["m1", "m2"], [1], "2 hosts but 1 ports"),
-    (["m1"], [1, 2], "1 hosts but 2 ports"),
-    ("m1", "7051", "port must be"),
-    ("m1", 7051.0, "port must be"),
-    ("m1", True, "port must be"),
-    (7051, None, "host must be"),
-    ("m1:0", None, "1..65535"),
-    ("m1", 70000, "1..65535"),
-    ("m1", -1, "1..65535"),
-    ("m1:abc", None, "1..65535"),
-    ("m1:", None, "1..65535"),
-    (["m1", "m2"], ["x", "y"], "port"),
-    (["m1"], [True], "port"),
-    (["m1", 3], None, "host"),
-    ([None], None, "host"),
-])
+@pytest.mark.parametrize(
+    ("host", "port", "complaint"),
+    [
+        ("", 7051, "no master host"),
+        ([], 7051, "no master host"),
+        (" , ", 7051, "no master host"),
+        (["m1", "m2"], [1], "2 hosts but 1 ports"),
+        (["m1"], [1, 2], "1 hosts but 2 ports"),
+        ("m1", "7051", "port must be"),
+        ("m1", 7051.0, "port must be"),
+        ("m1", True, "port must be"),
+        (7051, None, "host must be"),
+        ("m1:0", None, "1..65535"),
+        ("m1", 70000, "1..65535"),
+        ("m1", -1, "1..65535"),
+        ("m1:abc", None, "1..65535"),
+        ("m1:", None, "1..65535"),
+        (["m1", "m2"], ["x", "y"], "port"),
+        (["m1"], [True], "port"),
+        (["m1", 3], None, "host"),
+        ([None], None, "host"),
+    ],
+)
 def test_bad_master_addresses_are_refused_naming_the_problem(host: Any, port: Any, complaint: str) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
         master_addresses(host, port)

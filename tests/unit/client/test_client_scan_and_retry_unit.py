@@ -54,8 +54,11 @@ def test_scan_config_setters_chain_and_store(typed_table: Table) -> None:
     assert c.projection == ["key", "dec"]
     assert c.add_predicate(typed_table["key"] >= 3) is c
     c.add_predicates([typed_table["val"].is_not_null(), ColumnPredicate("dec", "<", 5)])
-    assert c.predicates == [ColumnPredicate("key", ">=", 3), ColumnPredicate("val", "IS NOT NULL"),
-                            ColumnPredicate("dec", "<", Decimal("5.00"))]  # a raw predicate is bound too
+    assert c.predicates == [
+        ColumnPredicate("key", ">=", 3),
+        ColumnPredicate("val", "IS NOT NULL"),
+        ColumnPredicate("dec", "<", Decimal("5.00")),
+    ]  # a raw predicate is bound too
     c.set_read_mode("READ_YOUR_WRITES")
     assert c.read_mode == kudu.READ_YOUR_WRITES
     c.set_limit(0).set_batch_size_bytes(1 << 30).set_selection("FIRST_REPLICA").set_timeout_millis(5)
@@ -79,20 +82,23 @@ def test_fault_tolerant_and_snapshot_imply_read_at_snapshot(typed_table: Table) 
     assert ScanConfig(typed_table).set_snapshot_raw(12345).snapshot_ts == 12345
 
 
-@pytest.mark.parametrize(("call", "complaint"), [
-    (lambda c: c.set_projected_column_names(["nope"]), "projected column 'nope'"),
-    (lambda c: c.add_predicate("key > 3"), "not a predicate"),
-    (lambda c: c.set_read_mode("eventually"), "read mode must be"),
-    (lambda c: c.set_snapshot("yesterday"), "microseconds since the epoch or a datetime"),
-    (lambda c: c.set_snapshot(-1), "microseconds since the epoch or a datetime"),
-    (lambda c: c.set_snapshot_raw(-1), "non-negative hybrid timestamp"),
-    (lambda c: c.set_limit(-1), "non-negative"),
-    (lambda c: c.set_limit(True), "non-negative"),
-    (lambda c: c.set_batch_size_bytes(0), "positive"),
-    (lambda c: c.set_selection("nearest"), "replica selection must be"),
-    (lambda c: c.set_timeout_millis(0), "positive"),
-    (lambda c: c.add_lower_bound({"key": "x"}), "expected int64"),
-])
+@pytest.mark.parametrize(
+    ("call", "complaint"),
+    [
+        (lambda c: c.set_projected_column_names(["nope"]), "projected column 'nope'"),
+        (lambda c: c.add_predicate("key > 3"), "not a predicate"),
+        (lambda c: c.set_read_mode("eventually"), "read mode must be"),
+        (lambda c: c.set_snapshot("yesterday"), "microseconds since the epoch or a datetime"),
+        (lambda c: c.set_snapshot(-1), "microseconds since the epoch or a datetime"),
+        (lambda c: c.set_snapshot_raw(-1), "non-negative hybrid timestamp"),
+        (lambda c: c.set_limit(-1), "non-negative"),
+        (lambda c: c.set_limit(True), "non-negative"),
+        (lambda c: c.set_batch_size_bytes(0), "positive"),
+        (lambda c: c.set_selection("nearest"), "replica selection must be"),
+        (lambda c: c.set_timeout_millis(0), "positive"),
+        (lambda c: c.add_lower_bound({"key": "x"}), "expected int64"),
+    ],
+)
 def test_bad_scan_settings_are_refused(typed_table: Table, call: Any, complaint: str) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
         call(ScanConfig(typed_table))
@@ -104,9 +110,11 @@ def test_bad_scan_settings_are_refused(typed_table: Table, call: Any, complaint:
 def _tablet() -> TabletLocation:
     from kudu_async.common.partition import Partition
 
-    return TabletLocation("tab1", Partition((1,), b"", b"", b"\x00\x00\x00\x01", b"\x00\x00\x00\x02"),
-                          [ReplicaLocation("u1", "127.0.0.1:1", "LEADER"), ReplicaLocation("u2", "127.0.0.2:2",
-                                                                                           "FOLLOWER")])
+    return TabletLocation(
+        "tab1",
+        Partition((1,), b"", b"", b"\x00\x00\x00\x01", b"\x00\x00\x00\x02"),
+        [ReplicaLocation("u1", "127.0.0.1:1", "LEADER"), ReplicaLocation("u2", "127.0.0.2:2", "FOLLOWER")],
+    )
 
 
 @pytest.fixture
@@ -118,14 +126,21 @@ async def offline_client() -> AsyncIterator[AsyncClient]:
 
 async def test_scan_token_round_trip_keeps_every_setting(typed_table: Table, offline_client: AsyncClient) -> None:
     cfg = ScanConfig(typed_table)
-    (cfg.set_projected_column_names(["key", "dec", "day"])
+    (
+        cfg.set_projected_column_names(["key", "dec", "day"])
         .add_predicate(typed_table["dec"] >= Decimal("1.25"))
         .add_predicate(typed_table["day"].in_list([dt.date(2020, 1, 1), dt.date(2021, 1, 1)]))
         .add_predicate(typed_table["ts"] < dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
         .add_predicate(typed_table["val"].is_null())
-        .set_fault_tolerant().set_snapshot_raw(987654321).set_limit(7).set_batch_size_bytes(4096)
-        .set_selection(kudu.LEADER_ONLY).set_timeout_millis(1500)
-        .add_lower_bound([1]).add_exclusive_upper_bound([100]))
+        .set_fault_tolerant()
+        .set_snapshot_raw(987654321)
+        .set_limit(7)
+        .set_batch_size_bytes(4096)
+        .set_selection(kudu.LEADER_ONLY)
+        .set_timeout_millis(1500)
+        .add_lower_bound([1])
+        .add_exclusive_upper_bound([100])
+    )
     token = ScanToken(typed_table, _tablet(), cfg.config_dict())
     data = token.serialize()
     assert isinstance(data, bytes)
@@ -141,11 +156,19 @@ async def test_scan_token_round_trip_keeps_every_setting(typed_table: Table, off
     assert again["v"] == TOKEN_VERSION and again["tablet"] == _tablet().to_wire()
 
 
-@pytest.mark.parametrize("garbage", [
-    b"", b"garbage", b"\xc1", msgpack.packb([1, 2, 3]), msgpack.packb({"v": TOKEN_VERSION + 1, "table": {},
-                                                                        "tablet": {}, "scan": {}}),
-    msgpack.packb({"v": TOKEN_VERSION, "table": {}}), msgpack.packb("a string"), msgpack.packb(1) + b"trailing",
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"",
+        b"garbage",
+        b"\xc1",
+        msgpack.packb([1, 2, 3]),
+        msgpack.packb({"v": TOKEN_VERSION + 1, "table": {}, "tablet": {}, "scan": {}}),
+        msgpack.packb({"v": TOKEN_VERSION, "table": {}}),
+        msgpack.packb("a string"),
+        msgpack.packb(1) + b"trailing",
+    ],
+)
 async def test_a_garbage_token_is_refused(garbage: bytes, offline_client: AsyncClient) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match="scan token"):
         ScanToken.parse(garbage)
@@ -294,10 +317,17 @@ async def test_tablet_calls_follow_hints_skip_failed_replicas_and_refresh(typed_
     from kudu_async.common.partition import Partition
 
     part = Partition((), b"", b"", b"", b"")
-    locs_v1 = [{"tablet_id": "tab", "partition": part.to_dict(), "replicas": [
-        {"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"},
-        {"uuid": "b", "rpc_address": "ts2:1", "role": "FOLLOWER"},
-        {"uuid": "c", "rpc_address": "ts3:1", "role": "FOLLOWER"}]}]
+    locs_v1 = [
+        {
+            "tablet_id": "tab",
+            "partition": part.to_dict(),
+            "replicas": [
+                {"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"},
+                {"uuid": "b", "rpc_address": "ts2:1", "role": "FOLLOWER"},
+                {"uuid": "c", "rpc_address": "ts3:1", "role": "FOLLOWER"},
+            ],
+        }
+    ]
     state = {"leader": "ts3:1", "down": {"ts1:1"}, "located": 0}
 
     def handler(addr: str, method: str, req: Any) -> Any:
@@ -339,9 +369,18 @@ async def test_every_attempt_of_a_write_carries_the_same_request_id(typed_table:
         if method == "ConnectToMaster":
             return {"leader": True}
         if method == "GetTableLocations":
-            return {"tablets": [{"tablet_id": "tab", "partition": part.to_dict(), "replicas": [
-                {"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"},
-                {"uuid": "b", "rpc_address": "ts2:1", "role": "FOLLOWER"}]}]}
+            return {
+                "tablets": [
+                    {
+                        "tablet_id": "tab",
+                        "partition": part.to_dict(),
+                        "replicas": [
+                            {"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"},
+                            {"uuid": "b", "rpc_address": "ts2:1", "role": "FOLLOWER"},
+                        ],
+                    }
+                ]
+            }
         seen.append(dict(req["request_id"]))
         if len(seen) == 1:
             return KuduNetworkError("ts1:1 is down")
@@ -372,15 +411,25 @@ async def test_tablet_calls_time_out_naming_the_last_error_when_every_replica_is
         if method == "ConnectToMaster":
             return {"leader": True}
         if method == "GetTableLocations":
-            return {"tablets": [{"tablet_id": "tab", "partition": part.to_dict(), "replicas": [
-                {"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"}]}]}
+            return {
+                "tablets": [
+                    {
+                        "tablet_id": "tab",
+                        "partition": part.to_dict(),
+                        "replicas": [{"uuid": "a", "rpc_address": "ts1:1", "role": "LEADER"}],
+                    }
+                ]
+            }
         return KuduServiceUnavailable(f"{addr} overloaded")
 
     rpc = FakeRpc(handler)
     c = _client_with(rpc, ["m:1"])
     t0 = time.monotonic()
-    with pytest.raises(KuduTimedOut, match=r"write to t timed out after 0\.4s .*last error: SERVICE_UNAVAILABLE: "
-                                           r"ts1:1 overloaded"):
+    with pytest.raises(
+        KuduTimedOut,
+        match=r"write to t timed out after 0\.4s .*last error: SERVICE_UNAVAILABLE: "
+        r"ts1:1 overloaded",
+    ):
         await c.call_tablet_leader(typed_table, "tab", "Write", {}, Deadline(0.4, "write to t"))
     assert time.monotonic() - t0 < 1.5
     assert sum(1 for _, m in rpc.calls if m == "GetTableLocations") >= 2  # locations refreshed between rounds

@@ -26,8 +26,12 @@ from kudu_async.common.row_conversion import OpType, decode_row_operations
 from kudu_async.common.schema import ColumnSchema, Schema
 
 INS, U, D, UP = int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE), int(OpType.UPSERT)
-II, UI, DI, UPI = (int(OpType.INSERT_IGNORE), int(OpType.UPDATE_IGNORE), int(OpType.DELETE_IGNORE),
-                   int(OpType.UPSERT_IGNORE))
+II, UI, DI, UPI = (
+    int(OpType.INSERT_IGNORE),
+    int(OpType.UPDATE_IGNORE),
+    int(OpType.DELETE_IGNORE),
+    int(OpType.UPSERT_IGNORE),
+)
 
 
 def _batch(table: Table, ops: list[Any]) -> S._Batch:
@@ -38,17 +42,30 @@ def _batch(table: Table, ops: list[Any]) -> S._Batch:
 
 
 def test_ops_to_batch_full_schema_rows_and_the_cells_each_op_sets(kv_table: Table) -> None:
-    b = _batch(kv_table, [kv_table.new_insert({"key": 1, "val": "a"}), kv_table.new_update({"key": 2, "val": "b"}),
-                          kv_table.new_delete({"key": 3}), kv_table.new_upsert({"key": 4, "n": 1})])
+    b = _batch(
+        kv_table,
+        [
+            kv_table.new_insert({"key": 1, "val": "a"}),
+            kv_table.new_update({"key": 2, "val": "b"}),
+            kv_table.new_delete({"key": 3}),
+            kv_table.new_upsert({"key": 4, "n": 1}),
+        ],
+    )
     assert b.rows.schema == kv_table.schema.to_arrow()
-    assert b.rows.to_pylist() == [{"key": 1, "val": "a", "n": 7}, {"key": 2, "val": "b", "n": None},
-                                  {"key": 3, "val": None, "n": None}, {"key": 4, "val": None, "n": 1}]
+    assert b.rows.to_pylist() == [
+        {"key": 1, "val": "a", "n": 7},
+        {"key": 2, "val": "b", "n": None},
+        {"key": 3, "val": None, "n": None},
+        {"key": 4, "val": None, "n": 1},
+    ]
     assert b.op_types.tolist() == [INS, U, D, UP]
     assert b.set_cols is not None
-    assert b.set_cols.tolist() == [[True, True, True],     # an insert sets every cell (defaults included)
-                                   [True, True, False],    # an update sets the key and what it names
-                                   [True, False, False],   # a delete only the key
-                                   [True, False, True]]    # an upsert leaves unnamed cells alone on update
+    assert b.set_cols.tolist() == [
+        [True, True, True],  # an insert sets every cell (defaults included)
+        [True, True, False],  # an update sets the key and what it names
+        [True, False, False],  # a delete only the key
+        [True, False, True],
+    ]  # an upsert leaves unnamed cells alone on update
     assert repr(b.failed(1)) == "Update(t, {'key': 2, 'val': 'b'})"
 
 
@@ -89,8 +106,9 @@ def test_widen_all_columns_needs_no_bitmap(kv_table: Table) -> None:
 
 
 def _typed_batch(table: Table, types: list[int]) -> S._Batch:
-    rows = pa.RecordBatch.from_pylist([{"key": i, "val": "x", "n": 1} for i in range(len(types))],
-                                      schema=table.schema.to_arrow())
+    rows = pa.RecordBatch.from_pylist(
+        [{"key": i, "val": "x", "n": 1} for i in range(len(types))], schema=table.schema.to_arrow()
+    )
     return S._Batch(table, rows, np.array(types, dtype=np.int8), None, None, table.schema, table.schema_version)
 
 
@@ -127,8 +145,11 @@ def test_segments_are_cut_by_bytes_too(kv_table: Table, monkeypatch: pytest.Monk
 
 def test_adapt_follows_a_renamed_column_by_id_and_fills_added_defaults(kv_table: Table) -> None:
     old = kv_table.schema
-    new = old.rename_column("val", "val2").add_column(ColumnSchema("x", kudu.int16, default=4)) \
+    new = (
+        old.rename_column("val", "val2")
+        .add_column(ColumnSchema("x", kudu.int16, default=4))
         .with_column_ids(old.next_column_id)
+    )
     b = _batch(kv_table, [kv_table.new_insert({"key": 1, "val": "a"}), kv_table.new_update({"key": 2, "n": 3})])
     S._adapt(b, old, new)
     assert b.rows.schema == new.to_arrow()
@@ -154,8 +175,9 @@ def test_adapt_drops_a_column_the_write_does_not_set(kv_table: Table) -> None:
 
 def _locations(schema: Schema, ps: PartitionSchema, bounds: list[Any]) -> TableLocations:
     parts = ps.create_partitions(bounds)
-    tablets = [TabletLocation(f"t{i}", p, [ReplicaLocation(f"u{i}", f"h:{i + 1}", "LEADER")])
-               for i, p in enumerate(parts)]
+    tablets = [
+        TabletLocation(f"t{i}", p, [ReplicaLocation(f"u{i}", f"h:{i + 1}", "LEADER")]) for i, p in enumerate(parts)
+    ]
     return TableLocations("tid", list(reversed(tablets)))  # sorted by start key whatever the input order
 
 
@@ -195,7 +217,8 @@ def test_assign_with_hash_buckets_and_a_gap(range_schema: Schema) -> None:
 
 @pytest.mark.parametrize("compare_max", [0, 1000], ids=["distinct-keys-search", "compare-with-every-start"])
 def test_both_assign_strategies_agree_with_find_for_every_key(
-        range_schema: Schema, compare_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    range_schema: Schema, compare_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kudu_async.client import meta_cache
     from kudu_async.common.partition import HashDimension
 
@@ -219,9 +242,18 @@ def test_tablet_location_wire_round_trip_and_leader_guesses() -> None:
     from kudu_async.common.partition import Partition
 
     p = Partition((1,), b"a", b"b", b"\x00\x00\x00\x01a", b"\x00\x00\x00\x01b")
-    t = TabletLocation.from_wire({"tablet_id": "x", "partition": p.to_dict(), "replicas": [
-        {"uuid": "1", "rpc_address": "h:1", "role": "FOLLOWER"}, {"uuid": "2", "rpc_address": "h:2", "role": "LEADER"},
-        {"uuid": "3", "rpc_address": "h:3", "role": "LEARNER"}, {"uuid": "4", "rpc_address": "", "role": "FOLLOWER"}]})
+    t = TabletLocation.from_wire(
+        {
+            "tablet_id": "x",
+            "partition": p.to_dict(),
+            "replicas": [
+                {"uuid": "1", "rpc_address": "h:1", "role": "FOLLOWER"},
+                {"uuid": "2", "rpc_address": "h:2", "role": "LEADER"},
+                {"uuid": "3", "rpc_address": "h:3", "role": "LEARNER"},
+                {"uuid": "4", "rpc_address": "", "role": "FOLLOWER"},
+            ],
+        }
+    )
     assert t.id() == "x" and t.partition == p
     assert t.leader_address == "h:2"
     assert t.addresses() == ["h:1", "h:2"]  # learners and address-less replicas take no leader traffic
@@ -242,8 +274,10 @@ class FakeTablets:
     def __init__(self, table: Table, bounds: list[Any] = ()) -> None:  # type: ignore[assignment]
         self.table = table
         parts = table.partition_schema.create_partitions(bounds)
-        self.locs = TableLocations(table.id, [
-            TabletLocation(f"tablet{i}", p, [ReplicaLocation("u", "h:1", "LEADER")]) for i, p in enumerate(parts)])
+        self.locs = TableLocations(
+            table.id,
+            [TabletLocation(f"tablet{i}", p, [ReplicaLocation("u", "h:1", "LEADER")]) for i, p in enumerate(parts)],
+        )
         self.rows: dict[str, dict[int, dict[str, Any]]] = {t.tablet_id: {} for t in self.locs.tablets}
         self.requests: list[tuple[str, list[int]]] = []
         self.meta = self
@@ -264,8 +298,9 @@ class FakeTablets:
     def observe_timestamp(self, ts: int) -> None:
         self.ts = max(self.ts, ts)
 
-    async def call_tablet_leader(self, table: Table, tablet_id: str, method: str, req: dict[str, Any],
-                                 deadline: Deadline) -> dict[str, Any]:
+    async def call_tablet_leader(
+        self, table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
         assert method == "Write"
         self.request_ids.append(dict(req["request_id"]))
         if tablet_id in self.fail_next:
@@ -286,8 +321,13 @@ class FakeTablets:
                 if t in (II, UI, DI):
                     ignored += 1
                 else:
-                    errors.append({"row_index": i, "code": "ALREADY_PRESENT" if t == INS else "NOT_FOUND",
-                                   "message": "key already present" if t == INS else "key not found"})
+                    errors.append(
+                        {
+                            "row_index": i,
+                            "code": "ALREADY_PRESENT" if t == INS else "NOT_FOUND",
+                            "message": "key already present" if t == INS else "key not found",
+                        }
+                    )
             elif t in (D, DI):
                 del store[k]
             elif present:  # update, or upsert of a present row: only the cells the op sets
@@ -321,20 +361,30 @@ async def test_flush_routes_rows_per_tablet_and_reports_each_failed_row(kv_table
     errors, overflowed = sess.get_pending_errors()
     assert not overflowed
     assert sorted((e.status.code, repr(e.failed_op())) for e in errors) == [
-        ("ALREADY_PRESENT", "Insert(t, {'key': 3})"), ("NOT_FOUND", "Update(t, {'key': 99, 'val': 'x'})")]
+        ("ALREADY_PRESENT", "Insert(t, {'key': 3})"),
+        ("NOT_FOUND", "Update(t, {'key': 99, 'val': 'x'})"),
+    ]
     assert not any(e.was_possibly_successful() for e in errors)
     assert sess.get_pending_errors() == ([], False)  # taken once
     assert sess.get_write_op_metrics() == {
-        "successful_inserts": 20, "successful_upserts": 1, "successful_updates": 0, "successful_deletes": 0,
-        "insert_ignore_errors": 1, "upsert_ignore_errors": 0, "update_ignore_errors": 0,
-        "delete_ignore_errors": 1}
+        "successful_inserts": 20,
+        "successful_upserts": 1,
+        "successful_updates": 0,
+        "successful_deletes": 0,
+        "insert_ignore_errors": 1,
+        "upsert_ignore_errors": 0,
+        "update_ignore_errors": 0,
+        "delete_ignore_errors": 1,
+    }
     assert fake.rows[next(t for t in fake.rows if 5 in fake.rows[t])][5] == {"key": 5, "val": "new", "n": 7}
 
 
-async def test_rows_in_a_range_gap_fail_alone_with_not_found(make_table: Callable[..., Table],
-                                                             kv_schema: Schema) -> None:
-    part = kudu.Partitioning().set_range_partition_columns(["key"]).add_range_partition(0, 10) \
-        .add_range_partition(20, 30)
+async def test_rows_in_a_range_gap_fail_alone_with_not_found(
+    make_table: Callable[..., Table], kv_schema: Schema
+) -> None:
+    part = (
+        kudu.Partitioning().set_range_partition_columns(["key"]).add_range_partition(0, 10).add_range_partition(20, 30)
+    )
     table = make_table(kv_schema, part)
     fake = FakeTablets(table, [([0], [10]), ([20], [30])])
     sess = S.AsyncSession(fake)  # type: ignore[arg-type]
@@ -379,8 +429,9 @@ async def test_a_failed_tablet_write_fails_only_its_rows(kv_table: Table) -> Non
     assert sess.get_write_op_metrics()["successful_upserts"] == len(written)
 
 
-async def test_rows_after_a_failed_rpc_to_the_same_tablet_are_not_sent(kv_table: Table,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_rows_after_a_failed_rpc_to_the_same_tablet_are_not_sent(
+    kv_table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(S, "MAX_ROWS_PER_RPC", 4)
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
@@ -406,7 +457,8 @@ async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: T
         await sess.apply_arrow(kv_table, batch, op="insert")
     errors, _ = sess.get_pending_errors()
     assert [(e.failed_op(), str(e.status)) for e in errors] == [
-        ({"key": 2, "val": None, "n": None}, "INVALID_ARGUMENT: column 'n': NULL in NOT NULL column")]
+        ({"key": 2, "val": None, "n": None}, "INVALID_ARGUMENT: column 'n': NULL in NOT NULL column")
+    ]
     assert sorted(k for store in fake.rows.values() for k in store) == [1, 3]
     assert await sess.apply_arrow(kv_table, pa.table({"key": pa.array([], pa.int64())}), op="upsert") == 0
     with pytest.raises(kudu.KuduInvalidArgument, match="unknown write operation"):
@@ -445,8 +497,14 @@ async def test_mutation_buffer_max_num_counts_buffers_not_operations(kv_table: T
     for k in range(10):
         await manual.apply(kv_table.new_insert({"key": k}))
     assert manual.count_buffered_operations() == 10
-    bg = S.AsyncSession(fake, flush_mode=kudu.FLUSH_AUTO_BACKGROUND, mutation_buffer_max_num=2,  # type: ignore[arg-type]
-                        mutation_buffer_sz=100, mutation_buffer_watermark=1.0, mutation_buffer_flush_interval=60_000)
+    bg = S.AsyncSession(
+        fake,
+        flush_mode=kudu.FLUSH_AUTO_BACKGROUND,
+        mutation_buffer_max_num=2,  # type: ignore[arg-type]
+        mutation_buffer_sz=100,
+        mutation_buffer_watermark=1.0,
+        mutation_buffer_flush_interval=60_000,
+    )
     assert (bg.flush_watermark, bg.flush_interval_ms) == (1.0, 60_000)  # kudu-python's keyword names
     for k in (100, 101):
         await asyncio.wait_for(bg.apply(kv_table.new_insert({"key": k, "val": "x" * 30})), 5)
@@ -490,8 +548,12 @@ async def test_a_closed_session_takes_no_more_operations(kv_table: Table) -> Non
 def test_session_configuration_names_and_checks() -> None:
     sess = S.AsyncSession(None)  # type: ignore[arg-type]
     assert sess.flush_mode == kudu.FLUSH_MANUAL  # kudu-python's default
-    for name, mode in (("sync", kudu.FLUSH_AUTO_SYNC), ("AUTO_FLUSH_BACKGROUND", kudu.FLUSH_AUTO_BACKGROUND),
-                       ("manual_flush", kudu.FLUSH_MANUAL), (kudu.FLUSH_AUTO_BACKGROUND, kudu.FLUSH_AUTO_BACKGROUND)):
+    for name, mode in (
+        ("sync", kudu.FLUSH_AUTO_SYNC),
+        ("AUTO_FLUSH_BACKGROUND", kudu.FLUSH_AUTO_BACKGROUND),
+        ("manual_flush", kudu.FLUSH_MANUAL),
+        (kudu.FLUSH_AUTO_BACKGROUND, kudu.FLUSH_AUTO_BACKGROUND),
+    ):
         sess.set_flush_mode(name)
         assert sess.flush_mode == mode
     with pytest.raises(kudu.KuduInvalidArgument, match="flush mode must be"):
@@ -515,8 +577,11 @@ def test_session_configuration_names_and_checks() -> None:
 def _altered(table: Table) -> dict[str, Any]:
     """The table's info after 'val' was renamed 'value' and 'x' int16 DEFAULT 4 was added (version + 1)."""
     old = table.schema
-    new = old.rename_column("val", "value").add_column(ColumnSchema("x", kudu.int16, default=4)) \
+    new = (
+        old.rename_column("val", "value")
+        .add_column(ColumnSchema("x", kudu.int16, default=4))
         .with_column_ids(old.next_column_id)
+    )
     return {**table.info, "schema": new.to_dict(), "schema_version": table.schema_version + 1}
 
 
@@ -739,7 +804,8 @@ def test_blocking_manual_session_counts_staged_rows_against_the_buffer(kv_table:
 
 
 async def test_closing_the_client_stops_its_sessions_flushers_and_names_dropped_operations(
-        kv_table: Table, caplog: pytest.LogCaptureFixture) -> None:
+    kv_table: Table, caplog: pytest.LogCaptureFixture
+) -> None:
     """A background session left open stops with its client (no flusher task left pending on a closed
     loop); as Kudu's client does, operations still buffered are dropped with a warning, not sent."""
     from kudu_async.client.aio import AsyncClient
@@ -755,7 +821,8 @@ async def test_closing_the_client_stops_its_sessions_flushers_and_names_dropped_
         await client.close()
     assert timer.done() and timer.cancelled()
     assert [r.getMessage() for r in caplog.records] == [
-        "client closed with 3 operation(s) buffered in a session that was never flushed or closed: they are dropped"]
+        "client closed with 3 operation(s) buffered in a session that was never flushed or closed: they are dropped"
+    ]
     assert flushed._timer is None
     with pytest.raises(kudu.KuduBadStatus, match="closed"):
         await left.apply(kv_table.new_insert({"key": 9}))

@@ -36,18 +36,21 @@ def test_table_metadata(kv_table: Table) -> None:
         kv_table["zz"]
 
 
-@pytest.mark.parametrize(("make", "op", "value"), [
-    (lambda c: c == 3, "=", 3),
-    (lambda c: c < 3, "<", 3),
-    (lambda c: c <= 3, "<=", 3),
-    (lambda c: c > 3, ">", 3),
-    (lambda c: c >= 3, ">=", 3),
-    (lambda c: 3 <= c, ">=", 3),  # noqa: SIM300 - reflected: Python turns 3 <= c into c >= 3
-    (lambda c: c.in_list([3, 1, 2]), "IN", (3, 1, 2)),
-    (lambda c: c.in_list(v for v in (1, None)), "IN", (1,)),  # NULL never matches an IN list
-    (lambda c: c.is_null(), "IS NULL", None),
-    (lambda c: c.is_not_null(), "IS NOT NULL", None),
-])
+@pytest.mark.parametrize(
+    ("make", "op", "value"),
+    [
+        (lambda c: c == 3, "=", 3),
+        (lambda c: c < 3, "<", 3),
+        (lambda c: c <= 3, "<=", 3),
+        (lambda c: c > 3, ">", 3),
+        (lambda c: c >= 3, ">=", 3),
+        (lambda c: 3 <= c, ">=", 3),  # noqa: SIM300 - reflected: Python turns 3 <= c into c >= 3
+        (lambda c: c.in_list([3, 1, 2]), "IN", (3, 1, 2)),
+        (lambda c: c.in_list(v for v in (1, None)), "IN", (1,)),  # NULL never matches an IN list
+        (lambda c: c.is_null(), "IS NULL", None),
+        (lambda c: c.is_not_null(), "IS NOT NULL", None),
+    ],
+)
 def test_column_comparisons_make_predicates(kv_table: Table, make: Any, op: str, value: Any) -> None:
     p = make(kv_table["key"])
     assert isinstance(p, kclient.Predicate)
@@ -69,17 +72,20 @@ def test_columns_are_not_hashable_because_eq_makes_a_predicate(kv_table: Table) 
         hash(kv_table["key"])
 
 
-@pytest.mark.parametrize(("make", "complaint"), [
-    (lambda t: t["key"] == "x", "column 'key': expected int64, got str"),
-    (lambda t: t["key"] > 2**63, "out of range for int64"),
-    (lambda t: t["key"] == None, "use IS NULL"),  # noqa: E711
-    (lambda t: t["key"].in_list(5), "needs a list"),
-    (lambda t: t["val"].in_list("abc"), "needs a list"),
-    (lambda t: t["key"].in_list([1, "x"]), "expected int64"),
-    (lambda t: t["dec"] < Decimal("1.555"), "more than 2 fractional digits"),
-    (lambda t: t["dec"] < Decimal("1000"), "out of range for decimal"),
-    (lambda t: t["day"] == dt.datetime(2020, 1, 1), "date"),
-])
+@pytest.mark.parametrize(
+    ("make", "complaint"),
+    [
+        (lambda t: t["key"] == "x", "column 'key': expected int64, got str"),
+        (lambda t: t["key"] > 2**63, "out of range for int64"),
+        (lambda t: t["key"] == None, "use IS NULL"),  # noqa: E711
+        (lambda t: t["key"].in_list(5), "needs a list"),
+        (lambda t: t["val"].in_list("abc"), "needs a list"),
+        (lambda t: t["key"].in_list([1, "x"]), "expected int64"),
+        (lambda t: t["dec"] < Decimal("1.555"), "more than 2 fractional digits"),
+        (lambda t: t["dec"] < Decimal("1000"), "out of range for decimal"),
+        (lambda t: t["day"] == dt.datetime(2020, 1, 1), "date"),
+    ],
+)
 def test_bad_predicate_values_are_refused_naming_the_column(typed: Table, make: Any, complaint: str) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
         make(typed)
@@ -121,16 +127,19 @@ def test_set_null_and_repr(kv_table: Table) -> None:
     assert repr(op) == "Upsert(t, {'key': 1, 'val': None})"
 
 
-@pytest.mark.parametrize(("factory", "cls", "op_type"), [
-    ("new_insert", kclient.Insert, OpType.INSERT),
-    ("new_insert_ignore", kclient.InsertIgnore, OpType.INSERT_IGNORE),
-    ("new_upsert", kclient.Upsert, OpType.UPSERT),
-    ("new_upsert_ignore", kclient.UpsertIgnore, OpType.UPSERT_IGNORE),
-    ("new_update", kclient.Update, OpType.UPDATE),
-    ("new_update_ignore", kclient.UpdateIgnore, OpType.UPDATE_IGNORE),
-    ("new_delete", kclient.Delete, OpType.DELETE),
-    ("new_delete_ignore", kclient.DeleteIgnore, OpType.DELETE_IGNORE),
-])
+@pytest.mark.parametrize(
+    ("factory", "cls", "op_type"),
+    [
+        ("new_insert", kclient.Insert, OpType.INSERT),
+        ("new_insert_ignore", kclient.InsertIgnore, OpType.INSERT_IGNORE),
+        ("new_upsert", kclient.Upsert, OpType.UPSERT),
+        ("new_upsert_ignore", kclient.UpsertIgnore, OpType.UPSERT_IGNORE),
+        ("new_update", kclient.Update, OpType.UPDATE),
+        ("new_update_ignore", kclient.UpdateIgnore, OpType.UPDATE_IGNORE),
+        ("new_delete", kclient.Delete, OpType.DELETE),
+        ("new_delete_ignore", kclient.DeleteIgnore, OpType.DELETE_IGNORE),
+    ],
+)
 def test_every_operation_kind(kv_table: Table, factory: str, cls: type, op_type: OpType) -> None:
     op = getattr(kv_table, factory)({"key": 1, "val": "x"})
     assert type(op) is cls and isinstance(op, kclient.WriteOperation)
@@ -150,28 +159,33 @@ def test_unknown_operation_name_is_refused() -> None:
         op_type_of("merge")
 
 
-@pytest.mark.parametrize(("make", "complaint"), [
-    (lambda t: t.new_insert({"zz": 1}), "column 'zz' is not in table t"),
-    (lambda t: t.new_insert((1, "a", 3, 4)), "4 values for a table of 3 columns"),
-    (lambda t: t.new_insert("abc"), "dict or a tuple/list, not str"),
-    (lambda t: t.new_insert(5), "dict or a tuple/list, not int"),
-    (lambda t: t.new_insert().__setitem__(3, 1), "column index 3"),
-    (lambda t: t.new_insert().__setitem__(-1, 1), "column index -1"),
-])
+@pytest.mark.parametrize(
+    ("make", "complaint"),
+    [
+        (lambda t: t.new_insert({"zz": 1}), "column 'zz' is not in table t"),
+        (lambda t: t.new_insert((1, "a", 3, 4)), "4 values for a table of 3 columns"),
+        (lambda t: t.new_insert("abc"), "dict or a tuple/list, not str"),
+        (lambda t: t.new_insert(5), "dict or a tuple/list, not int"),
+        (lambda t: t.new_insert().__setitem__(3, 1), "column index 3"),
+        (lambda t: t.new_insert().__setitem__(-1, 1), "column index -1"),
+    ],
+)
 def test_bad_rows_are_refused_when_built(kv_table: Table, make: Any, complaint: str) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
         make(kv_table)
 
 
-@pytest.mark.parametrize(("record", "op", "complaint"), [
-    ({"val": "x"}, "insert", "column 'key': key column missing"),
-    ({"val": "x"}, "delete", "column 'key': key column missing"),
-    ({"key": "1"}, "insert", "column 'key': expected int64, got str"),
-    ({"key": None}, "upsert", "column 'key': NULL in NOT NULL column"),
-    ({"key": 1, "n": None}, "update", "column 'n': NULL in NOT NULL column"),
-    ({"key": 1, "n": 2**31}, "insert", "out of range for int32"),
-])
-def test_bad_rows_are_refused_when_validated(kv_table: Table, record: dict[str, Any], op: str,
-                                             complaint: str) -> None:
+@pytest.mark.parametrize(
+    ("record", "op", "complaint"),
+    [
+        ({"val": "x"}, "insert", "column 'key': key column missing"),
+        ({"val": "x"}, "delete", "column 'key': key column missing"),
+        ({"key": "1"}, "insert", "column 'key': expected int64, got str"),
+        ({"key": None}, "upsert", "column 'key': NULL in NOT NULL column"),
+        ({"key": 1, "n": None}, "update", "column 'n': NULL in NOT NULL column"),
+        ({"key": 1, "n": 2**31}, "insert", "out of range for int32"),
+    ],
+)
+def test_bad_rows_are_refused_when_validated(kv_table: Table, record: dict[str, Any], op: str, complaint: str) -> None:
     with pytest.raises(kudu.KuduInvalidArgument, match=complaint):
         getattr(kv_table, f"new_{op}")(record).validated(kv_table.schema)

@@ -111,9 +111,7 @@ def test_vectorised_single_int64_key_on_a_sliced_array() -> None:
 def test_vectorised_decimal_on_a_sliced_array() -> None:
     for p in (5, 15, 30):
         s = key_schema(K("k", T.DECIMAL, precision=p, scale=1))
-        arr = pa.array(
-            [Decimal("-1.5"), Decimal("2.0"), Decimal("-0.1"), Decimal("3.3")], pa.decimal128(p, 1)
-        )
+        arr = pa.array([Decimal("-1.5"), Decimal("2.0"), Decimal("-0.1"), Decimal("3.3")], pa.decimal128(p, 1))
         arr = arr.slice(1, 3)
         got = encode_keys(s, pa.record_batch([arr], names=["k"])).to_pylist()
         assert got == [encode_key(s, [v]) for v in arr.to_pylist()]

@@ -87,9 +87,7 @@ def test_buckets_spread_evenly(schema: Schema) -> None:
 def test_seed_changes_buckets(schema: Schema) -> None:
     a = PartitionSchema(schema, [HashDimension(["k"], 8, seed=0)], [])
     b = PartitionSchema(schema, [HashDimension(["k"], 8, seed=1)], [])
-    assert [a.hash_buckets_of({"k": k}) for k in range(20)] != [
-        b.hash_buckets_of({"k": k}) for k in range(20)
-    ]
+    assert [a.hash_buckets_of({"k": k}) for k in range(20)] != [b.hash_buckets_of({"k": k}) for k in range(20)]
 
 
 # --- partitions -----------------------------------------------------------------------------------------
@@ -142,9 +140,7 @@ def test_exclusive_lower_inclusive_upper_normalised(schema: Schema) -> None:
     ps = PartitionSchema(schema, [], ["k"])
     [p] = ps.create_partitions([RangeBound((0,), (10,), lower_inclusive=False, upper_inclusive=True)])
     keys = {k: ps.partition_key({"k": k, "s": ""}) for k in (0, 1, 10, 11)}
-    assert (
-        not p.contains(keys[0]) and p.contains(keys[1]) and p.contains(keys[10]) and not p.contains(keys[11])
-    )
+    assert not p.contains(keys[0]) and p.contains(keys[1]) and p.contains(keys[10]) and not p.contains(keys[11])
     [q] = ps.create_partitions([((0,), (10,), "exclusive", "inclusive")])
     assert q == p
 
@@ -152,9 +148,7 @@ def test_exclusive_lower_inclusive_upper_normalised(schema: Schema) -> None:
 def test_dict_bounds_and_prefix_bounds(schema: Schema) -> None:
     ps = PartitionSchema(schema, [], ["k", "s"])
     [p] = ps.create_partitions([({"k": 1}, {"k": 2})])
-    assert p.contains(ps.partition_key({"k": 1, "s": ""})) and p.contains(
-        ps.partition_key({"k": 1, "s": "zz"})
-    )
+    assert p.contains(ps.partition_key({"k": 1, "s": ""})) and p.contains(ps.partition_key({"k": 1, "s": "zz"}))
     assert not p.contains(ps.partition_key({"k": 2, "s": ""}))
 
 
@@ -205,9 +199,7 @@ def test_levels_pruned_independently(schema: Schema) -> None:
     ps = PartitionSchema(schema, [HashDimension(["k"], 3), HashDimension(["s"], 3)], [])
     parts = ps.create_partitions()
     pruned = ps.prune(parts, [ColumnPredicate("s", "=", "q")])
-    assert len(pruned) == 3 and {p.hash_buckets[1] for p in pruned} == {
-        ps.hash_buckets_of({"k": 0, "s": "q"})[1]
-    }
+    assert len(pruned) == 3 and {p.hash_buckets[1] for p in pruned} == {ps.hash_buckets_of({"k": 0, "s": "q"})[1]}
 
 
 def test_range_predicates_prune_ranges(schema: Schema) -> None:
@@ -270,9 +262,7 @@ def test_pruning_never_drops_a_matching_row(
 ) -> None:
     from kudu_async.common.key_encoding import encode_key
 
-    schema = Schema(
-        [ColumnSchema("k", T.INT64, nullable=False), ColumnSchema("s", T.STRING, nullable=False)], 2
-    )
+    schema = Schema([ColumnSchema("k", T.INT64, nullable=False), ColumnSchema("s", T.STRING, nullable=False)], 2)
     bounds = [
         RangeBound((-100,), (0, "m")),
         RangeBound((0, "m"), (20,), hash_dimensions=(HashDimension(["s"], 4, seed=5),)),
@@ -374,9 +364,7 @@ def test_custom_ranges_roundtrip_and_prune(schema: Schema) -> None:
     assert PartitionSchema.from_dict(schema, msgpack.unpackb(msgpack.packb(ps.to_dict()))) == ps
     kept = ps.prune(parts, [ColumnPredicate("s", "=", "a")])
     assert len(kept) == 2  # one bucket in each range
-    assert all(
-        p.contains(ps.partition_key({"k": p_k, "s": "a"})) for p, p_k in zip(kept, (0, 10), strict=True)
-    )
+    assert all(p.contains(ps.partition_key({"k": p_k, "s": "a"})) for p, p_k in zip(kept, (0, 10), strict=True))
     text = ps.partition_debug_string(parts[0])
     assert text.startswith("HASH (s) PARTITION 0, RANGE (k) PARTITION 0 <= VALUES < 10")
 
@@ -415,8 +403,9 @@ def test_a_lookup_prunes_to_its_one_partition_as_the_general_pruning_does(schema
             by_col = {p.column: [p] for p in preds}
             assert kept == ps._prune_by_intervals(parts, by_col, b"", b""), (k, s)
             assert len(kept) <= 1
-            home = find_partition(sorted(parts, key=lambda p: p.partition_key_start),
-                                  ps.partition_key({"k": k, "s": s}))
+            home = find_partition(
+                sorted(parts, key=lambda p: p.partition_key_start), ps.partition_key({"k": k, "s": s})
+            )
             assert kept == ([] if home is None else [home])
     assert ps._pinned_row({"k": [ColumnPredicate("k", "IN", [1, 2])], "s": [ColumnPredicate("s", "=", "a")]}) is None
     two = [ColumnPredicate("k", "=", 1), ColumnPredicate("k", "=", 2), ColumnPredicate("s", "=", "a")]

@@ -111,9 +111,7 @@ def test_dict_roundtrip_through_msgpack(pred: ColumnPredicate) -> None:
     st.integers(-5, 5),
     st.lists(st.none() | st.integers(-5, 5), max_size=3),
 )
-def test_vectorised_agrees_with_scalar_matches(
-    values: list[int | None], op: str, v: int, vs: list[int | None]
-) -> None:
+def test_vectorised_agrees_with_scalar_matches(values: list[int | None], op: str, v: int, vs: list[int | None]) -> None:
     value: Any = vs if op == "IN" else (None if op.startswith("IS") else v)
     p = ColumnPredicate("c", op, value)
     got = p.evaluate(pa.record_batch({"c": pa.array(values, pa.int32())})).to_pylist()
@@ -121,9 +119,7 @@ def test_vectorised_agrees_with_scalar_matches(
 
 
 def test_decimal_value_finer_than_the_column_scale_is_rejected_clearly() -> None:
-    with pytest.raises(
-        KuduInvalidArgument, match=r"predicate on column 'dec': 1.234 does not fit decimal\(5,2\)"
-    ):
+    with pytest.raises(KuduInvalidArgument, match=r"predicate on column 'dec': 1.234 does not fit decimal\(5,2\)"):
         ev("dec", ">", Decimal("1.234"))
 
 

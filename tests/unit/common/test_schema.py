@@ -217,9 +217,7 @@ def test_oversized_string_key_rejected_per_row() -> None:
 
 
 def test_validate_batch_casts_reorders_and_fills(schema: Schema) -> None:
-    t = pa.table(
-        {"val": ["a", None], "ts": pa.array([1, 2], pa.int64()), "key": pa.array([1, 2], pa.int32())}
-    )
+    t = pa.table({"val": ["a", None], "ts": pa.array([1, 2], pa.int64()), "key": pa.array([1, 2], pa.int32())})
     out = schema.validate_batch(t, for_op="insert")
     assert isinstance(out, pa.RecordBatch)
     assert out.schema.names == schema.names
@@ -423,11 +421,7 @@ _row_values = {
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.fixed_dictionaries({}, optional={k: st.none() | v for k, v in _row_values.items()}), max_size=8
-    )
-)
+@given(st.lists(st.fixed_dictionaries({}, optional={k: st.none() | v for k, v in _row_values.items()}), max_size=8))
 def test_vectorised_and_per_row_validation_agree(rows: list[dict[str, Any]]) -> None:
     rows = [{"k": i, **r} for i, r in enumerate(rows)]
     per_row = [ALL_TYPES_SCHEMA.validate_row(r, for_op="insert") for r in rows]

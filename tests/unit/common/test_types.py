@@ -177,10 +177,35 @@ def test_wire_values_roundtrip() -> None:
 def test_canonical_check_accepts_only_values_coerce_returns_unchanged() -> None:
     """The row API's fast path (Schema.validate_row) must never let through what coerce_value would
     convert or reject."""
-    samples: list[Any] = [0, 1, -1, 127, 128, -129, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, True, False, 1.5, 2.0,
-                          float("nan"), "", "abc", "é" * 16_385, "x" * 70_000, b"", b"ab", b"x" * 70_000,
-                          bytearray(b"ab"),
-                          np.int64(5), np.float64(1.5), None, [1]]
+    samples: list[Any] = [
+        0,
+        1,
+        -1,
+        127,
+        128,
+        -129,
+        2**31,
+        2**63 - 1,
+        2**63,
+        -(2**63) - 1,
+        True,
+        False,
+        1.5,
+        2.0,
+        float("nan"),
+        "",
+        "abc",
+        "é" * 16_385,
+        "x" * 70_000,
+        b"",
+        b"ab",
+        b"x" * 70_000,
+        bytearray(b"ab"),
+        np.int64(5),
+        np.float64(1.5),
+        None,
+        [1],
+    ]
     for kt in (T.INT8, T.INT16, T.INT32, T.INT64, T.DOUBLE, T.FLOAT, T.BOOL, T.STRING, T.BINARY):
         check = T.canonical_check(kt)
         for v in samples:

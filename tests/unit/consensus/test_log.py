@@ -169,7 +169,8 @@ async def test_writer_fails_waiters_when_disk_write_fails(tmp_path: Path, monkey
 
 
 async def test_writer_tells_each_submit_at_completion_in_order_and_close_waits_for_the_last(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``submit``'s callback runs as its write completes (the Raft driver hears of durability without
     waiting a loop iteration for the future's callbacks), in submit order; close() finishes what is
     queued; a failed write hands its error to the callbacks of every append it leaves undone."""
@@ -217,8 +218,9 @@ async def test_a_failing_completion_callback_does_not_wedge_the_writer(tmp_path:
     assert open_log(tmp_path).read(1) == entries(1, 3)
 
 
-def test_a_batch_over_the_frame_limit_is_written_as_several_frames(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_over_the_frame_limit_is_written_as_several_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Recovery refuses frames over MAX_FRAME_BYTES as corrupt, so append never writes one: a batch
     too large for one frame goes out as several, all of it read back after a reopen."""
     from kudu_async.consensus import log as log_mod
@@ -244,7 +246,8 @@ def test_a_batch_over_the_frame_limit_is_written_as_several_frames(tmp_path: Pat
 
 
 def test_an_entry_too_large_for_a_frame_is_refused_and_nothing_of_its_batch_is_written(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kudu_async.common.errors import KuduInvalidArgument
     from kudu_async.consensus import log as log_mod
 

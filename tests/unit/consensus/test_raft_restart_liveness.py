@@ -27,8 +27,15 @@ def test_restarted_follower_catches_up_commit_without_new_proposals() -> None:
     assert c.commit == a.commit == a.last_index
     # Restart c from its durable log, with the commit index it had saved long ago (1).
     entries = list(c.log.entries_view())
-    net.nodes["c"] = RaftNode.restart("c", GROUP, HardState(c.term, c.vote, 1), SnapshotMeta(0, 0, c.config),
-                                      entries, options=OPTS, rng=random.Random(7))
+    net.nodes["c"] = RaftNode.restart(
+        "c",
+        GROUP,
+        HardState(c.term, c.vote, 1),
+        SnapshotMeta(0, 0, c.config),
+        entries,
+        options=OPTS,
+        rng=random.Random(7),
+    )
     assert net["c"].commit < a.commit
     for _ in range(4):  # a few heartbeat rounds, no proposals
         net.tick(["a"], times=OPTS.heartbeat_ticks)

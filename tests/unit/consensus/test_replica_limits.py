@@ -50,7 +50,8 @@ async def one_voter(path: Path, sm: Applied) -> AsyncIterator[RaftReplica]:
 
 
 async def test_an_entry_over_the_log_limit_is_refused_at_propose_and_the_replica_goes_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(replica_mod, "MAX_ENTRY_BYTES", 1000)  # the real one is 256 MiB
     sm = Applied()
     async with one_voter(tmp_path, sm) as replica:

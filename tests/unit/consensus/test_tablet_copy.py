@@ -117,8 +117,9 @@ class EvilSource:
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[tuple[RpcServer, TabletCopySource, RpcClient, Images, Path]]:
     images = Images(tmp_path / "src")
-    source = Damaging(tmp_path / "sessions", images, max_chunk_bytes=64 * 1024, session_idle_timeout_s=0.5,
-                      max_sessions=2)
+    source = Damaging(
+        tmp_path / "sessions", images, max_chunk_bytes=64 * 1024, session_idle_timeout_s=0.5, max_sessions=2
+    )
     server = RpcServer(MetricEntity("server", "s"), node_name="src")
     source.register_rpc(server)
     await server.start("127.0.0.1", 0)
@@ -153,8 +154,9 @@ async def test_round_trip_files_and_blobs(env) -> None:  # type: ignore[no-untyp
     content = {"empty": b"", "small": b"abc", "nested/deep/big": bytes(range(256)) * 1000}  # 256 KB: 4 chunks
     _make(tmp / "src" / "t1", content)
     seen: list[tuple[int, int]] = []
-    meta = await fetch_tablet_copy(client, server.address, "t1", tmp / "dst", chunk_bytes=100_000,
-                                   progress=lambda d, t: seen.append((d, t)))
+    meta = await fetch_tablet_copy(
+        client, server.address, "t1", tmp / "dst", chunk_bytes=100_000, progress=lambda d, t: seen.append((d, t))
+    )
     assert meta == {"group": "t1", "n": 3}
     for name, data in content.items():
         assert (tmp / "dst" / name).read_bytes() == data
@@ -174,18 +176,31 @@ async def test_session_image_survives_deletes_and_appends(env) -> None:  # type:
     _append(tmp / "src" / "t2" / "seg", b"z" * 300)  # appended after the session began: not served
     sizes = {f["name"]: f["size"] for f in begin["files"]}
     assert sizes["seg"] == 1000 and sizes["gone"] == 500
-    chunk = await client.call(server.address, "TabletCopy", "FetchData",
-                              {"session_id": begin["session_id"], "name": "seg", "offset": 0, "max_bytes": 5000})
+    chunk = await client.call(
+        server.address,
+        "TabletCopy",
+        "FetchData",
+        {"session_id": begin["session_id"], "name": "seg", "offset": 0, "max_bytes": 5000},
+    )
     assert chunk["data"] == b"x" * 1000 and chunk["eof"]
-    gone = await client.call(server.address, "TabletCopy", "FetchData",
-                             {"session_id": begin["session_id"], "name": "gone", "offset": 0, "max_bytes": 5000})
+    gone = await client.call(
+        server.address,
+        "TabletCopy",
+        "FetchData",
+        {"session_id": begin["session_id"], "name": "gone", "offset": 0, "max_bytes": 5000},
+    )
     assert gone["data"] == b"y" * 500
-    moved = await client.call(server.address, "TabletCopy", "FetchData",
-                              {"session_id": begin["session_id"], "name": "moved", "offset": 0})
+    moved = await client.call(
+        server.address, "TabletCopy", "FetchData", {"session_id": begin["session_id"], "name": "moved", "offset": 0}
+    )
     assert moved["data"] == b"m" * 10
     with pytest.raises(KuduInvalidArgument):
-        await client.call(server.address, "TabletCopy", "FetchData",
-                          {"session_id": begin["session_id"], "name": "seg", "offset": 1001})
+        await client.call(
+            server.address,
+            "TabletCopy",
+            "FetchData",
+            {"session_id": begin["session_id"], "name": "seg", "offset": 1001},
+        )
     await client.call(server.address, "TabletCopy", "EndSession", {"session_id": begin["session_id"]})
     await client.call(server.address, "TabletCopy", "EndSession", {"session_id": begin["session_id"]})  # idempotent
 
@@ -217,8 +232,9 @@ async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ign
     await asyncio.sleep(1.5)  # idle timeout 0.5 s, reaper every 0.125 s
     assert source.status() == []
     with pytest.raises(KuduNotFound, match="expired"):
-        await client.call(server.address, "TabletCopy", "FetchData",
-                          {"session_id": a["session_id"], "name": "f", "offset": 0})
+        await client.call(
+            server.address, "TabletCopy", "FetchData", {"session_id": a["session_id"], "name": "f", "offset": 0}
+        )
 
 
 async def test_path_traversal_is_refused_both_sides(env) -> None:  # type: ignore[no-untyped-def]
@@ -283,8 +299,10 @@ async def test_begin_cut_off_by_its_deadline_leaves_no_session(env) -> None:  # 
 async def test_bad_manifests_are_refused_and_cleaned_up(env) -> None:  # type: ignore[no-untyped-def]
     server, source, client, images, tmp = env
     _make(tmp / "src" / "t9", {"a": b"1", "d/x": b"2"})
-    for names in ({"a": "a", "a/b": "a"},  # "a" both a file and a directory
-                  {"d": "d"}):  # a directory is not a file to serve
+    for names in (
+        {"a": "a", "a/b": "a"},  # "a" both a file and a directory
+        {"d": "d"},
+    ):  # a directory is not a file to serve
         images.names = names
         with pytest.raises(KuduInvalidArgument):
             await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t9"})
@@ -299,7 +317,8 @@ def test_check_names_refuses_duplicates_and_file_directory_clashes() -> None:
 
 
 def test_link_or_copy_links_and_copies_only_when_linking_is_impossible(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = tmp_path / "src"
     src.write_bytes(b"data")
     link_or_copy(src, tmp_path / "linked" / "deep" / "f")

@@ -12,8 +12,9 @@ class _Rpc:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
-    async def call(self, address: str, service: str, method: str, body: dict[str, Any],
-                   timeout_s: float = 0.0) -> dict[str, Any]:
+    async def call(
+        self, address: str, service: str, method: str, body: dict[str, Any], timeout_s: float = 0.0
+    ) -> dict[str, Any]:
         self.calls.append(body)
         return {}
 

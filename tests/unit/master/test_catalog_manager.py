@@ -34,9 +34,23 @@ TIMEOUT_S = 10.0
 
 
 async def start_master(data_dir: Path, tservers: int = 3) -> Master:
-    config = load_config(["--role", "master", "--data-dir", str(data_dir), "--rpc-bind", "127.0.0.1:0",
-                          "--http-bind", "127.0.0.1:0", "--raft-tick-interval-ms", "20",
-                          "--raft-heartbeat-interval-ms", "100"], {})
+    config = load_config(
+        [
+            "--role",
+            "master",
+            "--data-dir",
+            str(data_dir),
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--http-bind",
+            "127.0.0.1:0",
+            "--raft-tick-interval-ms",
+            "20",
+            "--raft-heartbeat-interval-ms",
+            "100",
+        ],
+        {},
+    )
     fs = FsManager(config.data_dir, "master")
     fs.open_or_create()
     node = Master(config, fs)
@@ -47,9 +61,16 @@ async def start_master(data_dir: Path, tservers: int = 3) -> Master:
         assert time.monotonic() < deadline, "single master never led its catalog"
         await asyncio.sleep(0.02)
     for i in range(tservers):  # placement needs live tservers; nothing is ever sent to these
-        node.ts_manager.register({"uuid": f"ts-{i}", "rpc_address": f"127.0.0.1:{9 + i}",
-                                  "http_address": f"127.0.0.1:{19 + i}", "version": "0.1.0",
-                                  "start_time": 1.0}, time.monotonic())
+        node.ts_manager.register(
+            {
+                "uuid": f"ts-{i}",
+                "rpc_address": f"127.0.0.1:{9 + i}",
+                "http_address": f"127.0.0.1:{19 + i}",
+                "version": "0.1.0",
+                "start_time": 1.0,
+            },
+            time.monotonic(),
+        )
     return node
 
 
@@ -61,8 +82,7 @@ async def master(tmp_path: Path) -> AsyncIterator[Master]:
 
 
 def create_req(name: str, request_id: str | None, **extra: Any) -> dict[str, Any]:
-    req = {"name": name, "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict(), "num_replicas": 3,
-           **extra}
+    req = {"name": name, "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict(), "num_replicas": 3, **extra}
     return req if request_id is None else {**req, "request_id": request_id}
 
 
@@ -126,8 +146,7 @@ async def test_rename_retried_after_it_applied_is_not_not_found(master: Master) 
     await make_running(cm, "old")
     req = {"name": "old", "new_name": "new", "request_id": "c:2"}
     first = await cm.alter_table(req, TIMEOUT_S)
-    assert await cm.alter_table(dict(req), TIMEOUT_S) == first == {"table_id": created["table_id"],
-                                                                   "schema_version": 0}
+    assert await cm.alter_table(dict(req), TIMEOUT_S) == first == {"table_id": created["table_id"], "schema_version": 0}
     assert cm.find_table("new")["id"] == created["table_id"]
     with pytest.raises(KuduNotFound):
         await cm.alter_table({**req, "request_id": "c:3"}, TIMEOUT_S)
@@ -193,8 +212,9 @@ async def test_concurrent_attempts_of_one_request_apply_it_once(master: Master) 
 
 async def test_concurrent_creates_of_one_name_make_one_table(master: Master) -> None:
     cm = master.catalog_manager
-    results = await asyncio.gather(*(cm.create_table(create_req("t", f"c{i}:1"), TIMEOUT_S) for i in range(4)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(cm.create_table(create_req("t", f"c{i}:1"), TIMEOUT_S) for i in range(4)), return_exceptions=True
+    )
     made = [r for r in results if isinstance(r, dict)]
     assert len(made) == 1 and all(isinstance(r, KuduAlreadyPresent) for r in results if r not in made)
     assert [t["id"] for t in cm.tables.values()] == [made[0]["table_id"]]
@@ -205,8 +225,9 @@ async def test_concurrent_alters_of_one_table_are_all_applied(master: Master) ->
     cm = master.catalog_manager
     await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
     await make_running(cm, "t")
-    replies = await asyncio.gather(*(cm.alter_table(add_column("t", f"c{i}", f"c:{10 + i}"), TIMEOUT_S)
-                                     for i in range(5)))
+    replies = await asyncio.gather(
+        *(cm.alter_table(add_column("t", f"c{i}", f"c:{10 + i}"), TIMEOUT_S) for i in range(5))
+    )
     assert sorted(r["schema_version"] for r in replies) == [1, 2, 3, 4, 5]
     t = cm.find_table("t")
     assert sorted(c["name"] for c in t["schema"]["columns"][2:]) == [f"c{i}" for i in range(5)]
@@ -243,7 +264,8 @@ async def test_request_ids_survive_a_master_restart(tmp_path: Path) -> None:
 
 
 async def test_a_restarted_master_asks_for_a_retry_until_known_tservers_register_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = await start_master(tmp_path / "m")
     try:
         await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
@@ -279,8 +301,9 @@ async def test_a_new_leader_does_not_take_missing_reports_for_deleted_tablets(ma
     assert cm.tables[created["table_id"]]["state"] == "DELETING" and len(cm.tablets) == 2
     # Full reports without the tablets arrive from every tserver: now they are known to be gone.
     for i in range(3):
-        master.ts_manager.process_report(f"ts-{i}", {"full": True, "seq": 1, "tablets": [], "removed": []},
-                                         time.monotonic())
+        master.ts_manager.process_report(
+            f"ts-{i}", {"full": True, "seq": 1, "tablets": [], "removed": []}, time.monotonic()
+        )
     await cm.process_once()
     assert cm.tables == {} and cm.tablets == {}
     assert master.catalog is not None and len(master.catalog.deleted_tablets) == 2
@@ -293,34 +316,55 @@ async def test_heartbeats_have_replicas_of_deleted_tablets_deleted(master: Maste
     await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
     master.check_leadership()
     for i in range(3):
-        master.ts_manager.process_report(f"ts-{i}", {"full": True, "seq": 1, "tablets": [], "removed": []},
-                                         time.monotonic())
+        master.ts_manager.process_report(
+            f"ts-{i}", {"full": True, "seq": 1, "tablets": [], "removed": []}, time.monotonic()
+        )
     await cm.process_once()
     assert cm.tablets == {}
     # A CreateTablet sent before the delete lands late: ts-0 reports a replica of a deleted tablet.
-    late = {"tablet_id": tablet_ids[0], "table_id": "x", "state": "RUNNING", "error": None, "role": "LEADER",
-            "term": 1, "leader_uuid": "ts-0", "schema_version": 0,
-            "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}}}
-    master.ts_manager.process_report("ts-0", {"full": False, "seq": 2, "tablets": [late], "removed": []},
-                                     time.monotonic())
-    assert cm.deleted_tablets_on("ts-0") == [{"tablet_id": tablet_ids[0], "delete_type": "DELETED",
-                                              "reason": "its tablet was deleted from the catalog"}]
+    late = {
+        "tablet_id": tablet_ids[0],
+        "table_id": "x",
+        "state": "RUNNING",
+        "error": None,
+        "role": "LEADER",
+        "term": 1,
+        "leader_uuid": "ts-0",
+        "schema_version": 0,
+        "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}},
+    }
+    master.ts_manager.process_report(
+        "ts-0", {"full": False, "seq": 2, "tablets": [late], "removed": []}, time.monotonic()
+    )
+    assert cm.deleted_tablets_on("ts-0") == [
+        {"tablet_id": tablet_ids[0], "delete_type": "DELETED", "reason": "its tablet was deleted from the catalog"}
+    ]
     assert cm.deleted_tablets_on("ts-1") == []
 
 
 async def test_a_tserver_with_nothing_to_delete_that_the_directory_lists_is_asked_for_a_full_report(
-        master: Master, monkeypatch: pytest.MonkeyPatch) -> None:
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cm = master.catalog_manager
     await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
     tablet_id = sorted(cm.tablets)[0]
     await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
     master.check_leadership()
-    replica = {"tablet_id": tablet_id, "table_id": "x", "state": "RUNNING", "error": None, "role": "LEADER",
-               "term": 1, "leader_uuid": "ts-0", "schema_version": 0,
-               "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}}}
+    replica = {
+        "tablet_id": tablet_id,
+        "table_id": "x",
+        "state": "RUNNING",
+        "error": None,
+        "role": "LEADER",
+        "term": 1,
+        "leader_uuid": "ts-0",
+        "schema_version": 0,
+        "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}},
+    }
     for i in range(3):  # ts-0's report of the replica is the last it sent; the deletion's report is lost
-        master.ts_manager.process_report(f"ts-{i}", {"full": True, "seq": 1, "tablets": [replica] if i == 0 else [],
-                                                      "removed": []}, time.monotonic())
+        master.ts_manager.process_report(
+            f"ts-{i}", {"full": True, "seq": 1, "tablets": [replica] if i == 0 else [], "removed": []}, time.monotonic()
+        )
     sent: list[tuple[str, str, dict[str, Any]]] = []
 
     async def fake_call(address: str, service: str, method: str, req: dict[str, Any], timeout_s: float) -> Any:
@@ -336,8 +380,7 @@ async def test_a_tserver_with_nothing_to_delete_that_the_directory_lists_is_aske
     assert [(m, r["tablet_id"]) for _, m, r in sent] == [("DeleteTablet", tablet_id)]
     assert master.ts_manager.needs_full_report("ts-0") and not master.ts_manager.needs_full_report("ts-1")
     # Its full report without the replica settles it: the tablet and then the table leave the catalog.
-    master.ts_manager.process_report("ts-0", {"full": True, "seq": 2, "tablets": [], "removed": []},
-                                     time.monotonic())
+    master.ts_manager.process_report("ts-0", {"full": True, "seq": 2, "tablets": [], "removed": []}, time.monotonic())
     await cm.process_once()
     await cm.process_once()
     assert cm.tables == {} and cm.tablets == {}

@@ -52,8 +52,13 @@ async def test_follows_the_leader_hint_and_remembers_who_answered() -> None:
 
 
 async def test_hint_is_tried_first_in_the_next_round() -> None:
-    rpc = FakeRpc({"m0:1": [KuduNetworkError("down")], "m1:1": [not_leader(None), not_leader("m0:1")],
-                   "m2:1": [not_leader("m1:1"), {"ok": 2}]})
+    rpc = FakeRpc(
+        {
+            "m0:1": [KuduNetworkError("down")],
+            "m1:1": [not_leader(None), not_leader("m0:1")],
+            "m2:1": [not_leader("m1:1"), {"ok": 2}],
+        }
+    )
     client = LeaderMasterClient(rpc, MASTERS)  # type: ignore[arg-type]
     rpc.script["m0:1"] = [KuduNetworkError("down"), {"ok": 0}]
     assert await client.call("ListTables", {}, timeout_s=5) == {"ok": 0}
@@ -63,8 +68,13 @@ async def test_hint_is_tried_first_in_the_next_round() -> None:
 
 
 async def test_ddl_keeps_one_request_id_across_every_attempt() -> None:
-    rpc = FakeRpc({"m0:1": [KuduTimedOut("lost reply"), {"table_id": "t"}], "m1:1": [not_leader(None)],
-                   "m2:1": [KuduNetworkError("killed")]})
+    rpc = FakeRpc(
+        {
+            "m0:1": [KuduTimedOut("lost reply"), {"table_id": "t"}],
+            "m1:1": [not_leader(None)],
+            "m2:1": [KuduNetworkError("killed")],
+        }
+    )
     client = LeaderMasterClient(rpc, MASTERS, client_id="me")  # type: ignore[arg-type]
     assert await client.ddl("CreateTable", {"name": "x"}, timeout_s=5) == {"table_id": "t"}
     ids = {req["request_id"] for _, _, req in rpc.sent}

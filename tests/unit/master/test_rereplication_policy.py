@@ -22,20 +22,33 @@ def addr(u: str) -> str:
     return f"127.0.0.1:{7050 + SERVERS.index(u)}"
 
 
-def tablet(tid: str = "t1", voters: Iterable[str] = ("a", "b", "c"), non_voters: Iterable[str] = (),
-           leader: str | None = "a", index: int = 5, states: dict[str, str] | None = None,
-           hint: str | None = None, n: int = 3) -> TabletView:
+def tablet(
+    tid: str = "t1",
+    voters: Iterable[str] = ("a", "b", "c"),
+    non_voters: Iterable[str] = (),
+    leader: str | None = "a",
+    index: int = 5,
+    states: dict[str, str] | None = None,
+    hint: str | None = None,
+    n: int = 3,
+) -> TabletView:
     members = [*voters, *non_voters]
     reported = {u: "RUNNING" for u in voters}
     reported.update(states or {})
-    return TabletView(tid, n, index, frozenset(voters), frozenset(non_voters), {u: addr(u) for u in members},
-                      leader, reported, hint)
+    return TabletView(
+        tid, n, index, frozenset(voters), frozenset(non_voters), {u: addr(u) for u in members}, leader, reported, hint
+    )
 
 
-def cluster(live: Iterable[str] = ("a", "b", "d", "e"), failed: Iterable[str] = ("c",),
-            load: dict[str, int] | None = None) -> ClusterView:
-    return ClusterView(frozenset(live), frozenset(failed), {u: addr(u) for u in SERVERS},
-                       load if load is not None else {u: 0 for u in live})
+def cluster(
+    live: Iterable[str] = ("a", "b", "d", "e"), failed: Iterable[str] = ("c",), load: dict[str, int] | None = None
+) -> ClusterView:
+    return ClusterView(
+        frozenset(live),
+        frozenset(failed),
+        {u: addr(u) for u in SERVERS},
+        load if load is not None else {u: 0 for u in live},
+    )
 
 
 def only(actions: list) -> ChangeConfig:
@@ -84,8 +97,9 @@ def test_learner_is_promoted_only_once_its_copy_reports_running() -> None:
 
 
 def test_learner_on_a_failed_server_is_removed_so_another_can_be_tried() -> None:
-    a = only(plan([tablet(non_voters=("d",), states={"d": "RUNNING"})], cluster(live=("a", "b", "e"),
-                                                                                 failed=("c", "d"))))
+    a = only(
+        plan([tablet(non_voters=("d",), states={"d": "RUNNING"})], cluster(live=("a", "b", "e"), failed=("c", "d")))
+    )
     assert (a.op, a.peer) == (REMOVE, "d")
     a = only(plan([tablet(non_voters=("d",), states={"d": "FAILED"})], cluster()))
     assert (a.op, a.peer) == (REMOVE, "d")
@@ -93,8 +107,13 @@ def test_learner_on_a_failed_server_is_removed_so_another_can_be_tried() -> None
 
 def test_a_learner_whose_copy_never_comes_up_is_removed_so_another_server_can_be_tried() -> None:
     t = tablet(non_voters=("d",), states={"d": "TOMBSTONED"}, index=6)  # its copies keep failing
-    stuck = ClusterView(frozenset(("a", "b", "d", "e")), frozenset(("c",)), {u: addr(u) for u in SERVERS},
-                        {u: 0 for u in SERVERS}, stuck_learners=frozenset({("t1", "d")}))
+    stuck = ClusterView(
+        frozenset(("a", "b", "d", "e")),
+        frozenset(("c",)),
+        {u: addr(u) for u in SERVERS},
+        {u: 0 for u in SERVERS},
+        stuck_learners=frozenset({("t1", "d")}),
+    )
     a = only(plan([t], stuck))
     assert (a.op, a.peer, a.cas_config_index) == (REMOVE, "d", 6)
     assert plan([t], cluster()) == []  # not (yet) stuck: its copy is on the way
@@ -135,14 +154,12 @@ def test_no_config_change_without_a_confirmed_live_leader() -> None:
 
 def test_lost_majority_is_left_alone_unless_evicting_one_failed_voter_restores_it() -> None:
     assert plan([tablet()], cluster(live=("a", "d", "e"), failed=("b", "c"))) == []
-    a = only(plan([tablet(voters=("a", "b", "c", "d"), hint="c")], cluster(live=("a", "b", "e"),
-                                                                          failed=("c", "d"))))
+    a = only(plan([tablet(voters=("a", "b", "c", "d"), hint="c")], cluster(live=("a", "b", "e"), failed=("c", "d"))))
     assert (a.op, a.peer) == (REMOVE, "c")
 
 
 def test_the_voter_being_replaced_is_the_one_removed() -> None:
-    a = only(plan([tablet(voters=("a", "b", "c", "d"), hint="d")], cluster(live=("a", "b", "e"),
-                                                                          failed=("c", "d"))))
+    a = only(plan([tablet(voters=("a", "b", "c", "d"), hint="d")], cluster(live=("a", "b", "e"), failed=("c", "d"))))
     assert (a.op, a.peer) == (REMOVE, "d")
 
 
@@ -206,13 +223,14 @@ def test_three_four_three_walkthrough() -> None:
     c = cluster()
     steps = []
     view = tablet()
-    for states, voters, non_voters in [({}, ("a", "b", "c"), ()),  # c failed: add d
-                                       ({}, ("a", "b", "c"), ("d",)),  # copying: wait
-                                       ({"d": "RUNNING"}, ("a", "b", "c"), ("d",)),  # promote d
-                                       ({"d": "RUNNING"}, ("a", "b", "c", "d"), ()),  # remove c
-                                       ({"d": "RUNNING"}, ("a", "b", "d"), ())]:  # done
-        view = tablet(voters=voters, non_voters=non_voters, states=states, index=view.config_index + 1,
-                      hint="c")
+    for states, voters, non_voters in [
+        ({}, ("a", "b", "c"), ()),  # c failed: add d
+        ({}, ("a", "b", "c"), ("d",)),  # copying: wait
+        ({"d": "RUNNING"}, ("a", "b", "c"), ("d",)),  # promote d
+        ({"d": "RUNNING"}, ("a", "b", "c", "d"), ()),  # remove c
+        ({"d": "RUNNING"}, ("a", "b", "d"), ()),
+    ]:  # done
+        view = tablet(voters=voters, non_voters=non_voters, states=states, index=view.config_index + 1, hint="c")
         steps.append([(a.op, a.peer) for a in plan([view], c) if isinstance(a, ChangeConfig)])
     assert steps == [[(ADD_LEARNER, "d")], [], [(PROMOTE, "d")], [(REMOVE, "c")], []]
 

@@ -47,8 +47,9 @@ async def test_put_derived_from_an_overwritten_version_is_refused_and_changes_no
     read_by_a = dict(cat.sm.tables["t1"])
     read_by_b = dict(cat.sm.tables["t1"])
     await cat.apply(put("table", "t1", {**read_by_a, "schema_version": 1, "state": "ALTERING"}))
-    result = await cat.apply(put("table", "t1", {**read_by_b, "state": "RUNNING"}),
-                             put("tablet", "x", {"id": "x", "table_id": "t1"}))
+    result = await cat.apply(
+        put("table", "t1", {**read_by_b, "state": "RUNNING"}), put("tablet", "x", {"id": "x", "table_id": "t1"})
+    )
     assert "changed since it was read" in result["conflict"] and result["index"] == 3
     assert cat.sm.tables["t1"]["schema_version"] == 1 and cat.sm.tables["t1"]["state"] == "ALTERING"
     assert "x" not in cat.sm.tablets  # the whole batch, not just the stale op
@@ -132,21 +133,33 @@ async def test_snapshot_keeps_tables_tablets_request_ids_and_their_order(tmp_pat
 
 def test_snapshot_without_request_ids_loads_as_none_remembered(tmp_path: Path) -> None:
     (tmp_path / "sys-catalog.snapshot").write_bytes(
-        msgpack.packb({"index": 7, "tables": {"t": table("t", "a")}, "tablets": {}}))
+        msgpack.packb({"index": 7, "tables": {"t": table("t", "a")}, "tablets": {}})
+    )
     sm = SysCatalogStateMachine(tmp_path, None)
     sm.load()
     assert sm.applied_index == 7 and sm.requests == {} and sm.tables["t"]["name"] == "a"
 
 
 def test_damaged_snapshot_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "sys-catalog.snapshot").write_bytes(msgpack.packb({"index": 7, "tables": {}, "tablets": {},
-                                                                   "requests": [["c:1"]]}))
+    (tmp_path / "sys-catalog.snapshot").write_bytes(
+        msgpack.packb({"index": 7, "tables": {}, "tablets": {}, "requests": [["c:1"]]})
+    )
     with pytest.raises(KuduCorruption):
         SysCatalogStateMachine(tmp_path, None).load()
 
 
-@pytest.mark.parametrize("op", [["put", "table", "t"], ["put", "bogus", "t", {}], ["delete", "table"],
-                                ["request", "c:1"], ["request", 7, {}], ["remove", "table", "t"], "put"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        ["put", "table", "t"],
+        ["put", "bogus", "t", {}],
+        ["delete", "table"],
+        ["request", "c:1"],
+        ["request", 7, {}],
+        ["remove", "table", "t"],
+        "put",
+    ],
+)
 def test_malformed_operations_are_refused_before_replication(op: Any) -> None:
     with pytest.raises(KuduInvalidArgument, match="bad sys catalog operation"):
         encode_ops([op])

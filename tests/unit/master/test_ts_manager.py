@@ -24,24 +24,46 @@ TIMEOUT_S = 60.0
 
 
 def ts_info(uuid: str = "ts-a", port: int = 7050) -> dict[str, Any]:
-    return {"uuid": uuid, "rpc_address": f"127.0.0.1:{port}", "http_address": f"127.0.0.1:{port + 1000}",
-            "version": "0.1.0", "start_time": 1700000000.5}
-
-
-def tablet(tablet_id: str, *, opid_index: int = 1, voters: tuple[str, ...] = ("ts-a", "ts-b", "ts-c"),
-           term: int = 1, leader: str | None = "ts-a", role: str | None = "FOLLOWER",
-           state: str = "RUNNING") -> dict[str, Any]:
     return {
-        "tablet_id": tablet_id, "table_id": "table-1", "state": state, "error": None, "role": role,
-        "term": term, "leader_uuid": leader,
-        "config": {"opid_index": opid_index, "voters": list(voters), "non_voters": [],
-                   "peers": {u: f"127.0.0.1:{7050 + i}" for i, u in enumerate(voters)}},
+        "uuid": uuid,
+        "rpc_address": f"127.0.0.1:{port}",
+        "http_address": f"127.0.0.1:{port + 1000}",
+        "version": "0.1.0",
+        "start_time": 1700000000.5,
+    }
+
+
+def tablet(
+    tablet_id: str,
+    *,
+    opid_index: int = 1,
+    voters: tuple[str, ...] = ("ts-a", "ts-b", "ts-c"),
+    term: int = 1,
+    leader: str | None = "ts-a",
+    role: str | None = "FOLLOWER",
+    state: str = "RUNNING",
+) -> dict[str, Any]:
+    return {
+        "tablet_id": tablet_id,
+        "table_id": "table-1",
+        "state": state,
+        "error": None,
+        "role": role,
+        "term": term,
+        "leader_uuid": leader,
+        "config": {
+            "opid_index": opid_index,
+            "voters": list(voters),
+            "non_voters": [],
+            "peers": {u: f"127.0.0.1:{7050 + i}" for i, u in enumerate(voters)},
+        },
         "schema_version": 0,
     }
 
 
-def report(seq: int, tablets: list[dict[str, Any]], removed: tuple[str, ...] = (), full: bool = False
-           ) -> dict[str, Any]:
+def report(
+    seq: int, tablets: list[dict[str, Any]], removed: tuple[str, ...] = (), full: bool = False
+) -> dict[str, Any]:
     return {"full": full, "seq": seq, "tablets": tablets, "removed": list(removed)}
 
 
@@ -174,8 +196,13 @@ def test_returned_reports_are_copies(m: TSManager) -> None:
 
 
 def heartbeat_request() -> dict[str, Any]:
-    return {"ts": ts_info(), "register": True, "report": report(0, [tablet("t1")], full=True),
-            "num_live_tablets": 1, "leader_count": 0}
+    return {
+        "ts": ts_info(),
+        "register": True,
+        "report": report(0, [tablet("t1")], full=True),
+        "num_live_tablets": 1,
+        "leader_count": 0,
+    }
 
 
 def test_valid_heartbeat_request_parses() -> None:
@@ -283,8 +310,21 @@ async def wait_until(pred: Callable[[], bool], what: str, timeout_s: float = 5.0
 
 @pytest.fixture
 async def master_node(tmp_path: Path) -> AsyncIterator[Master]:
-    config = load_config(["--role", "master", "--data-dir", str(tmp_path / "m"), "--rpc-bind", "127.0.0.1:0",
-                          "--http-bind", "127.0.0.1:0", "--tserver-unresponsive-timeout-ms", "500"], {})
+    config = load_config(
+        [
+            "--role",
+            "master",
+            "--data-dir",
+            str(tmp_path / "m"),
+            "--rpc-bind",
+            "127.0.0.1:0",
+            "--http-bind",
+            "127.0.0.1:0",
+            "--tserver-unresponsive-timeout-ms",
+            "500",
+        ],
+        {},
+    )
     fs = FsManager(config.data_dir, "master")
     fs.open_or_create()
     node = Master(config, fs)
@@ -316,8 +356,14 @@ async def test_service_registration_reports_and_reregistration(master_node: Mast
     resp = await hb(report=report(0, [tablet("t1")], full=True))  # unknown and not registering
     assert resp["needs_reregister"] is True and master_node.ts_manager.descriptors(0.0) == []
     resp = await hb(register=True, report=report(0, [tablet("t1")]))  # incremental right after registering
-    assert resp == {"leader": True, "master_uuid": master_node.uuid, "needs_reregister": False,
-                    "needs_full_report": True, "tablets_to_delete": [], "tablets_to_create": []}
+    assert resp == {
+        "leader": True,
+        "master_uuid": master_node.uuid,
+        "needs_reregister": False,
+        "needs_full_report": True,
+        "tablets_to_delete": [],
+        "tablets_to_create": [],
+    }
     assert master_node.ts_manager.tablets() == []
     resp = await hb(report=report(1, [tablet("t1")], full=True))
     assert resp["needs_full_report"] is False and master_node.ts_manager.tablets() == ["t1"]
@@ -337,14 +383,19 @@ async def test_service_registration_reports_and_reregistration(master_node: Mast
 
 
 async def test_follower_master_records_tservers_but_ignores_reports(
-        master_node: Master, rpc: RpcClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    master_node: Master, rpc: RpcClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(master_node, "is_catalog_leader", lambda: False)
-    req = {"ts": ts_info(), "register": True, "report": report(0, [tablet("t1")], full=True),
-           "num_live_tablets": 1, "leader_count": 0}
+    req = {
+        "ts": ts_info(),
+        "register": True,
+        "report": report(0, [tablet("t1")], full=True),
+        "num_live_tablets": 1,
+        "leader_count": 0,
+    }
     resp = await rpc.call(master_node.rpc_address, "Master", "TSHeartbeat", req)
     assert resp["leader"] is False and resp["needs_full_report"] is False and resp["needs_reregister"] is False
-    assert master_node.ts_manager.tablets() == [] and master_node.ts_manager.live_tservers(time.monotonic()) == [
-        "ts-a"]
+    assert master_node.ts_manager.tablets() == [] and master_node.ts_manager.live_tservers(time.monotonic()) == ["ts-a"]
 
 
 async def test_real_heartbeater_fills_the_real_masters_directory(master_node: Master, rpc: RpcClient) -> None:

@@ -20,8 +20,7 @@ def test_data_frames_are_queued_without_copying_the_body_and_parse_back() -> Non
     body = bytes(range(256)) * 200  # 51,200 bytes: several DATA frames of the peer's 16 KiB default
     view = memoryview(body)
     sid = client.get_next_available_stream_id()
-    client.send_headers(sid, [(b":method", b"POST"), (b":path", b"/x"), (b":scheme", b"http"),
-                              (b":authority", b"a")])
+    client.send_headers(sid, [(b":method", b"POST"), (b":path", b"/x"), (b":scheme", b"http"), (b":authority", b"a")])
     sent = 0
     while sent < len(body):
         n = min(len(body) - sent, client.max_outbound_frame_size, client.local_flow_control_window(sid))

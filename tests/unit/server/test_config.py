@@ -16,8 +16,9 @@ def test_role_defaults_follow_kudu_ports() -> None:
 def test_cli_beats_env_beats_file(tmp_path: Path) -> None:
     cfg = tmp_path / "n.toml"
     cfg.write_text('role = "tserver"\ndata_dir = "/from-file"\nlog_level = "ERROR"\nheartbeat_interval_ms = 7\n')
-    c = load_config(["--config", str(cfg), "--log-level", "DEBUG"],
-                    {"KUDU_LOG_LEVEL": "WARNING", "KUDU_HEARTBEAT_INTERVAL_MS": "9"})
+    c = load_config(
+        ["--config", str(cfg), "--log-level", "DEBUG"], {"KUDU_LOG_LEVEL": "WARNING", "KUDU_HEARTBEAT_INTERVAL_MS": "9"}
+    )
     assert c.log_level == "DEBUG" and c.sources["log_level"] == "cli"
     assert c.heartbeat_interval_ms == 9 and c.sources["heartbeat_interval_ms"] == "env"
     assert c.data_dir == "/from-file" and c.sources["data_dir"].startswith("file:")

@@ -115,9 +115,7 @@ class SimplePredicate:
             return pc.is_valid(col)
         if self.op == "IN":
             return pc.is_in(col, value_set=pa.array(self.value, col.type))
-        fn = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[
-            self.op
-        ]
+        fn = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[self.op]
         return fn(col, pa.scalar(self.value, col.type))
 
     def matches(self, v: Any) -> bool:

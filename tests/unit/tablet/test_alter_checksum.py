@@ -14,8 +14,15 @@ from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.tablet.ops import OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet
 
-BASE = Schema([ColumnSchema("k", "int64", nullable=False), ColumnSchema("s", "string"),
-               ColumnSchema("x", "int32"), ColumnSchema("d", "decimal", precision=9, scale=2)], 1)
+BASE = Schema(
+    [
+        ColumnSchema("k", "int64", nullable=False),
+        ColumnSchema("s", "string"),
+        ColumnSchema("x", "int32"),
+        ColumnSchema("d", "decimal", precision=9, scale=2),
+    ],
+    1,
+)
 
 
 class Writer:
@@ -49,11 +56,14 @@ def w(tmp_path: Path) -> Writer:
 def _seed(w: Writer) -> None:
     from decimal import Decimal
 
-    w.write([OpType.INSERT] * 3, {"k": [1, 2, 3], "s": ["a", "b", "c"], "x": [10, 20, None],
-                                  "d": [Decimal("1.50"), None, Decimal("3.25")]})
+    w.write(
+        [OpType.INSERT] * 3,
+        {"k": [1, 2, 3], "s": ["a", "b", "c"], "x": [10, 20, None], "d": [Decimal("1.50"), None, Decimal("3.25")]},
+    )
     w.t.flush_mrs()  # rows 1-3 in a DiskRowSet
-    w.write([OpType.UPDATE], {"k": [2], "s": ["b2"], "x": [21], "d": [None]},
-            np.array([[True, True, True, False]]))  # a delta on the DiskRowSet
+    w.write(
+        [OpType.UPDATE], {"k": [2], "s": ["b2"], "x": [21], "d": [None]}, np.array([[True, True, True, False]])
+    )  # a delta on the DiskRowSet
     w.write([OpType.INSERT], {"k": [4], "s": ["d"], "x": [40], "d": [None]})  # the MemRowSet
 
 
@@ -77,8 +87,9 @@ def test_add_drop_rename_across_files_deltas_and_memory(w: Writer, tmp_path: Pat
     assert got[2] == {"k": 2, "label": "b2", "d": None, "extra": 7}
     assert got[4]["label"] == "d" and got[4]["extra"] == 7
     # Writes in the new shape; an UPDATE of an old row sets the added column; delete + re-insert.
-    w.write([OpType.UPDATE], {"k": [1], "label": [None], "d": [None], "extra": [70]},
-            np.array([[True, False, False, True]]))
+    w.write(
+        [OpType.UPDATE], {"k": [1], "label": [None], "d": [None], "extra": [70]}, np.array([[True, False, False, True]])
+    )
     w.write([OpType.DELETE], {"k": [3], "label": [None], "d": [None], "extra": [None]})
     w.write([OpType.INSERT, OpType.INSERT], {"k": [3, 5], "label": ["c2", "e"], "d": [None, None], "extra": [None, 5]})
     if compact:
@@ -111,8 +122,10 @@ def test_invalid_alterations_name_the_column(w: Writer) -> None:
     cur = w.t.info.schema
     bad = [
         (Schema([*cur.columns, ColumnSchema("t", "string", nullable=False)], 1), "must be nullable"),
-        (Schema([*cur.columns[:2], ColumnSchema("x", "int32", nullable=False, default=1, id=2), cur.columns[3]], 1),
-         "nullable"),
+        (
+            Schema([*cur.columns[:2], ColumnSchema("x", "int32", nullable=False, default=1, id=2), cur.columns[3]], 1),
+            "nullable",
+        ),
         (Schema([ColumnSchema("k", "int32", nullable=False, id=0), *cur.columns[1:]], 1), "type"),
         (Schema([ColumnSchema("k2", "int64", nullable=False, id=9), *cur.columns[1:]], 1), "primary key"),
     ]
@@ -124,8 +137,9 @@ def test_invalid_alterations_name_the_column(w: Writer) -> None:
 
 def test_write_prepared_before_an_alter_is_refused_at_apply(w: Writer) -> None:
     arrow = w.t.info.arrow
-    batch = pa.RecordBatch.from_arrays([pa.array([9], f.type) if f.name == "k" else pa.nulls(1, f.type)
-                                        for f in arrow], schema=arrow)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([9], f.type) if f.name == "k" else pa.nulls(1, f.type) for f in arrow], schema=arrow
+    )
     prepared = w.t.prepare_write(WriteOp([OpType.INSERT], batch), w.clock.now())
     assert w.alter(w.t.info.schema.add_column(ColumnSchema("y", "int8")), 1) is True
     with pytest.raises(KuduIllegalState, match="schema version"):
@@ -138,9 +152,16 @@ def test_checksum_ignores_layout_and_sees_values(tmp_path: Path) -> None:
         clock = ManualHybridClock(5_000_000)
         wr = Writer(Tablet.create(str(tmp_path / name), BASE, clock=clock), clock)
         keys = list(range(200))
-        for part in ([keys[:100], keys[100:]] if layout != "one" else [keys]):
-            wr.write([OpType.INSERT] * len(part), {"k": part, "s": [f"s{k}" if k % 7 else None for k in part],
-                                                   "x": [k * 3 for k in part], "d": [None] * len(part)})
+        for part in [keys[:100], keys[100:]] if layout != "one" else [keys]:
+            wr.write(
+                [OpType.INSERT] * len(part),
+                {
+                    "k": part,
+                    "s": [f"s{k}" if k % 7 else None for k in part],
+                    "x": [k * 3 for k in part],
+                    "d": [None] * len(part),
+                },
+            )
             if layout in ("flushed", "compacted"):
                 wr.t.flush_mrs()
         wr.write([OpType.DELETE], {"k": [5], "s": [None], "x": [None], "d": [None]})
@@ -180,8 +201,9 @@ def test_compaction_after_alter_keeps_a_reinsert_written_before_it(tmp_path: Pat
     from kudu_async.tablet.tablet import TabletOptions
 
     clock = ManualHybridClock(1_000_000)
-    w = Writer(Tablet.create(str(tmp_path / "t"), BASE, clock=clock, options=TabletOptions(history_max_age_sec=1)),
-               clock)
+    w = Writer(
+        Tablet.create(str(tmp_path / "t"), BASE, clock=clock, options=TabletOptions(history_max_age_sec=1)), clock
+    )
     cols = {"k": [1], "s": ["a"], "x": [1], "d": [None]}
     w.write([OpType.INSERT], cols)
     w.t.flush_mrs()
@@ -289,8 +311,14 @@ def test_metadata_written_before_alter_support_loads(tmp_path: Path) -> None:
 
     from kudu_async.fs.tablet_metadata import TabletMetadata
 
-    raw = {"tablet_id": "t", "schema": BASE.to_dict(), "rowsets": [], "last_flushed_log_index": 3,
-           "next_rowset_id": 0, "version": 1}
+    raw = {
+        "tablet_id": "t",
+        "schema": BASE.to_dict(),
+        "rowsets": [],
+        "last_flushed_log_index": 3,
+        "next_rowset_id": 0,
+        "version": 1,
+    }
     meta = TabletMetadata.from_json(json.dumps(raw).encode())
     assert meta.schema_version == 0 and meta.added_columns == []
 
@@ -301,10 +329,14 @@ def test_lookup_and_key_predicates_after_renaming_the_key(w: Writer) -> None:
 
     _seed(w)
     w.t.flush_all()  # the update of row 2 is now in a delta file written for the old schema
-    w.write([OpType.UPDATE], {"k": [3], "s": ["c3"], "x": [None], "d": [None]},
-            np.array([[True, True, False, False]]))  # and one in the DeltaMemStore (flushed by the alter)
-    new = w.t.info.schema.rename_column("k", "id").rename_column("x", "n").add_column(
-        ColumnSchema("extra", "string", default="e"))
+    w.write(
+        [OpType.UPDATE], {"k": [3], "s": ["c3"], "x": [None], "d": [None]}, np.array([[True, True, False, False]])
+    )  # and one in the DeltaMemStore (flushed by the alter)
+    new = (
+        w.t.info.schema.rename_column("k", "id")
+        .rename_column("x", "n")
+        .add_column(ColumnSchema("extra", "string", default="e"))
+    )
     assert w.alter(new, 1)
     schema = w.t.info.schema
     assert w.t.lookup(encode_key(schema, [2])) == {"id": 2, "s": "b2", "n": 21, "d": None, "extra": "e"}
@@ -312,8 +344,11 @@ def test_lookup_and_key_predicates_after_renaming_the_key(w: Writer) -> None:
     pred = ColumnPredicate("id", ">=", 3)
     got = w.t.scan(ScanSpec(predicates=[pred], ordered=True)).to_table()
     assert got is not None and got.column("id").to_pylist() == [3, 4]
-    w.write([OpType.UPDATE], {"id": [2], "s": [None], "n": [None], "d": [None], "extra": ["set"]},
-            np.array([[True, False, False, False, True]]))
+    w.write(
+        [OpType.UPDATE],
+        {"id": [2], "s": [None], "n": [None], "d": [None], "extra": ["set"]},
+        np.array([[True, False, False, False, True]]),
+    )
     assert w.t.lookup(encode_key(schema, [2]))["extra"] == "set"  # type: ignore[index]
 
 
@@ -321,20 +356,38 @@ def test_checksum_covers_every_type_and_ignores_batching(tmp_path: Path) -> None
     import datetime as dt
     from decimal import Decimal
 
-    cols = [ColumnSchema("k", "int32", nullable=False), ColumnSchema("i8", "int8"), ColumnSchema("i16", "int16"),
-            ColumnSchema("i64", "int64"), ColumnSchema("f", "float"), ColumnSchema("db", "double"),
-            ColumnSchema("b", "bool"), ColumnSchema("s", "string"), ColumnSchema("bin", "binary"),
-            ColumnSchema("ts", "unixtime_micros"), ColumnSchema("dt", "date"),
-            ColumnSchema("dec", "decimal", precision=20, scale=3), ColumnSchema("vc", "varchar", length=5)]
+    cols = [
+        ColumnSchema("k", "int32", nullable=False),
+        ColumnSchema("i8", "int8"),
+        ColumnSchema("i16", "int16"),
+        ColumnSchema("i64", "int64"),
+        ColumnSchema("f", "float"),
+        ColumnSchema("db", "double"),
+        ColumnSchema("b", "bool"),
+        ColumnSchema("s", "string"),
+        ColumnSchema("bin", "binary"),
+        ColumnSchema("ts", "unixtime_micros"),
+        ColumnSchema("dt", "date"),
+        ColumnSchema("dec", "decimal", precision=20, scale=3),
+        ColumnSchema("vc", "varchar", length=5),
+    ]
     schema = Schema(cols, 1)
     n = 60
-    data = {"k": list(range(n)), "i8": [i % 100 for i in range(n)], "i16": [i * 7 for i in range(n)],
-            "i64": [i << 40 for i in range(n)], "f": [i / 4 for i in range(n)], "db": [i / 3 for i in range(n)],
-            "b": [i % 2 == 0 for i in range(n)], "s": [("x" * (i % 5)) for i in range(n)],
-            "bin": [bytes([i]) * (i % 3) for i in range(n)],
-            "ts": [dt.datetime(2020, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(n)],
-            "dt": [dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in range(n)],
-            "dec": [Decimal(i) / 8 for i in range(n)], "vc": [str(i) for i in range(n)]}
+    data = {
+        "k": list(range(n)),
+        "i8": [i % 100 for i in range(n)],
+        "i16": [i * 7 for i in range(n)],
+        "i64": [i << 40 for i in range(n)],
+        "f": [i / 4 for i in range(n)],
+        "db": [i / 3 for i in range(n)],
+        "b": [i % 2 == 0 for i in range(n)],
+        "s": [("x" * (i % 5)) for i in range(n)],
+        "bin": [bytes([i]) * (i % 3) for i in range(n)],
+        "ts": [dt.datetime(2020, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(n)],
+        "dt": [dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in range(n)],
+        "dec": [Decimal(i) / 8 for i in range(n)],
+        "vc": [str(i) for i in range(n)],
+    }
     for j, name in enumerate(data):  # NULLs in every nullable column, at different rows
         if name != "k":
             data[name][(j * 11) % n] = None
@@ -393,8 +446,7 @@ def test_stats_are_monotonic_and_count_only_work_done(w: Writer) -> None:
     assert w.t.flush_dms(drs_id)  # a DMS flush counts as a flush, with its block's bytes
     s2 = w.t.stats()
     assert s2["flushes"] == 2 and s2["bytes_flushed"] > s1["bytes_flushed"]
-    w.write([OpType.UPDATE], {"k": [1], "s": ["a2"], "x": [None], "d": [None]},
-            np.array([[True, True, False, False]]))
+    w.write([OpType.UPDATE], {"k": [1], "s": ["a2"], "x": [None], "d": [None]}, np.array([[True, True, False, False]]))
     assert w.t.flush_dms(drs_id)
     assert not w.t.minor_delta_compaction(99_999)
     assert w.t.minor_delta_compaction(drs_id)  # two delta files into one

@@ -24,8 +24,15 @@ from kudu_async.fs.tablet_metadata import read_tablet_metadata
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import ScanSpec, Tablet
 
-BASE = Schema([ColumnSchema("k", "int64", nullable=False), ColumnSchema("s", "string"),
-               ColumnSchema("x", "int32"), ColumnSchema("d", "decimal", precision=9, scale=2)], 1)
+BASE = Schema(
+    [
+        ColumnSchema("k", "int64", nullable=False),
+        ColumnSchema("s", "string"),
+        ColumnSchema("x", "int32"),
+        ColumnSchema("d", "decimal", precision=9, scale=2),
+    ],
+    1,
+)
 
 
 @dataclass
@@ -90,20 +97,29 @@ def test_crash_images_around_alters_replay_to_the_same_rows(tmp_path: Path, flus
         images.append((dest, len(log.entries)))
 
     image()  # empty: everything replays, both alters included
-    log.write([OpType.INSERT] * 3, {"k": [1, 2, 3], "s": ["a", "b", "c"], "x": [1, 2, 3],
-                                    "d": [Decimal("1.00"), None, Decimal("3.30")]})
+    log.write(
+        [OpType.INSERT] * 3,
+        {"k": [1, 2, 3], "s": ["a", "b", "c"], "x": [1, 2, 3], "d": [Decimal("1.00"), None, Decimal("3.30")]},
+    )
     log.t.flush_mrs()
-    log.write([OpType.UPDATE], {"k": [1], "s": ["a1"], "x": [None], "d": [None]},
-              np.array([[True, True, False, False]]))  # a DMS delta, only in the log
+    log.write(
+        [OpType.UPDATE], {"k": [1], "s": ["a1"], "x": [None], "d": [None]}, np.array([[True, True, False, False]])
+    )  # a DMS delta, only in the log
     log.write([OpType.INSERT, OpType.DELETE], {"k": [4, 3], "s": ["d", None], "x": [4, None], "d": [None, None]})
     image()  # before the first alter: old-schema writes replay against the old schema
-    log.alter(log.t.info.schema.drop_column("x").rename_column("s", "label")
-              .add_column(ColumnSchema("extra", "int32", default=5)), 1)
+    log.alter(
+        log.t.info.schema.drop_column("x")
+        .rename_column("s", "label")
+        .add_column(ColumnSchema("extra", "int32", default=5)),
+        1,
+    )
     image()  # right after its commit: nothing before it is replayed
-    log.write([OpType.UPDATE], {"k": [2], "label": [None], "d": [None], "extra": [20]},
-              np.array([[True, False, False, True]]))  # sets the added column on an old row
-    log.write([OpType.INSERT, OpType.INSERT], {"k": [3, 6], "label": ["c2", "f"], "d": [None, None],
-                                               "extra": [None, 6]})  # re-insert of a deleted key
+    log.write(
+        [OpType.UPDATE], {"k": [2], "label": [None], "d": [None], "extra": [20]}, np.array([[True, False, False, True]])
+    )  # sets the added column on an old row
+    log.write(
+        [OpType.INSERT, OpType.INSERT], {"k": [3, 6], "label": ["c2", "f"], "d": [None, None], "extra": [None, 6]}
+    )  # re-insert of a deleted key
     if flush_after_alter:
         log.t.flush_all()
     image()

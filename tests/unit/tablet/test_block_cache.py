@@ -63,7 +63,8 @@ class Owner:
 
 
 def test_least_recently_used_evictable_blocks_make_room_and_their_owners_are_told(
-        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     a, b, c, d, e = (_file(tmp_path, n, 1000) for n in "abcde")
     cache = BlockCache(3000)
     oa, ob, oc = Owner(), Owner(fail=True), Owner()
@@ -129,10 +130,10 @@ def _tablet(path: str, cache: BlockCache | None) -> tuple[Tablet, Any, ManualHyb
     return Tablet.create(path, schema, options=TabletOptions(sync=False, block_cache=cache), clock=clock), schema, clock
 
 
-def _write(t: Tablet, clock: ManualHybridClock, op: OpType, keys: list[int], vals: list[str | None],
-           index: int) -> None:
-    b = pa.record_batch([pa.array(keys, pa.int64()), pa.array(vals, pa.string())],
-                        schema=pa.schema(FIELDS))
+def _write(
+    t: Tablet, clock: ManualHybridClock, op: OpType, keys: list[int], vals: list[str | None], index: int
+) -> None:
+    b = pa.record_batch([pa.array(keys, pa.int64()), pa.array(vals, pa.string())], schema=pa.schema(FIELDS))
     res = t.write(WriteOp([op] * len(keys), b), clock.now(), index)
     assert res.row_errors == []
 
@@ -193,11 +194,13 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     from kudu_async.tablet.tablet import READ_AT_SNAPSHOT
 
     old_ts = t.rowsets()[0].meta.max_ts
-    snap = t.scan(ScanSpec(predicates=[P("k", "=", 500)], read_mode=READ_AT_SNAPSHOT, snapshot_ts=old_ts,
-                           snapshot_wait_s=0.0)).to_table()
+    snap = t.scan(
+        ScanSpec(predicates=[P("k", "=", 500)], read_mode=READ_AT_SNAPSHOT, snapshot_ts=old_ts, snapshot_wait_s=0.0)
+    ).to_table()
     assert snap is not None and snap.column("v").to_pylist() == ["v500"]
-    before = t.scan(ScanSpec(predicates=[P("k", "=", 2)], read_mode=READ_AT_SNAPSHOT, snapshot_ts=old_ts - 1,
-                             snapshot_wait_s=0.0)).to_table()
+    before = t.scan(
+        ScanSpec(predicates=[P("k", "=", 2)], read_mode=READ_AT_SNAPSHOT, snapshot_ts=old_ts - 1, snapshot_wait_s=0.0)
+    ).to_table()
     assert before is None or before.num_rows == 0  # not yet written then
     t.flush_dms()  # the delta file is admitted too: still resident
     assert all(d.resident() for d in t.rowsets())

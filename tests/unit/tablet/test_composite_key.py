@@ -28,9 +28,7 @@ def _tablet(path: str) -> tuple[Tablet, Any, ManualHybridClock]:
 
 def _rows(t: Tablet, **kw: Any) -> list[tuple[Any, ...]]:
     tbl = t.scan(ScanSpec(ordered=True, **kw)).to_table()
-    return (
-        [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
-    )
+    return [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
 
 
 def test_composite_keys_sort_as_tuples_and_survive_flush_compaction_and_reopen(tmp_path: Any) -> None:
@@ -50,9 +48,7 @@ def test_composite_keys_sort_as_tuples_and_survive_flush_compaction_and_reopen(t
         )
         t.write(WriteOp([OpType.INSERT] * len(chunk), b), clock.now(), i + 1)
         t.flush_mrs()
-    upd = pa.record_batch(
-        [pa.array(["a\x00"]), pa.array([0], pa.int64()), pa.array([99], pa.int32())], schema=arrow
-    )
+    upd = pa.record_batch([pa.array(["a\x00"]), pa.array([0], pa.int64()), pa.array([99], pa.int32())], schema=arrow)
     res = t.write(WriteOp([OpType.UPDATE], upd), clock.now(), 3)
     assert res.row_errors == []
     want = sorted((h, ts, 99 if (h, ts) == ("a\x00", 0) else len(h)) for h, ts in rows)
@@ -80,14 +76,21 @@ def test_scans_pinning_the_whole_key_are_point_reads_with_the_general_paths_answ
     t, schema, clock = _tablet(str(tmp_path / "t"))
     arrow = schema.to_arrow()
     rows = [(h, ts) for h in HOSTS for ts in (-5, 0, 7)]
-    b = pa.record_batch([pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.int64()),
-                         pa.array([len(r[0]) for r in rows], pa.int32())], schema=arrow)
+    b = pa.record_batch(
+        [
+            pa.array([r[0] for r in rows]),
+            pa.array([r[1] for r in rows], pa.int64()),
+            pa.array([len(r[0]) for r in rows], pa.int32()),
+        ],
+        schema=arrow,
+    )
     t.write(WriteOp([OpType.INSERT] * len(rows), b), clock.now(), 1)
     t.flush_mrs()  # half on disk, half in memory, one row updated and one deleted after the flush
     more = pa.record_batch([pa.array(["zz"]), pa.array([1], pa.int64()), pa.array([5], pa.int32())], schema=arrow)
     t.write(WriteOp([OpType.INSERT], more), clock.now(), 2)
-    upd = pa.record_batch([pa.array(["a\x00", "b"]), pa.array([0, 7], pa.int64()), pa.array([99, 0], pa.int32())],
-                          schema=arrow)
+    upd = pa.record_batch(
+        [pa.array(["a\x00", "b"]), pa.array([0, 7], pa.int64()), pa.array([99, 0], pa.int32())], schema=arrow
+    )
     t.write(WriteOp([OpType.UPDATE, OpType.DELETE], upd), clock.now(), 3)
     cases = [
         ([P("host", "=", "a\x00"), P("ts", "=", 0)], [("a\x00", 0, 99)]),
@@ -128,15 +131,16 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
 
     t, schema, clock = _tablet(str(tmp_path / "t"))
     arrow = schema.to_arrow()
-    b = pa.record_batch([pa.array(["a", "b"]), pa.array([0, 7], pa.int64()), pa.array([1, 2], pa.int32())],
-                        schema=arrow)
+    b = pa.record_batch(
+        [pa.array(["a", "b"]), pa.array([0, 7], pa.int64()), pa.array([1, 2], pa.int32())], schema=arrow
+    )
     t.write(WriteOp([OpType.INSERT] * 2, b), clock.now(), 1)
     t.flush_mrs()  # a, b on disk
-    more = pa.record_batch([pa.array(["zz", "yy"]), pa.array([1, 2], pa.int64()), pa.array([5, 6], pa.int32())],
-                           schema=arrow)
+    more = pa.record_batch(
+        [pa.array(["zz", "yy"]), pa.array([1, 2], pa.int64()), pa.array([5, 6], pa.int32())], schema=arrow
+    )
     t.write(WriteOp([OpType.INSERT] * 2, more), clock.now(), 2)
-    dele = pa.record_batch([pa.array(["yy"]), pa.array([2], pa.int64()), pa.array([None], pa.int32())],
-                           schema=arrow)
+    dele = pa.record_batch([pa.array(["yy"]), pa.array([2], pa.int64()), pa.array([None], pa.int32())], schema=arrow)
     t.write(WriteOp([OpType.DELETE], dele), clock.now(), 3)
 
     def in_memory(preds: list[Any], **kw: Any) -> list[tuple[Any, ...]] | None:
@@ -187,8 +191,9 @@ def test_a_point_read_of_an_unchanged_row_in_memory_is_a_slice_of_its_batch(tmp_
     t, schema, clock = _tablet(str(tmp_path / "t"))
     arrow = schema.to_arrow()
     before = clock.now()
-    b = pa.record_batch([pa.array(["h1", "h2"]), pa.array([1, 2], pa.int64()), pa.array([10, 20], pa.int32())],
-                        schema=arrow)
+    b = pa.record_batch(
+        [pa.array(["h1", "h2"]), pa.array([1, 2], pa.int64()), pa.array([10, 20], pa.int32())], schema=arrow
+    )
     t.write(WriteOp([OpType.INSERT] * 2, b), clock.now(), 1)
     upd = pa.record_batch([pa.array(["h2"]), pa.array([2], pa.int64()), pa.array([21], pa.int32())], schema=arrow)
     t.write(WriteOp([OpType.UPDATE], upd), clock.now(), 2)

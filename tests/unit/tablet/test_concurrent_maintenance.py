@@ -19,9 +19,7 @@ from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
 
 def _scan(tablet: Tablet) -> dict[int, int]:
     t = tablet.scan(ScanSpec(projection=["key", "i32"], ordered=True)).to_table()
-    return (
-        {} if t is None else dict(zip(t.column("key").to_pylist(), t.column("i32").to_pylist(), strict=True))
-    )
+    return {} if t is None else dict(zip(t.column("key").to_pylist(), t.column("i32").to_pylist(), strict=True))
 
 
 @pytest.mark.parametrize("seed", [7, 11, 13])

@@ -24,8 +24,9 @@ def _keys(rng: random.Random, n: int, width: int | None, alphabet: bytes = b"\x0
 
 @pytest.mark.parametrize("sorted_probes", [False, True])
 @pytest.mark.parametrize("width", [None, 1, 2, 3, 4, 8, 12])
-def test_key_index_finds_what_a_dict_finds(width: int | None, sorted_probes: bool,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_key_index_finds_what_a_dict_finds(
+    width: int | None, sorted_probes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Keys added in batches of varied sizes (runs merged along the way) are found by batch and by
     single lookups exactly as a dict finds them, absent keys too, and ``sorted`` gives every key once
     in byte order with its row number. Again with every batch probe made in key order (the path of
@@ -81,6 +82,7 @@ def test_key_index_runs_stay_few_and_ordered_inserts_concatenate() -> None:
 def test_key_index_keeps_separate_ranges_apart_and_merges_overlapping_ones() -> None:
     """Two writers of their own key ranges, interleaved: their runs are not merged (no key copied)
     while there are few, and a batch probes only the runs its keys fall in; overlapping runs merge."""
+
     def enc(vals: range | list[int]) -> pa.Array:
         return pa.array([(v + 2**63).to_bytes(8, "big") for v in vals], pa.binary())
 
@@ -140,9 +142,7 @@ def test_key_index_with_a_few_very_long_keys_uses_its_dict_fallback() -> None:
     idx = KeyIndex()
     idx.add(pa.array(keys, pa.binary()), np.arange(len(keys), dtype=np.int64) + 5)
     probe = [*keys[::7], *absent, keys[-1]]
-    assert idx.find(KeyBatch(probe)).tolist() == [
-        keys.index(k) + 5 if k in keys else -1 for k in probe
-    ]
+    assert idx.find(KeyBatch(probe)).tolist() == [keys.index(k) + 5 if k in keys else -1 for k in probe]
     assert idx.sorted().sorted_keys._by_key is not None  # the fallback was taken
 
 
@@ -153,12 +153,24 @@ def test_probing_in_key_order_answers_as_searchsorted(dtype: str) -> None:
     rng = np.random.default_rng(7)
     if dtype == "u8":
         values = np.sort(rng.integers(0, 1 << 20, 50_000).astype(np.uint64))
-        q = np.concatenate([rng.integers(0, 1 << 20, 3_000).astype(np.uint64), values[::97], values[:5],
-                            np.array([0, (1 << 20) + 5], dtype=np.uint64)])
+        q = np.concatenate(
+            [
+                rng.integers(0, 1 << 20, 3_000).astype(np.uint64),
+                values[::97],
+                values[:5],
+                np.array([0, (1 << 20) + 5], dtype=np.uint64),
+            ]
+        )
     else:
         values = np.sort(rng.integers(0, 256, (50_000, 5), dtype=np.uint8).view("S5").reshape(-1))
-        q = np.concatenate([rng.integers(0, 256, (3_000, 5), dtype=np.uint8).view("S5").reshape(-1),
-                            values[::97], values[:5], np.array([b"", b"\xff" * 5], dtype="S5")])
+        q = np.concatenate(
+            [
+                rng.integers(0, 256, (3_000, 5), dtype=np.uint8).view("S5").reshape(-1),
+                values[::97],
+                values[:5],
+                np.array([b"", b"\xff" * 5], dtype="S5"),
+            ]
+        )
     rng.shuffle(q)
     assert len(values) >= key_arrays.SORTED_PROBE_MIN[0] and len(q) >= key_arrays.SORTED_PROBE_MIN[1]
     assert probe_sorted(values, q).tolist() == np.searchsorted(values, q).tolist()

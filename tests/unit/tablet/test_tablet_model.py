@@ -176,8 +176,9 @@ class TabletModel(RuleBasedStateMachine):
         limit=st.sampled_from([None, 0, 1]),
         bound=st.sampled_from([None, "lower", "upper", "resume"]),
     )
-    def point_scan(self, key: int, data: st.DataObject, extra: Any, proj: list[str] | None, limit: int | None,
-                   bound: str | None) -> None:
+    def point_scan(
+        self, key: int, data: st.DataObject, extra: Any, proj: list[str] | None, limit: int | None, bound: str | None
+    ) -> None:
         """Scans that pin the key take the tablet's point path: the same answers as the model, at the
         latest time or a snapshot, with other predicates, projections, limits and key bounds."""
         ahm = timestamp_from_seconds_ago(self.clock.now(), HISTORY_S) + 1
@@ -188,10 +189,17 @@ class TabletModel(RuleBasedStateMachine):
             key = data.draw(st.sampled_from(live))  # often a key that has a row to find
         preds = [Predicate("key", "=", key)] + ([] if extra is None else [Predicate(*extra)])
         enc = encode_key(self.schema, key)
-        spec = ScanSpec(projection=proj, predicates=preds, limit=limit, ordered=True,
-                        read_mode=READ_AT_SNAPSHOT if at is not None else "READ_LATEST", snapshot_ts=at,
-                        lower_key=enc if bound == "lower" else None, upper_key=enc if bound == "upper" else None,
-                        resume_after_key=enc if bound == "resume" else None)
+        spec = ScanSpec(
+            projection=proj,
+            predicates=preds,
+            limit=limit,
+            ordered=True,
+            read_mode=READ_AT_SNAPSHOT if at is not None else "READ_LATEST",
+            snapshot_ts=at,
+            lower_key=enc if bound == "lower" else None,
+            upper_key=enc if bound == "upper" else None,
+            resume_after_key=enc if bound == "resume" else None,
+        )
         if bound in ("upper", "resume"):  # the key itself is outside these bounds
             got = self.tablet.scan(spec).to_table()
             assert got is None or got.num_rows == 0

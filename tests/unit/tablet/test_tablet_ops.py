@@ -34,9 +34,7 @@ class Harness:
         self.tablet = Tablet.create(path, schema, tablet_id=tablet_id, options=self.opts, clock=self.clock)
         self.wal: list[LoggedWrite] = []
 
-    def batch(
-        self, keys: list[Any], i32: list[Any] | None = None, s: list[Any] | None = None
-    ) -> pa.RecordBatch:
+    def batch(self, keys: list[Any], i32: list[Any] | None = None, s: list[Any] | None = None) -> pa.RecordBatch:
         n = len(keys)
         return pa.record_batch(
             [
@@ -66,9 +64,7 @@ class Harness:
     def reopen(self) -> None:
         # With the common Schema the tablet rebuilds it from its own metadata, as a tserver would.
         schema = None if HAVE_COMMON else self.schema
-        self.tablet = Tablet.open(
-            self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=schema
-        )
+        self.tablet = Tablet.open(self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=schema)
 
 
 @pytest.fixture
@@ -160,9 +156,7 @@ def test_blocked_writer_proceeds_when_the_lock_holder_applies(h: Harness) -> Non
     out: list[Any] = []
     ts2 = h.clock.now()
     th = threading.Thread(
-        target=lambda: out.append(
-            h.tablet.apply_write(h.tablet.prepare_write(h.op([U], [1], i32=[99]), ts2), 2)
-        )
+        target=lambda: out.append(h.tablet.apply_write(h.tablet.prepare_write(h.op([U], [1], i32=[99]), ts2), 2))
     )
     th.start()
     h.tablet.apply_write(a, 1)
@@ -247,9 +241,7 @@ def test_failed_flush_keeps_rows_readable_and_is_retried(h: Harness, monkeypatch
 def test_crash_mid_flush_reopens_to_the_old_state_and_removes_orphans(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 3, [1, 2, 3])
     before = h.rows()
-    monkeypatch.setattr(
-        tablet_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError())
-    )
+    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError()))
     monkeypatch.setattr(h.tablet.bm, "delete_blocks", lambda ids: None)  # the process dies: no cleanup
     with pytest.raises(OSError):
         h.tablet.flush_mrs()
@@ -274,9 +266,7 @@ def test_compaction_drops_history_and_deleted_rows_past_the_history_mark(tmp_pat
     assert [r[:2] for r in h.rows()] == [(2, 22), (3, 30), (4, 40)]
 
 
-def test_maintenance_manager_flushes_under_memory_pressure_and_reports_json(
-    tmp_path: Any, schema: Any
-) -> None:
+def test_maintenance_manager_flushes_under_memory_pressure_and_reports_json(tmp_path: Any, schema: Any) -> None:
     h = Harness(str(tmp_path / "t"), schema)
     h.write([INS] * 100, list(range(100)))
     mm = MaintenanceManager(memory_threshold_bytes=1000)

@@ -215,7 +215,10 @@ class Diff:
         self.wal.append(LoggedWrite(self.index, ts, op))
         res = self.t.apply_write(prepared, self.index)
         assert (res.inserted, res.updated, res.deleted, res.ignored) == (
-            kinds.count(_INSERT), kinds.count(_UPDATE), kinds.count(_DELETE), ignored
+            kinds.count(_INSERT),
+            kinds.count(_UPDATE),
+            kinds.count(_DELETE),
+            ignored,
         )
         self._apply_model(b, mask, kinds)
         self.past.append(ts)
@@ -252,8 +255,9 @@ class Diff:
 
     def reopen(self) -> None:
         """Crash (drop the tablet without flushing) and bootstrap from files plus the WAL."""
-        self.t = Tablet.open(self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock,
-                             schema=self.schema)
+        self.t = Tablet.open(
+            self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock, schema=self.schema
+        )
 
     def check_state(self) -> None:
         got = self.t.scan(ScanSpec(ordered=True)).to_table()
@@ -322,7 +326,10 @@ def test_flush_and_compaction_between_prepare_and_apply(tmp_path: Any) -> None:
         res = h.t.apply_write(prepared, h.index)
         assert {e.row_index: e.code for e in res.row_errors} == codes
         assert (res.inserted, res.updated, res.deleted, res.ignored) == (
-            kinds.count(_INSERT), kinds.count(_UPDATE), kinds.count(_DELETE), ignored
+            kinds.count(_INSERT),
+            kinds.count(_UPDATE),
+            kinds.count(_DELETE),
+            ignored,
         )
         h._apply_model(b, mask, kinds)
         h.wal.append(LoggedWrite(h.index, ts, op))
@@ -344,8 +351,9 @@ def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monk
         h.write(80, ops=[OpType.UPSERT] * 80)
         h.t.flush_mrs()
     dead = sorted(h.model)[::3]
-    b = pa.record_batch([pa.array(dead, pa.int64()), *(pa.nulls(len(dead), f.type) for f in list(h.arrow)[1:])],
-                        schema=h.arrow)
+    b = pa.record_batch(
+        [pa.array(dead, pa.int64()), *(pa.nulls(len(dead), f.type) for f in list(h.arrow)[1:])], schema=h.arrow
+    )
     h.clock.advance(10)
     h.index += 1
     op = WriteOp([OpType.DELETE] * len(dead), b)
@@ -410,8 +418,12 @@ def test_find_rows_matches_find_row_on_variable_width_keys(tmp_path: Any, too_bi
     keys = _key_space("string", 400)
     stored = keys[::2]
     b = pa.record_batch(
-        [pa.array(stored), pa.nulls(len(stored), pa.int32()), pa.nulls(len(stored), pa.float64()),
-         pa.nulls(len(stored), pa.string())],
+        [
+            pa.array(stored),
+            pa.nulls(len(stored), pa.int32()),
+            pa.nulls(len(stored), pa.float64()),
+            pa.nulls(len(stored), pa.string()),
+        ],
         schema=schema.to_arrow(),
     )
     t.write(WriteOp([OpType.INSERT] * len(stored), b), clock.now(), 1)
@@ -646,8 +658,11 @@ def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str)
         assert got.equals(want)
         cols = [ROW_COL, TS_COL, SEQ_COL, LIVE_COL]
         want_t = mutations_to_table(info, want_deltas).select(cols) if want_deltas else None
-        got_t = None if got_deltas is None else got_deltas.sort_by(
-            [(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
+        got_t = (
+            None
+            if got_deltas is None
+            else got_deltas.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
+        )
         if want_t is None:
             assert got_t is None
         else:
@@ -732,8 +747,10 @@ def test_key_sort_order_is_byte_order_and_stable(width: int | None) -> None:
 
     rng = random.Random(11)
     n = 2000
-    keys = [bytes(rng.choice(b"\x00\x01\x80\xff") for _ in range(rng.randrange(0, 5) if width is None else width))
-            for _ in range(n)]
+    keys = [
+        bytes(rng.choice(b"\x00\x01\x80\xff") for _ in range(rng.randrange(0, 5) if width is None else width))
+        for _ in range(n)
+    ]
     arr = pa.array(keys, pa.binary())
     for a, ks in ((arr, keys), (arr.slice(37, 1500), keys[37:1537])):
         order = sort_order(a)

@@ -12,24 +12,37 @@ from kudu_async.tools import ksck
 
 
 def _rep(tid: str, role: str, voters: list[str], state: str = "RUNNING", term: int = 3) -> dict[str, Any]:
-    return {"tablet_id": tid, "state": state, "role": role, "term": term,
-            "config": {"opid_index": 5, "voters": voters, "non_voters": []}}
+    return {
+        "tablet_id": tid,
+        "state": state,
+        "role": role,
+        "term": term,
+        "config": {"opid_index": 5, "voters": voters, "non_voters": []},
+    }
 
 
-def _snap(reports: dict[str, dict[str, dict[str, Any]]], tablets: list[dict[str, Any]],
-          masters: dict[str, dict[str, Any]] | None = None) -> ksck.Snapshot:
+def _snap(
+    reports: dict[str, dict[str, dict[str, Any]]],
+    tablets: list[dict[str, Any]],
+    masters: dict[str, dict[str, Any]] | None = None,
+) -> ksck.Snapshot:
     ts = [{"uuid": u, "rpc_address": ADDR[u], "live": u in reports} for u in (A, B, C, D)]
     status = {u: {"uuid": u, "version": "0.1.0"} for u in reports}
     status.update({u: {"error": "NETWORK_ERROR: refused"} for u in (A, B, C, D) if u not in reports})
     m = masters or {"127.0.0.1:7051": {"uuid": "m1", "is_leader": True, "leader_uuid": "m1", "version": "0.1.0"}}
-    return ksck.Snapshot(m, ts, status, reports, [{"name": "t", "table_id": "tid", "num_replicas": 3,
-                                                   "tablets": tablets}])
+    return ksck.Snapshot(
+        m, ts, status, reports, [{"name": "t", "table_id": "tid", "num_replicas": 3, "tablets": tablets}]
+    )
 
 
 def _healthy_reports(tid: str = "t1") -> dict[str, dict[str, dict[str, Any]]]:
     v = [A, B, C]
-    return {A: {tid: _rep(tid, "LEADER", v)}, B: {tid: _rep(tid, "FOLLOWER", v)}, C: {tid: _rep(tid, "FOLLOWER", v)},
-            D: {}}
+    return {
+        A: {tid: _rep(tid, "LEADER", v)},
+        B: {tid: _rep(tid, "FOLLOWER", v)},
+        C: {tid: _rep(tid, "FOLLOWER", v)},
+        D: {},
+    }
 
 
 def test_healthy_cluster() -> None:
@@ -87,9 +100,11 @@ def test_stale_leader_loses_to_the_higher_term() -> None:
 
 
 def test_master_problems() -> None:
-    masters = {"m:1": {"uuid": "m1", "is_leader": True, "leader_uuid": "m1"},
-               "m:2": {"uuid": "m2", "is_leader": False, "leader_uuid": "m3"},
-               "m:3": {"error": "TIMED_OUT"}}
+    masters = {
+        "m:1": {"uuid": "m1", "is_leader": True, "leader_uuid": "m1"},
+        "m:2": {"uuid": "m2", "is_leader": False, "leader_uuid": "m3"},
+        "m:3": {"error": "TIMED_OUT"},
+    }
     r = ksck.evaluate(_snap(_healthy_reports(), [_loc("t1", A, [A, B, C])], masters))
     assert any("disagree on the leader" in e for e in r["errors"])
     assert any("m:3 is unavailable" in e for e in r["errors"])
@@ -97,9 +112,13 @@ def test_master_problems() -> None:
 
 def test_checksum_mismatch_is_reported() -> None:
     s = _snap(_healthy_reports(), [_loc("t1", A, [A, B, C])])
-    s.checksums = {"t1": {A: {"rows": 10, "checksum": 1, "snapshot_ts": 7},
-                          B: {"rows": 10, "checksum": 1, "snapshot_ts": 7},
-                          C: {"rows": 9, "checksum": 2, "snapshot_ts": 7}}}
+    s.checksums = {
+        "t1": {
+            A: {"rows": 10, "checksum": 1, "snapshot_ts": 7},
+            B: {"rows": 10, "checksum": 1, "snapshot_ts": 7},
+            C: {"rows": 9, "checksum": 2, "snapshot_ts": 7},
+        }
+    }
     r = ksck.evaluate(s)
     assert not r["ok"] and r["tables"][0]["checksum"] == {"rows": 10, "mismatched_tablets": 1}
     assert any("replicas differ at snapshot 7" in e for e in r["errors"])

@@ -16,8 +16,10 @@ A, B, C, D, E = "ts-a", "ts-b", "ts-c", "ts-d", "ts-e"
 
 
 def _tablets(table: str, layouts: list[tuple[str, ...]], leaders: list[str] | None = None) -> tuple[Tablet, ...]:
-    return tuple(Tablet(f"{table}-{i:02d}", table, frozenset(v), (leaders[i] if leaders else v[0]))
-                 for i, v in enumerate(layouts))
+    return tuple(
+        Tablet(f"{table}-{i:02d}", table, frozenset(v), (leaders[i] if leaders else v[0]))
+        for i, v in enumerate(layouts)
+    )
 
 
 def _balanced_after(p: Placement, moves: list[rb.Move]) -> Placement:
@@ -59,8 +61,10 @@ def test_new_empty_server_gets_its_share() -> None:
 def test_each_table_is_balanced_first_then_the_cluster() -> None:
     # Table q (4 tablets x RF 1) all on A: a table skew. Tables x, y, z (1 tablet each) on A: each table is
     # within one, but A then holds 7 replicas of 7: only the cluster-wide pass can fix that.
-    p = Placement(frozenset({A, B, C}), _tablets("q", [(A,)] * 4) + _tablets("x", [(A,)])
-                  + _tablets("y", [(A,)]) + _tablets("z", [(A,)]))
+    p = Placement(
+        frozenset({A, B, C}),
+        _tablets("q", [(A,)] * 4) + _tablets("x", [(A,)]) + _tablets("y", [(A,)]) + _tablets("z", [(A,)]),
+    )
     moves = rb.plan_replica_moves(p)
     _valid(p, moves)
     kinds = [m.reason.split(":")[0] for m in moves]
@@ -117,8 +121,9 @@ def test_tablet_on_every_server_cannot_move() -> None:
 
 def test_moving_a_leader_replica_names_who_takes_over() -> None:
     # Only one tablet can fix the table's skew and A leads it: the move hands leadership over first.
-    p = Placement(frozenset({A, B, C, D}), (Tablet("t-00", "t", frozenset({A, B}), A),
-                                            Tablet("t-01", "t", frozenset({A, C}), A)))
+    p = Placement(
+        frozenset({A, B, C, D}), (Tablet("t-00", "t", frozenset({A, B}), A), Tablet("t-01", "t", frozenset({A, C}), A))
+    )
     moves = rb.plan_replica_moves(p)
     _valid(p, moves)
     assert len(moves) == 1 and moves[0].src == A and moves[0].dst == D
@@ -140,8 +145,10 @@ def test_a_single_replica_tablet_moves_with_its_leadership() -> None:
 def test_already_balanced_cluster_gets_an_empty_plan() -> None:
     layouts = [tuple(c) for c in itertools.combinations([A, B, C, D], 3)]  # 4 tablets, each server 3
     leaders = [A, B, C, D]
-    p = Placement(frozenset({A, B, C, D}), _tablets("t", layouts, [lead if lead in lay else lay[0]
-                                                                  for lead, lay in zip(leaders, layouts, strict=True)]))
+    p = Placement(
+        frozenset({A, B, C, D}),
+        _tablets("t", layouts, [lead if lead in lay else lay[0] for lead, lay in zip(leaders, layouts, strict=True)]),
+    )
     assert rb.plan_replica_moves(p) == []
     _, lo = rb.leader_counts(p)
     assert rb.spread(lo) <= 1
@@ -162,8 +169,12 @@ def test_leaders_piled_on_one_server_are_spread() -> None:
 
 def test_leaders_follow_placement_and_skip_ignored_servers() -> None:
     # D holds replicas of t-00/t-01 only; E (not balanced) holds everything and must not be given leaders.
-    tab = (Tablet("t-00", "t", frozenset({A, D, E}), A), Tablet("t-01", "t", frozenset({A, D, E}), A),
-           Tablet("t-02", "t", frozenset({A, B, E}), A), Tablet("t-03", "t", frozenset({A, C, E}), A))
+    tab = (
+        Tablet("t-00", "t", frozenset({A, D, E}), A),
+        Tablet("t-01", "t", frozenset({A, D, E}), A),
+        Tablet("t-02", "t", frozenset({A, B, E}), A),
+        Tablet("t-03", "t", frozenset({A, C, E}), A),
+    )
     p = Placement(frozenset({A, B, C, D}), tab)
     xs = rb.plan_leader_transfers(p)
     assert all(x.dst != E and E not in x.alternatives for x in xs)

@@ -18,22 +18,30 @@ from kudu_async.tools import rebalance as rb
 from kudu_async.tools import rebalancer_tool as rt
 
 
-def _snap(layout: dict[str, tuple[str, list[str]]], live: tuple[str, ...] = (A, B, C, D),
-          learners: dict[str, tuple[str, ...]] | None = None) -> ksck.Snapshot:
+def _snap(
+    layout: dict[str, tuple[str, list[str]]],
+    live: tuple[str, ...] = (A, B, C, D),
+    learners: dict[str, tuple[str, ...]] | None = None,
+) -> ksck.Snapshot:
     """``layout``: tablet -> (leader, voters); every live server reports its replicas as RUNNING."""
     learners = learners or {}
     reports: dict[str, dict[str, dict[str, Any]]] = {u: {} for u in live}
     for tid, (leader, voters) in layout.items():
         for u in [*voters, *learners.get(tid, ())]:
             if u in live:
-                reports[u][tid] = {"tablet_id": tid, "state": "RUNNING", "term": 2,
-                                   "role": "LEADER" if u == leader else "FOLLOWER",
-                                   "config": {"voters": sorted(voters), "non_voters": list(learners.get(tid, ()))}}
+                reports[u][tid] = {
+                    "tablet_id": tid,
+                    "state": "RUNNING",
+                    "term": 2,
+                    "role": "LEADER" if u == leader else "FOLLOWER",
+                    "config": {"voters": sorted(voters), "non_voters": list(learners.get(tid, ()))},
+                }
     ts = [{"uuid": u, "rpc_address": ADDR[u], "live": u in live} for u in (A, B, C, D)]
     status = {u: {"uuid": u} for u in live}
     tablets = [_loc(tid, leader, voters, learners.get(tid, ())) for tid, (leader, voters) in layout.items()]
-    return ksck.Snapshot({}, ts, status, reports, [{"name": "t", "table_id": "tid", "num_replicas": 3,
-                                                   "tablets": tablets}])
+    return ksck.Snapshot(
+        {}, ts, status, reports, [{"name": "t", "table_id": "tid", "num_replicas": 3, "tablets": tablets}]
+    )
 
 
 def test_healthy_snapshot_becomes_a_placement() -> None:
@@ -41,7 +49,9 @@ def test_healthy_snapshot_becomes_a_placement() -> None:
     assert view.problems == [] and view.excluded == {}
     assert view.placement.servers == {A, B, C, D}
     assert {t.tablet_id: (t.leader, t.voters) for t in view.placement.tablets} == {
-        "t1": (A, frozenset({A, B, C})), "t2": (B, frozenset({A, B, C}))}
+        "t1": (A, frozenset({A, B, C})),
+        "t2": (B, frozenset({A, B, C})),
+    }
     assert view.addresses[D] == ADDR[D]
 
 
@@ -86,8 +96,7 @@ def test_moves_run_concurrently_within_the_per_server_bound() -> None:
         order.append(f"{tid}:{s}")
         return {"status": "done"}
 
-    results = asyncio.run(rt.run_bounded(items, lambda i: (i[1], i[2]), lambda i: i[0], 2, fn,
-                                         Deadline(10, "test")))
+    results = asyncio.run(rt.run_bounded(items, lambda i: (i[1], i[2]), lambda i: i[0], 2, fn, Deadline(10, "test")))
     assert all(r == {"status": "done"} for r in results)
     assert peak["src"] == 2  # bounded, and concurrent
     assert order.index("t0:src") < order.index("t0:x")  # one tablet's moves in plan order
@@ -112,9 +121,18 @@ def test_bad_options_are_usage_errors() -> None:
 
 def _report(**kw: Any) -> dict[str, Any]:
     p = rb.Placement(frozenset({A, B}), (rb.Tablet("t1", "t", frozenset({A}), A),))
-    r: dict[str, Any] = {"dry_run": False, "replica_moves": [], "leader_transfers": [], "errors": [], "refused": [],
-                         "before": rb.summary(p), "after": rb.summary(p), "already_balanced": False, "ok": True,
-                         "balanced": True}
+    r: dict[str, Any] = {
+        "dry_run": False,
+        "replica_moves": [],
+        "leader_transfers": [],
+        "errors": [],
+        "refused": [],
+        "before": rb.summary(p),
+        "after": rb.summary(p),
+        "already_balanced": False,
+        "ok": True,
+        "balanced": True,
+    }
     r.update(kw)
     return r
 
@@ -124,8 +142,9 @@ def test_text_report_verdicts() -> None:
     refused = rt.render(_report(refused=["table t tablet t1: UNDER_REPLICATED: replica on c is TS_UNAVAILABLE"]))
     assert refused.startswith("refusing to rebalance: 1 tablet(s)") and "t1: UNDER_REPLICATED" in refused
     move = {"tablet": "t1", "table": "t", "from": A, "to": B, "status": "failed", "reason": "r", "error": "boom"}
-    failed = rt.render(_report(ok=False, balanced=False, replica_moves=[move],
-                               left_to_do={"replica_moves": 1, "leader_transfers": 0}))
+    failed = rt.render(
+        _report(ok=False, balanced=False, replica_moves=[move], left_to_do={"replica_moves": 1, "leader_transfers": 0})
+    )
     assert "FAILED" in failed and "boom" in failed and failed.endswith("1 replica move(s), 0 leader transfer(s)")
     planned = rt.render(_report(dry_run=True, replica_moves=[{**move, "status": "planned"}]))
     assert "PLANNED" in planned and "nothing was changed" in planned and "[r]" in planned
@@ -145,8 +164,13 @@ class _FakeRpc:
         self.calls.append((who, method))
         if method == "GetState":
             peers = [{"uuid": u, "member_type": "VOTER", "match_index": 9 if u != B else 3} for u in (A, B, C)]
-            return {"role": "LEADER" if who == self.leader else "FOLLOWER", "leader": self.leader, "term": 4,
-                    "commit_index": 9, "peers": peers}
+            return {
+                "role": "LEADER" if who == self.leader else "FOLLOWER",
+                "leader": self.leader,
+                "term": 4,
+                "commit_index": 9,
+                "peers": peers,
+            }
         if method == "TransferLeadership":
             if req["peer"] in self.refuse:
                 raise KuduIllegalState(f"{req['peer']} refuses")

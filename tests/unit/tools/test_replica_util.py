@@ -31,8 +31,14 @@ class FakeGroup:
 
     def state(self, who: str) -> dict[str, Any]:
         peers = [{"uuid": u, "member_type": t, "address": ADDR[u], "match_index": 5} for u, t in self.members.items()]
-        return {"role": "LEADER" if who == self.leader else "FOLLOWER", "leader": self.leader, "term": 3,
-                "commit_index": 5, "config_index": self.index, "peers": peers}
+        return {
+            "role": "LEADER" if who == self.leader else "FOLLOWER",
+            "leader": self.leader,
+            "term": 3,
+            "commit_index": 5,
+            "config_index": self.index,
+            "peers": peers,
+        }
 
     def trim(self, u: str) -> None:
         """Someone else (the master) removes ``u``: a config change of its own."""
@@ -76,9 +82,18 @@ class FakeClient:
 
 
 def _move(group: FakeGroup, src: str, dst: str, leader_to: str | None = None) -> dict[str, Any]:
-    return asyncio.run(replica_util.move_replica(FakeClient(group), "t1", src, dst,  # type: ignore[arg-type]
-                                                 ADDR[group.leader], 5.0, dst_address=ADDR[dst],
-                                                 leader_to=leader_to))
+    return asyncio.run(
+        replica_util.move_replica(
+            FakeClient(group),
+            "t1",
+            src,
+            dst,  # type: ignore[arg-type]
+            ADDR[group.leader],
+            5.0,
+            dst_address=ADDR[dst],
+            leader_to=leader_to,
+        )
+    )
 
 
 def test_a_followers_replica_moves() -> None:

@@ -57,8 +57,14 @@ class FakeMaster:
             await self.gate.wait()
         if self.fail:
             raise KuduServiceUnavailable("fake master is failing on purpose")
-        answer: dict[str, Any] = {"leader": self.leader, "master_uuid": self.uuid, "needs_reregister": False,
-                                  "needs_full_report": False, "tablets_to_delete": [], "tablets_to_create": []}
+        answer: dict[str, Any] = {
+            "leader": self.leader,
+            "master_uuid": self.uuid,
+            "needs_reregister": False,
+            "needs_full_report": False,
+            "tablets_to_delete": [],
+            "tablets_to_create": [],
+        }
         answer.update(self.always)
         if self.next_answers:
             answer.update(self.next_answers.pop(0))
@@ -69,10 +75,17 @@ class FakeMaster:
 
 
 def tablet_report(tablet_id: str, role: str = "FOLLOWER") -> dict[str, Any]:
-    return {"tablet_id": tablet_id, "table_id": "tbl", "state": "RUNNING", "error": None, "role": role,
-            "term": 1, "leader_uuid": None,
-            "config": {"opid_index": 1, "voters": ["ts-1"], "non_voters": [], "peers": {"ts-1": "127.0.0.1:1"}},
-            "schema_version": 0}
+    return {
+        "tablet_id": tablet_id,
+        "table_id": "tbl",
+        "state": "RUNNING",
+        "error": None,
+        "role": role,
+        "term": 1,
+        "leader_uuid": None,
+        "config": {"opid_index": 1, "voters": ["ts-1"], "non_voters": [], "peers": {"ts-1": "127.0.0.1:1"}},
+        "schema_version": 0,
+    }
 
 
 class Tablets:
@@ -98,8 +111,13 @@ class Tablets:
 
 
 def ts_info() -> dict[str, Any]:
-    return {"uuid": "ts-1", "rpc_address": "127.0.0.1:7050", "http_address": "127.0.0.1:8050",
-            "version": "test", "start_time": 1.0}
+    return {
+        "uuid": "ts-1",
+        "rpc_address": "127.0.0.1:7050",
+        "http_address": "127.0.0.1:8050",
+        "version": "test",
+        "start_time": 1.0,
+    }
 
 
 @pytest.fixture
@@ -135,8 +153,7 @@ async def make_hb(client: RpcClient, tablets: Tablets) -> AsyncIterator[Heartbea
         kwargs.setdefault("rpc_timeout_s", 2.0)
         kwargs.setdefault("max_backoff_s", 0.4)
         kwargs.setdefault("reports", tablets.reports)
-        hb = Heartbeater(client, addresses, ts_info, on_delete=tablets.on_delete, on_create=tablets.on_create,
-                         **kwargs)
+        hb = Heartbeater(client, addresses, ts_info, on_delete=tablets.on_delete, on_create=tablets.on_create, **kwargs)
         made.append(hb)
         await hb.start()
         return hb
@@ -147,7 +164,8 @@ async def make_hb(client: RpcClient, tablets: Tablets) -> AsyncIterator[Heartbea
 
 
 async def test_first_heartbeat_registers_with_a_full_report_then_none_until_something_changes(
-        master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
+    master: FakeMaster, make_hb: HeartbeaterFactory
+) -> None:
     hb = await make_hb([master.address])
     await wait_until(lambda: len(master.requests) >= 3, what="3 heartbeats")
     first, second, third = master.requests[:3]
@@ -168,7 +186,8 @@ async def test_heartbeats_keep_to_the_interval(master: FakeMaster, make_hb: Hear
 
 
 async def test_dirty_tablets_go_in_the_next_incremental_report_and_vanished_ones_as_removed(
-        master: FakeMaster, make_hb: HeartbeaterFactory, tablets: Tablets) -> None:
+    master: FakeMaster, make_hb: HeartbeaterFactory, tablets: Tablets
+) -> None:
     hb = await make_hb([master.address])
     await wait_until(lambda: len(master.requests) >= 2, what="registration")
     del tablets.by_id["t2"]
@@ -185,8 +204,7 @@ async def test_dirty_tablets_go_in_the_next_incremental_report_and_vanished_ones
     assert hb.status()[0]["pending_dirty"] == 0
 
 
-async def test_an_id_marked_again_during_the_call_stays_dirty(
-        master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
+async def test_an_id_marked_again_during_the_call_stays_dirty(master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
     hb = await make_hb([master.address])
     await wait_until(lambda: len(master.requests) >= 2, what="registration")
     master.gate.clear()
@@ -205,7 +223,8 @@ async def test_an_id_marked_again_during_the_call_stays_dirty(
 
 
 async def test_each_master_keeps_its_own_backlog_until_it_acknowledges(
-        make_hb: HeartbeaterFactory, tablets: Tablets) -> None:
+    make_hb: HeartbeaterFactory, tablets: Tablets
+) -> None:
     a, b = FakeMaster("master-a"), FakeMaster("master-b")
     await a.start()
     await b.start()
@@ -231,7 +250,8 @@ async def test_each_master_keeps_its_own_backlog_until_it_acknowledges(
 
 
 async def test_needs_reregister_and_needs_full_report_are_followed(
-        master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
+    master: FakeMaster, make_hb: HeartbeaterFactory
+) -> None:
     hb = await make_hb([master.address])
     await wait_until(lambda: len(master.requests) >= 2, what="registration")
     master.next_answers.append({"needs_reregister": True})
@@ -241,16 +261,16 @@ async def test_needs_reregister_and_needs_full_report_are_followed(
     n = len(master.requests)
     hb.mark_dirty("t2")
     master.always = {"needs_full_report": True}  # it ignores incremental reports until a full one
-    await wait_until(lambda: any(r["report"] and r["report"]["full"] for r in master.requests[n:]),
-                     what="a full report on request")
+    await wait_until(
+        lambda: any(r["report"] and r["report"]["full"] for r in master.requests[n:]), what="a full report on request"
+    )
     master.always = {}
     reports = [r["report"] for r in master.requests[n:] if r["report"] is not None]
     assert reports[0]["full"] is False and reports[1]["full"] is True
     assert hb.status()[0]["registered"] is True
 
 
-async def test_request_full_report_goes_to_every_master(
-        master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
+async def test_request_full_report_goes_to_every_master(master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
     hb = await make_hb([master.address])
     await wait_until(lambda: len(master.requests) >= 2, what="registration")
     hb.request_full_report()
@@ -259,16 +279,17 @@ async def test_request_full_report_goes_to_every_master(
 
 
 async def test_callbacks_run_for_the_leader_only_once_at_a_time_and_failures_are_not_fatal(
-        make_hb: HeartbeaterFactory, tablets: Tablets, caplog: pytest.LogCaptureFixture) -> None:
+    make_hb: HeartbeaterFactory, tablets: Tablets, caplog: pytest.LogCaptureFixture
+) -> None:
     follower, leader = FakeMaster("follower"), FakeMaster("leader")
     await follower.start()
     await leader.start()
     follower.leader = False
-    follower.always = {"tablets_to_delete": [{"tablet_id": "from-follower", "reason": "x",
-                                              "delete_type": "DELETED"}]}
-    leader.always = {"tablets_to_delete": [{"tablet_id": "t9", "reason": "table dropped",
-                                            "delete_type": "TOMBSTONED"}],
-                     "tablets_to_create": [{"tablet_id": "t8", "anything": 1}]}
+    follower.always = {"tablets_to_delete": [{"tablet_id": "from-follower", "reason": "x", "delete_type": "DELETED"}]}
+    leader.always = {
+        "tablets_to_delete": [{"tablet_id": "t9", "reason": "table dropped", "delete_type": "TOMBSTONED"}],
+        "tablets_to_create": [{"tablet_id": "t8", "anything": 1}],
+    }
     release = asyncio.Event()
     creates: list[dict[str, Any]] = []
 
@@ -308,7 +329,8 @@ def _unused_port() -> int:
 
 
 async def test_unreachable_master_backs_off_logs_once_and_recovers(
-        make_hb: HeartbeaterFactory, caplog: pytest.LogCaptureFixture) -> None:
+    make_hb: HeartbeaterFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     port = _unused_port()
     with caplog.at_level(logging.DEBUG, logger="kudu_async.tserver.heartbeater"):
         hb = await make_hb([f"127.0.0.1:{port}"])
@@ -331,7 +353,8 @@ async def test_unreachable_master_backs_off_logs_once_and_recovers(
 
 
 async def test_unexpected_exception_is_logged_and_the_loop_restarted(
-        master: FakeMaster, make_hb: HeartbeaterFactory, tablets: Tablets, caplog: pytest.LogCaptureFixture) -> None:
+    master: FakeMaster, make_hb: HeartbeaterFactory, tablets: Tablets, caplog: pytest.LogCaptureFixture
+) -> None:
     calls = 0
 
     def broken_then_fine(ids: set[str] | None) -> list[dict[str, Any]]:
@@ -350,7 +373,8 @@ async def test_unexpected_exception_is_logged_and_the_loop_restarted(
 
 
 async def test_malformed_answer_is_a_failure_not_a_registration(
-        master: FakeMaster, make_hb: HeartbeaterFactory, tablets: Tablets) -> None:
+    master: FakeMaster, make_hb: HeartbeaterFactory, tablets: Tablets
+) -> None:
     master.always = {"leader": "yes", "tablets_to_delete": [{"tablet_id": "t9"}]}
     hb = await make_hb([master.address])
     await wait_until(lambda: hb.status()[0]["consecutive_failures"] >= 2, what="failures")
@@ -363,9 +387,18 @@ async def test_malformed_answer_is_a_failure_not_a_registration(
 
 
 async def test_stop_cancels_an_in_flight_call_promptly_and_nothing_runs_after(
-        master: FakeMaster, client: RpcClient, tablets: Tablets) -> None:
-    hb = Heartbeater(client, [master.address], ts_info, tablets.reports, tablets.on_delete, tablets.on_create,
-                     interval_s=INTERVAL_S, rpc_timeout_s=10.0)
+    master: FakeMaster, client: RpcClient, tablets: Tablets
+) -> None:
+    hb = Heartbeater(
+        client,
+        [master.address],
+        ts_info,
+        tablets.reports,
+        tablets.on_delete,
+        tablets.on_create,
+        interval_s=INTERVAL_S,
+        rpc_timeout_s=10.0,
+    )
     master.hold = True
     await hb.start()
     await wait_until(lambda: master.held >= 1, what="a call in flight")
@@ -397,7 +430,8 @@ async def test_constructor_checks_its_arguments(client: RpcClient, tablets: Tabl
 
 
 async def test_a_change_is_reported_at_once_not_at_the_next_interval_and_a_burst_shares_one_report(
-        master: FakeMaster, make_hb: HeartbeaterFactory) -> None:
+    master: FakeMaster, make_hb: HeartbeaterFactory
+) -> None:
     hb = await make_hb([master.address], interval_s=30.0)
     await wait_until(lambda: len(master.requests) >= 1, what="registration")
     await asyncio.sleep(0.3)

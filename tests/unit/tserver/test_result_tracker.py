@@ -30,8 +30,7 @@ def test_a_new_request_is_marked_in_progress_until_completed() -> None:
     t.complete(rid(1), {"timestamp": 7}, 0.2)
     look = t.start(rid(1), 0.3)
     assert look.outcome is Outcome.COMPLETED and look.response == {"timestamp": 7}
-    assert t.stats() == {"clients": 1, "responses": 1, "in_progress": 0, "duplicates_answered": 1,
-                         "stale_rejected": 0}
+    assert t.stats() == {"clients": 1, "responses": 1, "in_progress": 0, "duplicates_answered": 1, "stale_rejected": 0}
 
 
 def test_the_first_recorded_response_stays() -> None:
@@ -179,8 +178,10 @@ def test_request_id_parses() -> None:
         ({"client_id": "a", "seq_no": 1, "first_incomplete_seq_no": 1, "x": 1}, "unknown field"),
         ({"client_id": 5, "seq_no": 1, "first_incomplete_seq_no": 1}, "request_id.client_id"),
         ({"client_id": "", "seq_no": 1, "first_incomplete_seq_no": 1}, "request_id.client_id"),
-        ({"client_id": "x" * (MAX_CLIENT_ID_LEN + 1), "seq_no": 1, "first_incomplete_seq_no": 1},
-         "request_id.client_id"),
+        (
+            {"client_id": "x" * (MAX_CLIENT_ID_LEN + 1), "seq_no": 1, "first_incomplete_seq_no": 1},
+            "request_id.client_id",
+        ),
         ({"client_id": "a\nb", "seq_no": 1, "first_incomplete_seq_no": 1}, "request_id.client_id"),
         ({"client_id": "é", "seq_no": 1, "first_incomplete_seq_no": 1}, "request_id.client_id"),
         ({"client_id": "a", "seq_no": -1, "first_incomplete_seq_no": 0}, "request_id.seq_no"),

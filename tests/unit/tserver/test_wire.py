@@ -95,10 +95,12 @@ def test_write_entries_of_the_earlier_form_still_decode() -> None:
     old = msgpack.packb(["w", 5, 0, d["rows"], d["op_types"], d["set_columns"]])
     entry = decode_entry(old)
     assert isinstance(entry, WriteEntry) and entry.request_id is None and entry.op.rows.equals(op.rows)
-    old_tracked = msgpack.packb(["w", 5, 0, d["rows"], d["op_types"], None, ["c", 1, 1],
-                                 [[[1, "NOT_FOUND", "key not found"]], 1, 0, 0, 0]])
+    old_tracked = msgpack.packb(
+        ["w", 5, 0, d["rows"], d["op_types"], None, ["c", 1, 1], [[[1, "NOT_FOUND", "key not found"]], 1, 0, 0, 0]]
+    )
     assert decode_entry_header(old_tracked) == WriteHeader(
-        5, 0, rid, WriteResult(5, 0, [RowError(1, "NOT_FOUND", "key not found")], inserted=1))
+        5, 0, rid, WriteResult(5, 0, [RowError(1, "NOT_FOUND", "key not found")], inserted=1)
+    )
     assert decode_entry(old_tracked).op.rows.equals(op.rows)  # type: ignore[union-attr]
 
 
