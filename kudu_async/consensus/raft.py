@@ -59,7 +59,7 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
 )
 
-from .raft_log import RaftLog
+from .log_cache import LogCache
 from .raft_messages import (
     AppendRequest,
     AppendResponse,
@@ -293,7 +293,7 @@ class RaftNode:
         self.group = group
         self.opts = options or RaftOptions()
         self._rng = rng if rng is not None else random.Random(0)
-        self._log = RaftLog(snapshot.index, snapshot.term, entries)
+        self._log = LogCache(snapshot.index, snapshot.term, entries)
         self.term = hard_state.term
         self.vote = hard_state.vote
         last = self._log.last_index()
@@ -429,7 +429,7 @@ class RaftNode:
         return self._applied
 
     @property
-    def log(self) -> RaftLog:
+    def log(self) -> LogCache:
         """The in-memory log (read it, never mutate it)."""
         return self._log
 
