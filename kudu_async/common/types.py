@@ -86,12 +86,6 @@ class KuduType:
             return pa.decimal128(precision, scale or 0)
         return _ARROW_TYPES[self.name]
 
-    def physical_width(self, precision: int | None = None) -> int | None:
-        """Bytes of the fixed-width physical value; DECIMAL is 4/8/16 by precision like Kudu."""
-        if self.name == "decimal":
-            return decimal_width(precision or MAX_DECIMAL_PRECISION)
-        return self.fixed_width
-
 
 INT8 = KuduType("int8", 0, True, 1)
 INT16 = KuduType("int16", 1, True, 2)
@@ -195,13 +189,6 @@ def type_from_name(name: str | KuduType) -> KuduType:
 def int_bounds(kt: KuduType) -> tuple[int, int] | None:
     """(min, max) of an integer type; None for other types."""
     return _INT_BOUNDS.get(kt.name)
-
-
-def type_from_id(type_id: int) -> KuduType:
-    for t in ALL_TYPES:
-        if t.type_id == type_id:
-            return t
-    raise KuduInvalidArgument(f"unknown data type id {type_id}")
 
 
 def decimal_width(precision: int) -> int:

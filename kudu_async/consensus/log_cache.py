@@ -22,11 +22,6 @@ ENTRY_OVERHEAD = 24
 _payload = itemgetter(3)  # Entry.payload, fetched without a Python-level call
 
 
-def entry_size(entry: Entry) -> int:
-    """Bytes an entry costs on the wire, as the bytes-in-flight bound counts it."""
-    return len(entry.payload) + ENTRY_OVERHEAD
-
-
 class LogCache:
     """Entries after a compaction point, plus the durable watermark ``stable``."""
 
@@ -85,7 +80,7 @@ class LogCache:
         return self._entries[k:end]
 
     def entries_view(self) -> list[Entry]:
-        """The retained entries (read-only by convention; used by tests and restart)."""
+        """The retained entries (read-only by convention), for tests that compare logs."""
         return self._entries
 
     # --- mutations ------------------------------------------------------------------------------------

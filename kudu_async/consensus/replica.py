@@ -130,7 +130,6 @@ class RaftReplica:
         self.writer: LogWriter | None = None
         self.last_contact: dict[str, float] = {}
         self._cmeta = ConsensusMetadata()
-        self._saved_commit = 0
         self._commit_saved_at = 0.0
         self._queued: list[_Proposal] = []
         self._inflight: dict[int, _Proposal] = {}
@@ -221,7 +220,6 @@ class RaftReplica:
             else []
         )
         self._learn_addresses(entries)
-        self._saved_commit = cmeta.commit_index
         self.raft = RaftNode.restart(
             self.node_uuid,
             self.group,
@@ -624,12 +622,7 @@ class RaftReplica:
         durable = min(self.sm.durable_index(), raft.applied_index)
         if durable <= raft.snapshot_meta().index:
             return
-        retain_from = durable + 1
-        if raft.is_leader:
-            for peer in raft.config.members - {self.node_uuid}:
-                ps = raft.peer_state(peer)
-                if ps is not None:
-                    retain_from = min(retain_from, ps[1] + 1)
+        retain_from = min(durable + 1, raft.retention_index())  # what lagging followers still need
         if len(wal.segment_info()) > self.options.max_retained_segments:
             retain_from = durable + 1  # past the retention cap: lagging peers get a tablet copy instead
         raft.compact(durable)
