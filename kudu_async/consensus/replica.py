@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from kudu_async.common.errors import (
     KuduAborted,
     KuduBadStatus,
+    KuduCorruption,
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNotSupported,
@@ -199,9 +200,12 @@ class RaftReplica:
             self.raft = RaftNode.bootstrap(self.node_uuid, self.group, config, options=self.options.raft, rng=rng)
             return
         self._cmeta = cmeta
-        self.peers = dict(cmeta.config.get("peers", {}))
-        self.extra_meta = dict(cmeta.config.get("extra", {}))
-        snap_index, snap_term, snap_cfg = cmeta.config.get("snapshot", [0, 0, {"voters": list(self.peers)}])
+        missing = {"peers", "extra", "snapshot"} - cmeta.config.keys()
+        if missing:
+            raise KuduCorruption(f"{self.cmeta_path}: consensus metadata lacks {sorted(missing)}")
+        self.peers = dict(cmeta.config["peers"])
+        self.extra_meta = dict(cmeta.config["extra"])
+        snap_index, snap_term, snap_cfg = cmeta.config["snapshot"]
         snapshot = SnapshotMeta(int(snap_index), int(snap_term), Config.from_dict(snap_cfg))
         durable = self.sm.durable_index()
         done = min(max(durable, snapshot.index), wal.last_index)
