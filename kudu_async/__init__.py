@@ -1,4 +1,4 @@
-"""kudu_async: Apache Kudu re-built in Python on asyncio.
+"""kudu_async: Apache Kudu re-built in Python on asyncio; this module re-exports the client as kudu-python's ``kudu``.
 
 ``import kudu_async as kudu`` gives kudu-python's API: ``kudu.connect``, ``kudu.schema_builder``, the type
 objects (``kudu.int64`` ...), ``kudu.Partitioning``, the FLUSH_* and READ_* constants. The async client is
