@@ -106,7 +106,8 @@ class Config:
         d: dict[str, Any] = self.to_dict()
         if addresses:
             d["addresses"] = dict(addresses)
-        return msgpack.packb(d, use_bin_type=True)
+        packed: bytes = msgpack.packb(d, use_bin_type=True)  # msgpack ships no type hints
+        return packed
 
     @staticmethod
     def decode(payload: bytes) -> Config:

@@ -128,7 +128,8 @@ def _put_entry(key: Any, value: Any) -> bytes:
         value = value.encode()
     if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
         raise KuduInvalidArgument(f"'value' must be bytes or a string of at most {MAX_VALUE_BYTES} bytes")
-    return msgpack.packb(["put", key, value])
+    packed: bytes = msgpack.packb(["put", key, value])  # msgpack ships no type hints
+    return packed
 
 
 def _get(request: Any, name: str) -> Any:

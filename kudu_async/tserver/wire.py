@@ -137,7 +137,8 @@ def _write_parts(payload: bytes) -> tuple[list[Any], Any]:
 
 
 def encode_alter_entry(schema: dict[str, Any], version: int) -> bytes:
-    return msgpack.packb([ENTRY_ALTER, schema, version])
+    packed: bytes = msgpack.packb([ENTRY_ALTER, schema, version])  # msgpack ships no type hints
+    return packed
 
 
 def decode_entry(payload: bytes) -> WriteEntry | AlterEntry:
