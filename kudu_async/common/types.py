@@ -152,26 +152,6 @@ _ALIASES: dict[str, KuduType] = {
     "decimal128": DECIMAL,
 }
 
-# The names kudu-python exposes on its top-level package (kudu.int8 ... kudu.varchar); the top-level
-# kudu_async package re-exports these.
-PYTHON_TYPE_CONSTANTS: dict[str, KuduType] = {
-    "int8": INT8,
-    "int16": INT16,
-    "int32": INT32,
-    "int64": INT64,
-    "float": FLOAT,
-    "float_": FLOAT,
-    "double": DOUBLE,
-    "bool": BOOL,
-    "bool_": BOOL,
-    "string": STRING,
-    "binary": BINARY,
-    "unixtime_micros": UNIXTIME_MICROS,
-    "date": DATE,
-    "decimal": DECIMAL,
-    "varchar": VARCHAR,
-}
-
 
 def type_from_name(name: str | KuduType) -> KuduType:
     """Look a type up by its Kudu name (case-insensitive, kudu-python aliases accepted)."""
