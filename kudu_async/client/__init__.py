@@ -1,4 +1,4 @@
-"""The client (kudu-python's ``kudu.client`` module): blocking classes here, async ones in ``kudu_async.aio``."""
+"""The client (kudu-python's ``kudu.client``; async classes in ``kudu_async.aio``); imports only common and rpc."""
 
 from kudu_async.client.meta_cache import TabletLocation as Tablet
 from kudu_async.client.scanner import (

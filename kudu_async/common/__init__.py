@@ -1,1 +1,1 @@
-"""common subsystem of kudu_async."""
+"""What every layer shares: schema, types, partitioning, predicates, clock, errors; imports nothing of ours."""

@@ -13,8 +13,6 @@ import time
 
 LOGICAL_BITS = 12
 LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
-MAX_TIMESTAMP = (1 << 64) - 1
-MIN_TIMESTAMP = 0
 
 
 def make_timestamp(physical_micros: int, logical: int = 0) -> int:

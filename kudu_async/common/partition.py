@@ -23,9 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.key_encoding import (
-    decode_values,
     encode_columns,
     encode_values,
     prefix_successor,
@@ -511,43 +510,6 @@ class PartitionSchema:
         out.sort(key=lambda p: p.partition_key_start)
         return out
 
-    # -- display ----------------------------------------------------------------------------------------
-
-    def _bound_text(self, key: bytes) -> tuple[str, bool]:
-        """(values as text, whether ``key`` is a normalised "just after" bound)."""
-        cols = self.range_columns
-        for data, after in ((key, False), (key[:-1], True)):
-            if after and not key.endswith(b"\x00"):
-                break
-            try:
-                vals = decode_values(cols, data, allow_prefix=True)
-            except (KuduCorruption, UnicodeDecodeError):
-                continue
-            return (repr(vals[0]) if len(vals) == 1 else repr(vals)), after
-        return "0x" + key.hex(), False
-
-    def partition_debug_string(self, p: Partition) -> str:
-        """Kudu-style description for admin pages and the CLI, e.g.
-        ``HASH (k) PARTITION 2, RANGE (k) PARTITION 10 <= VALUES < 20``."""
-        parts = [
-            f"HASH ({', '.join(d.columns)}) PARTITION {b}"
-            for d, b in zip(self.hash_dimensions_for(p.range_key_start), p.hash_buckets, strict=True)
-        ]
-        if self.range_schema.columns:
-            cols = ", ".join(self.range_schema.columns)
-            if not p.range_key_start and not p.range_key_end:
-                parts.append(f"RANGE ({cols}) PARTITION UNBOUNDED")
-            else:
-                text = "VALUES"
-                if p.range_key_start:
-                    lo, after = self._bound_text(p.range_key_start)
-                    text = f"{lo} {'<' if after else '<='} {text}"
-                if p.range_key_end:
-                    hi, after = self._bound_text(p.range_key_end)
-                    text = f"{text} {'<=' if after else '<'} {hi}"
-                parts.append(f"RANGE ({cols}) PARTITION {text}")
-        return ", ".join(parts)
-
     # -- pruning ----------------------------------------------------------------------------------------
 
     def prune(
@@ -788,13 +750,3 @@ def xxh64_fixed_width(values: pa.Array, seed: int) -> np.ndarray | None:
         acc *= _P3
         acc ^= acc >> np.uint64(32)
     return acc
-
-
-def find_partition(partitions: Sequence[Partition], partition_key: bytes) -> Partition | None:
-    """The partition holding ``partition_key`` (``partitions`` sorted by start); None in a range gap."""
-    starts = [p.partition_key_start for p in partitions]
-    i = bisect.bisect_right(starts, partition_key) - 1
-    if i < 0:
-        return None
-    p = partitions[i]
-    return p if p.contains(partition_key) else None

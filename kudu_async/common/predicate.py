@@ -7,7 +7,7 @@ match; only IS NULL matches NULL cells.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -163,14 +163,3 @@ def _scalar_value(column: str, value: Any, typ: pa.DataType) -> Any:
             f"predicate on column '{column}': expected {typ}, got {type(value).__name__}", {"column": column}
         ) from None
     return value
-
-
-def evaluate_predicates(predicates: Sequence[ColumnPredicate], batch: pa.RecordBatch | pa.Table) -> pa.BooleanArray:
-    """AND of all predicates (all True when there are none)."""
-    mask: pa.BooleanArray | None = None
-    for p in predicates:
-        m = p.evaluate(batch)
-        mask = m if mask is None else pc.and_(mask, m)
-    if mask is None:
-        return pa.array([True] * batch.num_rows, pa.bool_())
-    return mask

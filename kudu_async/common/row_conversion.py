@@ -1,52 +1,19 @@
-"""Rows (dicts/tuples) <-> Arrow record batches for a schema, and Arrow IPC stream bytes.
+"""Arrow record batches <-> Arrow IPC stream bytes and row tuples, and the row operations of a write.
 
-The per-row forms exist for the kudu-python style API and tests; everything that moves data in bulk
-(writes to the tablet, scan results on the wire) stays Arrow, and crosses the wire as IPC stream bytes.
+The tuple form exists for the kudu-python style API (``read_all_tuples``); everything that moves data in
+bulk (writes to the tablet, scan results on the wire) stays Arrow, and crosses the wire as IPC stream bytes.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
-from kudu_async.common.schema import Schema
-
-
-def rows_to_batch(
-    schema: Schema, rows: Iterable[Mapping[str, Any] | Sequence[Any]], *, for_op: str = "insert"
-) -> pa.RecordBatch:
-    """Validate rows one by one (``Schema.validate_row``) and build one RecordBatch.
-
-    The batch has the columns ``validate_row`` returns for ``for_op`` (all columns for inserts and
-    upserts); for updates every row must set the same columns.
-    """
-    checked = [schema.validate_row(r, for_op=for_op) for r in rows]
-    if checked:
-        names = list(checked[0])
-        for i, r in enumerate(checked):
-            if list(r) != names:
-                _raise_mixed(i)
-    else:
-        names = schema.names if for_op.lower() not in ("delete", "delete_ignore") else schema.key_names
-    cols = [schema.column(n) for n in names]
-    arrays = [pa.array([r[c.name] for r in checked], c.arrow_type) for c in cols]
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([c.to_arrow_field() for c in cols]))
-
-
-def _raise_mixed(row_index: int) -> None:
-    from kudu_async.common.errors import KuduInvalidArgument
-
-    raise KuduInvalidArgument(f"row {row_index} sets different columns than row 0; split the batch")
-
-
-def batch_to_rows(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
-    """Rows as dicts (timestamps as UTC datetimes, dates, Decimals: Arrow's Python forms)."""
-    return batch.to_pylist()
 
 
 def batch_to_tuples(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
@@ -80,12 +47,6 @@ def batch_ipc_buffer(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]
         for b in batches:
             w.write_batch(b)
     return sink.getvalue()
-
-
-def ipc_to_batches(data: bytes | memoryview | pa.Buffer) -> list[pa.RecordBatch]:
-    """The record batches of IPC stream bytes (zero-copy over ``data``)."""
-    with pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data) as r:
-        return list(r)
 
 
 def ipc_to_table(data: bytes | memoryview | pa.Buffer) -> pa.Table:

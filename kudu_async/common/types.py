@@ -86,12 +86,6 @@ class KuduType:
             return pa.decimal128(precision, scale or 0)
         return _ARROW_TYPES[self.name]
 
-    def physical_width(self, precision: int | None = None) -> int | None:
-        """Bytes of the fixed-width physical value; DECIMAL is 4/8/16 by precision like Kudu."""
-        if self.name == "decimal":
-            return decimal_width(precision or MAX_DECIMAL_PRECISION)
-        return self.fixed_width
-
 
 INT8 = KuduType("int8", 0, True, 1)
 INT16 = KuduType("int16", 1, True, 2)
@@ -158,26 +152,6 @@ _ALIASES: dict[str, KuduType] = {
     "decimal128": DECIMAL,
 }
 
-# The names kudu-python exposes on its top-level package (kudu.int8 ... kudu.varchar); the top-level
-# kudu_async package re-exports these.
-PYTHON_TYPE_CONSTANTS: dict[str, KuduType] = {
-    "int8": INT8,
-    "int16": INT16,
-    "int32": INT32,
-    "int64": INT64,
-    "float": FLOAT,
-    "float_": FLOAT,
-    "double": DOUBLE,
-    "bool": BOOL,
-    "bool_": BOOL,
-    "string": STRING,
-    "binary": BINARY,
-    "unixtime_micros": UNIXTIME_MICROS,
-    "date": DATE,
-    "decimal": DECIMAL,
-    "varchar": VARCHAR,
-}
-
 
 def type_from_name(name: str | KuduType) -> KuduType:
     """Look a type up by its Kudu name (case-insensitive, kudu-python aliases accepted)."""
@@ -195,13 +169,6 @@ def type_from_name(name: str | KuduType) -> KuduType:
 def int_bounds(kt: KuduType) -> tuple[int, int] | None:
     """(min, max) of an integer type; None for other types."""
     return _INT_BOUNDS.get(kt.name)
-
-
-def type_from_id(type_id: int) -> KuduType:
-    for t in ALL_TYPES:
-        if t.type_id == type_id:
-            return t
-    raise KuduInvalidArgument(f"unknown data type id {type_id}")
 
 
 def decimal_width(precision: int) -> int:

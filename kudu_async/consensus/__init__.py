@@ -1,1 +1,1 @@
-"""consensus subsystem of kudu_async."""
+"""Raft replication: the sans-IO core, the WAL, the asyncio replica driver, tablet copy; imports common, rpc, fs."""

@@ -104,7 +104,6 @@ class RecoveryReport:
     segments: int = 0
     entries: int = 0
     truncated_tail_bytes: int = 0
-    torn_segment: str | None = None
 
 
 @dataclass
@@ -182,7 +181,6 @@ class Log:
                     path.unlink()
                     fsync_dir(self.dir)
                     report.truncated_tail_bytes += len(data)
-                    report.torn_segment = path.name
                     continue
                 raise KuduCorruption(f"WAL segment {path} is too short for its header ({len(data)} bytes)")
             magic, hdr_seq = _HEADER.unpack_from(data, 0)
@@ -193,7 +191,6 @@ class Log:
             good_end = self._replay_segment(seg, data, is_last)
             if good_end < len(data):
                 report.truncated_tail_bytes += len(data) - good_end
-                report.torn_segment = path.name
                 log.warning("truncating torn WAL tail", extra={"segment": str(path), "bytes": len(data) - good_end})
                 with path.open("r+b") as fh:
                     fh.truncate(good_end)
@@ -462,9 +459,6 @@ class Log:
             for s in self._segments
         ]
 
-    def total_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
-
     def gc(self, retain_from_index: int, min_segments: int = 1) -> int:
         """Delete whole segments holding only entries below ``retain_from_index``; returns how many.
 
@@ -556,10 +550,6 @@ class LogWriter:
         if not self._writing:
             self._start_write()
         return fut
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._pending_bytes
 
     def _start_write(self) -> None:
         batch, self._pending = self._pending, []

@@ -35,7 +35,7 @@ undurable entry for a committed one. ``persisted`` identifies a write by (index,
 an older write is ignored unless that entry is still in the log. Known gap: if three leaders
 rewrite the same index A, B, A again within one disk write, the report for the first A write is
 taken while the B write is still queued, so durability is briefly over-claimed; the simulator has
-not hit this (a write id in ``Ready`` would close it; left to the WAL issue).
+not hit this (a write id carried in ``Ready`` and echoed by ``persisted`` would close it).
 
 Kudu specifics kept on purpose: on a log mismatch the leader jumps the follower back to its reported
 committed index; a commit needs a majority of voters holding the entry *durably*, which need not
@@ -59,7 +59,7 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
 )
 
-from .raft_log import RaftLog
+from .log_cache import LogCache
 from .raft_messages import (
     AppendRequest,
     AppendResponse,
@@ -293,7 +293,7 @@ class RaftNode:
         self.group = group
         self.opts = options or RaftOptions()
         self._rng = rng if rng is not None else random.Random(0)
-        self._log = RaftLog(snapshot.index, snapshot.term, entries)
+        self._log = LogCache(snapshot.index, snapshot.term, entries)
         self.term = hard_state.term
         self.vote = hard_state.vote
         last = self._log.last_index()
@@ -429,7 +429,7 @@ class RaftNode:
         return self._applied
 
     @property
-    def log(self) -> RaftLog:
+    def log(self) -> LogCache:
         """The in-memory log (read it, never mutate it)."""
         return self._log
 
@@ -1016,7 +1016,7 @@ class RaftNode:
         for pr in self._progress.values():
             pr.recent_active = True  # give everyone one election timeout before check-quorum counts
         self._noop_index = last + 1
-        self._conf_pending = last + 1  # no config change before the no-op commits (single-server bug fix)
+        self._conf_pending = last + 1  # no config change before the no-op commits (Ongaro's single-server fix)
         self._append_own([Entry(self.term, last + 1, NOOP, b"")])
 
     # --- replication: leader side ---------------------------------------------------------------------

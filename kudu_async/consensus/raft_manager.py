@@ -120,10 +120,6 @@ class RaftManager:
         await asyncio.gather(*(one(d) for d in dirs if d.name not in self.tombstoned))
         log.info("replicas reopened", extra={"count": len(self.replicas), "tombstoned": len(self.tombstoned)})
 
-    async def wait_opened(self) -> None:
-        if self._open_task is not None:
-            await asyncio.shield(self._open_task)
-
     async def open_existing(self, group: str) -> RaftReplica | None:
         """Open a replica whose directory is on disk (at start, or after a tablet copy installed it)."""
         d = self.root / group

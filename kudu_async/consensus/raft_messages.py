@@ -106,7 +106,8 @@ class Config:
         d: dict[str, Any] = self.to_dict()
         if addresses:
             d["addresses"] = dict(addresses)
-        return msgpack.packb(d, use_bin_type=True)
+        packed: bytes = msgpack.packb(d, use_bin_type=True)  # msgpack ships no type hints
+        return packed
 
     @staticmethod
     def decode(payload: bytes) -> Config:
@@ -152,17 +153,23 @@ class _Wire:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendRequest(_Wire):
+class _Addressed(_Wire):
+    """The fields every message starts with: its group, sender, receiver and the sender's term."""
+
+    group: str
+    src: str
+    dst: str
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest(_Addressed):
     """Leader -> follower (Kudu UpdateConsensus): entries after (prev_index, prev_term) plus the commit index.
 
     The same message with no entries probes a follower whose position is unknown.
     """
 
     TAG: ClassVar[str] = "append"
-    group: str
-    src: str
-    dst: str
-    term: int
     prev_index: int
     prev_term: int
     commit: int
@@ -170,15 +177,11 @@ class AppendRequest(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
-class AppendResponse(_Wire):
+class AppendResponse(_Addressed):
     """Follower -> leader. ``match`` is the highest index durable on the follower *and* known to agree
     with this leader; on reject, ``last_index`` and ``committed`` let the leader jump back (Kudu)."""
 
     TAG: ClassVar[str] = "append_resp"
-    group: str
-    src: str
-    dst: str
-    term: int
     success: bool
     match: int
     last_index: int
@@ -187,29 +190,21 @@ class AppendResponse(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat(_Wire):
+class Heartbeat(_Addressed):
     """Leader -> follower keep-alive; carries commit, a read-index sequence and the leader's send tick
     (echoed back so the leader can compute its lease from the time the heartbeat *left*)."""
 
     TAG: ClassVar[str] = "hb"
-    group: str
-    src: str
-    dst: str
-    term: int
     commit: int
     read_seq: int
     sent_tick: int
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatResponse(_Wire):
+class HeartbeatResponse(_Addressed):
     """Follower -> leader. ``match`` = durable agreed index, ``accepted`` = agreed index in memory."""
 
     TAG: ClassVar[str] = "hb_resp"
-    group: str
-    src: str
-    dst: str
-    term: int
     match: int
     accepted: int
     read_seq: int
@@ -217,15 +212,11 @@ class HeartbeatResponse(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
-class VoteRequest(_Wire):
+class VoteRequest(_Addressed):
     """Candidate -> voter. ``pre_vote`` polls without anyone bumping a term; ``forced`` (leadership
     transfer) overrides leader stickiness, like Kudu's ``ignore_live_leader``."""
 
     TAG: ClassVar[str] = "vote"
-    group: str
-    src: str
-    dst: str
-    term: int
     last_index: int
     last_term: int
     pre_vote: bool
@@ -233,27 +224,19 @@ class VoteRequest(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
-class VoteResponse(_Wire):
+class VoteResponse(_Addressed):
     """Voter -> candidate; a granted pre-vote carries the term the candidate asked about."""
 
     TAG: ClassVar[str] = "vote_resp"
-    group: str
-    src: str
-    dst: str
-    term: int
     granted: bool
     pre_vote: bool
 
 
 @dataclass(frozen=True, slots=True)
-class TimeoutNow(_Wire):
+class TimeoutNow(_Addressed):
     """Leader -> caught-up transferee: start a real election now (leadership transfer)."""
 
     TAG: ClassVar[str] = "timeout_now"
-    group: str
-    src: str
-    dst: str
-    term: int
 
 
 Message = AppendRequest | AppendResponse | Heartbeat | HeartbeatResponse | VoteRequest | VoteResponse | TimeoutNow

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from kudu_async.common.errors import (
     KuduAborted,
     KuduBadStatus,
+    KuduCorruption,
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNotSupported,
@@ -130,7 +131,6 @@ class RaftReplica:
         self.writer: LogWriter | None = None
         self.last_contact: dict[str, float] = {}
         self._cmeta = ConsensusMetadata()
-        self._saved_commit = 0
         self._commit_saved_at = 0.0
         self._queued: list[_Proposal] = []
         self._inflight: dict[int, _Proposal] = {}
@@ -200,9 +200,12 @@ class RaftReplica:
             self.raft = RaftNode.bootstrap(self.node_uuid, self.group, config, options=self.options.raft, rng=rng)
             return
         self._cmeta = cmeta
-        self.peers = dict(cmeta.config.get("peers", {}))
-        self.extra_meta = dict(cmeta.config.get("extra", {}))
-        snap_index, snap_term, snap_cfg = cmeta.config.get("snapshot", [0, 0, {"voters": list(self.peers)}])
+        missing = {"peers", "extra", "snapshot"} - cmeta.config.keys()
+        if missing:
+            raise KuduCorruption(f"{self.cmeta_path}: consensus metadata lacks {sorted(missing)}")
+        self.peers = dict(cmeta.config["peers"])
+        self.extra_meta = dict(cmeta.config["extra"])
+        snap_index, snap_term, snap_cfg = cmeta.config["snapshot"]
         snapshot = SnapshotMeta(int(snap_index), int(snap_term), Config.from_dict(snap_cfg))
         durable = self.sm.durable_index()
         done = min(max(durable, snapshot.index), wal.last_index)
@@ -221,7 +224,6 @@ class RaftReplica:
             else []
         )
         self._learn_addresses(entries)
-        self._saved_commit = cmeta.commit_index
         self.raft = RaftNode.restart(
             self.node_uuid,
             self.group,
@@ -624,12 +626,7 @@ class RaftReplica:
         durable = min(self.sm.durable_index(), raft.applied_index)
         if durable <= raft.snapshot_meta().index:
             return
-        retain_from = durable + 1
-        if raft.is_leader:
-            for peer in raft.config.members - {self.node_uuid}:
-                ps = raft.peer_state(peer)
-                if ps is not None:
-                    retain_from = min(retain_from, ps[1] + 1)
+        retain_from = min(durable + 1, raft.retention_index())  # what lagging followers still need
         if len(wal.segment_info()) > self.options.max_retained_segments:
             retain_from = durable + 1  # past the retention cap: lagging peers get a tablet copy instead
         raft.compact(durable)

@@ -82,8 +82,6 @@ class ConsensusTransport:
         self._sinks: dict[str, list[list[WireMessage]]] = {}
         self.on_reply: Callable[[str, list[WireMessage]], None] | None = None
         self.on_missing: Callable[[str, list[str]], None] | None = None  # peer has no replica of these groups
-        self.batches_sent = 0
-        self.messages_sent = 0
 
     # --- sending --------------------------------------------------------------------------------------
 
@@ -166,8 +164,6 @@ class ConsensusTransport:
             box.failures = 0
             box.retry_at = 0.0
             box.calls += 1
-            self.batches_sent += 1
-            self.messages_sent += len(batch)
         except KuduBadStatus as e:
             box.failures += 1
             delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** min(box.failures - 1, 16))

@@ -1,1 +1,1 @@
-"""fs subsystem of kudu_async."""
+"""Data and WAL directories, atomic file writes, block files and their cache, tablet metadata; imports only common."""

@@ -1,1 +1,1 @@
-"""master subsystem of kudu_async."""
+"""The master: replicated catalog, tserver registry, re-replication; imports consensus, tablet, server and below."""

@@ -1,4 +1,4 @@
-"""RPC subsystem: msgpack (or JSON) calls over HTTP/2 cleartext, built on the sans-IO ``jh2`` package (h2's API).
+"""RPC: msgpack (or JSON) calls over HTTP/2 cleartext on the sans-IO ``jh2`` package (h2's API); imports only common.
 
 ``RpcServer`` serves ``POST /<Service>/<Method>``; ``RpcClient`` is the pooled caller; ``FaultInjector``
 drops or delays calls between named nodes in tests. Errors are the typed exceptions of

@@ -1,4 +1,4 @@
-"""The ``kudu`` data source for PySpark (Python Data Source API, PySpark 4.1+).
+"""The ``kudu`` data source for PySpark (Python Data Source API, PySpark 4.1+); imports client and common.
 
 ``kudu_async.spark.register(spark)`` makes ``spark.read.format("kudu")`` and ``df.write.format("kudu")``
 available (and enables Python filter pushdown on the session). Needs the ``spark`` extra (pyspark).

@@ -149,7 +149,7 @@ def _settle_worker_heap() -> None:
     pyarrow and a connected client loaded that collection walks ~85,000 long-lived objects (modules,
     classes, the client): 24-34 ms of CPU per read task measured in the bench, more than the tablet scan
     the task ran, and 11-14 ms per planning. Frozen objects are left out of every later collection (and
-    are still freed by reference counting); objects later tasks create are collected as before. Only in
+    are still freed by reference counting); objects later tasks create are collected as usual. Only in
     a process forked by ``pyspark.daemon``: a process that calls the source directly keeps its collector.
     """
     global _heap_settled

@@ -1,1 +1,1 @@
-"""tablet subsystem of kudu_async."""
+"""A tablet's storage: MVCC, MemRowSet, DiskRowSets, deltas, compaction, maintenance; imports common and fs."""

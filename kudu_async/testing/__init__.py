@@ -1,4 +1,4 @@
-"""Test and demo support: real multi-process clusters on 127.0.0.1."""
+"""Test and demo support: real multi-process clusters on 127.0.0.1; imports common and rpc (nodes run as processes)."""
 
 from kudu_async.testing.mini_cluster import MiniCluster, MiniClusterError, NodeProcess, free_port
 

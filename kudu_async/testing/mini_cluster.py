@@ -108,7 +108,6 @@ class MiniCluster:
             raise ValueError(f"num_masters must be 1, 3 or 5, got {num_masters}")
         if num_tservers < 0:
             raise ValueError(f"num_tservers must be >= 0, got {num_tservers}")
-        self._owns_dir = base_dir is None
         self._tserver_flags = [*extra_flags, *tserver_flags]
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -323,14 +322,6 @@ class MiniCluster:
                 n.proc.kill()
                 n.proc.wait()
         _LIVE_CLUSTERS.discard(self)
-
-    def destroy(self) -> None:
-        """Shut down and remove the data directory if this cluster created it."""
-        self.shutdown()
-        if self._owns_dir:
-            import shutil
-
-            shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def _resolve(self, n: NodeProcess | str) -> NodeProcess:
         return self.node(n) if isinstance(n, str) else n

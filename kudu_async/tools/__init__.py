@@ -1,1 +1,1 @@
-"""tools subsystem of kudu_async."""
+"""The kudu-admin CLI (ksck, tables, tablets, rebalance, loadgen); imports client, common, rpc (Consensus calls)."""

@@ -1,1 +1,1 @@
-"""tserver subsystem of kudu_async."""
+"""The tablet server: replicas, their RPC services, the heartbeater; imports consensus, tablet, server and below."""

@@ -26,7 +26,7 @@ from kudu_async.tablet.tablet import TabletScanner
 log = logging.getLogger(__name__)
 RECENT_SCANS = 200
 # Scanner ids: a random prefix per process (an id from before a restart never names a new scanner)
-# and a counter. One os.urandom call per scan was ~3% of a tserver's CPU in point reads.
+# and a counter. One os.urandom call per scan costs ~3% of a tserver's CPU in point reads.
 _ID_PREFIX = secrets.token_hex(8)
 _id_counter = itertools.count(1)
 _T = TypeVar("_T")

@@ -23,11 +23,11 @@ from kudu_async.server.node import Node
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import TabletOptions
 from kudu_async.tserver.heartbeater import Heartbeater
+from kudu_async.tserver.replicated_kv import ReplicatedKVService
 from kudu_async.tserver.scanners import ScannerManager
 from kudu_async.tserver.service import TabletService
 from kudu_async.tserver.tablet_manager import TabletManager
 from kudu_async.tserver.tablet_replica import WriteLimits
-from kudu_async.tserver.test_kv import TestKVService
 from kudu_async.version import __version__
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class TabletServer(Node):
 
     async def on_start(self) -> None:
         if self.config.enable_test_kv:
-            kv = TestKVService(self.raft)
+            kv = ReplicatedKVService(self.raft)
             kv.register_rpc(self.rpc_server)
         await self.tablets.copy_source.start()
         await self.scanners.start()

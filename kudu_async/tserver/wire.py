@@ -9,15 +9,15 @@ first_incomplete_seq_no]``, so every replica's result tracker learns the write's
 the entry, and then the result the leader decided at prepare, ``[[[row_index, code, message], ...],
 inserted, updated, deleted, ignored]``: a replica that restarts with the write already in its files does
 not apply it again, and recalls that result from its log instead (Kudu keeps it in the WAL's commit
-record). Entries written before (or without) these elements decode with none.
+record). Entries without these elements decode with none.
 
 A write entry is ``0xC1`` (a byte msgpack never writes), the length of a msgpack header (4 bytes, big
 endian), the header (the list above without the rows), zero bytes up to a multiple of 64 (Arrow's
 alignment: a bytes object's data is 16-byte aligned, so the rows' buffers are too) and then the rows'
 IPC stream as is: decoding
 reads the rows in place (zero copy), so a replica's MemRowSet holds the same memory as its Raft log's
-copy of the entry, and reading a header never copies the rows. Entries of the earlier form (one msgpack
-list with the rows inside) still decode.
+copy of the entry, and reading a header never copies the rows. Every other entry (an alter) is one
+msgpack list.
 """
 
 from __future__ import annotations
@@ -115,27 +115,30 @@ def encode_write_entry(
 
 
 def _write_parts(payload: bytes) -> tuple[list[Any], Any]:
-    """(header list, rows IPC) of a write entry: the rows as a view of ``payload`` in the current form,
-    as bytes in the earlier one; other entries come back whole, with no rows."""
-    if payload[:1] == bytes((_ROWS_AFTER_HEADER,)):
-        if len(payload) < 1 + _HEADER_LEN.size:
-            raise KuduInvalidArgument(f"tablet log entry of {len(payload)} bytes is shorter than its header")
-        (n,) = _HEADER_LEN.unpack_from(payload, 1)
-        start, rows = 1 + _HEADER_LEN.size, _rows_start(n)
-        if rows > len(payload):
-            raise KuduInvalidArgument(f"tablet log entry header of {n} bytes overruns its {len(payload)} bytes")
-        item = msgpack.unpackb(memoryview(payload)[start : start + n], raw=False)
-        if not isinstance(item, list) or len(item) < 6 or item[0] != ENTRY_WRITE:
-            raise KuduInvalidArgument("tablet log entry with rows after its header is not a write")
-        return item, memoryview(payload)[rows:]
-    item = msgpack.unpackb(payload, raw=False)
-    if not isinstance(item, list) or not item:
-        raise KuduInvalidArgument("tablet log entry is not a list")
-    return item, (item[3] if item[0] == ENTRY_WRITE and len(item) >= 6 else None)
+    """(header list, rows IPC as a view of ``payload``) of a write entry; other entries come back whole,
+    with no rows."""
+    if payload[:1] != bytes((_ROWS_AFTER_HEADER,)):
+        whole = msgpack.unpackb(payload, raw=False)
+        if not isinstance(whole, list) or not whole:
+            raise KuduInvalidArgument("tablet log entry is not a list")
+        if whole[0] == ENTRY_WRITE:
+            raise KuduInvalidArgument("tablet log write entry does not start with its rows-after-header byte 0xC1")
+        return whole, None
+    if len(payload) < 1 + _HEADER_LEN.size:
+        raise KuduInvalidArgument(f"tablet log entry of {len(payload)} bytes is shorter than its header")
+    (n,) = _HEADER_LEN.unpack_from(payload, 1)
+    start, rows = 1 + _HEADER_LEN.size, _rows_start(n)
+    if rows > len(payload):
+        raise KuduInvalidArgument(f"tablet log entry header of {n} bytes overruns its {len(payload)} bytes")
+    item = msgpack.unpackb(memoryview(payload)[start : start + n], raw=False)
+    if not isinstance(item, list) or len(item) < 6 or item[0] != ENTRY_WRITE:
+        raise KuduInvalidArgument("tablet log entry with rows after its header is not a write")
+    return item, memoryview(payload)[rows:]
 
 
 def encode_alter_entry(schema: dict[str, Any], version: int) -> bytes:
-    return msgpack.packb([ENTRY_ALTER, schema, version])
+    packed: bytes = msgpack.packb([ENTRY_ALTER, schema, version])  # msgpack ships no type hints
+    return packed
 
 
 def decode_entry(payload: bytes) -> WriteEntry | AlterEntry:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Client benchmark (issue 9): the kudu-python-style client against 1 master + 3 tservers on this machine.
+"""Client benchmark: the kudu-python-style client against 1 master + 3 tservers on this machine.
 
 A table of ``key`` int64 (primary key), ``a`` int64, ``b`` string, ``c`` double, hash-partitioned into
 ``--buckets`` tablets with 3 replicas each (real processes on 127.0.0.1, fsync on):

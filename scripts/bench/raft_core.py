@@ -3,7 +3,7 @@
 
 Measures the consensus core alone (no WAL, no network): the leader batches proposals, messages are
 handed straight to the peers, every log write is "durable" at once, and applied entries are
-acknowledged. Goal (issue 4): >= 200,000 entries/s, so the core is never the system's bottleneck.
+acknowledged. Goal: >= 200,000 entries/s, so the core is never the system's bottleneck.
 
     python scripts/bench/raft_core.py [--entries 1000000] [--batch 1000] [--payload 100] [--window 8]
 """

@@ -2,7 +2,7 @@
 """Spark + kudu_async vs Spark + local Parquet: write N rows (key + 3 columns) from one DataFrame to a
 3-replica table and to Parquet, then read both back with a filter; prints times and the ratios.
 
-Goal (issue 10): the kudu write within 4x of the Parquet write time, the read within 3x.
+Goal: the kudu write within 4x of the Parquet write time, the read within 3x.
 
 Writes and reads are timed ``--runs`` times each, and the ratios use the best run of each side, as a
 pipeline that keeps its SparkSession sees them. Five by default: the JVM keeps compiling over the first

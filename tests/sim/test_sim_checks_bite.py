@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kudu_async.consensus.raft_log import RaftLog
+from kudu_async.consensus.log_cache import LogCache
 from tests.sim.cluster import SafetyViolation, Simulation, params_for_seed
 
 SAFETY = ("election safety", "log matching", "leader completeness", "state machine safety", "commit safety")
@@ -26,19 +26,19 @@ def _first_violation(seeds: range) -> str | None:
 
 def test_sim_catches_votes_without_the_election_restriction(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every log looks equally up to date, so stale candidates win elections.
-    monkeypatch.setattr(RaftLog, "last_term", lambda self: 0)
+    monkeypatch.setattr(LogCache, "last_term", lambda self: 0)
     found = _first_violation(range(400))
     assert found is not None
 
 
 def test_sim_catches_acks_before_the_write_is_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     # The core believes every append is durable at once, while the simulated disk still lags.
-    original = RaftLog.append
+    original = LogCache.append
 
-    def append_and_claim_durable(self: RaftLog, entries: list) -> None:  # type: ignore[type-arg]
+    def append_and_claim_durable(self: LogCache, entries: list) -> None:  # type: ignore[type-arg]
         original(self, entries)
         self.stable = self.last_index()
 
-    monkeypatch.setattr(RaftLog, "append", append_and_claim_durable)
+    monkeypatch.setattr(LogCache, "append", append_and_claim_durable)
     found = _first_violation(range(400))
     assert found is not None

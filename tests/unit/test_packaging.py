@@ -33,8 +33,16 @@ def test_pyspark_discovery_sees_the_kudu_source() -> None:
 
 def test_top_level_names_load_on_first_use_and_all_of_them_resolve() -> None:
     import kudu_async as kudu
+    from kudu_async import client, errors, schema
 
-    assert {n for n in kudu.__all__ if n != "__version__"} == set(kudu._SOURCE)
+    assert set(kudu.__all__) == {"__version__", *client.__all__, *errors.__all__, *schema.__all__}
+    kudu_python_top_level = (
+        "CLOSEST_REPLICA FIRST_REPLICA FLUSH_AUTO_BACKGROUND FLUSH_AUTO_SYNC FLUSH_MANUAL LEADER_ONLY READ_AT_SNAPSHOT"
+        " READ_LATEST READ_YOUR_WRITES Client KuduBadStatus KuduException KuduInvalidArgument KuduNotFound"
+        " KuduNotSupported KuduTimedOut Partitioning RangePartition ScanToken Schema SchemaBuilder binary bool bool_"
+        " connect date decimal double float float_ int8 int16 int32 int64 schema_builder string unixtime_micros varchar"
+    )
+    assert set(kudu_python_top_level.split()) <= set(kudu.__all__)
     for name in kudu.__all__:
         assert getattr(kudu, name) is not None, name
     from kudu_async.client.sync import connect

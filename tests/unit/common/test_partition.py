@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -18,10 +20,19 @@ from kudu_async.common.partition import (
     Partition,
     PartitionSchema,
     RangeBound,
-    find_partition,
 )
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.schema import ColumnSchema, Schema
+
+
+def find_partition(partitions: Sequence[Partition], partition_key: bytes) -> Partition | None:
+    """The partition holding ``partition_key`` (``partitions`` sorted by start); None in a range gap."""
+    starts = [p.partition_key_start for p in partitions]
+    i = bisect.bisect_right(starts, partition_key) - 1
+    if i < 0:
+        return None
+    p = partitions[i]
+    return p if p.contains(partition_key) else None
 
 
 @pytest.fixture
@@ -296,27 +307,6 @@ def test_primary_key_bounds_prune_ranges(schema: Schema) -> None:
     assert ps.prune(parts, [], lower_bound_key=hi, upper_bound_key=lo) == []
 
 
-def test_partition_debug_strings(schema: Schema) -> None:
-    ps = PartitionSchema(schema, [HashDimension(["s"], 2)], ["k"])
-    bounds = [((0,), (10,)), RangeBound((20,), (30,), False, True), ((40,), None)]
-    texts = [ps.partition_debug_string(p) for p in ps.create_partitions(bounds)]
-    assert texts[:3] == [
-        "HASH (s) PARTITION 0, RANGE (k) PARTITION 0 <= VALUES < 10",
-        "HASH (s) PARTITION 0, RANGE (k) PARTITION 20 < VALUES <= 30",
-        "HASH (s) PARTITION 0, RANGE (k) PARTITION 40 <= VALUES",
-    ]
-    ps2 = PartitionSchema(schema, [], ["k", "s"])
-    texts = [ps2.partition_debug_string(p) for p in ps2.create_partitions([], [(1, "a"), (2,)])]
-    assert texts == [
-        "RANGE (k, s) PARTITION VALUES < (1, 'a')",
-        "RANGE (k, s) PARTITION (1, 'a') <= VALUES < 2",
-        "RANGE (k, s) PARTITION 2 <= VALUES",
-    ]
-    assert PartitionSchema(schema, [], ["k"]).partition_debug_string(Partition((), b"", b"", b"", b"")) == (
-        "RANGE (k) PARTITION UNBOUNDED"
-    )
-
-
 # --- per-range hash schemas (custom range partitions) ---------------------------------------------------
 
 
@@ -365,8 +355,6 @@ def test_custom_ranges_roundtrip_and_prune(schema: Schema) -> None:
     kept = ps.prune(parts, [ColumnPredicate("s", "=", "a")])
     assert len(kept) == 2  # one bucket in each range
     assert all(p.contains(ps.partition_key({"k": p_k, "s": "a"})) for p, p_k in zip(kept, (0, 10), strict=True))
-    text = ps.partition_debug_string(parts[0])
-    assert text.startswith("HASH (s) PARTITION 0, RANGE (k) PARTITION 0 <= VALUES < 10")
 
 
 def test_custom_range_rules(schema: Schema) -> None:

@@ -33,7 +33,7 @@ def test_entries_survive_reopen(tmp_path: Path) -> None:
 
 def test_frames_with_large_entries_are_the_msgpack_of_the_batch_and_read_back(tmp_path: Path) -> None:
     """Large entry data is written as is (not packed with its entry), yet a frame's payload is exactly
-    ``msgpack([[term, index, kind, data], ...])`` as before, with the CRC of it: mixed small and large
+    ``msgpack([[term, index, kind, data], ...])``, with the CRC of it: mixed small and large
     entries (every msgpack bin size class) and string kinds read back after a reopen."""
     import msgpack
 

@@ -499,7 +499,7 @@ def test_config_entry_carries_addresses_the_core_ignores() -> None:
     entry = net["b"].log.entry(idx)
     assert entry.kind is EntryKind.CONFIG and config_addresses(entry.payload) == addrs
     assert Config.decode(entry.payload) == Config(frozenset("abc"), frozenset("l")) == net["b"].config
-    assert config_addresses(Config(frozenset("ab")).encode()) == {}  # entries written before addresses
+    assert config_addresses(Config(frozenset("ab")).encode()) == {}  # a CONFIG entry without addresses
     assert config_addresses(b"\xc1") == {}
 
 

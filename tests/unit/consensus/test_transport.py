@@ -24,7 +24,7 @@ async def test_messages_for_a_peer_collect_in_its_oldest_open_sink_and_go_out_if
     t = ConsensusTransport(rpc, "me")  # type: ignore[arg-type]
     first, second = t.open_sink("peer"), t.open_sink("peer")
     t.send("peer", "127.0.0.1:1", {"t": "append_resp", "n": 1})
-    t.send("other", "127.0.0.1:2", {"t": "append", "n": 9})  # another peer: its own call, as before
+    t.send("other", "127.0.0.1:2", {"t": "append", "n": 9})  # another peer: its own call, not this sink
     assert first == [{"t": "append_resp", "n": 1}] and second == []
     assert t.close_sink("peer", second, deliver=True) == []  # by identity, though both were empty-equal once
     t.send("peer", "127.0.0.1:1", {"t": "append_resp", "n": 2})

@@ -86,22 +86,12 @@ def test_write_entries_carry_the_request_id() -> None:
     assert entry.request_id == rid and entry.timestamp == 99 and entry.op.rows.equals(op.rows)
 
 
-def test_write_entries_of_the_earlier_form_still_decode() -> None:
-    """WALs written before rows followed the header hold one msgpack list with the rows inside (six
-    elements before request ids, then the id and the decided result): they decode as before."""
-    op = WriteOp(np.array([1, 2]), _batch(2), None)
-    d = encode_row_operations(op.rows, [1, 2])
-    rid = RequestId("c", 1, 1)
-    old = msgpack.packb(["w", 5, 0, d["rows"], d["op_types"], d["set_columns"]])
-    entry = decode_entry(old)
-    assert isinstance(entry, WriteEntry) and entry.request_id is None and entry.op.rows.equals(op.rows)
-    old_tracked = msgpack.packb(
-        ["w", 5, 0, d["rows"], d["op_types"], None, ["c", 1, 1], [[[1, "NOT_FOUND", "key not found"]], 1, 0, 0, 0]]
-    )
-    assert decode_entry_header(old_tracked) == WriteHeader(
-        5, 0, rid, WriteResult(5, 0, [RowError(1, "NOT_FOUND", "key not found")], inserted=1)
-    )
-    assert decode_entry(old_tracked).op.rows.equals(op.rows)  # type: ignore[union-attr]
+def test_a_write_entry_with_its_rows_inside_the_msgpack_list_is_refused_by_name() -> None:
+    d = encode_row_operations(_batch(2), [1, 2])
+    whole = msgpack.packb(["w", 5, 0, d["rows"], d["op_types"], d["set_columns"]])
+    for decode in (decode_entry, decode_entry_header):
+        with pytest.raises(KuduInvalidArgument, match="does not start with its rows-after-header byte"):
+            decode(whole)
 
 
 def test_write_entries_hold_their_rows_after_the_header_read_in_place() -> None:
@@ -136,8 +126,8 @@ def test_tracked_write_entries_carry_the_decided_result_and_decode_without_their
     entry = decode_entry(payload)
     assert isinstance(entry, WriteEntry) and entry.outcome == outcome and entry.request_id == rid
     assert decode_entry_header(payload) == WriteHeader(99, 4, rid, outcome)
-    older = decode_entry_header(encode_write_entry(99, 4, op, rid))  # written before results were kept
-    assert older == WriteHeader(99, 4, rid, None)
+    no_result = decode_entry_header(encode_write_entry(99, 4, op, rid))  # tracked, no decided result given
+    assert no_result == WriteHeader(99, 4, rid, None)
     assert decode_entry_header(encode_alter_entry({"columns": []}, 5)) == AlterEntry({"columns": []}, 5)
     with pytest.raises(KuduInvalidArgument, match="unknown tablet log entry type"):
         decode_entry_header(msgpack.packb(["x"]))

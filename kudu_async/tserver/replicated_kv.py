@@ -1,8 +1,9 @@
-"""A tiny replicated key-value state machine, hosted only with ``--enable-test-kv``.
+"""A replicated key-value state machine and its RPC service ``TestKV``, hosted only with ``--enable-test-kv``.
 
-It exists so the consensus layer can be tested end to end in real processes before tablets sit on it:
-puts go through Raft like writes will, and every replica's map can be dumped and compared. It keeps no
-files of its own (``durable_index`` is 0), so its replicas retain and replay their whole log on restart.
+It drives the consensus layer end to end in real processes without tablets: puts go through Raft as
+tablet writes do, and every replica's map can be dumped and compared (the consensus integration tests,
+the RPC fuzz test and ``scripts/bench/consensus.py``). It keeps no files of its own (``durable_index``
+is 0), so its replicas retain and replay their whole log on restart.
 """
 
 from __future__ import annotations
@@ -50,10 +51,8 @@ class KVStateMachine:
         return h.hexdigest()
 
 
-class TestKVService:
+class ReplicatedKVService:
     """RPC service ``TestKV``: CreateGroup, Put, PutBatch, Get, Dump."""
-
-    __test__ = False  # not a pytest class
 
     def __init__(self, raft: RaftManager) -> None:
         self.raft = raft
@@ -129,7 +128,8 @@ def _put_entry(key: Any, value: Any) -> bytes:
         value = value.encode()
     if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
         raise KuduInvalidArgument(f"'value' must be bytes or a string of at most {MAX_VALUE_BYTES} bytes")
-    return msgpack.packb(["put", key, value])
+    packed: bytes = msgpack.packb(["put", key, value])  # msgpack ships no type hints
+    return packed
 
 
 def _get(request: Any, name: str) -> Any:

@@ -1,8 +1,9 @@
-"""The in-memory view of the Raft log that the core works on.
+"""The Raft core's in-memory copy of the log (Kudu's ``LogCache``); ``log.py`` is the durable WAL.
 
-The WAL (next issue) is the durable copy; this holds what the core needs to answer questions fast:
-term at an index, slices for AppendEntries, and cumulative byte sizes so that batching by bytes is a
-bisect instead of a loop over entries. Entries at or below ``snapshot_index`` were compacted away.
+It holds every entry after the compaction point (``snapshot_index``) and answers what the core asks
+fast: term at an index, slices for AppendEntries, and cumulative byte sizes so that batching by bytes is
+a bisect instead of a loop over entries. Unlike Kudu's cache it never reads back from the WAL: a peer
+that needs an entry at or below ``snapshot_index`` gets a tablet copy.
 """
 
 from __future__ import annotations
@@ -21,12 +22,7 @@ ENTRY_OVERHEAD = 24
 _payload = itemgetter(3)  # Entry.payload, fetched without a Python-level call
 
 
-def entry_size(entry: Entry) -> int:
-    """Bytes an entry costs on the wire, as the bytes-in-flight bound counts it."""
-    return len(entry.payload) + ENTRY_OVERHEAD
-
-
-class RaftLog:
+class LogCache:
     """Entries after a compaction point, plus the durable watermark ``stable``."""
 
     __slots__ = ("_cum", "_entries", "snapshot_index", "snapshot_term", "stable")
@@ -84,7 +80,7 @@ class RaftLog:
         return self._entries[k:end]
 
     def entries_view(self) -> list[Entry]:
-        """The retained entries (read-only by convention; used by tests and restart)."""
+        """The retained entries (read-only by convention), for tests that compare logs."""
         return self._entries
 
     # --- mutations ------------------------------------------------------------------------------------
