@@ -46,7 +46,8 @@ def _raise_mixed(row_index: int) -> None:
 
 def batch_to_rows(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
     """Rows as dicts (timestamps as UTC datetimes, dates, Decimals: Arrow's Python forms)."""
-    return batch.to_pylist()
+    rows: list[dict[str, Any]] = batch.to_pylist()
+    return rows
 
 
 def batch_to_tuples(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
@@ -62,7 +63,8 @@ _IPC_WRITE_OPTIONS = pa.ipc.IpcWriteOptions()
 
 def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> bytes:
     """Arrow IPC *stream* bytes of a batch, table or list of batches (all with one schema)."""
-    return batch_ipc_buffer(batch).to_pybytes()
+    data: bytes = batch_ipc_buffer(batch).to_pybytes()
+    return data
 
 
 def batch_ipc_buffer(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> pa.Buffer:

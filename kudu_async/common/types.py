@@ -288,7 +288,8 @@ def decimal_to_unscaled(value: _decimal.Decimal, scale: int) -> int:
     assert isinstance(exp, int)
     mag = int("".join(map(str, digits)) or "0")
     shift = exp + scale
-    mag = mag * 10**shift if shift >= 0 else mag // 10**-shift
+    factor: int = 10 ** abs(shift)
+    mag = mag * factor if shift >= 0 else mag // factor
     return -mag if sign else mag
 
 
