@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
@@ -116,7 +117,7 @@ VALID_OP_TYPES = tuple(int(t) for t in OpType)
 _OP_LUTS: dict[frozenset[int], np.ndarray] = {}
 
 
-def op_mask(op_types: np.ndarray, kinds: Iterable[int]) -> np.ndarray:
+def op_mask(op_types: npt.ArrayLike, kinds: Iterable[int]) -> np.ndarray:
     """Bool mask of the rows whose op type is one of ``kinds``.
 
     A 256-entry lookup table indexed by the types: ``np.isin`` costs ~10x more on these arrays (it

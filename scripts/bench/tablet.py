@@ -61,7 +61,7 @@ def make_schema() -> Any:
     try:
         from kudu_async.common.schema import Schema
 
-        return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)  # type: ignore[attr-defined]
+        return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)
     except ImportError:
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "unit", "tablet"))
         import conftest  # type: ignore[import-not-found]
