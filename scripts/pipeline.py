@@ -19,11 +19,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kudu_async as kudu
 from kudu_async.testing import MiniCluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 DAY0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 DAYS = 4
@@ -31,7 +35,7 @@ EVENT_TYPES = ["view", "click", "cart", "purchase"]
 COUNTRIES = ["DE", "US", "FR", "JP", "BR", "IN", "NL", "SE"]
 
 
-def spark_session() -> object:
+def spark_session() -> SparkSession:
     from kudu_async.spark import local_session
 
     return local_session("kudu_async-pipeline")
@@ -58,27 +62,22 @@ def create_tables(client: kudu.Client) -> None:
     client.create_table("users", u.build(), kudu.Partitioning().add_hash_partitions(["user_id"], 2), n_replicas=3)
 
 
-def kudu_df(spark: object, masters: str, table: str) -> object:
-    return (
-        spark.read.format("kudu")
-        .option("kudu.master", masters)  # type: ignore[attr-defined]
-        .option("kudu.table", table)
-        .load()
-    )
+def kudu_df(spark: SparkSession, masters: str, table: str) -> DataFrame:
+    return spark.read.format("kudu").option("kudu.master", masters).option("kudu.table", table).load()
 
 
-def write(df: object, masters: str, table: str, op: str, **opts: str) -> None:
-    w = df.write.format("kudu").option("kudu.master", masters).option("kudu.table", table)  # type: ignore[attr-defined]
+def write(df: DataFrame, masters: str, table: str, op: str, **opts: str) -> None:
+    w = df.write.format("kudu").option("kudu.master", masters).option("kudu.table", table)
     w = w.option("kudu.operation", op)
     for k, v in opts.items():
         w = w.option(k, v)
     w.mode("append").save()
 
 
-def show(title: str, rows: list[object]) -> None:
+def show(title: str, rows: list[Row]) -> None:
     print(f"\n== {title}")
     for r in rows:
-        print("  " + ", ".join(f"{k}={v}" for k, v in r.asDict().items()))  # type: ignore[attr-defined]
+        print("  " + ", ".join(f"{k}={v}" for k, v in r.asDict().items()))
 
 
 def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
@@ -92,7 +91,7 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
     start_us = int(DAY0.timestamp() * 1_000_000)
     span_us = DAYS * 86_400_000_000 - 1
 
-    users = spark.range(0, n_users).selectExpr(  # type: ignore[attr-defined]
+    users = spark.range(0, n_users).selectExpr(
         "id as user_id",
         f"element_at(array({','.join(repr(c) for c in COUNTRIES)}), "
         f"cast(pmod(hash(id), {len(COUNTRIES)}) + 1 as int)) as country",
@@ -103,7 +102,7 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
     types = ",".join(repr(t) for t in EVENT_TYPES)
     events = (
         spark.range(0, n_events)
-        .selectExpr(  # type: ignore[attr-defined]
+        .selectExpr(
             f"timestamp_micros({start_us} + pmod(xxhash64(id, 7), {span_us})) as event_time",
             "id as event_id",
             f"pmod(hash(id, 11), {n_users}) as user_id",
@@ -130,7 +129,7 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
     )
     write(corrections, masters, "events", "update")
     write(events.where("event_id % 100 = 1").select("event_time", "event_id"), masters, "events", "delete")
-    late = spark.range(n_events, n_events + n_events // 50).selectExpr(  # type: ignore[attr-defined]
+    late = spark.range(n_events, n_events + n_events // 50).selectExpr(
         f"timestamp_micros({start_us} + pmod(xxhash64(id, 7), 86400000000)) as event_time",
         "id as event_id",
         f"pmod(hash(id, 11), {n_users}) as user_id",
@@ -168,7 +167,7 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
         )
         q = (
             spark.readStream.schema(schema)
-            .option("maxFilesPerTrigger", 1)  # type: ignore[attr-defined]
+            .option("maxFilesPerTrigger", 1)
             .json(str(stream_dir / "in"))
             .writeStream.format("kudu")
             .option("kudu.master", masters)
@@ -183,10 +182,10 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
         shutil.rmtree(stream_dir, ignore_errors=True)
 
     ev = kudu_df(spark, masters, "events")
-    ev.createOrReplaceTempView("events")  # type: ignore[attr-defined]
-    kudu_df(spark, masters, "users").createOrReplaceTempView("users")  # type: ignore[attr-defined]
+    ev.createOrReplaceTempView("events")
+    kudu_df(spark, masters, "users").createOrReplaceTempView("users")
     t0 = time.monotonic()
-    total = ev.count()  # type: ignore[attr-defined]
+    total = ev.count()
     figures["full scan rows/s"] = total / (time.monotonic() - t0)
     expected = n_events - len(range(1, n_events, 100)) + n_events // 50 + 3000
     print(f"events table holds {total} rows (expected {expected})")
@@ -209,14 +208,14 @@ def run(masters: str, n_events: int, n_users: int) -> dict[str, float]:
     t0 = time.monotonic()
     write(
         daily.selectExpr("cast(day as date) as day", "event_type", "events", "revenue"),
-        masters,  # type: ignore
+        masters,
         "daily_revenue",
         "upsert",
         **{"kudu.createTable": "true", "kudu.primaryKey": "day,event_type", "kudu.hashBuckets": "2"},
     )
-    back = kudu_df(spark, masters, "daily_revenue").count()  # type: ignore[attr-defined]
+    back = kudu_df(spark, masters, "daily_revenue").count()
     print(f"\nwrote result table daily_revenue: {back} rows in {time.monotonic() - t0:.1f}s")
-    spark.stop()  # type: ignore[attr-defined]
+    spark.stop()
     return figures
 
 

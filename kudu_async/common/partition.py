@@ -620,21 +620,7 @@ class PartitionSchema:
         lo_extra: tuple[Any, bool] | None = None
         hi_extra: tuple[Any, bool] | None = None
         for col in cols:
-            lower: tuple[Any, bool] | None = None  # (value, inclusive)
-            upper: tuple[Any, bool] | None = None
-            eq: set[Any] | None = None
-            for p in by_col.get(col.name, []):
-                if p.op in ("=", "IN"):
-                    vals = {col.coerce(v) for v in p.values if v is not None}
-                    eq = vals if eq is None else eq & vals
-                elif p.op in (">", ">="):
-                    v = col.coerce(p.value)
-                    if lower is None or v > lower[0] or (v == lower[0] and p.op == ">"):
-                        lower = (v, p.op == ">=")
-                elif p.op in ("<", "<="):
-                    v = col.coerce(p.value)
-                    if upper is None or v < upper[0] or (v == upper[0] and p.op == "<"):
-                        upper = (v, p.op == "<=")
+            lower, upper, eq = _column_bounds(col, by_col.get(col.name, []))
             if eq is not None:
                 eq = {v for v in eq if _within(v, lower, upper)}
                 if not eq:
@@ -667,6 +653,29 @@ class PartitionSchema:
         else:
             hi = prefix_successor(encode_values(cols, prefix, allow_prefix=True)) if prefix else b""
         return lo, hi
+
+
+def _column_bounds(
+    col: ColumnSchema, preds: Sequence[ColumnPredicate]
+) -> tuple[tuple[Any, bool] | None, tuple[Any, bool] | None, set[Any] | None]:
+    """The tightest (lower, upper) bounds, each (value, inclusive) or None, and the set of allowed values
+    (None when no equality or IN predicate names the column) that ``preds`` put on one column."""
+    lower: tuple[Any, bool] | None = None
+    upper: tuple[Any, bool] | None = None
+    eq: set[Any] | None = None
+    for p in preds:
+        if p.op in ("=", "IN"):
+            vals = {col.coerce(v) for v in p.values if v is not None}
+            eq = vals if eq is None else eq & vals
+        elif p.op in (">", ">="):
+            v = col.coerce(p.value)
+            if lower is None or v > lower[0] or (v == lower[0] and p.op == ">"):
+                lower = (v, p.op == ">=")
+        elif p.op in ("<", "<="):
+            v = col.coerce(p.value)
+            if upper is None or v < upper[0] or (v == upper[0] and p.op == "<"):
+                upper = (v, p.op == "<=")
+    return lower, upper, eq
 
 
 def _check_hash_dimensions(schema: Schema, dims: Sequence[HashDimension]) -> None:

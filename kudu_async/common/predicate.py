@@ -7,7 +7,8 @@ match; only IS NULL matches NULL cells.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,13 @@ _OP_ALIASES = {
     "is_not_null": "IS NOT NULL",
 }
 _COMPUTE = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "=": operator.eq,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 @dataclass(frozen=True)
@@ -122,16 +130,7 @@ class ColumnPredicate:
             return False
         if self.op == "IN":
             return any(v is not None and value == v for v in self.value)
-        v = self.value
-        if self.op == "=":
-            return bool(value == v)
-        if self.op == "<":
-            return bool(value < v)
-        if self.op == "<=":
-            return bool(value <= v)
-        if self.op == ">":
-            return bool(value > v)
-        return bool(value >= v)
+        return bool(_COMPARE[self.op](value, self.value))
 
     # -- wire form --------------------------------------------------------------------------------------
 

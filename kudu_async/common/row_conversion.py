@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
@@ -29,7 +30,8 @@ _IPC_WRITE_OPTIONS = pa.ipc.IpcWriteOptions()
 
 def batch_to_ipc(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> bytes:
     """Arrow IPC *stream* bytes of a batch, table or list of batches (all with one schema)."""
-    return batch_ipc_buffer(batch).to_pybytes()
+    data: bytes = batch_ipc_buffer(batch).to_pybytes()
+    return data
 
 
 def batch_ipc_buffer(batch: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> pa.Buffer:
@@ -75,7 +77,7 @@ VALID_OP_TYPES = tuple(int(t) for t in OpType)
 _OP_LUTS: dict[frozenset[int], np.ndarray] = {}
 
 
-def op_mask(op_types: np.ndarray, kinds: Iterable[int]) -> np.ndarray:
+def op_mask(op_types: npt.ArrayLike, kinds: Iterable[int]) -> np.ndarray:
     """Bool mask of the rows whose op type is one of ``kinds``.
 
     A 256-entry lookup table indexed by the types: ``np.isin`` costs ~10x more on these arrays (it

@@ -184,31 +184,32 @@ def type_from_arrow(t: pa.DataType) -> tuple[KuduType, dict[str, int]]:
     """The Kudu type for an Arrow type, plus its attributes (precision/scale) if any."""
     if pa.types.is_dictionary(t):
         t = t.value_type
-    if pa.types.is_int8(t):
-        return INT8, {}
-    if pa.types.is_int16(t):
-        return INT16, {}
-    if pa.types.is_int32(t):
-        return INT32, {}
-    if pa.types.is_int64(t):
-        return INT64, {}
-    if pa.types.is_float32(t):
-        return FLOAT, {}
-    if pa.types.is_float64(t):
-        return DOUBLE, {}
-    if pa.types.is_boolean(t):
-        return BOOL, {}
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return STRING, {}
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return BINARY, {}
-    if pa.types.is_timestamp(t):
-        return UNIXTIME_MICROS, {}
-    if pa.types.is_date32(t) or pa.types.is_date64(t):
-        return DATE, {}
     if pa.types.is_decimal(t):
         return DECIMAL, {"precision": t.precision, "scale": t.scale}
+    for matches, kt in _FROM_ARROW:
+        if matches(t):
+            return kt, {}
     raise KuduInvalidArgument(f"Arrow type {t} has no Kudu equivalent")
+
+
+_FROM_ARROW: tuple[tuple[Callable[[pa.DataType], bool], KuduType], ...] = (
+    (pa.types.is_int8, INT8),
+    (pa.types.is_int16, INT16),
+    (pa.types.is_int32, INT32),
+    (pa.types.is_int64, INT64),
+    (pa.types.is_float32, FLOAT),
+    (pa.types.is_float64, DOUBLE),
+    (pa.types.is_boolean, BOOL),
+    (pa.types.is_string, STRING),
+    (pa.types.is_large_string, STRING),
+    (pa.types.is_string_view, STRING),
+    (pa.types.is_binary, BINARY),
+    (pa.types.is_large_binary, BINARY),
+    (pa.types.is_binary_view, BINARY),
+    (pa.types.is_timestamp, UNIXTIME_MICROS),
+    (pa.types.is_date32, DATE),
+    (pa.types.is_date64, DATE),
+)
 
 
 # --- value coercion -----------------------------------------------------------------------------------
@@ -255,7 +256,8 @@ def decimal_to_unscaled(value: _decimal.Decimal, scale: int) -> int:
     assert isinstance(exp, int)
     mag = int("".join(map(str, digits)) or "0")
     shift = exp + scale
-    mag = mag * 10**shift if shift >= 0 else mag // 10**-shift
+    factor: int = 10 ** abs(shift)
+    mag = mag * factor if shift >= 0 else mag // factor
     return -mag if sign else mag
 
 
@@ -318,92 +320,131 @@ def coerce_value(
     """
     if isinstance(value, np.generic):
         value = value.item()
+    coerce = _COERCERS.get(kt.name)
+    if coerce is None:  # pragma: no cover
+        raise KuduInvalidArgument(f"column '{column}': unsupported type {kt.name}")
+    return coerce(kt, value, column, precision, scale, length)
+
+
+# One coercer per type, all with coerce_value's arguments: (kt, value, column, precision, scale, length).
+_Coercer = Callable[[KuduType, Any, str, int | None, int | None, int | None], Any]
+
+
+def _coerce_int(kt: KuduType, value: Any, column: str, _p: int | None, _s: int | None, _n: int | None) -> Any:
     name = kt.name
-    if name in _INT_BOUNDS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _bad(column, name, value)
-        lo, hi = _INT_BOUNDS[name]
-        if not lo <= value <= hi:
-            raise KuduInvalidArgument(f"column '{column}': value {value} out of range for {name}", {"column": column})
-        return value
-    if kt is FLOAT or kt is DOUBLE:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _bad(column, name, value)
-        out = float(value)
-        if kt is FLOAT:
-            return float(np.float32(out))
-        return out
-    if kt is BOOL:
-        if not isinstance(value, bool):
-            raise _bad(column, name, value)
-        return value
-    if kt is STRING or kt is VARCHAR:
-        if isinstance(value, bytes | bytearray | memoryview):
-            try:
-                value = bytes(value).decode("utf-8")
-            except UnicodeDecodeError:
-                raise KuduInvalidArgument(
-                    f"column '{column}': invalid UTF-8 in string value", {"column": column}
-                ) from None
-        if not isinstance(value, str):
-            raise _bad(column, _type_label(kt, precision, scale, length), value)
-        if kt is VARCHAR and length is not None and len(value) > length:
-            value = value[:length]
-        _check_cell_size(column, len(value.encode("utf-8", "surrogatepass")))
-        return value
-    if kt is BINARY:
-        if isinstance(value, str):
-            value = value.encode("utf-8")
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise _bad(column, name, value)
-        out_b = bytes(value)
-        _check_cell_size(column, len(out_b))
-        return out_b
-    if kt is UNIXTIME_MICROS:
-        if isinstance(value, _dt.datetime):
-            micros = datetime_to_micros(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            micros = value
-        elif _is_pandas_timestamp(value):
-            micros = int(value.value // 1000)
-        else:
-            raise _bad(column, "unixtime_micros (datetime or int microseconds)", value)
-        lo, hi = _INT_BOUNDS["int64"]
-        if not lo <= micros <= hi:
-            raise KuduInvalidArgument(f"column '{column}': timestamp out of range", {"column": column})
-        return micros
-    if kt is DATE:
-        if isinstance(value, _dt.datetime):
-            raise _bad(column, "date", value)
-        if isinstance(value, _dt.date):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            if not _MIN_DATE_DAYS <= value <= _MAX_DATE_DAYS:
-                raise KuduInvalidArgument(f"column '{column}': date {value} days out of range", {"column": column})
-            return days_to_date(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(column, name, value)
+    lo, hi = _INT_BOUNDS[name]
+    if not lo <= value <= hi:
+        raise KuduInvalidArgument(f"column '{column}': value {value} out of range for {name}", {"column": column})
+    return value
+
+
+def _coerce_float(kt: KuduType, value: Any, column: str, _p: int | None, _s: int | None, _n: int | None) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(column, kt.name, value)
+    out = float(value)
+    if kt is FLOAT:
+        return float(np.float32(out))
+    return out
+
+
+def _coerce_bool(kt: KuduType, value: Any, column: str, _p: int | None, _s: int | None, _n: int | None) -> Any:
+    if not isinstance(value, bool):
+        raise _bad(column, kt.name, value)
+    return value
+
+
+def _coerce_string(
+    kt: KuduType, value: Any, column: str, precision: int | None, scale: int | None, length: int | None
+) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise KuduInvalidArgument(f"column '{column}': invalid UTF-8 in string value", {"column": column}) from None
+    if not isinstance(value, str):
+        raise _bad(column, _type_label(kt, precision, scale, length), value)
+    if kt is VARCHAR and length is not None and len(value) > length:
+        value = value[:length]
+    _check_cell_size(column, len(value.encode("utf-8", "surrogatepass")))
+    return value
+
+
+def _coerce_binary(kt: KuduType, value: Any, column: str, _p: int | None, _s: int | None, _n: int | None) -> Any:
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise _bad(column, kt.name, value)
+    out_b = bytes(value)
+    _check_cell_size(column, len(out_b))
+    return out_b
+
+
+def _coerce_timestamp(kt: KuduType, value: Any, column: str, _p: int | None, _s: int | None, _n: int | None) -> Any:
+    if isinstance(value, _dt.datetime):
+        micros = datetime_to_micros(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        micros = value
+    elif _is_pandas_timestamp(value):
+        micros = int(value.value // 1000)
+    else:
+        raise _bad(column, "unixtime_micros (datetime or int microseconds)", value)
+    lo, hi = _INT_BOUNDS["int64"]
+    if not lo <= micros <= hi:
+        raise KuduInvalidArgument(f"column '{column}': timestamp out of range", {"column": column})
+    return micros
+
+
+def _coerce_date(kt: KuduType, value: Any, column: str, _p: int | None, _s: int | None, _n: int | None) -> Any:
+    if isinstance(value, _dt.datetime):
         raise _bad(column, "date", value)
-    if kt is DECIMAL:
-        p = precision if precision is not None else MAX_DECIMAL_PRECISION
-        s = scale or 0
-        label = f"decimal({p},{s})"
-        if isinstance(value, bool) or not isinstance(value, int | _decimal.Decimal):
-            raise _bad(column, label, value)
-        d = _decimal.Decimal(value)
-        if not d.is_finite():
-            raise KuduInvalidArgument(f"column '{column}': {d} is not a finite decimal", {"column": column})
-        with _decimal.localcontext() as ctx:
-            ctx.prec = 80
-            q = d.quantize(_decimal.Decimal(1).scaleb(-s))
-            if q != d:
-                raise KuduInvalidArgument(
-                    f"column '{column}': {d} has more than {s} fractional digits for {label}",
-                    {"column": column},
-                )
-            unscaled = decimal_to_unscaled(q, s)
-        if abs(unscaled) >= 10**p:
-            raise KuduInvalidArgument(f"column '{column}': {d} out of range for {label}", {"column": column})
-        return q
-    raise KuduInvalidArgument(f"column '{column}': unsupported type {name}")  # pragma: no cover
+    if isinstance(value, _dt.date):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not _MIN_DATE_DAYS <= value <= _MAX_DATE_DAYS:
+            raise KuduInvalidArgument(f"column '{column}': date {value} days out of range", {"column": column})
+        return days_to_date(value)
+    raise _bad(column, "date", value)
+
+
+def _coerce_decimal(
+    kt: KuduType, value: Any, column: str, precision: int | None, scale: int | None, _n: int | None
+) -> Any:
+    p = precision if precision is not None else MAX_DECIMAL_PRECISION
+    s = scale or 0
+    label = f"decimal({p},{s})"
+    if isinstance(value, bool) or not isinstance(value, int | _decimal.Decimal):
+        raise _bad(column, label, value)
+    d = _decimal.Decimal(value)
+    if not d.is_finite():
+        raise KuduInvalidArgument(f"column '{column}': {d} is not a finite decimal", {"column": column})
+    with _decimal.localcontext() as ctx:
+        ctx.prec = 80
+        q = d.quantize(_decimal.Decimal(1).scaleb(-s))
+        if q != d:
+            raise KuduInvalidArgument(
+                f"column '{column}': {d} has more than {s} fractional digits for {label}",
+                {"column": column},
+            )
+        unscaled = decimal_to_unscaled(q, s)
+    if abs(unscaled) >= 10**p:
+        raise KuduInvalidArgument(f"column '{column}': {d} out of range for {label}", {"column": column})
+    return q
+
+
+_COERCERS: dict[str, _Coercer] = {
+    **{name: _coerce_int for name in _INT_BOUNDS},
+    FLOAT.name: _coerce_float,
+    DOUBLE.name: _coerce_float,
+    BOOL.name: _coerce_bool,
+    STRING.name: _coerce_string,
+    VARCHAR.name: _coerce_string,
+    BINARY.name: _coerce_binary,
+    UNIXTIME_MICROS.name: _coerce_timestamp,
+    DATE.name: _coerce_date,
+    DECIMAL.name: _coerce_decimal,
+}
 
 
 def _is_pandas_timestamp(value: Any) -> bool:

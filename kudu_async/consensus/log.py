@@ -126,10 +126,10 @@ class _Pos:
     """Where entry ``first + i`` lives: parallel arrays keep a long log's index cheap in memory."""
 
     first: int = 1
-    seg: array = field(default_factory=lambda: array("q"))
-    offset: array = field(default_factory=lambda: array("q"))
-    slot: array = field(default_factory=lambda: array("i"))
-    term: array = field(default_factory=lambda: array("q"))
+    seg: array[int] = field(default_factory=lambda: array("q"))
+    offset: array[int] = field(default_factory=lambda: array("q"))
+    slot: array[int] = field(default_factory=lambda: array("i"))
+    term: array[int] = field(default_factory=lambda: array("q"))
 
     def __len__(self) -> int:
         return len(self.seg)

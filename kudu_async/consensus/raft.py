@@ -824,41 +824,10 @@ class RaftNode:
         if m.group != self.group:
             raise KuduInvalidArgument(f"message for group {m.group!r} stepped into group {self.group!r}")
         if m.term > self.term:
-            if isinstance(m, VoteRequest):
-                if not m.forced and self._in_lease():
-                    # Leader stickiness: a live leader exists, do not even learn the new term.
-                    self._send(VoteResponse(self.group, self.id, m.src, self.term, False, m.pre_vote))
-                    return
-                if m.pre_vote:
-                    self._handle_vote_request(m)
-                    return
-                self._become_follower(m.term, None)
-            elif isinstance(m, VoteResponse) and m.pre_vote and m.granted:
-                pass  # a granted pre-vote carries the term we are about to ask for
-            elif isinstance(m, AppendRequest | Heartbeat | TimeoutNow):
-                self._become_follower(m.term, m.src)
-            else:
-                self._become_follower(m.term, None)
+            if not self._step_newer_term(m):
+                return
         elif m.term < self.term:
-            # Tell stale leaders and pre-candidates about the newer term; ignore other stale traffic.
-            if isinstance(m, AppendRequest):
-                self._send(
-                    AppendResponse(
-                        self.group,
-                        self.id,
-                        m.src,
-                        self.term,
-                        False,
-                        0,
-                        self._log.last_index(),
-                        self.commit,
-                        m.prev_index,
-                    )
-                )
-            elif isinstance(m, Heartbeat):
-                self._send(HeartbeatResponse(self.group, self.id, m.src, self.term, 0, 0, m.read_seq, m.sent_tick))
-            elif isinstance(m, VoteRequest) and m.pre_vote:
-                self._send(VoteResponse(self.group, self.id, m.src, self.term, False, True))
+            self._step_stale(m)
             return
 
         if isinstance(m, AppendRequest):
@@ -875,6 +844,46 @@ class RaftNode:
             self._handle_vote_response(m)
         elif isinstance(m, TimeoutNow) and self._promotable() and self.role is not Role.LEADER:
             self._campaign(pre_vote=False, forced=True)
+
+    def _step_newer_term(self, m: Message) -> bool:
+        """Learn a message's newer term; False when the message is fully handled here."""
+        if isinstance(m, VoteRequest):
+            if not m.forced and self._in_lease():
+                # Leader stickiness: a live leader exists, do not even learn the new term.
+                self._send(VoteResponse(self.group, self.id, m.src, self.term, False, m.pre_vote))
+                return False
+            if m.pre_vote:
+                self._handle_vote_request(m)
+                return False
+            self._become_follower(m.term, None)
+        elif isinstance(m, VoteResponse) and m.pre_vote and m.granted:
+            pass  # a granted pre-vote carries the term we are about to ask for
+        elif isinstance(m, AppendRequest | Heartbeat | TimeoutNow):
+            self._become_follower(m.term, m.src)
+        else:
+            self._become_follower(m.term, None)
+        return True
+
+    def _step_stale(self, m: Message) -> None:
+        """Tell stale leaders and pre-candidates about the newer term; ignore other stale traffic."""
+        if isinstance(m, AppendRequest):
+            self._send(
+                AppendResponse(
+                    self.group,
+                    self.id,
+                    m.src,
+                    self.term,
+                    False,
+                    0,
+                    self._log.last_index(),
+                    self.commit,
+                    m.prev_index,
+                )
+            )
+        elif isinstance(m, Heartbeat):
+            self._send(HeartbeatResponse(self.group, self.id, m.src, self.term, 0, 0, m.read_seq, m.sent_tick))
+        elif isinstance(m, VoteRequest) and m.pre_vote:
+            self._send(VoteResponse(self.group, self.id, m.src, self.term, False, True))
 
     # --- elections ------------------------------------------------------------------------------------
 

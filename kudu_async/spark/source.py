@@ -41,6 +41,7 @@ from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import SparkSession
 
     from kudu_async.client.sync import Client
     from kudu_async.client.table import Table
@@ -234,7 +235,7 @@ class DefaultSource(KuduDataSource):
     pushdown_default = False
 
 
-def register(spark: Any) -> None:
+def register(spark: SparkSession) -> None:
     """Register ``format("kudu")`` on a SparkSession and enable Python data source filter pushdown."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(KuduDataSource)
@@ -246,7 +247,7 @@ def register(spark: Any) -> None:
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 
 
-def local_session(app_name: str = "kudu_async", partitions: int = 4) -> Any:
+def local_session(app_name: str = "kudu_async", partitions: int = 4) -> SparkSession:
     """A local SparkSession for tests, scripts and demos: local[2], UI and progress bars off, bound to
     127.0.0.1, UTC, workers on this interpreter (PYSPARK_PYTHON) reached over Unix sockets
     (:data:`UNIX_SOCKETS`), with the kudu source registered."""

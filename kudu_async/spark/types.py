@@ -7,6 +7,8 @@ nullability), so the declared StructType follows each column's nullability, and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 from pyspark.sql import types as st
 
@@ -17,31 +19,28 @@ from kudu_async.common.schema import ColumnSchema, Schema
 
 def spark_type(col: ColumnSchema) -> st.DataType:
     t = col.type
-    if t is T.INT8:
-        return st.ByteType()
-    if t is T.INT16:
-        return st.ShortType()
-    if t is T.INT32:
-        return st.IntegerType()
-    if t is T.INT64:
-        return st.LongType()
-    if t is T.FLOAT:
-        return st.FloatType()
-    if t is T.DOUBLE:
-        return st.DoubleType()
-    if t is T.BOOL:
-        return st.BooleanType()
-    if t in (T.STRING, T.VARCHAR):
-        return st.StringType()
-    if t is T.BINARY:
-        return st.BinaryType()
-    if t is T.UNIXTIME_MICROS:
-        return st.TimestampType()
-    if t is T.DATE:
-        return st.DateType()
     if t is T.DECIMAL:
         return st.DecimalType(col.precision or 38, col.scale or 0)
-    raise KuduInvalidArgument(f"column '{col.name}': type {t.name} has no Spark type")
+    make = _SPARK_TYPES.get(t.name)
+    if make is None:
+        raise KuduInvalidArgument(f"column '{col.name}': type {t.name} has no Spark type")
+    return make()
+
+
+_SPARK_TYPES: dict[str, Callable[[], st.DataType]] = {
+    T.INT8.name: st.ByteType,
+    T.INT16.name: st.ShortType,
+    T.INT32.name: st.IntegerType,
+    T.INT64.name: st.LongType,
+    T.FLOAT.name: st.FloatType,
+    T.DOUBLE.name: st.DoubleType,
+    T.BOOL.name: st.BooleanType,
+    T.STRING.name: st.StringType,
+    T.VARCHAR.name: st.StringType,
+    T.BINARY.name: st.BinaryType,
+    T.UNIXTIME_MICROS.name: st.TimestampType,
+    T.DATE.name: st.DateType,
+}
 
 
 def spark_schema(schema: Schema, columns: list[str] | None = None) -> st.StructType:

@@ -9,7 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(pred: Callable[[], T], timeout_s: float, what: str, every_s: float = 0.1) -> T:
+def wait_for(pred: Callable[[], T | None], timeout_s: float, what: str, every_s: float = 0.1) -> T:
     """Call ``pred`` until it returns something truthy and return that; AssertionError naming ``what``
     once ``timeout_s`` has passed (the cluster may take a few heartbeats to show a change)."""
     deadline = time.monotonic() + timeout_s

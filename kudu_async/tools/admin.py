@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,27 @@ def build_parser() -> argparse.ArgumentParser:
         c: argparse.ArgumentParser = group.add_parser(name, help=help_text, parents=[common])
         return c
 
-    cl = area("cluster", "the whole cluster")
+    _add_cluster_commands(area("cluster", "the whole cluster"), cmd)
+    ms = area("master", "the masters")
+    cmd(ms, "list", "every master: uuid, address, role")
+    ts = area("tserver", "the tablet servers")
+    cmd(ts, "list", "every tablet server the leader master knows: uuid, address, liveness, replicas")
+    _add_table_commands(area("table", "tables"), cmd)
+    _add_tablet_commands(
+        area("tablet", "tablet replicas (Raft groups); servers come from the master unless --servers is given"), cmd
+    )
+    nd = area("node", "talk to one node directly")
+    for name, help_text in (("ping", "Generic/Ping a node"), ("status", "Generic/GetStatus of a node")):
+        cmd(nd, name, help_text).add_argument("address", help="node RPC address host:port")
+    _add_perf_commands(area("perf", "load generation"), cmd)
+    return p
+
+
+# A subcommand adder: (area's subparsers, name, help) -> the subcommand's parser.
+_Cmd = Callable[[Any, str, str], argparse.ArgumentParser]
+
+
+def _add_cluster_commands(cl: Any, cmd: _Cmd) -> None:
     c = cmd(cl, "ksck", "check every master, tserver, table and tablet; exit 1 with a report when unhealthy")
     c.add_argument("--tables", help="comma-separated tables to check [all]")
     c.add_argument("--checksum", action="store_true", help="also compare a snapshot checksum of every replica")
@@ -76,12 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"[{rebalancer_tool.DEFAULT_MAX_RUN_TIME_S:g}]",
     )
 
-    ms = area("master", "the masters")
-    cmd(ms, "list", "every master: uuid, address, role")
-    ts = area("tserver", "the tablet servers")
-    cmd(ts, "list", "every tablet server the leader master knows: uuid, address, liveness, replicas")
 
-    tb = area("table", "tables")
+def _add_table_commands(tb: Any, cmd: _Cmd) -> None:
     c = cmd(tb, "list", "table names")
     c.add_argument("--filter", help="only names containing this")
     c.add_argument("--list-tablets", action="store_true", help="also each table's tablets and replicas")
@@ -105,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-replicas", type=int, help="replication of a created destination [the source's]")
     cmd(tb, "statistics", "live rows, bytes on disk and in memory").add_argument("name")
 
-    tl = area("tablet", "tablet replicas (Raft groups); servers come from the master unless --servers is given")
+
+def _add_tablet_commands(tl: Any, cmd: _Cmd) -> None:
     specs: list[tuple[str, str]] = [
         ("leader-step-down", "make the tablet's leader step down (an election follows)"),
         ("transfer-leadership", "hand leadership to a named, caught-up replica"),
@@ -135,11 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("dst", help="uuid of the tablet server to move it to")
         c.add_argument("--servers", help="comma-separated RPC addresses of the replicas' servers [from the master]")
 
-    nd = area("node", "talk to one node directly")
-    for name, help_text in (("ping", "Generic/Ping a node"), ("status", "Generic/GetStatus of a node")):
-        cmd(nd, name, help_text).add_argument("address", help="node RPC address host:port")
 
-    pf = area("perf", "load generation")
+def _add_perf_commands(pf: Any, cmd: _Cmd) -> None:
     c = cmd(pf, "loadgen", "write N rows with K concurrent writers; print rows/s and batch latency percentiles")
     d = loadgen.LoadgenOptions()
     c.add_argument("--table", help="write into this existing table [auto-create one]")
@@ -153,13 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--keep-auto-table", action="store_true", help="keep the auto-created table")
     c.add_argument("--row-mode", action="store_true", help="one apply() per row (FLUSH_AUTO_BACKGROUND)")
     c.add_argument("--run-scan", action="store_true", help="count the table's rows afterwards")
-    return p
 
 
 # --- commands ---------------------------------------------------------------------------------------
 
 
-async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], str] | None, int]:
+async def _run(args: argparse.Namespace) -> _Result:
     """(result, text renderer or None for JSON only, exit status)."""
     if args.area == "node":
         rpc = RpcClient(node_name="kudu-admin")
@@ -177,105 +190,146 @@ async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], str] | No
         await client.close()
 
 
-async def _cluster_command(
-    client: AsyncClient, args: argparse.Namespace
-) -> tuple[Any, Callable[[Any], str] | None, int]:
-    progress = not args.no_progress
-    a, c = args.area, args.command
-    if (a, c) == ("cluster", "ksck"):
-        snap = await ksck.collect(client, _names(args.tables, "--tables"), args.checksum, args.timeout_ms / 1000)
-        report = ksck.evaluate(snap)
-        return report, ksck.render, 0 if report["ok"] else 1
-    if (a, c) == ("cluster", "rebalance"):
-        ropts = rebalancer_tool.RebalanceOptions(
-            tables=_names(args.tables, "--tables"),
-            ignored_tservers=frozenset(_names(args.ignored_tservers, "--ignored-tservers") or ()),
-            leaders_only=args.leaders_only,
-            replicas_only=args.replicas_only,
-            dry_run=args.dry_run,
-            max_moves_per_server=args.max_moves_per_server,
-            max_run_time_s=args.max_run_time_sec,
-            timeout_s=args.timeout_ms / 1000,
-            progress=progress,
+# (result, text renderer or None for JSON only, exit status)
+_Result = tuple[Any, Callable[[Any], str] | None, int]
+
+
+async def _cluster_command(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    handler = _COMMANDS.get((args.area, args.command))
+    if handler is None:
+        raise AssertionError(f"unhandled command {args.area} {args.command}")
+    return await handler(client, args)
+
+
+async def _ksck(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    snap = await ksck.collect(client, _names(args.tables, "--tables"), args.checksum, args.timeout_ms / 1000)
+    report = ksck.evaluate(snap)
+    return report, ksck.render, 0 if report["ok"] else 1
+
+
+async def _rebalance(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    ropts = rebalancer_tool.RebalanceOptions(
+        tables=_names(args.tables, "--tables"),
+        ignored_tservers=frozenset(_names(args.ignored_tservers, "--ignored-tservers") or ()),
+        leaders_only=args.leaders_only,
+        replicas_only=args.replicas_only,
+        dry_run=args.dry_run,
+        max_moves_per_server=args.max_moves_per_server,
+        max_run_time_s=args.max_run_time_sec,
+        timeout_s=args.timeout_ms / 1000,
+        progress=not args.no_progress,
+    )
+    rep = await rebalancer_tool.run(client, ropts)
+    return rep, rebalancer_tool.render, 0 if rep["ok"] else 1
+
+
+async def _masters(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    return await _master_list(client), _render_masters, 0
+
+
+async def _tservers(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    return await client.list_tablet_servers(), _render_tservers, 0
+
+
+async def _loadgen(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    opts = loadgen.LoadgenOptions(
+        rows=args.rows,
+        threads=args.threads,
+        batch_rows=args.batch_rows,
+        table=args.table,
+        buckets=args.buckets,
+        replicas=args.replicas,
+        string_len=args.string_len,
+        keep_auto_table=args.keep_auto_table,
+        row_mode=args.row_mode,
+        key_start=args.key_start,
+        run_scan=args.run_scan,
+        progress=not args.no_progress,
+    )
+    res = await loadgen.run(client, opts)
+    return res, _render_loadgen, 1 if res["errors"] else 0
+
+
+async def _table_list(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    names = await client.list_tables(args.filter)
+    if not args.list_tablets:
+        return names, lambda r: "\n".join(r), 0
+    return [await table_tool.describe(client, n) for n in names], _render_table_tablets, 0
+
+
+async def _table_describe(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    return await table_tool.describe(client, args.name), table_tool.render_describe, 0
+
+
+async def _table_create(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    spec = _load_spec(args.spec)
+    name, schema, part, n, extra = table_tool.spec_to_create_args(spec)
+    await client.create_table(name, schema, part, n_replicas=n, owner=extra.get("owner"), comment=extra.get("comment"))
+    return {"created": name}, lambda r: f"created table {r['created']}", 0
+
+
+async def _table_delete(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    await client.delete_table(args.name)
+    return {"deleted": args.name}, lambda r: f"deleted table {r['deleted']}", 0
+
+
+async def _table_scan(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    if getattr(args, "json", False):
+        args.format = "json"
+    cols = [x for x in (args.columns or "").split(",") if x] or None
+    await table_tool.scan(
+        client, args.name, cols, args.predicates, args.format, args.limit, sys.stdout.buffer, not args.no_progress
+    )
+    return None, None, 0
+
+
+async def _table_copy(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    dst = None
+    if args.dst_masters:
+        dst = AsyncClient(master_addresses(args.dst_masters.split(","), None), admin_timeout_ms=args.timeout_ms)
+    try:
+        res = await table_tool.copy(
+            client,
+            args.src,
+            args.dst,
+            dst,
+            args.create_table,
+            args.write_type,
+            args.predicates,
+            args.num_replicas,
+            not args.no_progress,
         )
-        rep = await rebalancer_tool.run(client, ropts)
-        return rep, rebalancer_tool.render, 0 if rep["ok"] else 1
-    if (a, c) == ("master", "list"):
-        return await _master_list(client), _render_masters, 0
-    if (a, c) == ("tserver", "list"):
-        return await client.list_tablet_servers(), _render_tservers, 0
-    if a == "perf":
-        opts = loadgen.LoadgenOptions(
-            rows=args.rows,
-            threads=args.threads,
-            batch_rows=args.batch_rows,
-            table=args.table,
-            buckets=args.buckets,
-            replicas=args.replicas,
-            string_len=args.string_len,
-            keep_auto_table=args.keep_auto_table,
-            row_mode=args.row_mode,
-            key_start=args.key_start,
-            run_scan=args.run_scan,
-            progress=progress,
-        )
-        res = await loadgen.run(client, opts)
-        return res, _render_loadgen, 1 if res["errors"] else 0
-    if c == "list":
-        names = await client.list_tables(args.filter)
-        if not args.list_tablets:
-            return names, lambda r: "\n".join(r), 0
-        return [await table_tool.describe(client, n) for n in names], _render_table_tablets, 0
-    if c == "describe":
-        return await table_tool.describe(client, args.name), table_tool.render_describe, 0
-    if c == "create":
-        spec = _load_spec(args.spec)
-        name, schema, part, n, extra = table_tool.spec_to_create_args(spec)
-        await client.create_table(
-            name, schema, part, n_replicas=n, owner=extra.get("owner"), comment=extra.get("comment")
-        )
-        return {"created": name}, lambda r: f"created table {r['created']}", 0
-    if c == "delete":
-        await client.delete_table(args.name)
-        return {"deleted": args.name}, lambda r: f"deleted table {r['deleted']}", 0
-    if c == "scan":
-        if getattr(args, "json", False):
-            args.format = "json"
-        cols = [x for x in (args.columns or "").split(",") if x] or None
-        await table_tool.scan(
-            client, args.name, cols, args.predicates, args.format, args.limit, sys.stdout.buffer, progress
-        )
-        return None, None, 0
-    if c == "copy":
-        dst = None
-        if args.dst_masters:
-            dst = AsyncClient(master_addresses(args.dst_masters.split(","), None), admin_timeout_ms=args.timeout_ms)
-        try:
-            res = await table_tool.copy(
-                client,
-                args.src,
-                args.dst,
-                dst,
-                args.create_table,
-                args.write_type,
-                args.predicates,
-                args.num_replicas,
-                progress,
-            )
-        finally:
-            if dst is not None:
-                await dst.close()
-        return (
-            res,
-            lambda r: (
-                f"copied {r['rows']:,} rows from {r['source']} to {r['destination']} in "
-                f"{r['seconds']} s ({r['rows_per_s'] or 0:,} rows/s)"
-            ),
-            0,
-        )
-    if c == "statistics":
-        return await table_tool.statistics(client, args.name), _render_stats, 0
-    raise AssertionError(f"unhandled command {a} {c}")
+    finally:
+        if dst is not None:
+            await dst.close()
+    return (
+        res,
+        lambda r: (
+            f"copied {r['rows']:,} rows from {r['source']} to {r['destination']} in "
+            f"{r['seconds']} s ({r['rows_per_s'] or 0:,} rows/s)"
+        ),
+        0,
+    )
+
+
+async def _table_statistics(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    return await table_tool.statistics(client, args.name), _render_stats, 0
+
+
+_COMMANDS: dict[tuple[str, str], Callable[[AsyncClient, argparse.Namespace], Awaitable[_Result]]] = {
+    ("cluster", "ksck"): _ksck,
+    ("cluster", "rebalance"): _rebalance,
+    ("master", "list"): _masters,
+    ("tserver", "list"): _tservers,
+    ("perf", "loadgen"): _loadgen,
+    ("table", "list"): _table_list,
+    ("table", "describe"): _table_describe,
+    ("table", "create"): _table_create,
+    ("table", "delete"): _table_delete,
+    ("table", "scan"): _table_scan,
+    ("table", "copy"): _table_copy,
+    ("table", "statistics"): _table_statistics,
+}
 
 
 def _names(text: str | None, flag: str) -> list[str] | None:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import kudu_async as kudu
 import kudu_async.aio
 from kudu_async.testing import MiniCluster
+
+if TYPE_CHECKING:
+    from kudu_async.client.table import Table
 
 # 20,000 point reads (~5 s): a p99 from 2,000 is the 20th-slowest read of half a second, one stall away
 # from another figure.
@@ -216,7 +219,7 @@ def pct(sorted_lat: list[float], q: float) -> float:
     return sorted_lat[max(0, math.ceil(q * len(sorted_lat)) - 1)]
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=None, help=f"rows bulk-loaded in (a) [{FULL['rows']:,}]")
     ap.add_argument(
@@ -235,6 +238,69 @@ def main() -> int:
     for k, v in (QUICK if args.quick else FULL).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    return args
+
+
+def point_read_phase(cluster: MiniCluster, masters: str, n: int, args: argparse.Namespace) -> float:
+    """(c) point reads from the async client, with the tserver-side paths they took and the RPC floor;
+    returns the p99 latency in ms."""
+    before = cluster.tserver_metric_totals(POINT_READ_PATHS)
+    lat, el_c = asyncio.run(point_reads(masters, "bench_arrow", n, args.point_reads, args.concurrency, args.seed))
+    after = cluster.tserver_metric_totals(POINT_READ_PATHS)
+    lat.sort()
+    p50, p99, mx = statistics.median(lat) * 1000, pct(lat, 0.99) * 1000, lat[-1] * 1000
+    print(
+        f"(c) point reads (scanner, key == k; async client, {args.concurrency} tasks): {len(lat):,} reads "
+        f"in {el_c:.2f}s ({len(lat) / el_c:,.0f} reads/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+        f"max {mx:.1f} ms   (goal p99 < 10 ms: {verdict(p99 < 10)})"
+    )
+    mem, handed = (after[k] - before[k] for k in POINT_READ_PATHS)
+    print(
+        f"    info, not the goal: {mem:,} of these lookups (warm-up included) were answered from memory on "
+        f"the tserver's event loop (a MemRowSet, or rowset files in the block cache), {handed:,} went to a "
+        "worker (a rowset file not in the cache, or the tablet's lock was held)"
+    )
+    floor = sorted(asyncio.run(ping_floor(cluster.tservers[0].rpc_address, args.point_reads, args.concurrency)))
+    print(
+        f"    info, not the goal: bare Generic/Ping RPCs to one tserver, {args.concurrency} tasks: p50 "
+        f"{statistics.median(floor) * 1000:.1f} ms, p99 {pct(floor, 0.99) * 1000:.1f} ms (the RPC stack's floor)"
+    )
+    return p99
+
+
+def scan_phase(ta: Table, path: Path, n: int, args: argparse.Namespace, pq_write: float) -> float:
+    """(d) a predicate scan of the kudu table against the same scan of the Parquet file at ``path``;
+    returns kudu's rate as a fraction of Parquet's."""
+    cut = n // 2
+    expect_rows = n - cut
+    expect_sum = 0.5 * (n * (n - 1) // 2 - cut * (cut - 1) // 2)
+
+    def kudu_scan() -> tuple[int, float]:
+        t = ta.scanner().set_projected_column_names(["c"]).add_predicate(ta["key"] >= cut).open().to_arrow()
+        return t.num_rows, float(pc.sum(t.column("c")).as_py() or 0.0)
+
+    def parquet_scan() -> tuple[int, float]:
+        t = pq.read_table(path, columns=["c"], filters=[("key", ">=", cut)])
+        return t.num_rows, float(pc.sum(t.column("c")).as_py() or 0.0)
+
+    kudu_el, (k_rows, k_sum) = best(kudu_scan, args.runs)
+    pq_el, (p_rows, p_sum) = best(parquet_scan, args.runs)
+    for name, rows, total in (("kudu", k_rows, k_sum), ("parquet", p_rows, p_sum)):
+        check(rows == expect_rows, f"(d) {name} scan returned {rows:,} rows, expected {expect_rows:,}")
+        check(total == expect_sum, f"(d) {name} scan summed c to {total}, expected {expect_sum}")
+    kudu_rate, pq_rate = expect_rows / kudu_el, expect_rows / pq_el
+    ratio = kudu_rate / pq_rate
+    print(
+        f"(d) scan key >= {cut:,}, sum c ({expect_rows:,} rows, best of {args.runs}): kudu {kudu_el:.3f}s "
+        f"({kudu_rate:,.0f} rows/s), parquet {pq_el:.3f}s ({pq_rate:,.0f} rows/s): kudu at {ratio:.1%} of "
+        f"parquet   (goal >= 25%: {verdict(ratio >= 0.25)}; parquet file written in {pq_write:.2f}s, "
+        f"row groups of {args.batch:,})"
+    )
+    return ratio
+
+
+def main() -> int:
+    args = parse_args()
     n, m = args.rows, args.apply_rows
     check(n > 0 and m > 0 and args.point_reads > 0 and args.batch > 0, "sizes must be positive")
 
@@ -296,27 +362,7 @@ def main() -> int:
         )
 
         # (c) point reads from the async client
-        before = cluster.tserver_metric_totals(POINT_READ_PATHS)
-        lat, el_c = asyncio.run(point_reads(masters, "bench_arrow", n, args.point_reads, args.concurrency, args.seed))
-        after = cluster.tserver_metric_totals(POINT_READ_PATHS)
-        lat.sort()
-        p50, p99, mx = statistics.median(lat) * 1000, pct(lat, 0.99) * 1000, lat[-1] * 1000
-        print(
-            f"(c) point reads (scanner, key == k; async client, {args.concurrency} tasks): {len(lat):,} reads "
-            f"in {el_c:.2f}s ({len(lat) / el_c:,.0f} reads/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
-            f"max {mx:.1f} ms   (goal p99 < 10 ms: {verdict(p99 < 10)})"
-        )
-        mem, handed = (after[k] - before[k] for k in POINT_READ_PATHS)
-        print(
-            f"    info, not the goal: {mem:,} of these lookups (warm-up included) were answered from memory on "
-            f"the tserver's event loop (a MemRowSet, or rowset files in the block cache), {handed:,} went to a "
-            "worker (a rowset file not in the cache, or the tablet's lock was held)"
-        )
-        floor = sorted(asyncio.run(ping_floor(cluster.tservers[0].rpc_address, args.point_reads, args.concurrency)))
-        print(
-            f"    info, not the goal: bare Generic/Ping RPCs to one tserver, {args.concurrency} tasks: p50 "
-            f"{statistics.median(floor) * 1000:.1f} ms, p99 {pct(floor, 0.99) * 1000:.1f} ms (the RPC stack's floor)"
-        )
+        p99 = point_read_phase(cluster, masters, n, args)
 
         # (d) predicate scan vs Parquet
         path = work / "bench.parquet"
@@ -324,31 +370,7 @@ def main() -> int:
         pq.write_table(pa.Table.from_batches(batches), path, row_group_size=args.batch)
         pq_write = time.perf_counter() - t0
         del batches
-        cut = n // 2
-        expect_rows = n - cut
-        expect_sum = 0.5 * (n * (n - 1) // 2 - cut * (cut - 1) // 2)
-
-        def kudu_scan() -> tuple[int, float]:
-            t = ta.scanner().set_projected_column_names(["c"]).add_predicate(ta["key"] >= cut).open().to_arrow()
-            return t.num_rows, float(pc.sum(t.column("c")).as_py() or 0.0)
-
-        def parquet_scan() -> tuple[int, float]:
-            t = pq.read_table(path, columns=["c"], filters=[("key", ">=", cut)])
-            return t.num_rows, float(pc.sum(t.column("c")).as_py() or 0.0)
-
-        kudu_el, (k_rows, k_sum) = best(kudu_scan, args.runs)
-        pq_el, (p_rows, p_sum) = best(parquet_scan, args.runs)
-        for name, rows, total in (("kudu", k_rows, k_sum), ("parquet", p_rows, p_sum)):
-            check(rows == expect_rows, f"(d) {name} scan returned {rows:,} rows, expected {expect_rows:,}")
-            check(total == expect_sum, f"(d) {name} scan summed c to {total}, expected {expect_sum}")
-        kudu_rate, pq_rate = expect_rows / kudu_el, expect_rows / pq_el
-        ratio = kudu_rate / pq_rate
-        print(
-            f"(d) scan key >= {cut:,}, sum c ({expect_rows:,} rows, best of {args.runs}): kudu {kudu_el:.3f}s "
-            f"({kudu_rate:,.0f} rows/s), parquet {pq_el:.3f}s ({pq_rate:,.0f} rows/s): kudu at {ratio:.1%} of "
-            f"parquet   (goal >= 25%: {verdict(ratio >= 0.25)}; parquet file written in {pq_write:.2f}s, "
-            f"row groups of {args.batch:,})"
-        )
+        ratio = scan_phase(ta, path, n, args, pq_write)
         met = [rate_a >= 100_000, rate_b >= 30_000, p99 < 10, ratio >= 0.25]
         summary = ", ".join(f"({x}) {verdict(ok)}" for x, ok in zip("abcd", met, strict=True))
         print(f"goals met: {sum(met)} of 4 ({summary})")

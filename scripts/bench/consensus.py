@@ -95,7 +95,10 @@ async def run_phase(
 def report(label: str, latencies: list[float], elapsed: float, extra: str) -> None:
     """Print a phase's committed entries/s and its commit latency percentiles."""
     lat = sorted(latencies)
-    p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: float("nan"))
+
+    def p(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
+
     print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, {extra})")
     print(
         f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "

@@ -31,11 +31,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kudu_async.client.sync import connect
 from kudu_async.testing import MiniCluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def floor_source(partitions: int):  # type: ignore[no-untyped-def]
@@ -95,6 +99,35 @@ def best(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
     return min(times)
 
 
+def timed_writes(df: DataFrame, work: Path, masters: str, runs: int, buckets: int) -> tuple[list[float], list[float]]:
+    """Each run's Parquet and kudu write times of ``df``; run 0's directory and table are kept for the reads."""
+    pq_times: list[float] = []
+    kudu_times: list[float] = []
+    for run in range(max(1, runs)):
+        pq = str(work / f"parquet-{run}")
+        t0 = time.monotonic()
+        df.write.mode("overwrite").parquet(pq)
+        pq_times.append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        (
+            df.write.format("kudu")
+            .option("kudu.master", masters)
+            .option("kudu.table", f"bench-{run}")
+            .option("kudu.createTable", "true")
+            .option("kudu.primaryKey", "key")
+            .option("kudu.hashBuckets", str(buckets))
+            .option("kudu.operation", "insert")
+            .mode("append")
+            .save()
+        )
+        kudu_times.append(time.monotonic() - t0)
+        if run > 0:  # keep the footprint of one write (see the module docstring); run 0 is read below
+            shutil.rmtree(pq, ignore_errors=True)
+            with connect(masters) as client:
+                client.delete_table(f"bench-{run}")
+    return pq_times, kudu_times
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -121,30 +154,7 @@ def main() -> int:
             .cache()
         )
         df.count()
-        pq_times: list[float] = []
-        kudu_times: list[float] = []
-        for run in range(max(1, args.runs)):
-            pq = str(work / f"parquet-{run}")
-            t0 = time.monotonic()
-            df.write.mode("overwrite").parquet(pq)
-            pq_times.append(time.monotonic() - t0)
-            t0 = time.monotonic()
-            (
-                df.write.format("kudu")
-                .option("kudu.master", m)
-                .option("kudu.table", f"bench-{run}")
-                .option("kudu.createTable", "true")
-                .option("kudu.primaryKey", "key")
-                .option("kudu.hashBuckets", str(args.buckets))
-                .option("kudu.operation", "insert")
-                .mode("append")
-                .save()
-            )
-            kudu_times.append(time.monotonic() - t0)
-            if run > 0:  # keep the footprint of one write (see the module docstring); run 0 is read below
-                shutil.rmtree(pq, ignore_errors=True)
-                with connect(m) as client:
-                    client.delete_table(f"bench-{run}")
+        pq_times, kudu_times = timed_writes(df, work, m, args.runs, args.buckets)
         pq_write, kudu_write = min(pq_times), min(kudu_times)
         kudu_upsert = None
         if args.upsert:

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,7 @@ def make_schema() -> Any:
     try:
         from kudu_async.common.schema import Schema
 
-        return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)  # type: ignore[attr-defined]
+        return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)
     except ImportError:
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "unit", "tablet"))
         import conftest  # type: ignore[import-not-found]
@@ -190,11 +191,7 @@ def ops_bench(args: argparse.Namespace) -> None:
         return 0.0
 
     existing = np.arange(0, 2 * n, 2, dtype=np.int64)
-    for s in range(0, n, bs):
-        index += 1
-        b = batch_of(existing[s : s + bs])
-        res = tablet.write(WriteOp(np.full(b.num_rows, OpType.INSERT, dtype=np.int64), b), clock.now(), index)
-        assert not res.row_errors
+    index = insert_all(tablet, clock, (batch_of(existing[s : s + bs]) for s in range(0, n, bs)))
     tablet.flush_mrs()
     print(
         f"ops: {n:,} even keys flushed to {len(tablet.rowsets())} DiskRowSets; batches of {bs:,} rows "
@@ -213,6 +210,23 @@ def ops_bench(args: argparse.Namespace) -> None:
     run("(iii) update existing keys (1 column)", OpType.UPDATE, sample, np.array([True, True, False, False]))
     run("(iv) delete existing keys", OpType.DELETE, sample)
     run("(v) insert the deleted keys again", OpType.INSERT, sample)
+    compact_all(tablet)
+    if args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def insert_all(tablet: Tablet, clock: HybridClock, batches: Iterable[pa.RecordBatch]) -> int:
+    """Insert ``batches``, one write each at log indexes 1, 2, ...; returns the last index."""
+    index = 0
+    for b in batches:
+        index += 1
+        res = tablet.write(WriteOp(np.full(b.num_rows, OpType.INSERT, dtype=np.int64), b), clock.now(), index)
+        assert not res.row_errors
+    return index
+
+
+def compact_all(tablet: Tablet) -> None:
+    """(vi) of --ops: flush everything, then compact all rowsets with their deltas, timed."""
     tablet.flush_all()
     deltas = sum(d.num_delta_rows_on_disk() for d in tablet.rowsets())
     rows_before = sum(d.num_rows() for d in tablet.rowsets())
@@ -224,11 +238,9 @@ def ops_bench(args: argparse.Namespace) -> None:
         f"{rows_before / cpu:,.0f} rows/s (cpu)",
         flush=True,
     )
-    if args.dir is None:
-        shutil.rmtree(root, ignore_errors=True)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=None, help="default 5,000,000 (400,000 with --ops)")
     ap.add_argument("--batch", type=int, default=None, help="default 1,000 (20,000 with --ops)")
@@ -240,7 +252,11 @@ def main() -> None:
     ap.add_argument("--flush-mb", type=int, default=64)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--sync", action="store_true", help="fsync files (default off: measure the engine)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.ops:
         args.rows = args.rows or 400_000
         args.batch = args.batch or 20_000
@@ -284,37 +300,7 @@ def main() -> None:
     mm.stop()
     flushed_max = max((int.from_bytes(r.max_key, "big") ^ (1 << 63) for r in tablet.rowsets()), default=-1)
 
-    # (b) point lookups: half on flushed rows, half in the MemRowSet
-    info = tablet.info
-
-    def key_of(k: int) -> bytes:
-        return info.encode_keys(
-            pa.record_batch(
-                [pa.array([k], pa.int64()), pa.array([0], pa.int32()), pa.array([0.0]), pa.array([""])],
-                schema=arrow,
-            )
-        )[0]
-
-    lat: list[float] = []
-    hits = 0
-    for i in range(args.lookups):
-        if i % 2 == 0 and flushed_max >= 0:
-            k = random.randint(0, flushed_max)
-        else:
-            k = (
-                random.randint(flushed_max + 1, args.rows - 1)
-                if flushed_max + 1 < args.rows
-                else random.randint(0, args.rows - 1)
-            )
-        kb = key_of(k)
-        t0 = time.perf_counter()
-        row = tablet.lookup(kb)
-        lat.append(time.perf_counter() - t0)
-        hits += row is not None
-    print(
-        f"(b) lookup: p50={pct(lat, 0.5) * 1e6:.0f} us p99={pct(lat, 0.99) * 1e6:.0f} us "
-        f"({hits}/{args.lookups} found; flushed up to key {flushed_max})"
-    )
+    lookup_phase(tablet, arrow, args.rows, args.lookups, flushed_max)
 
     # (c) scan with predicate on a non-key column, 2 of 4 columns
     tablet.flush_mrs()
@@ -327,46 +313,11 @@ def main() -> None:
         f"anon={anon.mb():.0f} MiB"
     )
 
-    # Plain pyarrow over one Parquet file holding the same data.
-    full = tablet.scan(ScanSpec(projection=["key", "i32", "d", "s"])).to_table()
-    pq_path = os.path.join(root, "plain.parquet")
-    assert full is not None
-    pq.write_table(full, pq_path)
-    del full
-    best = None
-    for _ in range(2):
-        t0 = time.perf_counter()
-        t = pq.read_table(pq_path, columns=["key", "i32", "d"])
-        t = t.filter(pc.less(t.column("i32"), 500)).select(["key", "d"])
-        el = time.perf_counter() - t0
-        best = el if best is None else min(best, el)
-    assert best is not None
-    pq_rate = args.rows / best
+    pq_rate = parquet_rate(tablet, root, args.rows)
     print(f"    plain Parquet scan: {pq_rate:,.0f} rows/s; ratio tablet/parquet = {scan_rate / pq_rate:.2f}")
 
     # (d) 10% of rows updated, deltas not compacted
-    n_upd = args.rows // 10
-    upd_keys = np.sort(rng.choice(args.rows, n_upd, replace=False))
-    set_cols = np.zeros((args.batch, 4), dtype=bool)
-    set_cols[:, 1] = True
-    upd_types = np.full(args.batch, OpType.UPDATE, dtype=np.int64)
-    t0 = time.perf_counter()
-    for s in range(0, n_upd, args.batch):
-        ks = upd_keys[s : s + args.batch]
-        n = len(ks)
-        b = pa.record_batch(
-            [
-                pa.array(ks),
-                pa.array(rng.integers(0, 1000, n, dtype=np.int32)),
-                pa.array(np.zeros(n)),
-                pa.array([""] * n),
-            ],
-            schema=arrow,
-        )
-        index += 1
-        res = tablet.write(WriteOp(upd_types[:n], b, set_cols[:n]), clock.now(), index)
-        assert not res.row_errors, res.row_errors[:3]
-    upd_s = time.perf_counter() - t0
+    n_upd, upd_s = update_phase(tablet, arrow, args.rows, args.batch, rng, clock, index)
     while tablet.flush_dms():
         pass
     timed_scan(tablet)
@@ -383,6 +334,82 @@ def main() -> None:
     )
     if args.dir is None:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def lookup_phase(tablet: Tablet, arrow: pa.Schema, rows: int, lookups: int, flushed_max: int) -> None:
+    """(b) point lookups: half on flushed rows, half in the MemRowSet."""
+    info = tablet.info
+
+    def key_of(k: int) -> bytes:
+        return info.encode_keys(
+            pa.record_batch(
+                [pa.array([k], pa.int64()), pa.array([0], pa.int32()), pa.array([0.0]), pa.array([""])],
+                schema=arrow,
+            )
+        )[0]
+
+    lat: list[float] = []
+    hits = 0
+    for i in range(lookups):
+        if i % 2 == 0 and flushed_max >= 0:
+            k = random.randint(0, flushed_max)
+        else:
+            k = random.randint(flushed_max + 1, rows - 1) if flushed_max + 1 < rows else random.randint(0, rows - 1)
+        kb = key_of(k)
+        t0 = time.perf_counter()
+        row = tablet.lookup(kb)
+        lat.append(time.perf_counter() - t0)
+        hits += row is not None
+    print(
+        f"(b) lookup: p50={pct(lat, 0.5) * 1e6:.0f} us p99={pct(lat, 0.99) * 1e6:.0f} us "
+        f"({hits}/{lookups} found; flushed up to key {flushed_max})"
+    )
+
+
+def parquet_rate(tablet: Tablet, root: str, rows: int) -> float:
+    """Rows/s of plain pyarrow running (c)'s scan over one Parquet file holding the same data."""
+    full = tablet.scan(ScanSpec(projection=["key", "i32", "d", "s"])).to_table()
+    pq_path = os.path.join(root, "plain.parquet")
+    assert full is not None
+    pq.write_table(full, pq_path)
+    del full
+    best = None
+    for _ in range(2):
+        t0 = time.perf_counter()
+        t = pq.read_table(pq_path, columns=["key", "i32", "d"])
+        t = t.filter(pc.less(t.column("i32"), 500)).select(["key", "d"])
+        el = time.perf_counter() - t0
+        best = el if best is None else min(best, el)
+    assert best is not None
+    return rows / best
+
+
+def update_phase(
+    tablet: Tablet, arrow: pa.Schema, rows: int, batch: int, rng: np.random.Generator, clock: HybridClock, index: int
+) -> tuple[int, float]:
+    """(d) update one column of 10% of the rows, after log index ``index``; returns (updates, seconds)."""
+    n_upd = rows // 10
+    upd_keys = np.sort(rng.choice(rows, n_upd, replace=False))
+    set_cols = np.zeros((batch, 4), dtype=bool)
+    set_cols[:, 1] = True
+    upd_types = np.full(batch, OpType.UPDATE, dtype=np.int64)
+    t0 = time.perf_counter()
+    for s in range(0, n_upd, batch):
+        ks = upd_keys[s : s + batch]
+        n = len(ks)
+        b = pa.record_batch(
+            [
+                pa.array(ks),
+                pa.array(rng.integers(0, 1000, n, dtype=np.int32)),
+                pa.array(np.zeros(n)),
+                pa.array([""] * n),
+            ],
+            schema=arrow,
+        )
+        index += 1
+        res = tablet.write(WriteOp(upd_types[:n], b, set_cols[:n]), clock.now(), index)
+        assert not res.row_errors, res.row_errors[:3]
+    return n_upd, time.perf_counter() - t0
 
 
 def du(path: str) -> int:

@@ -22,13 +22,14 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kudu_async.common import types as T
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import INSERT, TabletClient
 
 SCHEMA = Schema(
-    [ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"), ColumnSchema("metric", "double")], 1
+    [ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING), ColumnSchema("metric", T.DOUBLE)], 1
 )
 
 

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admin_cli import admin, admin_json, create_kv_table
 
 import kudu_async as kudu
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.waits import wait_for
+from tests.integration.admin_cli import admin, admin_json, create_kv_table
 
 pytestmark = pytest.mark.integration
 
-SPEC = {
+SPEC: dict[str, Any] = {
     "table_name": "events",
     "schema": {
         "columns": [
@@ -60,7 +60,7 @@ SPEC = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def cluster(tmp_path_factory: pytest.TempPathFactory):
     c = MiniCluster(num_masters=1, num_tservers=4, base_dir=tmp_path_factory.mktemp("admin"))
     c.start()
     yield c
@@ -244,7 +244,7 @@ def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
 
     moved = admin_json(cluster, "tablet", "move-replica", tablet, src, spare)
     assert moved["moved_from"] == src and moved["moved_to"] == spare
-    after = wait_for(lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and v, 60, "3 voters after the move")
+    after = wait_for(lambda: v if len(v := _voters(cluster, tablet)) == 3 else None, 60, "3 voters after the move")
     assert spare in after and src not in after and set(after.values()) == {"VOTER"}
 
     # remove: the master sees the tablet under-replicated and places a new replica (3-4-3).

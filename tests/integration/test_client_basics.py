@@ -24,7 +24,7 @@ POINT_READ_PATHS = ("point_reads_in_memory", "point_reads_handed_off")  # where 
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def cluster(tmp_path_factory: pytest.TempPathFactory):
     c = MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path_factory.mktemp("client"))
     c.start()
     yield c
@@ -32,7 +32,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 
 
 @pytest.fixture(scope="module")
-def client(cluster: MiniCluster):  # type: ignore[no-untyped-def]
+def client(cluster: MiniCluster):
     with kudu.connect(cluster.master_addresses.split(",")) as c:
         yield c
 
@@ -81,7 +81,7 @@ def test_ddl_writes_errors_metrics_and_scans(client: kudu.Client) -> None:
     assert sorted(sc.open().read_all_tuples()) == [(1500, None, 7)]
     one = t.scanner().add_predicate(t["key"] == 2)
     one.open()
-    assert len(one._inner._tablets) == 1  # type: ignore[union-attr] # pruned to the key's hash bucket
+    assert len(one._inner._tablets) == 1  # pruned to the key's hash bucket
     assert t.scanner().set_limit(10).open().to_arrow().num_rows == 10
     assert t.scanner().set_fault_tolerant().open().to_arrow().num_rows == 2099
     df = t.scanner().set_projected_column_names(["key"]).open().to_pandas()
@@ -191,7 +191,7 @@ async def test_point_reads_stay_linearizable_while_rows_move_from_memory_to_file
     assert after["block_cache_inserts"] > before["block_cache_inserts"]  # flushed files were read from memory
 
 
-async def test_point_reads_stay_linearizable_without_a_block_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_point_reads_stay_linearizable_without_a_block_cache(tmp_path) -> None:
     """The same with every rowset file memory-mapped: lookups of flushed rows go to workers."""
     with MiniCluster(
         num_masters=1, num_tservers=3, base_dir=tmp_path / "c", tserver_flags=["--block-cache-capacity-mb", "0"]
@@ -268,7 +268,7 @@ async def _check_point_reads_linearizable(cluster: MiniCluster, both_paths: bool
         await c.delete_table("moving_rows")
 
 
-def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:
     with (
         MiniCluster(num_masters=1, num_tservers=3, base_dir=tmp_path / "c") as c,
         kudu.connect(c.master_addresses.split(",")) as client,

@@ -13,15 +13,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from admin_cli import admin as _admin
-from admin_cli import admin_json as _admin_json
-from admin_cli import create_kv_table
 
 import kudu_async as kudu
 from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.waits import wait_for
 from kudu_async.tools import ksck, rebalance, rebalancer_tool, replica_util
+from tests.integration.admin_cli import admin as _admin
+from tests.integration.admin_cli import admin_json as _admin_json
+from tests.integration.admin_cli import create_kv_table
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +156,7 @@ def test_leaders_piled_on_one_server_are_spread(cluster: MiniCluster) -> None:
             await client.close()
 
     asyncio.run(pile_up())
-    piled = wait_for(lambda: (v := _view(cluster)) and not v.problems and v, 20, "a settled cluster")
+    piled = wait_for(lambda: v if not (v := _view(cluster)).problems else None, 20, "a settled cluster")
     leaders = rebalance.leader_counts(piled.placement)[1]
     assert leaders[pile] >= 4 and rebalance.spread(leaders) >= 3, leaders
 

@@ -16,6 +16,7 @@ import pytest
 
 import kudu_async as kudu
 from kudu_async.client.retry import Deadline
+from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.row_conversion import encode_row_operations
 from kudu_async.common.schema import ColumnSchema, Schema
@@ -25,7 +26,7 @@ from kudu_async.testing.tablet_client import INSERT, UPDATE, TabletClient
 
 pytestmark = pytest.mark.integration
 SCHEMA = Schema(
-    [ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"), ColumnSchema("n", "int32")], 1
+    [ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING), ColumnSchema("n", T.INT32)], 1
 )
 
 

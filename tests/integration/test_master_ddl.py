@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduInvalidArgument, KuduNotTheLeader
 from kudu_async.common.partition import HashDimension, PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
@@ -18,7 +20,7 @@ from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import UPSERT, TabletClient
 
 pytestmark = pytest.mark.integration
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
+SCHEMA = Schema([ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING)], 1)
 PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 3)], ["key"])
 
 
@@ -104,7 +106,7 @@ async def test_create_locate_write_read_restart_and_delete(mini_cluster_factory,
     for loc in locs:
         roles = sorted(r["role"] for r in loc["replicas"])
         assert roles == ["FOLLOWER", "FOLLOWER", "LEADER"], loc
-    per_server = {}
+    per_server: dict[str, int] = {}
     for loc in locs:
         for r in loc["replicas"]:
             per_server[r["uuid"]] = per_server.get(r["uuid"], 0) + 1
@@ -160,7 +162,7 @@ async def test_leader_master_killed_during_create_table_next_leader_finishes(
 
 async def test_bad_ddl_requests_are_named(mini_cluster_factory, rpc: RpcClient) -> None:
     cluster = mini_cluster_factory(num_masters=1, num_tservers=1)
-    base = {"name": "t", "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict()}
+    base: dict[str, Any] = {"name": "t", "schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict()}
     cases = [
         ({**base, "num_replicas": 3}, "live tablet servers"),
         ({**base, "num_replicas": 2}, "odd"),

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduNotFound
 from kudu_async.common.partition import HashDimension, PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
@@ -17,7 +18,7 @@ from kudu_async.testing import MiniCluster, NodeProcess
 from kudu_async.testing.master_client import LeaderMasterClient
 
 pytestmark = pytest.mark.integration
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
+SCHEMA = Schema([ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING)], 1)
 PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 2)], ["key"])
 CREATE = {"schema": SCHEMA.to_dict(), "partition_schema": PSCHEMA.to_dict(), "num_replicas": 3}
 

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.errors import KuduBadStatus, KuduNotTheLeader
 from kudu_async.common.partition import HashDimension, PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
@@ -20,7 +21,7 @@ from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import UPSERT, TabletClient
 
 pytestmark = pytest.mark.integration
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
+SCHEMA = Schema([ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING)], 1)
 PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 4)], [])
 FAILED_AFTER_S = 3
 MASTER_FLAGS = [

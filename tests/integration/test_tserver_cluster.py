@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduInvalidArgument,
@@ -31,7 +32,7 @@ from kudu_async.testing.waits import wait_for
 pytestmark = pytest.mark.integration
 LONG = os.environ.get("KUDU_LONG_TESTS") == "1"
 SCHEMA = Schema(
-    [ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string"), ColumnSchema("n", "int32")], 1
+    [ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING), ColumnSchema("n", T.INT32)], 1
 )
 
 
@@ -367,7 +368,7 @@ async def test_alter_schema_is_replicated_and_old_writes_are_refused(mini_cluste
     await tc.write(rows(range(100)))
     leader_node = next(t for t in cluster.tservers if t.rpc_address == leader)
     current = Schema.from_dict(cluster.http_json(leader_node.name, "/api/v1/tablets/tablet-s")["schema"])
-    altered = current.add_column(ColumnSchema("extra", "int32", default=7)).rename_column("val", "label")
+    altered = current.add_column(ColumnSchema("extra", T.INT32, default=7)).rename_column("val", "label")
     reply = await rpc.call(
         leader,
         "TabletServer",

@@ -35,7 +35,7 @@ def test_sim_catches_acks_before_the_write_is_durable(monkeypatch: pytest.Monkey
     # The core believes every append is durable at once, while the simulated disk still lags.
     original = LogCache.append
 
-    def append_and_claim_durable(self: LogCache, entries: list) -> None:  # type: ignore[type-arg]
+    def append_and_claim_durable(self: LogCache, entries: list) -> None:
         original(self, entries)
         self.stable = self.last_index()
 

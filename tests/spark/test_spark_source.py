@@ -22,8 +22,8 @@ from kudu_async.testing import MiniCluster
 
 pytestmark = pytest.mark.integration
 pyspark = pytest.importorskip("pyspark")
+from pyspark.errors import AnalysisException  # noqa: E402
 from pyspark.sql import types as st  # noqa: E402
-from pyspark.sql.utils import AnalysisException  # noqa: E402
 
 try:
     from pyspark.errors import PySparkException

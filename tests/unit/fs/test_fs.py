@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -42,10 +43,14 @@ def test_failed_atomic_write_keeps_the_old_file_and_no_temp(tmp_path: Any) -> No
     assert os.listdir(tmp_path) == ["f"]
 
 
+def _writes(data: bytes) -> Callable[[BinaryIO], object]:
+    return lambda f: f.write(data)
+
+
 def test_blocks_spread_over_data_dirs_and_orphans_are_removed(tmp_path: Any) -> None:
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     bm = BlockManager(dirs)
-    ids = [bm.write_block(lambda f, i=i: f.write(bytes([i]))) for i in range(4)]
+    ids = [bm.write_block(_writes(bytes([i]))) for i in range(4)]
     assert {os.path.dirname(bm.path(b)) for b in ids} == set(dirs)
     assert Path(bm.path(ids[2])).read_bytes() == b"\x02"
     removed = bm.delete_orphans({ids[0], ids[1]})

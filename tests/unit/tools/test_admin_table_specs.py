@@ -41,12 +41,12 @@ def _table() -> Table:
     name, schema, part, n, _ = spec_to_create_args(SPEC)
     wire = part.to_wire(schema)
     return Table(
-        None,
+        None,  # type: ignore[arg-type]  # a handle that only describes the table needs no client
         None,
         {
             "name": name,
             "table_id": "x",
-            "schema": schema.to_dict(),  # type: ignore[arg-type]
+            "schema": schema.to_dict(),
             "partition_schema": wire["partition_schema"],
             "num_replicas": n,
         },

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksck_layouts import ADDR, A, B, C, D
-from ksck_layouts import location as _loc
-
 from kudu_async.tools import ksck
+from tests.unit.tools.ksck_layouts import ADDR, A, B, C, D
+from tests.unit.tools.ksck_layouts import location as _loc
 
 
 def _rep(tid: str, role: str, voters: list[str], state: str = "RUNNING", term: int = 3) -> dict[str, Any]:
@@ -100,7 +99,7 @@ def test_stale_leader_loses_to_the_higher_term() -> None:
 
 
 def test_master_problems() -> None:
-    masters = {
+    masters: dict[str, dict[str, Any]] = {
         "m:1": {"uuid": "m1", "is_leader": True, "leader_uuid": "m1"},
         "m:2": {"uuid": "m2", "is_leader": False, "leader_uuid": "m3"},
         "m:3": {"error": "TIMED_OUT"},

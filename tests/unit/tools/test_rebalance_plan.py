@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Sequence
 
 import pytest
 
@@ -15,7 +16,7 @@ from kudu_async.tools.rebalance import Placement, Tablet
 A, B, C, D, E = "ts-a", "ts-b", "ts-c", "ts-d", "ts-e"
 
 
-def _tablets(table: str, layouts: list[tuple[str, ...]], leaders: list[str] | None = None) -> tuple[Tablet, ...]:
+def _tablets(table: str, layouts: Sequence[tuple[str, ...]], leaders: list[str] | None = None) -> tuple[Tablet, ...]:
     return tuple(
         Tablet(f"{table}-{i:02d}", table, frozenset(v), (leaders[i] if leaders else v[0]))
         for i, v in enumerate(layouts)

@@ -84,10 +84,10 @@ class FakeClient:
 def _move(group: FakeGroup, src: str, dst: str, leader_to: str | None = None) -> dict[str, Any]:
     return asyncio.run(
         replica_util.move_replica(
-            FakeClient(group),
+            FakeClient(group),  # type: ignore[arg-type]  # only .rpc is used: a scripted Raft group
             "t1",
             src,
-            dst,  # type: ignore[arg-type]
+            dst,
             ADDR[group.leader],
             5.0,
             dst_address=ADDR[dst],
