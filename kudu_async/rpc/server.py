@@ -2,9 +2,11 @@
 
 Every request is checked before any handler runs (path, service, method, content type, deadline, body
 size, per-service queue, body decoding); each failure has its own status code, so a caller always learns
-what was wrong and the server keeps serving. A handler's result is encoded with the request's codec.
-A handler raising ``KuduBadStatus`` sends that code; any other exception becomes RUNTIME_ERROR (logged
-with its traceback). Error bodies are ``{"code", "message", "details"}`` with the code's HTTP status.
+what was wrong and the server keeps serving. Those rules live in ``rpc/connection.py``
+(``ServerConnection``); this module is the asyncio shell that feeds it bytes and the loop's clock and
+runs a task per admitted call. A handler's result is encoded with the request's codec. A handler
+raising ``KuduBadStatus`` sends that code; any other exception becomes RUNTIME_ERROR (logged with its
+traceback). Error bodies are ``{"code", "message", "details"}`` with the code's HTTP status.
 
 Deadlines: ``x-deadline-ms`` is the caller's remaining time when it sent the call. The server measures
 it from the arrival of the request headers, refuses to start a handler whose deadline already passed,
