@@ -234,13 +234,10 @@ class RpcClient:
         authority = addr.encode()
         for attempt in range(_MAX_ATTEMPTS):
             conn = self._conns.get(addr)
-            if conn is None or not conn.usable:
-                conn = await self._connect(addr, deadline, timeout_s)
-            try:
-                if not conn.has_slot():
-                    await conn.wait_slot(deadline)
-            except Unprocessed:
-                continue
+            if conn is None or not conn.usable or not conn.has_slot():
+                conn = await self._ready_connection(addr, conn, deadline, timeout_s)
+                if conn is None:
+                    continue
             remaining_ms = int((deadline - loop.time()) * 1000.0)
             if remaining_ms <= 0:
                 raise KuduTimedOut(f"{service}/{method} to {addr} timed out after {timeout_s:g}s before sending")
@@ -266,6 +263,20 @@ class RpcClient:
                 timer.cancel()
             return decode_answer(call, addr)
         raise KuduNetworkError(f"{service}/{method} to {addr}: no connection would take the call")
+
+    async def _ready_connection(
+        self, addr: str, conn: _ClientProtocol | None, deadline: float, timeout_s: float
+    ) -> _ClientProtocol | None:
+        """A usable connection to ``addr`` with a free stream (connecting or queueing for one as needed);
+        ``None`` when the connection stopped taking calls meanwhile (try another)."""
+        if conn is None or not conn.usable:
+            conn = await self._connect(addr, deadline, timeout_s)
+        try:
+            if not conn.has_slot():
+                await conn.wait_slot(deadline)
+        except Unprocessed:
+            return None
+        return conn
 
     def _faults_changed(self, active: bool) -> None:
         self._faulty = active

@@ -531,31 +531,41 @@ class ServerConnection(_Endpoint):
                 clen = v
             elif k == b"x-kudu-fault-applied":
                 req.fault_applied = True
+        err = self._check_request(req, verb, path, ctype, deadline_ms, clen)
+        if err is not None:
+            self.reject(req, err, stop_upload=not ev.stream_ended)
+
+    def _check_request(
+        self,
+        req: Request,
+        verb: bytes | None,
+        path: bytes | None,
+        ctype: bytes | None,
+        deadline_ms: bytes | None,
+        clen: bytes | None,
+    ) -> KuduBadStatus | None:
+        """Fill in the request's method, codec and deadline from its headers; the error if one breaks a rule."""
         ct = codec.canonical_content_type(ctype)
         if ct is not None:
             req.ctype = ct
         routed = self.router.route(verb, path)
-        err: KuduBadStatus | None = None
-        if isinstance(routed, Method):
-            req.method = routed
-        else:
-            err = routed
-        if err is None and ct is None:
+        if not isinstance(routed, Method):
+            return routed
+        req.method = routed
+        if ct is None:
             shown = ctype.decode("latin-1") if ctype is not None else "none"
-            err = KuduInvalidRequest(f"content-type must be {codec.MSGPACK} or {codec.JSON}, got {shown!r}")
-        if err is None and deadline_ms is not None:
+            return KuduInvalidRequest(f"content-type must be {codec.MSGPACK} or {codec.JSON}, got {shown!r}")
+        if deadline_ms is not None:
             try:
                 ms = float(deadline_ms)
-                if ms != ms:  # NaN
-                    raise ValueError
             except ValueError:
-                err = KuduInvalidRequest(f"x-deadline-ms must be a number of milliseconds, got {deadline_ms!r}")
-            else:
-                req.deadline = self._now + ms / 1000.0
-        if err is None and clen is not None and clen.isdigit() and int(clen) > self.router.max_body_bytes:
-            err = self.router.too_large(int(clen))
-        if err is not None:
-            self.reject(req, err, stop_upload=not ev.stream_ended)
+                ms = float("nan")
+            if ms != ms:  # not a number, or NaN
+                return KuduInvalidRequest(f"x-deadline-ms must be a number of milliseconds, got {deadline_ms!r}")
+            req.deadline = self._now + ms / 1000.0
+        if clen is not None and clen.isdigit() and int(clen) > self.router.max_body_bytes:
+            return self.router.too_large(int(clen))
+        return None
 
     def _on_data(self, ev: jh2.events.DataReceived) -> None:
         req = self.requests.get(ev.stream_id)

@@ -120,6 +120,11 @@ def _params(fn: Any) -> list[str]:
 
 def check_internals() -> list[str]:
     """What changed in jh2 that this module relies on; empty when everything is as tested."""
+    return [*_check_overridden(), *_check_state(), *_check_data_frame()]
+
+
+def _check_overridden() -> list[str]:
+    """The private methods FastH2Connection overrides, and the public ones that must reach them."""
     problems: list[str] = []
     base = jh2.connection.H2Connection
     for name, params in (("_prepare_for_sending", ["self", "frames"]), ("_open_streams", ["self", "remainder"])):
@@ -135,22 +140,35 @@ def check_internals() -> list[str]:
     for name in ("send_data", "send_headers", "reset_stream", "acknowledge_received_data"):
         if "_prepare_for_sending(" not in inspect.getsource(getattr(base, name)):
             problems.append(f"H2Connection.{name} no longer queues its frames through _prepare_for_sending")
-    conn = base(config=jh2.config.H2Configuration(client_side=True))
+    return problems
+
+
+def _check_state() -> list[str]:
+    """The attributes FastH2Connection reads or replaces on a connection."""
+    problems: list[str] = []
+    conn = jh2.connection.H2Connection(config=jh2.config.H2Configuration(client_side=True))
     for name, kind in (("_data_to_send", bytearray), ("streams", dict), ("_closed_streams", dict)):
         if not isinstance(getattr(conn, name, None), kind):
             problems.append(f"H2Connection().{name} is no longer a {kind.__name__}")
     conn.initiate_connection()
     if not bytes(getattr(conn, "_data_to_send", b"")).startswith(b"PRI * HTTP/2.0"):
         problems.append("initiate_connection() no longer queues the preamble in _data_to_send")
-    for name in ("max_outbound_frame_size", "remote_settings", "local_settings", "config"):
-        if not hasattr(conn, name):
-            problems.append(f"H2Connection().{name} is gone")
-    if not hasattr(conn.remote_settings, "max_concurrent_streams"):
+    problems += [
+        f"H2Connection().{name} is gone"
+        for name in ("max_outbound_frame_size", "remote_settings", "local_settings", "config")
+        if not hasattr(conn, name)
+    ]
+    if not hasattr(getattr(conn, "remote_settings", None), "max_concurrent_streams"):
         problems.append("Settings.max_concurrent_streams is gone")
+    return problems
+
+
+def _check_data_frame() -> list[str]:
+    """The DataFrame fields FastH2Connection serialises itself, and that it writes what jh2 would."""
     frame = DataFrame(3, b"abc", flags=["END_STREAM"])
-    for name in ("data", "flags", "stream_id", "body_len"):
-        if not hasattr(frame, name):
-            problems.append(f"DataFrame.{name} is gone")
+    problems = [
+        f"DataFrame.{name} is gone" for name in ("data", "flags", "stream_id", "body_len") if not hasattr(frame, name)
+    ]
     fast = make_h2_connection(True)
     fast._chunks = []
     fast._data_to_send = bytearray()

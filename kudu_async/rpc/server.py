@@ -118,6 +118,16 @@ class _Call:
             self.cancel_reason = reason
             self.task.cancel()
 
+    def cancelled_error(self) -> KuduBadStatus:
+        """The answer for a handler that was cancelled, by why it was."""
+        name = self.ctx.full_method
+        if self.cancel_reason == "deadline":
+            return KuduTimedOut(f"{name} did not finish within its deadline", {"deadline_exceeded": True})
+        if self.cancel_reason == "abandoned":
+            return KuduTimedOut(f"{name} abandoned by the caller")
+        # "shutdown", or cancelled from inside the handler
+        return KuduServiceUnavailable(f"{name} cancelled: the server is shutting down")
+
 
 class _ServerProtocol(RpcProtocol):
     """One accepted connection: feeds its ServerConnection and starts a task per admitted call."""
@@ -287,10 +297,7 @@ class RpcServer:
         # them elsewhere), running calls finish, and GOAWAY goes out with the close.
         for proto in list(self._connections):
             proto.rpc.draining = True
-        end = loop.time() + grace_s
-        # Polled: the condition spans every connection's partly uploaded requests as well as calls.
-        while (self._calls or any(p.rpc.requests for p in self._connections)) and loop.time() < end:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        await self._drain(loop.time() + grace_s)
         leftovers = [c.task for c in self._calls if c.task is not None]
         for c in list(self._calls):
             c.cancel("shutdown")
@@ -307,6 +314,13 @@ class RpcServer:
         if self.faults is not None:
             self.faults.unsubscribe(self._faults_changed)
         self._stopping.set_result(None)
+
+    async def _drain(self, end: float) -> None:
+        """Wait until no call runs and no request is half uploaded, or until ``end`` on the loop's clock."""
+        loop = asyncio.get_running_loop()
+        # Polled: the condition spans every connection's partly uploaded requests as well as calls.
+        while (self._calls or any(p.rpc.requests for p in self._connections)) and loop.time() < end:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
 
     def inflight(self) -> list[dict[str, Any]]:
         """Running calls for ``/rpcz``: method, remote, source, elapsed and remaining milliseconds."""
@@ -395,12 +409,7 @@ class RpcServer:
         except KuduBadStatus as e:
             err = e
         except asyncio.CancelledError:
-            if call.cancel_reason == "deadline":
-                err = KuduTimedOut(f"{ctx.full_method} did not finish within its deadline", {"deadline_exceeded": True})
-            elif call.cancel_reason == "abandoned":
-                err = KuduTimedOut(f"{ctx.full_method} abandoned by the caller")
-            else:  # "shutdown", or cancelled from inside the handler
-                err = KuduServiceUnavailable(f"{ctx.full_method} cancelled: the server is shutting down")
+            err = call.cancelled_error()
         except Exception as e:
             log.exception("handler %s raised (caller %s %s)", ctx.full_method, ctx.source or "-", ctx.remote)
             err = KuduRuntimeError(f"{ctx.full_method} failed: {type(e).__name__}: {e}")
