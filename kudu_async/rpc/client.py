@@ -6,7 +6,8 @@ failures are typed too: a refused, reset or lost connection is ``KuduNetworkErro
 is ``KuduTimedOut`` (enforced locally as well, so a dead peer cannot hold a caller past its timeout).
 
 A call costs no task of its own: it registers a future on its stream, the connection's protocol
-completes it from h2's events, and one timer handle enforces the deadline. Calls the server provably
+completes it from the connection object's events (``rpc/connection.py`` holds the rules), and one timer
+handle enforces the deadline. Calls the server provably
 did not process (GOAWAY beyond them, REFUSED_STREAM) are retried on a fresh connection within the
 deadline, so a peer's graceful restart is invisible to callers. Calls are never retried otherwise: the
 layers above know which of their calls are idempotent.
@@ -16,69 +17,58 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
+import logging
 from typing import Any
 
-import jh2.errors
-import jh2.events
-
 from kudu_async.common.errors import (
-    KuduBadStatus,
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNetworkError,
-    KuduRemoteError,
     KuduServiceUnavailable,
     KuduTimedOut,
-    error_from_dict,
 )
 from kudu_async.common.metrics import Counter, MetricEntity
 from kudu_async.rpc import codec
+from kudu_async.rpc.connection import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_WINDOW,
+    Call,
+    ClientConnection,
+    RpcProtocolError,
+    Unprocessed,
+    decode_answer,
+    request_headers,
+)
 from kudu_async.rpc.faults import FaultInjector
-from kudu_async.rpc.h2_protocol import DEFAULT_WINDOW, H2Protocol
+from kudu_async.rpc.protocol import RpcProtocol
 
-DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+log = logging.getLogger("kudu_async.rpc")
+
 DEFAULT_MAX_QUEUED_PER_PEER = 10_000
 _MAX_ATTEMPTS = 3
-_STREAM_ID_LIMIT = 1 << 30  # open a fresh connection well before h2's 2**31 stream ids run out
 
 
-class _Unprocessed(Exception):
-    """The server did not process this call (GOAWAY / REFUSED_STREAM): safe to send it again."""
+class _ClientProtocol(RpcProtocol):
+    """One outgoing connection: feeds its ClientConnection, completes callers' futures, queues callers
+    for a stream when the server's MAX_CONCURRENT_STREAMS is reached."""
 
-
-class _Pending:
-    """One call waiting for its answer."""
-
-    __slots__ = ("chunks", "ctype", "fut", "method", "service", "size", "start", "status")
-
-    def __init__(self, fut: asyncio.Future[_Pending], service: str, method: str) -> None:
-        self.fut = fut
-        self.service = service
-        self.method = method
-        self.status = 0
-        self.ctype = codec.MSGPACK
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.start = time.monotonic()
-
-
-class _ClientConnection(H2Protocol):
-    """One outgoing HTTP/2 connection to a peer."""
+    rpc: ClientConnection
 
     def __init__(self, client: RpcClient, addr: str) -> None:
-        super().__init__(client_side=True, max_concurrent_streams=100, window=client.window)
+        super().__init__(ClientConnection(addr, max_response_bytes=client.max_response_bytes, window=client.window))
         self.client = client
         self.addr = addr
-        self.streams: dict[int, _Pending] = {}
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.usable = True
-        self.lost: asyncio.Future[None] = self.loop.create_future()
+        self.done: asyncio.Future[None] = self.loop.create_future()
+
+    @property
+    def usable(self) -> bool:
+        return self.rpc.usable and not self.lost
 
     # --- capacity -----------------------------------------------------------------------------------------
 
     def has_slot(self) -> bool:
-        return len(self.streams) < self.conn.remote_settings.max_concurrent_streams and not self.waiters
+        return not self.waiters and self.rpc.has_slot()
 
     async def wait_slot(self, deadline: float) -> None:
         """Queue (bounded) until the server's MAX_CONCURRENT_STREAMS lets one more stream open."""
@@ -100,162 +90,88 @@ class _ClientConnection(H2Protocol):
 
     def _release_slot(self) -> None:
         waiters = self.waiters
-        while waiters and len(self.streams) < self.conn.remote_settings.max_concurrent_streams:
+        while waiters and self.rpc.has_slot():
             w = waiters.popleft()
             if not w.done():
                 w.set_result(None)
                 return
 
-    def on_settings_changed(self) -> None:
-        self._release_slot()
-
-    # --- calls ----------------------------------------------------------------------------------------------
-
-    def start(self, headers: list[tuple[bytes, bytes]], body: bytes, p: _Pending) -> int:
-        sid = self.conn.get_next_available_stream_id()
-        self.streams[sid] = p
-        if not self.send_message(sid, headers, body):
-            del self.streams[sid]
-            raise _Unprocessed()
-        self.schedule_flush()
-        if sid > _STREAM_ID_LIMIT:
-            self.usable = False
-        return sid
-
-    def expire(self, sid: int, p: _Pending, timeout_s: float) -> None:
-        """The caller's deadline passed: fail the call and tell the server to stop working on it."""
-        if p.fut.done():
-            return
-        p.fut.set_exception(
-            KuduTimedOut(
-                f"{p.service}/{p.method} to {self.addr} timed out after {timeout_s:g}s",
-                {"deadline_exceeded": True},
-            )
-        )
-        self.abandon(sid)
-
-    def abandon(self, sid: int) -> None:
-        if self.streams.pop(sid, None) is not None:
-            self.reset_stream(sid, jh2.errors.ErrorCodes.CANCEL)
-            self._release_slot()
-            if not self.usable:
-                self._close_if_idle()
-
-    # --- events -----------------------------------------------------------------------------------------
-
-    def on_response(self, ev: jh2.events.ResponseReceived) -> None:
-        p = self.streams.get(ev.stream_id)
-        if p is None:
-            return
-        for k, v in ev.headers:
-            if k == b":status":
-                p.status = int(v)
-            elif k == b"content-type":
-                p.ctype = codec.canonical_content_type(v) or codec.MSGPACK
-
-    def on_data(self, ev: jh2.events.DataReceived) -> None:
-        p = self.streams.get(ev.stream_id)
-        if p is None:
-            return
-        data = ev.data
-        p.size += len(data)
-        if p.size > self.client.max_response_bytes:
-            if not p.fut.done():
-                p.fut.set_exception(
-                    KuduRemoteError(
-                        f"answer of {p.service}/{p.method} from {self.addr} exceeds "
-                        f"{self.client.max_response_bytes} bytes"
-                    )
-                )
-            self.abandon(ev.stream_id)
-            return
-        p.chunks.append(data)
-
-    def on_stream_ended(self, ev: jh2.events.StreamEnded) -> None:
-        p = self.streams.pop(ev.stream_id, None)
-        if p is None:
-            return
-        # The answer is complete even if our own upload was cut short (server answered early).
-        self.drop_outbound(ev.stream_id)
-        if not p.fut.done():
-            p.fut.set_result(p)
-        if self.waiters:
-            self._release_slot()
-        if not self.usable:
-            self._close_if_idle()
-
-    def on_stream_reset(self, ev: jh2.events.StreamReset) -> None:
-        super().on_stream_reset(ev)
-        p = self.streams.pop(ev.stream_id, None)
-        if p is None:
-            return
-        if not p.fut.done():
-            if ev.error_code == jh2.errors.ErrorCodes.REFUSED_STREAM:
-                # Only a draining server refuses streams (we honour its stream limit): go elsewhere.
-                self.usable = False
-                self.client._forget(self)
-                p.fut.set_exception(_Unprocessed())
-            else:
-                p.fut.set_exception(
-                    KuduNetworkError(
-                        f"{p.service}/{p.method} to {self.addr}: stream reset by peer ({_code_name(ev.error_code)})"
-                    )
-                )
-        self._release_slot()
-        if not self.usable:
-            self._close_if_idle()
-
-    def on_terminated(self, ev: jh2.events.ConnectionTerminated) -> None:
-        self.usable = False
-        self.client._forget(self)
-        last = ev.last_stream_id if ev.last_stream_id is not None else 0
-        graceful = ev.error_code in (0, jh2.errors.ErrorCodes.NO_ERROR, None)
-        for sid in [s for s in self.streams if s > last or not graceful]:
-            p = self.streams.pop(sid)
-            if not p.fut.done():
-                if sid > last:
-                    p.fut.set_exception(_Unprocessed())
-                else:
-                    p.fut.set_exception(
-                        KuduNetworkError(f"connection to {self.addr} closed by peer ({_code_name(ev.error_code)})")
-                    )
-        self._wake_waiters()
-        self._close_if_idle()
-
-    def on_connection_lost(self, exc: Exception | None) -> None:
-        self.usable = False
-        self.client._forget(self)
-        why = f": {exc}" if exc else ""
-        streams, self.streams = self.streams, {}
-        for p in streams.values():
-            if not p.fut.done():
-                p.fut.set_exception(KuduNetworkError(f"connection to {self.addr} lost{why}"))
-        self._wake_waiters()
-        if not self.lost.done():
-            self.lost.set_result(None)
-
     def _wake_waiters(self) -> None:
         while self.waiters:
             w = self.waiters.popleft()
             if not w.done():
-                w.set_exception(_Unprocessed())
+                w.set_exception(Unprocessed())
 
-    def _close_if_idle(self) -> None:
-        """A connection no longer taking calls closes once its last call is answered."""
-        if not self.usable and not self.streams and not self.closed:
-            self.close_connection()
+    # --- calls ----------------------------------------------------------------------------------------------
+
+    def send(self, headers: list[tuple[bytes, bytes]], body: bytes, call: Call) -> None:
+        self.rpc.send(headers, body, call)
+        self.schedule_flush()
+
+    def expire(self, call: Call, timeout_s: float) -> None:
+        """The caller's deadline passed: fail the call and tell the server to stop working on it."""
+        fut = call.waiter
+        if fut.done():
+            return
+        fut.set_exception(
+            KuduTimedOut(
+                f"{call.service}/{call.method} to {self.addr} timed out after {timeout_s:g}s",
+                {"deadline_exceeded": True},
+            )
+        )
+        self.abandon(call)
+
+    def abandon(self, call: Call) -> None:
+        self.rpc.abandon(call)
+        self._after_events()
+        self.schedule_flush()
+
+    # --- events ---------------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        try:
+            finished = self.rpc.receive_data(data)
+        except RpcProtocolError as e:
+            log.warning("HTTP/2 protocol error from %s: %s; closing the connection", self.addr, e)
+            self.flush()
+            self.abort_connection()
+            return
+        for call in finished:
+            fut = call.waiter
+            if not fut.done():
+                if call.error is None:
+                    fut.set_result(call)
+                else:
+                    fut.set_exception(call.error)
+        self._after_events()
+        self.flush()
+
+    def _after_events(self) -> None:
+        if self.waiters:
+            if self.rpc.usable:
+                self._release_slot()
+            else:
+                self._wake_waiters()
+        if not self.rpc.usable:
+            self.client._forget(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.fail(self.rpc.connection_lost(exc))
+        self.client._forget(self)
+        self._wake_waiters()
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def fail(self, calls: list[Call]) -> None:
+        for call in calls:
+            if not call.waiter.done():
+                call.waiter.set_exception(call.error)
 
 
 def _expire_waiter(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_exception(KuduTimedOut("timed out waiting for a free HTTP/2 stream"))
-
-
-def _code_name(code: Any) -> str:
-    try:
-        return jh2.errors.ErrorCodes(code).name
-    except ValueError:
-        return str(code)
 
 
 class RpcClient:
@@ -272,15 +188,20 @@ class RpcClient:
         window: int = DEFAULT_WINDOW,
     ) -> None:
         self.node_name = node_name
-        self._source_b = node_name.encode()
         self.faults = faults
         self.max_response_bytes = max_response_bytes
         self.max_queued_per_peer = max_queued_per_peer
         self.window = window
-        self._conns: dict[str, _ClientConnection] = {}
-        self._connecting: dict[str, asyncio.Task[_ClientConnection]] = {}
-        self._all: set[_ClientConnection] = set()
+        source = [(b"x-kudu-source", node_name.encode())] if node_name else []
+        self._headers_tail: list[tuple[bytes, bytes]] = [(b"content-type", codec.MSGPACK_B), *source]
+        self._headers_tail_faulted = [*self._headers_tail, (b"x-kudu-fault-applied", b"1")]
+        self._conns: dict[str, _ClientProtocol] = {}
+        self._connecting: dict[str, asyncio.Task[_ClientProtocol]] = {}
+        self._all: set[_ClientProtocol] = set()
         self._closed = False
+        self._faulty = False  # some fault rule is set: calls go through _hold_for_faults first
+        if faults is not None:
+            faults.subscribe(self._faults_changed)
         self._m_connects: Counter | None = None
         self._m_failures: Counter | None = None
         if metrics is not None:
@@ -306,91 +227,80 @@ class RpcClient:
             body = codec.encode_msgpack(request)
         except (TypeError, ValueError, OverflowError) as e:
             raise KuduInvalidArgument(f"request for {service}/{method} cannot be encoded as msgpack: {e}") from None
-        fault_applied = False
-        faults = self.faults
-        if faults is not None and faults.active:
-            decision = faults.decide(self.node_name, (addr,))
-            if decision is not None:
-                if decision.drop:
-                    await asyncio.sleep(max(0.0, deadline - loop.time()))
-                    raise KuduTimedOut(
-                        f"{service}/{method} to {addr} timed out after {timeout_s:g}s (dropped by fault injection)",
-                        {"deadline_exceeded": True},
-                    )
-                await asyncio.sleep(min(decision.delay_s, max(0.0, deadline - loop.time())))
-                fault_applied = True
-        headers_tail: list[tuple[bytes, bytes]] = [
-            (b"content-type", codec.MSGPACK_B),
-        ]
-        if self._source_b:
-            headers_tail.append((b"x-kudu-source", self._source_b))
-        if fault_applied:
-            headers_tail.append((b"x-kudu-fault-applied", b"1"))
+        headers_tail = self._headers_tail
+        if self._faulty:
+            headers_tail = await self._hold_for_faults(addr, service, method, deadline, timeout_s)
         path = f"/{service}/{method}".encode()
         authority = addr.encode()
         for attempt in range(_MAX_ATTEMPTS):
             conn = self._conns.get(addr)
-            if conn is None or not conn.usable:
-                conn = await self._connect(addr, deadline, timeout_s)
-            try:
-                if not conn.has_slot():
-                    await conn.wait_slot(deadline)
-            except _Unprocessed:
-                continue
+            if conn is None or not conn.usable or not conn.has_slot():
+                conn = await self._ready_connection(addr, conn, deadline, timeout_s)
+                if conn is None:
+                    continue
             remaining_ms = int((deadline - loop.time()) * 1000.0)
             if remaining_ms <= 0:
                 raise KuduTimedOut(f"{service}/{method} to {addr} timed out after {timeout_s:g}s before sending")
-            headers = [
-                (b":method", b"POST"),
-                (b":scheme", b"http"),
-                (b":path", path),
-                (b":authority", authority),
-                (b"x-deadline-ms", str(remaining_ms).encode()),
-                *headers_tail,
-            ]
-            fut: asyncio.Future[_Pending] = loop.create_future()
-            p = _Pending(fut, service, method)
+            fut: asyncio.Future[Call] = loop.create_future()
+            call = Call(service, method, loop.time(), fut)
             try:
-                sid = conn.start(headers, body, p)
-            except _Unprocessed:
+                conn.send(request_headers(path, authority, remaining_ms, headers_tail), body, call)
+            except Unprocessed:
                 continue
-            timer = loop.call_at(deadline, conn.expire, sid, p, timeout_s)
+            timer = loop.call_at(deadline, conn.expire, call, timeout_s)
             try:
                 await fut
-            except _Unprocessed:
+            except Unprocessed:
                 if attempt + 1 < _MAX_ATTEMPTS:
                     continue
                 raise KuduNetworkError(
                     f"{service}/{method} to {addr}: refused by a server that is shutting down"
                 ) from None
             except asyncio.CancelledError:
-                conn.abandon(sid)
+                conn.abandon(call)
                 raise
             finally:
                 timer.cancel()
-            return self._answer(addr, p)
+            return decode_answer(call, addr)
         raise KuduNetworkError(f"{service}/{method} to {addr}: no connection would take the call")
 
-    def _answer(self, addr: str, p: _Pending) -> Any:
-        chunks = p.chunks
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if p.status == 200:
-            try:
-                return codec.decode(body, p.ctype)
-            except KuduBadStatus as e:
-                raise KuduRemoteError(f"undecodable answer to {p.service}/{p.method} from {addr}: {e}") from None
+    async def _ready_connection(
+        self, addr: str, conn: _ClientProtocol | None, deadline: float, timeout_s: float
+    ) -> _ClientProtocol | None:
+        """A usable connection to ``addr`` with a free stream (connecting or queueing for one as needed);
+        ``None`` when the connection stopped taking calls meanwhile (try another)."""
+        if conn is None or not conn.usable:
+            conn = await self._connect(addr, deadline, timeout_s)
         try:
-            decoded = codec.decode(body, p.ctype)
-        except KuduBadStatus:
-            decoded = None
-        if isinstance(decoded, dict) and isinstance(decoded.get("code"), str):
-            raise error_from_dict(decoded)
-        raise KuduRemoteError(
-            f"HTTP {p.status} from {addr} for {p.service}/{p.method} without an error body",
-            {"http_status": p.status},
-        )
+            if not conn.has_slot():
+                await conn.wait_slot(deadline)
+        except Unprocessed:
+            return None
+        return conn
 
-    async def _connect(self, addr: str, deadline: float, timeout_s: float) -> _ClientConnection:
+    def _faults_changed(self, active: bool) -> None:
+        self._faulty = active
+
+    async def _hold_for_faults(
+        self, addr: str, service: str, method: str, deadline: float, timeout_s: float
+    ) -> list[tuple[bytes, bytes]]:
+        """Apply the fault rules to an outgoing call: wait out a drop (then time out) or a delay; the
+        headers to send (marked when a rule was applied, so the server does not apply one again)."""
+        faults = self.faults
+        decision = None if faults is None else faults.decide(self.node_name, (addr,))
+        if decision is None:
+            return self._headers_tail
+        loop = asyncio.get_running_loop()
+        if decision.drop:
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            raise KuduTimedOut(
+                f"{service}/{method} to {addr} timed out after {timeout_s:g}s (dropped by fault injection)",
+                {"deadline_exceeded": True},
+            )
+        await asyncio.sleep(min(decision.delay_s, max(0.0, deadline - loop.time())))
+        return self._headers_tail_faulted
+
+    async def _connect(self, addr: str, deadline: float, timeout_s: float) -> _ClientProtocol:
         task = self._connecting.get(addr)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._open(addr))
@@ -404,20 +314,20 @@ class RpcClient:
                 f"connecting to {addr} timed out (call timeout {timeout_s:g}s)", {"deadline_exceeded": True}
             ) from None
 
-    def _connect_done(self, addr: str, task: asyncio.Task[_ClientConnection]) -> None:
+    def _connect_done(self, addr: str, task: asyncio.Task[_ClientProtocol]) -> None:
         if self._connecting.get(addr) is task:
             del self._connecting[addr]
         if not task.cancelled():
             task.exception()  # retrieved here so an abandoned attempt does not warn
 
-    async def _open(self, addr: str) -> _ClientConnection:
+    async def _open(self, addr: str) -> _ClientProtocol:
         try:
             host, port = codec.parse_addr(addr)
         except ValueError as e:
             raise KuduNetworkError(str(e)) from None
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await loop.create_connection(lambda: _ClientConnection(self, addr), host, port)
+            _, proto = await loop.create_connection(lambda: _ClientProtocol(self, addr), host, port)
         except OSError as e:
             if self._m_failures is not None:
                 self._m_failures.increment()
@@ -431,45 +341,40 @@ class RpcClient:
         self._all.add(proto)
         return proto
 
-    def _forget(self, conn: _ClientConnection) -> None:
+    def _forget(self, conn: _ClientProtocol) -> None:
         if self._conns.get(conn.addr) is conn:
             del self._conns[conn.addr]
-        if conn.lost.done() or conn.closed:
+        if conn.lost:
             self._all.discard(conn)
 
     def inflight(self) -> list[dict[str, Any]]:
         """Outstanding calls for ``/rpcz``: method, remote, elapsed milliseconds."""
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         out = []
         for conn in list(self._all):
-            for p in list(conn.streams.values()):
+            for c in list(conn.rpc.calls.values()):
                 out.append(
                     {
-                        "method": f"{p.service}/{p.method}",
+                        "method": f"{c.service}/{c.method}",
                         "remote": conn.addr,
-                        "elapsed_ms": round((now - p.start) * 1000.0, 3),
+                        "elapsed_ms": round((now - c.start) * 1000.0, 3),
                     }
                 )
         return out
 
-    def connected_peers(self) -> list[str]:
-        return sorted(self._conns)
-
     async def close(self, timeout_s: float = 2.0) -> None:
         """Fail outstanding calls with KuduNetworkError and close every connection."""
         self._closed = True
+        if self.faults is not None:
+            self.faults.unsubscribe(self._faults_changed)
         for task in list(self._connecting.values()):
             task.cancel()
         conns = list(self._all)
         self._conns.clear()
         for conn in conns:
-            conn.usable = False
-            streams, conn.streams = conn.streams, {}
-            for p in streams.values():
-                if not p.fut.done():
-                    p.fut.set_exception(KuduNetworkError(f"RpcClient closed while calling {conn.addr}"))
+            conn.fail(conn.rpc.fail_all(f"RpcClient closed while calling {conn.addr}"))
             conn._wake_waiters()
             conn.close_connection()
         if conns:
-            await asyncio.wait([c.lost for c in conns], timeout=timeout_s)
+            await asyncio.wait([c.done for c in conns], timeout=timeout_s)
         self._all.clear()

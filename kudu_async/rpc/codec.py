@@ -48,7 +48,8 @@ def canonical_content_type(header: bytes | str | None) -> str | None:
 
 def encode_msgpack(obj: Any) -> bytes:
     """msgpack with ``bin`` for bytes and ``str`` for text (use_bin_type=True)."""
-    return msgpack.packb(obj, use_bin_type=True)
+    out: bytes = msgpack.packb(obj, use_bin_type=True)
+    return out
 
 
 def decode_msgpack(body: bytes) -> Any:

@@ -18,12 +18,16 @@ rule rolls its own probability; delays of several matching rules add up; a fired
 
 The injector is off unless constructed with ``enabled=True`` (the node's ``--enable-fault-injection``);
 a disabled injector refuses rules, so a production node can never be partitioned by an RPC.
+
+The check is off the hot path: the server and client ``subscribe`` to the injector and route calls
+through their fault-checking path only while some rule is set, so a node without rules pays nothing.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +100,7 @@ class FaultInjector:
         self._rules: tuple[FaultRule, ...] = ()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[bool], None]] = []
         self.dropped = 0
         self.delayed = 0
 
@@ -105,8 +110,22 @@ class FaultInjector:
 
     @property
     def active(self) -> bool:
-        """True when there is at least one rule (the hot path checks only this)."""
+        """True when there is at least one rule."""
         return bool(self._rules)
+
+    def subscribe(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(active)`` now and whenever the rules change (from the thread that changes them)."""
+        self._listeners.append(listener)
+        listener(self.active)
+
+    def unsubscribe(self, listener: Callable[[bool], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _notify(self) -> None:
+        active = self.active
+        for listener in list(self._listeners):
+            listener(active)
 
     def set_rules(self, rules: list[dict[str, Any]]) -> None:
         """Replace all rules atomically; all are validated before any takes effect."""
@@ -117,11 +136,13 @@ class FaultInjector:
         parsed = tuple(FaultRule.from_dict(r, i) for i, r in enumerate(rules))
         with self._lock:
             self._rules = parsed
+        self._notify()
 
     def clear(self) -> None:
         """Remove every rule (allowed even when disabled: it can only make things healthier)."""
         with self._lock:
             self._rules = ()
+        self._notify()
 
     def rules(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self._rules]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import multiprocessing as mp
 import os
 import statistics
@@ -161,6 +162,8 @@ def main() -> None:
     ap.add_argument("--profile-client", default="", help="write a pyinstrument text profile of the client here")
     ap.add_argument("--profile-server", default="", help="write a pyinstrument text profile of the server here")
     args = ap.parse_args()
+    if (args.profile_client or args.profile_server) and importlib.util.find_spec("pyinstrument") is None:
+        raise SystemExit("--profile-client/--profile-server need pyinstrument (pip install pyinstrument)")
     loop_name = _install_uvloop()
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

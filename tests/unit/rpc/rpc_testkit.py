@@ -11,7 +11,7 @@ import jh2.events
 
 from kudu_async.common.errors import KuduNotTheLeader, error_from_code
 from kudu_async.rpc import CallContext
-from kudu_async.rpc.h2_protocol import make_h2_connection
+from kudu_async.rpc.jh2_fast import make_h2_connection
 
 
 class TestService:

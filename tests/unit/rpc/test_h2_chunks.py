@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jh2.events
 
-from kudu_async.rpc.h2_protocol import make_h2_connection
+from kudu_async.rpc.jh2_fast import make_h2_connection
 
 
 def test_data_frames_are_queued_without_copying_the_body_and_parse_back() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
-from kudu_async.rpc import FaultInjector
+from kudu_async.rpc import FaultInjector, RpcClient, RpcServer
 
 
 def test_disabled_injector_refuses_rules_but_allows_clear() -> None:
@@ -71,3 +71,19 @@ def test_clear_removes_every_rule() -> None:
     assert f.active
     f.clear()
     assert not f.active and f.decide("a", ("b",)) is None
+
+
+async def test_server_and_client_take_the_fault_path_only_while_rules_are_set() -> None:
+    f = FaultInjector(enabled=True)
+    server = RpcServer(faults=f)
+    client = RpcClient("c", faults=f)
+    try:
+        assert server._start == server._start_call and not client._faulty
+        f.set_rules([{"action": "delay", "delay_ms": 1}])
+        assert server._start == server._start_with_faults and client._faulty
+        f.clear()
+        assert server._start == server._start_call and not client._faulty
+    finally:
+        await client.close()
+    f.set_rules([{"action": "drop"}])
+    assert not client._faulty, "a closed client no longer listens to the injector"

@@ -20,8 +20,8 @@ def _server_state(server: RpcServer) -> tuple[int, int, int]:
     conns = list(server._connections)
     return (
         len(server._calls),
-        sum(len(c.requests) for c in conns),
-        sum(len(c._outbound) for c in conns),
+        sum(len(c.rpc.requests) for c in conns),
+        sum(len(c.rpc.outbound) for c in conns),
     )
 
 
@@ -43,7 +43,7 @@ async def test_timeouts_and_cancellations_leave_no_state_behind(
     # The connection is still healthy and h2's own stream table was trimmed.
     assert await client.call(server.address, "Test", "Echo", "alive") == "alive"
     (conn,) = list(server._connections)
-    assert len(conn.conn.streams) <= 300
+    assert len(conn.rpc.h2.streams) <= 300
 
 
 async def test_caller_cancellation_cancels_the_handler_and_only_that_stream(
