@@ -34,7 +34,6 @@ import bisect
 import importlib
 import itertools
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,14 +45,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from kudu_async.common.clock import HybridClock, timestamp_from_seconds_ago
+from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import (
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
 )
 from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
-from kudu_async.fs.block_cache import BlockCache
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import (
     RowSetMetadata,
@@ -62,9 +60,9 @@ from kudu_async.fs.tablet_metadata import (
     write_tablet_metadata,
 )
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
+from kudu_async.tablet.components import TabletComponents, TabletOptions
 from kudu_async.tablet.delta_store import DeltaMemStore, delta_chunk
 from kudu_async.tablet.diskrowset import (
-    TARGET_ROWSET_BYTES,
     DiskRowSet,
     write_delta_block,
     write_rowsets,
@@ -84,22 +82,6 @@ _IGNORE_OPS = {OpType.INSERT_IGNORE, OpType.UPDATE_IGNORE, OpType.DELETE_IGNORE,
 _INSERT_OPS = (OpType.INSERT, OpType.INSERT_IGNORE)
 _UPSERT_OPS = (OpType.UPSERT, OpType.UPSERT_IGNORE)
 _UPDATE_OPS = (OpType.UPDATE, OpType.UPDATE_IGNORE)
-
-
-@dataclass
-class TabletOptions:
-    """Storage knobs (Kudu's flag names in comments)."""
-
-    flush_threshold_bytes: int = 64 * 1024 * 1024  # flush_threshold_mb (ours: 64 MiB), read by the maintenance manager
-    flush_threshold_secs: float = 120.0  # flush_threshold_secs
-    history_max_age_sec: float = 7 * 24 * 3600.0  # tablet_history_max_age_sec
-    target_rowset_bytes: int = TARGET_ROWSET_BYTES  # budgeted_compaction_target_rowset_size
-    delta_minor_compact_max_files: int = 10  # tablet_delta_store_minor_compact_max (Kudu: 1000)
-    delta_major_compact_min_ratio: float = 0.1  # tablet_delta_store_major_compact_min_ratio
-    scan_batch_bytes: int = 1024 * 1024  # scanner_default_batch_size_bytes
-    lock_timeout_s: float = 10.0
-    sync: bool = True
-    block_cache: BlockCache | None = None  # the node's (block_cache_capacity_mb), shared by its tablets
 
 
 @dataclass
@@ -294,49 +276,49 @@ def _pred_column(pred: Any) -> str:
 class Tablet:
     """One tablet replica's storage; see the module docstring for the contracts."""
 
-    def __init__(
-        self,
-        tablet_dir: str,
-        meta: TabletMetadata,
-        schema: Any,
-        bm: BlockManager,
-        options: TabletOptions,
-        clock: HybridClock,
-    ) -> None:
-        self.tablet_dir = tablet_dir
-        self.tablet_id = meta.tablet_id
-        self._added_columns: list[dict[str, Any]] = list(meta.added_columns)
-        self._legacy_ids: dict[str, int] = dict(meta.legacy_column_ids)
-        self.info = _schema_info(schema, self._added_columns, self._legacy_ids)
-        self.schema_version = meta.schema_version
-        # Flushes, compactions and schema changes of this tablet run one at a time: an alter must not
-        # swap the schema under a flush or compaction writing files for the old one.
-        self._maint_lock = threading.RLock()
-        self._stats = {"flushes": 0, "bytes_flushed": 0, "compactions": 0, "bytes_compacted": 0}
-        self.options = options
-        self.clock = clock
-        self.bm = bm
-        self.mvcc = MvccManager()
-        self.locks = LockManager()
-        self._lock = threading.RLock()
-        self._next_seq = 1  # application order of mutations (taken under the component lock)
+    def __init__(self, components: TabletComponents) -> None:
+        self.components = components  # the state the rooms share; read or change it only under its lock
         self._owner = itertools.count(1)
-        self._mrs_ids = itertools.count(1)
-        self._next_rowset_id = meta.next_rowset_id
-        self._mrs = self._new_mrs()
-        self._flushing_mrs: list[MemRowSet] = []
-        self._drs: list[DiskRowSet] = [DiskRowSet(self.info, rs, bm) for rs in meta.rowsets]
-        self._last_applied_index = meta.last_flushed_log_index
-        self._last_flushed_index = meta.last_flushed_log_index
-        self._mrs_flush_running = False
         self._point_schemas: dict[tuple[SchemaInfo, tuple[str, ...]], pa.Schema] = {}
-        durable_max = max(
-            [rs.max_ts for rs in meta.rowsets]
-            + [int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables if t.num_rows],
-            default=-1,
-        )
-        self.mvcc.mark_committed_up_to(durable_max)
-        self.clock.update(durable_max)
+        self._c = components
+
+    @property
+    def tablet_id(self) -> str:
+        return self._c.tablet_id
+
+    @property
+    def tablet_dir(self) -> str:
+        return self._c.tablet_dir
+
+    @property
+    def options(self) -> TabletOptions:
+        return self._c.options
+
+    @property
+    def clock(self) -> HybridClock:
+        return self._c.clock
+
+    @property
+    def bm(self) -> BlockManager:
+        return self._c.bm
+
+    @property
+    def mvcc(self) -> MvccManager:
+        return self._c.mvcc
+
+    @property
+    def locks(self) -> LockManager:
+        """The row locks a write holds from prepare to apply."""
+        return self._c.locks
+
+    @property
+    def info(self) -> SchemaInfo:
+        """The storage view of the current schema (an alter replaces it)."""
+        return self._c.info
+
+    @property
+    def schema_version(self) -> int:
+        return self._c.schema_version
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -393,7 +375,9 @@ class Tablet:
                 meta.legacy_column_ids = {c.name: c.id for c in schema.columns}
         bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync, cache=options.block_cache)
         bm.delete_orphans(meta.live_blocks())
-        tablet = cls(tablet_dir, meta, schema, bm, options, clock)
+        legacy_ids = dict(meta.legacy_column_ids)
+        info = _schema_info(schema, list(meta.added_columns), legacy_ids)
+        tablet = cls(TabletComponents(tablet_dir, meta, info, bm, options, clock, legacy_ids))
         for entry in log_ops:
             if entry.log_index <= meta.last_flushed_log_index:
                 continue
@@ -401,9 +385,6 @@ class Tablet:
             prepared = tablet.prepare_write(entry.op, entry.timestamp, replay=True)
             tablet.apply_write(prepared, entry.log_index)
         return tablet
-
-    def _new_mrs(self) -> MemRowSet:
-        return MemRowSet(self.info, next(self._mrs_ids))
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -415,8 +396,8 @@ class Tablet:
         The write is validated against the schema current when it starts and records that version:
         if an AlterSchema lands before it is applied, :meth:`apply_write` refuses it.
         """
-        with self._lock:  # one consistent (schema, version) pair: an alter swaps both under this lock
-            info, version = self.info, self.schema_version
+        with self._c.lock:  # one consistent (schema, version) pair: an alter swaps both under this lock
+            info, version = self._c.info, self._c.schema_version
         rows = op.rows
         if rows.schema.names != info.names:
             raise KuduInvalidArgument(f"write columns {rows.schema.names} do not match the schema columns {info.names}")
@@ -443,18 +424,20 @@ class Tablet:
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
         owner = next(self._owner)
         key_set = kb.key_set()
-        self.locks.acquire(key_set, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s)
+        self._c.locks.acquire(
+            key_set, owner, self._c.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        )
         try:
-            with self._lock:
-                if self.schema_version != version:
+            with self._c.lock:
+                if self._c.schema_version != version:
                     raise KuduIllegalState(
-                        f"tablet {self.tablet_id}: schema changed to version {self.schema_version} while "
+                        f"tablet {self._c.tablet_id}: schema changed to version {self._c.schema_version} while "
                         f"preparing a write for version {version}"
                     )
                 plan, ignored = self._decide(op_types, kb, errors, timestamp, replay, distinct=key_set.n == n)
-            self.mvcc.start_op(timestamp)
+            self._c.mvcc.start_op(timestamp)
         except BaseException:
-            self.locks.release_all(owner)
+            self._c.locks.release_all(owner)
             raise
         return PreparedWrite(
             op=WriteOp(
@@ -546,43 +529,22 @@ class Tablet:
 
     def _candidate_drs(self, kb: KeyBatch) -> list[DiskRowSet]:
         """The DiskRowSets whose key range meets the batch's."""
-        bounds = kb.bounds() if self._drs else None
+        bounds = kb.bounds() if self._c.drs else None
         if bounds is None:
             return []
         lo, hi = bounds
-        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]
-
-    def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
-        """Where ``key`` lives: (MemRowSet, MRSRow) or (DiskRowSet, row position) or None."""
-        return self._locate_in_memory(key) or self._locate_on_disk(key, drs)
-
-    def _locate_in_memory(self, key: bytes) -> tuple[MemRowSet, MRSRow] | None:
-        r = self._mrs.get(key)
-        if r is not None:
-            return self._mrs, r
-        for m in self._flushing_mrs:
-            r = m.get(key)
-            if r is not None:
-                return m, r
-        return None
+        return [d for d in self._c.drs if d.min_key <= hi and d.max_key >= lo]
 
     def _locate_without_disk(self, key: bytes) -> tuple[DiskRowSet, int] | Literal[False] | None:
         """:meth:`_locate_on_disk` when every rowset that may hold ``key`` can be searched without the
         disk (:meth:`DiskRowSet.readable_without_disk`); False when one cannot (only a worker may look).
         Range checks and bloom filters are in memory for every rowset."""
-        for d in self._drs:
+        for d in self._c.drs:
             if not d.may_contain_key(key):
                 continue
             if not d.readable_without_disk():
                 return False
             pos = d.search(key)
-            if pos is not None:
-                return d, pos
-        return None
-
-    def _locate_on_disk(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[DiskRowSet, int] | None:
-        for d in self._drs if drs is None else drs:
-            pos = d.find_row(key)
             if pos is not None:
                 return d, pos
         return None
@@ -606,7 +568,7 @@ class Tablet:
         live = np.zeros(n, dtype=bool)
         stores: list[Any] = []
         todo = want.copy()
-        for m in (self._mrs, *self._flushing_mrs):
+        for m in (self._c.mrs, *self._c.flushing_mrs):
             if not len(m):
                 continue
             cand = np.flatnonzero(todo)
@@ -772,13 +734,7 @@ class Tablet:
             return False
         if not distinct and len(set(kb.keys)) != kb.n:
             return False
-        return not any((m.rownums_of(kb) >= 0).any() for m in [self._mrs, *self._flushing_mrs] if len(m))
-
-    def _take_seqs(self, n: int) -> int:
-        """Reserve ``n`` consecutive mutation sequence numbers; call under the component lock."""
-        first = self._next_seq
-        self._next_seq += n
-        return first
+        return not any((m.rownums_of(kb) >= 0).any() for m in [self._c.mrs, *self._c.flushing_mrs] if len(m))
 
     def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
@@ -788,16 +744,16 @@ class Tablet:
         res = WriteResult(ts, log_index, list(prepared.errors), ignored=prepared.ignored)
         current = prepared.schema_version
         try:
-            with self._lock:  # checked under the lock that AlterSchema swaps the schema under
-                current = self.schema_version
+            with self._c.lock:  # checked under the lock that AlterSchema swaps the schema under
+                current = self._c.schema_version
                 if current == prepared.schema_version:
                     self._apply_locked(prepared, log_index, res)
-                    self._last_applied_index = max(self._last_applied_index, log_index)
-                    self.mvcc.commit_op(ts)
+                    self._c.last_applied_index = max(self._c.last_applied_index, log_index)
+                    self._c.mvcc.commit_op(ts)
         finally:
             if current == prepared.schema_version:
                 prepared.state = "applied"
-                self.locks.release_all(prepared.owner)
+                self._c.locks.release_all(prepared.owner)
         if current != prepared.schema_version:
             self.abort_write(prepared)
             raise KuduIllegalState(
@@ -820,11 +776,11 @@ class Tablet:
         kind = plan.kind[act]
         store = plan.store[act]
         chained = np.zeros(len(act), dtype=bool) if plan.chained is None else plan.chained[act]
-        if len(act) == rows.num_rows and not (store >= 0).any() and not chained.any() and not self._mrs.retired:
-            base = self._mrs.add_batch(rows)
-            if self._mrs.created_at is None:
-                self._mrs.created_at = time.monotonic()
-            self._mrs.insert_many(karr, range(base, base + len(act)), ts, log_index, prepared.key_batch.order())
+        if len(act) == rows.num_rows and not (store >= 0).any() and not chained.any() and not self._c.mrs.retired:
+            base = self._c.mrs.add_batch(rows)
+            if self._c.mrs.created_at is None:
+                self._c.mrs.created_at = time.monotonic()
+            self._c.mrs.insert_many(karr, range(base, base + len(act)), ts, log_index, prepared.key_batch.order())
             res.inserted += len(act)
             return
         pos = plan.pos[act]
@@ -840,18 +796,18 @@ class Tablet:
             store[moved] = np.where(st2 >= 0, st2 + len(stores), -1)
             pos[moved] = pos2
             stores.extend(stores2)
-        seqs = self._take_seqs(len(act)) + np.arange(len(act), dtype=np.int64)
+        seqs = self._c.take_seqs(len(act)) + np.arange(len(act), dtype=np.int64)
         # New keys: no rowset holds them and no earlier row of this batch acted on them.
         fresh = np.flatnonzero((store < 0) & ~chained)
         if len(fresh):
-            base = self._mrs.add_batch(rows)
-            if self._mrs.created_at is None:
-                self._mrs.created_at = time.monotonic()
+            base = self._c.mrs.add_batch(rows)
+            if self._c.mrs.created_at is None:
+                self._c.mrs.created_at = time.monotonic()
             fr = act[fresh]
-            self._mrs.insert_many(karr.take(pa.array(fr)), base + fr, ts, log_index)
-        # Everything else mutates an existing row (keys created by this batch live in self._mrs): one
+            self._c.mrs.insert_many(karr.take(pa.array(fr)), base + fr, ts, log_index)
+        # Everything else mutates an existing row (keys created by this batch live in self._c.mrs): one
         # delta chunk per rowset.
-        targets = [self._mrs, *stores]
+        targets = [self._c.mrs, *stores]
         rest = np.flatnonzero((store >= 0) | chained)
         tids = store[rest] + 1
         for tid in np.unique(tids).tolist():
@@ -878,7 +834,7 @@ class Tablet:
         """Re-inserts, updates and deletes of one DiskRowSet's rows as one delta chunk."""
         reinsert = kinds == _INSERT
         table, nbytes = delta_chunk(
-            self.info,
+            self._c.info,
             prepared.op.rows,
             rows_idx,
             positions,
@@ -905,7 +861,7 @@ class Tablet:
             raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
         reinsert = kinds == _INSERT
         table, nbytes = delta_chunk(
-            self.info,
+            self._c.info,
             prepared.op.rows,
             rows_idx,
             rownums,
@@ -917,18 +873,13 @@ class Tablet:
         )
         mrs.mutate_batch(rownums, table, reinsert, log_index, prepared.timestamp, nbytes)
 
-    @staticmethod
-    def _mutate(loc: Any, m: Mutation) -> None:
-        store, ref = loc
-        store.mutate(ref, m)
-
     def abort_write(self, prepared: PreparedWrite) -> None:
         """Give up a prepared op (not replicated): release its locks, forget its timestamp."""
         if prepared.state != "prepared":
             return
         prepared.state = "aborted"
-        self.mvcc.abort_op(prepared.timestamp)
-        self.locks.release_all(prepared.owner)
+        self._c.mvcc.abort_op(prepared.timestamp)
+        self._c.locks.release_all(prepared.owner)
 
     def write(self, op: WriteOp, timestamp: int, log_index: int) -> WriteResult:
         """prepare + apply in one call, for callers without replication in between (tests, bench)."""
@@ -937,18 +888,19 @@ class Tablet:
     # -- reads ------------------------------------------------------------------------------------
 
     def ancient_history_mark(self) -> int:
-        return timestamp_from_seconds_ago(self.clock.now(), self.options.history_max_age_sec)
+        """The oldest timestamp a snapshot scan may read at (older history may be compacted away)."""
+        return self._c.ancient_history_mark()
 
     def _snapshot_for(self, spec: ScanSpec) -> tuple[MvccSnapshot, int | None]:
         if spec.read_mode == READ_LATEST:
-            return self.mvcc.snapshot_latest(), None
+            return self._c.mvcc.snapshot_latest(), None
         if spec.read_mode != READ_AT_SNAPSHOT:
             raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
-        ts = spec.snapshot_ts if spec.snapshot_ts is not None else self.clock.now()
-        if ts < self.ancient_history_mark():
+        ts = spec.snapshot_ts if spec.snapshot_ts is not None else self._c.clock.now()
+        if ts < self._c.ancient_history_mark():
             raise KuduInvalidArgument(f"snapshot timestamp {ts} is older than the ancient history mark")
-        self.clock.update(ts)
-        self.mvcc.wait_clean_up_to(ts, spec.snapshot_wait_s)
+        self._c.clock.update(ts)
+        self._c.mvcc.wait_clean_up_to(ts, spec.snapshot_wait_s)
         return MvccSnapshot.at(ts), ts
 
     def scan(self, spec: ScanSpec | None = None) -> TabletScanner:
@@ -965,11 +917,11 @@ class Tablet:
         """The encoded primary key when ``spec`` reads at most one row found through the key index (every
         key column pinned by '='), else None: the host hands such small reads to its workers together,
         and tries :meth:`scan_in_memory` with the key first."""
-        values = _pinned_key(self.info, spec)
+        values = _pinned_key(self._c.info, spec)
         if values is None:
             return None
         try:
-            return self.info.encode_key(values)
+            return self._c.info.encode_key(values)
         except Exception:  # a value the encoder does not take: the general path evaluates it
             return None
 
@@ -981,7 +933,7 @@ class Tablet:
         hand-off to a worker, which costs more than the lookup itself."""
         if spec.read_mode != READ_LATEST and spec.snapshot_wait_s:
             return None  # its snapshot may still have to wait for writes in flight
-        if self._locate_in_memory(key) is None and self._needs_disk(key):
+        if self._c.locate_in_memory(key) is None and self._needs_disk(key):
             # Checked without the lock, so a lookup that must go to a worker costs the loop no more than a
             # dict lookup and the bloom probes; the answer itself is looked up under the lock.
             return None
@@ -989,16 +941,16 @@ class Tablet:
 
     def _needs_disk(self, key: bytes) -> bool:
         """Whether a rowset that may hold ``key`` cannot be searched without the disk."""
-        return any(d.may_contain_key(key) and not d.readable_without_disk() for d in self._drs)
+        return any(d.may_contain_key(key) and not d.readable_without_disk() for d in self._c.drs)
 
     def _scan(self, spec: ScanSpec, memory_only: bool, key: bytes | None = None) -> TabletScanner | None:
         """``memory_only``: the on-loop form (None when only a worker may answer); ``key``: the lookup's
         encoded key when the caller has it already."""
         snap, snap_ts = self._snapshot_for(spec)
-        if not self._lock.acquire(blocking=not memory_only):
+        if not self._c.lock.acquire(blocking=not memory_only):
             return None  # a flush or a write holds the components: not worth waiting for on the loop
         try:
-            info = self.info
+            info = self._c.info
             projection = list(spec.projection) if spec.projection is not None else list(info.names)
             for c in projection:
                 if c not in info.names:
@@ -1027,16 +979,16 @@ class Tablet:
                 lower, lower_excl = spec.resume_after_key, True
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
-                for m in [self._mrs, *self._flushing_mrs]
+                for m in [self._c.mrs, *self._c.flushing_mrs]
                 if len(m)
             ]
             drs = [
                 (d, d.delta_snapshot())
-                for d in self._drs
+                for d in self._c.drs
                 if (upper is None or d.min_key < upper) and (lower is None or d.max_key >= lower)
             ]
         finally:
-            self._lock.release()
+            self._c.lock.release()
         drs.sort(key=lambda it: it[0].min_key)
 
         def pieces() -> Iterator[pa.Table]:
@@ -1109,9 +1061,9 @@ class Tablet:
             or (spec.resume_after_key is not None and key <= spec.resume_after_key)
         ):
             return schema.empty_table()
-        loc: tuple[Any, Any] | None = self._locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
+        loc: tuple[Any, Any] | None = self._c.locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
         if loc is None:
-            found = self._locate_without_disk(key) if memory_only else self._locate_on_disk(key)
+            found = self._locate_without_disk(key) if memory_only else self._c.locate_on_disk(key)
             if found is False:
                 return None
             loc = found
@@ -1195,7 +1147,7 @@ class Tablet:
         self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str]
     ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
         remaining = spec.limit
-        target = spec.batch_bytes or self.options.scan_batch_bytes
+        target = spec.batch_bytes or self._c.options.scan_batch_bytes
         for t in source:
             if remaining is not None:
                 if remaining <= 0:
@@ -1214,14 +1166,16 @@ class Tablet:
 
     def lookup(self, key: bytes, snapshot: MvccSnapshot | None = None) -> dict[str, Any] | None:
         """Point read of one encoded primary key at a snapshot (default: latest committed)."""
-        snap = snapshot or self.mvcc.snapshot_latest()
-        with self._lock:
-            loc = self._locate(key)
-            if loc is None:
-                return None
-            store, ref = loc
-            vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
-            names = store.info.names  # the schema the values were read with
+        snap = snapshot or self._c.mvcc.snapshot_latest()
+        with self._c.lock:
+            mem = self._c.locate_in_memory(key)
+            if mem is not None:
+                vals, names = mem[0].visible_row(mem[1], snap), mem[0].info.names
+            else:
+                disk = self._c.locate_on_disk(key)
+                if disk is None:
+                    return None
+                vals, names = disk[0].get_row(disk[1], snap), disk[0].info.names  # the schema read with
         if vals is None:
             return None
         return {names[i]: vals[i] for i in range(len(names))}
@@ -1229,37 +1183,37 @@ class Tablet:
     # -- memory and state -------------------------------------------------------------------------
 
     def mrs_memory_bytes(self) -> int:
-        with self._lock:
-            return self._mrs.memory_bytes() + sum(m.memory_bytes() for m in self._flushing_mrs)
+        with self._c.lock:
+            return self._c.mrs.memory_bytes() + sum(m.memory_bytes() for m in self._c.flushing_mrs)
 
     def dms_memory_bytes(self) -> int:
-        with self._lock:
-            return sum(d.delta_memory_bytes() for d in self._drs)
+        with self._c.lock:
+            return sum(d.delta_memory_bytes() for d in self._c.drs)
 
     def _replay_start_locked(self, drop_mrs: Any = None, drop_frozen_of: Sequence[DiskRowSet] = ()) -> int:
         """Last log index whose effects are all in durable files (bootstrap replays after it)."""
         mins = [
             m.min_log_index
-            for m in [self._mrs, *self._flushing_mrs]
+            for m in [self._c.mrs, *self._c.flushing_mrs]
             if m.min_log_index is not None and m is not drop_mrs
         ]
-        for d in self._drs:
+        for d in self._c.drs:
             stores = [d.dms] if d in drop_frozen_of else [d.dms, *d.flushing_dms]
             mins.extend(s.min_log_index for s in stores if s.min_log_index is not None)
-        return (min(mins) - 1) if mins else self._last_applied_index
+        return (min(mins) - 1) if mins else self._c.last_applied_index
 
     def earliest_needed_log_index(self) -> int:
         """Log anchor: WAL entries from this index on must be kept for bootstrap."""
-        with self._lock:
+        with self._c.lock:
             return self._replay_start_locked() + 1
 
     def _effective_ahm(self) -> int:
-        ahm = self.ancient_history_mark()
-        with self._lock:
-            mins = [m.min_ts for m in [self._mrs, *self._flushing_mrs] if m.min_ts is not None]
-            for d in self._drs:
+        ahm = self._c.ancient_history_mark()
+        with self._c.lock:
+            mins = [m.min_ts for m in [self._c.mrs, *self._c.flushing_mrs] if m.min_ts is not None]
+            for d in self._c.drs:
                 mins.extend(s.min_ts for s in [d.dms, *d.flushing_dms] if s.min_ts is not None)
-        inflight = self.mvcc.min_in_flight()
+        inflight = self._c.mvcc.min_in_flight()
         if inflight is not None:
             mins.append(inflight)
         return min([ahm, *[m - 1 for m in mins]])
@@ -1277,34 +1231,37 @@ class Tablet:
         ``drop_mrs``/``drop_frozen_of`` name in-memory stores whose content those rowsets now hold;
         ``extra_min_index`` is the oldest log index of mutations about to be carried over.
         """
-        rowsets = self._drs if rowsets is None else rowsets
+        rowsets = self._c.drs if rowsets is None else rowsets
         replay_start = self._replay_start_locked(drop_mrs, drop_frozen_of)
         if extra_min_index is not None:
             replay_start = min(replay_start, extra_min_index - 1)
         meta = TabletMetadata(
-            tablet_id=self.tablet_id,
-            schema=self.info.to_dict(),
+            tablet_id=self._c.tablet_id,
+            schema=self._c.info.to_dict(),
             rowsets=[d.meta for d in rowsets],
             last_flushed_log_index=replay_start,
-            next_rowset_id=self._next_rowset_id,
-            schema_version=self.schema_version,
-            added_columns=self._added_columns,
-            legacy_column_ids=self._legacy_ids,
+            next_rowset_id=self._c.next_rowset_id,
+            schema_version=self._c.schema_version,
+            added_columns=self._c.added_columns,
+            legacy_column_ids=self._c.legacy_ids,
         )
         meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
-        write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
-        self._last_flushed_index = meta.last_flushed_log_index
+        write_tablet_metadata(self._c.tablet_dir, meta, sync=self._c.options.sync)
+        self._c.last_flushed_index = meta.last_flushed_log_index
 
     def _carry_over_locked(self, muts: Iterable[Mutation]) -> None:
         """Re-apply mutations that arrived during a flush/compaction to the rowsets that now hold the key."""
         for m in muts:
-            loc = self._locate(m.key)
-            if loc is None:
-                if not m.reinsert:
-                    raise AssertionError("carried-over mutation of a key that no rowset holds")
+            mem = self._c.locate_in_memory(m.key)
+            disk = None if mem is not None else self._c.locate_on_disk(m.key)
+            if mem is not None:
+                mem[0].mutate(mem[1], m)
+            elif disk is not None:
+                disk[0].mutate(disk[1], m)
+            elif m.reinsert:
                 self._insert_values_locked(m)
             else:
-                self._mutate(loc, m)
+                raise AssertionError("carried-over mutation of a key that no rowset holds")
 
     def _insert_values_locked(self, m: Mutation) -> None:
         key_vals = m.key_values
@@ -1312,13 +1269,13 @@ class Tablet:
             raise AssertionError("re-insert mutation without its key values")
         cols = [
             pa.array(
-                [key_vals[i] if i < self.info.num_key_columns else m.changes[i]],  # type: ignore[index]
+                [key_vals[i] if i < self._c.info.num_key_columns else m.changes[i]],  # type: ignore[index]
                 f.type,
             )
-            for i, f in enumerate(self.info.arrow)
+            for i, f in enumerate(self._c.info.arrow)
         ]
-        rownum = self._mrs.add_batch(pa.RecordBatch.from_arrays(cols, schema=self.info.arrow))
-        self._mrs.insert(m.key, rownum, m.ts, m.log_index)
+        rownum = self._c.mrs.add_batch(pa.RecordBatch.from_arrays(cols, schema=self._c.info.arrow))
+        self._c.mrs.insert(m.key, rownum, m.ts, m.log_index)
 
     # -- flush ------------------------------------------------------------------------------------
 
@@ -1328,75 +1285,77 @@ class Tablet:
         A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
         swapped in under the component lock, and the metadata write commits the flush.
         """
-        with self._lock:
-            if self._mrs_flush_running:
+        with self._c.lock:
+            if self._c.mrs_flush_running:
                 return False
-            if self._flushing_mrs:
-                old = self._flushing_mrs[0]  # a flush of it failed earlier: retry it first
-            elif len(self._mrs):
-                old = self._mrs
-                self._mrs = self._new_mrs()
-                self._flushing_mrs.append(old)
+            if self._c.flushing_mrs:
+                old = self._c.flushing_mrs[0]  # a flush of it failed earlier: retry it first
+            elif len(self._c.mrs):
+                old = self._c.mrs
+                self._c.mrs = self._c.new_mrs()
+                self._c.flushing_mrs.append(old)
             else:
                 return False
-            self._mrs_flush_running = True
-            freeze_seq = self._take_seqs(1)
-            first_id = self._next_rowset_id
-            self._next_rowset_id += 1000
+            self._c.mrs_flush_running = True
+            freeze_seq = self._c.take_seqs(1)
+            first_id = self._c.next_rowset_id
+            self._c.next_rowset_id += 1000
         new_ids: list[str] = []
         try:
             table, deltas = old.flush_input(freeze_seq)
-            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
+            metas = write_rowsets(
+                self._c.bm, self._c.info, table, deltas, first_id, self._c.options.target_rowset_bytes
+            )
             new_ids = [b for rs in metas for b in rs.blocks()]
             written = self._blocks_bytes(new_ids)
-            new_drs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
-            with self._lock:
+            new_drs = [DiskRowSet(self._c.info, rs, self._c.bm, fresh=True) for rs in metas]
+            with self._c.lock:
                 late = old.mutations_since(freeze_seq)
                 # Commit point first: if it fails nothing in memory has changed.
                 self._write_metadata_locked(
-                    [*self._drs, *new_drs],
+                    [*self._c.drs, *new_drs],
                     drop_mrs=old,
                     extra_min_index=min((m.log_index for m in late), default=None),
                 )
-                self._flushing_mrs.remove(old)
+                self._c.flushing_mrs.remove(old)
                 old.retired = True
-                self._drs.extend(new_drs)
+                self._c.drs.extend(new_drs)
                 self._carry_over_locked(late)
-                self._stats["flushes"] += 1
-                self._stats["bytes_flushed"] += written
+                self._c.stats["flushes"] += 1
+                self._c.stats["bytes_flushed"] += written
             new_ids = []
             return True
         except BaseException:
             # Never referenced by committed metadata. The frozen MemRowSet stays readable (and
             # writable for its keys) in _flushing_mrs; the next flush_mrs retries it.
-            self.bm.delete_blocks(new_ids)
+            self._c.bm.delete_blocks(new_ids)
             raise
         finally:
-            with self._lock:
-                self._mrs_flush_running = False
+            with self._c.lock:
+                self._c.mrs_flush_running = False
 
     def _flush_dms(self, drs_id: int | None = None) -> bool:
         """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
-        with self._lock:
-            cands = [d for d in self._drs if len(d.dms) and not d.busy and (drs_id is None or d.id == drs_id)]
+        with self._c.lock:
+            cands = [d for d in self._c.drs if len(d.dms) and not d.busy and (drs_id is None or d.id == drs_id)]
             if not cands:
                 return False
             d = max(cands, key=lambda x: x.dms.memory_bytes())
             d.busy = True
             frozen = d.dms
-            d.dms = DeltaMemStore(self.info)
+            d.dms = DeltaMemStore(self._c.info)
             d.flushing_dms.append(frozen)
         try:
-            block = write_delta_block(self.bm, frozen.to_table(), self.info)
+            block = write_delta_block(self._c.bm, frozen.to_table(), self._c.info)
             written = self._blocks_bytes([block])
             table = d.open_block(block)
-            with self._lock:
+            with self._c.lock:
                 d.delta_tables.append(table)
                 d.meta.delta_blocks.append(block)
                 d.flushing_dms.remove(frozen)
                 self._write_metadata_locked()
-                self._stats["flushes"] += 1
-                self._stats["bytes_flushed"] += written
+                self._c.stats["flushes"] += 1
+                self._c.stats["bytes_flushed"] += written
             return True
         finally:
             d.busy = False
@@ -1407,31 +1366,31 @@ class Tablet:
         A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
         swapped in under the component lock, and the metadata write commits the flush.
         """
-        with self._maint_lock:
+        with self._c.maint_lock:
             return self._flush_mrs()
 
     def flush_dms(self, drs_id: int | None = None) -> bool:
         """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
-        with self._maint_lock:
+        with self._c.maint_lock:
             return self._flush_dms(drs_id)
 
     def compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
         """Merging compaction (also a major delta compaction when given one rowset); see ``_compact_rowsets``."""
-        with self._maint_lock:
+        with self._c.maint_lock:
             return self._compact_rowsets(rowset_ids)
 
     def minor_delta_compaction(self, rowset_id: int) -> bool:
         """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
-        with self._maint_lock:
+        with self._c.maint_lock:
             return self._minor_delta_compaction(rowset_id)
 
     def _blocks_bytes(self, block_ids: Sequence[str]) -> int:
-        return sum(os.path.getsize(self.bm.path(b)) for b in block_ids)
+        return sum(os.path.getsize(self._c.bm.path(b)) for b in block_ids)
 
     def stats(self) -> dict[str, int]:
         """Monotonic counters of flushes and compactions (per-tablet metrics)."""
-        with self._lock:
-            return dict(self._stats)
+        with self._c.lock:
+            return dict(self._c.stats)
 
     def flush_all(self) -> None:
         """Flush the MemRowSet and every DeltaMemStore (used before shutdown and by tests)."""
@@ -1442,8 +1401,8 @@ class Tablet:
     # -- compaction -------------------------------------------------------------------------------
 
     def _claim(self, ids: Sequence[int] | None) -> list[DiskRowSet]:
-        with self._lock:
-            chosen = [d for d in self._drs if not d.busy and (ids is None or d.id in ids)]
+        with self._c.lock:
+            chosen = [d for d in self._c.drs if not d.busy and (ids is None or d.id in ids)]
             for d in chosen:
                 d.busy = True
             return chosen
@@ -1464,40 +1423,42 @@ class Tablet:
         old_blocks: list[str] = []
         new_ids: list[str] = []
         try:
-            with self._lock:
+            with self._c.lock:
                 frozen = []
                 for d in inputs:
                     d.flushing_dms.append(d.dms)
-                    d.dms = DeltaMemStore(self.info)
+                    d.dms = DeltaMemStore(self._c.info)
                     frozen.append(CompactionInput(d.base, d.delta_snapshot()))
-                first_id = self._next_rowset_id
-                self._next_rowset_id += 1000
+                first_id = self._c.next_rowset_id
+                self._c.next_rowset_id += 1000
             ahm = self._effective_ahm()
-            table, deltas = merge_rowsets(self.info, frozen, ahm)
-            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
+            table, deltas = merge_rowsets(self._c.info, frozen, ahm)
+            metas = write_rowsets(
+                self._c.bm, self._c.info, table, deltas, first_id, self._c.options.target_rowset_bytes
+            )
             new_ids = [b for rs in metas for b in rs.blocks()]
             written = self._blocks_bytes(new_ids)
-            outputs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
-            with self._lock:
+            outputs = [DiskRowSet(self._c.info, rs, self._c.bm, fresh=True) for rs in metas]
+            with self._c.lock:
                 late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
                 self._write_metadata_locked(
-                    [*(d for d in self._drs if d not in inputs), *outputs], drop_frozen_of=inputs
+                    [*(d for d in self._c.drs if d not in inputs), *outputs], drop_frozen_of=inputs
                 )
                 new_ids = []
-                self._drs = [d for d in self._drs if d not in inputs] + outputs
+                self._c.drs = [d for d in self._c.drs if d not in inputs] + outputs
                 for d in inputs:
                     d.retired = True
                     old_blocks.extend(d.meta.blocks())
                 self._carry_over_locked(late)
-                self._stats["compactions"] += 1
-                self._stats["bytes_compacted"] += written
+                self._c.stats["compactions"] += 1
+                self._c.stats["bytes_compacted"] += written
         except BaseException:
-            self.bm.delete_blocks(new_ids)
+            self._c.bm.delete_blocks(new_ids)
             raise
         finally:
             for d in inputs:
                 d.busy = False
-        self.bm.delete_blocks(old_blocks)
+        self._c.bm.delete_blocks(old_blocks)
         return True
 
     def _minor_delta_compaction(self, rowset_id: int) -> bool:
@@ -1512,18 +1473,18 @@ class Tablet:
             tables = list(d.delta_tables)
             blocks = list(d.meta.delta_blocks)
             merged = pa.concat_tables(tables).sort_by([("_row", "ascending"), (TS_COL, "ascending")])
-            block = write_delta_block(self.bm, merged, self.info)
+            block = write_delta_block(self._c.bm, merged, self._c.info)
             written = self._blocks_bytes([block])
             table = d.open_block(block)
-            with self._lock:
+            with self._c.lock:
                 d.delta_tables = [table, *d.delta_tables[len(tables) :]]
                 d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks) :]]
                 self._write_metadata_locked()
-                self._stats["compactions"] += 1
-                self._stats["bytes_compacted"] += written
+                self._c.stats["compactions"] += 1
+                self._c.stats["bytes_compacted"] += written
         finally:
             d.busy = False
-        self.bm.delete_blocks(blocks)
+        self._c.bm.delete_blocks(blocks)
         return True
 
     # -- schema changes ---------------------------------------------------------------------------
@@ -1537,48 +1498,48 @@ class Tablet:
         built for the old schema against the new one (and replays the alter itself if it crashed before).
         Writes prepared for the old schema are refused by :meth:`apply_write`.
         """
-        with self._maint_lock:
-            if version <= self.schema_version:
+        with self._c.maint_lock:
+            if version <= self._c.schema_version:
                 return False
             schema = self._check_alter(new_schema)
             ids = {c.id for c in schema.columns}
-            cur_ids = set(self.info.ids)
+            cur_ids = set(self._c.info.ids)
             # The default an added column has now is what older rows read from then on (Kudu's read
             # default), whatever later alters make of its write default.
-            added = [d for d in self._added_columns if d.get("id") in ids]
+            added = [d for d in self._c.added_columns if d.get("id") in ids]
             added += [c.to_dict() for c in schema.columns if c.id not in cur_ids]
-            new_info = _schema_info(schema, added, self._legacy_ids)
+            new_info = _schema_info(schema, added, self._c.legacy_ids)
             while True:
                 self.flush_all()
-                with self._lock:
-                    old_drs = list(self._drs)
+                with self._c.lock:
+                    old_drs = list(self._c.drs)
                 # Files are re-read outside the component lock: only this thread (holding the
                 # maintenance lock) changes the rowset list or their files.
-                new_drs = [DiskRowSet(new_info, d.meta, self.bm, state=d.built_state()) for d in old_drs]
-                with self._lock:
-                    if self._drs != old_drs or self._dirty_locked():
+                new_drs = [DiskRowSet(new_info, d.meta, self._c.bm, state=d.built_state()) for d in old_drs]
+                with self._c.lock:
+                    if self._c.drs != old_drs or self._dirty_locked():
                         continue  # a write for the old schema was applied meanwhile: flush it too
-                    saved = (self.info, self.schema_version, self._added_columns, self._last_applied_index)
-                    self.info, self.schema_version, self._added_columns = new_info, version, added
-                    self._last_applied_index = max(self._last_applied_index, log_index)
+                    saved = (self._c.info, self._c.schema_version, self._c.added_columns, self._c.last_applied_index)
+                    self._c.info, self._c.schema_version, self._c.added_columns = new_info, version, added
+                    self._c.last_applied_index = max(self._c.last_applied_index, log_index)
                     try:
                         self._write_metadata_locked(new_drs)
                     except BaseException:
-                        self.info, self.schema_version, self._added_columns, self._last_applied_index = saved
+                        self._c.info, self._c.schema_version, self._c.added_columns, self._c.last_applied_index = saved
                         raise
-                    self._drs = new_drs
+                    self._c.drs = new_drs
                     for d in old_drs:
                         d.retired = True  # scans already open keep reading them with the old schema
-                    self._mrs = self._new_mrs()
+                    self._c.mrs = self._c.new_mrs()
                     return True
 
     def _dirty_locked(self) -> bool:
         """Anything in memory that is not in a file yet (MemRowSets, DeltaMemStores)?"""
-        return bool(len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs))
+        return bool(len(self._c.mrs) or self._c.flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._c.drs))
 
     def _check_alter(self, new_schema: Any) -> Any:
         """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
-        cur = self.info.schema
+        cur = self._c.info.schema
         cur_by_id = {c.id: c for c in cur.columns}
         next_id = max([c.id for c in cur.columns if c.id is not None], default=-1) + 1
         schema = new_schema.with_column_ids(next_id)
@@ -1641,8 +1602,8 @@ class Tablet:
         if ts is None:
             # Not the MVCC clean point: on an idle tablet that is its last write (-1 when empty), which
             # can be older than the ancient history mark and so not a valid snapshot.
-            inflight = self.mvcc.min_in_flight()
-            ts = self.clock.now() if inflight is None else inflight - 1
+            inflight = self._c.mvcc.min_in_flight()
+            ts = self._c.clock.now() if inflight is None else inflight - 1
         spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
         scanner = self.scan(spec)
         info = scanner.info
@@ -1667,21 +1628,21 @@ class Tablet:
     # -- introspection ----------------------------------------------------------------------------
 
     def rowsets(self) -> list[DiskRowSet]:
-        with self._lock:
-            return list(self._drs)
+        with self._c.lock:
+            return list(self._c.drs)
 
     def status(self) -> dict[str, Any]:
         """JSON-able state for admin pages: rowsets, memory, log anchors."""
-        with self._lock:
+        with self._c.lock:
             return {
-                "tablet_id": self.tablet_id,
-                "schema_version": self.schema_version,
-                "mrs_rows": len(self._mrs),
-                "mrs_bytes": self._mrs.memory_bytes(),
-                "flushing_mrs": len(self._flushing_mrs),
-                "dms_bytes": sum(d.delta_memory_bytes() for d in self._drs),
-                "last_applied_log_index": self._last_applied_index,
-                "last_flushed_log_index": self._last_flushed_index,
+                "tablet_id": self._c.tablet_id,
+                "schema_version": self._c.schema_version,
+                "mrs_rows": len(self._c.mrs),
+                "mrs_bytes": self._c.mrs.memory_bytes(),
+                "flushing_mrs": len(self._c.flushing_mrs),
+                "dms_bytes": sum(d.delta_memory_bytes() for d in self._c.drs),
+                "last_applied_log_index": self._c.last_applied_index,
+                "last_flushed_log_index": self._c.last_flushed_index,
                 "rowsets": [
                     {
                         "id": d.id,
@@ -1692,16 +1653,16 @@ class Tablet:
                         "dms_bytes": d.dms.memory_bytes(),
                         "base_bytes": d.base_bytes(),
                     }
-                    for d in self._drs
+                    for d in self._c.drs
                 ],
             }
 
     def schema_dict(self) -> dict[str, Any]:
-        return self.info.to_dict()
+        return self._c.info.to_dict()
 
     def drs_metadata(self) -> list[RowSetMetadata]:
-        with self._lock:
-            return [d.meta for d in self._drs]
+        with self._c.lock:
+            return [d.meta for d in self._c.drs]
 
 
 def _schema_info(schema: Any, added_columns: list[dict[str, Any]], legacy_ids: dict[str, int]) -> SchemaInfo:

@@ -552,7 +552,7 @@ class TabletManager:
             files[f"consensus/wal/{p.name}"] = dst
         tablet = replica.tablet
         tdir = tablet.tablet_dir
-        with tablet._lock:  # metadata and its blocks as one version: compactions delete after committing
+        with tablet.components.lock:  # metadata and its blocks as one version: compactions delete after committing
             with open(metadata_path(tdir), "rb") as f:
                 meta_bytes = f.read()
             for block in tablet.bm.all_block_ids() & _live_blocks(meta_bytes):

@@ -167,7 +167,7 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
     held, release = threading.Event(), threading.Event()
 
     def holder() -> None:
-        with t._lock:
+        with t.components.lock:
             held.set()
             release.wait(10)
 

@@ -313,7 +313,7 @@ def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: 
     names = [op.name for _, op in mm.candidates()]
     assert names == ["CompactRowSetsOp"]  # no memory pressure, nothing old: only the read benefit
     h.write([INS], [100])
-    h.tablet._mrs.created_at = time.monotonic() - 1000  # pretend the MemRowSet is old
+    h.tablet.components.mrs.created_at = time.monotonic() - 1000  # pretend the MemRowSet is old
     assert mm.candidates()[0][1].name == "FlushMRSOp"
     mm.poll_once(run_inline=True)
     mm.poll_once(run_inline=True)

@@ -83,12 +83,12 @@ def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
 
 
 def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
-    for m in [t._mrs, *t._flushing_mrs]:
+    for m in t.components.memrowsets():
         r = m.get(key)
         if r is not None:  # the row's mutation chain, as the MemRowSet used to keep it
             chain = m.deltas.mutations_of(r.rownum)
             return (chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True)
-    for d in t._drs:
+    for d in t.components.drs:
         pos = d.find_row(key)
         if pos is not None:
             return _old_row_latest(d, pos)
@@ -195,9 +195,9 @@ class Diff:
         keys = self.t.info.encode_keys(op.rows)
         self.checked["dup_rows"] += len(keys) - len(set(keys))
         for k in set(keys):
-            if any(m.get(k) is not None for m in [self.t._mrs, *self.t._flushing_mrs]):
+            if any(m.get(k) is not None for m in self.t.components.memrowsets()):
                 self.checked["mrs_hits"] += 1
-            elif any(d.find_row(k) is not None for d in self.t._drs):
+            elif any(d.find_row(k) is not None for d in self.t.components.drs):
                 self.checked["drs_hits"] += 1
 
     def write(self, n: int, hot: list[Any] | None = None, ops: list[int] | None = None) -> None:
@@ -476,22 +476,22 @@ def test_mrs_rows_are_located_by_batch(tmp_path: Any, writes: int) -> None:
     store more rows than the initial 1,024)."""
     h = Diff(str(tmp_path / "t"), "int", 5)
     h.write(200, ops=[int(OpType.INSERT)] * 200)
-    assert h.t._mrs._last_ts is None  # inserts alone: no last-change arrays yet
+    assert h.t.components.mrs._last_ts is None  # inserts alone: no last-change arrays yet
     for _ in range(writes - 1):
         h.write(200)  # later batches mutate rows earlier ones inserted into the MemRowSet
-    mrs = h.t._mrs
+    mrs = h.t.components.mrs
     assert mrs._last_ts is not None and len(mrs._last_ts) == len(mrs._live) == len(mrs._insert_ts)
     assert writes < 12 or mrs._num_stored > 1024
     keys = [h.t.info.encode_key([k]) for k in range(240)]
     store, _pos, latest, live, stores = h.t._locate_batch(KeyBatch(list(keys)), np.ones(len(keys), dtype=bool))
     mutated = 0
     for i, k in enumerate(keys):
-        r = h.t._mrs.get(k)
+        r = h.t.components.mrs.get(k)
         if r is None:
             assert store[i] == -1
             continue
-        assert stores[store[i]] is h.t._mrs
-        chain = h.t._mrs.deltas.mutations_of(r.rownum)
+        assert stores[store[i]] is h.t.components.mrs
+        chain = h.t.components.mrs.deltas.mutations_of(r.rownum)
         mutated += bool(chain) and chain[-1].ts > r.insert_ts
         assert (latest[i], live[i]) == ((chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True))
     assert mutated > 20
