@@ -46,7 +46,8 @@ from kudu_async.common.errors import (
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
-from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrite, ScanSpec, Tablet, TabletScanner
+from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, Tablet, TabletScanner
+from kudu_async.tablet.write_path import PreparedWrite
 from kudu_async.tserver.result_tracker import Outcome, RequestId, ResultTracker
 from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.wire import (

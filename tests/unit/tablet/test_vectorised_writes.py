@@ -41,6 +41,7 @@ from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+from kudu_async.tablet.write_path import WritePath
 
 _INSERT, _UPDATE, _DELETE = 1, 2, 3
 ALL_OPS = list(OpType)
@@ -483,7 +484,9 @@ def test_mrs_rows_are_located_by_batch(tmp_path: Any, writes: int) -> None:
     assert mrs._last_ts is not None and len(mrs._last_ts) == len(mrs._live) == len(mrs._insert_ts)
     assert writes < 12 or mrs._num_stored > 1024
     keys = [h.t.info.encode_key([k]) for k in range(240)]
-    store, _pos, latest, live, stores = h.t._locate_batch(KeyBatch(list(keys)), np.ones(len(keys), dtype=bool))
+    store, _pos, latest, live, stores = WritePath(h.t.components).locate_batch(
+        KeyBatch(list(keys)), np.ones(len(keys), dtype=bool)
+    )
     mutated = 0
     for i, k in enumerate(keys):
         r = h.t.components.mrs.get(k)
