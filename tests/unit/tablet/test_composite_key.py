@@ -10,6 +10,7 @@ from conftest import HAVE_COMMON
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.read_path import ReadPath
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
 
 pytestmark = pytest.mark.skipif(not HAVE_COMMON, reason="needs kudu_async.common.schema")
@@ -104,15 +105,15 @@ def test_scans_pinning_the_whole_key_are_point_reads_with_the_general_paths_answ
         ([P("host", "=", "a")], [("a", -5, 1), ("a", 0, 1), ("a", 7, 1)]),  # not the whole key
     ]
     points = 0
-    real = Tablet._point_read
+    real = ReadPath._point_read
 
-    def counting(self: Tablet, *a: Any) -> Any:
+    def counting(self: ReadPath, *a: Any) -> Any:
         nonlocal points
         got = real(self, *a)
         points += got is not None
         return got
 
-    monkeypatch.setattr(Tablet, "_point_read", counting)
+    monkeypatch.setattr(ReadPath, "_point_read", counting)
     for preds, want in cases:
         assert _rows(t, predicates=preds) == want, preds
         assert _rows(t, predicates=preds, projection=["v"]) == [(r[2],) for r in want], preds
