@@ -260,7 +260,7 @@ class ReadPath:
                 lower, lower_excl = spec.resume_after_key, True
             mrs_tables = [
                 m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
-                for m in [self._c.mrs, *self._c.flushing_mrs]
+                for m in self._c.memrowsets()
                 if len(m)
             ]
             drs = [

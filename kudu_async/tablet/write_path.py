@@ -288,7 +288,7 @@ class WritePath:
         live = np.zeros(n, dtype=bool)
         stores: list[MemRowSet | DiskRowSet] = []
         todo = want.copy()
-        for m in (self._c.mrs, *self._c.flushing_mrs):
+        for m in self._c.memrowsets():
             if not len(m):
                 continue
             cand = np.flatnonzero(todo)
@@ -452,7 +452,7 @@ class WritePath:
             return False
         if not distinct and len(set(kb.keys)) != kb.n:
             return False
-        return not any((m.rownums_of(kb) >= 0).any() for m in [self._c.mrs, *self._c.flushing_mrs] if len(m))
+        return not any((m.rownums_of(kb) >= 0).any() for m in self._c.memrowsets() if len(m))
 
     def apply(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""

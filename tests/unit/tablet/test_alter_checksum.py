@@ -283,17 +283,17 @@ def test_scan_opened_before_an_alter_keeps_its_schema(w: Writer) -> None:
 
 
 def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kudu_async.tablet.tablet as tablet_mod
+    import kudu_async.tablet.rowset_maintenance as maintenance_mod
 
     _seed(w)
-    real = tablet_mod.write_tablet_metadata
+    real = maintenance_mod.write_tablet_metadata
 
     def failing(tablet_dir: str, meta: object, *, sync: bool = True) -> None:
         if getattr(meta, "schema_version", 0) == 1:
             raise OSError("disk full")
         real(tablet_dir, meta, sync=sync)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", failing)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", failing)
     new = w.t.info.schema.add_column(ColumnSchema("extra", "int32"))
     with pytest.raises(OSError):
         w.alter(new, 1)
@@ -301,7 +301,7 @@ def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest
     assert w.t.schema_version == 0 and w.t.info.names == ["k", "s", "x", "d"]
     assert w.t.earliest_needed_log_index() <= alter_index  # the alter is still to be replayed
     w.write([OpType.INSERT], {"k": [6], "s": ["f"], "x": [6], "d": [None]})  # the old schema still works
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", real)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", real)
     assert w.alter(new, 1)
     assert rows_of(w.t)[6]["extra"] is None
 

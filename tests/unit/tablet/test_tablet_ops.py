@@ -16,7 +16,7 @@ from conftest import HAVE_COMMON, Predicate, encode_key
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
 from kudu_async.tablet import diskrowset
-from kudu_async.tablet import tablet as tablet_mod
+from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletOptions
@@ -198,14 +198,14 @@ def test_snapshot_older_than_history_is_rejected(h: Harness) -> None:
 def test_writes_during_flush_are_carried_over_to_the_new_rowsets(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 4, [1, 2, 3, 4])
     go, started = threading.Event(), threading.Event()
-    real = tablet_mod.write_rowsets
+    real = maintenance_mod.write_rowsets
 
     def slow(*a: Any, **kw: Any) -> Any:
         started.set()
         go.wait(5)
         return real(*a, **kw)
 
-    monkeypatch.setattr(tablet_mod, "write_rowsets", slow)
+    monkeypatch.setattr(maintenance_mod, "write_rowsets", slow)
     th = threading.Thread(target=h.tablet.flush_mrs)
     th.start()
     started.wait(5)
@@ -226,7 +226,7 @@ def test_failed_flush_keeps_rows_readable_and_is_retried(h: Harness, monkeypatch
     def crash(*a: Any, **kw: Any) -> None:
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", crash)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", crash)
     with pytest.raises(OSError):
         h.tablet.flush_mrs()
     monkeypatch.undo()
@@ -241,7 +241,7 @@ def test_failed_flush_keeps_rows_readable_and_is_retried(h: Harness, monkeypatch
 def test_crash_mid_flush_reopens_to_the_old_state_and_removes_orphans(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 3, [1, 2, 3])
     before = h.rows()
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError()))
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError()))
     monkeypatch.setattr(h.tablet.bm, "delete_blocks", lambda ids: None)  # the process dies: no cleanup
     with pytest.raises(OSError):
         h.tablet.flush_mrs()

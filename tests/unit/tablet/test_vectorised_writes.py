@@ -22,7 +22,7 @@ import pytest
 from conftest import HAVE_COMMON, make_schema
 
 from kudu_async.common.clock import ManualHybridClock
-from kudu_async.tablet import tablet as tablet_mod
+from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.bloom import BloomFilter, key_hashes
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
 from kudu_async.tablet.delta_store import (
@@ -379,10 +379,10 @@ def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monk
         return run
 
     if during == "compaction":
-        monkeypatch.setattr(tablet_mod, "merge_rowsets", writes_meanwhile(tablet_mod.merge_rowsets))
+        monkeypatch.setattr(maintenance_mod, "merge_rowsets", writes_meanwhile(maintenance_mod.merge_rowsets))
         assert h.t.compact_rowsets()
     elif during == "flush":
-        monkeypatch.setattr(tablet_mod, "write_rowsets", writes_meanwhile(tablet_mod.write_rowsets))
+        monkeypatch.setattr(maintenance_mod, "write_rowsets", writes_meanwhile(maintenance_mod.write_rowsets))
         assert h.t.flush_mrs()
     else:  # after the MemRowSet is frozen, before its content is read
         monkeypatch.setattr(MemRowSet, "flush_input", writes_meanwhile(MemRowSet.flush_input))
