@@ -103,3 +103,13 @@ class SchemaInfo:
         from kudu_async.common.schema import ColumnSchema
 
         return ColumnSchema.from_dict(d)
+
+
+def tablet_schema_info(schema: Any, added_columns: list[dict[str, Any]], legacy_ids: dict[str, int]) -> SchemaInfo:
+    """The storage view of ``schema``: read defaults of columns added by alters, ids of legacy files."""
+    added = [SchemaInfo.column_from_dict(d) for d in added_columns]
+    return SchemaInfo(
+        schema,
+        {c.id: c.default for c in added if c.id is not None},
+        {i: name for name, i in legacy_ids.items()},
+    )
