@@ -77,7 +77,7 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
     tid = tablet.tablet_id
     mrs_bytes = tablet.mrs_memory_bytes()
     threshold = tablet.options.flush_threshold_bytes
-    created = tablet.components.mrs.created_at
+    created = tablet.mrs_created_at()
     if mrs_bytes:
         ops.append(
             MaintenanceOp(

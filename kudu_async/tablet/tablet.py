@@ -14,12 +14,13 @@ The work is done in rooms, one per stage of a row's life, each working on the sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.fs.block_manager import BlockManager
-from kudu_async.fs.tablet_metadata import RowSetMetadata
+from kudu_async.fs.tablet_metadata import RowSetMetadata, TabletMetadata, metadata_path
 from kudu_async.tablet import bootstrap, checksum, schema_change
 from kudu_async.tablet.components import TabletComponents, TabletOptions
 from kudu_async.tablet.diskrowset import DiskRowSet
@@ -171,6 +172,12 @@ class Tablet:
         with self._c.lock:
             return self._c.mrs.memory_bytes() + sum(m.memory_bytes() for m in self._c.flushing_mrs)
 
+    def mrs_created_at(self) -> float | None:
+        """When the MemRowSet taking writes got its first row (``time.monotonic``; None while empty): the
+        maintenance manager flushes a MemRowSet that has held rows too long."""
+        with self._c.lock:
+            return self._c.mrs.created_at
+
     def dms_memory_bytes(self) -> int:
         with self._c.lock:
             return sum(d.delta_memory_bytes() for d in self._c.drs)
@@ -249,6 +256,18 @@ class Tablet:
                     for d in self._c.drs
                 ],
             }
+
+    @contextmanager
+    def durable_files(self) -> Iterator[tuple[bytes, list[str]]]:
+        """The committed metadata file's bytes and the paths of the blocks it references, for copying the
+        tablet (tablet copy). No flush or compaction commits new metadata while the ``with`` block runs,
+        and blocks are deleted only after the metadata that drops them is committed, so the files stay
+        one consistent version until it exits."""
+        with self._c.lock:
+            with open(metadata_path(self._c.tablet_dir), "rb") as f:
+                meta_bytes = f.read()
+            live = TabletMetadata.from_json(meta_bytes).live_blocks() & self._c.bm.all_block_ids()
+            yield meta_bytes, [self._c.bm.path(b) for b in sorted(live)]
 
     def schema_dict(self) -> dict[str, Any]:
         return self._c.info.to_dict()

@@ -367,3 +367,26 @@ def test_rows_passed_through_unchanged_keep_the_ipc_bytes_they_came_in(h: Harnes
     p = h.tablet.prepare_write(WriteOp([INS, INS], wide, None, batch_to_ipc(wide)), h.clock.now())
     assert p.op.rows_ipc is None and p.op.rows.schema.field(1).type == pa.int32()
     h.tablet.abort_write(p)
+
+
+def test_mrs_created_at_and_durable_files(h: Harness) -> None:
+    """The public views the maintenance manager and tablet copy read: the MemRowSet's age, and the
+    committed metadata with the paths of exactly the blocks it references."""
+    import os
+
+    from kudu_async.fs.tablet_metadata import TabletMetadata
+
+    assert h.tablet.mrs_created_at() is None
+    before = time.monotonic()
+    h.write([INS] * 10, list(range(10)))
+    created = h.tablet.mrs_created_at()
+    assert created is not None and before <= created <= time.monotonic()
+    h.tablet.flush_mrs()
+    assert h.tablet.mrs_created_at() is None  # a fresh MemRowSet took over
+    h.write([INS] * 10, list(range(10, 20)))
+    h.tablet.flush_mrs()
+    h.tablet.compact_rowsets()
+    with h.tablet.durable_files() as (meta_bytes, paths):
+        meta = TabletMetadata.from_json(meta_bytes)
+        assert meta.rowsets and sorted(paths) == sorted(h.tablet.bm.path(b) for b in meta.live_blocks())
+        assert all(os.path.exists(p) for p in paths)
