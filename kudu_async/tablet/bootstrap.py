@@ -11,42 +11,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
 
 from kudu_async.common.clock import HybridClock
+from kudu_async.common.schema import Schema
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import TabletMetadata, read_tablet_metadata, write_tablet_metadata
 from kudu_async.tablet.components import TabletComponents, TabletOptions
 from kudu_async.tablet.ops import LoggedWrite
-from kudu_async.tablet.schema_info import SchemaInfo, tablet_schema_info
+from kudu_async.tablet.schema_info import tablet_schema_info
 from kudu_async.tablet.write_path import WritePath
 
 
-def create_metadata(tablet_dir: str, schema: Any, tablet_id: str, options: TabletOptions, schema_version: int) -> Any:
-    """Write the metadata of an empty tablet durably; the schema it holds (with column ids)."""
+def create_metadata(
+    tablet_dir: str, schema: Schema, tablet_id: str, options: TabletOptions, schema_version: int
+) -> None:
+    """Write the metadata of an empty tablet durably, its schema's columns numbered (alters match
+    columns by id)."""
     os.makedirs(tablet_dir, exist_ok=True)
-    if hasattr(schema, "with_column_ids"):  # storage tests may pass a minimal stand-in schema
-        schema = schema.with_column_ids()
     meta = TabletMetadata(
-        tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict(), schema_version=schema_version
+        tablet_id=tablet_id or os.path.basename(tablet_dir),
+        schema=schema.with_column_ids().to_dict(),
+        schema_version=schema_version,
     )
     write_tablet_metadata(tablet_dir, meta, sync=options.sync)
-    return schema
 
 
-def open_components(tablet_dir: str, options: TabletOptions, clock: HybridClock, schema: Any) -> TabletComponents:
+def open_components(tablet_dir: str, options: TabletOptions, clock: HybridClock) -> TabletComponents:
     """The components of a tablet as its durable files hold them (unflushed writes not replayed yet)."""
     meta = read_tablet_metadata(tablet_dir)
-    if schema is None:
-        schema = SchemaInfo.schema_from_dict(meta.schema)
-    if hasattr(schema, "with_column_ids") and any(c.id is None for c in schema.columns):
+    schema = Schema.from_dict(meta.schema)
+    if any(c.id is None for c in schema.columns):
         # Written before column ids existed: number the columns now (deterministically, so a crash
         # before the next metadata write numbers them the same) and remember which id each file
         # column name got: those files carry no id map, and later alters match columns by id.
         schema = schema.with_column_ids()
         meta_cols = meta.schema.get("columns", [])
         if not meta.legacy_column_ids and not all(isinstance(c, dict) and "id" in c for c in meta_cols):
-            meta.legacy_column_ids = {c.name: c.id for c in schema.columns}
+            meta.legacy_column_ids = {c.name: c.id for c in schema.columns if c.id is not None}
     bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync, cache=options.block_cache)
     bm.delete_orphans(meta.live_blocks())
     legacy_ids = dict(meta.legacy_column_ids)

@@ -10,7 +10,6 @@ the answer (:meth:`ReadPath.scan_in_memory`).
 from __future__ import annotations
 
 import bisect
-import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,11 +17,12 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kudu_async.common import key_encoding
 from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet.components import TabletComponents
 from kudu_async.tablet.diskrowset import DiskRowSet
 from kudu_async.tablet.key_arrays import _KeyView
-from kudu_async.tablet.memrowset import MRSRow
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, SchemaInfo
 
@@ -35,7 +35,7 @@ class ScanSpec:
     """What to read: projection, predicates, PK bounds (encoded keys), limit and read mode."""
 
     projection: list[str] | None = None
-    predicates: list[Any] = field(default_factory=list)
+    predicates: list[ColumnPredicate] = field(default_factory=list)
     lower_key: bytes | None = None  # inclusive
     upper_key: bytes | None = None  # exclusive
     resume_after_key: bytes | None = None  # exclusive: the last key a previous scan returned
@@ -137,18 +137,13 @@ def _pinned_key(info: SchemaInfo, spec: ScanSpec) -> list[Any] | None:
     nk = info.num_key_columns
     pinned: dict[str, Any] = {}
     for p in spec.predicates:
-        if getattr(p, "op", None) == "=" and _pred_column(p) in info.key_names[:nk]:
-            if _pred_column(p) in pinned:  # two values for one key column: the general path decides
+        if p.op == "=" and p.column in info.key_names[:nk]:
+            if p.column in pinned:  # two values for one key column: the general path decides
                 return None
-            pinned[_pred_column(p)] = p.value
+            pinned[p.column] = p.value
     if len(pinned) < nk:
         return None
     return [pinned[n] for n in info.key_names[:nk]]
-
-
-def _pred_column(pred: Any) -> str:
-    col = getattr(pred, "column", None) or getattr(pred, "column_name", None)
-    return col if isinstance(col, str) else col.name  # type: ignore[union-attr]
 
 
 class ReadPath:
@@ -236,7 +231,7 @@ class ReadPath:
             for c in projection:
                 if c not in info.names:
                     raise KuduInvalidArgument(f"projected column '{c}' is not in the schema")
-            pred_cols = [_pred_column(p) for p in spec.predicates]
+            pred_cols = [p.column for p in spec.predicates]
             for c in pred_cols:
                 if c not in info.names:
                     raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
@@ -309,7 +304,7 @@ class ReadPath:
         if not row.num_rows or spec.limit == 0:
             return
         for p in spec.predicates:
-            if getattr(p, "op", None) == "=" and _pred_column(p) in key_names:
+            if p.op == "=" and p.column in key_names:
                 continue
             if not pc.fill_null(p.evaluate(row), False)[0].as_py():
                 return
@@ -342,32 +337,33 @@ class ReadPath:
             or (spec.resume_after_key is not None and key <= spec.resume_after_key)
         ):
             return schema.empty_table()
-        loc: tuple[Any, Any] | None = self._c.locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
-        if loc is None:
+        mem = self._c.locate_in_memory(key)
+        if mem is not None:
+            m, r = mem
+            if m.info.names != info.names:
+                return None
+            # A row never changed since it was written is a zero-copy slice of the batch it arrived in,
+            # which has no key column.
+            written: pa.RecordBatch | pa.Table | None = m.base_row(r, snap)
+            key_col = pa.array([key], pa.binary())
+            vals = None if written is not None else m.visible_row(r, snap)
+        else:
             found = self._locate_without_disk(key) if memory_only else self._c.locate_on_disk(key)
             if found is False:
                 return None
-            loc = found
-        if loc is None:
-            return schema.empty_table()
-        store: Any = loc[0]
-        ref: Any = loc[1]
-        if store.info.names != info.names:
-            return None
-        # A row never changed since it was written is a zero-copy slice of the batch it arrived in (a
-        # MemRowSet's, which has no key column) or of the rowset's base data.
-        written = store.base_row(ref, snap)
-        cols = (
-            None
-            if written is None
-            else [
-                *(written.column(n) for n in needed),
-                pa.array([key], pa.binary()) if isinstance(ref, MRSRow) else written.column(KEY_COL),
-            ]
-        )
-        if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
-            return pa.Table.from_arrays(cols, schema=schema)
-        vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
+            if found is None:
+                return schema.empty_table()
+            d, pos = found
+            if d.info.names != info.names:
+                return None
+            written = d.base_row(pos, snap)  # a zero-copy slice of the base data, key column included
+            key_col = None if written is None else written.column(KEY_COL)
+            vals = None if written is not None else d.get_row(pos, snap)
+        if written is not None:
+            cols = [*(written.column(n) for n in needed), key_col]
+            if all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
+                return pa.Table.from_arrays(cols, schema=schema)
+            vals = m.visible_row(r, snap) if mem is not None else d.get_row(pos, snap)
         if vals is None:
             return schema.empty_table()
         return pa.table([*([vals[info.names.index(n)]] for n in needed), [key]], schema=schema)
@@ -384,24 +380,23 @@ class ReadPath:
             self._point_schemas[memo_key] = schema
         return schema
 
-    def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
+    @staticmethod
+    def _key_bounds_of(info: SchemaInfo, pred: ColumnPredicate) -> tuple[bytes | None, bytes | None]:
         """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:
         the predicate itself is still evaluated, so (None, None) is always a safe answer)."""
-        if _pred_column(pred) != info.key_names[0]:
+        if pred.column != info.key_names[0]:
             return None, None
-        op = getattr(pred, "op", None)
-        value = getattr(pred, "value", None)
+        op, value = pred.op, pred.value
         if op not in ("=", "<", "<=", ">", ">=", "IN") or value is None:
             return None, None
-        ke = importlib.import_module("kudu_async.common.key_encoding")
         single = info.num_key_columns == 1
 
         def eq_bounds(v: Any) -> tuple[bytes, bytes | None]:
             if single:  # the whole key: the next key up is the encoding plus a zero byte
-                e: bytes = ke.encode_key(info.schema, [v])
+                e = key_encoding.encode_key(info.schema, [v])
                 return e, e + b"\x00"
-            pfx: bytes = ke.encode_key_prefix(info.schema, [v])
-            return pfx, ke.prefix_successor(pfx) or None
+            pfx = key_encoding.encode_key_prefix(info.schema, [v])
+            return pfx, key_encoding.prefix_successor(pfx) or None
 
         try:
             if op == "IN":

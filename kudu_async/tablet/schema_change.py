@@ -7,9 +7,8 @@ prepared for the old schema are refused when applied (see :mod:`kudu_async.table
 
 from __future__ import annotations
 
-from typing import Any
-
 from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.schema import Schema
 from kudu_async.tablet.components import TabletComponents
 from kudu_async.tablet.diskrowset import DiskRowSet
 from kudu_async.tablet.rowset_maintenance import RowSetMaintenance
@@ -17,7 +16,7 @@ from kudu_async.tablet.schema_info import SchemaInfo, tablet_schema_info
 
 
 def alter_schema(
-    c: TabletComponents, maintenance: RowSetMaintenance, new_schema: Any, version: int, log_index: int
+    c: TabletComponents, maintenance: RowSetMaintenance, new_schema: Schema, version: int, log_index: int
 ) -> bool:
     """Apply an AlterSchema replicated at ``log_index``; False if ``version`` is not newer (replay).
 
@@ -68,7 +67,7 @@ def _dirty_locked(c: TabletComponents) -> bool:
     return bool(len(c.mrs) or c.flushing_mrs or any(len(d.dms) or d.flushing_dms for d in c.drs))
 
 
-def _check_alter(info: SchemaInfo, new_schema: Any) -> Any:
+def _check_alter(info: SchemaInfo, new_schema: Schema) -> Schema:
     """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
     cur = info.schema
     cur_by_id = {c.id: c for c in cur.columns}
@@ -91,7 +90,7 @@ def _check_alter(info: SchemaInfo, new_schema: Any) -> Any:
     for c in schema.columns:
         old = cur_by_id.get(c.id)
         if old is None:
-            if c.id < next_id:
+            if c.id is None or c.id < next_id:
                 raise KuduInvalidArgument(f"column '{c.name}' reuses the id {c.id} of a dropped column")
             if not c.nullable and c.default is None:
                 raise KuduInvalidArgument(

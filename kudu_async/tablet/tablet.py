@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kudu_async.common.clock import HybridClock
+from kudu_async.common.schema import Schema
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import RowSetMetadata, TabletMetadata, metadata_path
 from kudu_async.tablet import bootstrap, checksum, schema_change
@@ -87,7 +88,7 @@ class Tablet:
     def create(
         cls,
         tablet_dir: str,
-        schema: Any,
+        schema: Schema,
         *,
         tablet_id: str = "",
         options: TabletOptions | None = None,
@@ -97,8 +98,8 @@ class Tablet:
         """Create an empty tablet (metadata written durably) and open it; a tablet added to an altered
         table (a new range) starts at the table's current ``schema_version``."""
         options = options or TabletOptions()
-        schema = bootstrap.create_metadata(tablet_dir, schema, tablet_id, options, schema_version)
-        return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
+        bootstrap.create_metadata(tablet_dir, schema, tablet_id, options, schema_version)
+        return cls.open(tablet_dir, options=options, clock=clock)
 
     @classmethod
     def open(
@@ -108,7 +109,6 @@ class Tablet:
         log_ops: Iterable[LoggedWrite] = (),
         options: TabletOptions | None = None,
         clock: HybridClock | None = None,
-        schema: Any = None,
     ) -> Tablet:
         """Open a tablet and bootstrap it: replay logged writes above the last flushed log index.
 
@@ -117,7 +117,7 @@ class Tablet:
         """
         options = options or TabletOptions()
         clock = clock or HybridClock()
-        components = bootstrap.open_components(tablet_dir, options, clock, schema)
+        components = bootstrap.open_components(tablet_dir, options, clock)
         tablet = cls(components)
         bootstrap.replay(tablet._writes, clock, log_ops, components.last_flushed_index)
         return tablet
@@ -215,7 +215,7 @@ class Tablet:
 
     # -- schema changes and checksums -----------------------------------------------------------------
 
-    def alter_schema(self, new_schema: Any, version: int, log_index: int) -> bool:
+    def alter_schema(self, new_schema: Schema, version: int, log_index: int) -> bool:
         """Apply an AlterSchema replicated at ``log_index``; False if ``version`` is not newer (replay).
         See :func:`.schema_change.alter_schema`."""
         return schema_change.alter_schema(self._c, self._maintenance, new_schema, version, log_index)

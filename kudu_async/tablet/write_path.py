@@ -198,8 +198,8 @@ class WritePath:
         columns; NOT NULL for set columns of updates is checked by :meth:`_check_nulls`). A batch of
         only insert-like rows also takes the normalised values (e.g. VARCHAR truncation).
         """
-        validate = getattr(info.schema, "validate_batch_rows", None)
-        if validate is None or rows.num_rows == 0:
+        validate = info.schema.validate_batch_rows
+        if rows.num_rows == 0:
             return rows
         insertish = op_mask(op_types, _INSERTISH)
         if insertish.all():

@@ -44,6 +44,7 @@ from kudu_async.common.errors import (
     KuduTimedOut,
 )
 from kudu_async.common.metrics import MetricEntity
+from kudu_async.common.schema import Schema
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, Tablet, TabletScanner
@@ -716,9 +717,7 @@ def _mismatch(tablet_id: str, have: int, got: int) -> KuduInvalidArgument:
     )
 
 
-def _schema_from_dict(d: dict[str, Any]) -> Any:
-    from kudu_async.common.schema import Schema
-
+def _schema_from_dict(d: dict[str, Any]) -> Schema:
     return Schema.from_dict(d)
 
 

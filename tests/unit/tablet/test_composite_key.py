@@ -6,14 +6,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import HAVE_COMMON
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.tablet.ops import OpType, WriteOp
 from kudu_async.tablet.read_path import ReadPath
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
-
-pytestmark = pytest.mark.skipif(not HAVE_COMMON, reason="needs kudu_async.common.schema")
 
 FIELDS = [pa.field("host", pa.string(), False), pa.field("ts", pa.int64(), False), pa.field("v", pa.int32())]
 HOSTS = ["a", "a\x00b", "a\x00", "ab", "", "b"]

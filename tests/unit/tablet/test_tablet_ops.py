@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import HAVE_COMMON, Predicate, encode_key
+from conftest import encode_key
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
+from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet import diskrowset
 from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
@@ -62,9 +63,8 @@ class Harness:
         return [] if t is None else list(zip(*[t.column(c).to_pylist() for c in t.column_names], strict=True))
 
     def reopen(self) -> None:
-        # With the common Schema the tablet rebuilds it from its own metadata, as a tserver would.
-        schema = None if HAVE_COMMON else self.schema
-        self.tablet = Tablet.open(self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=schema)
+        # The tablet rebuilds its schema from its own metadata, as a tserver would.
+        self.tablet = Tablet.open(self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock)
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_predicates_and_key_bounds(h: Harness) -> None:
     h.tablet.flush_mrs()
     rows = h.rows(
         projection=["key"],
-        predicates=[Predicate("s", "IS NULL")],
+        predicates=[ColumnPredicate("s", "IS NULL")],
         lower_key=encode_key(h.schema, 1),
         upper_key=encode_key(h.schema, 9),
     )
@@ -322,7 +322,6 @@ def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: 
     assert [r[0] for r in h.rows(projection=["key"])] == [*range(20), 100]
 
 
-@pytest.mark.skipif(not HAVE_COMMON, reason="row validation comes from kudu_async.common.schema")
 def test_oversize_cell_is_invalid_argument_for_that_row_only(h: Harness) -> None:
     res = h.write([INS, INS, U], [1, 2, 3], s=["ok", "x" * (64 * 1024 + 1), "y"])
     assert codes(res) == {1: "INVALID_ARGUMENT", 2: "NOT_FOUND"}

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import HAVE_COMMON, make_schema
+from conftest import make_schema
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.tablet import rowset_maintenance as maintenance_mod
@@ -256,9 +256,7 @@ class Diff:
 
     def reopen(self) -> None:
         """Crash (drop the tablet without flushing) and bootstrap from files plus the WAL."""
-        self.t = Tablet.open(
-            self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock, schema=self.schema
-        )
+        self.t = Tablet.open(self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock)
 
     def check_state(self) -> None:
         got = self.t.scan(ScanSpec(ordered=True)).to_table()
@@ -275,8 +273,6 @@ class Diff:
 @pytest.mark.parametrize("key_kind", ["int", "string"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_mixed_batches_decide_like_the_per_row_loop(tmp_path: Any, key_kind: str, seed: int) -> None:
-    if key_kind == "string" and not HAVE_COMMON:
-        pytest.skip("needs kudu_async.common.schema")
     h = Diff(str(tmp_path / "t"), key_kind, seed)
     for step in range(45):
         h.write(h.rng.choice([1, 7, 40, 150]))
@@ -411,8 +407,6 @@ def test_bloom_batch_probe_matches_single_probes() -> None:
 
 @pytest.mark.parametrize("too_big", [False, True])
 def test_find_rows_matches_find_row_on_variable_width_keys(tmp_path: Any, too_big: bool) -> None:
-    if not HAVE_COMMON:
-        pytest.skip("needs kudu_async.common.schema")
     schema = _string_schema()
     clock = ManualHybridClock(10**12)
     t = Tablet.create(str(tmp_path / "t"), schema, options=TabletOptions(sync=False), clock=clock)
@@ -467,7 +461,7 @@ def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> No
                 assert bool(mutated[row]) == (row in touched)
 
     check(h.t)
-    reopened = Tablet.open(str(tmp_path / "t"), options=h.t.options, clock=h.clock, schema=h.schema)
+    reopened = Tablet.open(str(tmp_path / "t"), options=h.t.options, clock=h.clock)
     check(reopened)
 
 
@@ -642,8 +636,6 @@ def _old_merge_rowsets(info: Any, inputs: list[Any], ahm: int) -> tuple[pa.Table
 def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str) -> None:
     """merge_rowsets (column-wise) gives the same rows and the same deltas newer than the AHM as the
     per-row fold it replaced, at many AHMs: rows dead at the AHM dropped or revived by a later re-insert."""
-    if key_kind == "string" and not HAVE_COMMON:
-        pytest.skip("needs kudu_async.common.schema")
     h = Diff(str(tmp_path / "t"), key_kind, 23)
     for step in range(30):
         h.write(h.rng.choice([20, 80]), hot=h.keys[:60])
