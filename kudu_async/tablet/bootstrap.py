@@ -40,19 +40,10 @@ def open_components(tablet_dir: str, options: TabletOptions, clock: HybridClock)
     """The components of a tablet as its durable files hold them (unflushed writes not replayed yet)."""
     meta = read_tablet_metadata(tablet_dir)
     schema = Schema.from_dict(meta.schema)
-    if any(c.id is None for c in schema.columns):
-        # Written before column ids existed: number the columns now (deterministically, so a crash
-        # before the next metadata write numbers them the same) and remember which id each file
-        # column name got: those files carry no id map, and later alters match columns by id.
-        schema = schema.with_column_ids()
-        meta_cols = meta.schema.get("columns", [])
-        if not meta.legacy_column_ids and not all(isinstance(c, dict) and "id" in c for c in meta_cols):
-            meta.legacy_column_ids = {c.name: c.id for c in schema.columns if c.id is not None}
     bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync, cache=options.block_cache)
     bm.delete_orphans(meta.live_blocks())
-    legacy_ids = dict(meta.legacy_column_ids)
-    info = tablet_schema_info(schema, list(meta.added_columns), legacy_ids)
-    return TabletComponents(tablet_dir, meta, info, bm, options, clock, legacy_ids)
+    info = tablet_schema_info(schema, list(meta.added_columns))
+    return TabletComponents(tablet_dir, meta, info, bm, options, clock)
 
 
 def replay(writes: WritePath, clock: HybridClock, log_ops: Iterable[LoggedWrite], last_flushed_index: int) -> None:

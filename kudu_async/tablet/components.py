@@ -56,7 +56,6 @@ class TabletComponents:
         bm: BlockManager,
         options: TabletOptions,
         clock: HybridClock,
-        legacy_ids: dict[str, int],
     ) -> None:
         self.tablet_dir = tablet_dir
         self.tablet_id = meta.tablet_id
@@ -72,7 +71,6 @@ class TabletComponents:
         self.info = info
         self.schema_version = meta.schema_version
         self.added_columns: list[dict[str, Any]] = list(meta.added_columns)
-        self.legacy_ids = legacy_ids
         # Component lock: the stores.
         self._mrs_ids = itertools.count(1)
         self.mrs = self.new_mrs()

@@ -54,9 +54,6 @@ class MRSRow:
     last_ts: int = -1
     live: bool = True
 
-    def latest_live(self) -> bool:
-        return self.live
-
     def max_ts(self) -> int:
         return max(self.insert_ts, self.last_ts)
 

@@ -60,7 +60,6 @@ class TabletScanner:
         self.snapshot = snapshot
         self.snapshot_ts = snapshot_ts
         self.last_key: bytes | None = None
-        self.rows_returned = 0
         self.info: SchemaInfo | None = None  # the schema this scan reads with (set by Tablet.scan)
 
     def __iter__(self) -> TabletScanner:
@@ -70,7 +69,6 @@ class TabletScanner:
         batch, last = next(self._it)
         if last is not None:
             self.last_key = last
-        self.rows_returned += batch.num_rows
         return batch
 
     def to_table(self) -> pa.Table | None:

@@ -79,7 +79,6 @@ class RowSetMaintenance:
             next_rowset_id=self._c.next_rowset_id,
             schema_version=self._c.schema_version,
             added_columns=self._c.added_columns,
-            legacy_column_ids=self._c.legacy_ids,
         )
         meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
         write_tablet_metadata(self._c.tablet_dir, meta, sync=self._c.options.sync)

@@ -12,7 +12,7 @@ from kudu_async.common.schema import Schema
 from kudu_async.tablet.components import TabletComponents
 from kudu_async.tablet.diskrowset import DiskRowSet
 from kudu_async.tablet.rowset_maintenance import RowSetMaintenance
-from kudu_async.tablet.schema_info import SchemaInfo, tablet_schema_info
+from kudu_async.tablet.schema_info import SchemaInfo, column_ids, tablet_schema_info
 
 
 def alter_schema(
@@ -24,19 +24,19 @@ def alter_schema(
     NULL) in older rows, dropped ones disappear. Everything in memory is flushed first and the new
     schema is committed with a replay start at ``log_index``, so bootstrap never replays a write
     built for the old schema against the new one (and replays the alter itself if it crashed before).
-    Writes prepared for the old schema are refused by :meth:`apply_write`.
+    Writes prepared for the old schema are refused when applied (:meth:`.WritePath.apply`).
     """
     with c.maint_lock:
         if version <= c.schema_version:
             return False
         schema = _check_alter(c.info, new_schema)
-        ids = {c.id for c in schema.columns}
+        ids = set(column_ids(schema))
         cur_ids = set(c.info.ids)
         # The default an added column has now is what older rows read from then on (Kudu's read
         # default), whatever later alters make of its write default.
         added = [d for d in c.added_columns if d.get("id") in ids]
-        added += [c.to_dict() for c in schema.columns if c.id not in cur_ids]
-        new_info = tablet_schema_info(schema, added, c.legacy_ids)
+        added += [col.to_dict() for col in schema.columns if col.id not in cur_ids]
+        new_info = tablet_schema_info(schema, added)
         while True:
             maintenance.flush_all()
             with c.lock:
@@ -70,10 +70,10 @@ def _dirty_locked(c: TabletComponents) -> bool:
 def _check_alter(info: SchemaInfo, new_schema: Schema) -> Schema:
     """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
     cur = info.schema
-    cur_by_id = {c.id: c for c in cur.columns}
-    next_id = max([c.id for c in cur.columns if c.id is not None], default=-1) + 1
+    cur_by_id = dict(zip(info.ids, cur.columns, strict=True))
+    next_id = max(info.ids, default=-1) + 1
     schema = new_schema.with_column_ids(next_id)
-    new_ids = [c.id for c in schema.columns]
+    new_ids = column_ids(schema)
     new_key = [(c.id, c.name) for c in schema.key_columns]
     cur_key = [(c.id, c.name) for c in cur.key_columns]
     if [i for i, _ in new_key] != [i for i, _ in cur_key]:
@@ -87,11 +87,11 @@ def _check_alter(info: SchemaInfo, new_schema: Schema) -> Schema:
         raise KuduInvalidArgument(
             f"AlterSchema cannot change the primary key columns (key column '{name}')", {"column": name}
         )
-    for c in schema.columns:
-        old = cur_by_id.get(c.id)
+    for cid, c in zip(new_ids, schema.columns, strict=True):
+        old = cur_by_id.get(cid)
         if old is None:
-            if c.id is None or c.id < next_id:
-                raise KuduInvalidArgument(f"column '{c.name}' reuses the id {c.id} of a dropped column")
+            if cid < next_id:
+                raise KuduInvalidArgument(f"column '{c.name}' reuses the id {cid} of a dropped column")
             if not c.nullable and c.default is None:
                 raise KuduInvalidArgument(
                     f"added column '{c.name}' must be nullable or have a default", {"column": c.name}

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from kudu_async.common import key_encoding
+from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.schema import ColumnSchema, Schema
 
 KEY_COL = "_key"
@@ -24,11 +25,8 @@ class SchemaInfo:
         self,
         schema: Schema,
         read_defaults: dict[int, Any] | None = None,
-        legacy_ids: dict[int, str] | None = None,
     ) -> None:
         self.schema = schema
-        # column id -> name of files written before column ids existed (they carry no id map).
-        self.legacy_ids: dict[int, str] = dict(legacy_ids or {})
         # column id -> the value rows written before that column existed read (Kudu's read default):
         # fixed when an AlterSchema adds the column, so a later default change only affects new writes.
         self.read_defaults: dict[int, Any] = dict(read_defaults or {})
@@ -38,7 +36,7 @@ class SchemaInfo:
         self.key_names = self.names[: self.num_key_columns]
         self.value_indices = list(range(self.num_key_columns, len(self.names)))
         self.nullable = [f.nullable for f in self.arrow]
-        self.ids: list[int | None] = [c.id for c in schema.columns]
+        self.ids: list[int] = column_ids(schema)
         self.storage_arrow = pa.schema(
             [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]
         )
@@ -46,15 +44,15 @@ class SchemaInfo:
     def read_default(self, i: int) -> Any:
         """The value column ``i`` has in rows written before it was added (None: NULL)."""
         cid = self.ids[i]
-        if cid is not None and cid in self.read_defaults:
+        if cid in self.read_defaults:
             return self.read_defaults[cid]
         return self.schema.columns[i].default
 
     def file_metadata(self) -> dict[bytes, bytes]:
         """Arrow schema metadata written into every base and delta file: which column id each named
         column holds, so files written before a rename, add or drop map onto later schemas."""
-        ids = {n: i for n, i in zip(self.names, self.ids, strict=True) if i is not None}
-        return {FILE_IDS_META: json.dumps(ids, sort_keys=True).encode()} if ids else {}
+        ids = dict(zip(self.names, self.ids, strict=True))
+        return {FILE_IDS_META: json.dumps(ids, sort_keys=True).encode()}
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> list[bytes]:
         """Order-preserving encoded primary keys of every row, via common.key_encoding."""
@@ -71,11 +69,15 @@ class SchemaInfo:
         return self.schema.to_dict()
 
 
-def tablet_schema_info(schema: Schema, added_columns: list[dict[str, Any]], legacy_ids: dict[str, int]) -> SchemaInfo:
-    """The storage view of ``schema``: read defaults of columns added by alters, ids of legacy files."""
+def column_ids(schema: Schema) -> list[int]:
+    """The schema's column ids; the storage matches columns by id, so every column must have one."""
+    missing = [c.name for c in schema.columns if c.id is None]
+    if missing:
+        raise KuduInvalidArgument(f"storage schema column '{missing[0]}' has no column id")
+    return [c.id for c in schema.columns if c.id is not None]
+
+
+def tablet_schema_info(schema: Schema, added_columns: list[dict[str, Any]]) -> SchemaInfo:
+    """The storage view of ``schema`` with the read defaults of the columns alters added."""
     added = [ColumnSchema.from_dict(d) for d in added_columns]
-    return SchemaInfo(
-        schema,
-        {c.id: c.default for c in added if c.id is not None},
-        {i: name for name, i in legacy_ids.items()},
-    )
+    return SchemaInfo(schema, {c.id: c.default for c in added if c.id is not None})

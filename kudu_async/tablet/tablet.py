@@ -21,7 +21,7 @@ from typing import Any
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.schema import Schema
 from kudu_async.fs.block_manager import BlockManager
-from kudu_async.fs.tablet_metadata import RowSetMetadata, TabletMetadata, metadata_path
+from kudu_async.fs.tablet_metadata import TabletMetadata, metadata_path
 from kudu_async.tablet import bootstrap, checksum, schema_change
 from kudu_async.tablet.components import TabletComponents, TabletOptions
 from kudu_async.tablet.diskrowset import DiskRowSet
@@ -271,10 +271,6 @@ class Tablet:
 
     def schema_dict(self) -> dict[str, Any]:
         return self._c.info.to_dict()
-
-    def drs_metadata(self) -> list[RowSetMetadata]:
-        with self._c.lock:
-            return [d.meta for d in self._c.drs]
 
 
 __all__ = [

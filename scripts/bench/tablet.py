@@ -1,4 +1,4 @@
-"""Single-tablet storage benchmark (issue 6 item 9): no network, no Raft.
+"""Single-tablet storage benchmark: no network, no Raft.
 
     python scripts/bench/tablet.py [--rows 5000000] [--dir /tmp/x] [--flush-mb 64]
 

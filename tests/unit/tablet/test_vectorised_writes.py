@@ -1,8 +1,8 @@
-"""The vectorised write path against the per-row algorithm it replaced.
+"""The vectorised write path against a per-row reference model of it.
 
-``old_decide`` below is the per-row ``Tablet._decide`` as it was before the write path was
-vectorised (one ``_locate`` per key, a per-row overlay for keys repeated in a batch), with the row's
-last change read straight from the rowset's delta tables. Random mixed batches (duplicate keys, every
+``old_decide`` below decides row by row what ``WritePath`` decides column-wise (one key lookup per
+row, a per-row overlay for keys repeated in a batch), with the row's last change read straight from
+the rowset's delta tables. Random mixed batches (duplicate keys, every
 op type including the *_IGNORE ones, keys in the MemRowSet and in several overlapping DiskRowSets,
 deleted and re-inserted keys, fixed- and variable-width keys with trailing zero bytes) must get the same
 per-row decision, errors and counts from ``prepare_write``, with and without ``replay``; the applied
@@ -70,7 +70,7 @@ def _key_space(kind: str, n: int) -> list[Any]:
     return sorted(set(out))
 
 
-# -- the per-row algorithm the vectorised one replaced -------------------------------------------------
+# -- the per-row reference model of the write decisions --------------------------------------------------
 
 
 def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
@@ -86,7 +86,7 @@ def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
 def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
     for m in t.components.memrowsets():
         r = m.get(key)
-        if r is not None:  # the row's mutation chain, as the MemRowSet used to keep it
+        if r is not None:  # the row's mutation chain, read mutation by mutation
             chain = m.deltas.mutations_of(r.rownum)
             return (chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True)
     for d in t.components.drs:
@@ -99,7 +99,7 @@ def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
 def old_decide(
     t: Tablet, op_types: list[int], keys: list[bytes], errors: dict[int, RowError], ts: int, replay: bool
 ) -> tuple[list[int], int]:
-    """The pre-vectorisation ``Tablet._decide`` loop: the action kind of every row (0: none)."""
+    """``WritePath._decide`` row by row: the action kind of every row (0: none)."""
     kinds = [0] * len(keys)
     overlay: dict[bytes, bool] = {}
     skipped: set[bytes] = set()
@@ -147,7 +147,7 @@ def old_decide(
     return kinds, ignored
 
 
-# -- harness -----------------------------------------------------------------------------------------
+# -- harness ---------------------------------------------------------------------------------------------
 
 
 class Diff:
@@ -578,7 +578,7 @@ def test_release_all_frees_one_ops_keys_and_wakes_a_waiting_op() -> None:
     assert lm.num_locked() == 0
 
 
-# -- compaction: the per-row fold it replaced ----------------------------------------------------------
+# -- compaction: a per-row reference fold ----------------------------------------------------------------
 
 
 def _old_fold_rowset(info: Any, inp: Any, ahm: int) -> tuple[pa.Table, list[Mutation]]:
@@ -635,7 +635,7 @@ def _old_merge_rowsets(info: Any, inputs: list[Any], ahm: int) -> tuple[pa.Table
 @pytest.mark.parametrize("key_kind", ["int", "string"])
 def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str) -> None:
     """merge_rowsets (column-wise) gives the same rows and the same deltas newer than the AHM as the
-    per-row fold it replaced, at many AHMs: rows dead at the AHM dropped or revived by a later re-insert."""
+    per-row reference fold, at many AHMs: rows dead at the AHM dropped or revived by a later re-insert."""
     h = Diff(str(tmp_path / "t"), key_kind, 23)
     for step in range(30):
         h.write(h.rng.choice([20, 80]), hot=h.keys[:60])
@@ -679,7 +679,7 @@ def test_delta_store_never_caches_a_table_older_than_its_last_add(monkeypatch: p
     from kudu_async.tablet import delta_store
     from kudu_async.tablet.schema_info import SchemaInfo
 
-    dms = delta_store.DeltaMemStore(SchemaInfo(make_schema()))
+    dms = delta_store.DeltaMemStore(SchemaInfo(make_schema().with_column_ids()))
     dms.add(0, Mutation(10, 1, True, {1: 5}, 1, b"k0"))
     real = delta_store.mutations_to_table
 
@@ -714,7 +714,7 @@ def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes(width: int |
         return bytes(rng.choice(alphabet) for _ in range(n))
 
     keys = list(dict.fromkeys(key() for _ in range(3000)))
-    mrs = MemRowSet(SchemaInfo(make_schema()), 0)
+    mrs = MemRowSet(SchemaInfo(make_schema().with_column_ids()), 0)
     rownum = {k: 7 * i for i, k in enumerate(keys)}  # row numbers are the MemRowSet's; any distinct ints
     mrs._insert_ts = np.zeros(7 * len(keys) + 1, dtype=np.int64)
     done: list[bytes] = []
