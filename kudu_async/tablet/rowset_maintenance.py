@@ -138,12 +138,7 @@ class RowSetMaintenance:
         new_ids: list[str] = []
         try:
             table, deltas = old.flush_input(freeze_seq)
-            metas = write_rowsets(
-                self._c.bm, self._c.info, table, deltas, first_id, self._c.options.target_rowset_bytes
-            )
-            new_ids = [b for rs in metas for b in rs.blocks()]
-            written = self._blocks_bytes(new_ids)
-            new_drs = [DiskRowSet(self._c.info, rs, self._c.bm, fresh=True) for rs in metas]
+            new_drs, new_ids, written = self._write_rowsets(table, deltas, first_id)
             with self._c.lock:
                 late = old.mutations_since(freeze_seq)
                 # Commit point first: if it fails nothing in memory has changed.
@@ -219,6 +214,21 @@ class RowSetMaintenance:
         with self._c.maint_lock:
             return self._minor_delta_compaction(rowset_id)
 
+    def _write_rowsets(
+        self, table: pa.Table, deltas: list[tuple[int, Mutation]] | pa.Table | None, first_id: int
+    ) -> tuple[list[DiskRowSet], list[str], int]:
+        """Write ``table`` and its ``deltas`` as rowsets (outside the component lock) and open them: the
+        rowsets, their blocks (deleted here if opening them fails) and the bytes written."""
+        c = self._c
+        metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes)
+        block_ids = [b for rs in metas for b in rs.blocks()]
+        try:
+            written = self._blocks_bytes(block_ids)
+            return [DiskRowSet(c.info, rs, c.bm, fresh=True) for rs in metas], block_ids, written
+        except BaseException:
+            c.bm.delete_blocks(block_ids)
+            raise
+
     def _blocks_bytes(self, block_ids: Sequence[str]) -> int:
         return sum(os.path.getsize(self._c.bm.path(b)) for b in block_ids)
 
@@ -263,12 +273,7 @@ class RowSetMaintenance:
                 self._c.next_rowset_id += 1000
             ahm = self._effective_ahm()
             table, deltas = merge_rowsets(self._c.info, frozen, ahm)
-            metas = write_rowsets(
-                self._c.bm, self._c.info, table, deltas, first_id, self._c.options.target_rowset_bytes
-            )
-            new_ids = [b for rs in metas for b in rs.blocks()]
-            written = self._blocks_bytes(new_ids)
-            outputs = [DiskRowSet(self._c.info, rs, self._c.bm, fresh=True) for rs in metas]
+            outputs, new_ids, written = self._write_rowsets(table, deltas, first_id)
             with self._c.lock:
                 late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
                 self.write_metadata_locked(

@@ -20,13 +20,11 @@ from typing import Any
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.schema import Schema
-from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import TabletMetadata, metadata_path
 from kudu_async.tablet import bootstrap, checksum, schema_change
 from kudu_async.tablet.components import TabletComponents, TabletOptions
 from kudu_async.tablet.diskrowset import DiskRowSet
-from kudu_async.tablet.lock_manager import LockManager
-from kudu_async.tablet.mvcc import MvccManager, MvccSnapshot
+from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.ops import LoggedWrite, WriteOp, WriteResult
 from kudu_async.tablet.read_path import READ_AT_SNAPSHOT, READ_LATEST, ReadPath, ScanSpec, TabletScanner
 from kudu_async.tablet.rowset_maintenance import RowSetMaintenance
@@ -43,35 +41,13 @@ class Tablet:
         self._writes = WritePath(components)
         self._reads = ReadPath(components)
         self._maintenance = RowSetMaintenance(components)
-
-    @property
-    def tablet_id(self) -> str:
-        return self._c.tablet_id
-
-    @property
-    def tablet_dir(self) -> str:
-        return self._c.tablet_dir
-
-    @property
-    def options(self) -> TabletOptions:
-        return self._c.options
-
-    @property
-    def clock(self) -> HybridClock:
-        return self._c.clock
-
-    @property
-    def bm(self) -> BlockManager:
-        return self._c.bm
-
-    @property
-    def mvcc(self) -> MvccManager:
-        return self._c.mvcc
-
-    @property
-    def locks(self) -> LockManager:
-        """The row locks a write holds from prepare to apply."""
-        return self._c.locks
+        self.tablet_id = components.tablet_id
+        self.tablet_dir = components.tablet_dir
+        self.options = components.options
+        self.clock = components.clock
+        self.bm = components.bm
+        self.mvcc = components.mvcc
+        self.locks = components.locks  # the row locks a write holds from prepare to apply
 
     @property
     def info(self) -> SchemaInfo:

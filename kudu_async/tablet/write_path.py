@@ -48,6 +48,7 @@ _INSERTISH = (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_
 _INSERT_OPS = (OpType.INSERT, OpType.INSERT_IGNORE)
 _UPSERT_OPS = (OpType.UPSERT, OpType.UPSERT_IGNORE)
 _UPDATE_OPS = (OpType.UPDATE, OpType.UPDATE_IGNORE)
+_IGNORE_OPS = (OpType.INSERT_IGNORE, OpType.UPSERT_IGNORE, OpType.UPDATE_IGNORE, OpType.DELETE_IGNORE)
 
 
 @dataclass
@@ -409,35 +410,20 @@ class WritePath:
             cur = overlay.get(key)
             if cur is None:
                 cur = bool(live[i])
-            if t in (OpType.INSERT, OpType.INSERT_IGNORE):
-                if cur:
-                    if t == OpType.INSERT:
-                        errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
-                    else:
-                        ignored += 1
-                    continue
-                k = INSERT
-                overlay[key] = True
-            elif t in (OpType.UPSERT, OpType.UPSERT_IGNORE):
+            if t in _UPSERT_OPS:
                 k = UPDATE if cur else INSERT
-                overlay[key] = True
-            elif t in (OpType.UPDATE, OpType.UPDATE_IGNORE):
-                if not cur:
-                    if t == OpType.UPDATE:
+            else:
+                wants_live = t not in _INSERT_OPS  # an update or delete needs the key, an insert its absence
+                if cur != wants_live:
+                    if t in _IGNORE_OPS:
+                        ignored += 1
+                    elif wants_live:
                         errors[i] = RowError(i, "NOT_FOUND", "key not found")
                     else:
-                        ignored += 1
+                        errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
                     continue
-                k = UPDATE
-            else:  # DELETE, DELETE_IGNORE
-                if not cur:
-                    if t == OpType.DELETE:
-                        errors[i] = RowError(i, "NOT_FOUND", "key not found")
-                    else:
-                        ignored += 1
-                    continue
-                k = DELETE
-                overlay[key] = False
+                k = INSERT if not wants_live else UPDATE if t in _UPDATE_OPS else DELETE
+            overlay[key] = k != DELETE
             kind[i] = k
             if key in touched:
                 chained[i] = True
