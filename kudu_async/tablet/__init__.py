@@ -1,1 +1,1 @@
-"""tablet subsystem of kudu_async."""
+"""One tablet replica's storage (MemRowSet, DiskRowSets, MVCC, flushes and compactions); imports common and fs."""

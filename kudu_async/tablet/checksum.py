@@ -43,7 +43,6 @@ def checksum(c: TabletComponents, reads: ReadPath, snapshot_ts: int | None = Non
     spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
     scanner = reads.scan(spec)
     info = scanner.info
-    assert info is not None
     names = list(info.names)
     streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]
     rows = 0

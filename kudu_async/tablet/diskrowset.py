@@ -255,7 +255,8 @@ class DiskRowSet:
         return self.meta.num_rows
 
     def base_bytes(self) -> int:
-        return self.base.nbytes
+        nbytes: int = self.base.nbytes
+        return nbytes
 
     def delta_memory_bytes(self) -> int:
         return self.dms.memory_bytes() + sum(d.memory_bytes() for d in self.flushing_dms)

@@ -101,12 +101,12 @@ def sort_order(keys: pa.Array) -> np.ndarray:
     if n < 2:
         return np.arange(n, dtype=np.int64)
     if not keys.type.equals(pa.binary()) or keys.null_count:
-        return pc.sort_indices(keys).to_numpy().astype(np.int64, copy=False)
+        return np.asarray(pc.sort_indices(keys).to_numpy(), dtype=np.int64)
     if keys.offset != 0:
         keys = pa.concat_arrays([keys])  # rebased to offset 0 for the view
     view, width = fixed_width_view(keys)
     if view is None:
-        return pc.sort_indices(keys).to_numpy().astype(np.int64, copy=False)
+        return np.asarray(pc.sort_indices(keys).to_numpy(), dtype=np.int64)
     if width in _INT_WIDTHS:
         values = view.view(f">u{width}").astype(f"u{width}")
         return np.argsort(values, kind="stable").astype(np.int64, copy=False)
@@ -326,7 +326,8 @@ class _KeyView:
         return len(self._arr)
 
     def __getitem__(self, i: int) -> bytes:
-        return self._arr[i].as_py()
+        key: bytes = self._arr[i].as_py()
+        return key
 
 
 # The numpy form of a sorted key array that searches use: (values, lengths or None, width, numeric).

@@ -310,7 +310,8 @@ class MemRowSet:
         pos_of[view.rownums] = np.arange(len(view), dtype=np.int64)
 
         def keys(rownums: np.ndarray) -> list[bytes]:
-            return view.keys.take(pa.array(pos_of[rownums])).to_pylist()
+            taken: list[bytes] = view.keys.take(pa.array(pos_of[rownums])).to_pylist()
+            return taken
 
         def key_values(rownums: np.ndarray) -> list[tuple[Any, ...]]:
             sub = tbl.take(pa.array(rownums))

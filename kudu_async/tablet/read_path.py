@@ -55,12 +55,13 @@ class TabletScanner:
         batches: Iterator[tuple[pa.RecordBatch, bytes | None]],
         snapshot: MvccSnapshot,
         snapshot_ts: int | None,
+        info: SchemaInfo,
     ) -> None:
         self._it = batches
         self.snapshot = snapshot
         self.snapshot_ts = snapshot_ts
         self.last_key: bytes | None = None
-        self.info: SchemaInfo | None = None  # the schema this scan reads with (set by Tablet.scan)
+        self.info = info  # the schema this scan reads with (an alter may land while it runs)
 
     def __iter__(self) -> TabletScanner:
         return self
@@ -236,9 +237,8 @@ class ReadPath:
             needed = [c for c in info.names if c in projection or c in pred_cols]
             point = self._point_read(info, spec, snap, needed, memory_only, key)
             if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
-                scanner = TabletScanner(self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
-                scanner.info = info
-                return scanner
+                batches = self._point_batches(point, spec, projection, info.key_names)
+                return TabletScanner(batches, snap, snap_ts, info)
             if memory_only:
                 return None
             lower, upper = spec.lower_key, spec.upper_key
@@ -273,11 +273,9 @@ class ReadPath:
             for d, deltas in drs:
                 yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
 
-        scanner = TabletScanner(
-            self._batches(self._filtered(pieces(), spec, projection), spec, projection), snap, snap_ts
+        return TabletScanner(
+            self._batches(self._filtered(pieces(), spec, projection), spec, projection), snap, snap_ts, info
         )
-        scanner.info = info
-        return scanner
 
     @staticmethod
     def _filtered(pieces: Iterator[pa.Table], spec: ScanSpec, projection: list[str]) -> Iterator[pa.Table]:

@@ -112,7 +112,7 @@ class RowSetMaintenance:
         rownum = self._c.mrs.add_batch(pa.RecordBatch.from_arrays(cols, schema=self._c.info.arrow))
         self._c.mrs.insert(m.key, rownum, m.ts, m.log_index)
 
-    # -- flush ------------------------------------------------------------------------------------
+    # -- flush -------------------------------------------------------------------------------------
 
     def _flush_mrs(self) -> bool:
         """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do.
@@ -238,7 +238,7 @@ class RowSetMaintenance:
         while self.flush_dms():
             pass
 
-    # -- compaction -------------------------------------------------------------------------------
+    # -- compaction --------------------------------------------------------------------------------
 
     def _claim(self, ids: Sequence[int] | None) -> list[DiskRowSet]:
         with self._c.lock:

@@ -56,7 +56,8 @@ class SchemaInfo:
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> list[bytes]:
         """Order-preserving encoded primary keys of every row, via common.key_encoding."""
-        return self.encode_keys_array(batch).to_pylist()
+        keys: list[bytes] = self.encode_keys_array(batch).to_pylist()
+        return keys
 
     def encode_keys_array(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
         """:meth:`encode_keys` as an Arrow binary array."""

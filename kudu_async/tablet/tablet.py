@@ -58,7 +58,7 @@ class Tablet:
     def schema_version(self) -> int:
         return self._c.schema_version
 
-    # -- lifecycle --------------------------------------------------------------------------------
+    # -- lifecycle ---------------------------------------------------------------------------------
 
     @classmethod
     def create(
@@ -119,7 +119,7 @@ class Tablet:
         """prepare + apply in one call, for callers without replication in between (tests, bench)."""
         return self.apply_write(self.prepare_write(op, timestamp), log_index)
 
-    # -- reads (see read_path) ----------------------------------------------------------------------
+    # -- reads (see read_path) ---------------------------------------------------------------------
 
     def ancient_history_mark(self) -> int:
         """The oldest timestamp a snapshot scan may read at (older history may be compacted away)."""
@@ -142,7 +142,7 @@ class Tablet:
         """Point read of one encoded primary key at a snapshot (default: latest committed)."""
         return self._reads.lookup(key, snapshot)
 
-    # -- memory and state -------------------------------------------------------------------------
+    # -- memory and state --------------------------------------------------------------------------
 
     def mrs_memory_bytes(self) -> int:
         with self._c.lock:
@@ -162,7 +162,7 @@ class Tablet:
         """Log anchor: WAL entries from this index on must be kept for bootstrap."""
         return self._maintenance.earliest_needed_log_index()
 
-    # -- flush and compaction (see rowset_maintenance) ------------------------------------------------
+    # -- flush and compaction (see rowset_maintenance) ---------------------------------------------
 
     def flush_mrs(self) -> bool:
         """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do."""
@@ -189,7 +189,7 @@ class Tablet:
         with self._c.lock:
             return dict(self._c.stats)
 
-    # -- schema changes and checksums -----------------------------------------------------------------
+    # -- schema changes and checksums --------------------------------------------------------------
 
     def alter_schema(self, new_schema: Schema, version: int, log_index: int) -> bool:
         """Apply an AlterSchema replicated at ``log_index``; False if ``version`` is not newer (replay).
@@ -201,7 +201,7 @@ class Tablet:
         or just below the oldest write in flight); see :func:`.checksum.checksum`."""
         return checksum.checksum(self._c, self._reads, snapshot_ts)
 
-    # -- introspection ----------------------------------------------------------------------------
+    # -- introspection -----------------------------------------------------------------------------
 
     def rowsets(self) -> list[DiskRowSet]:
         with self._c.lock:
