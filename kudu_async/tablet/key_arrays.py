@@ -316,7 +316,7 @@ class KeySet:
         return bool(pc.any(pc.is_in(small, value_set=big)).as_py())
 
 
-class _KeyView:
+class KeyView:
     """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
 
     def __init__(self, arr: pa.Array) -> None:
@@ -393,14 +393,14 @@ class SortedKeys:
                 return None
             j = int(self._fixed.searchsorted(key))
             return j if j < len(self._fixed) and self.keys[j].as_py() == key else None
-        i = bisect.bisect_left(_KeyView(self.keys), key)
+        i = bisect.bisect_left(KeyView(self.keys), key)
         return i if i < len(self.keys) and self.keys[i].as_py() == key else None
 
     def bisect(self, key: bytes, right: bool = False) -> int:
         """Where ``key`` would go (after equal keys with ``right``)."""
         if self._fixed is not None and len(key) == self._width:
             return int(self._fixed.searchsorted(key, side="right" if right else "left"))
-        return (bisect.bisect_right if right else bisect.bisect_left)(_KeyView(self.keys), key)
+        return (bisect.bisect_right if right else bisect.bisect_left)(KeyView(self.keys), key)
 
     def find(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:
         """Positions of the keys ``kb`` holds at ``rows`` (-1: absent), one ``searchsorted`` for all."""

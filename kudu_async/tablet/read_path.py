@@ -22,7 +22,7 @@ from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet.components import TabletComponents
 from kudu_async.tablet.diskrowset import DiskRowSet
-from kudu_async.tablet.key_arrays import _KeyView
+from kudu_async.tablet.key_arrays import KeyView
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, SchemaInfo
 
@@ -80,7 +80,7 @@ class TabletScanner:
 
 def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
     """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
-    view = _KeyView(t.column(KEY_COL).combine_chunks())
+    view = KeyView(t.column(KEY_COL).combine_chunks())
     a = 0 if lo is None else bisect.bisect_left(view, lo)
     b = len(view) if hi is None else bisect.bisect_left(view, hi)
     return t.slice(a, max(0, b - a))
