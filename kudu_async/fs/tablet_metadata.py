@@ -50,9 +50,6 @@ class TabletMetadata:
     # Columns this tablet gained by an AlterSchema, as they were when added (column dicts): rows written
     # before then read the default the column had at that moment (Kudu's read default), not a later one.
     added_columns: list[dict[str, Any]] = field(default_factory=list)
-    # Tablets written before column ids existed: name -> id their columns got when first opened since.
-    # Their files carry no id map of their own, so this maps them onto later (altered) schemas.
-    legacy_column_ids: dict[str, int] = field(default_factory=dict)
 
     def live_blocks(self) -> set[str]:
         return {b for rs in self.rowsets for b in rs.blocks()}

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL, TS_COL, apply_deltas, set_col
+from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL, apply_deltas, set_col
 from kudu_async.tablet.key_arrays import sort_order
 from kudu_async.tablet.mvcc import MvccSnapshot
-from kudu_async.tablet.schema_info import KEY_COL, SchemaInfo
+from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
 
 @dataclass

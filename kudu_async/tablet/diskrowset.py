@@ -46,19 +46,16 @@ TARGET_ROWSET_BYTES = 32 * 1024 * 1024
 LOOP_LOOKUP_MAX_DELTA_ROWS = 65_536
 
 
-def file_column_ids(t: pa.Table, info: SchemaInfo | None = None) -> dict[int, str] | None:
-    """column id -> name in a file written with ``SchemaInfo.file_metadata``; for an older file
-    without that map, the ids its schema got since (``info.legacy_ids``), else None (names rule)."""
+def file_column_ids(t: pa.Table) -> dict[int, str]:
+    """column id -> name in a file, from the map ``SchemaInfo.file_metadata`` writes into every file."""
     md = t.schema.metadata
     if not md or FILE_IDS_META not in md:
-        return (info.legacy_ids or None) if info is not None else None
+        raise KuduCorruption("block has no column id map")
     return {int(i): name for name, i in json.loads(md[FILE_IDS_META]).items()}
 
 
-def _needs_adapting(info: SchemaInfo, ids: dict[int, str] | None) -> bool:
-    if ids is None or None in info.ids:
-        return False  # files and schema without ids: names are the identity (no alter has happened)
-    return ids != {i: n for i, n in zip(info.ids, info.names, strict=True)}
+def _needs_adapting(info: SchemaInfo, ids: dict[int, str]) -> bool:
+    return ids != dict(zip(info.ids, info.names, strict=True))
 
 
 def _fill(field: pa.Field, default: Any, n: int) -> pa.Array:
@@ -70,13 +67,12 @@ def _fill(field: pa.Field, default: Any, n: int) -> pa.Array:
 def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A base table written for an older schema, seen through the current one (matched by column id):
     renamed columns under their new name, dropped ones gone, added ones filled with their read default."""
-    ids = file_column_ids(t, info)
+    ids = file_column_ids(t)
     if not _needs_adapting(info, ids):
         return t
-    assert ids is not None
     cols, fields = [], []
     for i, (cid, f) in enumerate(zip(info.ids, info.arrow, strict=True)):
-        src = ids.get(cid)  # type: ignore[arg-type]
+        src = ids.get(cid)
         if src is not None and src in t.column_names:
             cols.append(t.column(src))
         else:
@@ -90,10 +86,9 @@ def adapt_base(info: SchemaInfo, t: pa.Table) -> pa.Table:
 
 def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
     """A delta table written for an older schema, seen through the current one (see ``adapt_base``)."""
-    ids = file_column_ids(t, info)
+    ids = file_column_ids(t)
     if not _needs_adapting(info, ids):
         return t
-    assert ids is not None
     target = delta_schema(info)
     cols = [t.column(c) for c in (ROW_COL, TS_COL, SEQ_COL, LIVE_COL)]
     n = t.num_rows
@@ -105,7 +100,7 @@ def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
             whole_row = pc.and_(whole_row, t.column(name))
     for i in info.value_indices:
         f = info.arrow.field(i)
-        src = ids.get(info.ids[i])  # type: ignore[arg-type]
+        src = ids.get(info.ids[i])
         if src is not None and src in t.column_names:
             cols += [t.column(src), t.column(set_col(src))]
         else:
@@ -114,9 +109,8 @@ def adapt_deltas(info: SchemaInfo, t: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=target.with_metadata(info.file_metadata()))
 
 
-def _ipc_writer(table: pa.Table, info: SchemaInfo | None = None) -> Callable[[BinaryIO], object]:
-    if info is not None:
-        table = table.replace_schema_metadata(info.file_metadata())
+def _ipc_writer(table: pa.Table, info: SchemaInfo) -> Callable[[BinaryIO], object]:
+    table = table.replace_schema_metadata(info.file_metadata())
 
     def write(f: BinaryIO) -> None:
         sink = pa.PythonFile(f, mode="w")
@@ -261,7 +255,8 @@ class DiskRowSet:
         return self.meta.num_rows
 
     def base_bytes(self) -> int:
-        return self.base.nbytes
+        nbytes: int = self.base.nbytes
+        return nbytes
 
     def delta_memory_bytes(self) -> int:
         return self.dms.memory_bytes() + sum(d.memory_bytes() for d in self.flushing_dms)
@@ -306,13 +301,8 @@ class DiskRowSet:
         hi = len(self.keys) if upper is None else self._sorted.bisect(upper)
         return lo, max(lo, hi)
 
-    def row_latest(self, row: int) -> tuple[int, bool]:
-        """(timestamp of the last change, live now) of a base row, deltas included."""
-        ts, live, _ = self.state()
-        return int(ts[row]), bool(live[row])
-
     def rows_latest(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`row_latest` of many base rows at once: (timestamps int64, live bool)."""
+        """(timestamp of the last change, live now) of base rows, deltas included: (int64, bool) arrays."""
         ts, live, _ = self.state()
         return ts[rows], live[rows]
 
@@ -484,5 +474,5 @@ def write_rowsets(
     return out
 
 
-def write_delta_block(bm: BlockManager, table: pa.Table, info: SchemaInfo | None = None) -> str:
+def write_delta_block(bm: BlockManager, table: pa.Table, info: SchemaInfo) -> str:
     return bm.write_block(_ipc_writer(table, info))

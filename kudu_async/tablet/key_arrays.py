@@ -101,12 +101,12 @@ def sort_order(keys: pa.Array) -> np.ndarray:
     if n < 2:
         return np.arange(n, dtype=np.int64)
     if not keys.type.equals(pa.binary()) or keys.null_count:
-        return pc.sort_indices(keys).to_numpy().astype(np.int64, copy=False)
+        return np.asarray(pc.sort_indices(keys).to_numpy(), dtype=np.int64)
     if keys.offset != 0:
         keys = pa.concat_arrays([keys])  # rebased to offset 0 for the view
     view, width = fixed_width_view(keys)
     if view is None:
-        return pc.sort_indices(keys).to_numpy().astype(np.int64, copy=False)
+        return np.asarray(pc.sort_indices(keys).to_numpy(), dtype=np.int64)
     if width in _INT_WIDTHS:
         values = view.view(f">u{width}").astype(f"u{width}")
         return np.argsort(values, kind="stable").astype(np.int64, copy=False)
@@ -316,7 +316,7 @@ class KeySet:
         return bool(pc.any(pc.is_in(small, value_set=big)).as_py())
 
 
-class _KeyView:
+class KeyView:
     """Sequence view of an Arrow binary column for ``bisect`` (one element decoded per probe)."""
 
     def __init__(self, arr: pa.Array) -> None:
@@ -326,7 +326,8 @@ class _KeyView:
         return len(self._arr)
 
     def __getitem__(self, i: int) -> bytes:
-        return self._arr[i].as_py()
+        key: bytes = self._arr[i].as_py()
+        return key
 
 
 # The numpy form of a sorted key array that searches use: (values, lengths or None, width, numeric).
@@ -392,14 +393,14 @@ class SortedKeys:
                 return None
             j = int(self._fixed.searchsorted(key))
             return j if j < len(self._fixed) and self.keys[j].as_py() == key else None
-        i = bisect.bisect_left(_KeyView(self.keys), key)
+        i = bisect.bisect_left(KeyView(self.keys), key)
         return i if i < len(self.keys) and self.keys[i].as_py() == key else None
 
     def bisect(self, key: bytes, right: bool = False) -> int:
         """Where ``key`` would go (after equal keys with ``right``)."""
         if self._fixed is not None and len(key) == self._width:
             return int(self._fixed.searchsorted(key, side="right" if right else "left"))
-        return (bisect.bisect_right if right else bisect.bisect_left)(_KeyView(self.keys), key)
+        return (bisect.bisect_right if right else bisect.bisect_left)(KeyView(self.keys), key)
 
     def find(self, kb: KeyBatch, rows: np.ndarray) -> np.ndarray:
         """Positions of the keys ``kb`` holds at ``rows`` (-1: absent), one ``searchsorted`` for all."""

@@ -19,11 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kudu_async.tablet.tablet import Tablet
 
 COMPACTION_BUDGET_BYTES = 128 * 1024 * 1024
+
+_A = TypeVar("_A")
 
 
 @dataclass
@@ -50,7 +52,7 @@ class MaintenanceOp:
         }
 
 
-def _bind(fn: Callable[[Any], bool], arg: Any) -> Callable[[], bool]:
+def _bind(fn: Callable[[_A], bool], arg: _A) -> Callable[[], bool]:
     return lambda: fn(arg)
 
 
@@ -77,7 +79,7 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
     tid = tablet.tablet_id
     mrs_bytes = tablet.mrs_memory_bytes()
     threshold = tablet.options.flush_threshold_bytes
-    created = tablet._mrs.created_at
+    created = tablet.mrs_created_at()
     if mrs_bytes:
         ops.append(
             MaintenanceOp(

@@ -54,9 +54,6 @@ class MRSRow:
     last_ts: int = -1
     live: bool = True
 
-    def latest_live(self) -> bool:
-        return self.live
-
     def max_ts(self) -> int:
         return max(self.insert_ts, self.last_ts)
 
@@ -313,7 +310,8 @@ class MemRowSet:
         pos_of[view.rownums] = np.arange(len(view), dtype=np.int64)
 
         def keys(rownums: np.ndarray) -> list[bytes]:
-            return view.keys.take(pa.array(pos_of[rownums])).to_pylist()
+            taken: list[bytes] = view.keys.take(pa.array(pos_of[rownums])).to_pylist()
+            return taken
 
         def key_values(rownums: np.ndarray) -> list[tuple[Any, ...]]:
             sub = tbl.take(pa.array(rownums))

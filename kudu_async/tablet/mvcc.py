@@ -29,10 +29,6 @@ class MvccSnapshot:
         """Everything with timestamp ``<= ts``."""
         return cls(ts + 1)
 
-    @classmethod
-    def everything(cls) -> MvccSnapshot:
-        return cls((1 << 64) - 1)
-
     def is_visible(self, ts: int) -> bool:
         return ts < self.clean_ts or ts in self.committed
 

@@ -1,350 +1,70 @@
-"""Tablet: one replica's storage — write ops, scans, flushes, compactions, open and bootstrap.
+"""Tablet: one replica's storage, the owner of its state and locks, and the API the tserver uses.
 
-Write contract (the Raft layer sits between the two halves, as in Kudu):
+The work is done in rooms, one per stage of a row's life, each working on the shared
+:class:`~kudu_async.tablet.components.TabletComponents` (the state and the component lock):
 
-1. ``prepare_write(op, timestamp)`` validates the rows, takes the row locks of every key in the batch
-   (blocking up to ``lock_timeout_s``; pass 0 from an event loop and retry on KuduTimedOut), decides per
-   row what will happen (insert / update / delete / error / ignored) and registers ``timestamp`` with MVCC
-   as in flight. Nothing is visible yet. Timestamps must increase in log-index order (the leader's
-   hybrid clock guarantees it).
-2. The caller replicates the op (the WAL entry is a :class:`LoggedWrite`), then calls
-   ``apply_write(prepared, log_index)``: the mutations go into the MemRowSet/delta stores, MVCC commits
-   the timestamp (scans see it from now on), locks are released and the :class:`WriteResult` returned.
-   ``abort_write(prepared)`` instead drops the locks and the MVCC registration.
-
-Because the locks are held from prepare to apply, the per-row outcome decided in prepare stays valid.
-
-Schema changes: ``alter_schema(schema, version, log_index)`` is applied in log order like a write. A
-write is prepared against one schema version and ``apply_write`` refuses it (KuduIllegalState) if an
-alter landed in between; files keep the column ids they were written with and are read through the
-current schema by id (see :mod:`kudu_async.tablet.diskrowset`).
-
-Storage invariant: a key lives in exactly one rowset (the MemRowSet or one DiskRowSet); re-inserting a
-deleted key adds a re-insert mutation to the rowset that holds it. Hence every op's effect on a key is
-in one store, durable stores hold a prefix of each key's history, and replay can skip a row whose key
-already has history at or after the op's timestamp (see :meth:`Tablet.open`).
-
-Concurrency: one component lock (short holds) guards the rowset lists, the MemRowSet and delta stores;
-flush and compaction do their I/O outside it in worker threads and swap the result in under it.
+- :mod:`.bootstrap`: create the files, open them, replay the logged writes above the last flush;
+- :mod:`.write_path`: prepare (validate, lock, decide) and apply writes (its docstring has the contract
+  with the Raft layer in between);
+- :mod:`.read_path`: scans and point reads;
+- :mod:`.rowset_maintenance`: flushes, compactions and the metadata writes that commit them;
+- :mod:`.schema_change`: AlterSchema, applied in log order like a write;
+- :mod:`.checksum`: the replica-independent checksum of the rows at a snapshot.
 """
 
 from __future__ import annotations
 
-import bisect
-import importlib
-import itertools
-import os
-import threading
-import time
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from contextlib import contextmanager
+from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import xxhash
-
-from kudu_async.common.clock import HybridClock, timestamp_from_seconds_ago
-from kudu_async.common.errors import (
-    KuduIllegalState,
-    KuduInvalidArgument,
-    KuduNotFound,
-)
-from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
-from kudu_async.fs.block_cache import BlockCache
-from kudu_async.fs.block_manager import BlockManager
-from kudu_async.fs.tablet_metadata import (
-    RowSetMetadata,
-    TabletMetadata,
-    read_tablet_metadata,
-    write_tablet_metadata,
-)
-from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
-from kudu_async.tablet.delta_store import DeltaMemStore, delta_chunk
-from kudu_async.tablet.diskrowset import (
-    TARGET_ROWSET_BYTES,
-    DiskRowSet,
-    write_delta_block,
-    write_rowsets,
-)
-from kudu_async.tablet.key_arrays import KeyBatch, _KeyView
-from kudu_async.tablet.lock_manager import LockManager
-from kudu_async.tablet.memrowset import MemRowSet, MRSRow, Mutation
-from kudu_async.tablet.mvcc import MvccManager, MvccSnapshot
-from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp, WriteResult
-from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
-
-READ_LATEST = "READ_LATEST"
-READ_AT_SNAPSHOT = "READ_AT_SNAPSHOT"
-
-_INSERT, _UPDATE, _DELETE = 1, 2, 3
-_IGNORE_OPS = {OpType.INSERT_IGNORE, OpType.UPDATE_IGNORE, OpType.DELETE_IGNORE, OpType.UPSERT_IGNORE}
-_INSERT_OPS = (OpType.INSERT, OpType.INSERT_IGNORE)
-_UPSERT_OPS = (OpType.UPSERT, OpType.UPSERT_IGNORE)
-_UPDATE_OPS = (OpType.UPDATE, OpType.UPDATE_IGNORE)
-
-
-@dataclass
-class TabletOptions:
-    """Storage knobs (Kudu's flag names in comments)."""
-
-    flush_threshold_bytes: int = 64 * 1024 * 1024  # flush_threshold_mb (ours: 64 MiB), read by the maintenance manager
-    flush_threshold_secs: float = 120.0  # flush_threshold_secs
-    history_max_age_sec: float = 7 * 24 * 3600.0  # tablet_history_max_age_sec
-    target_rowset_bytes: int = TARGET_ROWSET_BYTES  # budgeted_compaction_target_rowset_size
-    delta_minor_compact_max_files: int = 10  # tablet_delta_store_minor_compact_max (Kudu: 1000)
-    delta_major_compact_min_ratio: float = 0.1  # tablet_delta_store_major_compact_min_ratio
-    scan_batch_bytes: int = 1024 * 1024  # scanner_default_batch_size_bytes
-    lock_timeout_s: float = 10.0
-    sync: bool = True
-    block_cache: BlockCache | None = None  # the node's (block_cache_capacity_mb), shared by its tablets
-
-
-@dataclass
-class ScanSpec:
-    """What to read: projection, predicates, PK bounds (encoded keys), limit and read mode."""
-
-    projection: list[str] | None = None
-    predicates: list[Any] = field(default_factory=list)
-    lower_key: bytes | None = None  # inclusive
-    upper_key: bytes | None = None  # exclusive
-    resume_after_key: bytes | None = None  # exclusive: the last key a previous scan returned
-    limit: int | None = None
-    read_mode: str = READ_LATEST
-    snapshot_ts: int | None = None
-    ordered: bool = False
-    batch_bytes: int | None = None
-    snapshot_wait_s: float = 10.0
-
-
-@dataclass
-class WritePlan:
-    """What :meth:`Tablet.prepare_write` decided for every row of a batch, column-wise.
-
-    ``kind[i]`` is ``_INSERT``/``_UPDATE``/``_DELETE``, or 0 for a row with no effect (an error, an
-    ignored op, a replayed row already durable). ``store[i]`` indexes ``stores``, the rowset that held
-    the row's key when decided (-1: none; ``pos[i]`` is the position in a DiskRowSet's base data).
-    ``chained[i]`` (None when no key repeats in the batch) marks a row whose key an earlier row of the
-    same batch already acts on: its target is wherever that earlier action left the key.
-    """
-
-    kind: np.ndarray
-    store: np.ndarray
-    pos: np.ndarray
-    stores: list[Any]
-    chained: np.ndarray | None = None
-
-    def num_actions(self) -> int:
-        return int(np.count_nonzero(self.kind))
-
-
-@dataclass
-class PreparedWrite:
-    """The outcome of :meth:`Tablet.prepare_write`; pass it to apply_write or abort_write."""
-
-    op: WriteOp
-    timestamp: int
-    owner: int
-    key_batch: KeyBatch  # the rows' encoded keys, in the forms the index probes use (made once, at prepare)
-    plan: WritePlan
-    errors: list[RowError]
-    ignored: int
-    state: str = "prepared"
-    schema_version: int = 0
-
-    def outcome(self) -> WriteResult:
-        """What applying it will answer (without the log index): row errors and ignored rows are decided
-        here and the plan fixes the counts; the row locks keep that true until it is applied."""
-        kind = self.plan.kind
-        return WriteResult(
-            self.timestamp,
-            0,
-            list(self.errors),
-            int(np.count_nonzero(kind == _INSERT)),
-            int(np.count_nonzero(kind == _UPDATE)),
-            int(np.count_nonzero(kind == _DELETE)),
-            self.ignored,
-        )
-
-
-class TabletScanner:
-    """Iterator of Arrow record batches; ``last_key`` is the encoded key of the last row returned."""
-
-    def __init__(
-        self,
-        batches: Iterator[tuple[pa.RecordBatch, bytes | None]],
-        snapshot: MvccSnapshot,
-        snapshot_ts: int | None,
-    ) -> None:
-        self._it = batches
-        self.snapshot = snapshot
-        self.snapshot_ts = snapshot_ts
-        self.last_key: bytes | None = None
-        self.rows_returned = 0
-        self.info: SchemaInfo | None = None  # the schema this scan reads with (set by Tablet.scan)
-
-    def __iter__(self) -> TabletScanner:
-        return self
-
-    def __next__(self) -> pa.RecordBatch:
-        batch, last = next(self._it)
-        if last is not None:
-            self.last_key = last
-        self.rows_returned += batch.num_rows
-        return batch
-
-    def to_table(self) -> pa.Table | None:
-        """Drain the scan into one table (tests, small scans); None when no row matched."""
-        batches = list(self)
-        return pa.Table.from_batches(batches) if batches else None
-
-
-def _same_data(a: pa.RecordBatch, b: pa.RecordBatch) -> bool:
-    """Whether two batches hold the same values in the same memory (validation and casts passed a
-    batch through unchanged), with the same column names and types."""
-    if a is b:
-        return True
-    if a.num_rows != b.num_rows or not a.schema.equals(b.schema):
-        return False
-    for x, y in zip(a.columns, b.columns, strict=True):
-        if x.offset != y.offset:
-            return False
-        for bx, by in zip(x.buffers(), y.buffers(), strict=True):
-            if (bx is None) != (by is None) or (
-                bx is not None and by is not None and (bx.address != by.address or bx.size != by.size)
-            ):
-                return False
-    return True
-
-
-def _key_slice(t: pa.Table, lo: bytes | None, hi: bytes | None) -> pa.Table:
-    """Rows of a key-sorted table with ``lo <= key < hi`` (None = unbounded)."""
-    view = _KeyView(t.column(KEY_COL).combine_chunks())
-    a = 0 if lo is None else bisect.bisect_left(view, lo)
-    b = len(view) if hi is None else bisect.bisect_left(view, hi)
-    return t.slice(a, max(0, b - a))
-
-
-def _ordered_pieces(
-    mrs_tables: list[pa.Table],
-    drs: list[tuple[DiskRowSet, pa.Table | None]],
-    snap: MvccSnapshot,
-    needed: list[str],
-    lower: bytes | None,
-    upper: bytes | None,
-    lower_excl: bool,
-) -> Iterator[pa.Table]:
-    """Key-ordered pieces with memory bounded by the largest cluster of overlapping rowsets.
-
-    Rowsets are grouped into clusters of transitively overlapping key ranges; clusters are disjoint,
-    so each is merged (concat + sort) on its own and emitted in key order, with the MemRowSet rows
-    that fall in it or in the gap before it.
-    """
-    mrs = pa.concat_tables(mrs_tables).sort_by([(KEY_COL, "ascending")]) if mrs_tables else None
-    clusters: list[list[tuple[DiskRowSet, pa.Table | None]]] = []
-    cmax = b""
-    for item in drs:  # sorted by min key
-        if clusters and item[0].min_key <= cmax:
-            clusters[-1].append(item)
-            cmax = max(cmax, item[0].max_key)
-        else:
-            clusters.append([item])
-            cmax = item[0].max_key
-    prev_hi: bytes | None = None
-    for cl in clusters:
-        lo = cl[0][0].min_key
-        hi_incl = max(d.max_key for d, _ in cl)
-        hi = hi_incl + b"\x00"  # smallest key above hi_incl
-        parts = [d.scan(snap, needed, deltas, lower, upper, lower_excl) for d, deltas in cl]
-        if mrs is not None:
-            gap = _key_slice(mrs, prev_hi, lo)
-            if gap.num_rows:
-                yield gap
-            parts.append(_key_slice(mrs, lo, hi))
-        prev_hi = hi
-        merged = pa.concat_tables(parts)
-        yield merged.sort_by([(KEY_COL, "ascending")]) if len(parts) > 1 else merged
-    if mrs is not None:
-        tail = _key_slice(mrs, prev_hi, None)
-        if tail.num_rows:
-            yield tail
-
-
-def _pinned_key(info: SchemaInfo, spec: ScanSpec) -> list[Any] | None:
-    """The primary key's values when the predicates pin every key column by '=' (one value each)."""
-    nk = info.num_key_columns
-    pinned: dict[str, Any] = {}
-    for p in spec.predicates:
-        if getattr(p, "op", None) == "=" and _pred_column(p) in info.key_names[:nk]:
-            if _pred_column(p) in pinned:  # two values for one key column: the general path decides
-                return None
-            pinned[_pred_column(p)] = p.value
-    if len(pinned) < nk:
-        return None
-    return [pinned[n] for n in info.key_names[:nk]]
-
-
-def _pred_column(pred: Any) -> str:
-    col = getattr(pred, "column", None) or getattr(pred, "column_name", None)
-    return col if isinstance(col, str) else col.name  # type: ignore[union-attr]
+from kudu_async.common.clock import HybridClock
+from kudu_async.common.schema import Schema
+from kudu_async.fs.tablet_metadata import TabletMetadata, metadata_path
+from kudu_async.tablet import bootstrap, checksum, schema_change
+from kudu_async.tablet.components import TabletComponents, TabletOptions
+from kudu_async.tablet.diskrowset import DiskRowSet
+from kudu_async.tablet.mvcc import MvccSnapshot
+from kudu_async.tablet.ops import LoggedWrite, WriteOp, WriteResult
+from kudu_async.tablet.read_path import READ_AT_SNAPSHOT, READ_LATEST, ReadPath, ScanSpec, TabletScanner
+from kudu_async.tablet.rowset_maintenance import RowSetMaintenance
+from kudu_async.tablet.schema_info import SchemaInfo
+from kudu_async.tablet.write_path import PreparedWrite, WritePath
 
 
 class Tablet:
     """One tablet replica's storage; see the module docstring for the contracts."""
 
-    def __init__(
-        self,
-        tablet_dir: str,
-        meta: TabletMetadata,
-        schema: Any,
-        bm: BlockManager,
-        options: TabletOptions,
-        clock: HybridClock,
-    ) -> None:
-        self.tablet_dir = tablet_dir
-        self.tablet_id = meta.tablet_id
-        self._added_columns: list[dict[str, Any]] = list(meta.added_columns)
-        self._legacy_ids: dict[str, int] = dict(meta.legacy_column_ids)
-        self.info = _schema_info(schema, self._added_columns, self._legacy_ids)
-        self.schema_version = meta.schema_version
-        # Flushes, compactions and schema changes of this tablet run one at a time: an alter must not
-        # swap the schema under a flush or compaction writing files for the old one.
-        self._maint_lock = threading.RLock()
-        self._stats = {"flushes": 0, "bytes_flushed": 0, "compactions": 0, "bytes_compacted": 0}
-        self.options = options
-        self.clock = clock
-        self.bm = bm
-        self.mvcc = MvccManager()
-        self.locks = LockManager()
-        self._lock = threading.RLock()
-        self._next_seq = 1  # application order of mutations (taken under the component lock)
-        self._owner = itertools.count(1)
-        self._mrs_ids = itertools.count(1)
-        self._next_rowset_id = meta.next_rowset_id
-        self._mrs = self._new_mrs()
-        self._flushing_mrs: list[MemRowSet] = []
-        self._drs: list[DiskRowSet] = [DiskRowSet(self.info, rs, bm) for rs in meta.rowsets]
-        self._last_applied_index = meta.last_flushed_log_index
-        self._last_flushed_index = meta.last_flushed_log_index
-        self._mrs_flush_running = False
-        self._point_schemas: dict[tuple[SchemaInfo, tuple[str, ...]], pa.Schema] = {}
-        durable_max = max(
-            [rs.max_ts for rs in meta.rowsets]
-            + [int(pc.max(t.column(TS_COL)).as_py()) for d in self._drs for t in d.delta_tables if t.num_rows],
-            default=-1,
-        )
-        self.mvcc.mark_committed_up_to(durable_max)
-        self.clock.update(durable_max)
+    def __init__(self, components: TabletComponents) -> None:
+        self.components = components  # the state the rooms share; read or change it only under its lock
+        self._c = components
+        self._writes = WritePath(components)
+        self._reads = ReadPath(components)
+        self._maintenance = RowSetMaintenance(components)
+        self.tablet_id = components.tablet_id
+        self.tablet_dir = components.tablet_dir
+        self.options = components.options
+        self.clock = components.clock
+        self.bm = components.bm
+        self.mvcc = components.mvcc
+        self.locks = components.locks  # the row locks a write holds from prepare to apply
 
-    # -- lifecycle --------------------------------------------------------------------------------
+    @property
+    def info(self) -> SchemaInfo:
+        """The storage view of the current schema (an alter replaces it)."""
+        return self._c.info
+
+    @property
+    def schema_version(self) -> int:
+        return self._c.schema_version
+
+    # -- lifecycle ---------------------------------------------------------------------------------
 
     @classmethod
     def create(
         cls,
         tablet_dir: str,
-        schema: Any,
+        schema: Schema,
         *,
         tablet_id: str = "",
         options: TabletOptions | None = None,
@@ -354,14 +74,8 @@ class Tablet:
         """Create an empty tablet (metadata written durably) and open it; a tablet added to an altered
         table (a new range) starts at the table's current ``schema_version``."""
         options = options or TabletOptions()
-        os.makedirs(tablet_dir, exist_ok=True)
-        if hasattr(schema, "with_column_ids"):  # storage tests may pass a minimal stand-in schema
-            schema = schema.with_column_ids()
-        meta = TabletMetadata(
-            tablet_id=tablet_id or os.path.basename(tablet_dir), schema=schema.to_dict(), schema_version=schema_version
-        )
-        write_tablet_metadata(tablet_dir, meta, sync=options.sync)
-        return cls.open(tablet_dir, options=options, clock=clock, schema=schema)
+        bootstrap.create_metadata(tablet_dir, schema, tablet_id, options, schema_version)
+        return cls.open(tablet_dir, options=options, clock=clock)
 
     @classmethod
     def open(
@@ -371,7 +85,6 @@ class Tablet:
         log_ops: Iterable[LoggedWrite] = (),
         options: TabletOptions | None = None,
         clock: HybridClock | None = None,
-        schema: Any = None,
     ) -> Tablet:
         """Open a tablet and bootstrap it: replay logged writes above the last flushed log index.
 
@@ -380,1308 +93,132 @@ class Tablet:
         """
         options = options or TabletOptions()
         clock = clock or HybridClock()
-        meta = read_tablet_metadata(tablet_dir)
-        if schema is None:
-            schema = SchemaInfo.schema_from_dict(meta.schema)
-        if hasattr(schema, "with_column_ids") and any(c.id is None for c in schema.columns):
-            # Written before column ids existed: number the columns now (deterministically, so a crash
-            # before the next metadata write numbers them the same) and remember which id each file
-            # column name got: those files carry no id map, and later alters match columns by id.
-            schema = schema.with_column_ids()
-            meta_cols = meta.schema.get("columns", [])
-            if not meta.legacy_column_ids and not all(isinstance(c, dict) and "id" in c for c in meta_cols):
-                meta.legacy_column_ids = {c.name: c.id for c in schema.columns}
-        bm = BlockManager([os.path.join(tablet_dir, "data")], sync=options.sync, cache=options.block_cache)
-        bm.delete_orphans(meta.live_blocks())
-        tablet = cls(tablet_dir, meta, schema, bm, options, clock)
-        for entry in log_ops:
-            if entry.log_index <= meta.last_flushed_log_index:
-                continue
-            clock.update(entry.timestamp)
-            prepared = tablet.prepare_write(entry.op, entry.timestamp, replay=True)
-            tablet.apply_write(prepared, entry.log_index)
+        components = bootstrap.open_components(tablet_dir, options, clock)
+        tablet = cls(components)
+        bootstrap.replay(tablet._writes, clock, log_ops, components.last_flushed_index)
         return tablet
 
-    def _new_mrs(self) -> MemRowSet:
-        return MemRowSet(self.info, next(self._mrs_ids))
-
-    # -- writes -----------------------------------------------------------------------------------
+    # -- writes (see write_path) -------------------------------------------------------------------
 
     def prepare_write(
         self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
     ) -> PreparedWrite:
-        """Validate, lock and decide every row; register ``timestamp`` with MVCC (see module doc).
-
-        The write is validated against the schema current when it starts and records that version:
-        if an AlterSchema lands before it is applied, :meth:`apply_write` refuses it.
-        """
-        with self._lock:  # one consistent (schema, version) pair: an alter swaps both under this lock
-            info, version = self.info, self.schema_version
-        rows = op.rows
-        if rows.schema.names != info.names:
-            raise KuduInvalidArgument(f"write columns {rows.schema.names} do not match the schema columns {info.names}")
-        if not rows.schema.equals(info.arrow, check_metadata=False):
-            rows = pa.RecordBatch.from_arrays(
-                [c.cast(f.type) for c, f in zip(rows.columns, info.arrow, strict=True)],
-                schema=info.arrow,
-            )
-        n = rows.num_rows
-        op_types = np.asarray(
-            op.op_types.to_numpy(zero_copy_only=False) if isinstance(op.op_types, pa.Array) else op.op_types
-        )
-        if op_types.dtype != np.int8:
-            op_types = op_types.astype(np.int64)
-        if len(op_types) != n:
-            raise KuduInvalidArgument(f"{len(op_types)} op types for {n} rows")
-        if not op_mask(op_types, VALID_OP_TYPES).all():
-            bad = set(op_types.tolist()) - {int(t) for t in OpType}
-            raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
-        op_types = op_types.astype(np.int8, copy=False)  # every valid type fits; op_mask's fastest form
-        errors: dict[int, RowError] = {}
-        rows = self._validate_rows(info, rows, op_types, errors)
-        kb = self._encode_keys_checked(info, rows, errors)
-        self._check_nulls(info, rows, op_types, op.set_columns, errors)
-        owner = next(self._owner)
-        key_set = kb.key_set()
-        self.locks.acquire(key_set, owner, self.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s)
-        try:
-            with self._lock:
-                if self.schema_version != version:
-                    raise KuduIllegalState(
-                        f"tablet {self.tablet_id}: schema changed to version {self.schema_version} while "
-                        f"preparing a write for version {version}"
-                    )
-                plan, ignored = self._decide(op_types, kb, errors, timestamp, replay, distinct=key_set.n == n)
-            self.mvcc.start_op(timestamp)
-        except BaseException:
-            self.locks.release_all(owner)
-            raise
-        return PreparedWrite(
-            op=WriteOp(
-                op_types,
-                rows,
-                op.set_columns,
-                op.rows_ipc if op.rows_ipc is not None and _same_data(rows, op.rows) else None,
-            ),
-            timestamp=timestamp,
-            owner=owner,
-            key_batch=kb,
-            plan=plan,
-            errors=sorted(errors.values(), key=lambda e: e.row_index),
-            ignored=ignored,
-            schema_version=version,
-        )
-
-    def _validate_rows(
-        self, info: SchemaInfo, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
-    ) -> pa.RecordBatch:
-        """Per-row INVALID_ARGUMENT via common's ``Schema.validate_batch_rows`` (vectorised).
-
-        Insert-like rows are checked as inserts (every value), UPDATE/DELETE rows as deletes (key
-        columns; NOT NULL for set columns of updates is checked by :meth:`_check_nulls`). A batch of
-        only insert-like rows also takes the normalised values (e.g. VARCHAR truncation).
-        """
-        validate = getattr(info.schema, "validate_batch_rows", None)
-        if validate is None or rows.num_rows == 0:
-            return rows
-        insertish = op_mask(op_types, self._INSERTISH)
-        if insertish.all():
-            out, errs = validate(rows, for_op="insert")
-            for i, msg in errs.items():
-                errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", msg)
-            return out if out.schema.equals(info.arrow, check_metadata=False) else rows
-        for mask, for_op in ((insertish, "insert"), (~insertish, "delete")):
-            idx = np.flatnonzero(mask)
-            if len(idx):
-                _, errs = validate(rows.take(pa.array(idx)), for_op=for_op)
-                for j, msg in errs.items():
-                    i = int(idx[int(j)])
-                    errors[i] = RowError(i, "INVALID_ARGUMENT", msg)
-        return rows
-
-    def _encode_keys_checked(self, info: SchemaInfo, rows: pa.RecordBatch, errors: dict[int, RowError]) -> KeyBatch:
-        """Every row's encoded key (none for an invalid row)."""
-        null_mask = None
-        for name in info.key_names:
-            m = pc.is_null(rows.column(name))
-            null_mask = m if null_mask is None else pc.or_(null_mask, m)
-        has_nulls = null_mask is not None and pc.any(null_mask).as_py()
-        if not has_nulls and not errors:
-            return KeyBatch(arr=info.encode_keys_array(rows))
-        bad = (
-            null_mask.to_numpy(zero_copy_only=False).copy()
-            if has_nulls and null_mask is not None
-            else np.zeros(rows.num_rows, dtype=bool)
-        )
-        for i in np.flatnonzero(bad):
-            errors.setdefault(int(i), RowError(int(i), "INVALID_ARGUMENT", "primary key column is NULL"))
-        bad[list(errors)] = True  # rows already invalid (e.g. an oversize key) are not encoded
-        good = np.flatnonzero(~bad)
-        enc = info.encode_keys(rows.take(pa.array(good))) if len(good) else []
-        out: list[bytes | None] = [None] * rows.num_rows
-        for gi, k in zip(good.tolist(), enc, strict=True):
-            out[gi] = k
-        return KeyBatch(out)
-
-    def _check_nulls(
-        self,
-        info: SchemaInfo,
-        rows: pa.RecordBatch,
-        op_types: np.ndarray,
-        set_columns: np.ndarray | None,
-        errors: dict[int, RowError],
-    ) -> None:
-        full_row = op_mask(op_types, self._INSERTISH)
-        mutating = op_mask(op_types, _UPDATE_OPS)
-        for ci, f in enumerate(info.arrow):
-            if f.nullable or ci < info.num_key_columns or rows.column(ci).null_count == 0:
-                continue
-            isnull = pc.is_null(rows.column(ci)).to_numpy(zero_copy_only=False)
-            check = full_row | mutating if set_columns is None else full_row | (mutating & set_columns[:, ci])
-            for i in np.flatnonzero(isnull & check):
-                errors.setdefault(
-                    int(i),
-                    RowError(int(i), "INVALID_ARGUMENT", f"column '{f.name}' is NOT NULL but got NULL"),
-                )
-
-    def _candidate_drs(self, kb: KeyBatch) -> list[DiskRowSet]:
-        """The DiskRowSets whose key range meets the batch's."""
-        bounds = kb.bounds() if self._drs else None
-        if bounds is None:
-            return []
-        lo, hi = bounds
-        return [d for d in self._drs if d.min_key <= hi and d.max_key >= lo]
-
-    def _locate(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[Any, Any] | None:
-        """Where ``key`` lives: (MemRowSet, MRSRow) or (DiskRowSet, row position) or None."""
-        return self._locate_in_memory(key) or self._locate_on_disk(key, drs)
-
-    def _locate_in_memory(self, key: bytes) -> tuple[MemRowSet, MRSRow] | None:
-        r = self._mrs.get(key)
-        if r is not None:
-            return self._mrs, r
-        for m in self._flushing_mrs:
-            r = m.get(key)
-            if r is not None:
-                return m, r
-        return None
-
-    def _locate_without_disk(self, key: bytes) -> tuple[DiskRowSet, int] | Literal[False] | None:
-        """:meth:`_locate_on_disk` when every rowset that may hold ``key`` can be searched without the
-        disk (:meth:`DiskRowSet.readable_without_disk`); False when one cannot (only a worker may look).
-        Range checks and bloom filters are in memory for every rowset."""
-        for d in self._drs:
-            if not d.may_contain_key(key):
-                continue
-            if not d.readable_without_disk():
-                return False
-            pos = d.search(key)
-            if pos is not None:
-                return d, pos
-        return None
-
-    def _locate_on_disk(self, key: bytes, drs: list[DiskRowSet] | None = None) -> tuple[DiskRowSet, int] | None:
-        for d in self._drs if drs is None else drs:
-            pos = d.find_row(key)
-            if pos is not None:
-                return d, pos
-        return None
-
-    def _locate_batch(
-        self, kb: KeyBatch, want: np.ndarray, drs: list[DiskRowSet] | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any]]:
-        """:meth:`_locate` plus the key's last change for every row in ``want``, vectorised.
-
-        Returns (store index into the returned rowset list or -1, DiskRowSet position or -1,
-        last-change timestamp or -1, live). MemRowSets are probed through their key indexes; each
-        DiskRowSet whose key range meets the batch takes the rows in its range (bisect on the sorted
-        batch keys), drops most absent ones with a batch bloom probe and places the rest with one
-        ``searchsorted``. A key lives in one rowset only, so a row found once is not probed again.
-        ``drs``: the DiskRowSets whose range meets the batch's, when the caller has them.
-        """
-        n = kb.n
-        store = np.full(n, -1, dtype=np.int32)
-        pos = np.full(n, -1, dtype=np.int64)
-        latest = np.full(n, -1, dtype=np.int64)
-        live = np.zeros(n, dtype=bool)
-        stores: list[Any] = []
-        todo = want.copy()
-        for m in (self._mrs, *self._flushing_mrs):
-            if not len(m):
-                continue
-            cand = np.flatnonzero(todo)
-            found = m.rownums_of(kb, cand)
-            hit = found >= 0
-            if not hit.any():
-                continue
-            idx = cand[hit]
-            store[idx] = len(stores)
-            stores.append(m)
-            rownums = found[hit]
-            latest[idx], live[idx] = m.latest_of(rownums)
-            todo[idx] = False
-        if not todo.any():
-            drs = []
-        elif drs is None:
-            drs = self._candidate_drs(kb)
-        if drs:
-            for d in drs:
-                cand = kb.rows_in_range(d.min_key, d.max_key)
-                cand = cand[todo[cand]]
-                if not len(cand):
-                    continue
-                p = d.find_rows(kb, cand)
-                hit = p >= 0
-                if not hit.any():
-                    continue
-                idx, pp = cand[hit], p[hit]
-                store[idx] = len(stores)
-                stores.append(d)
-                pos[idx] = pp
-                latest[idx], live[idx] = d.rows_latest(pp)
-                todo[idx] = False
-        return store, pos, latest, live, stores
-
-    def _decide(
-        self,
-        op_types: np.ndarray,
-        kb: KeyBatch,
-        errors: dict[int, RowError],
-        ts: int,
-        replay: bool,
-        distinct: bool = False,
-    ) -> tuple[WritePlan, int]:
-        """Every row's outcome, vectorised: locate all keys at once, then decide by op type and the
-        key's liveness. Rows whose key repeats in the batch are decided in order (each sees the effect
-        of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
-        effect is already in durable files). ``distinct``: the caller knows every row has a key and
-        no key repeats."""
-        n = kb.n
-        drs = self._candidate_drs(kb)
-        if not errors and not drs and self._all_fresh_inserts(op_types, kb, distinct):
-            # Nothing holds any key: no errors, and nothing replay could skip.
-            return WritePlan(
-                np.full(n, _INSERT, dtype=np.int8),
-                np.full(n, -1, dtype=np.int32),
-                np.full(n, -1, dtype=np.int64),
-                [],
-            ), 0
-        valid = np.ones(n, dtype=bool)
-        if errors:
-            valid[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        store, pos, latest, live, stores = self._locate_batch(kb, valid, drs)
-        keys = kb.keys
-        act = valid
-        if replay:
-            act = act & ~((store >= 0) & (latest >= ts))
-        vkeys = keys if valid.all() else list(itertools.compress(keys, valid))
-        dup: np.ndarray | None = None
-        if not distinct and len(set(vkeys)) != len(vkeys):
-            counts = Counter(vkeys)
-            dup = np.zeros(n, dtype=bool)
-            many = np.fromiter(map(counts.__getitem__, vkeys), dtype=np.int64, count=len(vkeys)) > 1
-            dup[np.flatnonzero(valid)[many]] = True
-        single = act if dup is None else act & ~dup
-        t = op_types
-        ins, ups, upd = op_mask(t, _INSERT_OPS), op_mask(t, _UPSERT_OPS), op_mask(t, _UPDATE_OPS)
-        dele = ~(ins | ups | upd)
-        kind = np.zeros(n, dtype=np.int8)
-        kind[single & ((ins | ups) & ~live)] = _INSERT
-        kind[single & ((ups | upd) & live)] = _UPDATE
-        kind[single & dele & live] = _DELETE
-        for i in np.flatnonzero(single & (t == OpType.INSERT) & live).tolist():
-            errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
-        for i in np.flatnonzero(single & ((t == OpType.UPDATE) | (t == OpType.DELETE)) & ~live).tolist():
-            errors[i] = RowError(i, "NOT_FOUND", "key not found")
-        ignored = int(
-            np.count_nonzero(
-                single
-                & (
-                    ((t == OpType.INSERT_IGNORE) & live)
-                    | (((t == OpType.UPDATE_IGNORE) | (t == OpType.DELETE_IGNORE)) & ~live)
-                )
-            )
-        )
-        chained: np.ndarray | None = None
-        if dup is not None:
-            chained = np.zeros(n, dtype=bool)
-            ignored += self._decide_in_order(np.flatnonzero(act & dup), t, keys, live, kind, chained, errors)
-        return WritePlan(kind, store, pos, stores, chained), ignored
-
-    @staticmethod
-    def _decide_in_order(
-        rows: np.ndarray,
-        op_types: np.ndarray,
-        keys: list[bytes | None],
-        live: np.ndarray,
-        kind: np.ndarray,
-        chained: np.ndarray,
-        errors: dict[int, RowError],
-    ) -> int:
-        """Rows whose key repeats in the batch, one by one in row order (only these loop in Python)."""
-        overlay: dict[bytes | None, bool] = {}
-        touched: set[bytes | None] = set()
-        ignored = 0
-        for i in rows.tolist():
-            key, t = keys[i], int(op_types[i])
-            cur = overlay.get(key)
-            if cur is None:
-                cur = bool(live[i])
-            if t in (OpType.INSERT, OpType.INSERT_IGNORE):
-                if cur:
-                    if t == OpType.INSERT:
-                        errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
-                    else:
-                        ignored += 1
-                    continue
-                k = _INSERT
-                overlay[key] = True
-            elif t in (OpType.UPSERT, OpType.UPSERT_IGNORE):
-                k = _UPDATE if cur else _INSERT
-                overlay[key] = True
-            elif t in (OpType.UPDATE, OpType.UPDATE_IGNORE):
-                if not cur:
-                    if t == OpType.UPDATE:
-                        errors[i] = RowError(i, "NOT_FOUND", "key not found")
-                    else:
-                        ignored += 1
-                    continue
-                k = _UPDATE
-            else:  # DELETE, DELETE_IGNORE
-                if not cur:
-                    if t == OpType.DELETE:
-                        errors[i] = RowError(i, "NOT_FOUND", "key not found")
-                    else:
-                        ignored += 1
-                    continue
-                k = _DELETE
-                overlay[key] = False
-            kind[i] = k
-            if key in touched:
-                chained[i] = True
-            else:
-                touched.add(key)
-        return ignored
-
-    _INSERTISH = (OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE)
-
-    def _all_fresh_inserts(self, op_types: np.ndarray, kb: KeyBatch, distinct: bool = False) -> bool:
-        """Fast path: only insert-like rows, distinct keys, none in a MemRowSet (the caller has checked
-        that no DiskRowSet's key range meets the batch's)."""
-        if not op_mask(op_types, self._INSERTISH).all():
-            return False
-        if not distinct and len(set(kb.keys)) != kb.n:
-            return False
-        return not any((m.rownums_of(kb) >= 0).any() for m in [self._mrs, *self._flushing_mrs] if len(m))
-
-    def _take_seqs(self, n: int) -> int:
-        """Reserve ``n`` consecutive mutation sequence numbers; call under the component lock."""
-        first = self._next_seq
-        self._next_seq += n
-        return first
+        """Validate, lock and decide every row; register ``timestamp`` with MVCC (see :mod:`.write_path`).
+        ``replay``: skip rows whose key changed at or after ``timestamp`` (their effect is durable)."""
+        return self._writes.prepare(op, timestamp, replay=replay, lock_timeout_s=lock_timeout_s)
 
     def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
-        if prepared.state != "prepared":
-            raise KuduIllegalState(f"write is {prepared.state}, cannot apply")
-        ts = prepared.timestamp
-        res = WriteResult(ts, log_index, list(prepared.errors), ignored=prepared.ignored)
-        current = prepared.schema_version
-        try:
-            with self._lock:  # checked under the lock that AlterSchema swaps the schema under
-                current = self.schema_version
-                if current == prepared.schema_version:
-                    self._apply_locked(prepared, log_index, res)
-                    self._last_applied_index = max(self._last_applied_index, log_index)
-                    self.mvcc.commit_op(ts)
-        finally:
-            if current == prepared.schema_version:
-                prepared.state = "applied"
-                self.locks.release_all(prepared.owner)
-        if current != prepared.schema_version:
-            self.abort_write(prepared)
-            raise KuduIllegalState(
-                f"write prepared for schema version {prepared.schema_version}, the tablet is at {current}"
-            )
-        return res
-
-    def _apply_locked(self, prepared: PreparedWrite, log_index: int, res: WriteResult) -> None:
-        """Apply the plan: new keys go to the MemRowSet in one bulk insert, mutations of keys held by
-        a MemRowSet join their rows' chains, and those of DiskRowSet rows go to each rowset's
-        DeltaMemStore. Mutations take sequence numbers in row order, so repeated keys apply in order.
-        """
-        ts = prepared.timestamp
-        rows = prepared.op.rows
-        plan = prepared.plan
-        karr = prepared.key_batch.arr
-        act = np.flatnonzero(plan.kind)
-        if not len(act):
-            return
-        kind = plan.kind[act]
-        store = plan.store[act]
-        chained = np.zeros(len(act), dtype=bool) if plan.chained is None else plan.chained[act]
-        if len(act) == rows.num_rows and not (store >= 0).any() and not chained.any() and not self._mrs.retired:
-            base = self._mrs.add_batch(rows)
-            if self._mrs.created_at is None:
-                self._mrs.created_at = time.monotonic()
-            self._mrs.insert_many(karr, range(base, base + len(act)), ts, log_index, prepared.key_batch.order())
-            res.inserted += len(act)
-            return
-        pos = plan.pos[act]
-        stores = list(plan.stores)
-        gone = [sid for sid, st in enumerate(stores) if st.retired]
-        if gone:
-            # Flushed or compacted since prepare (the row locks kept the keys' content): find them again.
-            moved = np.flatnonzero(np.isin(store, gone))
-            mkb = KeyBatch(arr=karr.take(pa.array(act[moved])))
-            st2, pos2, _, _, stores2 = self._locate_batch(mkb, np.ones(mkb.n, dtype=bool))
-            store = store.copy()
-            pos = pos.copy()
-            store[moved] = np.where(st2 >= 0, st2 + len(stores), -1)
-            pos[moved] = pos2
-            stores.extend(stores2)
-        seqs = self._take_seqs(len(act)) + np.arange(len(act), dtype=np.int64)
-        # New keys: no rowset holds them and no earlier row of this batch acted on them.
-        fresh = np.flatnonzero((store < 0) & ~chained)
-        if len(fresh):
-            base = self._mrs.add_batch(rows)
-            if self._mrs.created_at is None:
-                self._mrs.created_at = time.monotonic()
-            fr = act[fresh]
-            self._mrs.insert_many(karr.take(pa.array(fr)), base + fr, ts, log_index)
-        # Everything else mutates an existing row (keys created by this batch live in self._mrs): one
-        # delta chunk per rowset.
-        targets = [self._mrs, *stores]
-        rest = np.flatnonzero((store >= 0) | chained)
-        tids = store[rest] + 1
-        for tid in np.unique(tids).tolist():
-            sel = rest[tids == tid]
-            target = targets[tid]
-            if isinstance(target, DiskRowSet):
-                self._mutate_drs(target, prepared, log_index, act[sel], kind[sel], pos[sel], seqs[sel])
-            else:
-                self._mutate_mrs(target, prepared, log_index, act[sel], kind[sel], seqs[sel])
-        res.inserted += int(np.count_nonzero(kind == _INSERT))
-        res.updated += int(np.count_nonzero(kind == _UPDATE))
-        res.deleted += int(np.count_nonzero(kind == _DELETE))
-
-    def _mutate_drs(
-        self,
-        d: DiskRowSet,
-        prepared: PreparedWrite,
-        log_index: int,
-        rows_idx: np.ndarray,
-        kinds: np.ndarray,
-        positions: np.ndarray,
-        seqs: np.ndarray,
-    ) -> None:
-        """Re-inserts, updates and deletes of one DiskRowSet's rows as one delta chunk."""
-        reinsert = kinds == _INSERT
-        table, nbytes = delta_chunk(
-            self.info,
-            prepared.op.rows,
-            rows_idx,
-            positions,
-            kinds != _DELETE,
-            reinsert,
-            prepared.op.set_columns,
-            prepared.timestamp,
-            seqs,
-        )
-        d.mutate_batch(positions, table, reinsert, log_index, prepared.timestamp, nbytes)
-
-    def _mutate_mrs(
-        self,
-        mrs: MemRowSet,
-        prepared: PreparedWrite,
-        log_index: int,
-        rows_idx: np.ndarray,
-        kinds: np.ndarray,
-        seqs: np.ndarray,
-    ) -> None:
-        """Re-inserts, updates and deletes of one MemRowSet's rows as one delta chunk."""
-        rownums = mrs.rownums_of(prepared.key_batch, rows_idx)
-        if (rownums < 0).any():
-            raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
-        reinsert = kinds == _INSERT
-        table, nbytes = delta_chunk(
-            self.info,
-            prepared.op.rows,
-            rows_idx,
-            rownums,
-            kinds != _DELETE,
-            reinsert,
-            prepared.op.set_columns,
-            prepared.timestamp,
-            seqs,
-        )
-        mrs.mutate_batch(rownums, table, reinsert, log_index, prepared.timestamp, nbytes)
-
-    @staticmethod
-    def _mutate(loc: Any, m: Mutation) -> None:
-        store, ref = loc
-        store.mutate(ref, m)
+        return self._writes.apply(prepared, log_index)
 
     def abort_write(self, prepared: PreparedWrite) -> None:
         """Give up a prepared op (not replicated): release its locks, forget its timestamp."""
-        if prepared.state != "prepared":
-            return
-        prepared.state = "aborted"
-        self.mvcc.abort_op(prepared.timestamp)
-        self.locks.release_all(prepared.owner)
+        self._writes.abort(prepared)
 
     def write(self, op: WriteOp, timestamp: int, log_index: int) -> WriteResult:
         """prepare + apply in one call, for callers without replication in between (tests, bench)."""
         return self.apply_write(self.prepare_write(op, timestamp), log_index)
 
-    # -- reads ------------------------------------------------------------------------------------
+    # -- reads (see read_path) ---------------------------------------------------------------------
 
     def ancient_history_mark(self) -> int:
-        return timestamp_from_seconds_ago(self.clock.now(), self.options.history_max_age_sec)
-
-    def _snapshot_for(self, spec: ScanSpec) -> tuple[MvccSnapshot, int | None]:
-        if spec.read_mode == READ_LATEST:
-            return self.mvcc.snapshot_latest(), None
-        if spec.read_mode != READ_AT_SNAPSHOT:
-            raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
-        ts = spec.snapshot_ts if spec.snapshot_ts is not None else self.clock.now()
-        if ts < self.ancient_history_mark():
-            raise KuduInvalidArgument(f"snapshot timestamp {ts} is older than the ancient history mark")
-        self.clock.update(ts)
-        self.mvcc.wait_clean_up_to(ts, spec.snapshot_wait_s)
-        return MvccSnapshot.at(ts), ts
+        """The oldest timestamp a snapshot scan may read at (older history may be compacted away)."""
+        return self._c.ancient_history_mark()
 
     def scan(self, spec: ScanSpec | None = None) -> TabletScanner:
-        """Start a scan; returns an iterator of bounded-size Arrow record batches.
-
-        The schema, MemRowSet contents and rowsets are taken together under the component lock, so a
-        scan reads with one schema throughout even if an AlterSchema lands while it runs.
-        """
-        scanner = self._scan(spec or ScanSpec(), memory_only=False)
-        assert scanner is not None
-        return scanner
+        """Start a scan; returns an iterator of bounded-size Arrow record batches."""
+        return self._reads.scan(spec)
 
     def point_lookup_key(self, spec: ScanSpec) -> bytes | None:
-        """The encoded primary key when ``spec`` reads at most one row found through the key index (every
-        key column pinned by '='), else None: the host hands such small reads to its workers together,
-        and tries :meth:`scan_in_memory` with the key first."""
-        values = _pinned_key(self.info, spec)
-        if values is None:
-            return None
-        try:
-            return self.info.encode_key(values)
-        except Exception:  # a value the encoder does not take: the general path evaluates it
-            return None
+        """The encoded primary key when ``spec`` pins every key column by '=' (a point read), else None."""
+        return self._reads.point_lookup_key(spec)
 
     def scan_in_memory(self, spec: ScanSpec, key: bytes) -> TabletScanner | None:
-        """The scan of lookup ``key`` (from :meth:`point_lookup_key`), started now, when memory can answer
-        it (a MemRowSet holds the key, or every rowset that may hold it is in the block cache) and the
-        component lock is free; None otherwise, and then :meth:`scan` in a worker answers. It reads no
-        disk and never waits for the component lock, so the event loop may call it: lookups skip the
-        hand-off to a worker, which costs more than the lookup itself."""
-        if spec.read_mode != READ_LATEST and spec.snapshot_wait_s:
-            return None  # its snapshot may still have to wait for writes in flight
-        if self._locate_in_memory(key) is None and self._needs_disk(key):
-            # Checked without the lock, so a lookup that must go to a worker costs the loop no more than a
-            # dict lookup and the bloom probes; the answer itself is looked up under the lock.
-            return None
-        return self._scan(spec, memory_only=True, key=key)
-
-    def _needs_disk(self, key: bytes) -> bool:
-        """Whether a rowset that may hold ``key`` cannot be searched without the disk."""
-        return any(d.may_contain_key(key) and not d.readable_without_disk() for d in self._drs)
-
-    def _scan(self, spec: ScanSpec, memory_only: bool, key: bytes | None = None) -> TabletScanner | None:
-        """``memory_only``: the on-loop form (None when only a worker may answer); ``key``: the lookup's
-        encoded key when the caller has it already."""
-        snap, snap_ts = self._snapshot_for(spec)
-        if not self._lock.acquire(blocking=not memory_only):
-            return None  # a flush or a write holds the components: not worth waiting for on the loop
-        try:
-            info = self.info
-            projection = list(spec.projection) if spec.projection is not None else list(info.names)
-            for c in projection:
-                if c not in info.names:
-                    raise KuduInvalidArgument(f"projected column '{c}' is not in the schema")
-            pred_cols = [_pred_column(p) for p in spec.predicates]
-            for c in pred_cols:
-                if c not in info.names:
-                    raise KuduInvalidArgument(f"predicate column '{c}' is not in the schema")
-            needed = [c for c in info.names if c in projection or c in pred_cols]
-            point = self._point_read(info, spec, snap, needed, memory_only, key)
-            if point is not None:  # every key column pinned by '=': one row looked up, no rowset scanned
-                scanner = TabletScanner(self._point_batches(point, spec, projection, info.key_names), snap, snap_ts)
-                scanner.info = info
-                return scanner
-            if memory_only:
-                return None
-            lower, upper = spec.lower_key, spec.upper_key
-            for p in spec.predicates:
-                plo, phi = self._key_bounds_of(info, p)
-                if plo is not None and (lower is None or plo > lower):
-                    lower = plo
-                if phi is not None and (upper is None or phi < upper):
-                    upper = phi
-            lower_excl = False
-            if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
-                lower, lower_excl = spec.resume_after_key, True
-            mrs_tables = [
-                m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
-                for m in [self._mrs, *self._flushing_mrs]
-                if len(m)
-            ]
-            drs = [
-                (d, d.delta_snapshot())
-                for d in self._drs
-                if (upper is None or d.min_key < upper) and (lower is None or d.max_key >= lower)
-            ]
-        finally:
-            self._lock.release()
-        drs.sort(key=lambda it: it[0].min_key)
-
-        def pieces() -> Iterator[pa.Table]:
-            if spec.ordered:
-                yield from _ordered_pieces(mrs_tables, drs, snap, needed, lower, upper, lower_excl)
-                return
-            yield from mrs_tables
-            for d, deltas in drs:
-                yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
-
-        scanner = TabletScanner(
-            self._batches(self._filtered(pieces(), spec, projection), spec, projection), snap, snap_ts
-        )
-        scanner.info = info
-        return scanner
-
-    @staticmethod
-    def _filtered(pieces: Iterator[pa.Table], spec: ScanSpec, projection: list[str]) -> Iterator[pa.Table]:
-        """The rows of each piece that match every predicate, projected (plus ``_key``)."""
-        for t in pieces:
-            if t.num_rows and spec.predicates:
-                mask = None
-                for p in spec.predicates:
-                    m = p.evaluate(t)
-                    mask = m if mask is None else pc.and_(mask, m)
-                    mask = pc.fill_null(mask, False)
-                t = t.filter(mask)
-            if t.num_rows:
-                yield t.select([*projection, KEY_COL])
-
-    @staticmethod
-    def _point_batches(
-        row: pa.Table, spec: ScanSpec, projection: list[str], key_names: list[str]
-    ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
-        """The looked-up row as the scan's one batch, if the limit and every predicate that does not pin
-        the key let it through (those that do are met by construction: the key encoding is exact)."""
-        if not row.num_rows or spec.limit == 0:
-            return
-        for p in spec.predicates:
-            if getattr(p, "op", None) == "=" and _pred_column(p) in key_names:
-                continue
-            if not pc.fill_null(p.evaluate(row), False)[0].as_py():
-                return
-        yield row.select(projection).to_batches()[0], row.column(KEY_COL)[0].as_py()
-
-    def _point_read(
-        self,
-        info: SchemaInfo,
-        spec: ScanSpec,
-        snap: MvccSnapshot,
-        needed: list[str],
-        memory_only: bool = False,
-        key: bytes | None = None,
-    ) -> pa.Table | None:
-        """A scan whose predicates fix the whole primary key as the row (0 or 1 rows, with ``needed``
-        and ``_key``) found through the key index, as a write finds it; None when the scan is not of that
-        shape or the row's store reads another schema (the general path then answers), and with
-        ``memory_only`` also when a rowset that may hold the key is not in memory (see
-        :meth:`_locate_without_disk`). Only the scan's own key bounds are checked here: other predicates
-        on key columns are evaluated on the row (:meth:`_point_batches`). Called under the component
-        lock; per-row Python is fine here, it is one row."""
-        if key is None:
-            key = self.point_lookup_key(spec)
-            if key is None:
-                return None
-        schema = self._point_schema(info, needed)
-        if (
-            (spec.lower_key is not None and key < spec.lower_key)
-            or (spec.upper_key is not None and key >= spec.upper_key)
-            or (spec.resume_after_key is not None and key <= spec.resume_after_key)
-        ):
-            return schema.empty_table()
-        loc: tuple[Any, Any] | None = self._locate_in_memory(key)  # (MemRowSet, MRSRow) or (DiskRowSet, position)
-        if loc is None:
-            found = self._locate_without_disk(key) if memory_only else self._locate_on_disk(key)
-            if found is False:
-                return None
-            loc = found
-        if loc is None:
-            return schema.empty_table()
-        store: Any = loc[0]
-        ref: Any = loc[1]
-        if store.info.names != info.names:
-            return None
-        # A row never changed since it was written is a zero-copy slice of the batch it arrived in (a
-        # MemRowSet's, which has no key column) or of the rowset's base data.
-        written = store.base_row(ref, snap)
-        cols = (
-            None
-            if written is None
-            else [
-                *(written.column(n) for n in needed),
-                pa.array([key], pa.binary()) if isinstance(ref, MRSRow) else written.column(KEY_COL),
-            ]
-        )
-        if cols is not None and all(c.type == f.type for c, f in zip(cols, schema, strict=True)):
-            return pa.Table.from_arrays(cols, schema=schema)
-        vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
-        if vals is None:
-            return schema.empty_table()
-        return pa.table([*([vals[info.names.index(n)]] for n in needed), [key]], schema=schema)
-
-    def _point_schema(self, info: SchemaInfo, needed: list[str]) -> pa.Schema:
-        """The Arrow schema of a point read's row (``needed`` columns and ``_key``), memoised per schema."""
-        memo_key = (info, tuple(needed))
-        schema = self._point_schemas.get(memo_key)
-        if schema is None:
-            if len(self._point_schemas) >= 64:
-                self._point_schemas.clear()
-            cols = [info.names.index(n) for n in needed]
-            schema = pa.schema([*(info.arrow.field(i) for i in cols), info.storage_arrow.field(KEY_COL)])
-            self._point_schemas[memo_key] = schema
-        return schema
-
-    def _key_bounds_of(self, info: SchemaInfo, pred: Any) -> tuple[bytes | None, bytes | None]:
-        """Encoded PK bounds ``[lo, hi)`` implied by a predicate on the first key column (pruning only:
-        the predicate itself is still evaluated, so (None, None) is always a safe answer)."""
-        if _pred_column(pred) != info.key_names[0]:
-            return None, None
-        op = getattr(pred, "op", None)
-        value = getattr(pred, "value", None)
-        if op not in ("=", "<", "<=", ">", ">=", "IN") or value is None:
-            return None, None
-        ke = importlib.import_module("kudu_async.common.key_encoding")
-        single = info.num_key_columns == 1
-
-        def eq_bounds(v: Any) -> tuple[bytes, bytes | None]:
-            if single:  # the whole key: the next key up is the encoding plus a zero byte
-                e: bytes = ke.encode_key(info.schema, [v])
-                return e, e + b"\x00"
-            pfx: bytes = ke.encode_key_prefix(info.schema, [v])
-            return pfx, ke.prefix_successor(pfx) or None
-
-        try:
-            if op == "IN":
-                if not value:
-                    return None, None
-                bounds = [eq_bounds(v) for v in value]
-                lo = min(b[0] for b in bounds)
-                his = [b[1] for b in bounds]
-                return lo, (None if any(h is None for h in his) else max(h for h in his if h is not None))
-            elo, ehi = eq_bounds(value)
-        except Exception:  # a value the encoder does not take: no pruning, the predicate still filters
-            return None, None
-        if op == "=":
-            return elo, ehi
-        if op == ">=":
-            return elo, None
-        if op == ">":
-            return ehi, None
-        if op == "<":
-            return None, elo
-        return None, ehi  # <=
-
-    def _batches(
-        self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str]
-    ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
-        remaining = spec.limit
-        target = spec.batch_bytes or self.options.scan_batch_bytes
-        for t in source:
-            if remaining is not None:
-                if remaining <= 0:
-                    return
-                t = t.slice(0, remaining)
-            per_row = max(1, t.nbytes // max(1, t.num_rows))
-            step = max(1, target // per_row)
-            for start in range(0, t.num_rows, step):
-                piece = t.slice(start, step)
-                last = piece.column(KEY_COL)[-1].as_py()
-                out = piece.select(projection).combine_chunks()
-                batch = out.to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], out.schema)
-                if remaining is not None:
-                    remaining -= batch.num_rows
-                yield batch, last
+        """The point read of ``key`` started now when memory can answer it without waiting, else None
+        (then :meth:`scan` in a worker answers); safe to call from the event loop."""
+        return self._reads.scan_in_memory(spec, key)
 
     def lookup(self, key: bytes, snapshot: MvccSnapshot | None = None) -> dict[str, Any] | None:
         """Point read of one encoded primary key at a snapshot (default: latest committed)."""
-        snap = snapshot or self.mvcc.snapshot_latest()
-        with self._lock:
-            loc = self._locate(key)
-            if loc is None:
-                return None
-            store, ref = loc
-            vals = store.visible_row(ref, snap) if isinstance(ref, MRSRow) else store.get_row(ref, snap)
-            names = store.info.names  # the schema the values were read with
-        if vals is None:
-            return None
-        return {names[i]: vals[i] for i in range(len(names))}
+        return self._reads.lookup(key, snapshot)
 
-    # -- memory and state -------------------------------------------------------------------------
+    # -- memory and state --------------------------------------------------------------------------
 
     def mrs_memory_bytes(self) -> int:
-        with self._lock:
-            return self._mrs.memory_bytes() + sum(m.memory_bytes() for m in self._flushing_mrs)
+        with self._c.lock:
+            return self._c.mrs.memory_bytes() + sum(m.memory_bytes() for m in self._c.flushing_mrs)
+
+    def mrs_created_at(self) -> float | None:
+        """When the MemRowSet taking writes got its first row (``time.monotonic``; None while empty): the
+        maintenance manager flushes a MemRowSet that has held rows too long."""
+        with self._c.lock:
+            return self._c.mrs.created_at
 
     def dms_memory_bytes(self) -> int:
-        with self._lock:
-            return sum(d.delta_memory_bytes() for d in self._drs)
-
-    def _replay_start_locked(self, drop_mrs: Any = None, drop_frozen_of: Sequence[DiskRowSet] = ()) -> int:
-        """Last log index whose effects are all in durable files (bootstrap replays after it)."""
-        mins = [
-            m.min_log_index
-            for m in [self._mrs, *self._flushing_mrs]
-            if m.min_log_index is not None and m is not drop_mrs
-        ]
-        for d in self._drs:
-            stores = [d.dms] if d in drop_frozen_of else [d.dms, *d.flushing_dms]
-            mins.extend(s.min_log_index for s in stores if s.min_log_index is not None)
-        return (min(mins) - 1) if mins else self._last_applied_index
+        with self._c.lock:
+            return sum(d.delta_memory_bytes() for d in self._c.drs)
 
     def earliest_needed_log_index(self) -> int:
         """Log anchor: WAL entries from this index on must be kept for bootstrap."""
-        with self._lock:
-            return self._replay_start_locked() + 1
+        return self._maintenance.earliest_needed_log_index()
 
-    def _effective_ahm(self) -> int:
-        ahm = self.ancient_history_mark()
-        with self._lock:
-            mins = [m.min_ts for m in [self._mrs, *self._flushing_mrs] if m.min_ts is not None]
-            for d in self._drs:
-                mins.extend(s.min_ts for s in [d.dms, *d.flushing_dms] if s.min_ts is not None)
-        inflight = self.mvcc.min_in_flight()
-        if inflight is not None:
-            mins.append(inflight)
-        return min([ahm, *[m - 1 for m in mins]])
-
-    def _write_metadata_locked(
-        self,
-        rowsets: list[DiskRowSet] | None = None,
-        *,
-        drop_mrs: Any = None,
-        drop_frozen_of: Sequence[DiskRowSet] = (),
-        extra_min_index: int | None = None,
-    ) -> None:
-        """Commit ``rowsets`` (default: the current ones) durably, with the replay start index.
-
-        ``drop_mrs``/``drop_frozen_of`` name in-memory stores whose content those rowsets now hold;
-        ``extra_min_index`` is the oldest log index of mutations about to be carried over.
-        """
-        rowsets = self._drs if rowsets is None else rowsets
-        replay_start = self._replay_start_locked(drop_mrs, drop_frozen_of)
-        if extra_min_index is not None:
-            replay_start = min(replay_start, extra_min_index - 1)
-        meta = TabletMetadata(
-            tablet_id=self.tablet_id,
-            schema=self.info.to_dict(),
-            rowsets=[d.meta for d in rowsets],
-            last_flushed_log_index=replay_start,
-            next_rowset_id=self._next_rowset_id,
-            schema_version=self.schema_version,
-            added_columns=self._added_columns,
-            legacy_column_ids=self._legacy_ids,
-        )
-        meta = TabletMetadata.from_json(meta.to_json())  # deep copy: later in-place changes stay out
-        write_tablet_metadata(self.tablet_dir, meta, sync=self.options.sync)
-        self._last_flushed_index = meta.last_flushed_log_index
-
-    def _carry_over_locked(self, muts: Iterable[Mutation]) -> None:
-        """Re-apply mutations that arrived during a flush/compaction to the rowsets that now hold the key."""
-        for m in muts:
-            loc = self._locate(m.key)
-            if loc is None:
-                if not m.reinsert:
-                    raise AssertionError("carried-over mutation of a key that no rowset holds")
-                self._insert_values_locked(m)
-            else:
-                self._mutate(loc, m)
-
-    def _insert_values_locked(self, m: Mutation) -> None:
-        key_vals = m.key_values
-        if key_vals is None:
-            raise AssertionError("re-insert mutation without its key values")
-        cols = [
-            pa.array(
-                [key_vals[i] if i < self.info.num_key_columns else m.changes[i]],  # type: ignore[index]
-                f.type,
-            )
-            for i, f in enumerate(self.info.arrow)
-        ]
-        rownum = self._mrs.add_batch(pa.RecordBatch.from_arrays(cols, schema=self.info.arrow))
-        self._mrs.insert(m.key, rownum, m.ts, m.log_index)
-
-    # -- flush ------------------------------------------------------------------------------------
-
-    def _flush_mrs(self) -> bool:
-        """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do.
-
-        A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
-        swapped in under the component lock, and the metadata write commits the flush.
-        """
-        with self._lock:
-            if self._mrs_flush_running:
-                return False
-            if self._flushing_mrs:
-                old = self._flushing_mrs[0]  # a flush of it failed earlier: retry it first
-            elif len(self._mrs):
-                old = self._mrs
-                self._mrs = self._new_mrs()
-                self._flushing_mrs.append(old)
-            else:
-                return False
-            self._mrs_flush_running = True
-            freeze_seq = self._take_seqs(1)
-            first_id = self._next_rowset_id
-            self._next_rowset_id += 1000
-        new_ids: list[str] = []
-        try:
-            table, deltas = old.flush_input(freeze_seq)
-            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
-            new_ids = [b for rs in metas for b in rs.blocks()]
-            written = self._blocks_bytes(new_ids)
-            new_drs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
-            with self._lock:
-                late = old.mutations_since(freeze_seq)
-                # Commit point first: if it fails nothing in memory has changed.
-                self._write_metadata_locked(
-                    [*self._drs, *new_drs],
-                    drop_mrs=old,
-                    extra_min_index=min((m.log_index for m in late), default=None),
-                )
-                self._flushing_mrs.remove(old)
-                old.retired = True
-                self._drs.extend(new_drs)
-                self._carry_over_locked(late)
-                self._stats["flushes"] += 1
-                self._stats["bytes_flushed"] += written
-            new_ids = []
-            return True
-        except BaseException:
-            # Never referenced by committed metadata. The frozen MemRowSet stays readable (and
-            # writable for its keys) in _flushing_mrs; the next flush_mrs retries it.
-            self.bm.delete_blocks(new_ids)
-            raise
-        finally:
-            with self._lock:
-                self._mrs_flush_running = False
-
-    def _flush_dms(self, drs_id: int | None = None) -> bool:
-        """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
-        with self._lock:
-            cands = [d for d in self._drs if len(d.dms) and not d.busy and (drs_id is None or d.id == drs_id)]
-            if not cands:
-                return False
-            d = max(cands, key=lambda x: x.dms.memory_bytes())
-            d.busy = True
-            frozen = d.dms
-            d.dms = DeltaMemStore(self.info)
-            d.flushing_dms.append(frozen)
-        try:
-            block = write_delta_block(self.bm, frozen.to_table(), self.info)
-            written = self._blocks_bytes([block])
-            table = d.open_block(block)
-            with self._lock:
-                d.delta_tables.append(table)
-                d.meta.delta_blocks.append(block)
-                d.flushing_dms.remove(frozen)
-                self._write_metadata_locked()
-                self._stats["flushes"] += 1
-                self._stats["bytes_flushed"] += written
-            return True
-        finally:
-            d.busy = False
+    # -- flush and compaction (see rowset_maintenance) ---------------------------------------------
 
     def flush_mrs(self) -> bool:
-        """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do.
-
-        A new MemRowSet takes writes at once; the old one stays readable until the new rowsets are
-        swapped in under the component lock, and the metadata write commits the flush.
-        """
-        with self._maint_lock:
-            return self._flush_mrs()
+        """Flush the MemRowSet to DiskRowSets (run in a worker thread). False if nothing to do."""
+        return self._maintenance.flush_mrs()
 
     def flush_dms(self, drs_id: int | None = None) -> bool:
         """Flush the DeltaMemStore of one rowset (the largest if None) to a delta file."""
-        with self._maint_lock:
-            return self._flush_dms(drs_id)
-
-    def compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
-        """Merging compaction (also a major delta compaction when given one rowset); see ``_compact_rowsets``."""
-        with self._maint_lock:
-            return self._compact_rowsets(rowset_ids)
-
-    def minor_delta_compaction(self, rowset_id: int) -> bool:
-        """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
-        with self._maint_lock:
-            return self._minor_delta_compaction(rowset_id)
-
-    def _blocks_bytes(self, block_ids: Sequence[str]) -> int:
-        return sum(os.path.getsize(self.bm.path(b)) for b in block_ids)
-
-    def stats(self) -> dict[str, int]:
-        """Monotonic counters of flushes and compactions (per-tablet metrics)."""
-        with self._lock:
-            return dict(self._stats)
+        return self._maintenance.flush_dms(drs_id)
 
     def flush_all(self) -> None:
         """Flush the MemRowSet and every DeltaMemStore (used before shutdown and by tests)."""
-        self.flush_mrs()
-        while self.flush_dms():
-            pass
+        self._maintenance.flush_all()
 
-    # -- compaction -------------------------------------------------------------------------------
+    def compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
+        """Merging compaction (also a major delta compaction when given one rowset)."""
+        return self._maintenance.compact_rowsets(rowset_ids)
 
-    def _claim(self, ids: Sequence[int] | None) -> list[DiskRowSet]:
-        with self._lock:
-            chosen = [d for d in self._drs if not d.busy and (ids is None or d.id in ids)]
-            for d in chosen:
-                d.busy = True
-            return chosen
-
-    def _compact_rowsets(self, rowset_ids: Sequence[int] | None = None) -> bool:
-        """Merging compaction (also a major delta compaction when given one rowset).
-
-        Inputs are frozen (their DeltaMemStores swapped out) under the lock, merged outside it, and
-        the outputs swapped in with any mutations that arrived meanwhile carried over.
-        """
-        inputs = self._claim(rowset_ids)
-        if not inputs or (
-            rowset_ids is None and len(inputs) < 2 and not inputs[0].delta_tables and not len(inputs[0].dms)
-        ):
-            for d in inputs:
-                d.busy = False
-            return False
-        old_blocks: list[str] = []
-        new_ids: list[str] = []
-        try:
-            with self._lock:
-                frozen = []
-                for d in inputs:
-                    d.flushing_dms.append(d.dms)
-                    d.dms = DeltaMemStore(self.info)
-                    frozen.append(CompactionInput(d.base, d.delta_snapshot()))
-                first_id = self._next_rowset_id
-                self._next_rowset_id += 1000
-            ahm = self._effective_ahm()
-            table, deltas = merge_rowsets(self.info, frozen, ahm)
-            metas = write_rowsets(self.bm, self.info, table, deltas, first_id, self.options.target_rowset_bytes)
-            new_ids = [b for rs in metas for b in rs.blocks()]
-            written = self._blocks_bytes(new_ids)
-            outputs = [DiskRowSet(self.info, rs, self.bm, fresh=True) for rs in metas]
-            with self._lock:
-                late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
-                self._write_metadata_locked(
-                    [*(d for d in self._drs if d not in inputs), *outputs], drop_frozen_of=inputs
-                )
-                new_ids = []
-                self._drs = [d for d in self._drs if d not in inputs] + outputs
-                for d in inputs:
-                    d.retired = True
-                    old_blocks.extend(d.meta.blocks())
-                self._carry_over_locked(late)
-                self._stats["compactions"] += 1
-                self._stats["bytes_compacted"] += written
-        except BaseException:
-            self.bm.delete_blocks(new_ids)
-            raise
-        finally:
-            for d in inputs:
-                d.busy = False
-        self.bm.delete_blocks(old_blocks)
-        return True
-
-    def _minor_delta_compaction(self, rowset_id: int) -> bool:
+    def minor_delta_compaction(self, rowset_id: int) -> bool:
         """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
-        claimed = self._claim([rowset_id])
-        if not claimed:
-            return False
-        d = claimed[0]
-        try:
-            if len(d.delta_tables) < 2:
-                return False
-            tables = list(d.delta_tables)
-            blocks = list(d.meta.delta_blocks)
-            merged = pa.concat_tables(tables).sort_by([("_row", "ascending"), (TS_COL, "ascending")])
-            block = write_delta_block(self.bm, merged, self.info)
-            written = self._blocks_bytes([block])
-            table = d.open_block(block)
-            with self._lock:
-                d.delta_tables = [table, *d.delta_tables[len(tables) :]]
-                d.meta.delta_blocks = [block, *d.meta.delta_blocks[len(blocks) :]]
-                self._write_metadata_locked()
-                self._stats["compactions"] += 1
-                self._stats["bytes_compacted"] += written
-        finally:
-            d.busy = False
-        self.bm.delete_blocks(blocks)
-        return True
+        return self._maintenance.minor_delta_compaction(rowset_id)
 
-    # -- schema changes ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        """Monotonic counters of flushes and compactions (per-tablet metrics)."""
+        with self._c.lock:
+            return dict(self._c.stats)
 
-    def alter_schema(self, new_schema: Any, version: int, log_index: int) -> bool:
+    # -- schema changes and checksums --------------------------------------------------------------
+
+    def alter_schema(self, new_schema: Schema, version: int, log_index: int) -> bool:
         """Apply an AlterSchema replicated at ``log_index``; False if ``version`` is not newer (replay).
-
-        Columns are matched by id: renamed ones keep their data, added ones read as their default (or
-        NULL) in older rows, dropped ones disappear. Everything in memory is flushed first and the new
-        schema is committed with a replay start at ``log_index``, so bootstrap never replays a write
-        built for the old schema against the new one (and replays the alter itself if it crashed before).
-        Writes prepared for the old schema are refused by :meth:`apply_write`.
-        """
-        with self._maint_lock:
-            if version <= self.schema_version:
-                return False
-            schema = self._check_alter(new_schema)
-            ids = {c.id for c in schema.columns}
-            cur_ids = set(self.info.ids)
-            # The default an added column has now is what older rows read from then on (Kudu's read
-            # default), whatever later alters make of its write default.
-            added = [d for d in self._added_columns if d.get("id") in ids]
-            added += [c.to_dict() for c in schema.columns if c.id not in cur_ids]
-            new_info = _schema_info(schema, added, self._legacy_ids)
-            while True:
-                self.flush_all()
-                with self._lock:
-                    old_drs = list(self._drs)
-                # Files are re-read outside the component lock: only this thread (holding the
-                # maintenance lock) changes the rowset list or their files.
-                new_drs = [DiskRowSet(new_info, d.meta, self.bm, state=d.built_state()) for d in old_drs]
-                with self._lock:
-                    if self._drs != old_drs or self._dirty_locked():
-                        continue  # a write for the old schema was applied meanwhile: flush it too
-                    saved = (self.info, self.schema_version, self._added_columns, self._last_applied_index)
-                    self.info, self.schema_version, self._added_columns = new_info, version, added
-                    self._last_applied_index = max(self._last_applied_index, log_index)
-                    try:
-                        self._write_metadata_locked(new_drs)
-                    except BaseException:
-                        self.info, self.schema_version, self._added_columns, self._last_applied_index = saved
-                        raise
-                    self._drs = new_drs
-                    for d in old_drs:
-                        d.retired = True  # scans already open keep reading them with the old schema
-                    self._mrs = self._new_mrs()
-                    return True
-
-    def _dirty_locked(self) -> bool:
-        """Anything in memory that is not in a file yet (MemRowSets, DeltaMemStores)?"""
-        return bool(len(self._mrs) or self._flushing_mrs or any(len(d.dms) or d.flushing_dms for d in self._drs))
-
-    def _check_alter(self, new_schema: Any) -> Any:
-        """The new schema with ids for added columns, after Kudu's alter rules (matched by id)."""
-        cur = self.info.schema
-        cur_by_id = {c.id: c for c in cur.columns}
-        next_id = max([c.id for c in cur.columns if c.id is not None], default=-1) + 1
-        schema = new_schema.with_column_ids(next_id)
-        new_ids = [c.id for c in schema.columns]
-        new_key = [(c.id, c.name) for c in schema.key_columns]
-        cur_key = [(c.id, c.name) for c in cur.key_columns]
-        if [i for i, _ in new_key] != [i for i, _ in cur_key]:
-            # Name the first key position that differs (the current column there, else the new one).
-            pos = next(
-                p
-                for p in range(max(len(new_key), len(cur_key)))
-                if p >= len(new_key) or p >= len(cur_key) or new_key[p][0] != cur_key[p][0]
-            )
-            name = cur_key[pos][1] if pos < len(cur_key) else new_key[pos][1]
-            raise KuduInvalidArgument(
-                f"AlterSchema cannot change the primary key columns (key column '{name}')", {"column": name}
-            )
-        for c in schema.columns:
-            old = cur_by_id.get(c.id)
-            if old is None:
-                if c.id < next_id:
-                    raise KuduInvalidArgument(f"column '{c.name}' reuses the id {c.id} of a dropped column")
-                if not c.nullable and c.default is None:
-                    raise KuduInvalidArgument(
-                        f"added column '{c.name}' must be nullable or have a default", {"column": c.name}
-                    )
-                continue
-            for attr in ("type", "nullable", "precision", "scale", "length"):
-                if getattr(c, attr) != getattr(old, attr):
-                    raise KuduInvalidArgument(f"column '{old.name}': cannot change its {attr}", {"column": old.name})
-        dropped = [c.name for c in cur.columns if c.id not in new_ids]
-        key_dropped = [n for n in dropped if cur.is_key_column(n)]
-        if key_dropped:
-            raise KuduInvalidArgument(f"cannot drop key column '{key_dropped[0]}'", {"column": key_dropped[0]})
-        return schema
-
-    # -- checksum ---------------------------------------------------------------------------------
+        See :func:`.schema_change.alter_schema`."""
+        return schema_change.alter_schema(self._c, self._maintenance, new_schema, version, log_index)
 
     def checksum(self, snapshot_ts: int | None = None) -> dict[str, Any]:
-        """Rows and a 64-bit checksum of what is visible at READ_AT_SNAPSHOT ``snapshot_ts``.
+        """Rows and a 64-bit checksum of what is visible at READ_AT_SNAPSHOT ``snapshot_ts`` (default: now,
+        or just below the oldest write in flight); see :func:`.checksum.checksum`."""
+        return checksum.checksum(self._c, self._reads, snapshot_ts)
 
-        ``snapshot_ts`` None: ``clock.now()`` when no write is in flight, else just below the oldest
-        one (so this never waits on a write), reported back as ``snapshot_ts``.
-
-        Definition (the same on every replica and platform): the rows in primary-key order (an
-        ordered scan); per column, in schema order, three xxh64 streams:
-
-        - validity: one byte per row (1 set, 0 NULL);
-        - values: fixed-width types as little-endian raw values with NULL as 0 (bool one byte, dates
-          int64 days, timestamps int64 micros); variable-width types (string, binary, varchar, and
-          decimals as their fixed-scale text) as int64 lengths, NULL as length 0;
-        - bytes: the concatenated variable-width values (empty for fixed-width types).
-
-        The result is xxh64 over, per column, its name, NUL, Arrow type, NUL and its three digests,
-        then the row count (8 bytes little-endian). Streams are fed batch by batch, so memory stays
-        bounded and the result never depends on how rows are split into MemRowSet, DiskRowSets,
-        deltas or scan batches.
-        """
-        ts = snapshot_ts
-        if ts is None:
-            # Not the MVCC clean point: on an idle tablet that is its last write (-1 when empty), which
-            # can be older than the ancient history mark and so not a valid snapshot.
-            inflight = self.mvcc.min_in_flight()
-            ts = self.clock.now() if inflight is None else inflight - 1
-        spec = ScanSpec(read_mode=READ_AT_SNAPSHOT, snapshot_ts=ts, ordered=True, snapshot_wait_s=0.0)
-        scanner = self.scan(spec)
-        info = scanner.info
-        assert info is not None
-        names = list(info.names)
-        streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]
-        rows = 0
-        for batch in scanner:
-            rows += batch.num_rows
-            for col, hashers in zip(batch.columns, streams, strict=True):
-                for h, data in zip(hashers, _canonical_streams(col), strict=True):
-                    h.update(data)
-        total = xxhash.xxh64()
-        types = [str(f.type) for f in info.arrow]
-        for name, typ, hashers in zip(names, types, streams, strict=True):
-            total.update(f"{name}\0{typ}\0".encode())
-            for h in hashers:
-                total.update(h.digest())
-        total.update(rows.to_bytes(8, "little"))
-        return {"rows": rows, "checksum": total.intdigest(), "snapshot_ts": ts}
-
-    # -- introspection ----------------------------------------------------------------------------
+    # -- introspection -----------------------------------------------------------------------------
 
     def rowsets(self) -> list[DiskRowSet]:
-        with self._lock:
-            return list(self._drs)
+        with self._c.lock:
+            return list(self._c.drs)
 
     def status(self) -> dict[str, Any]:
         """JSON-able state for admin pages: rowsets, memory, log anchors."""
-        with self._lock:
+        with self._c.lock:
             return {
-                "tablet_id": self.tablet_id,
-                "schema_version": self.schema_version,
-                "mrs_rows": len(self._mrs),
-                "mrs_bytes": self._mrs.memory_bytes(),
-                "flushing_mrs": len(self._flushing_mrs),
-                "dms_bytes": sum(d.delta_memory_bytes() for d in self._drs),
-                "last_applied_log_index": self._last_applied_index,
-                "last_flushed_log_index": self._last_flushed_index,
+                "tablet_id": self._c.tablet_id,
+                "schema_version": self._c.schema_version,
+                "mrs_rows": len(self._c.mrs),
+                "mrs_bytes": self._c.mrs.memory_bytes(),
+                "flushing_mrs": len(self._c.flushing_mrs),
+                "dms_bytes": sum(d.delta_memory_bytes() for d in self._c.drs),
+                "last_applied_log_index": self._c.last_applied_index,
+                "last_flushed_log_index": self._c.last_flushed_index,
                 "rowsets": [
                     {
                         "id": d.id,
@@ -1692,65 +229,29 @@ class Tablet:
                         "dms_bytes": d.dms.memory_bytes(),
                         "base_bytes": d.base_bytes(),
                     }
-                    for d in self._drs
+                    for d in self._c.drs
                 ],
             }
 
+    @contextmanager
+    def durable_files(self) -> Iterator[tuple[bytes, list[str]]]:
+        """The committed metadata file's bytes and the paths of the blocks it references, for copying the
+        tablet (tablet copy). No flush or compaction commits new metadata while the ``with`` block runs,
+        and blocks are deleted only after the metadata that drops them is committed, so the files stay
+        one consistent version until it exits."""
+        with self._c.lock:
+            with open(metadata_path(self._c.tablet_dir), "rb") as f:
+                meta_bytes = f.read()
+            live = TabletMetadata.from_json(meta_bytes).live_blocks() & self._c.bm.all_block_ids()
+            yield meta_bytes, [self._c.bm.path(b) for b in sorted(live)]
+
     def schema_dict(self) -> dict[str, Any]:
-        return self.info.to_dict()
-
-    def drs_metadata(self) -> list[RowSetMetadata]:
-        with self._lock:
-            return [d.meta for d in self._drs]
-
-
-def _schema_info(schema: Any, added_columns: list[dict[str, Any]], legacy_ids: dict[str, int]) -> SchemaInfo:
-    """The storage view of ``schema``: read defaults of columns added by alters, ids of legacy files."""
-    added = [SchemaInfo.column_from_dict(d) for d in added_columns]
-    return SchemaInfo(
-        schema,
-        {c.id: c.default for c in added if c.id is not None},
-        {i: name for name, i in legacy_ids.items()},
-    )
-
-
-def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]:
-    """(validity, values-or-lengths, var-width bytes) of one column chunk; see ``Tablet.checksum``."""
-    valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes()
-    typ = col.type
-    if pa.types.is_decimal(typ):
-        col = pc.cast(col, pa.string())
-        typ = col.type
-    if (
-        pa.types.is_string(typ)
-        or pa.types.is_large_string(typ)
-        or pa.types.is_binary(typ)
-        or pa.types.is_large_binary(typ)
-    ):
-        b = pc.fill_null(pc.cast(col, pa.large_binary()), pa.scalar(b"", pa.large_binary()))
-        lengths = pc.binary_length(b).to_numpy(zero_copy_only=False).astype("<i8").tobytes()
-        offsets = np.frombuffer(b.buffers()[1], dtype="<i8", count=len(b) + 1, offset=b.offset * 8)
-        data = b.buffers()[2]
-        # A view of just this slice's bytes: batches share one big buffer, so never copy all of it.
-        body = b"" if data is None else memoryview(data)[int(offsets[0]) : int(offsets[-1])]
-        return valid, lengths, body
-    if pa.types.is_boolean(typ):
-        flags = pc.fill_null(col, False).to_numpy(zero_copy_only=False).astype(np.uint8)
-        return valid, flags.tobytes(), b""
-    if pa.types.is_temporal(typ):
-        # Canonical integers: days for dates (Arrow has no date32 -> int64 cast), micros for timestamps.
-        as_int = (col.cast(pa.int32()) if pa.types.is_date32(typ) else col).cast(pa.int64())
-    else:
-        as_int = col
-    vals = pc.fill_null(as_int, pa.scalar(0, as_int.type)).to_numpy(zero_copy_only=False)
-    vals = np.ascontiguousarray(vals, dtype=vals.dtype.newbyteorder("<"))  # a no-op on little-endian hosts
-    return valid, vals.view(np.uint8).tobytes(), b""
+        return self._c.info.to_dict()
 
 
 __all__ = [
     "READ_AT_SNAPSHOT",
     "READ_LATEST",
-    "KuduNotFound",
     "ScanSpec",
     "Tablet",
     "TabletOptions",

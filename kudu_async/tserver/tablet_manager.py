@@ -552,11 +552,9 @@ class TabletManager:
             files[f"consensus/wal/{p.name}"] = dst
         tablet = replica.tablet
         tdir = tablet.tablet_dir
-        with tablet._lock:  # metadata and its blocks as one version: compactions delete after committing
-            with open(metadata_path(tdir), "rb") as f:
-                meta_bytes = f.read()
-            for block in tablet.bm.all_block_ids() & _live_blocks(meta_bytes):
-                src = Path(tablet.bm.path(block))
+        with tablet.durable_files() as (meta_bytes, block_paths):  # metadata and its blocks as one version
+            for block_path in block_paths:
+                src = Path(block_path)
                 rel = os.path.relpath(src, tdir)
                 dst = session_dir / "tablet" / rel
                 link_or_copy(src, dst)
@@ -570,12 +568,6 @@ class TabletManager:
             t.cancel()
         await asyncio.gather(*self._copying.values(), return_exceptions=True)
         await self.copy_source.stop()
-
-
-def _live_blocks(meta_bytes: bytes) -> set[str]:
-    from kudu_async.fs.tablet_metadata import TabletMetadata
-
-    return TabletMetadata.from_json(meta_bytes).live_blocks()
 
 
 def _rmtree(path: Path) -> None:

@@ -44,9 +44,11 @@ from kudu_async.common.errors import (
     KuduTimedOut,
 )
 from kudu_async.common.metrics import MetricEntity
+from kudu_async.common.schema import Schema
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
-from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, PreparedWrite, ScanSpec, Tablet, TabletScanner
+from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, Tablet, TabletScanner
+from kudu_async.tablet.write_path import PreparedWrite
 from kudu_async.tserver.result_tracker import Outcome, RequestId, ResultTracker
 from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.wire import (
@@ -715,9 +717,7 @@ def _mismatch(tablet_id: str, have: int, got: int) -> KuduInvalidArgument:
     )
 
 
-def _schema_from_dict(d: dict[str, Any]) -> Any:
-    from kudu_async.common.schema import Schema
-
+def _schema_from_dict(d: dict[str, Any]) -> Schema:
     return Schema.from_dict(d)
 
 

@@ -35,7 +35,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +44,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from kudu_async.common.clock import HybridClock
+from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.schema import Schema
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.ops import OpType, WriteOp
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
@@ -57,28 +58,8 @@ FIELDS = [
 ]
 
 
-def make_schema() -> Any:
-    """The common Schema when it exists; otherwise the storage tests' stand-in."""
-    try:
-        from kudu_async.common.schema import Schema
-
-        return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)
-    except ImportError:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "unit", "tablet"))
-        import conftest  # type: ignore[import-not-found]
-
-        return conftest.make_schema()
-
-
-class Pred:
-    """``column < value`` in the shape of common.predicate.ColumnPredicate."""
-
-    def __init__(self, column: str, value: int) -> None:
-        self.column = column
-        self.value = value
-
-    def evaluate(self, batch: Any) -> Any:
-        return pc.less(batch.column(self.column), self.value)
+def make_schema() -> Schema:
+    return Schema.from_arrow(pa.schema(FIELDS), num_key_columns=1)
 
 
 def rss_mb() -> float:
@@ -130,7 +111,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def timed_scan(tablet: Tablet) -> tuple[float, int]:
-    spec = ScanSpec(projection=["key", "d"], predicates=[Pred("i32", 500)])
+    spec = ScanSpec(projection=["key", "d"], predicates=[ColumnPredicate("i32", "<", 500)])
     start = time.perf_counter()
     n = sum(b.num_rows for b in tablet.scan(spec))
     return time.perf_counter() - start, n

@@ -283,17 +283,17 @@ def test_scan_opened_before_an_alter_keeps_its_schema(w: Writer) -> None:
 
 
 def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kudu_async.tablet.tablet as tablet_mod
+    import kudu_async.tablet.rowset_maintenance as maintenance_mod
 
     _seed(w)
-    real = tablet_mod.write_tablet_metadata
+    real = maintenance_mod.write_tablet_metadata
 
     def failing(tablet_dir: str, meta: object, *, sync: bool = True) -> None:
         if getattr(meta, "schema_version", 0) == 1:
             raise OSError("disk full")
         real(tablet_dir, meta, sync=sync)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", failing)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", failing)
     new = w.t.info.schema.add_column(ColumnSchema("extra", "int32"))
     with pytest.raises(OSError):
         w.alter(new, 1)
@@ -301,7 +301,7 @@ def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest
     assert w.t.schema_version == 0 and w.t.info.names == ["k", "s", "x", "d"]
     assert w.t.earliest_needed_log_index() <= alter_index  # the alter is still to be replayed
     w.write([OpType.INSERT], {"k": [6], "s": ["f"], "x": [6], "d": [None]})  # the old schema still works
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", real)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", real)
     assert w.alter(new, 1)
     assert rows_of(w.t)[6]["extra"] is None
 
@@ -459,35 +459,26 @@ def test_stats_are_monotonic_and_count_only_work_done(w: Writer) -> None:
     assert all(s4[key] >= s3[key] for key in s4)
 
 
-def test_tablet_written_before_column_ids_can_be_altered(w: Writer, tmp_path: Path) -> None:
-    """Files without an id map (written before ids existed) map by the ids their schema got on open."""
+def test_storage_needs_column_ids_in_schemas_and_files(w: Writer, tmp_path: Path) -> None:
+    """Columns are matched by id: a storage schema without ids, or a block without its id map, is an
+    error that names what is missing (the tablet numbers a new table's columns when it creates it)."""
     import os
 
     import pyarrow.ipc as ipc
 
-    from kudu_async.fs.tablet_metadata import read_tablet_metadata, write_tablet_metadata
+    from kudu_async.common.errors import KuduCorruption
+    from kudu_async.tablet.schema_info import SchemaInfo
 
+    with pytest.raises(KuduInvalidArgument, match="column 'k' has no column id"):
+        SchemaInfo(BASE)
+    assert [c.id for c in w.t.info.schema.columns] == [0, 1, 2, 3]
     _seed(w)
-    w.t.flush_all()  # a base file and a delta file
-    path = str(tmp_path / "t")
-    meta = read_tablet_metadata(path)
-    for col in meta.schema["columns"]:
-        del col["id"]
-    for rs in meta.rowsets:
-        for block in [rs.base_block, *rs.delta_blocks]:
-            p = w.t.bm.path(block)
-            table = ipc.open_file(pa.memory_map(p)).read_all().replace_schema_metadata(None)
-            os.replace(p, p + ".old")
-            with pa.OSFile(p, "wb") as f, ipc.new_file(f, table.schema) as out:
-                out.write_table(table)
-    write_tablet_metadata(path, meta)
-    before = rows_of(w.t)
-
-    legacy = Tablet.open(path, clock=w.clock)
-    assert [c.id for c in legacy.info.schema.columns] == [0, 1, 2, 3] and rows_of(legacy) == before
-    new = legacy.info.schema.rename_column("s", "label").drop_column("x").add_column(ColumnSchema("y", "int8"))
-    w.index += 1
-    assert legacy.alter_schema(new, 1, w.index)
-    want = {k: {"k": k, "label": r["s"], "d": r["d"], "y": None} for k, r in before.items()}
-    assert rows_of(legacy) == want
-    assert rows_of(Tablet.open(path, clock=w.clock)) == want  # the legacy id map was persisted
+    w.t.flush_all()
+    block = w.t.rowsets()[0].meta.base_block
+    p = w.t.bm.path(block)
+    table = ipc.open_file(pa.memory_map(p)).read_all().replace_schema_metadata(None)
+    os.replace(p, p + ".old")
+    with pa.OSFile(p, "wb") as f, ipc.new_file(f, table.schema) as out:
+        out.write_table(table)
+    with pytest.raises(KuduCorruption, match="no column id map"):
+        rows_of(Tablet.open(str(tmp_path / "t"), clock=w.clock))

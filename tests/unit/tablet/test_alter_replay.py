@@ -150,21 +150,21 @@ def test_crash_images_around_alters_replay_to_the_same_rows(tmp_path: Path, flus
 
 def test_crash_between_the_alters_flush_and_its_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The flush an alter starts with commits under the old schema; a crash there replays the alter."""
-    import kudu_async.tablet.tablet as tablet_mod
+    import kudu_async.tablet.rowset_maintenance as maintenance_mod
 
     clock = ManualHybridClock(1_000_000)
     log = Log(Tablet.create(str(tmp_path / "live"), BASE, clock=clock), clock)
     log.write([OpType.INSERT] * 2, {"k": [1, 2], "s": ["a", "b"], "x": [1, 2], "d": [None, None]})
-    real = tablet_mod.write_tablet_metadata
+    real = maintenance_mod.write_tablet_metadata
 
     def crash_at_alter_commit(tablet_dir: str, meta: object, *, sync: bool = True) -> None:
         if getattr(meta, "schema_version", 0) == 1:
             shutil.copytree(tablet_dir, str(tmp_path / "image"))  # what a crash right here leaves
         real(tablet_dir, meta, sync=sync)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", crash_at_alter_commit)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", crash_at_alter_commit)
     log.alter(log.t.info.schema.add_column(ColumnSchema("extra", "string", default="z")), 1)
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", real)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", real)
     log.write([OpType.INSERT], {"k": [3], "s": ["c"], "x": [3], "d": [None], "extra": [None]})
     t = bootstrap(str(tmp_path / "image"), log.entries, clock)
     assert t.schema_version == 1 and rows(t) == rows(log.t)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import HAVE_COMMON
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.fs.block_cache import BlockCache
@@ -119,9 +118,6 @@ def test_a_missing_block_raises_and_releases_its_reservation(tmp_path: Any) -> N
     assert cache.status()["usage_bytes"] == 0
 
 
-pytestmark_common = pytest.mark.skipif(not HAVE_COMMON, reason="needs kudu_async.common.schema")
-
-
 def _tablet(path: str, cache: BlockCache | None) -> tuple[Tablet, Any, ManualHybridClock]:
     from kudu_async.common.schema import Schema
 
@@ -164,7 +160,6 @@ def _range_scan(t: Tablet, k: int) -> list[tuple[Any, ...]]:
     return [] if tbl is None else list(zip(*[tbl.column(c).to_pylist() for c in tbl.column_names], strict=True))
 
 
-@pytestmark_common
 def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tmp_path: Any) -> None:
     cache = BlockCache(64 << 20)
     t, _, clock = _tablet(str(tmp_path / "t"), cache)
@@ -225,7 +220,6 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     assert _lookup(t2, 501, inline=True) == [(501, "v501")]
 
 
-@pytestmark_common
 def test_rowsets_the_cache_cannot_hold_are_left_to_a_worker(tmp_path: Any) -> None:
     t, _, clock = _tablet(str(tmp_path / "nocache"), None)
     _write(t, clock, OpType.INSERT, [1, 2, 3], ["a", "b", "c"], 1)
@@ -251,7 +245,6 @@ def test_rowsets_the_cache_cannot_hold_are_left_to_a_worker(tmp_path: Any) -> No
     assert _lookup(t, 2, inline=True) is None and _lookup(t, 2, inline=False) == [(2, "z")]
 
 
-@pytestmark_common
 def test_a_missing_rowset_file_is_named_as_corruption_with_the_cache_too(tmp_path: Any) -> None:
     from kudu_async.common.errors import KuduCorruption
 
@@ -264,7 +257,6 @@ def test_a_missing_rowset_file_is_named_as_corruption_with_the_cache_too(tmp_pat
         Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=BlockCache(64 << 20)), clock=clock)
 
 
-@pytestmark_common
 def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_path: Any) -> None:
     """A cache with room for one rowset's base data: the next flush's rowset takes it, the first one maps
     its file again (same rows), and its lookups are left to a worker while the new one's stay inline."""

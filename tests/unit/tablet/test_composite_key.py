@@ -6,13 +6,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import HAVE_COMMON
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.tablet.ops import OpType, WriteOp
+from kudu_async.tablet.read_path import ReadPath
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
-
-pytestmark = pytest.mark.skipif(not HAVE_COMMON, reason="needs kudu_async.common.schema")
 
 FIELDS = [pa.field("host", pa.string(), False), pa.field("ts", pa.int64(), False), pa.field("v", pa.int32())]
 HOSTS = ["a", "a\x00b", "a\x00", "ab", "", "b"]
@@ -104,15 +102,15 @@ def test_scans_pinning_the_whole_key_are_point_reads_with_the_general_paths_answ
         ([P("host", "=", "a")], [("a", -5, 1), ("a", 0, 1), ("a", 7, 1)]),  # not the whole key
     ]
     points = 0
-    real = Tablet._point_read
+    real = ReadPath._point_read
 
-    def counting(self: Tablet, *a: Any) -> Any:
+    def counting(self: ReadPath, *a: Any) -> Any:
         nonlocal points
         got = real(self, *a)
         points += got is not None
         return got
 
-    monkeypatch.setattr(Tablet, "_point_read", counting)
+    monkeypatch.setattr(ReadPath, "_point_read", counting)
     for preds, want in cases:
         assert _rows(t, predicates=preds) == want, preds
         assert _rows(t, predicates=preds, projection=["v"]) == [(r[2],) for r in want], preds
@@ -167,7 +165,7 @@ def test_point_reads_of_rows_in_memory_start_without_a_worker_and_answer_as_the_
     held, release = threading.Event(), threading.Event()
 
     def holder() -> None:
-        with t._lock:
+        with t.components.lock:
             held.set()
             release.wait(10)
 

@@ -86,5 +86,5 @@ def test_random_writes_with_background_flush_and_compaction_match_a_dict(tmp_pat
     assert _scan(tablet) == model
     assert any(merged) or any(h["name"] == "CompactRowSetsOp" for h in mm.status()["history"])
     assert all(h["result"] != "ERROR" and not h["result"].startswith("ERROR") for h in mm.status()["history"])
-    reopened = Tablet.open(str(tmp_path / "t"), log_ops=wal, options=opts, clock=clock, schema=schema)
+    reopened = Tablet.open(str(tmp_path / "t"), log_ops=wal, options=opts, clock=clock)
     assert _scan(reopened) == model

@@ -10,11 +10,12 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pyarrow as pa
-from conftest import Predicate, encode_key, make_schema
+from conftest import encode_key, make_schema
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kudu_async.common.clock import ManualHybridClock, timestamp_from_seconds_ago
+from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletOptions
 
@@ -160,7 +161,7 @@ class TabletModel(RuleBasedStateMachine):
             value = None
         spec = ScanSpec(
             projection=proj,
-            predicates=[Predicate(col, op, value)],
+            predicates=[ColumnPredicate(col, op, value)],
             limit=limit,
             ordered=True,
             lower_key=None if lo is None else encode_key(self.schema, lo),
@@ -187,7 +188,7 @@ class TabletModel(RuleBasedStateMachine):
         live = [k for k in sorted(self.history) if self._state(k, at) is not None]
         if live and data.draw(st.booleans()):
             key = data.draw(st.sampled_from(live))  # often a key that has a row to find
-        preds = [Predicate("key", "=", key)] + ([] if extra is None else [Predicate(*extra)])
+        preds = [ColumnPredicate("key", "=", key)] + ([] if extra is None else [ColumnPredicate(*extra)])
         enc = encode_key(self.schema, key)
         spec = ScanSpec(
             projection=proj,
@@ -240,9 +241,7 @@ class TabletModel(RuleBasedStateMachine):
     @rule()
     def crash_and_reopen(self) -> None:
         # Drop the in-memory tablet without any shutdown: only files on disk and the WAL survive.
-        self.tablet = Tablet.open(
-            self.dir, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=self.schema
-        )
+        self.tablet = Tablet.open(self.dir, log_ops=list(self.wal), options=self.opts, clock=self.clock)
 
 
 TabletModel.TestCase.settings = settings(

@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import HAVE_COMMON, Predicate, encode_key
+from conftest import encode_key
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
+from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet import diskrowset
-from kudu_async.tablet import tablet as tablet_mod
+from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletOptions
@@ -62,9 +63,8 @@ class Harness:
         return [] if t is None else list(zip(*[t.column(c).to_pylist() for c in t.column_names], strict=True))
 
     def reopen(self) -> None:
-        # With the common Schema the tablet rebuilds it from its own metadata, as a tserver would.
-        schema = None if HAVE_COMMON else self.schema
-        self.tablet = Tablet.open(self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock, schema=schema)
+        # The tablet rebuilds its schema from its own metadata, as a tserver would.
+        self.tablet = Tablet.open(self.path, log_ops=list(self.wal), options=self.opts, clock=self.clock)
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_predicates_and_key_bounds(h: Harness) -> None:
     h.tablet.flush_mrs()
     rows = h.rows(
         projection=["key"],
-        predicates=[Predicate("s", "IS NULL")],
+        predicates=[ColumnPredicate("s", "IS NULL")],
         lower_key=encode_key(h.schema, 1),
         upper_key=encode_key(h.schema, 9),
     )
@@ -198,14 +198,14 @@ def test_snapshot_older_than_history_is_rejected(h: Harness) -> None:
 def test_writes_during_flush_are_carried_over_to_the_new_rowsets(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 4, [1, 2, 3, 4])
     go, started = threading.Event(), threading.Event()
-    real = tablet_mod.write_rowsets
+    real = maintenance_mod.write_rowsets
 
     def slow(*a: Any, **kw: Any) -> Any:
         started.set()
         go.wait(5)
         return real(*a, **kw)
 
-    monkeypatch.setattr(tablet_mod, "write_rowsets", slow)
+    monkeypatch.setattr(maintenance_mod, "write_rowsets", slow)
     th = threading.Thread(target=h.tablet.flush_mrs)
     th.start()
     started.wait(5)
@@ -226,7 +226,7 @@ def test_failed_flush_keeps_rows_readable_and_is_retried(h: Harness, monkeypatch
     def crash(*a: Any, **kw: Any) -> None:
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", crash)
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", crash)
     with pytest.raises(OSError):
         h.tablet.flush_mrs()
     monkeypatch.undo()
@@ -241,7 +241,7 @@ def test_failed_flush_keeps_rows_readable_and_is_retried(h: Harness, monkeypatch
 def test_crash_mid_flush_reopens_to_the_old_state_and_removes_orphans(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 3, [1, 2, 3])
     before = h.rows()
-    monkeypatch.setattr(tablet_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError()))
+    monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", lambda *a, **kw: (_ for _ in ()).throw(OSError()))
     monkeypatch.setattr(h.tablet.bm, "delete_blocks", lambda ids: None)  # the process dies: no cleanup
     with pytest.raises(OSError):
         h.tablet.flush_mrs()
@@ -313,7 +313,7 @@ def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: 
     names = [op.name for _, op in mm.candidates()]
     assert names == ["CompactRowSetsOp"]  # no memory pressure, nothing old: only the read benefit
     h.write([INS], [100])
-    h.tablet._mrs.created_at = time.monotonic() - 1000  # pretend the MemRowSet is old
+    h.tablet.components.mrs.created_at = time.monotonic() - 1000  # pretend the MemRowSet is old
     assert mm.candidates()[0][1].name == "FlushMRSOp"
     mm.poll_once(run_inline=True)
     mm.poll_once(run_inline=True)
@@ -322,7 +322,6 @@ def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: 
     assert [r[0] for r in h.rows(projection=["key"])] == [*range(20), 100]
 
 
-@pytest.mark.skipif(not HAVE_COMMON, reason="row validation comes from kudu_async.common.schema")
 def test_oversize_cell_is_invalid_argument_for_that_row_only(h: Harness) -> None:
     res = h.write([INS, INS, U], [1, 2, 3], s=["ok", "x" * (64 * 1024 + 1), "y"])
     assert codes(res) == {1: "INVALID_ARGUMENT", 2: "NOT_FOUND"}
@@ -367,3 +366,26 @@ def test_rows_passed_through_unchanged_keep_the_ipc_bytes_they_came_in(h: Harnes
     p = h.tablet.prepare_write(WriteOp([INS, INS], wide, None, batch_to_ipc(wide)), h.clock.now())
     assert p.op.rows_ipc is None and p.op.rows.schema.field(1).type == pa.int32()
     h.tablet.abort_write(p)
+
+
+def test_mrs_created_at_and_durable_files(h: Harness) -> None:
+    """The public views the maintenance manager and tablet copy read: the MemRowSet's age, and the
+    committed metadata with the paths of exactly the blocks it references."""
+    import os
+
+    from kudu_async.fs.tablet_metadata import TabletMetadata
+
+    assert h.tablet.mrs_created_at() is None
+    before = time.monotonic()
+    h.write([INS] * 10, list(range(10)))
+    created = h.tablet.mrs_created_at()
+    assert created is not None and before <= created <= time.monotonic()
+    h.tablet.flush_mrs()
+    assert h.tablet.mrs_created_at() is None  # a fresh MemRowSet took over
+    h.write([INS] * 10, list(range(10, 20)))
+    h.tablet.flush_mrs()
+    h.tablet.compact_rowsets()
+    with h.tablet.durable_files() as (meta_bytes, paths):
+        meta = TabletMetadata.from_json(meta_bytes)
+        assert meta.rowsets and sorted(paths) == sorted(h.tablet.bm.path(b) for b in meta.live_blocks())
+        assert all(os.path.exists(p) for p in paths)

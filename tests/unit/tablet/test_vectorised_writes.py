@@ -1,8 +1,8 @@
-"""The vectorised write path against the per-row algorithm it replaced.
+"""The vectorised write path against a per-row reference model of it.
 
-``old_decide`` below is the per-row ``Tablet._decide`` as it was before the write path was
-vectorised (one ``_locate`` per key, a per-row overlay for keys repeated in a batch), with the row's
-last change read straight from the rowset's delta tables. Random mixed batches (duplicate keys, every
+``old_decide`` below decides row by row what ``WritePath`` decides column-wise (one key lookup per
+row, a per-row overlay for keys repeated in a batch), with the row's last change read straight from
+the rowset's delta tables. Random mixed batches (duplicate keys, every
 op type including the *_IGNORE ones, keys in the MemRowSet and in several overlapping DiskRowSets,
 deleted and re-inserted keys, fixed- and variable-width keys with trailing zero bytes) must get the same
 per-row decision, errors and counts from ``prepare_write``, with and without ``replay``; the applied
@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import HAVE_COMMON, make_schema
+from conftest import make_schema
 
 from kudu_async.common.clock import ManualHybridClock
-from kudu_async.tablet import tablet as tablet_mod
+from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.bloom import BloomFilter, key_hashes
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
 from kudu_async.tablet.delta_store import (
@@ -41,6 +41,7 @@ from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.ops import LoggedWrite, OpType, RowError, WriteOp
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+from kudu_async.tablet.write_path import WritePath
 
 _INSERT, _UPDATE, _DELETE = 1, 2, 3
 ALL_OPS = list(OpType)
@@ -69,7 +70,7 @@ def _key_space(kind: str, n: int) -> list[Any]:
     return sorted(set(out))
 
 
-# -- the per-row algorithm the vectorised one replaced -------------------------------------------------
+# -- the per-row reference model of the write decisions --------------------------------------------------
 
 
 def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
@@ -83,12 +84,12 @@ def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
 
 
 def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
-    for m in [t._mrs, *t._flushing_mrs]:
+    for m in t.components.memrowsets():
         r = m.get(key)
-        if r is not None:  # the row's mutation chain, as the MemRowSet used to keep it
+        if r is not None:  # the row's mutation chain, read mutation by mutation
             chain = m.deltas.mutations_of(r.rownum)
             return (chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True)
-    for d in t._drs:
+    for d in t.components.drs:
         pos = d.find_row(key)
         if pos is not None:
             return _old_row_latest(d, pos)
@@ -98,7 +99,7 @@ def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
 def old_decide(
     t: Tablet, op_types: list[int], keys: list[bytes], errors: dict[int, RowError], ts: int, replay: bool
 ) -> tuple[list[int], int]:
-    """The pre-vectorisation ``Tablet._decide`` loop: the action kind of every row (0: none)."""
+    """``WritePath._decide`` row by row: the action kind of every row (0: none)."""
     kinds = [0] * len(keys)
     overlay: dict[bytes, bool] = {}
     skipped: set[bytes] = set()
@@ -146,7 +147,7 @@ def old_decide(
     return kinds, ignored
 
 
-# -- harness -----------------------------------------------------------------------------------------
+# -- harness ---------------------------------------------------------------------------------------------
 
 
 class Diff:
@@ -195,9 +196,9 @@ class Diff:
         keys = self.t.info.encode_keys(op.rows)
         self.checked["dup_rows"] += len(keys) - len(set(keys))
         for k in set(keys):
-            if any(m.get(k) is not None for m in [self.t._mrs, *self.t._flushing_mrs]):
+            if any(m.get(k) is not None for m in self.t.components.memrowsets()):
                 self.checked["mrs_hits"] += 1
-            elif any(d.find_row(k) is not None for d in self.t._drs):
+            elif any(d.find_row(k) is not None for d in self.t.components.drs):
                 self.checked["drs_hits"] += 1
 
     def write(self, n: int, hot: list[Any] | None = None, ops: list[int] | None = None) -> None:
@@ -255,9 +256,7 @@ class Diff:
 
     def reopen(self) -> None:
         """Crash (drop the tablet without flushing) and bootstrap from files plus the WAL."""
-        self.t = Tablet.open(
-            self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock, schema=self.schema
-        )
+        self.t = Tablet.open(self.path, log_ops=list(self.wal), options=self.t.options, clock=self.clock)
 
     def check_state(self) -> None:
         got = self.t.scan(ScanSpec(ordered=True)).to_table()
@@ -274,8 +273,6 @@ class Diff:
 @pytest.mark.parametrize("key_kind", ["int", "string"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_mixed_batches_decide_like_the_per_row_loop(tmp_path: Any, key_kind: str, seed: int) -> None:
-    if key_kind == "string" and not HAVE_COMMON:
-        pytest.skip("needs kudu_async.common.schema")
     h = Diff(str(tmp_path / "t"), key_kind, seed)
     for step in range(45):
         h.write(h.rng.choice([1, 7, 40, 150]))
@@ -378,10 +375,10 @@ def test_writes_during_flush_and_compaction_are_carried_over(tmp_path: Any, monk
         return run
 
     if during == "compaction":
-        monkeypatch.setattr(tablet_mod, "merge_rowsets", writes_meanwhile(tablet_mod.merge_rowsets))
+        monkeypatch.setattr(maintenance_mod, "merge_rowsets", writes_meanwhile(maintenance_mod.merge_rowsets))
         assert h.t.compact_rowsets()
     elif during == "flush":
-        monkeypatch.setattr(tablet_mod, "write_rowsets", writes_meanwhile(tablet_mod.write_rowsets))
+        monkeypatch.setattr(maintenance_mod, "write_rowsets", writes_meanwhile(maintenance_mod.write_rowsets))
         assert h.t.flush_mrs()
     else:  # after the MemRowSet is frozen, before its content is read
         monkeypatch.setattr(MemRowSet, "flush_input", writes_meanwhile(MemRowSet.flush_input))
@@ -410,8 +407,6 @@ def test_bloom_batch_probe_matches_single_probes() -> None:
 
 @pytest.mark.parametrize("too_big", [False, True])
 def test_find_rows_matches_find_row_on_variable_width_keys(tmp_path: Any, too_big: bool) -> None:
-    if not HAVE_COMMON:
-        pytest.skip("needs kudu_async.common.schema")
     schema = _string_schema()
     clock = ManualHybridClock(10**12)
     t = Tablet.create(str(tmp_path / "t"), schema, options=TabletOptions(sync=False), clock=clock)
@@ -466,7 +461,7 @@ def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> No
                 assert bool(mutated[row]) == (row in touched)
 
     check(h.t)
-    reopened = Tablet.open(str(tmp_path / "t"), options=h.t.options, clock=h.clock, schema=h.schema)
+    reopened = Tablet.open(str(tmp_path / "t"), options=h.t.options, clock=h.clock)
     check(reopened)
 
 
@@ -476,22 +471,24 @@ def test_mrs_rows_are_located_by_batch(tmp_path: Any, writes: int) -> None:
     store more rows than the initial 1,024)."""
     h = Diff(str(tmp_path / "t"), "int", 5)
     h.write(200, ops=[int(OpType.INSERT)] * 200)
-    assert h.t._mrs._last_ts is None  # inserts alone: no last-change arrays yet
+    assert h.t.components.mrs._last_ts is None  # inserts alone: no last-change arrays yet
     for _ in range(writes - 1):
         h.write(200)  # later batches mutate rows earlier ones inserted into the MemRowSet
-    mrs = h.t._mrs
+    mrs = h.t.components.mrs
     assert mrs._last_ts is not None and len(mrs._last_ts) == len(mrs._live) == len(mrs._insert_ts)
     assert writes < 12 or mrs._num_stored > 1024
     keys = [h.t.info.encode_key([k]) for k in range(240)]
-    store, _pos, latest, live, stores = h.t._locate_batch(KeyBatch(list(keys)), np.ones(len(keys), dtype=bool))
+    store, _pos, latest, live, stores = WritePath(h.t.components).locate_batch(
+        KeyBatch(list(keys)), np.ones(len(keys), dtype=bool)
+    )
     mutated = 0
     for i, k in enumerate(keys):
-        r = h.t._mrs.get(k)
+        r = h.t.components.mrs.get(k)
         if r is None:
             assert store[i] == -1
             continue
-        assert stores[store[i]] is h.t._mrs
-        chain = h.t._mrs.deltas.mutations_of(r.rownum)
+        assert stores[store[i]] is h.t.components.mrs
+        chain = h.t.components.mrs.deltas.mutations_of(r.rownum)
         mutated += bool(chain) and chain[-1].ts > r.insert_ts
         assert (latest[i], live[i]) == ((chain[-1].ts, chain[-1].live) if chain else (r.insert_ts, True))
     assert mutated > 20
@@ -581,7 +578,7 @@ def test_release_all_frees_one_ops_keys_and_wakes_a_waiting_op() -> None:
     assert lm.num_locked() == 0
 
 
-# -- compaction: the per-row fold it replaced ----------------------------------------------------------
+# -- compaction: a per-row reference fold ----------------------------------------------------------------
 
 
 def _old_fold_rowset(info: Any, inp: Any, ahm: int) -> tuple[pa.Table, list[Mutation]]:
@@ -638,9 +635,7 @@ def _old_merge_rowsets(info: Any, inputs: list[Any], ahm: int) -> tuple[pa.Table
 @pytest.mark.parametrize("key_kind", ["int", "string"])
 def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str) -> None:
     """merge_rowsets (column-wise) gives the same rows and the same deltas newer than the AHM as the
-    per-row fold it replaced, at many AHMs: rows dead at the AHM dropped or revived by a later re-insert."""
-    if key_kind == "string" and not HAVE_COMMON:
-        pytest.skip("needs kudu_async.common.schema")
+    per-row reference fold, at many AHMs: rows dead at the AHM dropped or revived by a later re-insert."""
     h = Diff(str(tmp_path / "t"), key_kind, 23)
     for step in range(30):
         h.write(h.rng.choice([20, 80]), hot=h.keys[:60])
@@ -684,7 +679,7 @@ def test_delta_store_never_caches_a_table_older_than_its_last_add(monkeypatch: p
     from kudu_async.tablet import delta_store
     from kudu_async.tablet.schema_info import SchemaInfo
 
-    dms = delta_store.DeltaMemStore(SchemaInfo(make_schema()))
+    dms = delta_store.DeltaMemStore(SchemaInfo(make_schema().with_column_ids()))
     dms.add(0, Mutation(10, 1, True, {1: 5}, 1, b"k0"))
     real = delta_store.mutations_to_table
 
@@ -719,7 +714,7 @@ def test_memrowset_sorted_view_orders_keys_as_python_compares_bytes(width: int |
         return bytes(rng.choice(alphabet) for _ in range(n))
 
     keys = list(dict.fromkeys(key() for _ in range(3000)))
-    mrs = MemRowSet(SchemaInfo(make_schema()), 0)
+    mrs = MemRowSet(SchemaInfo(make_schema().with_column_ids()), 0)
     rownum = {k: 7 * i for i, k in enumerate(keys)}  # row numbers are the MemRowSet's; any distinct ints
     mrs._insert_ts = np.zeros(7 * len(keys) + 1, dtype=np.int64)
     done: list[bytes] = []
