@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from kudu_async.client.meta_cache import MasterClient, MetaCache, TabletLocation, parse_master_addresses
-from kudu_async.client.retry import RETRYABLE, Deadline, WriteRequestIds
+from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_MANUAL, AsyncSession
 from kudu_async.client.table import Table
 from kudu_async.client.table_alterer import AsyncTableAlterer
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.retry import RETRYABLE, Backoff, BackoffPolicy, Deadline, leader_hint
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
 
@@ -32,6 +33,7 @@ DEFAULT_ADMIN_TIMEOUT_MS = 30_000
 DEFAULT_RPC_TIMEOUT_MS = 10_000
 DDL_WAIT_S = 1.0  # how long the master may hold one IsCreateTableDone / IsAlterTableDone call
 DDL_WAIT_MARGIN_S = 0.2  # of the call's timeout, left for the answer to arrive
+DDL_POLL_BACKOFF = BackoffPolicy(initial_s=0.02, max_s=0.2, multiplier=1.5, jitter=0.0)  # between early answers
 
 
 def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None = DEFAULT_PORT) -> list[str]:
@@ -155,7 +157,7 @@ class AsyncClient:
         its background pass finishes the DDL; a call answered early but not done (a master that just
         became leader, or no time left to wait) is repeated after a pause growing from 20 ms to 200 ms."""
         loop = asyncio.get_running_loop()
-        delay = 0.02
+        pause = Backoff(DDL_POLL_BACKOFF)
         while True:
             budget = deadline.rpc_timeout(self.masters.rpc_timeout_s) - DDL_WAIT_MARGIN_S
             wait_ms = int(max(0.0, min(DDL_WAIT_S, budget)) * 1000)
@@ -165,8 +167,7 @@ class AsyncClient:
                 return
             deadline.left(KuduTimedOut(f"table still {r.get('state')}"))
             if not wait_ms or loop.time() - t0 < wait_ms / 2000:
-                await asyncio.sleep(min(delay, max(0.0, deadline.remaining())))
-                delay = min(0.2, delay * 1.5)
+                await asyncio.sleep(min(pause.next_delay(), max(0.0, deadline.remaining())))
 
     async def delete_table(self, table_name: str) -> None:
         await self.masters.call(
@@ -284,8 +285,8 @@ class AsyncClient:
             except KuduNotTheLeader as e:
                 last = e
                 t.failed.add(addr)
-                hint = e.details.get("leader_address")
-                if hint in t.addresses() and hint != addr:
+                hint = leader_hint(e, t.addresses(), addr)
+                if hint is not None:
                     t.leader_address = hint
                     t.failed.discard(hint)
                     continue  # straight to the named leader

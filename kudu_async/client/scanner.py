@@ -22,12 +22,12 @@ import msgpack
 import pyarrow as pa
 
 from kudu_async.client.meta_cache import TabletLocation
-from kudu_async.client.retry import RETRYABLE, Deadline
 from kudu_async.client.table import Predicate, Table
 from kudu_async.common.clock import make_timestamp
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader
 from kudu_async.common.key_encoding import encode_key, encode_keys
 from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.retry import RETRYABLE, Deadline, leader_hint
 from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table
 from kudu_async.common.types import datetime_to_micros
 
@@ -377,8 +377,8 @@ class AsyncScanner(ScanConfig):
                 self._scanner_id = None
                 self._server = None
                 if isinstance(e, KuduNotTheLeader):
-                    hint = e.details.get("leader_address")
-                    if hint in t.addresses():
+                    hint = leader_hint(e, t.addresses(), None)
+                    if hint is not None:
                         t.leader_address = hint
                         tried.discard(hint)
                         t.failed.discard(hint)

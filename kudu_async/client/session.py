@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from kudu_async.client.meta_cache import TableLocations
-from kudu_async.client.retry import Deadline
 from kudu_async.client.table import OPERATIONS, Table, WriteOperation, op_type_of
 from kudu_async.common.errors import (
     KuduBadStatus,
@@ -33,6 +32,7 @@ from kudu_async.common.errors import (
     KuduNotFound,
     error_from_code,
 )
+from kudu_async.common.retry import Deadline
 from kudu_async.common.row_conversion import OpType, encode_row_operations, op_mask
 from kudu_async.common.schema import ColumnSchema, Schema
 

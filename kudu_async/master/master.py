@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
@@ -34,6 +34,7 @@ DDL_WAIT_DEFAULT_S = MAX_DDL_WAIT_MS / 1000  # an Is*Done caller without a deadl
 # Longest a catalog read waits for a heartbeat round confirming leadership (an election timeout and a half:
 # by then a leader cut off from the majority has stepped down).
 CATALOG_READ_CONFIRM_S = 2.0
+CATALOG_PEER_BACKOFF = BackoffPolicy(initial_s=0.1, max_s=5.0)  # first start: waiting for the other masters
 
 
 class Master(Node):
@@ -105,7 +106,7 @@ class Master(Node):
         """First start: learn every master's uuid (they all must answer), then create the catalog group
         with all of them as voters. Every master computes the same initial config."""
         peers: dict[str, str] = {}
-        delay = 0.1
+        backoff = Backoff(CATALOG_PEER_BACKOFF)
         for addr in self.config.masters:
             if addr == self.rpc_address or len(self.config.masters) == 1:  # a lone master is this one
                 peers[self.uuid] = self.rpc_address
@@ -118,13 +119,12 @@ class Master(Node):
                     peers[st["uuid"]] = addr
                     break
                 except KuduBadStatus as e:
-                    if delay >= 2.0:
+                    if backoff.ceiling() >= 2.0:
                         log.warning(
                             "waiting for master to answer before creating the catalog",
                             extra={"master": addr, "error": str(e)},
                         )
-                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-                    delay = min(5.0, delay * 2)
+                    await asyncio.sleep(backoff.next_delay())
         if self.uuid not in peers:
             raise KuduIllegalState(
                 f"this master's address {self.rpc_address} is not in --master-addresses {self.config.masters}"

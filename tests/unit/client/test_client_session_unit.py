@@ -18,10 +18,11 @@ import pytest
 import kudu_async as kudu
 from kudu_async.client import session as S
 from kudu_async.client.meta_cache import ReplicaLocation, TableLocations, TabletLocation
-from kudu_async.client.retry import Deadline, WriteRequestIds
+from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
 from kudu_async.common.partition import PartitionSchema
+from kudu_async.common.retry import Deadline
 from kudu_async.common.row_conversion import OpType, decode_row_operations
 from kudu_async.common.schema import ColumnSchema, Schema
 
