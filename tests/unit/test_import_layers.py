@@ -47,10 +47,6 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {
     frozenset({"kudu_async.master.master", "kudu_async.master.catalog_manager"}): (
         "the catalog manager types its owner (Master) and reaches into it: the master package's own clean-up"
     ),
-    frozenset({"kudu_async.server.admin", "kudu_async.server.node"}): "admin types the node it serves",
-    frozenset({"kudu_async.common.key_encoding", "kudu_async.common.schema"}): (
-        "schema checks encoded key sizes; key encoding casts columns with schema's cast_column"
-    ),
     frozenset(
         {
             "kudu_async.client.aio",
