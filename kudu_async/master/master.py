@@ -24,7 +24,7 @@ from kudu_async.master.catalog_manager import MAX_DDL_WAIT_MS, CatalogManager
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
 from kudu_async.rpc.server import CallContext, require_map
-from kudu_async.server.admin import NODE_KEY, json_response
+from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
 
@@ -336,25 +336,25 @@ class Master(Node):
 
 async def _tservers_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tservers``: every registered tserver (live and dead), sorted by uuid."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     return web.json_response(master.ts_manager.descriptors(time.monotonic()))
 
 
 async def _leader_page(request: web.Request) -> web.Response:
     """``GET /api/v1/leader``: the catalog leader as this master knows it."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     return web.json_response(master.leader_info())
 
 
 async def _masters_page(request: web.Request) -> web.Response:
     """``GET /api/v1/masters``: uuid, RPC address and Raft role of every master."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     return web.json_response({"masters": master.masters()})
 
 
 async def _tables_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tables``: every table in the catalog (any master; followers may lag)."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     tables = [
         {
             "name": t["name"],
@@ -371,7 +371,7 @@ async def _tables_page(request: web.Request) -> web.Response:
 
 async def _table_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tables/{name}``: schema, partitioning and each tablet with its replicas and leader."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     cm = master.catalog_manager
     t = cm.find_table(request.match_info["name"])
     tablets = [cm.location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]
