@@ -215,7 +215,8 @@ class TableLocations:
             per_key = self._assign_by_compare(distinct)
         else:
             per_key = self._assign_distinct(distinct.to_pylist())
-        return per_key[enc.indices.to_numpy(zero_copy_only=False)]
+        out: np.ndarray = per_key[enc.indices.to_numpy(zero_copy_only=False)]
+        return out
 
     def _assign_by_compare(self, arr: pa.Array) -> np.ndarray:
         """Tablet index = (number of starts <= key) - 1 (starts are sorted), then -1 where the key is at

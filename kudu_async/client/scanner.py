@@ -16,11 +16,12 @@ import datetime as _dt
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 import pyarrow as pa
 
+from kudu_async.client.core import ClientCore
 from kudu_async.client.meta_cache import TabletLocation
 from kudu_async.client.table import Predicate, Table
 from kudu_async.common.clock import make_timestamp
@@ -30,9 +31,6 @@ from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.retry import RETRYABLE, Deadline, leader_hint
 from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table
 from kudu_async.common.types import datetime_to_micros
-
-if TYPE_CHECKING:
-    from kudu_async.client.aio import AsyncClient
 
 READ_LATEST = "latest"
 READ_AT_SNAPSHOT = "snapshot"
@@ -220,7 +218,7 @@ class ScanConfig:
 class AsyncScanner(ScanConfig):
     """kudu-python's ``Scanner`` with coroutines; ``Scanner`` (sync) runs these on the client's loop."""
 
-    def __init__(self, client: AsyncClient, table: Table, tablets: list[TabletLocation] | None = None) -> None:
+    def __init__(self, client: ClientCore, table: Table, tablets: list[TabletLocation] | None = None) -> None:
         super().__init__(table)
         self.client = client
         self._fixed_tablets = tablets  # a scan token's tablet, else all tablets the predicates allow
@@ -589,7 +587,7 @@ class ScanToken:
 
 
 class AsyncScanTokenBuilder(ScanConfig):
-    def __init__(self, client: AsyncClient, table: Table) -> None:
+    def __init__(self, client: ClientCore, table: Table) -> None:
         super().__init__(table)
         self.client = client
 

@@ -3,8 +3,9 @@ unavailable or dead masters with jittered backoff inside one deadline, and sends
 stays the same on every attempt, so a DDL retried after a leader died (or its reply was lost) is applied
 exactly once.
 
-It is deliberately small and stands apart from the real client (``kudu_async.client``): stress tests need
-to see every attempt, so it counts them.
+It stands apart from the real client's ``MasterClient`` (which asks every master who leads, then calls
+the leader) because stress tests need to see and count every attempt of the call itself; the retry
+policy, backoff and reading of NOT_THE_LEADER hints are the shared ones of ``kudu_async.common.retry``.
 """
 
 from __future__ import annotations

@@ -47,15 +47,6 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {
     frozenset({"kudu_async.master.master", "kudu_async.master.catalog_manager"}): (
         "the catalog manager types its owner (Master) and reaches into it: the master package's own clean-up"
     ),
-    frozenset(
-        {
-            "kudu_async.client.aio",
-            "kudu_async.client.scanner",
-            "kudu_async.client.session",
-            "kudu_async.client.table",
-            "kudu_async.client.table_alterer",
-        }
-    ): "the client's parts type the AsyncClient that owns them",
 }
 KNOWN_LAYER_BREAKS: dict[tuple[str, str], str] = {}
 

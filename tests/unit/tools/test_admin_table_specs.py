@@ -41,12 +41,11 @@ def _table() -> Table:
     name, schema, part, n, _ = spec_to_create_args(SPEC)
     wire = part.to_wire(schema)
     return Table(
-        None,
-        None,
+        None,  # type: ignore[arg-type]
         {
             "name": name,
             "table_id": "x",
-            "schema": schema.to_dict(),  # type: ignore[arg-type]
+            "schema": schema.to_dict(),
             "partition_schema": wire["partition_schema"],
             "num_replicas": n,
         },
