@@ -180,3 +180,40 @@ def test_leader_hint_is_taken_only_when_it_is_a_known_other_server() -> None:
     assert leader_hint(nl(""), known, None) is None
     assert leader_hint(KuduNotTheLeader("no details"), known, None) is None
     assert leader_hint(nl("c:1"), known, None) == "c:1"
+
+
+# --- a clock-driven user: the consensus transport --------------------------------------------------------------
+
+
+async def test_consensus_transport_backs_off_a_dead_peer_by_the_policy_with_its_injected_sources() -> None:
+    from kudu_async.consensus.transport import ConsensusTransport
+
+    class DeadPeer:
+        async def call(self, *args: object, **kw: object) -> dict[str, object]:
+            raise KuduNetworkError("connection refused")
+
+    clock = FakeClock()
+    t = ConsensusTransport(
+        DeadPeer(),  # type: ignore[arg-type]
+        "me",
+        backoff_initial_s=0.1,
+        backoff_max_s=0.3,
+        clock=clock,
+        rng=FixedRandom(0.0),
+    )
+    policy = BackoffPolicy(initial_s=0.1, max_s=0.3)
+    retry_at = []
+    for failure in range(4):
+        clock.now = 100.0 + failure  # past the previous retry time: the message goes out
+        t.send("peer", "127.0.0.1:1", {"t": "append", "n": failure})
+        for _ in range(100):
+            await asyncio.sleep(0)
+            st = t._peers["peer"]
+            if st.failures == failure + 1 and not st.in_flight:
+                break
+        retry_at.append(t._peers["peer"].retry_at - clock.now)
+        assert retry_at[-1] == pytest.approx(policy.delay(failure, FixedRandom(0.0)))
+    assert retry_at == pytest.approx([0.05, 0.1, 0.15, 0.15])  # half of 0.1, 0.2, 0.3 (the cap), 0.3
+    dropped = t._peers["peer"].dropped
+    t.send("peer", "127.0.0.1:1", {"t": "append", "n": 9})  # still backing off: dropped, Raft retries
+    assert t._peers["peer"].dropped == dropped + 1 and not t._peers["peer"].messages
