@@ -28,7 +28,7 @@ from kudu_async.common.clock import make_timestamp
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader
 from kudu_async.common.key_encoding import encode_key, encode_keys
 from kudu_async.common.predicate import ColumnPredicate
-from kudu_async.common.retry import RETRYABLE, Deadline, leader_hint
+from kudu_async.common.retry import REPLICA_RETRYABLE, Deadline, leader_hint
 from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table
 from kudu_async.common.types import datetime_to_micros
 
@@ -48,7 +48,6 @@ FIRST_REPLICA = "first_replica"
 _SELECTIONS = (LEADER_ONLY, CLOSEST_REPLICA, FIRST_REPLICA)
 TOKEN_VERSION = 1
 MAX_CONCURRENT_TABLET_SCANS = 4  # tablets one to_arrow() reads at once
-_RESUMABLE: tuple[type[KuduBadStatus], ...] = (*RETRYABLE, KuduNotFound)
 
 
 def snapshot_to_hybrid(ts: Any) -> int:
@@ -361,7 +360,7 @@ class AsyncScanner(ScanConfig):
                     timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000),
                 )
                 return self._take_reply(reply)
-            except _RESUMABLE as e:
+            except REPLICA_RETRYABLE as e:
                 last = e
                 if self._tablet_open and not self.fault_tolerant and self._returned_from_tablet:
                     raise KuduBadStatus(

@@ -23,6 +23,7 @@ from kudu_async.common.errors import (
     KuduAborted,
     KuduBadStatus,
     KuduNetworkError,
+    KuduNotFound,
     KuduNotTheLeader,
     KuduServiceUnavailable,
     KuduTabletNotRunning,
@@ -39,6 +40,10 @@ TRANSIENT: tuple[type[KuduBadStatus], ...] = (KuduNetworkError, KuduTimedOut, Ku
 # TRANSIENT, plus a replica that is not (or no longer) the leader, a write aborted by a leadership change,
 # a tablet still bootstrapping. For calls to a Raft group (tablets, the master catalog).
 RETRYABLE: tuple[type[KuduBadStatus], ...] = (*TRANSIENT, KuduNotTheLeader, KuduAborted, KuduTabletNotRunning)
+
+# RETRYABLE, plus NOT_FOUND from one replica (it does not hold the tablet yet or any more, or its scanner
+# expired): for reads any replica can serve, where another replica (or fresh locations) may answer.
+REPLICA_RETRYABLE: tuple[type[KuduBadStatus], ...] = (*RETRYABLE, KuduNotFound)
 
 
 def leader_hint(err: KuduNotTheLeader, candidates: Collection[str], asked: str | None) -> str | None:

@@ -14,14 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from kudu_async.common.errors import KuduBadStatus, KuduNotFound, KuduNotTheLeader, KuduTimedOut
-from kudu_async.common.retry import RETRYABLE, Backoff, BackoffPolicy, leader_hint
+from kudu_async.common.errors import KuduBadStatus, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.retry import REPLICA_RETRYABLE, Backoff, BackoffPolicy, leader_hint
 from kudu_async.common.row_conversion import encode_row_operations, ipc_to_table
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
 
-# A replica may not know a tablet yet (it is being created there) while another already leads it.
-_RETRY: tuple[type[KuduBadStatus], ...] = (*RETRYABLE, KuduNotFound)
 LEADER_BACKOFF = BackoffPolicy(initial_s=0.02, max_s=0.5)
 INSERT, UPDATE, DELETE, UPSERT = 1, 2, 3, 5
 
@@ -86,7 +84,7 @@ class TabletClient:
                 return reply
             except KuduNotTheLeader as e:
                 self.leader = leader_hint(e, self.addresses.values(), addr)
-            except _RETRY:
+            except REPLICA_RETRYABLE:  # NOT_FOUND: a replica may not have created the tablet yet
                 self.leader = None
             await backoff.sleep()
 

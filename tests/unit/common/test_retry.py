@@ -166,6 +166,7 @@ def test_transient_failures_are_a_subset_of_the_retryable_ones() -> None:
     assert set(retry.TRANSIENT) < set(retry.RETRYABLE)
     assert {KuduNotTheLeader, KuduAborted, KuduTabletNotRunning} <= set(retry.RETRYABLE)
     assert not {KuduNotFound, KuduInvalidArgument} & set(retry.RETRYABLE)
+    assert set(retry.REPLICA_RETRYABLE) == {*retry.RETRYABLE, KuduNotFound}
 
 
 def test_leader_hint_is_taken_only_when_it_is_a_known_other_server() -> None:
