@@ -94,6 +94,10 @@ class AsyncClient:
     def rpc(self) -> RpcClient:
         return self.core.rpc
 
+    @rpc.setter
+    def rpc(self, rpc: RpcClient) -> None:
+        self.core.rpc = rpc
+
     @property
     def masters(self) -> MasterClient:
         return self.core.masters

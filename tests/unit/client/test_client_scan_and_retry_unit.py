@@ -273,7 +273,7 @@ class FakeRpc:
 
 def _client_with(rpc: FakeRpc, masters: list[str]) -> AsyncClient:
     c = AsyncClient(masters)
-    c.core.rpc = rpc  # type: ignore[assignment]
+    c.rpc = rpc  # type: ignore[assignment]
     c.masters.rpc = rpc  # type: ignore[assignment]
     return c
 
