@@ -2,7 +2,7 @@
 
 It knows no master and no partitioning (the real client does); it finds a tablet's leader by asking
 the replicas, retries what a client retries (NOT_THE_LEADER, unavailable, timed out) within a deadline,
-and moves rows as Arrow, like the real client will.
+and moves rows as Arrow, as the real client does.
 """
 
 from __future__ import annotations
