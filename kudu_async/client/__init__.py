@@ -1,5 +1,6 @@
 """The client (kudu-python's ``kudu.client``; async classes in ``kudu_async.aio``); imports only common and rpc."""
 
+from kudu_async.client.batcher import KuduError
 from kudu_async.client.meta_cache import TabletLocation as Tablet
 from kudu_async.client.scanner import (
     CLOSEST_REPLICA,
@@ -11,7 +12,7 @@ from kudu_async.client.scanner import (
     ScanToken,
 )
 from kudu_async.client.schema_builder import Partitioning, RangePartition
-from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, KuduError
+from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL
 from kudu_async.client.sync import Client, Scanner, ScanTokenBuilder, Session, TableAlterer, connect
 from kudu_async.client.table import (
     Column,

@@ -1,37 +1,32 @@
 """The async client: DDL through the leader master, tables, sessions, scanners (the real implementation;
 ``kudu_async.client.sync`` wraps it for kudu-python's blocking API).
 
-DDL requests carry a request id (client id + sequence), so a retry after a lost reply or a master
-failover is answered with the first attempt's result instead of being applied twice. Write RPCs carry one
-too (``WriteRequestIds``): the client id, a seq_no from a counter of their own that every retry of the
-RPC reuses, and the smallest seq_no still in flight, which lets tablet servers forget older results.
+An ``AsyncClient`` owns a ``ClientCore`` (the services its parts share) and composes the parts: sessions,
+scanners, scan token builders and table alterers hold the core, never the client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import uuid
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from kudu_async.client.core import DEFAULT_ADMIN_TIMEOUT_MS, DEFAULT_RPC_TIMEOUT_MS, ClientCore
 from kudu_async.client.meta_cache import MasterClient, MetaCache, TabletLocation, parse_master_addresses
-from kudu_async.client.retry import RETRYABLE, Deadline, WriteRequestIds
+from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_MANUAL, AsyncSession
 from kudu_async.client.table import Table
 from kudu_async.client.table_alterer import AsyncTableAlterer
-from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound
+from kudu_async.common.retry import Deadline
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
 
 DEFAULT_PORT = 7051
-DEFAULT_ADMIN_TIMEOUT_MS = 30_000
-DEFAULT_RPC_TIMEOUT_MS = 10_000
-DDL_WAIT_S = 1.0  # how long the master may hold one IsCreateTableDone / IsAlterTableDone call
-DDL_WAIT_MARGIN_S = 0.2  # of the call's timeout, left for the answer to arrive
+__all__ = ["DEFAULT_ADMIN_TIMEOUT_MS", "DEFAULT_PORT", "DEFAULT_RPC_TIMEOUT_MS", "AsyncClient", "connect"]
 
 
 def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None = DEFAULT_PORT) -> list[str]:
@@ -69,34 +64,62 @@ class AsyncClient:
     def __init__(
         self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
     ) -> None:
-        self.admin_timeout_ms = admin_timeout_ms or DEFAULT_ADMIN_TIMEOUT_MS
-        self.rpc_timeout_ms = rpc_timeout_ms or DEFAULT_RPC_TIMEOUT_MS
-        self.client_id = uuid.uuid4().hex
-        self._seq = itertools.count(1)
-        self.write_ids = WriteRequestIds(self.client_id)
-        self.rpc = RpcClient(f"client-{self.client_id[:8]}")
-        self.masters = MasterClient(self.rpc, masters, self.rpc_timeout_ms / 1000.0)
-        self.meta = MetaCache(self.masters)
-        self._latest_ts = 0
+        self.core = ClientCore(masters, admin_timeout_ms, rpc_timeout_ms)
         self._closed = False
         self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()  # their flushers stop on close()
 
+    # The core's services, as the tools and scripts built on the client read them.
+
+    @property
+    def admin_timeout_ms(self) -> int:
+        return self.core.admin_timeout_ms
+
+    @admin_timeout_ms.setter
+    def admin_timeout_ms(self, ms: int) -> None:
+        self.core.admin_timeout_ms = ms
+
+    @property
+    def rpc_timeout_ms(self) -> int:
+        return self.core.rpc_timeout_ms
+
+    @rpc_timeout_ms.setter
+    def rpc_timeout_ms(self, ms: int) -> None:
+        self.core.rpc_timeout_ms = ms
+
+    @property
+    def client_id(self) -> str:
+        return self.core.client_id
+
+    @property
+    def rpc(self) -> RpcClient:
+        return self.core.rpc
+
+    @rpc.setter
+    def rpc(self, rpc: RpcClient) -> None:
+        self.core.rpc = rpc
+
+    @property
+    def masters(self) -> MasterClient:
+        return self.core.masters
+
+    @property
+    def meta(self) -> MetaCache:
+        return self.core.meta
+
+    @property
+    def write_ids(self) -> WriteRequestIds:
+        return self.core.write_ids
+
     @property
     def master_addrs(self) -> list[str]:
-        return list(self.masters.addresses)
-
-    def _admin_deadline(self, what: str) -> Deadline:
-        return Deadline(self.admin_timeout_ms / 1000.0, what)
-
-    def _request_id(self) -> str:
-        return f"{self.client_id}:{next(self._seq)}"
+        return list(self.core.masters.addresses)
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
             timers = [t for t in (s.abandon() for s in list(self._sessions)) if t is not None]
             await asyncio.gather(*timers, return_exceptions=True)
-            await self.rpc.close()
+            await self.core.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -107,11 +130,10 @@ class AsyncClient:
     # --- timestamps (client-propagated consistency) --------------------------------------------------
 
     def latest_observed_timestamp(self) -> int:
-        return self._latest_ts
+        return self.core.latest_observed_timestamp()
 
     def observe_timestamp(self, ts: int) -> None:
-        if ts > self._latest_ts:
-            self._latest_ts = ts
+        self.core.observe_timestamp(ts)
 
     set_latest_observed_timestamp = observe_timestamp
 
@@ -136,7 +158,7 @@ class AsyncClient:
             "name": table_name,
             "schema": schema.to_dict(),
             **part.to_wire(schema),
-            "request_id": self._request_id(),
+            "request_id": self.core.request_id(),
         }
         if n_replicas is not None:
             req["num_replicas"] = n_replicas
@@ -144,41 +166,23 @@ class AsyncClient:
             req["owner"] = owner
         if comment is not None:
             req["comment"] = comment
-        deadline = self._admin_deadline(f"CreateTable {table_name}")
-        reply = await self.masters.call("CreateTable", req, deadline)
+        deadline = self.core.admin_deadline(f"CreateTable {table_name}")
+        reply = await self.core.masters.call("CreateTable", req, deadline)
         if wait:
-            await self._wait_done("IsCreateTableDone", {"table_id": reply["table_id"]}, deadline)
+            await self.core.wait_done("IsCreateTableDone", {"table_id": reply["table_id"]}, deadline)
         return await self.table(table_name)
 
-    async def _wait_done(self, method: str, req: dict[str, Any], deadline: Deadline) -> None:
-        """Wait until the DDL is done. The master holds each call up to ``wait_ms`` and answers as soon as
-        its background pass finishes the DDL; a call answered early but not done (a master that just
-        became leader, or no time left to wait) is repeated after a pause growing from 20 ms to 200 ms."""
-        loop = asyncio.get_running_loop()
-        delay = 0.02
-        while True:
-            budget = deadline.rpc_timeout(self.masters.rpc_timeout_s) - DDL_WAIT_MARGIN_S
-            wait_ms = int(max(0.0, min(DDL_WAIT_S, budget)) * 1000)
-            t0 = loop.time()
-            r = await self.masters.call(method, {**req, "wait_ms": wait_ms}, deadline)
-            if r.get("done"):
-                return
-            deadline.left(KuduTimedOut(f"table still {r.get('state')}"))
-            if not wait_ms or loop.time() - t0 < wait_ms / 2000:
-                await asyncio.sleep(min(delay, max(0.0, deadline.remaining())))
-                delay = min(0.2, delay * 1.5)
-
     async def delete_table(self, table_name: str) -> None:
-        await self.masters.call(
+        await self.core.masters.call(
             "DeleteTable",
-            {"name": table_name, "request_id": self._request_id()},
-            self._admin_deadline(f"DeleteTable {table_name}"),
+            {"name": table_name, "request_id": self.core.request_id()},
+            self.core.admin_deadline(f"DeleteTable {table_name}"),
         )
 
     async def table_exists(self, table_name: str) -> bool:
         try:
-            await self.masters.call(
-                "GetTableSchema", {"name": table_name}, self._admin_deadline(f"GetTableSchema {table_name}")
+            await self.core.masters.call(
+                "GetTableSchema", {"name": table_name}, self.core.admin_deadline(f"GetTableSchema {table_name}")
             )
             return True
         except KuduNotFound:
@@ -186,55 +190,47 @@ class AsyncClient:
 
     async def list_tables(self, match_substring: str | None = None) -> list[str]:
         req = {"name_filter": match_substring} if match_substring else {}
-        r = await self.masters.call("ListTables", req, self._admin_deadline("ListTables"))
+        r = await self.core.masters.call("ListTables", req, self.core.admin_deadline("ListTables"))
         return [t["name"] for t in r.get("tables", [])]
 
     async def table(self, table_name: str, owner: Any = None) -> Table:
-        info = await self.masters.call(
-            "GetTableSchema", {"name": table_name}, self._admin_deadline(f"GetTableSchema {table_name}")
+        info = await self.core.masters.call(
+            "GetTableSchema", {"name": table_name}, self.core.admin_deadline(f"GetTableSchema {table_name}")
         )
-        return Table(self, owner if owner is not None else self, info)
+        return Table(owner if owner is not None else self, info)
 
     async def reload_table(self, table: Table, deadline: Deadline) -> None:
         """Refresh a table's schema (after MISMATCHED_SCHEMA) and its locations."""
-        info = await self.masters.call("GetTableSchema", {"table_id": table.id}, deadline)
-        table._load(info)
-        self.meta.invalidate(table.id)
+        await self.core.reload_table(table, deadline)
 
     def new_table_alterer(self, table: Table) -> AsyncTableAlterer:
-        return AsyncTableAlterer(self, table)
+        return AsyncTableAlterer(self.core, table)
 
     async def alter_table(self, table: Table, req: dict[str, Any], wait: bool = True) -> Table:
-        deadline = self._admin_deadline(f"AlterTable {table.name}")
-        reply = await self.masters.call(
-            "AlterTable", {"table_id": table.id, **req, "request_id": self._request_id()}, deadline
-        )
-        if wait:
-            await self._wait_done("IsAlterTableDone", {"table_id": reply["table_id"]}, deadline)
-        info = await self.masters.call("GetTableSchema", {"table_id": table.id}, deadline)
-        self.meta.invalidate(table.id)
-        return Table(self, table._owner, info)
+        return await self.core.alter_table(table, req, wait)
 
     async def list_tablet_servers(self) -> list[dict[str, Any]]:
-        r = await self.masters.call("ListTabletServers", {}, self._admin_deadline("ListTabletServers"))
+        r = await self.core.masters.call("ListTabletServers", {}, self.core.admin_deadline("ListTabletServers"))
         return list(r.get("servers", []))
 
     async def list_masters(self) -> list[dict[str, Any]]:
-        r = await self.masters.call("ListMasters", {}, self._admin_deadline("ListMasters"))
+        r = await self.core.masters.call("ListMasters", {}, self.core.admin_deadline("ListMasters"))
         return list(r.get("masters", []))
 
     # --- sessions and scans --------------------------------------------------------------------------
 
     def new_session(self, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000, **kw: Any) -> AsyncSession:
-        s = AsyncSession(self, flush_mode, timeout_ms, **kw)
+        s = AsyncSession(self.core, flush_mode, timeout_ms, **kw)
         self._sessions.add(s)
         return s
 
-    def _new_scanner(self, table: Table) -> AsyncScanner:
-        return AsyncScanner(self, table)
+    def new_scanner(self, table: Table) -> AsyncScanner:
+        """A scanner of ``table`` (what ``table.scanner()`` gives for a table this client opened)."""
+        return AsyncScanner(self.core, table)
 
-    def _new_token_builder(self, table: Table) -> AsyncScanTokenBuilder:
-        return AsyncScanTokenBuilder(self, table)
+    def new_scan_token_builder(self, table: Table) -> AsyncScanTokenBuilder:
+        """A scan token builder for ``table`` (``table.scan_token_builder()``)."""
+        return AsyncScanTokenBuilder(self.core, table)
 
     async def deserialize_token_into_scanner(self, data: bytes, owner: Any = None) -> AsyncScanner:
         return self.scanner_from_token(data, owner)
@@ -243,9 +239,9 @@ class AsyncClient:
         """The scanner a serialized token describes: parsing only (a token carries its table's metadata and
         its tablet's replicas), so a blocking caller builds it in its own thread."""
         d = ScanToken.parse(data)
-        table = Table(self, owner if owner is not None else self, d["table"])
+        table = Table(owner if owner is not None else self, d["table"])
         tablet = TabletLocation.from_wire(d["tablet"])
-        sc = AsyncScanner(self, table, [tablet])
+        sc = AsyncScanner(self.core, table, [tablet])
         sc.load_config(d["scan"])
         return sc
 
@@ -254,59 +250,8 @@ class AsyncClient:
     async def call_tablet_leader(
         self, table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
     ) -> dict[str, Any]:
-        """``TabletServer/method`` on the tablet's leader: follows NOT_THE_LEADER hints, tries the other
-        replicas, refreshes locations when none answers, backs off between rounds, all within ``deadline``.
-        Raises NOT_FOUND (details TABLET_NOT_FOUND) when the tablet is no longer part of the table."""
-        last: BaseException | None = None
-        refresh = False
-        while True:
-            deadline.left(last)
-            locs = await self.meta.locations(table.id, deadline, refresh=refresh)
-            refresh = False
-            t = locs.by_id(tablet_id)
-            if t is None:
-                raise KuduNotFound(
-                    f"tablet {tablet_id} is no longer part of table {table.name}", {"error": "TABLET_NOT_FOUND"}
-                )
-            addr = t.next_leader_guess()
-            if addr is None:
-                t.failed.clear()
-                refresh = True
-                await deadline.backoff(last)
-                continue
-            try:
-                reply: dict[str, Any] = await self.rpc.call(
-                    addr, "TabletServer", method, req, timeout_s=deadline.rpc_timeout(self.rpc_timeout_ms / 1000)
-                )
-                t.leader_address = addr
-                t.failed.discard(addr)
-                return reply
-            except KuduNotTheLeader as e:
-                last = e
-                t.failed.add(addr)
-                hint = e.details.get("leader_address")
-                if hint in t.addresses() and hint != addr:
-                    t.leader_address = hint
-                    t.failed.discard(hint)
-                    continue  # straight to the named leader
-                if t.leader_address == addr:
-                    t.leader_address = None
-            except KuduNotFound as e:
-                if e.details.get("error") != "TABLET_NOT_FOUND":
-                    raise
-                last = e
-                t.failed.add(addr)
-                if t.leader_address == addr:
-                    t.leader_address = None
-            except RETRYABLE as e:
-                last = e
-                t.failed.add(addr)
-                if t.leader_address == addr:
-                    t.leader_address = None
-            if not [a for a in t.addresses() if a not in t.failed]:
-                t.failed.clear()
-                refresh = True
-            await deadline.backoff(last)
+        """``TabletServer/method`` on the tablet's leader, with leader discovery and retries (``ClientCore``)."""
+        return await self.core.call_tablet_leader(table, tablet_id, method, req, deadline)
 
 
 async def connect(
@@ -319,7 +264,7 @@ async def connect(
     """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments."""
     client = AsyncClient(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
     try:
-        await client.masters.find_leader(client._admin_deadline("connecting to the leader master"))
+        await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))
     except KuduBadStatus:
         await client.close()
         raise

@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kudu_async.client.retry import RETRYABLE, Deadline
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduInvalidArgument,
@@ -28,6 +27,7 @@ from kudu_async.common.errors import (
     KuduTimedOut,
 )
 from kudu_async.common.partition import Partition
+from kudu_async.common.retry import RETRYABLE, Deadline, leader_hint
 from kudu_async.rpc.client import RpcClient
 
 COMPARE_MAX_TABLETS = 32  # up to this many tablets, assign() compares many distinct keys with every start
@@ -76,8 +76,7 @@ class MasterClient:
                     return reply
                 except KuduNotTheLeader as e:
                     last = e
-                    hint = e.details.get("leader_address")
-                    self.leader = hint if hint in self.addresses and hint != addr else None
+                    self.leader = leader_hint(e, self.addresses, addr)
                 except RETRYABLE as e:
                     last = e
                     self.leader = None
@@ -216,7 +215,8 @@ class TableLocations:
             per_key = self._assign_by_compare(distinct)
         else:
             per_key = self._assign_distinct(distinct.to_pylist())
-        return per_key[enc.indices.to_numpy(zero_copy_only=False)]
+        out: np.ndarray = per_key[enc.indices.to_numpy(zero_copy_only=False)]
+        return out
 
     def _assign_by_compare(self, arr: pa.Array) -> np.ndarray:
         """Tablet index = (number of starts <= key) - 1 (starts are sorted), then -1 where the key is at

@@ -16,23 +16,21 @@ import datetime as _dt
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 import pyarrow as pa
 
+from kudu_async.client.core import ClientCore
 from kudu_async.client.meta_cache import TabletLocation
-from kudu_async.client.retry import RETRYABLE, Deadline
 from kudu_async.client.table import Predicate, Table
 from kudu_async.common.clock import make_timestamp
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader
 from kudu_async.common.key_encoding import encode_key, encode_keys
 from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.retry import REPLICA_RETRYABLE, Deadline, leader_hint
 from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table
 from kudu_async.common.types import datetime_to_micros
-
-if TYPE_CHECKING:
-    from kudu_async.client.aio import AsyncClient
 
 READ_LATEST = "latest"
 READ_AT_SNAPSHOT = "snapshot"
@@ -50,7 +48,6 @@ FIRST_REPLICA = "first_replica"
 _SELECTIONS = (LEADER_ONLY, CLOSEST_REPLICA, FIRST_REPLICA)
 TOKEN_VERSION = 1
 MAX_CONCURRENT_TABLET_SCANS = 4  # tablets one to_arrow() reads at once
-_RESUMABLE: tuple[type[KuduBadStatus], ...] = (*RETRYABLE, KuduNotFound)
 
 
 def snapshot_to_hybrid(ts: Any) -> int:
@@ -220,7 +217,7 @@ class ScanConfig:
 class AsyncScanner(ScanConfig):
     """kudu-python's ``Scanner`` with coroutines; ``Scanner`` (sync) runs these on the client's loop."""
 
-    def __init__(self, client: AsyncClient, table: Table, tablets: list[TabletLocation] | None = None) -> None:
+    def __init__(self, client: ClientCore, table: Table, tablets: list[TabletLocation] | None = None) -> None:
         super().__init__(table)
         self.client = client
         self._fixed_tablets = tablets  # a scan token's tablet, else all tablets the predicates allow
@@ -363,7 +360,7 @@ class AsyncScanner(ScanConfig):
                     timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000),
                 )
                 return self._take_reply(reply)
-            except _RESUMABLE as e:
+            except REPLICA_RETRYABLE as e:
                 last = e
                 if self._tablet_open and not self.fault_tolerant and self._returned_from_tablet:
                     raise KuduBadStatus(
@@ -377,8 +374,8 @@ class AsyncScanner(ScanConfig):
                 self._scanner_id = None
                 self._server = None
                 if isinstance(e, KuduNotTheLeader):
-                    hint = e.details.get("leader_address")
-                    if hint in t.addresses():
+                    hint = leader_hint(e, t.addresses(), None)
+                    if hint is not None:
                         t.leader_address = hint
                         tried.discard(hint)
                         t.failed.discard(hint)
@@ -589,7 +586,7 @@ class ScanToken:
 
 
 class AsyncScanTokenBuilder(ScanConfig):
-    def __init__(self, client: AsyncClient, table: Table) -> None:
+    def __init__(self, client: ClientCore, table: Table) -> None:
         super().__init__(table)
         self.client = client
 

@@ -22,9 +22,10 @@ import uvloop
 
 from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.aio import connect as aio_connect
+from kudu_async.client.batcher import Buffered, KuduError
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanConfig, ScanToken
 from kudu_async.client.schema_builder import Partitioning
-from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, KuduError
+from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, row_bytes
 from kudu_async.client.table import Table, WriteOperation
 from kudu_async.client.table_alterer import AsyncTableAlterer
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
@@ -32,6 +33,9 @@ from kudu_async.common.schema import Schema
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
+
+STAGE_ROWS = 1000  # the blocking Session hands rows to the loop this many at a time ...
+STAGE_BYTES = 1024 * 1024  # ... or at this many bytes
 
 
 class _LoopThread:
@@ -169,10 +173,12 @@ class Client:
     def new_session(self, flush_mode: str = FLUSH_MANUAL, timeout_ms: int = 5000, **kw: Any) -> Session:
         return Session(self, self._async.new_session(flush_mode, timeout_ms, **kw))
 
-    def _new_scanner(self, table: Table) -> Scanner:
+    def new_scanner(self, table: Table) -> Scanner:
+        """A scanner of ``table`` (what ``table.scanner()`` gives for a table this client opened)."""
         return Scanner(self, table)
 
-    def _new_token_builder(self, table: Table) -> ScanTokenBuilder:
+    def new_scan_token_builder(self, table: Table) -> ScanTokenBuilder:
+        """A scan token builder for ``table`` (``table.scan_token_builder()``)."""
         return ScanTokenBuilder(self, table)
 
     def deserialize_token_into_scanner(self, data: bytes) -> Scanner:
@@ -182,11 +188,61 @@ class Client:
 
 class TableAlterer(AsyncTableAlterer):
     def __init__(self, client: Client, table: Table) -> None:
-        super().__init__(client._async, table)
+        super().__init__(client._async.core, table)
         self._sync = client
 
     def alter(self, wait: bool = True) -> Table:  # type: ignore[override]
         return self._sync._run(self.client.alter_table(self.table, self.request(), wait))
+
+
+class _Staging:
+    """Operations a blocking Session checked in its caller's thread, held until the session's loop takes
+    them: one hop to the loop per STAGE_ROWS rows instead of one per row. The loop takes them in order, on
+    the caller's hand-off, before a flush, or on the background flush interval (``StagedOps``)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._s = session
+        self._items: list[tuple[Buffered, int]] = []  # (checked op, its bytes)
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._take_lock = asyncio.Lock()
+
+    def stage(self, item: Buffered) -> int:
+        """Queue a checked operation (from the caller's thread); returns how many are staged."""
+        size = row_bytes(item[1])
+        with self._lock:
+            if self._s.flush_mode == FLUSH_MANUAL:
+                self._s.check_space(size, 1)
+            self._items.append((item, size))
+            self._bytes += size
+            return len(self._items)
+
+    def enough(self) -> bool:
+        """Whether the caller should hand its staged rows over now (bounded in rows and bytes)."""
+        s = self._s
+        return len(self._items) >= STAGE_ROWS or self._bytes >= min(
+            STAGE_BYTES, s.buffer_bytes_limit * s.flush_watermark
+        )
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._items), self._bytes
+
+    async def take(self) -> None:
+        """Buffer every staged operation (on the loop, in staging order: the swap and the buffering happen
+        under one asyncio lock, so two takers never interleave)."""
+        if not self._items:
+            return
+        async with self._take_lock:
+            with self._lock:
+                items, self._items, self._bytes = self._items, [], 0
+            for k, (item, size) in enumerate(items):
+                try:
+                    await self._s.buffer(item, size)
+                except BaseException:  # nothing is lost: what was not buffered is staged again, in order
+                    with self._lock:
+                        self._items[:0] = items[k:]
+                        self._bytes += sum(sz for _, sz in items[k:])
+                    raise
 
 
 class Session:
@@ -195,6 +251,8 @@ class Session:
     def __init__(self, client: Client, inner: AsyncSession) -> None:
         self._client = client
         self._s = inner
+        self._stage = _Staging(inner)
+        inner.staged = self._stage
 
     def apply(self, op: WriteOperation) -> None:
         """In FLUSH_AUTO_SYNC one blocking write. Otherwise the row is checked here, in the caller's
@@ -204,14 +262,15 @@ class Session:
         if s.flush_mode == FLUSH_AUTO_SYNC:
             self._client._run(s.apply(op))
             return
-        if s.stage(s.check(op)) == 1 and s.flush_mode == FLUSH_AUTO_BACKGROUND and not s.timer_running():
-            self._client._loop.loop.call_soon_threadsafe(s._ensure_timer)  # the interval flush takes staged rows
-        if s.staged_enough():
-            self._client._run(s.take_staged())
+        stage = self._stage
+        if stage.stage(s.check(op)) == 1 and s.flush_mode == FLUSH_AUTO_BACKGROUND and not s.timer_running():
+            self._client._loop.loop.call_soon_threadsafe(s.ensure_timer)  # the interval flush takes staged rows
+        if stage.enough():
+            self._client._run(stage.take())
 
     def _hand_over(self) -> None:
-        if self._s.has_staged():
-            self._client._run(self._s.take_staged())
+        if self._stage.counts()[0]:
+            self._client._run(self._stage.take())
 
     def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
         self._hand_over()
@@ -290,7 +349,7 @@ class Scanner(ScanConfig):
 
     def _scanner(self) -> AsyncScanner:
         if self._inner is None:
-            self._inner = AsyncScanner(self._client._async, self.table)
+            self._inner = AsyncScanner(self._client._async.core, self.table)
         self._inner.copy_config_from(self)
         return self._inner
 
@@ -363,7 +422,7 @@ class ScanTokenBuilder(ScanConfig):
         self._client = client
 
     def build(self) -> list[ScanToken]:
-        b = AsyncScanTokenBuilder(self._client._async, self.table)
+        b = AsyncScanTokenBuilder(self._client._async.core, self.table)
         b.copy_config_from(self)
         return self._client._run(b.build())
 

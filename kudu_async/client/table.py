@@ -1,13 +1,14 @@
 """A table as the client sees it (schema, partitioning, id), its columns for predicates, and write operations.
 
 Nothing here does I/O: a ``Table`` is a snapshot of the table's metadata from the master, and hands out
-operations (``new_insert`` ...), scanners and alterers through the client that opened it.
+operations (``new_insert`` ...), scanners and alterers through the client that opened it (its owner, seen
+through the ``TableOwner`` protocol: the blocking ``Client`` or the ``AsyncClient``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.partition import PartitionSchema
@@ -15,8 +16,20 @@ from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.row_conversion import OpType
 from kudu_async.common.schema import ColumnSchema, Schema
 
-if TYPE_CHECKING:
-    from kudu_async.client.aio import AsyncClient
+
+class TableOwner(Protocol):
+    """The client whose scanners, token builders and alterers a table hands out (sync objects for the
+    blocking client, coroutines and async objects for the async one)."""
+
+    def new_scanner(self, table: Table) -> Any: ...
+
+    def new_scan_token_builder(self, table: Table) -> Any: ...
+
+    def new_table_alterer(self, table: Table) -> Any: ...
+
+    def delete_table(self, table_name: str) -> Any: ...
+
+    def deserialize_token_into_scanner(self, data: bytes) -> Any: ...
 
 
 class Predicate:
@@ -182,9 +195,8 @@ def op_type_of(name: str) -> OpType:
 class Table:
     """kudu-python's ``Table``: metadata plus factories for operations, scanners and token builders."""
 
-    def __init__(self, client: AsyncClient, owner: Any, info: dict[str, Any]) -> None:
-        self._client = client
-        self._owner = owner  # the client object (sync or async) whose scanners/alterers this table hands out
+    def __init__(self, owner: TableOwner, info: dict[str, Any]) -> None:
+        self._owner = owner
         self._load(info)
 
     def _load(self, info: dict[str, Any]) -> None:
@@ -243,10 +255,10 @@ class Table:
 
     # scans and DDL through the owning client (sync objects for the sync client, async ones otherwise)
     def scanner(self) -> Any:
-        return self._owner._new_scanner(self)
+        return self._owner.new_scanner(self)
 
     def scan_token_builder(self) -> Any:
-        return self._owner._new_token_builder(self)
+        return self._owner.new_scan_token_builder(self)
 
     def rename(self, new_name: str) -> Any:
         return self._owner.new_table_alterer(self).rename(new_name).alter()

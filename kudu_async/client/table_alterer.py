@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kudu_async.client.core import ClientCore
 from kudu_async.client.schema_builder import NO_DEFAULT, ColumnSpec, RangePartition, SchemaBuilder, bound_to_wire
 from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.types import value_to_wire
-
-if TYPE_CHECKING:
-    from kudu_async.client.aio import AsyncClient
 
 
 class _AlterColumnSpec(ColumnSpec):
@@ -47,7 +45,7 @@ class _AlterColumnSpec(ColumnSpec):
 
 
 class AsyncTableAlterer:
-    def __init__(self, client: AsyncClient, table: Table) -> None:
+    def __init__(self, client: ClientCore, table: Table) -> None:
         self.client = client
         self.table = table
         self._new_name: str | None = None

@@ -17,17 +17,23 @@ the scalar ``encode_key`` (a property test pins that).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.common import types as T
+from kudu_async.common.column import ColumnSchema, cast_column
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 
-if TYPE_CHECKING:
-    from kudu_async.common.schema import ColumnSchema, Schema
+
+class KeyedSchema(Protocol):
+    """What key encoding needs of a schema (``common.schema.Schema``, which builds on this module)."""
+
+    @property
+    def key_columns(self) -> tuple[ColumnSchema, ...]: ...
+
 
 MAX_ENCODED_KEY_SIZE_BYTES = 16 * 1024
 
@@ -83,7 +89,7 @@ def encode_values(columns: Sequence[ColumnSchema], values: Sequence[Any], *, all
     return out
 
 
-def _key_values(schema: Schema, values: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+def _key_values(schema: KeyedSchema, values: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
     if isinstance(values, Mapping):
         out = []
         for c in schema.key_columns:
@@ -96,12 +102,12 @@ def _key_values(schema: Schema, values: Sequence[Any] | Mapping[str, Any]) -> li
     return list(values)
 
 
-def encode_key(schema: Schema, values: Sequence[Any] | Mapping[str, Any]) -> bytes:
+def encode_key(schema: KeyedSchema, values: Sequence[Any] | Mapping[str, Any]) -> bytes:
     """The encoded primary key of one row (values in key order, or a dict with the key columns)."""
     return encode_values(schema.key_columns, _key_values(schema, values))
 
 
-def encode_key_prefix(schema: Schema, values: Sequence[Any]) -> bytes:
+def encode_key_prefix(schema: KeyedSchema, values: Sequence[Any]) -> bytes:
     """Encoding of the first ``len(values)`` key columns: a lower bound of every key with that prefix."""
     return encode_values(schema.key_columns, list(values), allow_prefix=True)
 
@@ -148,7 +154,7 @@ def decode_values(columns: Sequence[ColumnSchema], data: bytes, *, allow_prefix:
     return tuple(out)
 
 
-def decode_key(schema: Schema, data: bytes) -> tuple[Any, ...]:
+def decode_key(schema: KeyedSchema, data: bytes) -> tuple[Any, ...]:
     """The primary-key values of an encoded key, in canonical form."""
     return decode_values(schema.key_columns, data)
 
@@ -185,7 +191,8 @@ def _fixed_matrix(col: ColumnSchema, arr: pa.Array, width: int) -> np.ndarray:
         vals = arr.to_numpy(zero_copy_only=False)
     bits = 8 * width
     flipped = vals.astype(f"<i{width}", copy=False).view(f"<u{width}") ^ np.array(1 << (bits - 1), f"<u{width}")
-    return flipped.astype(f">u{width}").view(np.uint8).reshape(n, width)
+    matrix: np.ndarray = flipped.astype(f">u{width}").view(np.uint8).reshape(n, width)
+    return matrix
 
 
 def _binary_from_matrix(m: np.ndarray) -> pa.Array:
@@ -218,8 +225,6 @@ def encode_columns(columns: Sequence[ColumnSchema], arrays: Sequence[pa.Array | 
         if arr.null_count:
             raise KuduInvalidArgument(f"column '{col.name}': NULL in NOT NULL column", {"column": col.name})
         if not arr.type.equals(col.arrow_type):
-            from kudu_async.common.schema import cast_column
-
             arr = cast_column(col, arr)
         width = component_width(col)
         if width is not None:
@@ -247,7 +252,7 @@ def encode_columns(columns: Sequence[ColumnSchema], arrays: Sequence[pa.Array | 
     return out
 
 
-def encode_keys(schema: Schema, batch: pa.RecordBatch | pa.Table) -> pa.Array:
+def encode_keys(schema: KeyedSchema, batch: pa.RecordBatch | pa.Table) -> pa.Array:
     """Encoded primary keys (a ``pa.BinaryArray``) of every row of a batch holding the key columns."""
     arrays = []
     names = batch.schema.names

@@ -1,4 +1,4 @@
-"""Table schemas: columns, Kudu's schema rules, Arrow conversion and write validation.
+"""Table schemas: ordered columns with a primary key (one column is ``column``), Arrow conversion, validation.
 
 A ``Schema`` is immutable and validated on construction, so every layer (client, master, tablet) can
 trust one it holds. Two validation paths exist on purpose: ``validate_row`` for the per-row client
@@ -19,34 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.common import types as T
+from kudu_async.common.column import COMPRESSIONS, ENCODINGS, ColumnSchema, cast_column
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
+from kudu_async.common.key_encoding import MAX_ENCODED_KEY_SIZE_BYTES, encode_key, encode_values
 
 MAX_COLUMNS = 300
-MAX_IDENTIFIER_LENGTH = 256
-MAX_ENCODED_KEY_SIZE_BYTES = 16 * 1024
-
-# Kudu's encodings and compression codecs, with the column types each encoding applies to.
-ENCODINGS = ("auto", "plain", "prefix", "group_varint", "rle", "dict", "bit_shuffle")
-_ENCODING_ALIASES = {
-    "bitshuffle": "bit_shuffle",
-    "auto_encoding": "auto",
-    "plain_encoding": "plain",
-    "prefix_encoding": "prefix",
-    "dict_encoding": "dict",
-}
-COMPRESSIONS = ("default", "none", "snappy", "lz4", "zlib")
-_COMPRESSION_ALIASES = {"default_compression": "default", "no_compression": "none"}
-_INT_LIKE = ("int8", "int16", "int32", "int64", "date", "unixtime_micros")
-_ALLOWED_ENCODINGS: dict[str, tuple[str, ...]] = {
-    **{n: ("auto", "plain", "bit_shuffle", "rle") for n in _INT_LIKE},
-    "float": ("auto", "plain", "bit_shuffle"),
-    "double": ("auto", "plain", "bit_shuffle"),
-    "decimal": ("auto", "plain", "bit_shuffle"),
-    "bool": ("auto", "plain", "rle"),
-    "string": ("auto", "plain", "prefix", "dict"),
-    "varchar": ("auto", "plain", "prefix", "dict"),
-    "binary": ("auto", "plain", "prefix", "dict"),
-}
 
 # Write operations (RowOperationsPB.Type names, lower case) and which columns each needs.
 INSERT_LIKE_OPS = frozenset({"insert", "insert_ignore", "upsert", "upsert_ignore"})
@@ -54,186 +31,12 @@ UPDATE_OPS = frozenset({"update", "update_ignore"})
 DELETE_OPS = frozenset({"delete", "delete_ignore"})
 WRITE_OPS = INSERT_LIKE_OPS | UPDATE_OPS | DELETE_OPS
 
-_VARCHAR_META = b"kudu.varchar_length"
-
 
 def _norm_op(for_op: str) -> str:
     op = str(for_op).lower()
     if op not in WRITE_OPS:
         raise KuduInvalidArgument(f"unknown write operation '{for_op}'")
     return op
-
-
-def check_identifier(kind: str, name: Any) -> None:
-    """Kudu's identifier rule for table and column names: non-empty UTF-8 of at most 256 bytes."""
-    if not isinstance(name, str) or not name:
-        raise KuduInvalidArgument(f"{kind} name must be a non-empty string, got {name!r}")
-    try:
-        encoded = name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise KuduInvalidArgument(f"{kind} name {name!r} is not valid UTF-8") from None
-    if len(encoded) > MAX_IDENTIFIER_LENGTH:
-        raise KuduInvalidArgument(
-            f"{kind} name '{name[:40]}...' is {len(encoded)} bytes; the limit is {MAX_IDENTIFIER_LENGTH}"
-        )
-
-
-def _norm_choice(kind: str, value: str | None, choices: Sequence[str], aliases: Mapping[str, str]) -> str | None:
-    if value is None:
-        return None
-    v = str(value).strip().lower()
-    for prefix in ("encoding_", "compression_"):
-        if v.startswith(prefix):
-            v = v[len(prefix) :]
-    v = aliases.get(v, v)
-    if v not in choices:
-        raise KuduInvalidArgument(f"unknown {kind} '{value}'; expected one of {', '.join(choices)}")
-    return v
-
-
-@dataclass(frozen=True)
-class ColumnSchema:
-    """One column: Kudu's attributes, validated on construction (default coerced to the type)."""
-
-    name: str
-    type: T.KuduType
-    nullable: bool = True
-    default: Any = None
-    precision: int | None = None
-    scale: int | None = None
-    length: int | None = None
-    comment: str | None = None
-    encoding: str | None = None
-    compression: str | None = None
-    immutable: bool = False
-    block_size: int | None = None
-    # Stable identity across renames (Kudu's column id): storage maps files to the schema by it.
-    id: int | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "type", T.type_from_name(self.type))
-        check_identifier("column", self.name)
-        kt = self.type
-        if kt is T.DECIMAL:
-            if self.precision is None:
-                raise KuduInvalidArgument(f"column '{self.name}': decimal needs a precision")
-            if not 1 <= self.precision <= T.MAX_DECIMAL_PRECISION:
-                raise KuduInvalidArgument(f"column '{self.name}': decimal precision {self.precision} not in 1..38")
-            scale = 0 if self.scale is None else self.scale
-            if not 0 <= scale <= self.precision:
-                raise KuduInvalidArgument(f"column '{self.name}': decimal scale {scale} not in 0..{self.precision}")
-            object.__setattr__(self, "scale", scale)
-        elif self.precision is not None or self.scale is not None:
-            raise KuduInvalidArgument(f"column '{self.name}': precision/scale only apply to decimal")
-        if kt is T.VARCHAR:
-            if self.length is None:
-                raise KuduInvalidArgument(f"column '{self.name}': varchar needs a length")
-            if not 1 <= self.length <= T.MAX_VARCHAR_LENGTH:
-                raise KuduInvalidArgument(
-                    f"column '{self.name}': varchar length {self.length} not in 1..{T.MAX_VARCHAR_LENGTH}"
-                )
-        elif self.length is not None:
-            raise KuduInvalidArgument(f"column '{self.name}': length only applies to varchar")
-        enc = _norm_choice("encoding", self.encoding, ENCODINGS, _ENCODING_ALIASES)
-        if enc is not None and enc not in _ALLOWED_ENCODINGS[kt.name]:
-            raise KuduInvalidArgument(f"column '{self.name}': encoding {enc} not supported for {kt.name}")
-        object.__setattr__(self, "encoding", enc)
-        object.__setattr__(
-            self,
-            "compression",
-            _norm_choice("compression", self.compression, COMPRESSIONS, _COMPRESSION_ALIASES),
-        )
-        if self.default is not None:
-            object.__setattr__(self, "default", self.coerce(self.default))
-
-    # -- derived facts ----------------------------------------------------------------------------------
-
-    @property
-    def arrow_type(self) -> pa.DataType:
-        return self.type.arrow_type(self.precision, self.scale, self.length)
-
-    @property
-    def type_label(self) -> str:
-        """``int64``, ``decimal(10,2)``, ``varchar(20)``: how errors and describe show the type."""
-        if self.type is T.DECIMAL:
-            return f"decimal({self.precision},{self.scale})"
-        if self.type is T.VARCHAR:
-            return f"varchar({self.length})"
-        return self.type.name
-
-    def to_arrow_field(self) -> pa.Field:
-        meta = None
-        if self.type is T.VARCHAR:
-            meta = {_VARCHAR_META: str(self.length).encode()}
-        return pa.field(self.name, self.arrow_type, self.nullable, metadata=meta)
-
-    def coerce(self, value: Any) -> Any:
-        """Canonical form of one non-None value for this column (KuduInvalidArgument if it does not fit)."""
-        return T.coerce_value(
-            self.type, value, column=self.name, precision=self.precision, scale=self.scale, length=self.length
-        )
-
-    # -- wire form ----------------------------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        """msgpack-able form; the default is stored in its physical form (ints for date/decimal)."""
-        d: dict[str, Any] = {"name": self.name, "type": self.type.name, "nullable": self.nullable}
-        if self.default is not None:
-            d["default"] = T.to_physical(self.type, self.default, self.scale)
-        for attr in ("precision", "scale", "length", "comment", "encoding", "compression", "block_size"):
-            v = getattr(self, attr)
-            if v is not None:
-                d[attr] = v
-        if self.immutable:
-            d["immutable"] = True
-        if self.id is not None:
-            d["id"] = self.id
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ColumnSchema:
-        kt = T.type_from_name(d["type"])
-        default = d.get("default")
-        if default is not None:
-            default = T.from_physical(kt, default, d.get("scale"))
-        return cls(
-            name=d["name"],
-            type=kt,
-            nullable=bool(d.get("nullable", True)),
-            default=default,
-            precision=d.get("precision"),
-            scale=d.get("scale"),
-            length=d.get("length"),
-            comment=d.get("comment"),
-            encoding=d.get("encoding"),
-            compression=d.get("compression"),
-            immutable=bool(d.get("immutable", False)),
-            block_size=d.get("block_size"),
-            id=_column_id(d.get("id")),
-        )
-
-    @classmethod
-    def from_arrow_field(cls, f: pa.Field, *, nullable: bool | None = None) -> ColumnSchema:
-        kt, attrs = T.type_from_arrow(f.type)
-        length = None
-        if f.metadata and _VARCHAR_META in f.metadata:
-            kt, length = T.VARCHAR, int(f.metadata[_VARCHAR_META])
-        return cls(
-            f.name,
-            kt,
-            f.nullable if nullable is None else nullable,
-            precision=attrs.get("precision"),
-            scale=attrs.get("scale"),
-            length=length,
-        )
-
-
-def _column_id(v: Any) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise KuduInvalidArgument(f"column id must be a non-negative integer, got {v!r}")
-    return v
 
 
 @dataclass(frozen=True, init=False)
@@ -497,8 +300,6 @@ class Schema:
                         f"column '{name}': NOT NULL column without a default is missing", {"column": name}
                     )
         if self._variable_key and _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
-            from kudu_async.common.key_encoding import encode_key
-
             encode_key(self, [out[c.name] for c in self.key_columns])
         return out
 
@@ -643,8 +444,6 @@ def _oversized_keys(schema: Schema, batch: pa.RecordBatch) -> dict[int, str]:
             bound += 16
     if not has_variable:
         return {}
-    from kudu_async.common.key_encoding import encode_values
-
     out: dict[int, str] = {}
     for r in np.flatnonzero(bound > MAX_ENCODED_KEY_SIZE_BYTES).tolist():
         values = [batch.column(c.name)[r].as_py() for c in schema.key_columns]
@@ -692,96 +491,15 @@ def _null_out_of_range_ints(
     return pc.if_else(bad, pa.scalar(None, arr.type), arr)
 
 
-# --- casting one Arrow column to a column's type ----------------------------------------------------------
-
-
-def _kind(t: pa.DataType) -> str:
-    if pa.types.is_dictionary(t):
-        return _kind(t.value_type)
-    if pa.types.is_null(t):
-        return "null"
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return "binary"
-    if pa.types.is_fixed_size_binary(t):
-        return "binary"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_decimal(t):
-        return "decimal"
-    return "other"
-
-
-# Which source kinds may be cast (safely, checked by Arrow) to each Kudu type.
-_CASTABLE: dict[str, frozenset[str]] = {
-    **{n: frozenset({"int"}) for n in ("int8", "int16", "int32", "int64")},
-    "float": frozenset({"int", "float"}),
-    "double": frozenset({"int", "float"}),
-    "bool": frozenset({"bool"}),
-    "string": frozenset({"string"}),
-    "varchar": frozenset({"string"}),
-    "binary": frozenset({"binary", "string"}),
-    "unixtime_micros": frozenset({"timestamp", "int"}),
-    "date": frozenset({"date"}),
-    "decimal": frozenset({"decimal", "int"}),
-}
-
-
-def _arrow_type_label(t: pa.DataType) -> str:
-    k = _kind(t)
-    if k == "string":
-        return "str"
-    return str(t)
-
-
-def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, *, check_cells: bool = True) -> pa.Array:
-    """Cast an Arrow array to the column's type, enforcing Kudu's cell rules (vectorised).
-
-    Only lossless, same-kind casts are allowed (int widths with range checks, int -> float/decimal,
-    timestamps of any unit/zone to UTC microseconds, string -> binary); strings are not parsed into
-    numbers. VARCHAR is truncated to its length; cells over 64 KiB are rejected.
-    """
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    target = col.arrow_type
-    src = arr.type
-    if pa.types.is_dictionary(src):
-        arr = arr.dictionary_decode()
-        src = arr.type
-    if not src.equals(target):
-        kind = _kind(src)
-        if kind != "null" and kind not in _CASTABLE[col.type.name]:
-            raise KuduInvalidArgument(
-                f"column '{col.name}': expected {col.type_label}, got {_arrow_type_label(src)}",
-                {"column": col.name},
-            )
-        try:
-            if kind == "int" and col.type is T.UNIXTIME_MICROS:
-                arr = pc.cast(arr, pa.int64(), safe=True).view(target)
-            else:
-                arr = pc.cast(arr, target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise KuduInvalidArgument(
-                f"column '{col.name}': cannot convert {src} to {col.type_label}: {e}", {"column": col.name}
-            ) from None
-    if col.type.is_string_like and len(arr):
-        if col.type is T.VARCHAR and col.length is not None:
-            too_long = pc.max(pc.utf8_length(arr)).as_py()
-            if too_long is not None and too_long > col.length:
-                arr = pc.utf8_slice_codeunits(arr, 0, col.length)
-        biggest = pc.max(pc.binary_length(arr)).as_py() if check_cells else None
-        if biggest is not None and biggest > T.MAX_CELL_SIZE_BYTES:
-            raise KuduInvalidArgument(
-                f"column '{col.name}': cell of {biggest} bytes exceeds {T.MAX_CELL_SIZE_BYTES}",
-                {"column": col.name},
-            )
-    return arr
+__all__ = [
+    "COMPRESSIONS",
+    "DELETE_OPS",
+    "ENCODINGS",
+    "INSERT_LIKE_OPS",
+    "MAX_COLUMNS",
+    "UPDATE_OPS",
+    "WRITE_OPS",
+    "ColumnSchema",
+    "Schema",
+    "cast_column",
+]

@@ -14,7 +14,6 @@ import asyncio
 import errno
 import logging
 import os
-import random
 import secrets
 import shutil
 import stat
@@ -33,12 +32,11 @@ from kudu_async.common.errors import (
     KuduIllegalState,
     KuduInvalidArgument,
     KuduIOError,
-    KuduNetworkError,
     KuduNotFound,
     KuduRemoteError,
     KuduServiceUnavailable,
-    KuduTimedOut,
 )
+from kudu_async.common.retry import TRANSIENT, Backoff, BackoffPolicy, Deadline
 from kudu_async.fs.io_util import fsync_dir
 from kudu_async.rpc import codec
 from kudu_async.rpc.client import RpcClient
@@ -393,26 +391,10 @@ class TabletCopySource:
                 await self._remove_dir(d)
 
 
-# Transient failures worth retrying a chunk for; anything else (NOT_FOUND for an expired session, a bad
-# request, corruption, the source's disk failing) will not get better by asking again.
-_RETRYABLE = (KuduNetworkError, KuduTimedOut, KuduServiceUnavailable)
-_MAX_BACKOFF_S = 2.0
-
-
-class _Deadline:
-    """The copy's overall deadline; every RPC and backoff sleep is cut to what is left of it."""
-
-    def __init__(self, timeout_s: float, what: str) -> None:
-        self.timeout_s = timeout_s
-        self.end = time.monotonic() + timeout_s
-        self.what = what
-
-    def left(self, cause: BaseException | None = None) -> float:
-        remaining = self.end - time.monotonic()
-        if remaining <= 0:
-            tail = f"; last error: {cause}" if cause is not None else ""
-            raise KuduTimedOut(f"{self.what} did not finish in {self.timeout_s:g}s{tail}")
-        return remaining
+# A chunk is retried on TRANSIENT failures only (the copy reads one source's files): anything else (NOT_FOUND
+# for an expired session, a bad request, corruption, the source's disk failing) will not get better by asking
+# again. Chunks are large, so retries start slower than a client's.
+CHUNK_BACKOFF = BackoffPolicy(initial_s=0.05, max_s=2.0)
 
 
 async def fetch_tablet_copy(
@@ -435,7 +417,7 @@ async def fetch_tablet_copy(
     """
     if chunk_bytes <= 0 or timeout_s <= 0:
         raise KuduInvalidArgument("chunk_bytes and timeout_s must be positive")
-    deadline = _Deadline(timeout_s, f"tablet copy of {group} from {source_address}")
+    deadline = Deadline(timeout_s, f"tablet copy of {group} from {source_address}")
 
     def _prepare() -> None:
         if dest_dir.exists() and (not dest_dir.is_dir() or any(dest_dir.iterdir())):
@@ -530,11 +512,11 @@ def _parse_begin(begin: Any, group: str, source: str) -> tuple[list[tuple[str, i
 
 
 async def _fetch_chunk(
-    rpc: RpcClient, address: str, session_id: str, name: str, offset: int, want: int, deadline: _Deadline, group: str
+    rpc: RpcClient, address: str, session_id: str, name: str, offset: int, want: int, deadline: Deadline, group: str
 ) -> bytes:
     """Up to ``want`` bytes of ``name`` at ``offset``: transient failures retried with jittered exponential
     backoff inside the deadline; a chunk failing its CRC32C is refetched once (damage in flight)."""
-    delay = 0.05
+    backoff = Backoff(CHUNK_BACKOFF)
     damaged = 0
     last: BaseException | None = None
     while True:
@@ -547,15 +529,13 @@ async def _fetch_chunk(
                 {"session_id": session_id, "name": name, "offset": offset, "max_bytes": want},
                 timeout_s=call_timeout,
             )
-        except _RETRYABLE as e:
+        except TRANSIENT as e:
             last = e
-            pause = min(deadline.left(e), delay * random.uniform(0.5, 1.0))
             log.info(
                 "tablet copy chunk failed; retrying",
                 extra={"group": group, "file": name, "offset": offset, "error": str(e)},
             )
-            await asyncio.sleep(pause)
-            delay = min(_MAX_BACKOFF_S, delay * 2)
+            await backoff.sleep(deadline, e)
             continue
         data = reply.get("data") if isinstance(reply, dict) else None
         crc = reply.get("crc32c") if isinstance(reply, dict) else None

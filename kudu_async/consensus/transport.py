@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.retry import BackoffPolicy, RandomSource
 from kudu_async.consensus.raft import LEASE_TICK_LAG, MAX_TICK_CATCH_UP
 from kudu_async.rpc.client import RpcClient
 
@@ -59,6 +60,7 @@ class ConsensusTransport:
         backoff_max_s: float = 2.0,
         heartbeat_window_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
+        rng: RandomSource = random,
     ) -> None:
         self.rpc = rpc
         self.node_uuid = node_uuid
@@ -68,6 +70,8 @@ class ConsensusTransport:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._clock = clock
+        self._rng = rng
+        self._backoff = BackoffPolicy(backoff_initial_s, backoff_max_s)
         self.heartbeat_window_s = heartbeat_window_s
         self._hb_flush_scheduled = False
         self._peers: dict[str, _PeerOutbox] = {}
@@ -166,8 +170,7 @@ class ConsensusTransport:
             box.calls += 1
         except KuduBadStatus as e:
             box.failures += 1
-            delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** min(box.failures - 1, 16))
-            box.retry_at = self._clock() + delay * random.uniform(0.5, 1.0)
+            box.retry_at = self._clock() + self._backoff.delay(box.failures - 1, self._rng)
             box.dropped += len(batch) + len(box.messages)
             box.messages, box.bytes_estimate, box.only_heartbeats = [], 0, True
             if box.failures == 1 or box.failures % 50 == 0:

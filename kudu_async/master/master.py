@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import sys_catalog
@@ -24,7 +24,7 @@ from kudu_async.master.catalog_manager import MAX_DDL_WAIT_MS, CatalogManager
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
 from kudu_async.rpc.server import CallContext, require_map
-from kudu_async.server.admin import NODE_KEY, json_response
+from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
 
@@ -34,6 +34,7 @@ DDL_WAIT_DEFAULT_S = MAX_DDL_WAIT_MS / 1000  # an Is*Done caller without a deadl
 # Longest a catalog read waits for a heartbeat round confirming leadership (an election timeout and a half:
 # by then a leader cut off from the majority has stepped down).
 CATALOG_READ_CONFIRM_S = 2.0
+CATALOG_PEER_BACKOFF = BackoffPolicy(initial_s=0.1, max_s=5.0)  # first start: waiting for the other masters
 
 
 class Master(Node):
@@ -105,7 +106,7 @@ class Master(Node):
         """First start: learn every master's uuid (they all must answer), then create the catalog group
         with all of them as voters. Every master computes the same initial config."""
         peers: dict[str, str] = {}
-        delay = 0.1
+        backoff = Backoff(CATALOG_PEER_BACKOFF)
         for addr in self.config.masters:
             if addr == self.rpc_address or len(self.config.masters) == 1:  # a lone master is this one
                 peers[self.uuid] = self.rpc_address
@@ -118,13 +119,12 @@ class Master(Node):
                     peers[st["uuid"]] = addr
                     break
                 except KuduBadStatus as e:
-                    if delay >= 2.0:
+                    if backoff.ceiling() >= 2.0:
                         log.warning(
                             "waiting for master to answer before creating the catalog",
                             extra={"master": addr, "error": str(e)},
                         )
-                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-                    delay = min(5.0, delay * 2)
+                    await asyncio.sleep(backoff.next_delay())
         if self.uuid not in peers:
             raise KuduIllegalState(
                 f"this master's address {self.rpc_address} is not in --master-addresses {self.config.masters}"
@@ -336,25 +336,25 @@ class Master(Node):
 
 async def _tservers_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tservers``: every registered tserver (live and dead), sorted by uuid."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     return web.json_response(master.ts_manager.descriptors(time.monotonic()))
 
 
 async def _leader_page(request: web.Request) -> web.Response:
     """``GET /api/v1/leader``: the catalog leader as this master knows it."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     return web.json_response(master.leader_info())
 
 
 async def _masters_page(request: web.Request) -> web.Response:
     """``GET /api/v1/masters``: uuid, RPC address and Raft role of every master."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     return web.json_response({"masters": master.masters()})
 
 
 async def _tables_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tables``: every table in the catalog (any master; followers may lag)."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     tables = [
         {
             "name": t["name"],
@@ -371,7 +371,7 @@ async def _tables_page(request: web.Request) -> web.Response:
 
 async def _table_page(request: web.Request) -> web.Response:
     """``GET /api/v1/tables/{name}``: schema, partitioning and each tablet with its replicas and leader."""
-    master: Master = request.app[NODE_KEY]  # type: ignore[assignment]
+    master = node_as(request, Master)
     cm = master.catalog_manager
     t = cm.find_table(request.match_info["name"])
     tablets = [cm.location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]

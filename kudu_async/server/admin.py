@@ -10,19 +10,54 @@ import json
 import logging
 import resource
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.metrics import MetricRegistry
+from kudu_async.consensus.raft_manager import RaftManager
+from kudu_async.server.config import NodeConfig
 from kudu_async.version import __version__
-
-if TYPE_CHECKING:
-    from kudu_async.server.node import Node
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-NODE_KEY = web.AppKey("node", object)
+_N = TypeVar("_N")
+
+
+class AdminNode(Protocol):
+    """What the admin app reads of the node it serves (``server.node.Node``, which builds this app)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def metrics(self) -> MetricRegistry: ...
+
+    @property
+    def raft(self) -> RaftManager: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def rpcz(self) -> dict[str, Any]: ...
+
+    def mem_trackers(self) -> list[dict[str, Any]]: ...
+
+    def add_admin_routes(self, app: web.Application) -> None: ...
+
+
+NODE_KEY: web.AppKey[AdminNode] = web.AppKey("node")
+
+
+def node_as(request: web.Request, cls: type[_N]) -> _N:
+    """The node serving ``request`` as its role's class, for a role's own pages."""
+    node = request.app[NODE_KEY]
+    if not isinstance(node, cls):
+        raise KuduIllegalState(f"this admin page is for a {cls.__name__}; this node is a {node.role}")
+    return node
 
 
 def _json_default(o: Any) -> Any:
@@ -78,9 +113,8 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
     return v
 
 
-def _node(request: web.Request) -> Node:
-    node: Node = request.app[NODE_KEY]  # type: ignore[assignment]
-    return node
+def _node(request: web.Request) -> AdminNode:
+    return request.app[NODE_KEY]
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -159,7 +193,7 @@ async def home(request: web.Request) -> web.Response:
     return web.json_response({"status": node.status(), "paths": paths})
 
 
-def build_admin_app(node: Node) -> web.Application:
+def build_admin_app(node: AdminNode) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=1024 * 1024)
     app[NODE_KEY] = node
     r = app.router

@@ -3,41 +3,25 @@ unavailable or dead masters with jittered backoff inside one deadline, and sends
 stays the same on every attempt, so a DDL retried after a leader died (or its reply was lost) is applied
 exactly once.
 
-It is deliberately small and stands apart from the real client (``kudu_async.client``): stress tests need
-to see every attempt, so it counts them.
+It stands apart from the real client's ``MasterClient`` (which asks every master who leads, then calls
+the leader) because stress tests need to see and count every attempt of the call itself; the retry
+policy, backoff and reading of NOT_THE_LEADER hints are the shared ones of ``kudu_async.common.retry``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kudu_async.common.errors import (
-    KuduAborted,
-    KuduBadStatus,
-    KuduNetworkError,
-    KuduNotTheLeader,
-    KuduServiceUnavailable,
-    KuduTimedOut,
-    KuduUninitialized,
-)
+from kudu_async.common.errors import KuduBadStatus, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.retry import RETRYABLE, Backoff, BackoffPolicy, leader_hint
 from kudu_async.rpc.client import RpcClient
 
-# One master's failure to answer: the next attempt (maybe at another master) may succeed.
-RETRYABLE: tuple[type[KuduBadStatus], ...] = (
-    KuduNotTheLeader,
-    KuduNetworkError,
-    KuduTimedOut,
-    KuduServiceUnavailable,
-    KuduAborted,
-    KuduUninitialized,
-)
 DDL_METHODS = ("CreateTable", "AlterTable", "DeleteTable")
 
 
@@ -83,7 +67,7 @@ class LeaderMasterClient:
         """
         self.stats.calls += 1
         deadline = time.monotonic() + timeout_s
-        delay = 0.02
+        backoff = Backoff(BackoffPolicy(initial_s=0.02, max_s=self.max_backoff_s))
         last: KuduBadStatus | None = None
         hint: str | None = None
         first = True
@@ -107,9 +91,7 @@ class LeaderMasterClient:
                     if self.leader == addr:
                         self.leader = None
                     if isinstance(e, KuduNotTheLeader):
-                        known = e.details.get("leader_address")
-                        if isinstance(known, str) and known and known != addr and known in self.masters():
-                            hint = known  # the next round starts there
+                        hint = leader_hint(e, self.masters(), addr) or hint  # the next round starts there
                     continue
                 if self.leader != addr:
                     self.stats.leader_switches += 1
@@ -122,8 +104,7 @@ class LeaderMasterClient:
                     f"Master/{method} got no answer from a leader master within {timeout_s:g}s{tail}",
                     {"method": method},
                 )
-            await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.0)))
-            delay = min(self.max_backoff_s, delay * 2)
+            await asyncio.sleep(min(left, backoff.next_delay()))
 
     async def ddl(self, method: str, req: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         """A DDL call under one request id (``req['request_id']`` if set, else a new one) for all attempts."""

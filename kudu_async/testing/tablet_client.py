@@ -2,41 +2,25 @@
 
 It knows no master and no partitioning (the real client does); it finds a tablet's leader by asking
 the replicas, retries what a client retries (NOT_THE_LEADER, unavailable, timed out) within a deadline,
-and moves rows as Arrow, like the real client will.
+and moves rows as Arrow, as the real client does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from kudu_async.common.errors import (
-    KuduAborted,
-    KuduBadStatus,
-    KuduNetworkError,
-    KuduNotFound,
-    KuduNotTheLeader,
-    KuduServiceUnavailable,
-    KuduTabletNotRunning,
-    KuduTimedOut,
-)
+from kudu_async.common.errors import KuduBadStatus, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.retry import REPLICA_RETRYABLE, Backoff, BackoffPolicy, leader_hint
 from kudu_async.common.row_conversion import encode_row_operations, ipc_to_table
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
 
-RETRYABLE = (
-    KuduNotTheLeader,
-    KuduNetworkError,
-    KuduTimedOut,
-    KuduServiceUnavailable,
-    KuduAborted,
-    KuduTabletNotRunning,
-)
+LEADER_BACKOFF = BackoffPolicy(initial_s=0.02, max_s=0.5)
 INSERT, UPDATE, DELETE, UPSERT = 1, 2, 3, 5
 
 
@@ -85,7 +69,7 @@ class TabletClient:
 
     async def _call_leader(self, method: str, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
-        delay = 0.02
+        backoff = Backoff(LEADER_BACKOFF)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -99,12 +83,10 @@ class TabletClient:
                 )
                 return reply
             except KuduNotTheLeader as e:
-                hint = e.details.get("leader_address")
-                self.leader = hint if hint in self.addresses.values() and hint != addr else None
-            except (*RETRYABLE, KuduNotFound):
+                self.leader = leader_hint(e, self.addresses.values(), addr)
+            except REPLICA_RETRYABLE:  # NOT_FOUND: a replica may not have created the tablet yet
                 self.leader = None
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(0.5, delay * 2)
+            await backoff.sleep()
 
     async def write(self, rows: pa.RecordBatch, op: int = INSERT, timeout_s: float = 30.0) -> dict[str, Any]:
         """Write one batch (all rows the same op) to the leader, retrying until acknowledged.

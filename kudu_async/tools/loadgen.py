@@ -193,7 +193,7 @@ async def _load(client: AsyncClient, table: Table, opts: LoadgenOptions, auto: b
         "errors": errors,
     }
     if opts.run_scan:
-        sc = client._new_scanner(table)
+        sc = client.new_scanner(table)
         sc.set_projected_column_names([table.schema.columns[0].name])
         t1 = time.monotonic()
         counted = sum([b.num_rows async for b in sc.xbatches()])

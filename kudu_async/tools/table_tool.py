@@ -372,7 +372,7 @@ async def scan(
 ) -> int:
     """Stream the rows of ``name`` to ``out`` as CSV (with a header) or JSON Lines; returns the row count."""
     table = await client.table(name)
-    sc = client._new_scanner(table)
+    sc = client.new_scanner(table)
     if columns:
         sc.set_projected_column_names(list(columns))
     sc.add_predicates(parse_predicates(table, predicates))
@@ -463,7 +463,7 @@ async def copy(
     missing = [c for c in table.schema.names if c not in out.schema]
     if missing:
         raise KuduInvalidArgument(f"table {dst} has no columns {missing} of {src}")
-    sc = client._new_scanner(table)
+    sc = client.new_scanner(table)
     sc.add_predicates(parse_predicates(table, predicates))
     sc.set_fault_tolerant()
     session = target.new_session(timeout_ms=max(30_000, target.rpc_timeout_ms))

@@ -27,13 +27,13 @@ import contextlib
 import functools
 import itertools
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument, KuduRemoteError
+from kudu_async.common.retry import BackoffPolicy
 from kudu_async.rpc.client import RpcClient
 
 log = logging.getLogger(__name__)
@@ -206,8 +206,7 @@ class Heartbeater:
 
     def _backoff(self, failures: int) -> float:
         """Jittered exponential backoff: interval * 2^(n-1), capped, times a random factor in [0.5, 1]."""
-        base = min(self.max_backoff_s, self.interval_s * 2.0 ** min(failures - 1, 20))
-        return base * random.uniform(0.5, 1.0)
+        return BackoffPolicy(self.interval_s, self.max_backoff_s).delay(failures - 1)
 
     def _record_failure(self, m: _MasterState, err: BaseException, unexpected: bool) -> None:
         m.consecutive_failures += 1

@@ -25,7 +25,6 @@ import contextlib
 import enum
 import functools
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -44,6 +43,7 @@ from kudu_async.common.errors import (
     KuduTimedOut,
 )
 from kudu_async.common.metrics import MetricEntity
+from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.common.schema import Schema
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.tablet.ops import WriteOp, WriteResult
@@ -62,6 +62,8 @@ from kudu_async.tserver.wire import (
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+# A write waiting for row locks held by writes in flight: each holds them for one prepare, so retry fast.
+ROW_LOCK_BACKOFF = BackoffPolicy(initial_s=0.001, max_s=0.05)
 
 
 class TabletState(enum.Enum):
@@ -435,7 +437,7 @@ class TabletReplica:
         attempt of an intervening leader, so the write is refused as retryable instead of proposed)."""
         request_id = None if tracked is None else tracked[0]
         loop = asyncio.get_running_loop()
-        delay = 0.001
+        backoff = Backoff(ROW_LOCK_BACKOFF)
         while True:
             async with self._prepare_lock:
                 r = self._leader()
@@ -469,10 +471,9 @@ class TabletReplica:
                     self._pending_bytes += prepared.op.rows.nbytes
                     fut.add_done_callback(functools.partial(self._proposal_done, key))
                     return fut
-            if time.monotonic() + delay > deadline:
+            if time.monotonic() + backoff.ceiling() > deadline:
                 raise KuduTimedOut(f"write to tablet {self.tablet_id}: rows stayed locked by writes in flight")
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(0.05, delay * 2)
+            await asyncio.sleep(backoff.next_delay())
 
     async def _prepare_in_worker(
         self, op: WriteOp, ts: int, request_id: RequestId | None

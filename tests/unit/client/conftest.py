@@ -34,7 +34,7 @@ def table_info(
 
 
 def offline_table(schema: Schema, partitioning: kudu.Partitioning | None = None, **kw: Any) -> Table:
-    return Table(None, None, table_info(schema, partitioning, **kw))  # type: ignore[arg-type]
+    return Table(None, table_info(schema, partitioning, **kw))  # type: ignore[arg-type]
 
 
 @pytest.fixture

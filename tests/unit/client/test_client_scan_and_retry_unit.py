@@ -14,12 +14,11 @@ import msgpack
 import pytest
 
 import kudu_async as kudu
-from kudu_async.client import retry
 from kudu_async.client.aio import AsyncClient
 from kudu_async.client.meta_cache import ReplicaLocation, TabletLocation
-from kudu_async.client.retry import Deadline
 from kudu_async.client.scanner import TOKEN_VERSION, ScanConfig, ScanToken, snapshot_to_hybrid
 from kudu_async.client.table import Table
+from kudu_async.common import retry
 from kudu_async.common.clock import make_timestamp
 from kudu_async.common.errors import (
     KuduNetworkError,
@@ -30,6 +29,7 @@ from kudu_async.common.errors import (
 )
 from kudu_async.common.key_encoding import encode_key
 from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.retry import BackoffPolicy, Deadline
 
 
 @pytest.fixture
@@ -230,20 +230,19 @@ async def test_backoff_doubles_with_jitter_up_to_its_cap(monkeypatch: pytest.Mon
     async def fake_sleep(s: float) -> None:
         slept.append(s)
 
-    monkeypatch.setattr(retry.asyncio, "sleep", fake_sleep)
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
     d = Deadline(3600.0, "x")
     for _ in range(12):
         await d.backoff()
     assert d.attempts == 12
     for i, s in enumerate(slept):
-        ceiling = min(retry.MAX_BACKOFF_S, retry.MIN_BACKOFF_S * 2**i)
+        ceiling = min(retry.CLIENT_BACKOFF.max_s, retry.CLIENT_BACKOFF.initial_s * 2**i)
         assert ceiling / 2 <= s <= ceiling, (i, s)
-    assert max(slept) <= retry.MAX_BACKOFF_S
+    assert max(slept) <= retry.CLIENT_BACKOFF.max_s
 
 
 async def test_backoff_never_sleeps_past_the_deadline_and_then_raises() -> None:
-    d = Deadline(0.15, "scan of tablet x")
-    d._delay = 10.0
+    d = Deadline(0.15, "scan of tablet x", policy=BackoffPolicy(initial_s=10.0, max_s=10.0))
     t0 = time.monotonic()
     with pytest.raises(KuduTimedOut, match="scan of tablet x timed out"):
         await d.backoff(KuduNetworkError("connection refused"))

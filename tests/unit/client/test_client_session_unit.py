@@ -16,12 +16,15 @@ import pyarrow as pa
 import pytest
 
 import kudu_async as kudu
+from kudu_async.client import batcher as B
 from kudu_async.client import session as S
+from kudu_async.client import sync
 from kudu_async.client.meta_cache import ReplicaLocation, TableLocations, TabletLocation
-from kudu_async.client.retry import Deadline, WriteRequestIds
+from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
 from kudu_async.common.partition import PartitionSchema
+from kudu_async.common.retry import Deadline
 from kudu_async.common.row_conversion import OpType, decode_row_operations
 from kudu_async.common.schema import ColumnSchema, Schema
 
@@ -34,8 +37,8 @@ II, UI, DI, UPI = (
 )
 
 
-def _batch(table: Table, ops: list[Any]) -> S._Batch:
-    return S._ops_to_batch([(op, op.validated(table.schema), table.schema, table.schema_version) for op in ops])
+def _batch(table: Table, ops: list[Any]) -> B.RowBatch:
+    return B.batch_of_ops([(op, op.validated(table.schema), table.schema, table.schema_version) for op in ops])
 
 
 # --- _ops_to_batch -------------------------------------------------------------------------------------------
@@ -82,7 +85,7 @@ def test_widen_update_subset_marks_only_given_cells(kv_table: Table) -> None:
     given = pa.record_batch({"val": pa.array(["a", None]), "key": pa.array([1, 2], pa.int64())})
     checked, bad = kv_table.schema.validate_batch_rows(given, for_op="update")
     assert bad == {}
-    full, set_cols = S._widen(kv_table.schema, checked, set(given.schema.names))
+    full, set_cols = B.widen(kv_table.schema, checked, set(given.schema.names))
     assert full.schema == kv_table.schema.to_arrow()
     assert full.to_pylist() == [{"key": 1, "val": "a", "n": None}, {"key": 2, "val": None, "n": None}]
     assert set_cols is not None and set_cols.tolist() == [[True, True, False]] * 2  # val=None is a set NULL
@@ -91,7 +94,7 @@ def test_widen_update_subset_marks_only_given_cells(kv_table: Table) -> None:
 def test_widen_insert_subset_fills_defaults_but_does_not_mark_them(kv_table: Table) -> None:
     given = pa.record_batch({"key": pa.array([1], pa.int64())})
     checked, _ = kv_table.schema.validate_batch_rows(given, for_op="upsert")
-    full, set_cols = S._widen(kv_table.schema, checked, {"key"})
+    full, set_cols = B.widen(kv_table.schema, checked, {"key"})
     assert full.to_pylist() == [{"key": 1, "val": None, "n": 7}]
     assert set_cols is not None and set_cols.tolist() == [[True, False, False]]
 
@@ -99,45 +102,45 @@ def test_widen_insert_subset_fills_defaults_but_does_not_mark_them(kv_table: Tab
 def test_widen_all_columns_needs_no_bitmap(kv_table: Table) -> None:
     given = pa.record_batch({"key": pa.array([1], pa.int64()), "val": ["x"], "n": pa.array([3], pa.int32())})
     checked, _ = kv_table.schema.validate_batch_rows(given, for_op="insert")
-    assert S._widen(kv_table.schema, checked, set(given.schema.names))[1] is None
+    assert B.widen(kv_table.schema, checked, set(given.schema.names))[1] is None
 
 
 # --- _segments -------------------------------------------------------------------------------------------------
 
 
-def _typed_batch(table: Table, types: list[int]) -> S._Batch:
+def _typed_batch(table: Table, types: list[int]) -> B.RowBatch:
     rows = pa.RecordBatch.from_pylist(
         [{"key": i, "val": "x", "n": 1} for i in range(len(types))], schema=table.schema.to_arrow()
     )
-    return S._Batch(table, rows, np.array(types, dtype=np.int8), None, None, table.schema, table.schema_version)
+    return B.RowBatch(table, rows, np.array(types, dtype=np.int8), None, None, table.schema, table.schema_version)
 
 
 def test_segments_keep_order_and_hold_one_ignore_kind_at_most(kv_table: Table) -> None:
     b = _typed_batch(kv_table, [II, II, INS, UI, U, DI, II, UPI])
-    segs = S._segments(b, np.arange(8))
+    segs = B.segments(b, np.arange(8))
     assert [s.tolist() for s in segs] == [[0, 1, 2], [3, 4], [5], [6, 7]]
     for s in segs:
-        assert len({t for t in b.op_types[s].tolist() if t in S._IGNORE_KINDS}) <= 1
+        assert len({t for t in b.op_types[s].tolist() if t in B.IGNORE_KINDS}) <= 1
     assert np.concatenate(segs).tolist() == list(range(8))
 
 
 def test_segments_without_ignore_kinds_are_one_rpc(kv_table: Table) -> None:
     b = _typed_batch(kv_table, [INS, U, D, UP, UPI])
-    assert [s.tolist() for s in S._segments(b, np.array([0, 2, 4]))] == [[0, 2, 4]]
-    assert S._segments(b, np.array([], dtype=np.int64)) == []
+    assert [s.tolist() for s in B.segments(b, np.array([0, 2, 4]))] == [[0, 2, 4]]
+    assert B.segments(b, np.array([], dtype=np.int64)) == []
 
 
 def test_segments_are_cut_at_the_rpc_row_cap(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(S, "MAX_ROWS_PER_RPC", 3)
+    monkeypatch.setattr(B, "MAX_ROWS_PER_RPC", 3)
     b = _typed_batch(kv_table, [INS] * 8)
-    assert [s.tolist() for s in S._segments(b, np.arange(8))] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert [s.tolist() for s in B.segments(b, np.arange(8))] == [[0, 1, 2], [3, 4, 5], [6, 7]]
 
 
 def test_segments_are_cut_by_bytes_too(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
     b = _typed_batch(kv_table, [INS] * 10)
     per_row = b.rows.nbytes // 10
-    monkeypatch.setattr(S, "MAX_BYTES_PER_RPC", per_row * 4)
-    assert [len(s) for s in S._segments(b, np.arange(10))] == [4, 4, 2]
+    monkeypatch.setattr(B, "MAX_BYTES_PER_RPC", per_row * 4)
+    assert [len(s) for s in B.segments(b, np.arange(10))] == [4, 4, 2]
 
 
 # --- _adapt: a write built on an old schema -----------------------------------------------------------------
@@ -151,7 +154,7 @@ def test_adapt_follows_a_renamed_column_by_id_and_fills_added_defaults(kv_table:
         .with_column_ids(old.next_column_id)
     )
     b = _batch(kv_table, [kv_table.new_insert({"key": 1, "val": "a"}), kv_table.new_update({"key": 2, "n": 3})])
-    S._adapt(b, old, new)
+    B.adapt_to_schema(b, old, new)
     assert b.rows.schema == new.to_arrow()
     assert b.rows.to_pylist() == [{"key": 1, "val2": "a", "n": 7, "x": 4}, {"key": 2, "val2": None, "n": 3, "x": None}]
     assert b.set_cols is not None
@@ -161,12 +164,12 @@ def test_adapt_follows_a_renamed_column_by_id_and_fills_added_defaults(kv_table:
 def test_adapt_refuses_a_write_that_sets_a_dropped_column(kv_table: Table) -> None:
     b = _batch(kv_table, [kv_table.new_update({"key": 1, "val": "a"})])
     with pytest.raises(KuduInvalidArgument, match="column 'val' is no longer in table t"):
-        S._adapt(b, kv_table.schema, kv_table.schema.drop_column("val"))
+        B.adapt_to_schema(b, kv_table.schema, kv_table.schema.drop_column("val"))
 
 
 def test_adapt_drops_a_column_the_write_does_not_set(kv_table: Table) -> None:
     b = _batch(kv_table, [kv_table.new_update({"key": 1, "n": 3})])
-    S._adapt(b, kv_table.schema, kv_table.schema.drop_column("val"))
+    B.adapt_to_schema(b, kv_table.schema, kv_table.schema.drop_column("val"))
     assert b.rows.to_pylist() == [{"key": 1, "n": 3}]
 
 
@@ -413,7 +416,7 @@ async def test_a_moved_tablet_is_rerouted_after_a_location_refresh(kv_table: Tab
 
 async def test_a_failed_tablet_write_fails_only_its_rows(kv_table: Table) -> None:
     """One tablet's Write times out: its rows fail (maybe applied), the other tablets' rows are written and
-    counted, never reported failed (found by scripts/bench/cluster.py: all rows used to be failed)."""
+    counted, never reported failed."""
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
     sess = S.AsyncSession(fake)  # type: ignore[arg-type]
@@ -432,7 +435,7 @@ async def test_a_failed_tablet_write_fails_only_its_rows(kv_table: Table) -> Non
 async def test_rows_after_a_failed_rpc_to_the_same_tablet_are_not_sent(
     kv_table: Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(S, "MAX_ROWS_PER_RPC", 4)
+    monkeypatch.setattr(B, "MAX_ROWS_PER_RPC", 4)
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
     sess = S.AsyncSession(fake)  # type: ignore[arg-type]
@@ -698,7 +701,7 @@ def test_first_incomplete_seq_no_is_the_oldest_write_still_in_flight() -> None:
 
 
 async def test_failed_row_count_is_exact_past_the_error_cap(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(S, "MAX_PENDING_ERRORS", 3)
+    monkeypatch.setattr(B, "MAX_PENDING_ERRORS", 3)
     fake = FakeTablets(kv_table)
     for t in list(fake.rows):
         fake.fail_next[t] = kudu.KuduTimedOut("write timed out")
@@ -748,11 +751,11 @@ def test_blocking_apply_stages_rows_and_keeps_their_order(kv_table: Table) -> No
             return real_run(coro)
 
         sess._client._run = counting_run
-        n = 2 * S.STAGE_ROWS + 500
+        n = 2 * sync.STAGE_ROWS + 500
         for k in range(n):  # every row inserted, then updated: order within a key must hold
             sess.apply(kv_table.new_insert({"key": k, "val": "first"}))
             sess.apply(kv_table.new_update({"key": k, "val": f"second{k}"}))
-        assert hops == 2 * n // S.STAGE_ROWS  # one hand-off per STAGE_ROWS rows, not one per row
+        assert hops == 2 * n // sync.STAGE_ROWS  # one hand-off per STAGE_ROWS rows, not one per row
         assert 0 < sess.count_buffered_operations() <= 2 * n  # staged rows count as buffered
         with pytest.raises(kudu.KuduInvalidArgument, match="key column missing"):
             sess.apply(kv_table.new_insert({"val": "x"}))  # a bad row is refused at once, in the caller

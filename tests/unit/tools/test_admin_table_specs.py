@@ -42,7 +42,6 @@ def _table() -> Table:
     wire = part.to_wire(schema)
     return Table(
         None,  # type: ignore[arg-type]  # a handle that only describes the table needs no client
-        None,
         {
             "name": name,
             "table_id": "x",
