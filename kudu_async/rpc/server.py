@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jh2.errors
 import jh2.events
@@ -97,15 +97,36 @@ def require_map(request: Any) -> dict[str, Any]:
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
 
 
+class BodyCodec(Protocol):
+    """How a method's bodies are read and written when it has its own message types."""
+
+    def decode(self, body: bytes, content_type: str) -> Any: ...
+
+    def encode(self, obj: Any, content_type: str) -> bytes: ...
+
+
+class _DefaultCodec:
+    """Bodies as plain maps and values (``kudu_async.rpc.codec``)."""
+
+    decode = staticmethod(codec.decode)
+    encode = staticmethod(codec.encode)
+
+
+_DEFAULT_CODEC = _DefaultCodec()
+
+
 class _Method:
     """A registered method with its metrics, resolved once so a call does no name formatting."""
 
-    __slots__ = ("calls", "entity", "errors", "handler", "latency", "name", "service")
+    __slots__ = ("calls", "codec", "entity", "errors", "handler", "latency", "name", "service")
 
-    def __init__(self, service: _Service, name: str, handler: Handler, entity: MetricEntity | None) -> None:
+    def __init__(
+        self, service: _Service, name: str, handler: Handler, entity: MetricEntity | None, body_codec: BodyCodec
+    ) -> None:
         self.service = service
         self.name = name
         self.handler = handler
+        self.codec = body_codec
         self.entity = entity
         self.errors: dict[str, Counter] = {}
         if entity is not None:
@@ -365,8 +386,9 @@ class RpcServer:
 
     # --- registration -----------------------------------------------------------------------------------
 
-    def register(self, service: str, method: str, handler: Handler) -> None:
-        """Serve ``POST /service/method`` with ``await handler(request, ctx)``."""
+    def register(self, service: str, method: str, handler: Handler, *, messages: BodyCodec | None = None) -> None:
+        """Serve ``POST /service/method`` with ``await handler(request, ctx)``; ``messages`` decodes the
+        request bodies and encodes the answers (default: plain maps, see ``kudu_async.rpc.codec``)."""
         for what, name in (("service", service), ("method", method)):
             if not name or "/" in name or not name.isprintable():
                 raise KuduInvalidArgument(f"bad {what} name {name!r}")
@@ -377,7 +399,7 @@ class RpcServer:
             svc = self._services[service] = _Service(service, self.max_inflight_per_service)
         if method in svc.methods:
             raise KuduIllegalState(f"{service}/{method} is already registered")
-        svc.methods[method] = _Method(svc, method, handler, self._metrics)
+        svc.methods[method] = _Method(svc, method, handler, self._metrics, messages or _DEFAULT_CODEC)
 
     def register_service(self, service: str, obj: object) -> list[str]:
         """Register every public ``async def`` method of ``obj`` under its own name; returns the names."""
@@ -557,8 +579,8 @@ class RpcServer:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         req.chunks = []
         try:
-            request = codec.decode(body, req.ctype)
-        except KuduInvalidRequest as e:
+            request = m.codec.decode(body, req.ctype)
+        except (KuduInvalidRequest, KuduInvalidArgument) as e:
             proto.reject(req, e)
             return
         delay = 0.0
@@ -600,7 +622,7 @@ class RpcServer:
             if delay:
                 await asyncio.sleep(delay)
             result = await m.handler(request, ctx)
-            body = codec.encode(result, ctx.content_type)
+            body = m.codec.encode(result, ctx.content_type)
         except KuduBadStatus as e:
             err = e
         except asyncio.CancelledError:
