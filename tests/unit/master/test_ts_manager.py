@@ -408,7 +408,7 @@ async def test_real_heartbeater_fills_the_real_masters_directory(master_node: Ma
     async def on_item(item: dict[str, Any]) -> None:
         deletes.append(item)
 
-    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, on_item, interval_s=0.05)
+    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, interval_s=0.05)
     await hb.start()
     try:
         tsm = master_node.ts_manager
