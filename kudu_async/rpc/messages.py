@@ -70,13 +70,16 @@ _WORDS = {
 }
 
 
-def _field_error(e: msgspec.ValidationError) -> KuduInvalidArgument:
-    """msgspec's ``Expected `str`, got `int` - at `$.tablet_id``` as ``'tablet_id': expected str, got int``."""
+def _field_error(e: msgspec.ValidationError, prefix: str = "") -> KuduInvalidArgument:
+    """msgspec's ``Expected `str`, got `int` - at `$.tablet_id``` as ``'tablet_id': expected str, got int``;
+    ``prefix`` is the path of the decoded object inside its request."""
     text = str(e)
     path = ""
     at = _AT.search(text)
     if at is not None:
         path, text = at.group(1), text[: at.start()]
+    if prefix:
+        path = prefix + ("" if not path or path.startswith("[") else ".") + path
     missing = _MISSING.match(text)
     if missing is not None:
         field = f"{path}.{missing.group(1)}" if path else missing.group(1)
@@ -137,12 +140,12 @@ def decoder_for(request: type[Message]) -> Callable[[bytes], Any]:
     return lambda body: mc.decode(body, codec.MSGPACK)
 
 
-def convert(obj: Any, cls: type[Req]) -> Req:
-    """A decoded map (e.g. from a WAL entry or an admin page) as a validated ``cls``."""
+def convert(obj: Any, cls: type[Req], path: str = "") -> Req:
+    """An already decoded map as a validated ``cls``; ``path`` names it inside its request, for errors."""
     try:
         return msgspec.convert(obj, cls)
     except msgspec.ValidationError as e:
-        raise _field_error(e) from None
+        raise _field_error(e, path) from None
 
 
 def to_builtins(msg: Any) -> Any:

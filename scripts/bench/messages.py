@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import msgpack
 import msgspec
 
-from kudu_async.master.ts_manager import parse_heartbeat_request
+from kudu_async.master import messages as master_messages
 from kudu_async.rpc.messages import decoder_for
 from kudu_async.tserver import messages as ts_messages
 from kudu_async.tserver.result_tracker import parse_request_id
@@ -103,8 +103,67 @@ def dict_write(body: bytes) -> Any:
     return req["rows"]
 
 
+def _need(d: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    if (
+        not isinstance(d, dict)
+        or key not in d
+        or not isinstance(d[key], kind)
+        or isinstance(d[key], bool) != (kind is bool)
+    ):
+        raise ValueError(f"'{key}' missing or not {kind}")
+    return d[key]
+
+
+def _hostport(v: str) -> None:
+    host, _, port = v.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"bad address {v!r}")
+
+
+def _ids(v: Any) -> list[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x and x.isprintable() for x in v):
+        raise ValueError("bad id list")
+    if len(set(v)) != len(v):
+        raise ValueError("duplicate ids")
+    return v
+
+
+def _hb_validate(d: Any) -> Any:
+    """The checks ts_manager made by hand on a heartbeat: each field's type and bounds, ids, addresses,
+    config membership and duplicates, building checked copies as it went."""
+    ts = _need(d, "ts", dict)
+    out_ts = {k: _need(ts, k, str) for k in ("uuid", "rpc_address", "http_address", "version")}
+    _hostport(out_ts["rpc_address"])
+    _hostport(out_ts["http_address"])
+    out_ts["start_time"] = float(_need(ts, "start_time", (int, float)))
+    rep = _need(d, "report", dict)
+    tablets = []
+    for t in _need(rep, "tablets", list):
+        cfg = _need(t, "config", dict)
+        voters, non_voters = _ids(_need(cfg, "voters", list)), _ids(_need(cfg, "non_voters", list))
+        peers = _need(cfg, "peers", dict)
+        for k, v in peers.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ValueError("bad peers")
+            _hostport(v)
+        if set(voters) & set(non_voters) or any(u not in peers for u in (*voters, *non_voters)):
+            raise ValueError("bad config")
+        row = {k: _need(t, k, str) for k in ("tablet_id", "table_id", "state")}
+        for k in ("error", "role", "leader_uuid"):
+            if t.get(k) is not None and not isinstance(t[k], str):
+                raise ValueError(k)
+            row[k] = t.get(k)
+        row.update(term=_need(t, "term", int), schema_version=_need(t, "schema_version", int))
+        row["config"] = {"opid_index": _need(cfg, "opid_index", int), "voters": voters, "non_voters": non_voters}
+        tablets.append(row)
+    if len({t["tablet_id"] for t in tablets}) != len(tablets):
+        raise ValueError("duplicate tablet")
+    return out_ts, tablets, _ids(_need(rep, "removed", list)), _need(d, "register", bool)
+
+
 def dict_heartbeat(body: bytes) -> Any:
-    return parse_heartbeat_request(msgpack.unpackb(body, raw=False, strict_map_key=False))
+    """The heartbeat's hand checks, as ts_manager had them: every field of every tablet report."""
+    return _hb_validate(msgpack.unpackb(body, raw=False, strict_map_key=False))
 
 
 # --- the dataclass candidate: a validating decoder compiled from the field types ----------------------------
@@ -353,7 +412,7 @@ def main() -> None:
         "Ping": msgspec.msgpack.Decoder(msgspec.Struct).decode,
         "Scan": decoder_for(ts_messages.ScanRequest),
         "Write": decoder_for(ts_messages.WriteRequest),
-        "TSHeartbeat": dict_heartbeat,
+        "TSHeartbeat": decoder_for(master_messages.TSHeartbeatRequest),
     }
     ways: dict[str, dict[str, Callable[[bytes], Any]]] = {
         "dict": {"Ping": dict_ping, "Scan": dict_scan, "Write": dict_write, "TSHeartbeat": dict_heartbeat},

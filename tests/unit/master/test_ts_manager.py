@@ -207,7 +207,7 @@ def heartbeat_request() -> dict[str, Any]:
 
 def test_valid_heartbeat_request_parses() -> None:
     req = parse_heartbeat_request(heartbeat_request())
-    assert req.uuid == "ts-a" and req.register and req.report is not None and req.report["full"]
+    assert req.uuid == "ts-a" and req.register and req.report is not None and req.report.full
     req2 = parse_heartbeat_request({**heartbeat_request(), "report": None})
     assert req2.report is None
 
@@ -362,7 +362,6 @@ async def test_service_registration_reports_and_reregistration(master_node: Mast
         "needs_reregister": False,
         "needs_full_report": True,
         "tablets_to_delete": [],
-        "tablets_to_create": [],
     }
     assert master_node.ts_manager.tablets() == []
     resp = await hb(report=report(1, [tablet("t1")], full=True))
