@@ -25,7 +25,7 @@ from kudu_async.rpc import codec
 from kudu_async.rpc.server import CallContext, RpcServer
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True):
     """Base of every RPC request and response. Unknown fields are ignored (newer callers may send more)."""
 
 
@@ -47,9 +47,8 @@ Resp = TypeVar("Resp")
 
 @dataclass(frozen=True, slots=True)
 class Method(Generic[Req, Resp]):
-    """One method of a service: what it takes, what it answers (a message, or ``dict`` for an open status map whose keys
-    are those of the node's admin pages), and
-    the coroutine that serves it."""
+    """One method of a service: what it takes, what it answers (a message, or ``dict`` for an open status
+    map whose keys are those of the node's admin pages), and the coroutine that serves it."""
 
     request: type[Req]
     response: type[Resp]
