@@ -24,12 +24,14 @@ from kudu_async.common.errors import (
     KuduNotFound,
     KuduServiceUnavailable,
 )
+from kudu_async.consensus import manager_messages as cm
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
 from kudu_async.consensus.raft import AppendRequest, ConfigChangeOp, message_from_dict
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState, StateMachine
 from kudu_async.consensus.transport import ConsensusTransport, Ticker
 from kudu_async.fs.io_util import atomic_write_bytes
 from kudu_async.rpc.client import RpcClient
+from kudu_async.rpc.messages import UNSET, Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 
 log = logging.getLogger(__name__)
@@ -84,12 +86,18 @@ class RaftManager:
         """How to build the state machine of replicas created with ``kind``."""
         self._factories[kind] = factory
 
+    def methods(self) -> ServiceTable:
+        """The ``Consensus`` protocol: each method with its request and response messages."""
+        return {
+            "Batch": Method(cm.BatchRequest, cm.BatchResponse, self._rpc_batch),
+            "StepDown": Method(cm.StepDownRequest, cm.LeaderHint, self._rpc_step_down),
+            "TransferLeadership": Method(cm.TransferLeadershipRequest, cm.LeaderHint, self._rpc_transfer),
+            "GetState": Method(cm.GetStateRequest, dict, self._rpc_get_state),
+            "ChangeConfig": Method(cm.ChangeConfigRequest, cm.ChangeConfigResponse, self._rpc_change_config),
+        }
+
     def register_rpc(self, server: RpcServer) -> None:
-        server.register("Consensus", "Batch", self._rpc_batch)
-        server.register("Consensus", "StepDown", self._rpc_step_down)
-        server.register("Consensus", "TransferLeadership", self._rpc_transfer)
-        server.register("Consensus", "GetState", self._rpc_get_state)
-        server.register("Consensus", "ChangeConfig", self._rpc_change_config)
+        serve(server, "Consensus", self.methods())
 
     async def start(self, background: bool = False) -> None:
         """Reopen every replica on disk (``max_parallel_opens`` at a time) and start ticking.
@@ -231,12 +239,14 @@ class RaftManager:
 
     # --- RPC handlers ---------------------------------------------------------------------------------
 
-    async def _rpc_batch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def _rpc_batch(self, request: cm.BatchRequest, ctx: CallContext) -> cm.BatchResponse:
         """Step a peer's messages; answer with what this node has for the peer by then, including the
         acks of the appends received, which are owed once their entries are durable: the answer waits for
         them (up to ACK_WAIT_S), as Kudu's UpdateConsensus does, so an append costs one call, not a
         call there and another one back."""
-        sender, raw_messages = ConsensusTransport.parse_batch(request, self.node_uuid)
+        sender, raw_messages = request.sender, request.messages
+        if request.to != self.node_uuid:
+            raise KuduInvalidArgument(f"Consensus/Batch: addressed to {request.to!r}, this node is {self.node_uuid!r}")
         self.transport.begin_capture(sender)
         missing: set[str] = set()
         owed: dict[RaftReplica, int] = {}
@@ -253,10 +263,7 @@ class RaftManager:
                 answered = True
             finally:  # cancelled: what collected goes out the usual way instead
                 replies += self.transport.close_sink(sender, sink, deliver=answered)
-        out: dict[str, Any] = {"messages": replies}
-        if missing:
-            out["missing"] = sorted(missing)
-        return out
+        return cm.BatchResponse(messages=replies, missing=sorted(missing) if missing else UNSET)
 
     def _deliver_replies(self, sender: str, raw_messages: list[dict[str, Any]]) -> None:
         try:
@@ -288,36 +295,28 @@ class RaftManager:
                 owed[replica] = owed.get(replica, replica.append_responses_sent.get(sender, 0)) + 1
             replica.receive(m)
 
-    async def _rpc_step_down(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        replica = self.get(_field(request, "group"))
+    async def _rpc_step_down(self, request: cm.StepDownRequest, ctx: CallContext) -> cm.LeaderHint:
+        replica = self.get(request.group)
         replica.step_down()
-        return replica.leader_hint()
+        return cm.LeaderHint(**replica.leader_hint())
 
-    async def _rpc_transfer(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        replica = self.get(_field(request, "group"))
-        peer = _field(request, "peer")
-        if not isinstance(peer, str):
-            raise KuduInvalidArgument("'peer' must be a replica uuid")
-        replica.transfer_leadership(peer)
-        return replica.leader_hint()
+    async def _rpc_transfer(self, request: cm.TransferLeadershipRequest, ctx: CallContext) -> cm.LeaderHint:
+        replica = self.get(request.group)
+        replica.transfer_leadership(request.peer)
+        return cm.LeaderHint(**replica.leader_hint())
 
-    async def _rpc_change_config(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def _rpc_change_config(self, request: cm.ChangeConfigRequest, ctx: CallContext) -> cm.ChangeConfigResponse:
         """One-server config change on the leader (the master's re-replication uses it: ADD_LEARNER,
         which a tablet copy then fills, PROMOTE, REMOVE). ``cas_config_index`` guards against races."""
-        replica = self.get(_field(request, "group"))
+        replica = self.get(request.group)
         try:
-            op = ConfigChangeOp(_field(request, "op"))
+            op = ConfigChangeOp(request.op)
         except ValueError:
             raise KuduInvalidArgument(f"'op' must be one of {[o.value for o in ConfigChangeOp]}") from None
-        peer = _field(request, "peer")
-        address = request.get("address")
-        if not isinstance(peer, str) or not peer:
-            raise KuduInvalidArgument("'peer' must be a replica uuid")
-        if address is not None and not isinstance(address, str):
-            raise KuduInvalidArgument("'address' must be host:port")
+        peer, address = request.peer, request.address
         if op in (ConfigChangeOp.ADD_VOTER, ConfigChangeOp.ADD_LEARNER) and not address and peer not in replica.peers:
             raise KuduInvalidArgument(f"adding {peer} needs its 'address'")
-        cas = request.get("cas_config_index")
+        cas = request.cas_config_index
         raft = replica.raft
         if cas is not None and raft is not None and raft.config_index != cas:
             raise KuduIllegalState(
@@ -326,19 +325,12 @@ class RaftManager:
             )
         remaining = ctx.remaining()
         index = await replica.change_config(op, peer, address, 30.0 if remaining is None else max(0.05, remaining))
-        return {**replica.leader_hint(), "config_index": index}
+        return cm.ChangeConfigResponse(**replica.leader_hint(), config_index=index)
 
-    async def _rpc_get_state(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        group = request.get("group") if isinstance(request, dict) else None
-        if group is None:
+    async def _rpc_get_state(self, request: cm.GetStateRequest, ctx: CallContext) -> dict[str, Any]:
+        if request.group is None:
             return {"replicas": self.status()}
-        return self.get(group).status()
-
-
-def _field(request: Any, name: str) -> Any:
-    if not isinstance(request, dict) or name not in request:
-        raise KuduInvalidArgument(f"request must be a map with {name!r}")
-    return request[name]
+        return self.get(request.group).status()
 
 
 TOMBSTONE_FILE = "TOMBSTONED"

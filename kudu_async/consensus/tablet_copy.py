@@ -37,10 +37,12 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
 )
 from kudu_async.common.retry import TRANSIENT, Backoff, BackoffPolicy, Deadline
+from kudu_async.consensus import copy_messages as tm
 from kudu_async.fs.io_util import fsync_dir
 from kudu_async.rpc import codec
 from kudu_async.rpc.client import RpcClient
-from kudu_async.rpc.server import CallContext, RpcServer, require_map
+from kudu_async.rpc.messages import Method, ServiceTable, serve
+from kudu_async.rpc.server import CallContext, RpcServer
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +171,16 @@ class TabletCopySource:
         self._orphans: set[Path] = set()  # session dirs whose removal failed; the reaper retries them
         self._task: asyncio.Task[None] | None = None
 
+    def methods(self) -> ServiceTable:
+        """The ``TabletCopy`` protocol: each method with its request and response messages."""
+        return {
+            "BeginSession": Method(tm.BeginSessionRequest, tm.BeginSessionResponse, self._rpc_begin),
+            "FetchData": Method(tm.FetchDataRequest, tm.FetchDataResponse, self._rpc_fetch),
+            "EndSession": Method(tm.EndSessionRequest, tm.EndSessionResponse, self._rpc_end),
+        }
+
     def register_rpc(self, server: RpcServer) -> None:
-        server.register(SERVICE, "BeginSession", self._rpc_begin)
-        server.register(SERVICE, "FetchData", self._rpc_fetch)
-        server.register(SERVICE, "EndSession", self._rpc_end)
+        serve(server, SERVICE, self.methods())
 
     async def start(self) -> None:
         """Wipe sessions left by a previous process (their clients are gone) and start the idle reaper."""
@@ -212,14 +220,9 @@ class TabletCopySource:
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await _offload(self.executor, fn, *args)
 
-    async def _rpc_begin(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        group = req.get("group")
-        if not isinstance(group, str) or not group:
-            raise KuduInvalidArgument("'group' must be a non-empty string")
-        extra = req.get("extra") or {}
-        if not isinstance(extra, dict):
-            raise KuduInvalidArgument("'extra' must be a map")
+    async def _rpc_begin(self, request: tm.BeginSessionRequest, ctx: CallContext) -> tm.BeginSessionResponse:
+        group = request.group
+        extra = request.extra or {}
         if self._stopped:
             raise KuduServiceUnavailable("tablet copy source is stopped", {"retryable": True})
         if len(self.sessions) + self._starting >= self.max_sessions:
@@ -252,11 +255,11 @@ class TabletCopySource:
             "tablet copy session started",
             extra={"session": sid, "group": group, "files": len(files), "bytes": sum(f[1] for f in files.values())},
         )
-        return {
-            "session_id": sid,
-            "meta": meta,
-            "files": [{"name": n, "size": f[1], "crc32c": f[2]} for n, f in sorted(files.items())],
-        }
+        return tm.BeginSessionResponse(
+            session_id=sid,
+            meta=meta,
+            files=[tm.CopyFile(name=n, size=f[1], crc32c=f[2]) for n, f in sorted(files.items())],
+        )
 
     async def _prepare(
         self, group: str, extra: dict[str, Any], sdir: Path
@@ -301,9 +304,8 @@ class TabletCopySource:
             out[name] = (path, st.st_size, _file_crc(path, st.st_size))
         return out
 
-    def _session(self, req: dict[str, Any]) -> _Session:
-        sid = req.get("session_id")
-        s = self.sessions.get(sid) if isinstance(sid, str) else None
+    def _session(self, sid: str | None) -> _Session:
+        s = self.sessions.get(sid) if sid is not None else None
         if s is None:
             raise KuduNotFound(
                 f"tablet copy session {sid!r:.40} not found (ended or expired after "
@@ -312,18 +314,16 @@ class TabletCopySource:
         s.last_access = time.monotonic()
         return s
 
-    async def _rpc_fetch(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        s = self._session(req)
-        name = check_relative_name(req.get("name"))
+    async def _rpc_fetch(self, request: tm.FetchDataRequest, ctx: CallContext) -> tm.FetchDataResponse:
+        s = self._session(request.session_id)
+        name = check_relative_name(request.name)
         f = s.files.get(name)
         if f is None:
             raise KuduInvalidArgument(f"session {s.id} has no file {name!r}")
-        offset, max_bytes = req.get("offset"), req.get("max_bytes", self.max_chunk_bytes)
-        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= f[1]:
+        offset = request.offset
+        if offset > f[1]:
             raise KuduInvalidArgument(f"'offset' must be 0..{f[1]} for {name!r}, got {offset!r:.40}")
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
-            raise KuduInvalidArgument("'max_bytes' must be a positive integer")
+        max_bytes = self.max_chunk_bytes if request.max_bytes is None else request.max_bytes
         n = min(max_bytes, self.max_chunk_bytes, f[1] - offset)
         s.reading += 1
         try:
@@ -336,7 +336,7 @@ class TabletCopySource:
             s.reading -= 1
         s.bytes_sent += len(data)
         s.last_access = time.monotonic()
-        return {"data": self._chunk_hook(data), "crc32c": crc, "eof": offset + len(data) >= f[1]}
+        return tm.FetchDataResponse(data=self._chunk_hook(data), crc32c=crc, eof=offset + len(data) >= f[1])
 
     @staticmethod
     def _read(path: Path, offset: int, n: int) -> tuple[bytes, int]:
@@ -352,11 +352,10 @@ class TabletCopySource:
         """Identity; tests override it to damage a chunk after its CRC is taken (damage in flight)."""
         return data
 
-    async def _rpc_end(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        sid = require_map(request).get("session_id")
-        if isinstance(sid, str):
-            await self._end(sid)
-        return {}
+    async def _rpc_end(self, request: tm.EndSessionRequest, ctx: CallContext) -> tm.EndSessionResponse:
+        if request.session_id is not None:
+            await self._end(request.session_id)
+        return tm.EndSessionResponse()
 
     async def _end(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)

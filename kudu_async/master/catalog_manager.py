@@ -29,8 +29,8 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 import msgpack
 
@@ -46,19 +46,21 @@ from kudu_async.common.errors import (
 from kudu_async.common.partition import PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.common.types import value_from_wire
+from kudu_async.consensus.replica import RaftReplica
+from kudu_async.master import messages as msg
 from kudu_async.master import rereplication
 from kudu_async.master.rereplication import ChangeConfig, ClusterView, TabletView, Tombstone
-from kudu_async.master.sys_catalog import delete, encode_ops, put, request
-
-if TYPE_CHECKING:
-    from kudu_async.master.master import Master
+from kudu_async.master.sys_catalog import SysCatalogStateMachine, delete, encode_ops, put, request
+from kudu_async.master.ts_manager import TSManager
+from kudu_async.rpc.client import RpcClient
+from kudu_async.rpc.messages import UNSET, to_builtins
+from kudu_async.server.config import NodeConfig
 
 log = logging.getLogger(__name__)
 
 TABLE_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 MAX_TABLETS_PER_TABLE = 1000
 MAX_REPLICAS = 7
-MAX_DDL_WAIT_MS = 5000  # longest an Is*Done call may be held waiting for the DDL to finish
 RPC_RETRY_S = 2.0  # a tserver is asked again (CreateTablet, DeleteTablet) at most this often
 MAX_OWNER_LENGTH = 128
 MAX_TABLE_COMMENT_LENGTH = 256
@@ -66,8 +68,6 @@ PROMOTE_RETRY_S = 0.5  # a learner not caught up yet is asked about again this s
 CHANGE_CONFIG_TIMEOUT_S = 10.0  # a re-replication ChangeConfig RPC (it waits for the commit)
 SETTLE_S = 10.0  # after a config change succeeded, wait this long at most for the reports to show it
 TRIM_GRACE_S = 5.0  # an over-replicated tablet without a replace hint is trimmed only after this long
-MAX_REQUEST_ID_LEN = 128
-REQUEST_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID_LEN}}}")  # printable ASCII, no spaces
 # A master this young may not have heard again from every tserver (heartbeat + the tservers' backoff).
 REGISTRATION_GRACE_S = 10.0
 MAX_DDL_PLANS = 8  # a DDL is planned again after a conflicting write at most this often
@@ -78,10 +78,32 @@ class CatalogConflict(KuduAborted):
 
 
 Plan = tuple[list[list[Any]], dict[str, Any]]  # the catalog ops of one DDL and its reply
+_D = TypeVar("_D", msg.CreateTableRequest, msg.AlterTableRequest, msg.DeleteTableRequest)
+
+
+class CatalogHost(Protocol):
+    """What the catalog manager uses of its master."""
+
+    config: NodeConfig
+    rpc_client: RpcClient
+    ts_manager: TSManager
+
+    @property
+    def catalog(self) -> SysCatalogStateMachine | None: ...
+
+    def catalog_replica(self) -> RaftReplica | None: ...
+
+    def check_leadership(self) -> bool: ...
+
+    def require_leader(self) -> None: ...
+
+    def spawn_background(self, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    def uptime_s(self) -> float: ...
 
 
 class CatalogManager:
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: CatalogHost) -> None:
         self.master = master
         self._task: asyncio.Task[None] | None = None
         self._asked: dict[tuple[str, str, str], float] = {}  # (action, tablet, server) -> last time asked
@@ -116,15 +138,15 @@ class CatalogManager:
         if isinstance(result, dict) and result.get("conflict"):
             raise CatalogConflict(f"catalog write refused: {result['conflict']}")
 
-    async def _ddl(
-        self, method: str, req: dict[str, Any], timeout_s: float, plan: Callable[[dict[str, Any]], Plan]
-    ) -> dict[str, Any]:
+    async def _ddl(self, method: str, req: _D, timeout_s: float, plan: Callable[[_D], Plan]) -> dict[str, Any]:
         """Run one DDL exactly once per request id: answer a known id from the catalog, else plan the
         change on the current catalog and write it with its result; plan again if the write conflicts."""
         self.master.require_leader()
-        request_id = _request_id(req)
+        request_id: str | None = req.request_id  # checked at decode
         digest = _request_digest(method, req) if request_id is not None else ""
         deadline = time.monotonic() + timeout_s
+        ops: list[list[Any]]
+        result: dict[str, Any]
         for attempt in range(MAX_DDL_PLANS):
             if request_id is not None:
                 done = self.remembered(request_id, method, digest)
@@ -181,25 +203,20 @@ class CatalogManager:
 
     # --- DDL ------------------------------------------------------------------------------------------
 
-    async def create_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def create_table(self, req: msg.CreateTableRequest, timeout_s: float) -> dict[str, Any]:
         return await self._ddl("CreateTable", req, timeout_s, self._plan_create_table)
 
-    def _plan_create_table(self, req: dict[str, Any]) -> Plan:
-        name = req.get("name")
-        if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+    def _plan_create_table(self, req: msg.CreateTableRequest) -> Plan:
+        name = req.name
+        if not TABLE_NAME_RE.match(name):
             raise KuduInvalidArgument("'name' must be 1-256 characters without control characters")
-        if not isinstance(req.get("schema"), dict):
-            raise KuduInvalidArgument("'schema' must be a schema map")
-        schema = Schema.from_dict(req["schema"]).with_column_ids()
-        ps_d = req.get("partition_schema") or {}
-        if not isinstance(ps_d, dict):
-            raise KuduInvalidArgument("'partition_schema' must be a map")
-        pschema = PartitionSchema.from_dict(schema, ps_d)
-        n = req.get("num_replicas", 3)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > MAX_REPLICAS or n % 2 == 0:
+        schema = Schema.from_dict(req.schema).with_column_ids()
+        pschema = PartitionSchema.from_dict(schema, req.partition_schema or {})
+        n = req.num_replicas
+        if n < 1 or n > MAX_REPLICAS or n % 2 == 0:
             raise KuduInvalidArgument(f"'num_replicas' must be odd and 1..{MAX_REPLICAS}, got {n!r}")
-        bounds = [_wire_bound(b) for b in _list(req, "range_bounds")]
-        splits = [_wire_row(s) for s in _list(req, "split_rows")]
+        bounds = [_wire_bound(b) for b in req.range_bounds or []]
+        splits = [_wire_row(s) for s in req.split_rows or []]
         pschema = pschema.with_custom_ranges(bounds)  # ranges with their own hash schema
         partitions = pschema.create_partitions(bounds, splits)
         if len(partitions) > MAX_TABLETS_PER_TABLE:
@@ -248,20 +265,18 @@ class CatalogManager:
             "num_replicas": n,
             "tablet_ids": tablet_ids,
             "created_at": time.time(),
-            "owner": _owner(req.get("owner")),
-            "comment": _comment(req.get("comment")),
+            "owner": _owner(req.owner),
+            "comment": _comment(req.comment),
         }
         return [put("table", table_id, table), *ops], {"table_id": table_id}
 
     async def wait_ddl_done(
-        self, check: Callable[[dict[str, Any]], dict[str, Any]], req: dict[str, Any], time_left_s: float
+        self, check: Callable[[msg.IsDdlDoneRequest], dict[str, Any]], req: msg.IsDdlDoneRequest, time_left_s: float
     ) -> dict[str, Any]:
         """Answer an Is*Done call, waiting first (up to the request's ``wait_ms``, within the caller's
         deadline) for a background pass to finish the DDL: the client hears at once instead of on its next
         poll."""
-        wait_ms = req.get("wait_ms", 0)
-        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or not 0 <= wait_ms <= MAX_DDL_WAIT_MS:
-            raise KuduInvalidArgument(f"'wait_ms' must be an integer from 0 to {MAX_DDL_WAIT_MS}")
+        wait_ms = req.wait_ms
         loop = asyncio.get_running_loop()
         until = loop.time() + min(wait_ms / 1000.0, time_left_s)
         while True:
@@ -276,31 +291,31 @@ class CatalogManager:
         done, self._pass_done = self._pass_done, asyncio.Event()
         done.set()
 
-    def is_create_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
+    def is_create_table_done(self, req: msg.IsDdlDoneRequest) -> dict[str, Any]:
         self.master.require_leader()
-        t = self.find_table(req.get("name"), req.get("table_id"))
+        t = self.find_table(req.name, req.table_id)
         return {"done": t["state"] == "RUNNING", "state": t["state"], "table_id": t["id"]}
 
-    async def delete_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def delete_table(self, req: msg.DeleteTableRequest, timeout_s: float) -> dict[str, Any]:
         return await self._ddl("DeleteTable", req, timeout_s, self._plan_delete_table)
 
-    def _plan_delete_table(self, req: dict[str, Any]) -> Plan:
-        t = self.find_table(req.get("name"), req.get("table_id"))
+    def _plan_delete_table(self, req: msg.DeleteTableRequest) -> Plan:
+        t = self.find_table(req.name, req.table_id)
         return [put("table", t["id"], {**t, "state": "DELETING"})], {"table_id": t["id"]}
 
-    async def alter_table(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def alter_table(self, req: msg.AlterTableRequest, timeout_s: float) -> dict[str, Any]:
         """Rename the table, change columns, add or drop range partitions: one catalog write; the
         leader then pushes the new schema version to every tablet and creates/deletes range tablets."""
         return await self._ddl("AlterTable", req, timeout_s, self._plan_alter_table)
 
-    def _plan_alter_table(self, req: dict[str, Any]) -> Plan:
-        t = self.find_table(req.get("name"), req.get("table_id"))
+    def _plan_alter_table(self, req: msg.AlterTableRequest) -> Plan:
+        t = self.find_table(req.name, req.table_id)
         if t["state"] == "CREATING":
             raise KuduIllegalState(f"table {t['name']} is still being created; retry AlterTable later")
-        steps = _list(req, "alter_schema_steps")
-        new_name = req.get("new_name")
+        steps = req.alter_schema_steps or []
+        new_name = req.new_name
         if new_name is not None:
-            if not isinstance(new_name, str) or not TABLE_NAME_RE.match(new_name):
+            if not TABLE_NAME_RE.match(new_name):
                 raise KuduInvalidArgument("'new_name' must be 1-256 characters without control characters")
             if any(
                 o["name"] == new_name and o["id"] != t["id"] and o["state"] not in ("DELETING", "DELETED")
@@ -308,10 +323,10 @@ class CatalogManager:
             ):
                 raise KuduAlreadyPresent(f"table {new_name} already exists")
         meta: dict[str, Any] = {}  # owner / comment: catalog-only, no tablet is touched
-        if "new_owner" in req:
-            meta["owner"] = _owner(req["new_owner"])
-        if "new_comment" in req:
-            meta["comment"] = _comment(req["new_comment"])
+        if req.new_owner is not UNSET:
+            meta["owner"] = _owner(req.new_owner)
+        if req.new_comment is not UNSET:
+            meta["comment"] = _comment(req.new_comment)
         schema = Schema.from_dict(t["schema"])
         next_id = max(int(t.get("next_column_id", 0)), schema.next_column_id)
         pschema = PartitionSchema.from_dict(schema, t["partition_schema"])
@@ -414,16 +429,14 @@ class CatalogManager:
         }
         return [put("table", t["id"], table), *ops], {"table_id": t["id"], "schema_version": version}
 
-    def is_alter_table_done(self, req: dict[str, Any]) -> dict[str, Any]:
+    def is_alter_table_done(self, req: msg.IsDdlDoneRequest) -> dict[str, Any]:
         self.master.require_leader()
-        t = self.find_table(req.get("name"), req.get("table_id"))
+        t = self.find_table(req.name, req.table_id)
         return {"done": t["state"] == "RUNNING", "state": t["state"], "schema_version": t["schema_version"]}
 
-    def list_tables(self, req: dict[str, Any]) -> dict[str, Any]:
+    def list_tables(self, req: msg.ListTablesRequest) -> dict[str, Any]:
         self.master.require_leader()
-        name_filter = req.get("name_filter")
-        if name_filter is not None and not isinstance(name_filter, str):
-            raise KuduInvalidArgument("'name_filter' must be a string")
+        name_filter = req.name_filter
         out = [
             {"name": t["name"], "table_id": t["id"], "state": t["state"]}
             for t in self.tables.values()
@@ -431,9 +444,9 @@ class CatalogManager:
         ]
         return {"tables": sorted(out, key=lambda t: t["name"])}
 
-    def get_table_schema(self, req: dict[str, Any]) -> dict[str, Any]:
+    def get_table_schema(self, req: msg.TableRef) -> dict[str, Any]:
         self.master.require_leader()
-        t = self.find_table(req.get("name"), req.get("table_id"))
+        t = self.find_table(req.name, req.table_id)
         return {
             "table_id": t["id"],
             "name": t["name"],
@@ -446,17 +459,13 @@ class CatalogManager:
             "create_table_done": t["state"] == "RUNNING",
         }
 
-    def get_table_locations(self, req: dict[str, Any]) -> dict[str, Any]:
+    def get_table_locations(self, req: msg.GetTableLocationsRequest) -> dict[str, Any]:
         """Tablets of a table whose partition-key range meets [start, end), from the caches."""
         self.master.require_leader()
-        t = self.find_table(req.get("name"), req.get("table_id"))
-        start = req.get("partition_key_start") or b""
-        end = req.get("partition_key_end") or b""
-        if not isinstance(start, bytes) or not isinstance(end, bytes):
-            raise KuduInvalidArgument("partition keys must be bytes")
-        limit = req.get("max_returned", 1000)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise KuduInvalidArgument("'max_returned' must be a positive integer")
+        t = self.find_table(req.name, req.table_id)
+        start = req.partition_key_start or b""
+        end = req.partition_key_end or b""
+        limit = req.max_returned
         out = []
         for tid in t["tablet_ids"]:
             rec = self.tablets.get(tid)
@@ -471,11 +480,9 @@ class CatalogManager:
         out.sort(key=lambda loc: loc["partition"]["partition_key_start"])
         return {"table_id": t["id"], "tablets": out[:limit], "schema_version": t["schema_version"]}
 
-    def get_tablet_locations(self, req: dict[str, Any]) -> dict[str, Any]:
+    def get_tablet_locations(self, req: msg.GetTabletLocationsRequest) -> dict[str, Any]:
         self.master.require_leader()
-        ids = req.get("tablet_ids")
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise KuduInvalidArgument("'tablet_ids' must be a list of tablet ids")
+        ids = req.tablet_ids
         out, missing = [], []
         for tid in ids:
             rec = self.tablets.get(tid)
@@ -933,24 +940,6 @@ class CatalogManager:
         self.master.spawn_background(call())
 
 
-def _request_id(req: dict[str, Any]) -> str | None:
-    """The request's ``request_id`` (absent: no retry protection), checked: printable ASCII, 1-128 chars."""
-    rid = req.get("request_id")
-    if rid is None:
-        return None
-    if not isinstance(rid, str) or not REQUEST_ID_RE.fullmatch(rid):
-        raise KuduInvalidArgument(
-            f"'request_id' must be a string of 1-{MAX_REQUEST_ID_LEN} printable ASCII characters without "
-            f"spaces (e.g. '<client uuid>:<sequence>'), got {_short(rid)}"
-        )
-    return rid
-
-
-def _short(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else f"{r[:57]}... ({len(r)} characters)"
-
-
 def _canonical(v: Any) -> Any:
     """The request with map keys in a fixed order, so a retry re-encoded elsewhere has the same digest."""
     if isinstance(v, dict):
@@ -960,18 +949,11 @@ def _canonical(v: Any) -> Any:
     return v
 
 
-def _request_digest(method: str, req: dict[str, Any]) -> str:
+def _request_digest(method: str, req: msg.CreateTableRequest | msg.AlterTableRequest | msg.DeleteTableRequest) -> str:
     """What identifies a request besides its id: the method and every field but ``request_id``."""
-    body = {k: v for k, v in req.items() if k != "request_id"}
+    body = {k: v for k, v in to_builtins(req).items() if k != "request_id"}
     packed = msgpack.packb([method, _canonical(body)], use_bin_type=True, default=repr)
     return hashlib.sha256(packed).hexdigest()[:32]
-
-
-def _list(req: dict[str, Any], name: str) -> list[Any]:
-    v = req.get(name) or []
-    if not isinstance(v, list):
-        raise KuduInvalidArgument(f"'{name}' must be a list")
-    return v
 
 
 def _step_str(step: dict[str, Any], key: str, i: int) -> str:

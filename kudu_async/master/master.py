@@ -1,4 +1,4 @@
-"""The master role: tserver registry and heartbeats for now; the catalog and DDL arrive with the master issue.
+"""The master role: the sys catalog (tables, tablets, DDL), the tserver registry and its heartbeats.
 
 Every tserver heartbeats every master (``Master/TSHeartbeat``). Each master keeps its own in-memory
 ``TSManager``: registrations and liveness on all masters, tablet reports processed by the catalog leader
@@ -19,11 +19,14 @@ from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotThe
 from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
+from kudu_async.master import messages as msg
 from kudu_async.master import sys_catalog
-from kudu_async.master.catalog_manager import MAX_DDL_WAIT_MS, CatalogManager
+from kudu_async.master.catalog_manager import CatalogManager
+from kudu_async.master.messages import MAX_DDL_WAIT_MS
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
-from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
-from kudu_async.rpc.server import CallContext, require_map
+from kudu_async.master.ts_manager import TSManager
+from kudu_async.rpc.messages import Empty, Method, ServiceTable, convert, serve
+from kudu_async.rpc.server import CallContext
 from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
@@ -43,30 +46,40 @@ class Master(Node):
     def __init__(self, config: NodeConfig, fs: FsManager) -> None:
         super().__init__(config, fs)
         self.ts_manager = TSManager(config.tserver_unresponsive_timeout_ms / 1000.0)
-        # Registered before the RPC port opens, so a tserver's first heartbeat never finds no method.
-        self.rpc_server.register("Master", "TSHeartbeat", self._rpc_ts_heartbeat)
-        self.rpc_server.register("Master", "ListTabletServers", self._rpc_list_tablet_servers)
-
-        self.rpc_server.register("Master", "ConnectToMaster", self._rpc_connect_to_master)
-        self.rpc_server.register("Master", "ListMasters", self._rpc_list_masters)
         self.catalog: SysCatalogStateMachine | None = None
         self.raft.register_kind(sys_catalog.KIND, self._open_catalog)
         self._tasks: list[asyncio.Task[None]] = []
         self._bg: set[asyncio.Task[None]] = set()
         self._reports_term = -1  # the term in which this master last asked tservers for full reports
         self.catalog_manager = CatalogManager(self)
-        for name in (
-            "CreateTable",
-            "IsCreateTableDone",
-            "AlterTable",
-            "IsAlterTableDone",
-            "DeleteTable",
-            "ListTables",
-            "GetTableSchema",
-            "GetTableLocations",
-            "GetTabletLocations",
-        ):
-            self.rpc_server.register("Master", name, getattr(self, f"_rpc_{_snake(name)}"))
+        # Registered before the RPC port opens, so a tserver's first heartbeat never finds no method.
+        serve(self.rpc_server, "Master", self.methods())
+
+    def methods(self) -> ServiceTable:
+        """The ``Master`` protocol: each method with its request and response messages."""
+        return {
+            "TSHeartbeat": Method(msg.TSHeartbeatRequest, msg.TSHeartbeatResponse, self._rpc_ts_heartbeat),
+            "ListTabletServers": Method(Empty, msg.ListTabletServersResponse, self._rpc_list_tablet_servers),
+            "ConnectToMaster": Method(Empty, msg.ConnectToMasterResponse, self._rpc_connect_to_master),
+            "ListMasters": Method(Empty, msg.ListMastersResponse, self._rpc_list_masters),
+            "CreateTable": Method(msg.CreateTableRequest, msg.TableIdResponse, self._rpc_create_table),
+            "IsCreateTableDone": Method(
+                msg.IsDdlDoneRequest, msg.IsCreateTableDoneResponse, self._rpc_is_create_table_done
+            ),
+            "AlterTable": Method(msg.AlterTableRequest, msg.AlterTableResponse, self._rpc_alter_table),
+            "IsAlterTableDone": Method(
+                msg.IsDdlDoneRequest, msg.IsAlterTableDoneResponse, self._rpc_is_alter_table_done
+            ),
+            "DeleteTable": Method(msg.DeleteTableRequest, msg.TableIdResponse, self._rpc_delete_table),
+            "ListTables": Method(msg.ListTablesRequest, msg.ListTablesResponse, self._rpc_list_tables),
+            "GetTableSchema": Method(msg.TableRef, msg.GetTableSchemaResponse, self._rpc_get_table_schema),
+            "GetTableLocations": Method(
+                msg.GetTableLocationsRequest, msg.GetTableLocationsResponse, self._rpc_get_table_locations
+            ),
+            "GetTabletLocations": Method(
+                msg.GetTabletLocationsRequest, msg.GetTabletLocationsResponse, self._rpc_get_tablet_locations
+            ),
+        }
 
     async def _open_catalog(self, group: str, extra: dict[str, Any]) -> SysCatalogStateMachine:
         sm = SysCatalogStateMachine(self.fs.root / "sys-catalog", self.io_executor)
@@ -227,89 +240,91 @@ class Master(Node):
 
     # --- RPC ------------------------------------------------------------------------------------------
 
-    async def _rpc_ts_heartbeat(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = parse_heartbeat_request(request)  # every field checked before any state changes
+    async def _rpc_ts_heartbeat(self, req: msg.TSHeartbeatRequest, ctx: CallContext) -> msg.TSHeartbeatResponse:
         now = time.monotonic()
         leader = self.check_leadership()
         tsm = self.ts_manager
-        resp: dict[str, Any] = {
-            "leader": leader,
-            "master_uuid": self.uuid,
-            "needs_reregister": False,
-            "needs_full_report": False,
-            "tablets_to_delete": [],
-            # CreateTablet request bodies: filled by the catalog manager (master issue).
-            "tablets_to_create": [],
-        }
         if req.register:
             tsm.register(req.ts, now, wall_time=time.time())
         else:
             known = tsm.registration(req.uuid)
-            if known is None or known != req.ts:
+            if known is None or convert(known, msg.TSInfo) != req.ts:
                 # Unknown (this master restarted) or restarted/moved without registering: ask for a
                 # registration and ignore the rest, so nothing is attributed to a stale identity.
-                resp["needs_reregister"] = True
-                return resp
+                return msg.TSHeartbeatResponse(leader=leader, master_uuid=self.uuid, needs_reregister=True)
         tsm.heartbeat(req.uuid, now, req.num_live_tablets, req.leader_count)
-        if leader:
-            if req.report is not None and tsm.process_report(req.uuid, req.report, now):
-                self.catalog_manager.reports_arrived()
-            resp["needs_full_report"] = tsm.needs_full_report(req.uuid)
-            resp["tablets_to_delete"] = self.catalog_manager.deleted_tablets_on(req.uuid)
-        return resp
+        if not leader:
+            return msg.TSHeartbeatResponse(leader=leader, master_uuid=self.uuid)
+        if req.report is not None and tsm.process_report(req.uuid, req.report, now):
+            self.catalog_manager.reports_arrived()
+        return msg.TSHeartbeatResponse(
+            leader=leader,
+            master_uuid=self.uuid,
+            needs_full_report=tsm.needs_full_report(req.uuid),
+            tablets_to_delete=[msg.TabletToDelete(**d) for d in self.catalog_manager.deleted_tablets_on(req.uuid)],
+        )
 
-    async def _rpc_connect_to_master(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:
         """Leader discovery for clients and tools: any master answers with what it knows."""
-        return {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(), "masters": self.masters()}
+        return convert(
+            {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(), "masters": self.masters()},
+            msg.ConnectToMasterResponse,
+        )
 
-    # --- DDL and locations (leader only; each validates its request) -----------------------------------
+    # --- DDL and locations (leader only) ---------------------------------------------------------------
 
-    async def _rpc_create_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.catalog_manager.create_table(require_map(request), ctx.time_left(30.0))
+    async def _rpc_create_table(self, req: msg.CreateTableRequest, ctx: CallContext) -> msg.TableIdResponse:
+        return convert(await self.catalog_manager.create_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
 
-    async def _rpc_is_create_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self._ddl_done(self.catalog_manager.is_create_table_done, request, ctx)
+    async def _rpc_is_create_table_done(
+        self, req: msg.IsDdlDoneRequest, ctx: CallContext
+    ) -> msg.IsCreateTableDoneResponse:
+        done = await self._ddl_done(self.catalog_manager.is_create_table_done, req, ctx)
+        return convert(done, msg.IsCreateTableDoneResponse)
 
     async def _ddl_done(
-        self, check: Callable[[dict[str, Any]], dict[str, Any]], request: Any, ctx: CallContext
+        self, check: Callable[[msg.IsDdlDoneRequest], dict[str, Any]], req: msg.IsDdlDoneRequest, ctx: CallContext
     ) -> dict[str, Any]:
         """Is*Done: the catalog's answer, held up to the request's ``wait_ms`` for the DDL to finish."""
-        return await self.catalog_manager.wait_ddl_done(check, require_map(request), ctx.time_left(DDL_WAIT_DEFAULT_S))
+        return await self.catalog_manager.wait_ddl_done(check, req, ctx.time_left(DDL_WAIT_DEFAULT_S))
 
-    async def _rpc_alter_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.catalog_manager.alter_table(require_map(request), ctx.time_left(30.0))
+    async def _rpc_alter_table(self, req: msg.AlterTableRequest, ctx: CallContext) -> msg.AlterTableResponse:
+        return convert(await self.catalog_manager.alter_table(req, ctx.time_left(30.0)), msg.AlterTableResponse)
 
-    async def _rpc_is_alter_table_done(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self._ddl_done(self.catalog_manager.is_alter_table_done, request, ctx)
+    async def _rpc_is_alter_table_done(
+        self, req: msg.IsDdlDoneRequest, ctx: CallContext
+    ) -> msg.IsAlterTableDoneResponse:
+        done = await self._ddl_done(self.catalog_manager.is_alter_table_done, req, ctx)
+        return convert(done, msg.IsAlterTableDoneResponse)
 
-    async def _rpc_delete_table(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.catalog_manager.delete_table(require_map(request), ctx.time_left(30.0))
+    async def _rpc_delete_table(self, req: msg.DeleteTableRequest, ctx: CallContext) -> msg.TableIdResponse:
+        return convert(await self.catalog_manager.delete_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
 
-    async def _rpc_list_tables(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
+    async def _rpc_list_tables(self, req: msg.ListTablesRequest, ctx: CallContext) -> msg.ListTablesResponse:
         await self.confirm_catalog_read(ctx)
-        return self.catalog_manager.list_tables(req)
+        return convert(self.catalog_manager.list_tables(req), msg.ListTablesResponse)
 
-    async def _rpc_get_table_schema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
+    async def _rpc_get_table_schema(self, req: msg.TableRef, ctx: CallContext) -> msg.GetTableSchemaResponse:
         await self.confirm_catalog_read(ctx)
-        return self.catalog_manager.get_table_schema(req)
+        return convert(self.catalog_manager.get_table_schema(req), msg.GetTableSchemaResponse)
 
-    async def _rpc_get_table_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
+    async def _rpc_get_table_locations(
+        self, req: msg.GetTableLocationsRequest, ctx: CallContext
+    ) -> msg.GetTableLocationsResponse:
         await self.confirm_catalog_read(ctx)
-        return self.catalog_manager.get_table_locations(req)
+        return convert(self.catalog_manager.get_table_locations(req), msg.GetTableLocationsResponse)
 
-    async def _rpc_get_tablet_locations(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
+    async def _rpc_get_tablet_locations(
+        self, req: msg.GetTabletLocationsRequest, ctx: CallContext
+    ) -> msg.GetTabletLocationsResponse:
         await self.confirm_catalog_read(ctx)
-        return self.catalog_manager.get_tablet_locations(req)
+        return convert(self.catalog_manager.get_tablet_locations(req), msg.GetTabletLocationsResponse)
 
-    async def _rpc_list_masters(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return {"masters": self.masters()}
+    async def _rpc_list_masters(self, req: Empty, ctx: CallContext) -> msg.ListMastersResponse:
+        return convert({"masters": self.masters()}, msg.ListMastersResponse)
 
-    async def _rpc_list_tablet_servers(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return {"servers": self.ts_manager.descriptors(time.monotonic())}
+    async def _rpc_list_tablet_servers(self, req: Empty, ctx: CallContext) -> msg.ListTabletServersResponse:
+        return msg.ListTabletServersResponse(servers=self.ts_manager.descriptors(time.monotonic()))
 
     # --- admin and status -----------------------------------------------------------------------------
 
@@ -376,7 +391,3 @@ async def _table_page(request: web.Request) -> web.Response:
     t = cm.find_table(request.match_info["name"])
     tablets = [cm.location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]
     return json_response({**{k: v for k, v in t.items() if k != "tablet_ids"}, "tablets": tablets})
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")

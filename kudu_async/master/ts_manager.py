@@ -8,211 +8,44 @@ timeout" (Kudu's ``--tserver_unresponsive_timeout_ms``).
 Sans-IO, like ``consensus/raft.py``: no asyncio, no clock reads. Every method that needs the time takes
 ``now`` (seconds on a monotonic clock of the caller's choice), so tests drive time by hand.
 
-The wire shapes validated here are those of ``Master/TSHeartbeat`` (see ``parse_heartbeat_request``);
-every field is checked before any state changes, and a bad one raises ``KuduInvalidArgument`` naming it.
+The wire shapes are those of ``Master/TSHeartbeat`` (``master.messages``): every field is checked before
+any state changes, and a bad one raises ``KuduInvalidArgument`` naming it.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
-from kudu_async.server.config import parse_hostport
+from kudu_async.master.messages import Report, TSHeartbeatRequest, TSInfo
+from kudu_async.rpc.messages import convert, to_builtins
 
 log = logging.getLogger(__name__)
 
-MAX_ID_CHARS = 256  # uuids and tablet ids are 32 hex chars; anything this long is garbage, not an id
-MAX_TEXT_CHARS = 4096  # error messages, versions, states
+
+def parse_ts_info(info: TSInfo | Any) -> TSInfo:
+    """A tserver's registration, checked (already checked when it came in a decoded heartbeat)."""
+    if isinstance(info, TSInfo):
+        return info
+    ts = convert(info, TSInfo, "ts")
+    ts.check()
+    return ts
 
 
-# --- validation ---------------------------------------------------------------------------------------------
+def parse_report(report: Report | Any) -> Report:
+    """A tablet report, checked (already checked when it came in a decoded heartbeat)."""
+    if isinstance(report, Report):
+        return report
+    rep = convert(report, Report, "report")
+    rep.check()
+    return rep
 
 
-def _bad(path: str, problem: str) -> KuduInvalidArgument:
-    return KuduInvalidArgument(f"{path}: {problem}", {"field": path})
-
-
-def _type_name(v: Any) -> str:
-    return "null" if v is None else type(v).__name__
-
-
-def _get(d: dict[str, Any], key: str, path: str) -> Any:
-    if key not in d:
-        raise _bad(f"{path}.{key}" if path else key, "missing")
-    return d[key]
-
-
-def _map(v: Any, path: str) -> dict[str, Any]:
-    if not isinstance(v, dict):
-        raise _bad(path, f"expected a map, got {_type_name(v)}")
-    return v
-
-
-def _id(v: Any, path: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise _bad(path, f"expected a non-empty string, got {_type_name(v) if not isinstance(v, str) else 'empty'}")
-    if len(v) > MAX_ID_CHARS or not v.isprintable():
-        raise _bad(path, f"not a plausible id ({len(v)} characters)")
-    return v
-
-
-def _opt_id(v: Any, path: str) -> str | None:
-    return None if v is None else _id(v, path)
-
-
-def _text(v: Any, path: str, *, allow_none: bool = False) -> str | None:
-    if v is None and allow_none:
-        return None
-    if not isinstance(v, str):
-        raise _bad(path, f"expected a string{' or null' if allow_none else ''}, got {_type_name(v)}")
-    if len(v) > MAX_TEXT_CHARS:
-        raise _bad(path, f"longer than {MAX_TEXT_CHARS} characters")
-    return v
-
-
-def _int(v: Any, path: str, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(path, f"expected an integer, got {_type_name(v)}")
-    if v < minimum:
-        raise _bad(path, f"must be >= {minimum}, got {v}")
-    return v
-
-
-def _bool(v: Any, path: str) -> bool:
-    if not isinstance(v, bool):
-        raise _bad(path, f"expected true or false, got {_type_name(v)}")
-    return v
-
-
-def _hostport(v: Any, path: str) -> str:
-    if not isinstance(v, str):
-        raise _bad(path, f"expected 'host:port', got {_type_name(v)}")
-    try:
-        parse_hostport(v)
-    except ValueError as e:
-        raise _bad(path, str(e)) from None
-    return v
-
-
-def _id_list(v: Any, path: str) -> list[str]:
-    if not isinstance(v, list):
-        raise _bad(path, f"expected a list, got {_type_name(v)}")
-    out = [_id(x, f"{path}[{i}]") for i, x in enumerate(v)]
-    if len(set(out)) != len(out):
-        raise _bad(path, "duplicate entries")
-    return out
-
-
-def validate_ts_info(info: Any, path: str = "ts") -> dict[str, Any]:
-    """A tserver's registration (``ts`` of a heartbeat), checked and copied."""
-    d = _map(info, path)
-    start_time = _get(d, "start_time", path)
-    if (
-        isinstance(start_time, bool)
-        or not isinstance(start_time, int | float)
-        or not math.isfinite(start_time)
-        or start_time < 0
-    ):
-        raise _bad(f"{path}.start_time", f"expected a non-negative unix time, got {start_time!r:.50}")
-    return {
-        "uuid": _id(_get(d, "uuid", path), f"{path}.uuid"),
-        "rpc_address": _hostport(_get(d, "rpc_address", path), f"{path}.rpc_address"),
-        "http_address": _hostport(_get(d, "http_address", path), f"{path}.http_address"),
-        "version": _text(_get(d, "version", path), f"{path}.version"),
-        "start_time": float(start_time),
-    }
-
-
-def validate_raft_config(config: Any, path: str) -> dict[str, Any]:
-    """The committed Raft config in a tablet report; every voter and non-voter needs an address."""
-    d = _map(config, path)
-    voters = _id_list(_get(d, "voters", path), f"{path}.voters")
-    non_voters = _id_list(_get(d, "non_voters", path), f"{path}.non_voters")
-    both = set(voters) & set(non_voters)
-    if both:
-        raise _bad(path, f"{sorted(both)} listed as voter and non-voter")
-    peers_raw = _map(_get(d, "peers", path), f"{path}.peers")
-    peers = {_id(k, f"{path}.peers key"): _hostport(v, f"{path}.peers[{k}]") for k, v in peers_raw.items()}
-    missing = [u for u in (*voters, *non_voters) if u not in peers]
-    if missing:
-        raise _bad(f"{path}.peers", f"no address for member(s) {missing}")
-    return {
-        # -1: no config change committed yet (Kudu's kInvalidOpIdIndex for a tablet's first config).
-        "opid_index": _int(_get(d, "opid_index", path), f"{path}.opid_index", -1),
-        "voters": voters,
-        "non_voters": non_voters,
-        "peers": peers,
-    }
-
-
-def validate_tablet_report(r: Any, path: str) -> dict[str, Any]:
-    """One replica's state as its tserver reports it, checked and copied."""
-    d = _map(r, path)
-    return {
-        "tablet_id": _id(_get(d, "tablet_id", path), f"{path}.tablet_id"),
-        "table_id": _text(_get(d, "table_id", path), f"{path}.table_id"),
-        "state": _text(_get(d, "state", path), f"{path}.state"),
-        "error": _text(_get(d, "error", path), f"{path}.error", allow_none=True),
-        "role": _text(_get(d, "role", path), f"{path}.role", allow_none=True),
-        "term": _int(_get(d, "term", path), f"{path}.term", 0),
-        "leader_uuid": _opt_id(_get(d, "leader_uuid", path), f"{path}.leader_uuid"),
-        "config": validate_raft_config(_get(d, "config", path), f"{path}.config"),
-        "schema_version": _int(_get(d, "schema_version", path), f"{path}.schema_version", 0),
-    }
-
-
-def validate_report(report: Any, path: str = "report") -> dict[str, Any]:
-    """A full or incremental tablet report, checked and copied; a tablet may appear only once."""
-    d = _map(report, path)
-    tablets_raw = _get(d, "tablets", path)
-    if not isinstance(tablets_raw, list):
-        raise _bad(f"{path}.tablets", f"expected a list, got {_type_name(tablets_raw)}")
-    tablets = [validate_tablet_report(t, f"{path}.tablets[{i}]") for i, t in enumerate(tablets_raw)]
-    ids = [t["tablet_id"] for t in tablets]
-    if len(set(ids)) != len(ids):
-        raise _bad(f"{path}.tablets", "a tablet is reported more than once")
-    removed = _id_list(_get(d, "removed", path), f"{path}.removed")
-    both = set(ids) & set(removed)
-    if both:
-        raise _bad(f"{path}.removed", f"{sorted(both)[:5]} also reported as present")
-    return {
-        "full": _bool(_get(d, "full", path), f"{path}.full"),
-        "seq": _int(_get(d, "seq", path), f"{path}.seq", 0),
-        "tablets": tablets,
-        "removed": removed,
-    }
-
-
-@dataclass(frozen=True)
-class HeartbeatRequest:
-    """A validated ``Master/TSHeartbeat`` request."""
-
-    ts: dict[str, Any]
-    register: bool
-    report: dict[str, Any] | None
-    num_live_tablets: int
-    leader_count: int
-
-    @property
-    def uuid(self) -> str:
-        uuid: str = self.ts["uuid"]
-        return uuid
-
-
-def parse_heartbeat_request(request: Any) -> HeartbeatRequest:
-    """Check a whole heartbeat before the master acts on any part of it."""
-    d = _map(request, "request")
-    report = _get(d, "report", "")
-    return HeartbeatRequest(
-        ts=validate_ts_info(_get(d, "ts", "")),
-        register=_bool(_get(d, "register", ""), "register"),
-        report=None if report is None else validate_report(report),
-        num_live_tablets=_int(_get(d, "num_live_tablets", ""), "num_live_tablets", 0),
-        leader_count=_int(_get(d, "leader_count", ""), "leader_count", 0),
-    )
+def parse_heartbeat_request(request: Any) -> TSHeartbeatRequest:
+    """Check a whole heartbeat (a decoded map) before the master acts on any part of it."""
+    return convert(request, TSHeartbeatRequest)
 
 
 # --- the registry ------------------------------------------------------------------------------------------
@@ -256,13 +89,13 @@ class TSManager:
 
     # --- registration and liveness ------------------------------------------------------------------------
 
-    def register(self, info: Any, now: float, wall_time: float | None = None) -> None:
+    def register(self, info: TSInfo | Any, now: float, wall_time: float | None = None) -> None:
         """Record a (re)registration; the master then wants a full report before trusting incremental ones.
 
         ``wall_time`` (unix seconds) is what ``descriptors`` shows as ``registered_at``; it defaults to
         ``now`` for callers that run everything on one clock.
         """
-        ts = validate_ts_info(info)
+        ts = to_builtins(parse_ts_info(info))
         registered_at = now if wall_time is None else wall_time
         known = self._ts.get(ts["uuid"])
         if known is None:
@@ -308,9 +141,9 @@ class TSManager:
             return False
         ts.last_heartbeat = max(ts.last_heartbeat, now)
         if num_live_tablets is not None:
-            ts.num_live_tablets = _int(num_live_tablets, "num_live_tablets", 0)
+            ts.num_live_tablets = num_live_tablets
         if leader_count is not None:
-            ts.leader_count = _int(leader_count, "leader_count", 0)
+            ts.leader_count = leader_count
         return True
 
     def registration(self, uuid: str) -> dict[str, Any] | None:
@@ -388,7 +221,7 @@ class TSManager:
 
     # --- tablet reports -----------------------------------------------------------------------------------
 
-    def process_report(self, uuid: str, report: Any, now: float) -> bool:
+    def process_report(self, uuid: str, report: Report | Any, now: float) -> bool:
         """Apply a tablet report from a registered tserver; False if it was ignored.
 
         Ignored: an incremental report while a full one is awaited (the caller answers
@@ -398,26 +231,24 @@ class TSManager:
         ts = self._ts.get(uuid)
         if ts is None:
             raise KuduIllegalState(f"tserver {uuid} sent a tablet report without registering")
-        rep = validate_report(report)
-        if rep["seq"] <= ts.last_seq:
-            log.info(
-                "ignoring stale tablet report", extra={"ts_uuid": uuid, "seq": rep["seq"], "last_seq": ts.last_seq}
-            )
+        rep = parse_report(report)
+        if rep.seq <= ts.last_seq:
+            log.info("ignoring stale tablet report", extra={"ts_uuid": uuid, "seq": rep.seq, "last_seq": ts.last_seq})
             return False
-        if not rep["full"] and ts.needs_full_report:
+        if not rep.full and ts.needs_full_report:
             log.info("ignoring incremental tablet report: waiting for a full one", extra={"ts_uuid": uuid})
             return False
-        if rep["full"]:
-            listed = {t["tablet_id"] for t in rep["tablets"]}
+        if rep.full:
+            listed = {t.tablet_id for t in rep.tablets}
             for tablet_id in ts.tablets - listed:  # a full report's unlisted tablets count as removed
                 self._drop_replica(tablet_id, ts)
-        for r in rep["tablets"]:
-            self._apply_replica(r, ts)
-        for tablet_id in rep["removed"]:
+        for r in rep.tablets:
+            self._apply_replica(to_builtins(r), ts)
+        for tablet_id in rep.removed:
             self._drop_replica(tablet_id, ts)
-        ts.last_seq = rep["seq"]
+        ts.last_seq = rep.seq
         ts.last_heartbeat = max(ts.last_heartbeat, now)
-        if rep["full"]:
+        if rep.full:
             ts.needs_full_report = False
         return True
 

@@ -65,6 +65,7 @@ _STATUS_200 = b"200"
 _CONTENT_TYPE_B = {codec.MSGPACK: codec.MSGPACK_B, codec.JSON: codec.JSON_B}
 
 Decoder = Callable[[bytes, str], Any]
+Encoder = Callable[[Any, str], bytes]
 
 
 class RpcProtocolError(Exception):
@@ -275,15 +276,22 @@ class _Endpoint:
 class Method:
     """A registered method with its metrics, resolved once so a call does no name formatting."""
 
-    __slots__ = ("calls", "decode", "entity", "errors", "handler", "latency", "name", "service")
+    __slots__ = ("calls", "decode", "encode", "entity", "errors", "handler", "latency", "name", "service")
 
     def __init__(
-        self, service: Service, name: str, handler: Any, entity: MetricEntity | None, decode: Decoder | None = None
+        self,
+        service: Service,
+        name: str,
+        handler: Any,
+        entity: MetricEntity | None,
+        decode: Decoder | None = None,
+        encode: Encoder | None = None,
     ) -> None:
         self.service = service
         self.name = name
         self.handler = handler
         self.decode: Decoder = decode if decode is not None else codec.decode
+        self.encode: Encoder = encode if encode is not None else codec.encode
         self.entity = entity
         self.errors: dict[str, Counter] = {}
         self.calls: Counter | None = None

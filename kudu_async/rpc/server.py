@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kudu_async.common.errors import (
     KuduBadStatus,
@@ -36,14 +36,12 @@ from kudu_async.common.errors import (
     KuduTimedOut,
 )
 from kudu_async.common.metrics import Counter, MetricEntity
-from kudu_async.rpc import codec
 from kudu_async.rpc.connection import (
     CANCEL,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CONCURRENT_STREAMS,
     DEFAULT_MAX_INFLIGHT_PER_SERVICE,
     DEFAULT_WINDOW,
-    Decoder,
     Method,
     Request,
     Router,
@@ -98,6 +96,14 @@ def require_map(request: Any) -> dict[str, Any]:
 
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
+
+
+class BodyCodec(Protocol):
+    """How a method's bodies are read and written when it has its own message types."""
+
+    def decode(self, body: bytes, content_type: str) -> Any: ...
+
+    def encode(self, obj: Any, content_type: str) -> bytes: ...
 
 
 class _Call:
@@ -212,12 +218,10 @@ class RpcServer:
 
     # --- registration -----------------------------------------------------------------------------------
 
-    def register(self, service: str, method: str, handler: Handler, *, decode: Decoder | None = None) -> None:
-        """Serve ``POST /service/method`` with ``await handler(request, ctx)``.
-
-        ``decode(body, content_type)`` turns the raw body into ``request`` (default: msgpack or JSON as the
-        content type says); it raises ``KuduBadStatus`` (e.g. INVALID_ARGUMENT) to refuse the call.
-        """
+    def register(self, service: str, method: str, handler: Handler, *, messages: BodyCodec | None = None) -> None:
+        """Serve ``POST /service/method`` with ``await handler(request, ctx)``; ``messages`` decodes the
+        request bodies and encodes the answers (default: plain maps, see ``kudu_async.rpc.codec``); its
+        decode raises ``KuduBadStatus`` (e.g. INVALID_ARGUMENT naming the field) to refuse the call."""
         for what, name in (("service", service), ("method", method)):
             if not name or "/" in name or not name.isprintable():
                 raise KuduInvalidArgument(f"bad {what} name {name!r}")
@@ -229,7 +233,14 @@ class RpcServer:
             svc = services[service] = Service(service, self.max_inflight_per_service)
         if method in svc.methods:
             raise KuduIllegalState(f"{service}/{method} is already registered")
-        svc.methods[method] = Method(svc, method, handler, self._metrics, decode)
+        svc.methods[method] = Method(
+            svc,
+            method,
+            handler,
+            self._metrics,
+            decode=None if messages is None else messages.decode,
+            encode=None if messages is None else messages.encode,
+        )
 
     def register_service(self, service: str, obj: object) -> list[str]:
         """Register every public ``async def`` method of ``obj`` under its own name; returns the names."""
@@ -405,7 +416,7 @@ class RpcServer:
             if delay:
                 await asyncio.sleep(delay)
             result = await m.handler(request, ctx)
-            body = codec.encode(result, ctx.content_type)
+            body = m.encode(result, ctx.content_type)
         except KuduBadStatus as e:
             err = e
         except asyncio.CancelledError:

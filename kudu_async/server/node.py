@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.errors import KuduIllegalState
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
 from kudu_async.consensus.raft_manager import RaftManager
@@ -25,7 +25,9 @@ from kudu_async.consensus.replica import ReplicaOptions
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.faults import FaultInjector
+from kudu_async.rpc.messages import Method, serve
 from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.server import messages as msg
 from kudu_async.server.admin import build_admin_app, process_memory
 from kudu_async.server.config import NodeConfig, format_hostport
 from kudu_async.version import __version__
@@ -206,21 +208,25 @@ class Node:
         return [{"id": "root", "parent": None, "limit": -1, "current": mem["current_bytes"], "peak": mem["peak_bytes"]}]
 
     def _register_generic_service(self) -> None:
-        self.rpc_server.register("Generic", "Ping", self._rpc_ping)
-        self.rpc_server.register("Generic", "GetStatus", self._rpc_get_status)
-        self.rpc_server.register("Generic", "SetFaults", self._rpc_set_faults)
+        serve(
+            self.rpc_server,
+            "Generic",
+            {
+                "Ping": Method(msg.PingRequest, msg.PingResponse, self._rpc_ping),
+                "GetStatus": Method(msg.GetStatusRequest, dict, self._rpc_get_status),
+                "SetFaults": Method(msg.SetFaultsRequest, msg.SetFaultsResponse, self._rpc_set_faults),
+            },
+        )
 
-    async def _rpc_ping(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return {}
+    async def _rpc_ping(self, request: msg.PingRequest, ctx: CallContext) -> msg.PingResponse:
+        return msg.PingResponse()
 
-    async def _rpc_get_status(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def _rpc_get_status(self, request: msg.GetStatusRequest, ctx: CallContext) -> dict[str, Any]:
         return self.status()
 
-    async def _rpc_set_faults(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def _rpc_set_faults(self, request: msg.SetFaultsRequest, ctx: CallContext) -> msg.SetFaultsResponse:
         if not self.config.enable_fault_injection:
             raise KuduIllegalState("fault injection is off on this node (start it with --enable-fault-injection)")
-        if not isinstance(request, dict) or not isinstance(request.get("rules", []), list):
-            raise KuduInvalidArgument("expected {'rules': [rule, ...]}")
-        self.faults.set_rules(request.get("rules", []))
+        self.faults.set_rules(request.rules)
         log.warning("fault injection rules set", extra={"rules": repr(self.faults.rules())})
-        return {"rules": self.faults.rules()}
+        return msg.SetFaultsResponse(rules=self.faults.rules())

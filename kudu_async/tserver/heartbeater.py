@@ -16,8 +16,8 @@ Failures back off exponentially with jitter (capped at ``max_backoff_s``) and ar
 An unexpected exception (a bug, or ``reports``/``ts_info`` raising) is logged with its traceback and the
 per-master loop is restarted after the same backoff; it never dies silently and never spins.
 
-The leader master's ``tablets_to_delete``/``tablets_to_create`` go to ``on_delete``/``on_create``, each
-in its own task so slow tablet work never delays a heartbeat; their exceptions are logged, not fatal.
+The leader master's ``tablets_to_delete`` go to ``on_delete``, each in its own task so slow tablet work
+never delays a heartbeat; their exceptions are logged, not fatal.
 """
 
 from __future__ import annotations
@@ -82,10 +82,9 @@ def _check_response(resp: Any) -> dict[str, Any]:
             raise _BadAnswer(f"TSHeartbeat answer: {key} must be true or false, got {resp.get(key)!r:.50}")
     if not isinstance(resp.get("master_uuid"), str):
         raise _BadAnswer("TSHeartbeat answer: master_uuid must be a string")
-    for key in ("tablets_to_delete", "tablets_to_create"):
-        items = resp.get(key)
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise _BadAnswer(f"TSHeartbeat answer: {key} must be a list of maps")
+    items = resp.get("tablets_to_delete")
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise _BadAnswer("TSHeartbeat answer: tablets_to_delete must be a list of maps")
     for i, item in enumerate(resp["tablets_to_delete"]):
         if (
             not isinstance(item.get("tablet_id"), str)
@@ -110,7 +109,6 @@ class Heartbeater:
         ts_info: Callable[[], dict[str, Any]],
         reports: ReportsFn,
         on_delete: ItemCallback,
-        on_create: ItemCallback,
         interval_s: float = 1.0,
         rpc_timeout_s: float = 5.0,
         *,
@@ -131,7 +129,6 @@ class Heartbeater:
         self.ts_info = ts_info
         self.reports = reports
         self.on_delete = on_delete
-        self.on_create = on_create
         self.tablet_counts = tablet_counts
         self.interval_s = interval_s
         self.rpc_timeout_s = rpc_timeout_s
@@ -346,24 +343,24 @@ class Heartbeater:
     def _dispatch_callbacks(self, m: _MasterState, resp: dict[str, Any]) -> None:
         """Hand the leader's requests to the tablet manager, each in its own task.
 
-        Heartbeats never wait for tablet work (a slow create must not make the master think we died).
+        Heartbeats never wait for tablet work (a slow delete must not make the master think we died).
         The leader repeats a request every heartbeat until our reports show it done, so a request for a
         tablet whose previous one is still running is skipped rather than run twice at once.
         """
         loop = asyncio.get_running_loop()
-        for kind, cb in (("tablets_to_delete", self.on_delete), ("tablets_to_create", self.on_create)):
-            for item in resp[kind]:
-                tablet_id = item.get("tablet_id")
-                key = (kind, tablet_id) if isinstance(tablet_id, str) else None
-                if key is not None and key in self._callbacks_running:
-                    continue
-                task = loop.create_task(
-                    self._run_callback(m.address, kind, cb, item), name=f"heartbeat {kind} {tablet_id}"
-                )
-                self._callback_tasks.add(task)
-                if key is not None:
-                    self._callbacks_running[key] = task
-                task.add_done_callback(functools.partial(self._callback_done, key=key))
+        kind = "tablets_to_delete"
+        for item in resp[kind]:
+            tablet_id = item.get("tablet_id")
+            key = (kind, tablet_id) if isinstance(tablet_id, str) else None
+            if key is not None and key in self._callbacks_running:
+                continue
+            task = loop.create_task(
+                self._run_callback(m.address, kind, self.on_delete, item), name=f"heartbeat {kind} {tablet_id}"
+            )
+            self._callback_tasks.add(task)
+            if key is not None:
+                self._callbacks_running[key] = task
+            task.add_done_callback(functools.partial(self._callback_done, key=key))
 
     def _callback_done(self, task: asyncio.Task[None], key: tuple[str, str] | None) -> None:
         self._callback_tasks.discard(task)

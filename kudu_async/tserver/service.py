@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,129 +14,111 @@ import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.predicate import ColumnPredicate
-from kudu_async.rpc.server import CallContext, RpcServer, require_map
+from kudu_async.rpc.messages import Method, ServiceTable, serve, to_builtins
+from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
-from kudu_async.tserver.result_tracker import parse_request_id
+from kudu_async.tserver import messages as m
 from kudu_async.tserver.scanners import Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager
 from kudu_async.tserver.wire import decode_write_op
 
 SERVICE = "TabletServer"
-MAX_BATCH_BYTES = 16 * 1024 * 1024
 
 
 class TabletService:
-    def __init__(self, manager: TabletManager, scanners: ScannerManager, clock_update: Any) -> None:
+    def __init__(self, manager: TabletManager, scanners: ScannerManager, clock_update: Callable[[int], Any]) -> None:
         self.manager = manager
         self.scanners = scanners
         self._clock_update = clock_update
 
-    def register_rpc(self, server: RpcServer) -> None:
-        for name in (
-            "CreateTablet",
-            "DeleteTablet",
-            "Write",
-            "Scan",
-            "ScannerKeepAlive",
-            "Checksum",
-            "ListTablets",
-            "GetSafeTime",
-            "StartTabletCopy",
-            "AlterSchema",
-            "FlushTablet",
-            "GetTabletStats",
-        ):
-            server.register(SERVICE, name, getattr(self, f"_rpc_{name.lower()}"))
-
-    async def _rpc_createtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return await self.manager.create_tablet(require_map(request))
-
-    async def _rpc_deletetablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        cas = req.get("cas_config_index")
-        if cas is not None and not isinstance(cas, int):
-            raise KuduInvalidArgument("'cas_config_index' must be an integer")
-        self.scanners.close_tablet(_str(req, "tablet_id"))
-        return await self.manager.delete_tablet(_str(req, "tablet_id"), _str(req, "delete_type", "DELETED"), cas)
-
-    async def _rpc_write(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        replica = self.manager.get(_str(req, "tablet_id"))
-        version = _int(req, "schema_version", 0)
-        request_id = parse_request_id(req.get("request_id"))  # absent: no retry protection (as before)
-        op = decode_write_op(req.get("rows"), req.get("op_types"), req.get("set_columns"))
-        propagated = req.get("propagated_timestamp")
-        if propagated is not None:
-            self._clock_update(_int(req, "propagated_timestamp"))
-        res = await replica.write(op, version, ctx.time_left(), request_id)
+    def methods(self) -> ServiceTable:
+        """The ``TabletServer`` protocol: each method with its request and response messages."""
         return {
-            "timestamp": res.timestamp,
-            "row_errors": [{"row_index": e.row_index, "code": e.code, "message": e.message} for e in res.row_errors],
-            "inserted": res.inserted,
-            "updated": res.updated,
-            "deleted": res.deleted,
-            "ignored": res.ignored,
+            "CreateTablet": Method(m.CreateTabletRequest, m.CreateTabletResponse, self.create_tablet),
+            "DeleteTablet": Method(m.DeleteTabletRequest, m.DeleteTabletResponse, self.delete_tablet),
+            "Write": Method(m.WriteRequest, m.WriteResponse, self.write),
+            "Scan": Method(m.ScanRequest, m.ScanResponse, self.scan),
+            "ScannerKeepAlive": Method(m.ScannerKeepAliveRequest, m.ScannerKeepAliveResponse, self.keep_alive),
+            "Checksum": Method(m.ChecksumRequest, m.ChecksumResponse, self.checksum),
+            "ListTablets": Method(m.ListTabletsRequest, m.ListTabletsResponse, self.list_tablets),
+            "GetSafeTime": Method(m.GetSafeTimeRequest, m.GetSafeTimeResponse, self.get_safe_time),
+            "StartTabletCopy": Method(m.StartTabletCopyRequest, m.StartTabletCopyResponse, self.start_tablet_copy),
+            "AlterSchema": Method(m.AlterSchemaRequest, m.AlterSchemaResponse, self.alter_schema),
+            "FlushTablet": Method(m.FlushTabletRequest, m.FlushTabletResponse, self.flush_tablet),
+            "GetTabletStats": Method(m.GetTabletStatsRequest, m.GetTabletStatsResponse, self.get_tablet_stats),
         }
 
-    async def _rpc_scan(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        scanner_id = req.get("scanner_id")
-        if scanner_id is not None:
-            if not isinstance(scanner_id, str):
-                raise KuduInvalidArgument("'scanner_id' must be a string")
-            if req.get("close"):
-                self.scanners.close(scanner_id)
-                return {"scanner_id": None, "has_more": False, "rows": 0, "data": None}
-            return await self.scanners.next_batch(self.scanners.get(scanner_id))
-        replica = self.manager.get(_str(req, "tablet_id"))
-        schema = replica.tablet.info.schema
-        projection = req.get("projection")
-        if projection is not None and (
-            not isinstance(projection, list) or not all(isinstance(c, str) for c in projection)
-        ):
-            raise KuduInvalidArgument("'projection' must be a list of column names")
+    def register_rpc(self, server: RpcServer) -> None:
+        serve(server, SERVICE, self.methods())
+
+    async def create_tablet(self, req: m.CreateTabletRequest, ctx: CallContext) -> m.CreateTabletResponse:
+        out = await self.manager.create_tablet(to_builtins(req))
+        return m.CreateTabletResponse(tablet_id=out["tablet_id"], created=out["created"])
+
+    async def delete_tablet(self, req: m.DeleteTabletRequest, ctx: CallContext) -> m.DeleteTabletResponse:
+        self.scanners.close_tablet(req.tablet_id)
+        out = await self.manager.delete_tablet(req.tablet_id, req.delete_type, req.cas_config_index)
+        return m.DeleteTabletResponse(tablet_id=out["tablet_id"], deleted=out["deleted"])
+
+    async def write(self, req: m.WriteRequest, ctx: CallContext) -> m.WriteResponse:
+        replica = self.manager.get(req.tablet_id)
+        op = decode_write_op(req.rows, req.op_types, req.set_columns)
+        if req.propagated_timestamp is not None:
+            self._clock_update(req.propagated_timestamp)
+        rid = None if req.request_id is None else req.request_id.to_request_id()
+        res = await replica.write(op, req.schema_version, ctx.time_left(), rid)
+        return m.WriteResponse(
+            timestamp=res.timestamp,
+            row_errors=[m.RowErrorMsg(row_index=e.row_index, code=e.code, message=e.message) for e in res.row_errors],
+            inserted=res.inserted,
+            updated=res.updated,
+            deleted=res.deleted,
+            ignored=res.ignored,
+        )
+
+    async def scan(self, req: m.ScanRequest, ctx: CallContext) -> m.ScanResponse:
+        if req.scanner_id is not None:
+            if req.close:
+                self.scanners.close(req.scanner_id)
+                return m.ScanResponse(scanner_id=None, has_more=False, rows=0, data=None)
+            return m.ScanResponse(**await self.scanners.next_batch(self.scanners.get(req.scanner_id)))
+        if req.tablet_id is None:
+            raise KuduInvalidArgument("'tablet_id': missing (a new scan names its tablet)", {"field": "tablet_id"})
+        replica = self.manager.get(req.tablet_id)
+        info = replica.tablet.info
+        projection = req.projection
         for c in projection or []:
-            if c not in replica.tablet.info.names:
+            if c not in info.names:
                 raise KuduInvalidArgument(f"projected column '{c}' is not in the table's schema")
-        preds_raw = req.get("predicates") or []
-        if not isinstance(preds_raw, list) or not all(isinstance(p, dict) for p in preds_raw):
-            raise KuduInvalidArgument("'predicates' must be a list of predicate maps")
         predicates = []
-        for p in preds_raw:
+        for p in req.predicates or []:
             pred = ColumnPredicate.from_dict(p)
-            if pred.column not in replica.tablet.info.names:
+            if pred.column not in info.names:
                 raise KuduInvalidArgument(f"predicate column '{pred.column}' is not in the table's schema")
-            predicates.append(pred.bind(schema))
-        read_mode = _str(req, "read_mode", READ_LATEST)
+            predicates.append(pred.bind(info.schema))
+        read_mode = req.read_mode
         if read_mode not in (READ_LATEST, READ_AT_SNAPSHOT):
             raise KuduInvalidArgument(f"'read_mode' must be {READ_LATEST} or {READ_AT_SNAPSHOT}, not {read_mode!r}")
-        version = req.get("schema_version")
+        version = req.schema_version
         if version is not None and version != replica.tablet.schema_version:
             raise KuduInvalidArgument(
                 f"tablet {replica.tablet_id} has schema version {replica.tablet.schema_version}, the scan was "
                 f"built for {version}: reload the table schema",
                 {"error": "MISMATCHED_SCHEMA", "schema_version": replica.tablet.schema_version},
             )
-        batch_bytes = req.get("batch_bytes")
-        if batch_bytes is not None and (not isinstance(batch_bytes, int) or not 1 <= batch_bytes <= MAX_BATCH_BYTES):
-            raise KuduInvalidArgument(f"'batch_bytes' must be 1..{MAX_BATCH_BYTES}")
-        limit = req.get("limit")
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise KuduInvalidArgument("'limit' must be a non-negative integer")
-        propagated = req.get("propagated_timestamp")
-        if propagated is not None:
-            self._clock_update(_int(req, "propagated_timestamp"))
+        if req.propagated_timestamp is not None:
+            self._clock_update(req.propagated_timestamp)
         spec = ScanSpec(
             projection=projection,
             predicates=predicates,
-            lower_key=_bytes_or_none(req, "lower_key"),
-            upper_key=_bytes_or_none(req, "upper_key"),
-            resume_after_key=_bytes_or_none(req, "resume_after_key"),
-            limit=limit,
+            lower_key=req.lower_key,
+            upper_key=req.upper_key,
+            resume_after_key=req.resume_after_key,
+            limit=req.limit,
             read_mode=read_mode,
-            snapshot_ts=_int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None,
-            ordered=bool(req.get("ordered", False)),
-            batch_bytes=batch_bytes,
+            snapshot_ts=req.snapshot_ts,
+            ordered=req.ordered,
+            batch_bytes=req.batch_bytes,
         )
         self.scanners.check_capacity()
 
@@ -153,69 +136,58 @@ class TabletService:
             return sc, ScannerManager.pull(sc)
 
         sc, pulled = await replica.scan_with(spec, ctx.time_left(), begin)
-        out = self.scanners.started(sc, pulled)
-        out["schema_version"] = replica.tablet.schema_version
-        return out
+        return m.ScanResponse(**self.scanners.started(sc, pulled), schema_version=replica.tablet.schema_version)
 
-    async def _rpc_scannerkeepalive(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        self.scanners.get(_str(require_map(request), "scanner_id"))
-        return {}
+    async def keep_alive(self, req: m.ScannerKeepAliveRequest, ctx: CallContext) -> m.ScannerKeepAliveResponse:
+        self.scanners.get(req.scanner_id)
+        return m.ScannerKeepAliveResponse()
 
-    async def _rpc_checksum(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        replica = self.manager.get(_str(req, "tablet_id"))
-        ts = _int(req, "snapshot_ts") if req.get("snapshot_ts") is not None else None
-        return await replica.checksum(ts, ctx.time_left())
+    async def checksum(self, req: m.ChecksumRequest, ctx: CallContext) -> m.ChecksumResponse:
+        replica = self.manager.get(req.tablet_id)
+        return m.ChecksumResponse(**await replica.checksum(req.snapshot_ts, ctx.time_left()))
 
-    async def _rpc_listtablets(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        return {"tablets": self.manager.list_tablets()}
+    async def list_tablets(self, req: m.ListTabletsRequest, ctx: CallContext) -> m.ListTabletsResponse:
+        return m.ListTabletsResponse(tablets=self.manager.list_tablets())
 
-    async def _rpc_getsafetime(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        replica = self.manager.get(_str(req, "tablet_id"))
-        index = await replica.leader_safe_index(_int(req, "timestamp"), time.monotonic() + ctx.time_left())
-        return {"index": index}
+    async def get_safe_time(self, req: m.GetSafeTimeRequest, ctx: CallContext) -> m.GetSafeTimeResponse:
+        replica = self.manager.get(req.tablet_id)
+        index = await replica.leader_safe_index(req.timestamp, time.monotonic() + ctx.time_left())
+        return m.GetSafeTimeResponse(index=index)
 
-    async def _rpc_starttabletcopy(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        return await self.manager.start_tablet_copy(
-            _str(req, "tablet_id"), _str(req, "source_uuid"), _str(req, "source_address"), _int(req, "caller_term", 0)
-        )
+    async def start_tablet_copy(self, req: m.StartTabletCopyRequest, ctx: CallContext) -> m.StartTabletCopyResponse:
+        out = await self.manager.start_tablet_copy(req.tablet_id, req.source_uuid, req.source_address, req.caller_term)
+        return m.StartTabletCopyResponse(**out)
 
-    async def _rpc_alterschema(self, request: Any, ctx: CallContext) -> dict[str, Any]:
-        req = require_map(request)
-        replica = self.manager.get(_str(req, "tablet_id"))
-        schema = req.get("schema")
-        if not isinstance(schema, dict):
-            raise KuduInvalidArgument("'schema' must be a schema map")
-        version = await replica.alter_schema(schema, _int(req, "schema_version"), ctx.time_left())
-        return {"schema_version": version}
+    async def alter_schema(self, req: m.AlterSchemaRequest, ctx: CallContext) -> m.AlterSchemaResponse:
+        replica = self.manager.get(req.tablet_id)
+        version = await replica.alter_schema(req.schema, req.schema_version, ctx.time_left())
+        return m.AlterSchemaResponse(schema_version=version)
 
-    async def _rpc_flushtablet(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def flush_tablet(self, req: m.FlushTabletRequest, ctx: CallContext) -> m.FlushTabletResponse:
         """Operator/test tool: flush a tablet's memory stores now (as the maintenance manager would)."""
-        replica = self.manager.get(_str(require_map(request), "tablet_id"))
+        replica = self.manager.get(req.tablet_id)
         await asyncio.get_running_loop().run_in_executor(self.manager.executor, replica.tablet.flush_all)
-        return {"last_flushed_log_index": replica.tablet.earliest_needed_log_index() - 1}
+        return m.FlushTabletResponse(last_flushed_log_index=replica.tablet.earliest_needed_log_index() - 1)
 
-    async def _rpc_gettabletstats(self, request: Any, ctx: CallContext) -> dict[str, Any]:
+    async def get_tablet_stats(self, req: m.GetTabletStatsRequest, ctx: CallContext) -> m.GetTabletStatsResponse:
         """Sizes of one replica for ``kudu-admin table statistics``: bytes on disk (files walked in an
         executor) and in memory. Row counts come from a snapshot ``Checksum``, which is exact."""
-        tablet_id = _str(require_map(request), "tablet_id")
+        tablet_id = req.tablet_id
         replica = self.manager.get(tablet_id)
         wal_dir = replica.raft.dir / "wal" if replica.raft is not None else None
         data_bytes, wal_bytes = await asyncio.get_running_loop().run_in_executor(
             self.manager.executor, _sizes, self.manager.tablet_dir(tablet_id), wal_dir
         )
         st = replica.tablet.status()
-        return {
-            "tablet_id": tablet_id,
-            "on_disk_data_bytes": data_bytes,
-            "on_disk_wal_bytes": wal_bytes,
-            "memrowset_bytes": st["mrs_bytes"],
-            "delta_memstore_bytes": st["dms_bytes"],
-            "memrowset_rows": st["mrs_rows"],
-            "disk_rowsets": len(st["rowsets"]),
-        }
+        return m.GetTabletStatsResponse(
+            tablet_id=tablet_id,
+            on_disk_data_bytes=data_bytes,
+            on_disk_wal_bytes=wal_bytes,
+            memrowset_bytes=st["mrs_bytes"],
+            delta_memstore_bytes=st["dms_bytes"],
+            memrowset_rows=st["mrs_rows"],
+            disk_rowsets=len(st["rowsets"]),
+        )
 
 
 def _sizes(tdir: Path, wal_dir: Path | None) -> tuple[int, int]:
@@ -239,26 +211,3 @@ def _pred_text(p: ColumnPredicate) -> str:
     if p.op in ("IS NULL", "IS NOT NULL"):
         return f"{p.column} {p.op}"
     return f"{p.column} {p.op} {list(p.value) if p.op == 'IN' else p.value!r}"
-
-
-def _str(req: dict[str, Any], name: str, default: str | None = None) -> str:
-    v = req.get(name, default)
-    if not isinstance(v, str) or not v:
-        raise KuduInvalidArgument(f"'{name}' must be a non-empty string")
-    return v
-
-
-def _int(req: dict[str, Any], name: str, default: int | None = None) -> int:
-    v = req.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise KuduInvalidArgument(f"'{name}' must be a non-negative integer")
-    return v
-
-
-def _bytes_or_none(req: dict[str, Any], name: str) -> bytes | None:
-    v = req.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, bytes | bytearray):
-        raise KuduInvalidArgument(f"'{name}' must be bytes (an encoded primary key)")
-    return bytes(v)

@@ -102,7 +102,6 @@ class TabletServer(Node):
             ts_info=self._ts_info,
             reports=self.tablets.reports,
             on_delete=self._master_says_delete,
-            on_create=self._master_says_create,
             interval_s=cfg.heartbeat_interval_ms / 1000.0,
             tablet_counts=self._tablet_counts,
         )
@@ -161,9 +160,6 @@ class TabletServer(Node):
             "version": __version__,
             "start_time": self.started_at,
         }
-
-    async def _master_says_create(self, item: dict[str, Any]) -> None:
-        await self.tablets.create_tablet(item)
 
     async def _master_says_delete(self, item: dict[str, Any]) -> None:
         tablet_id = item.get("tablet_id")

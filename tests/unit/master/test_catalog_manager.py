@@ -25,7 +25,9 @@ from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import catalog_manager
 from kudu_async.master.catalog_manager import CatalogConflict, CatalogManager
 from kudu_async.master.master import Master
+from kudu_async.master.messages import AlterTableRequest, CreateTableRequest, DeleteTableRequest, IsDdlDoneRequest
 from kudu_async.master.sys_catalog import put
+from kudu_async.rpc.messages import convert
 from kudu_async.server.config import load_config
 
 SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
@@ -104,15 +106,15 @@ def live_named(cm: CatalogManager, name: str) -> list[dict[str, Any]]:
 
 async def test_create_table_retried_with_its_request_id_returns_the_original_table(master: Master) -> None:
     cm = master.catalog_manager
-    first = await cm.create_table(create_req("t", "client-a:1"), TIMEOUT_S)
-    again = await cm.create_table(create_req("t", "client-a:1"), TIMEOUT_S)
+    first = await cm.create_table(convert(create_req("t", "client-a:1"), CreateTableRequest), TIMEOUT_S)
+    again = await cm.create_table(convert(create_req("t", "client-a:1"), CreateTableRequest), TIMEOUT_S)
     assert again == first
     assert [t["id"] for t in live_named(cm, "t")] == [first["table_id"]]
     assert len(cm.tablets) == 2  # the tablets were made once
     with pytest.raises(KuduAlreadyPresent):  # another request for the same name is still refused
-        await cm.create_table(create_req("t", "client-b:1"), TIMEOUT_S)
+        await cm.create_table(convert(create_req("t", "client-b:1"), CreateTableRequest), TIMEOUT_S)
     with pytest.raises(KuduAlreadyPresent):  # ... and so is one without an id
-        await cm.create_table(create_req("t", None), TIMEOUT_S)
+        await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
 
 
 async def test_new_tablets_name_a_first_leader_spread_evenly_over_the_servers(master: Master) -> None:
@@ -120,7 +122,7 @@ async def test_new_tablets_name_a_first_leader_spread_evenly_over_the_servers(ma
     partition added later) those are spread so every server leads its share."""
     cm = master.catalog_manager
     six = PartitionSchema(SCHEMA, [HashDimension(["key"], 6)], ["key"])
-    await cm.create_table(create_req("t", None, partition_schema=six.to_dict()), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", None, partition_schema=six.to_dict()), CreateTableRequest), TIMEOUT_S)
     recs = [cm.tablets[tid] for tid in cm.find_table("t")["tablet_ids"]]
     firsts = [r["first_leader"] for r in recs]
     assert all(f in r["replicas"] for f, r in zip(firsts, recs, strict=True))
@@ -129,68 +131,72 @@ async def test_new_tablets_name_a_first_leader_spread_evenly_over_the_servers(ma
 
 async def test_alter_table_retried_adds_the_column_and_bumps_the_version_once(master: Master) -> None:
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     await make_running(cm, "t")
-    first = await cm.alter_table(add_column("t", "extra", "c:2"), TIMEOUT_S)
+    first = await cm.alter_table(convert(add_column("t", "extra", "c:2"), AlterTableRequest), TIMEOUT_S)
     assert first["schema_version"] == 1
-    assert await cm.alter_table(add_column("t", "extra", "c:2"), TIMEOUT_S) == first
+    assert await cm.alter_table(convert(add_column("t", "extra", "c:2"), AlterTableRequest), TIMEOUT_S) == first
     t = cm.find_table("t")
     assert [c["name"] for c in t["schema"]["columns"]] == ["key", "val", "extra"] and t["schema_version"] == 1
     with pytest.raises(KuduInvalidArgument, match="extra"):  # without the id it is a second, bad alter
-        await cm.alter_table(add_column("t", "extra", "c:3"), TIMEOUT_S)
+        await cm.alter_table(convert(add_column("t", "extra", "c:3"), AlterTableRequest), TIMEOUT_S)
 
 
 async def test_rename_retried_after_it_applied_is_not_not_found(master: Master) -> None:
     cm = master.catalog_manager
-    created = await cm.create_table(create_req("old", "c:1"), TIMEOUT_S)
+    created = await cm.create_table(convert(create_req("old", "c:1"), CreateTableRequest), TIMEOUT_S)
     await make_running(cm, "old")
     req = {"name": "old", "new_name": "new", "request_id": "c:2"}
-    first = await cm.alter_table(req, TIMEOUT_S)
-    assert await cm.alter_table(dict(req), TIMEOUT_S) == first == {"table_id": created["table_id"], "schema_version": 0}
+    first = await cm.alter_table(convert(req, AlterTableRequest), TIMEOUT_S)
+    assert (
+        await cm.alter_table(convert(dict(req), AlterTableRequest), TIMEOUT_S)
+        == first
+        == {"table_id": created["table_id"], "schema_version": 0}
+    )
     assert cm.find_table("new")["id"] == created["table_id"]
     with pytest.raises(KuduNotFound):
-        await cm.alter_table({**req, "request_id": "c:3"}, TIMEOUT_S)
+        await cm.alter_table(convert({**req, "request_id": "c:3"}, AlterTableRequest), TIMEOUT_S)
 
 
 async def test_delete_retried_after_the_table_is_gone_returns_the_original_reply(master: Master) -> None:
     cm = master.catalog_manager
-    created = await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
-    first = await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    created = await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
+    first = await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
     assert first == {"table_id": created["table_id"]}
     t = cm.tables[created["table_id"]]
     await cm._write([put("table", t["id"], {**t, "state": "DELETED"})])
-    assert await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S) == first
+    assert await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S) == first
     with pytest.raises(KuduNotFound):
-        await cm.delete_table({"name": "t", "request_id": "c:3"}, TIMEOUT_S)
+        await cm.delete_table(convert({"name": "t", "request_id": "c:3"}, DeleteTableRequest), TIMEOUT_S)
     # Even the create, retried after its table was deleted, answers what it answered then.
-    assert await cm.create_table(create_req("t", "c:1"), TIMEOUT_S) == created
+    assert await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S) == created
     assert live_named(cm, "t") == []
 
 
 async def test_a_request_id_reused_for_a_different_request_is_refused(master: Master) -> None:
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     with pytest.raises(KuduInvalidArgument, match="already used for a different request"):
-        await cm.create_table(create_req("t", "c:1", num_replicas=1), TIMEOUT_S)
+        await cm.create_table(convert(create_req("t", "c:1", num_replicas=1), CreateTableRequest), TIMEOUT_S)
     with pytest.raises(KuduInvalidArgument, match=r"different request \(CreateTable\)"):
-        await cm.delete_table({"name": "t", "request_id": "c:1"}, TIMEOUT_S)
+        await cm.delete_table(convert({"name": "t", "request_id": "c:1"}, DeleteTableRequest), TIMEOUT_S)
     assert cm.find_table("t")["state"] == "CREATING"
 
 
 async def test_a_retry_with_its_fields_in_another_order_is_the_same_request(master: Master) -> None:
     cm = master.catalog_manager
     req = create_req("t", "c:1")
-    first = await cm.create_table(req, TIMEOUT_S)
+    first = await cm.create_table(convert(req, CreateTableRequest), TIMEOUT_S)
     reordered = dict(reversed(list(req.items())))
     reordered["schema"] = dict(reversed(list(req["schema"].items())))
-    assert await cm.create_table(reordered, TIMEOUT_S) == first
+    assert await cm.create_table(convert(reordered, CreateTableRequest), TIMEOUT_S) == first
 
 
 async def test_malformed_request_ids_are_refused_and_nothing_is_applied(master: Master) -> None:
     cm = master.catalog_manager
     for rid in (7, b"c:1", "", "x" * 129, "has space", "ctl\x01", "tab\t", "naïve", "nl\n", ["c", 1]):
         with pytest.raises(KuduInvalidArgument, match="'request_id' must be a string of 1-128 printable ASCII"):
-            await cm.create_table({**create_req("t", None), "request_id": rid}, TIMEOUT_S)
+            await cm.create_table(convert({**create_req("t", None), "request_id": rid}, CreateTableRequest), TIMEOUT_S)
     assert cm.tables == {}
     assert master.catalog is not None and master.catalog.requests == {}
 
@@ -198,14 +204,16 @@ async def test_malformed_request_ids_are_refused_and_nothing_is_applied(master: 
 async def test_longest_request_id_is_accepted(master: Master) -> None:
     cm = master.catalog_manager
     rid = "k" * 128
-    first = await cm.create_table(create_req("t", rid), TIMEOUT_S)
-    assert await cm.create_table(create_req("t", rid), TIMEOUT_S) == first
+    first = await cm.create_table(convert(create_req("t", rid), CreateTableRequest), TIMEOUT_S)
+    assert await cm.create_table(convert(create_req("t", rid), CreateTableRequest), TIMEOUT_S) == first
     assert master.catalog is not None and rid in master.catalog.requests
 
 
 async def test_concurrent_attempts_of_one_request_apply_it_once(master: Master) -> None:
     cm = master.catalog_manager
-    replies = await asyncio.gather(*(cm.create_table(create_req("t", "c:1"), TIMEOUT_S) for _ in range(4)))
+    replies = await asyncio.gather(
+        *(cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S) for _ in range(4))
+    )
     assert len({r["table_id"] for r in replies}) == 1
     assert len(live_named(cm, "t")) == 1 and len(cm.tables) == 1 and len(cm.tablets) == 2
 
@@ -213,7 +221,8 @@ async def test_concurrent_attempts_of_one_request_apply_it_once(master: Master) 
 async def test_concurrent_creates_of_one_name_make_one_table(master: Master) -> None:
     cm = master.catalog_manager
     results = await asyncio.gather(
-        *(cm.create_table(create_req("t", f"c{i}:1"), TIMEOUT_S) for i in range(4)), return_exceptions=True
+        *(cm.create_table(convert(create_req("t", f"c{i}:1"), CreateTableRequest), TIMEOUT_S) for i in range(4)),
+        return_exceptions=True,
     )
     made = [r for r in results if isinstance(r, dict)]
     assert len(made) == 1 and all(isinstance(r, KuduAlreadyPresent) for r in results if r not in made)
@@ -223,10 +232,13 @@ async def test_concurrent_creates_of_one_name_make_one_table(master: Master) -> 
 
 async def test_concurrent_alters_of_one_table_are_all_applied(master: Master) -> None:
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     await make_running(cm, "t")
     replies = await asyncio.gather(
-        *(cm.alter_table(add_column("t", f"c{i}", f"c:{10 + i}"), TIMEOUT_S) for i in range(5))
+        *(
+            cm.alter_table(convert(add_column("t", f"c{i}", f"c:{10 + i}"), AlterTableRequest), TIMEOUT_S)
+            for i in range(5)
+        )
     )
     assert sorted(r["schema_version"] for r in replies) == [1, 2, 3, 4, 5]
     t = cm.find_table("t")
@@ -237,9 +249,9 @@ async def test_concurrent_alters_of_one_table_are_all_applied(master: Master) ->
 
 async def test_a_stale_background_write_never_undoes_an_acknowledged_alter(master: Master) -> None:
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     stale = await make_running(cm, "t")
-    await cm.alter_table(add_column("t", "extra", "c:2"), TIMEOUT_S)
+    await cm.alter_table(convert(add_column("t", "extra", "c:2"), AlterTableRequest), TIMEOUT_S)
     with pytest.raises(CatalogConflict, match="changed since it was read"):
         await cm._write([put("table", stale["id"], {**stale, "state": "RUNNING", "dropped_tablet_ids": []})])
     t = cm.find_table("t")
@@ -249,15 +261,21 @@ async def test_a_stale_background_write_never_undoes_an_acknowledged_alter(maste
 async def test_request_ids_survive_a_master_restart(tmp_path: Path) -> None:
     node = await start_master(tmp_path / "m")
     try:
-        created = await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
-        deleted = await node.catalog_manager.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+        created = await node.catalog_manager.create_table(
+            convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S
+        )
+        deleted = await node.catalog_manager.delete_table(
+            convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S
+        )
     finally:
         await node.stop()
     node = await start_master(tmp_path / "m")
     try:
         cm = node.catalog_manager
-        assert await cm.create_table(create_req("t", "c:1"), TIMEOUT_S) == created
-        assert await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S) == deleted
+        assert await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S) == created
+        assert (
+            await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S) == deleted
+        )
         assert node.role_status()["ddl_request_ids_remembered"] == 2
     finally:
         await node.stop()
@@ -268,17 +286,17 @@ async def test_a_restarted_master_asks_for_a_retry_until_known_tservers_register
 ) -> None:
     node = await start_master(tmp_path / "m")
     try:
-        await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
+        await node.catalog_manager.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     finally:
         await node.stop()
     node = await start_master(tmp_path / "m", tservers=1)  # two of the three have not heartbeated yet
     try:
         cm = node.catalog_manager
         with pytest.raises(KuduServiceUnavailable, match="2 tablet servers holding replicas have not registered"):
-            await cm.create_table(create_req("u", "c:2"), TIMEOUT_S)
+            await cm.create_table(convert(create_req("u", "c:2"), CreateTableRequest), TIMEOUT_S)
         monkeypatch.setattr(catalog_manager, "REGISTRATION_GRACE_S", 0.0)
         with pytest.raises(KuduInvalidArgument, match="1 tablet servers are alive"):
-            await cm.create_table(create_req("u", "c:2"), TIMEOUT_S)
+            await cm.create_table(convert(create_req("u", "c:2"), CreateTableRequest), TIMEOUT_S)
     finally:
         await node.stop()
 
@@ -287,15 +305,15 @@ async def test_a_new_cluster_short_of_tservers_is_told_at_once(tmp_path: Path) -
     node = await start_master(tmp_path / "m", tservers=1)
     try:  # no tablet is placed anywhere yet: no tserver is known to be missing
         with pytest.raises(KuduInvalidArgument, match="not enough live tablet servers"):
-            await node.catalog_manager.create_table(create_req("t", "c:1"), TIMEOUT_S)
+            await node.catalog_manager.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     finally:
         await node.stop()
 
 
 async def test_a_new_leader_does_not_take_missing_reports_for_deleted_tablets(master: Master) -> None:
     cm = master.catalog_manager
-    created = await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
-    await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    created = await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
+    await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
     assert master.check_leadership()  # every tserver is asked for a full report; none has sent one
     await cm.process_once()
     assert cm.tables[created["table_id"]]["state"] == "DELETING" and len(cm.tablets) == 2
@@ -311,9 +329,9 @@ async def test_a_new_leader_does_not_take_missing_reports_for_deleted_tablets(ma
 
 async def test_heartbeats_have_replicas_of_deleted_tablets_deleted(master: Master) -> None:
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     tablet_ids = sorted(cm.tablets)
-    await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
     master.check_leadership()
     for i in range(3):
         master.ts_manager.process_report(
@@ -346,9 +364,9 @@ async def test_a_tserver_with_nothing_to_delete_that_the_directory_lists_is_aske
     master: Master, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", "c:1"), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
     tablet_id = sorted(cm.tablets)[0]
-    await cm.delete_table({"name": "t", "request_id": "c:2"}, TIMEOUT_S)
+    await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
     master.check_leadership()
     replica = {
         "tablet_id": tablet_id,
@@ -410,12 +428,16 @@ async def test_is_create_table_done_waits_for_the_pass_that_finishes_the_table(m
     """An Is*Done call with ``wait_ms`` is answered when a background pass makes the table RUNNING, not at
     the end of its wait; without a wait it answers at once; bad waits are refused."""
     cm = master.catalog_manager
-    await cm.create_table(create_req("t", None), TIMEOUT_S)
+    await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
     req = {"name": "t"}
-    assert (await cm.wait_ddl_done(cm.is_create_table_done, req, TIMEOUT_S))["done"] is False  # wait_ms 0
+    assert (await cm.wait_ddl_done(cm.is_create_table_done, convert(req, IsDdlDoneRequest), TIMEOUT_S))[
+        "done"
+    ] is False  # wait_ms 0
 
     t0 = time.monotonic()
-    waiting = asyncio.create_task(cm.wait_ddl_done(cm.is_create_table_done, {**req, "wait_ms": 5000}, TIMEOUT_S))
+    waiting = asyncio.create_task(
+        cm.wait_ddl_done(cm.is_create_table_done, convert({**req, "wait_ms": 5000}, IsDdlDoneRequest), TIMEOUT_S)
+    )
     await asyncio.sleep(0.1)
     cm._notify_pass()  # a pass that did not finish it: the call keeps waiting
     await asyncio.sleep(0.05)
@@ -426,11 +448,17 @@ async def test_is_create_table_done_waits_for_the_pass_that_finishes_the_table(m
     assert reply["done"] is True and reply["state"] == "RUNNING"
     assert time.monotonic() - t0 < 2.0
 
-    await cm.alter_table(add_column("t", "c2", None), TIMEOUT_S)  # ALTERING until a pass finishes it
+    await cm.alter_table(
+        convert(add_column("t", "c2", None), AlterTableRequest), TIMEOUT_S
+    )  # ALTERING until a pass finishes it
     t0 = time.monotonic()
-    reply = await cm.wait_ddl_done(cm.is_alter_table_done, {**req, "wait_ms": 200}, 0.05)  # the caller's deadline wins
+    reply = await cm.wait_ddl_done(
+        cm.is_alter_table_done, convert({**req, "wait_ms": 200}, IsDdlDoneRequest), 0.05
+    )  # the caller's deadline wins
     assert reply["done"] is False and reply["state"] == "ALTERING"
     assert time.monotonic() - t0 < 1.0
     for bad in (-1, 5001, 1.5, True, "100"):
         with pytest.raises(KuduInvalidArgument, match="wait_ms"):
-            await cm.wait_ddl_done(cm.is_create_table_done, {**req, "wait_ms": bad}, TIMEOUT_S)
+            await cm.wait_ddl_done(
+                cm.is_create_table_done, convert({**req, "wait_ms": bad}, IsDdlDoneRequest), TIMEOUT_S
+            )

@@ -207,7 +207,7 @@ def heartbeat_request() -> dict[str, Any]:
 
 def test_valid_heartbeat_request_parses() -> None:
     req = parse_heartbeat_request(heartbeat_request())
-    assert req.uuid == "ts-a" and req.register and req.report is not None and req.report["full"]
+    assert req.uuid == "ts-a" and req.register and req.report is not None and req.report.full
     req2 = parse_heartbeat_request({**heartbeat_request(), "report": None})
     assert req2.report is None
 
@@ -362,7 +362,6 @@ async def test_service_registration_reports_and_reregistration(master_node: Mast
         "needs_reregister": False,
         "needs_full_report": True,
         "tablets_to_delete": [],
-        "tablets_to_create": [],
     }
     assert master_node.ts_manager.tablets() == []
     resp = await hb(report=report(1, [tablet("t1")], full=True))
@@ -408,7 +407,7 @@ async def test_real_heartbeater_fills_the_real_masters_directory(master_node: Ma
     async def on_item(item: dict[str, Any]) -> None:
         deletes.append(item)
 
-    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, on_item, interval_s=0.05)
+    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, interval_s=0.05)
     await hb.start()
     try:
         tsm = master_node.ts_manager

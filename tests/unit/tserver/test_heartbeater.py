@@ -63,7 +63,6 @@ class FakeMaster:
             "needs_reregister": False,
             "needs_full_report": False,
             "tablets_to_delete": [],
-            "tablets_to_create": [],
         }
         answer.update(self.always)
         if self.next_answers:
@@ -95,7 +94,6 @@ class Tablets:
         self.by_id: dict[str, dict[str, Any]] = {"t1": tablet_report("t1", "LEADER"), "t2": tablet_report("t2")}
         self.reports_calls: list[set[str] | None] = []
         self.deleted: list[dict[str, Any]] = []
-        self.created: list[dict[str, Any]] = []
 
     def reports(self, ids: set[str] | None) -> list[dict[str, Any]]:
         self.reports_calls.append(ids)
@@ -105,9 +103,6 @@ class Tablets:
 
     async def on_delete(self, item: dict[str, Any]) -> None:
         self.deleted.append(item)
-
-    async def on_create(self, item: dict[str, Any]) -> None:
-        self.created.append(item)
 
 
 def ts_info() -> dict[str, Any]:
@@ -153,7 +148,7 @@ async def make_hb(client: RpcClient, tablets: Tablets) -> AsyncIterator[Heartbea
         kwargs.setdefault("rpc_timeout_s", 2.0)
         kwargs.setdefault("max_backoff_s", 0.4)
         kwargs.setdefault("reports", tablets.reports)
-        hb = Heartbeater(client, addresses, ts_info, on_delete=tablets.on_delete, on_create=tablets.on_create, **kwargs)
+        hb = Heartbeater(client, addresses, ts_info, on_delete=tablets.on_delete, **kwargs)
         made.append(hb)
         await hb.start()
         return hb
@@ -286,33 +281,32 @@ async def test_callbacks_run_for_the_leader_only_once_at_a_time_and_failures_are
     await leader.start()
     follower.leader = False
     follower.always = {"tablets_to_delete": [{"tablet_id": "from-follower", "reason": "x", "delete_type": "DELETED"}]}
+    slow_item = {"tablet_id": "t8", "reason": "replaced", "delete_type": "DELETED"}
     leader.always = {
-        "tablets_to_delete": [{"tablet_id": "t9", "reason": "table dropped", "delete_type": "TOMBSTONED"}],
-        "tablets_to_create": [{"tablet_id": "t8", "anything": 1}],
+        "tablets_to_delete": [{"tablet_id": "t9", "reason": "table dropped", "delete_type": "TOMBSTONED"}, slow_item],
     }
     release = asyncio.Event()
-    creates: list[dict[str, Any]] = []
+    slow: list[dict[str, Any]] = []
 
     async def on_delete(item: dict[str, Any]) -> None:
+        if item["tablet_id"] == "t8":  # a slow one
+            slow.append(item)
+            await release.wait()
+            return
         tablets.deleted.append(item)
         raise RuntimeError("disk on fire")
-
-    async def slow_create(item: dict[str, Any]) -> None:
-        creates.append(item)
-        await release.wait()
 
     try:
         with caplog.at_level(logging.ERROR, logger="kudu_async.tserver.heartbeater"):
             hb = await make_hb([follower.address, leader.address])
             hb.on_delete = on_delete
-            hb.on_create = slow_create
             await wait_until(lambda: len(leader.requests) >= 6 and len(follower.requests) >= 6, what="heartbeats")
         assert {d["tablet_id"] for d in tablets.deleted} == {"t9"}  # never the follower's
         assert len(tablets.deleted) >= 2  # a failing callback is retried on later heartbeats...
         assert "disk on fire" in caplog.text and "heartbeat callback failed" in caplog.text
-        assert creates == [{"tablet_id": "t8", "anything": 1}]  # ...but one still running is not doubled
+        assert slow == [slow_item]  # ...but one still running is not doubled
         release.set()
-        await wait_until(lambda: len(creates) >= 2, what="the create requested again once the first ended")
+        await wait_until(lambda: len(slow) >= 2, what="the delete requested again once the first ended")
         assert all(s["consecutive_failures"] == 0 for s in hb.status())
         assert [s["is_leader"] for s in hb.status()] == [False, True]
     finally:
@@ -395,7 +389,6 @@ async def test_stop_cancels_an_in_flight_call_promptly_and_nothing_runs_after(
         ts_info,
         tablets.reports,
         tablets.on_delete,
-        tablets.on_create,
         interval_s=INTERVAL_S,
         rpc_timeout_s=10.0,
     )
@@ -415,7 +408,7 @@ async def test_stop_cancels_an_in_flight_call_promptly_and_nothing_runs_after(
 
 async def test_constructor_checks_its_arguments(client: RpcClient, tablets: Tablets) -> None:
     def make(addrs: list[str], **kw: Any) -> Heartbeater:
-        return Heartbeater(client, addrs, ts_info, tablets.reports, tablets.on_delete, tablets.on_create, **kw)
+        return Heartbeater(client, addrs, ts_info, tablets.reports, tablets.on_delete, **kw)
 
     with pytest.raises(KuduInvalidArgument):
         make([])

@@ -1,0 +1,221 @@
+"""The ``TabletServer`` RPC protocol: every request and response message of the service.
+
+Field names are the wire's map keys. Bounds that the decoder checks live in the field types; checks that
+need the tablet (a column in its schema, its schema version) stay in the handlers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.rpc.messages import UNSET, Id, Message, NonEmptyStr, NonNegInt, Unset
+from kudu_async.tserver.result_tracker import MAX_CLIENT_ID_LEN, RequestId
+
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+
+# --- CreateTablet / DeleteTablet ---------------------------------------------------------------------------
+
+
+class CreateTabletRequest(Message, frozen=True):
+    tablet_id: Id
+    table_id: NonEmptyStr
+    schema: dict[str, Any]
+    peers: dict[str, str]
+    table_name: str = ""
+    schema_version: NonNegInt = 0
+    first_leader: str | None = None
+    partition: dict[str, Any] | None = None
+    partition_schema: dict[str, Any] | None = None
+
+
+class CreateTabletResponse(Message, frozen=True):
+    tablet_id: str
+    created: bool
+
+
+class DeleteTabletRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+    delete_type: NonEmptyStr = "DELETED"
+    cas_config_index: int | None = None
+
+
+class DeleteTabletResponse(Message, frozen=True):
+    tablet_id: str
+    deleted: bool
+
+
+# --- Write ------------------------------------------------------------------------------------------------
+
+
+class WriteRequestId(Message, frozen=True, forbid_unknown_fields=True):
+    """Exactly-once identity of a write: the client, its sequence number, its oldest unanswered one."""
+
+    client_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CLIENT_ID_LEN)]
+    seq_no: NonNegInt
+    first_incomplete_seq_no: NonNegInt
+
+    def __post_init__(self) -> None:
+        if not self.client_id.isascii() or not self.client_id.isprintable():
+            raise KuduInvalidArgument(
+                f"'request_id.client_id' must be printable ASCII characters, got {self.client_id!r:.80}",
+                {"field": "request_id.client_id"},
+            )
+        if self.first_incomplete_seq_no > self.seq_no + 1:
+            raise KuduInvalidArgument(
+                f"'request_id.first_incomplete_seq_no' ({self.first_incomplete_seq_no}) must be at most seq_no + 1"
+                f" ({self.seq_no + 1})",
+                {"field": "request_id.first_incomplete_seq_no"},
+            )
+
+    def to_request_id(self) -> RequestId:
+        return RequestId(self.client_id, self.seq_no, self.first_incomplete_seq_no)
+
+
+class WriteRequest(Message, frozen=True):
+    """Row operations for one tablet. ``rows`` is an Arrow IPC stream, decoded as a view of the request body:
+    the tablet's WAL entry holds these same bytes."""
+
+    tablet_id: NonEmptyStr
+    rows: memoryview
+    op_types: bytes
+    set_columns: bytes | None = None
+    schema_version: NonNegInt = 0
+    request_id: WriteRequestId | None = None
+    propagated_timestamp: NonNegInt | None = None
+
+
+class RowErrorMsg(Message, frozen=True):
+    row_index: int
+    code: str
+    message: str
+
+
+class WriteResponse(Message, frozen=True):
+    timestamp: int
+    row_errors: list[RowErrorMsg]
+    inserted: int
+    updated: int
+    deleted: int
+    ignored: int
+
+
+# --- Scan -------------------------------------------------------------------------------------------------
+
+
+class ScanRequest(Message, frozen=True):
+    """A new scan (``tablet_id`` and what to read) or the next batch of an open one (``scanner_id``)."""
+
+    tablet_id: NonEmptyStr | None = None
+    scanner_id: str | None = None
+    close: bool = False
+    projection: list[str] | None = None
+    predicates: list[dict[str, Any]] | None = None
+    read_mode: NonEmptyStr = "READ_LATEST"
+    snapshot_ts: NonNegInt | None = None
+    lower_key: bytes | None = None
+    upper_key: bytes | None = None
+    resume_after_key: bytes | None = None
+    limit: NonNegInt | None = None
+    batch_bytes: Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH_BYTES)] | None = None
+    ordered: bool = False
+    schema_version: int | None = None
+    propagated_timestamp: NonNegInt | None = None
+
+
+class ScanResponse(Message, frozen=True):
+    """One batch as Arrow IPC bytes (``data``); ``scanner_id`` names the open scanner while ``has_more``."""
+
+    scanner_id: str | None
+    data: bytes | None
+    rows: int
+    has_more: bool
+    last_key: bytes | Unset | None = UNSET
+    snapshot_ts: int | Unset | None = UNSET
+    schema_version: int | Unset = UNSET
+
+
+class ScannerKeepAliveRequest(Message, frozen=True):
+    scanner_id: NonEmptyStr
+
+
+class ScannerKeepAliveResponse(Message, frozen=True):
+    pass
+
+
+# --- tablet inspection and maintenance ---------------------------------------------------------------------
+
+
+class ChecksumRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+    snapshot_ts: NonNegInt | None = None
+
+
+class ChecksumResponse(Message, frozen=True):
+    rows: int
+    checksum: int
+    snapshot_ts: int
+
+
+class ListTabletsRequest(Message, frozen=True):
+    pass
+
+
+class ListTabletsResponse(Message, frozen=True):
+    tablets: list[dict[str, Any]]
+
+
+class GetSafeTimeRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+    timestamp: NonNegInt
+
+
+class GetSafeTimeResponse(Message, frozen=True):
+    index: int
+
+
+class StartTabletCopyRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+    source_uuid: NonEmptyStr
+    source_address: NonEmptyStr
+    caller_term: NonNegInt = 0
+
+
+class StartTabletCopyResponse(Message, frozen=True):
+    tablet_id: str
+    started: bool
+    reason: str | Unset = UNSET
+
+
+class AlterSchemaRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+    schema: dict[str, Any]
+    schema_version: NonNegInt
+
+
+class AlterSchemaResponse(Message, frozen=True):
+    schema_version: int
+
+
+class FlushTabletRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+
+
+class FlushTabletResponse(Message, frozen=True):
+    last_flushed_log_index: int
+
+
+class GetTabletStatsRequest(Message, frozen=True):
+    tablet_id: NonEmptyStr
+
+
+class GetTabletStatsResponse(Message, frozen=True):
+    tablet_id: str
+    on_disk_data_bytes: int
+    on_disk_wal_bytes: int
+    memrowset_bytes: int
+    delta_memstore_bytes: int
+    memrowset_rows: int
+    disk_rowsets: int
