@@ -27,7 +27,7 @@ from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanC
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, row_bytes
 from kudu_async.client.table import Table, WriteOperation
-from kudu_async.client.table_alterer import AsyncTableAlterer
+from kudu_async.client.table_alterer import AlterConfig
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
 from kudu_async.common.schema import Schema
 
@@ -186,12 +186,14 @@ class Client:
         return Scanner(self, sc.table, sc)
 
 
-class TableAlterer(AsyncTableAlterer):
+class TableAlterer(AlterConfig):
+    """kudu-python's ``TableAlterer`` (blocking)."""
+
     def __init__(self, client: Client, table: Table) -> None:
         super().__init__(client._async.core, table)
         self._sync = client
 
-    def alter(self, wait: bool = True) -> Table:  # type: ignore[override]
+    def alter(self, wait: bool = True) -> Table:
         return self._sync._run(self.client.alter_table(self.table, self.request(), wait))
 
 
