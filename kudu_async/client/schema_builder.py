@@ -106,7 +106,7 @@ class SchemaBuilder:
         self._specs: list[ColumnSpec] = []
         self._keys: list[str] | None = None
 
-    def add_column(
+    def add_column(  # noqa: PLR0913 - kudu-python's SchemaBuilder.add_column, keyword for keyword
         self,
         name: str,
         type_: Any = None,

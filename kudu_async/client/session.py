@@ -69,7 +69,7 @@ def row_bytes(row: dict[str, Any]) -> int:
 
 
 class AsyncSession:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - kudu-python's new_session(flush_mode, timeout_ms, **kwargs) keywords
         self,
         client: WriteClient,
         flush_mode: str = FLUSH_MANUAL,

@@ -274,40 +274,34 @@ class Schema:
         deleting = op in DELETE_OPS
         inserting = op in INSERT_LIKE_OPS
         out: dict[str, Any] = {}
-        for name, is_key, canonical, c in self._row_plan:
+        for name, is_key, canonical, fill, c in self._row_plan:
             if name in given:
                 v = given[name]
                 if v is None:
                     if not c.nullable:
                         raise KuduInvalidArgument(f"column '{name}': NULL in NOT NULL column", {"column": name})
-                    if deleting and not is_key:
-                        continue
-                    out[name] = None
-                    continue
-                cv = v if canonical is not None and canonical(v) else c.coerce(v)
-                if deleting and not is_key:
-                    continue
-                out[name] = cv
+                elif canonical is None or not canonical(v):
+                    v = c.coerce(v)
+                if not deleting or is_key:
+                    out[name] = v
             elif is_key:
                 raise KuduInvalidArgument(f"column '{name}': key column missing", {"column": name})
             elif inserting:
-                if c.default is not None:
-                    out[name] = c.default
-                elif c.nullable:
-                    out[name] = None
-                else:
+                if fill is _REQUIRED:
                     raise KuduInvalidArgument(
                         f"column '{name}': NOT NULL column without a default is missing", {"column": name}
                     )
+                out[name] = fill
         if self._variable_key and _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
             encode_key(self, [out[c.name] for c in self.key_columns])
         return out
 
     @functools.cached_property
-    def _row_plan(self) -> tuple[tuple[str, bool, Callable[[Any], bool] | None, ColumnSchema], ...]:
-        """Per column: name, is it a key column, its canonical-value test (see ``T.canonical_check``)."""
+    def _row_plan(self) -> tuple[tuple[str, bool, Callable[[Any], bool] | None, Any, ColumnSchema], ...]:
+        """Per column: name, is it a key column, its canonical-value test (see ``T.canonical_check``), and
+        what an insert that omits it stores (its default, NULL, or ``_REQUIRED``: the insert is refused)."""
         return tuple(
-            (c.name, i < self.num_key_columns, T.canonical_check(c.type, c.length), c)
+            (c.name, i < self.num_key_columns, T.canonical_check(c.type, c.length), _insert_fill(c), c)
             for i, c in enumerate(self.columns)
         )
 
@@ -342,18 +336,8 @@ class Schema:
         (wrong type, unknown or missing column) still raise KuduInvalidArgument.
         """
         op = _norm_op(for_op)
-        if isinstance(batch, pa.Table):
-            arrays_in = {n: batch.column(i).combine_chunks() for i, n in enumerate(batch.schema.names)}
-        elif isinstance(batch, pa.RecordBatch):
-            arrays_in = {n: batch.column(i) for i, n in enumerate(batch.schema.names)}
-        else:
-            raise KuduInvalidArgument(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
-        if len(arrays_in) != batch.num_columns:
-            raise KuduInvalidArgument("batch has duplicate column names")
+        arrays_in = self._batch_arrays(batch)
         n = batch.num_rows
-        for name in arrays_in:
-            if name not in self._index:
-                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
         errors: dict[int, str] = {}
         out_cols: list[ColumnSchema] = []
         out_arrays: list[pa.Array] = []
@@ -362,27 +346,11 @@ class Schema:
             if c.name in arrays_in:
                 if op in DELETE_OPS and not is_key:
                     continue
-                arr = _null_out_of_range_ints(c, arrays_in[c.name], errors)
-                arr = cast_column(c, arr, check_cells=False)
-                if not c.nullable and arr.null_count:
-                    for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
-                        errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
-                limit = T.MAX_CELL_SIZE_BYTES
-                if c.type.is_string_like and n and _max_cell_bytes(arr) > limit:
-                    sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
-                    for r in np.flatnonzero(sizes > limit).tolist():
-                        errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
+                arr = _checked_column(c, arrays_in[c.name], errors)
             elif is_key:
                 raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
             elif op in INSERT_LIKE_OPS:
-                if c.default is not None:
-                    arr = pa.array([c.default] * n, c.arrow_type) if n else pa.array([], c.arrow_type)
-                elif c.nullable:
-                    arr = pa.nulls(n, c.arrow_type)
-                else:
-                    raise KuduInvalidArgument(
-                        f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name}
-                    )
+                arr = _filled_column(c, n)
             else:
                 continue
             out_cols.append(c)
@@ -393,6 +361,58 @@ class Schema:
             for r, msg in _oversized_keys(self, result).items():
                 errors.setdefault(r, msg)
         return result, errors
+
+    def _batch_arrays(self, batch: pa.RecordBatch | pa.Table) -> dict[str, pa.Array]:
+        """The batch's columns by name (one chunk each); raises for a non-Arrow batch, a duplicate name or
+        a column the schema does not have."""
+        if isinstance(batch, pa.Table):
+            arrays = {n: batch.column(i).combine_chunks() for i, n in enumerate(batch.schema.names)}
+        elif isinstance(batch, pa.RecordBatch):
+            arrays = {n: batch.column(i) for i, n in enumerate(batch.schema.names)}
+        else:
+            raise KuduInvalidArgument(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+        if len(arrays) != batch.num_columns:
+            raise KuduInvalidArgument("batch has duplicate column names")
+        for name in arrays:
+            if name not in self._index:
+                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        return arrays
+
+
+_REQUIRED: Any = object()  # in ``Schema._row_plan``: a column an insert must give
+
+
+def _insert_fill(c: ColumnSchema) -> Any:
+    """What an insert that omits column ``c`` stores: its default, else NULL, else ``_REQUIRED``."""
+    if c.default is not None:
+        return c.default
+    return None if c.nullable else _REQUIRED
+
+
+def _checked_column(c: ColumnSchema, arr: pa.Array, errors: dict[int, str]) -> pa.Array:
+    """A given column cast to ``c``'s Arrow type, with the rows it makes invalid added to ``errors``
+    (integers out of range, NULL in a NOT NULL column, cells over the size limit)."""
+    arr = _null_out_of_range_ints(c, arr, errors)
+    arr = cast_column(c, arr, check_cells=False)
+    if not c.nullable and arr.null_count:
+        for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
+            errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
+    limit = T.MAX_CELL_SIZE_BYTES
+    if c.type.is_string_like and len(arr) and _max_cell_bytes(arr) > limit:
+        sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+        for r in np.flatnonzero(sizes > limit).tolist():
+            errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
+    return arr
+
+
+def _filled_column(c: ColumnSchema, n: int) -> pa.Array:
+    """Column ``c`` for ``n`` inserted rows that do not give it: its default, else NULLs; raises when it
+    has neither."""
+    if c.default is not None:
+        return pa.array([c.default] * n, c.arrow_type) if n else pa.array([], c.arrow_type)
+    if c.nullable:
+        return pa.nulls(n, c.arrow_type)
+    raise KuduInvalidArgument(f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name})
 
 
 def _projection(cols: list[ColumnSchema], nkeys: int) -> Schema:
