@@ -2,8 +2,9 @@
 
 A ``Schema`` is immutable and validated on construction, so every layer (client, master, tablet) can
 trust one it holds. Two validation paths exist on purpose: ``validate_row`` for the per-row client
-API (kudu-python's ``op['col'] = v``) and the vectorised ``validate_batch`` that the write path uses on
-whole Arrow batches without touching Python objects per cell.
+API (kudu-python's ``op['col'] = v``) and the vectorised ``validate_batch_rows`` that the write paths
+(the client's ``apply_arrow``, the tablet's) use on whole Arrow batches without touching Python objects
+per cell.
 """
 
 from __future__ import annotations
@@ -113,9 +114,6 @@ class Schema:
         except KeyError:
             raise KuduNotFound(f"column '{name}' is not in the schema", {"column": name}) from None
 
-    def has_column(self, name: str) -> bool:
-        return name in self._index
-
     @property
     def key_columns(self) -> tuple[ColumnSchema, ...]:
         return self.columns[: self.num_key_columns]
@@ -164,34 +162,9 @@ class Schema:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Schema:
         try:
-            cols = [ColumnSchema.from_dict(c) for c in d["columns"]]
-            nkeys = int(d["num_key_columns"])
-            if nkeys == 0 and cols:
-                return _projection(cols, 0)  # a keyless projection (see ``project``)
-            return cls(cols, nkeys)
+            return cls([ColumnSchema.from_dict(c) for c in d["columns"]], int(d["num_key_columns"]))
         except (KeyError, TypeError) as e:
             raise KuduInvalidArgument(f"malformed schema: {e!r}") from None
-
-    def project(self, names: Sequence[str]) -> Schema:
-        """The named columns in the given order (for scans).
-
-        The result's key is its leading run of the table's key columns in key order; a projection
-        without the first key column has ``num_key_columns == 0`` (a keyless view, only valid for typing
-        and Arrow conversion, not for writes).
-        """
-        seen: set[str] = set()
-        cols = []
-        for n in names:
-            if n in seen:
-                raise KuduInvalidArgument(f"column '{n}' projected twice")
-            seen.add(n)
-            cols.append(self.column(n))
-        if not cols:
-            raise KuduInvalidArgument("a projection needs at least one column")
-        nkeys = 0
-        while nkeys < len(cols) and nkeys < self.num_key_columns and cols[nkeys] is self.columns[nkeys]:
-            nkeys += 1
-        return _projection(cols, nkeys)
 
     # -- column ids -------------------------------------------------------------------------------------
 
@@ -312,28 +285,18 @@ class Schema:
 
     # -- vectorised validation --------------------------------------------------------------------------
 
-    def validate_batch(self, batch: pa.RecordBatch | pa.Table, *, for_op: str) -> pa.RecordBatch:
-        """Check and normalise a whole batch for ``for_op`` with pyarrow.compute (no per-cell Python).
-
-        Columns may come in any order and be a subset. Returns one RecordBatch with the schema's Arrow
-        types: for insert/upsert every column (missing ones filled with the default or NULL); for
-        update the key columns plus the given ones, in schema order; for delete the key columns only.
-        VARCHAR values are truncated to their length. Any violation raises KuduInvalidArgument naming the
-        column; the whole batch is rejected (``validate_batch_rows`` reports row by row instead).
-        """
-        out, errors = self.validate_batch_rows(batch, for_op=for_op)
-        if errors:
-            row = min(errors)
-            raise KuduInvalidArgument(errors[row], {"row_index": row, "rows_with_errors": len(errors)})
-        return out
-
     def validate_batch_rows(
         self, batch: pa.RecordBatch | pa.Table, *, for_op: str
     ) -> tuple[pa.RecordBatch, dict[int, str]]:
-        """Like ``validate_batch`` but problems confined to rows come back as ``{row_index: message}``
-        (NULL in a NOT NULL column, a cell over 64 KiB, an encoded key over 16 KiB) with every row kept,
-        so the write path can answer INVALID_ARGUMENT for those rows only. Problems of a whole column
-        (wrong type, unknown or missing column) still raise KuduInvalidArgument.
+        """Check and normalise a whole batch for ``for_op`` with pyarrow.compute (no per-cell Python).
+
+        Columns may come in any order and be a subset. Returns one RecordBatch with the schema's Arrow
+        types (for insert/upsert every column, missing ones filled with the default or NULL; for update
+        the key columns plus the given ones, in schema order; for delete the key columns only; VARCHAR
+        values truncated to their length) and the problems confined to rows as ``{row_index: message}``
+        (NULL in a NOT NULL column, an integer out of range, a cell over 64 KiB, an encoded key over
+        16 KiB), every row kept, so the write path can answer INVALID_ARGUMENT for those rows only.
+        Problems of a whole column (wrong type, unknown or missing column) raise KuduInvalidArgument.
         """
         op = _norm_op(for_op)
         arrays_in = self._batch_arrays(batch)
@@ -413,17 +376,6 @@ def _filled_column(c: ColumnSchema, n: int) -> pa.Array:
     if c.nullable:
         return pa.nulls(n, c.arrow_type)
     raise KuduInvalidArgument(f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name})
-
-
-def _projection(cols: list[ColumnSchema], nkeys: int) -> Schema:
-    """Build a projected Schema bypassing the key-prefix rule when the projection has no key."""
-    if nkeys:
-        return Schema(cols, nkeys)
-    s = object.__new__(Schema)
-    object.__setattr__(s, "columns", tuple(cols))
-    object.__setattr__(s, "num_key_columns", 0)
-    object.__setattr__(s, "_index", {c.name: i for i, c in enumerate(cols)})
-    return s
 
 
 def _max_key_bound(schema: Schema, row: Mapping[str, Any]) -> int:
