@@ -16,7 +16,7 @@ import datetime as _dt
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Self
+from typing import Any, Protocol, Self, TypeVar
 
 import msgpack
 import pyarrow as pa
@@ -240,7 +240,7 @@ class AsyncScanner(ScanConfig):
         ms = self.timeout_ms or self.client.rpc_timeout_ms * 3
         return Deadline(ms / 1000.0, what)
 
-    async def open(self) -> AsyncScanner:
+    async def open(self) -> Self:
         if self._opened:
             return self
         if self.read_mode == READ_YOUR_WRITES:
@@ -540,6 +540,16 @@ class AsyncScanner(ScanConfig):
         return df.set_index(index) if index is not None else df
 
 
+_ScannerT = TypeVar("_ScannerT", covariant=True)
+
+
+class TokenReader(Protocol[_ScannerT]):
+    """A client that turns serialized scan tokens into its scanners (a ``Scanner`` for the blocking client,
+    a coroutine giving an ``AsyncScanner`` for the async one)."""
+
+    def deserialize_token_into_scanner(self, data: bytes) -> _ScannerT: ...
+
+
 class ScanToken:
     """One tablet's share of a scan; serialises to bytes that become a scanner in another process."""
 
@@ -574,7 +584,7 @@ class ScanToken:
         return self.table._owner.deserialize_token_into_scanner(self.serialize())
 
     @staticmethod
-    def deserialize_into_scanner(client: Any, data: bytes) -> Any:
+    def deserialize_into_scanner(client: TokenReader[_ScannerT], data: bytes) -> _ScannerT:
         return client.deserialize_token_into_scanner(data)
 
     def hosts(self) -> list[str]:

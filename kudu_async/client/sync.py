@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, wait
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import pyarrow as pa
 import uvloop
@@ -122,7 +122,7 @@ class Client:
             self._run(self._async.close())
             self._loop.stop()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -284,7 +284,7 @@ class Session:
     def close(self) -> None:
         self._client._run(self._s.close())
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -355,7 +355,7 @@ class Scanner(ScanConfig):
         self._inner.copy_config_from(self)
         return self._inner
 
-    def open(self) -> Scanner:
+    def open(self) -> Self:
         sc = self._scanner()
         self._run(sc.open())
         return self
