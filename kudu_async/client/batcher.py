@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from kudu_async.client.meta_cache import TableLocations
 from kudu_async.client.retry import WriteRequestIds
-from kudu_async.client.table import Table, WriteOperation
+from kudu_async.client.table import OP_NAMES, FailedRow, Table, WriteOperation
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduInvalidArgument,
@@ -78,12 +78,13 @@ class WriteClient(Protocol):
 class KuduError:
     """One failed row of a flush (kudu-python's ``KuduError``): the status and the operation."""
 
-    def __init__(self, status: KuduBadStatus, op: WriteOperation | dict[str, Any], possibly_successful: bool = False):
+    def __init__(self, status: KuduBadStatus, op: WriteOperation | FailedRow, possibly_successful: bool = False):
         self.status = status
         self._op = op
         self._possibly = possibly_successful
 
-    def failed_op(self) -> WriteOperation | dict[str, Any]:
+    def failed_op(self) -> WriteOperation | FailedRow:
+        """The operation as applied, or for a row of an Arrow write, the row (a dict) and its op name."""
         return self._op
 
     def was_possibly_successful(self) -> bool:
@@ -107,11 +108,10 @@ class RowBatch:
     schema: Schema  # the schema ``rows`` were built for, and its version (the table's may be newer by now)
     schema_version: int
 
-    def failed(self, i: int) -> WriteOperation | dict[str, Any]:
+    def failed(self, i: int) -> WriteOperation | FailedRow:
         if self.ops is not None:
             return self.ops[i]
-        row: dict[str, Any] = self.rows.slice(i, 1).to_pylist()[0]
-        return row
+        return FailedRow(self.rows.slice(i, 1).to_pylist()[0], OP_NAMES[OpType(int(self.op_types[i]))])
 
 
 # An applied operation: the op, its validated row, and the table schema (and version) it was validated against.

@@ -16,7 +16,7 @@ import datetime as _dt
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 import msgpack
 import pyarrow as pa
@@ -79,7 +79,7 @@ class ScanConfig:
         self.upper_key: bytes | None = None
         self._out: tuple[Any, tuple[str, ...] | None, pa.Schema] | None = None  # output_schema's memo
 
-    def set_projected_column_names(self, names: Sequence[str]) -> Any:
+    def set_projected_column_names(self, names: Sequence[str]) -> Self:
         names = list(names)
         for n in names:
             if n not in self.table.schema:
@@ -87,83 +87,83 @@ class ScanConfig:
         self.projection = names
         return self
 
-    def set_projected_column_indexes(self, indexes: Sequence[int]) -> Any:
+    def set_projected_column_indexes(self, indexes: Sequence[int]) -> Self:
         names = self.table.schema.names
         return self.set_projected_column_names([names[i] for i in indexes])
 
-    def add_predicate(self, pred: Predicate | ColumnPredicate) -> Any:
+    def add_predicate(self, pred: Predicate | ColumnPredicate) -> Self:
         p = pred.pred if isinstance(pred, Predicate) else pred
         if not isinstance(p, ColumnPredicate):
             raise KuduInvalidArgument(f"not a predicate: {pred!r} (build one with table['col'] >= value)")
         self.predicates.append(p.bind(self.table.schema))
         return self
 
-    def add_predicates(self, preds: Sequence[Predicate | ColumnPredicate]) -> Any:
+    def add_predicates(self, preds: Sequence[Predicate | ColumnPredicate]) -> Self:
         for p in preds:
             self.add_predicate(p)
         return self
 
-    def set_read_mode(self, mode: str) -> Any:
+    def set_read_mode(self, mode: str) -> Self:
         m = _READ_MODES.get(str(mode).lower())
         if m is None:
             raise KuduInvalidArgument(f"read mode must be latest, snapshot or read_your_writes, not {mode!r}")
         self.read_mode = m
         return self
 
-    def set_snapshot(self, timestamp: Any, format: str | None = None) -> Any:
+    def set_snapshot(self, timestamp: Any, format: str | None = None) -> Self:
         self.snapshot_ts = snapshot_to_hybrid(timestamp)
         self.read_mode = READ_AT_SNAPSHOT
         return self
 
-    def set_snapshot_raw(self, hybrid_ts: int) -> Any:
+    def set_snapshot_raw(self, hybrid_ts: int) -> Self:
         if isinstance(hybrid_ts, bool) or not isinstance(hybrid_ts, int) or hybrid_ts < 0:
             raise KuduInvalidArgument("a raw snapshot is a non-negative hybrid timestamp")
         self.snapshot_ts = hybrid_ts
         self.read_mode = READ_AT_SNAPSHOT
         return self
 
-    def set_limit(self, limit: int) -> Any:
+    def set_limit(self, limit: int) -> Self:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise KuduInvalidArgument("a scan limit is a non-negative integer")
         self.limit = limit
         return self
 
-    def set_fault_tolerant(self) -> Any:
+    def set_fault_tolerant(self) -> Self:
         self.fault_tolerant = True
         self.read_mode = READ_AT_SNAPSHOT
         return self
 
-    def set_batch_size_bytes(self, size: int) -> Any:
+    def set_batch_size_bytes(self, size: int) -> Self:
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise KuduInvalidArgument("batch size is a positive number of bytes")
         self.batch_size_bytes = min(size, 16 * 1024 * 1024)
         return self
 
-    def set_selection(self, selection: str) -> Any:
+    def set_selection(self, selection: str) -> Self:
         s = str(selection).lower()
         if s not in _SELECTIONS:
             raise KuduInvalidArgument(f"replica selection must be one of {', '.join(_SELECTIONS)}")
         self.selection = s
         return self
 
-    def set_timeout_millis(self, ms: int) -> Any:
+    def set_timeout_millis(self, ms: int) -> Self:
         if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
             raise KuduInvalidArgument("timeout is a positive number of milliseconds")
         self.timeout_ms = ms
         return self
 
-    def add_lower_bound(self, row: Any) -> Any:
+    def add_lower_bound(self, row: Any) -> Self:
         """Inclusive lower bound on the primary key (a dict or tuple of key values)."""
         self.lower_key = encode_key(self.table.schema, row)
         return self
 
-    def add_exclusive_upper_bound(self, row: Any) -> Any:
+    def add_exclusive_upper_bound(self, row: Any) -> Self:
         self.upper_key = encode_key(self.table.schema, row)
         return self
 
     add_upper_bound = add_exclusive_upper_bound
 
-    def set_cache_blocks(self, cache_blocks: bool) -> Any:
+    def set_cache_blocks(self, cache_blocks: bool) -> Self:
         return self  # no block cache to bypass: accepted for kudu-python compatibility
 
     # wire form, for scan tokens
@@ -240,7 +240,7 @@ class AsyncScanner(ScanConfig):
         ms = self.timeout_ms or self.client.rpc_timeout_ms * 3
         return Deadline(ms / 1000.0, what)
 
-    async def open(self) -> AsyncScanner:
+    async def open(self) -> Self:
         if self._opened:
             return self
         if self.read_mode == READ_YOUR_WRITES:
@@ -540,6 +540,16 @@ class AsyncScanner(ScanConfig):
         return df.set_index(index) if index is not None else df
 
 
+_ScannerT = TypeVar("_ScannerT", covariant=True)
+
+
+class TokenReader(Protocol[_ScannerT]):
+    """A client that turns serialized scan tokens into its scanners (a ``Scanner`` for the blocking client,
+    a coroutine giving an ``AsyncScanner`` for the async one)."""
+
+    def deserialize_token_into_scanner(self, data: bytes) -> _ScannerT: ...
+
+
 class ScanToken:
     """One tablet's share of a scan; serialises to bytes that become a scanner in another process."""
 
@@ -574,7 +584,7 @@ class ScanToken:
         return self.table._owner.deserialize_token_into_scanner(self.serialize())
 
     @staticmethod
-    def deserialize_into_scanner(client: Any, data: bytes) -> Any:
+    def deserialize_into_scanner(client: TokenReader[_ScannerT], data: bytes) -> _ScannerT:
         return client.deserialize_token_into_scanner(data)
 
     def hosts(self) -> list[str]:

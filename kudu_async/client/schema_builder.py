@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
@@ -32,58 +32,58 @@ class ColumnSpec:
         self._attrs: dict[str, Any] = {}
         self._primary_key = False
 
-    def type(self, type_: Any) -> ColumnSpec:
+    def type(self, type_: Any) -> Self:
         self._type = T.type_from_name(type_)
         return self
 
-    def nullable(self, nullable: bool = True) -> ColumnSpec:
+    def nullable(self, nullable: bool = True) -> Self:
         self._nullable = bool(nullable)
         return self
 
-    def primary_key(self) -> ColumnSpec:
+    def primary_key(self) -> Self:
         self._primary_key = True
         return self
 
-    def default(self, value: Any) -> ColumnSpec:
+    def default(self, value: Any) -> Self:
         self._default = value
         return self
 
-    def remove_default(self) -> ColumnSpec:
+    def remove_default(self) -> Self:
         self._default = NO_DEFAULT
         return self
 
-    def _set(self, key: str, value: Any) -> ColumnSpec:
+    def _set(self, key: str, value: Any) -> Self:
         self._attrs[key] = value
         return self
 
-    def compression(self, compression: str) -> ColumnSpec:
+    def compression(self, compression: str) -> Self:
         return self._set("compression", compression)
 
-    def encoding(self, encoding: str) -> ColumnSpec:
+    def encoding(self, encoding: str) -> Self:
         return self._set("encoding", encoding)
 
-    def precision(self, precision: int) -> ColumnSpec:
+    def precision(self, precision: int) -> Self:
         return self._set("precision", precision)
 
-    def scale(self, scale: int) -> ColumnSpec:
+    def scale(self, scale: int) -> Self:
         return self._set("scale", scale)
 
-    def length(self, length: int) -> ColumnSpec:
+    def length(self, length: int) -> Self:
         return self._set("length", length)
 
-    def comment(self, comment: str) -> ColumnSpec:
+    def comment(self, comment: str) -> Self:
         return self._set("comment", comment)
 
-    def block_size(self, block_size: int) -> ColumnSpec:
+    def block_size(self, block_size: int) -> Self:
         return self._set("block_size", block_size)
 
-    def immutable(self, immutable: bool = True) -> ColumnSpec:
+    def immutable(self, immutable: bool = True) -> Self:
         return self._set("immutable", bool(immutable))
 
-    def mutable(self) -> ColumnSpec:
+    def mutable(self) -> Self:
         return self._set("immutable", False)
 
-    def rename(self, new_name: str) -> ColumnSpec:
+    def rename(self, new_name: str) -> Self:
         """Used by the table alterer (``alter_column(name).rename(new)``)."""
         return self._set("new_name", new_name)
 
@@ -106,7 +106,7 @@ class SchemaBuilder:
         self._specs: list[ColumnSpec] = []
         self._keys: list[str] | None = None
 
-    def add_column(
+    def add_column(  # noqa: PLR0913 - kudu-python's SchemaBuilder.add_column, keyword for keyword
         self,
         name: str,
         type_: Any = None,
@@ -146,7 +146,7 @@ class SchemaBuilder:
                 spec._set(key, v)
         return spec
 
-    def set_primary_keys(self, key_names: Sequence[str]) -> SchemaBuilder:
+    def set_primary_keys(self, key_names: Sequence[str]) -> Self:
         self._keys = list(key_names)
         return self
 
@@ -195,9 +195,7 @@ class RangePartition:
         self.lower_bound_type, self.upper_bound_type = lower_bound_type, upper_bound_type
         self.hash_dimensions: list[HashDimension] = []
 
-    def add_hash_partitions(
-        self, column_names: Sequence[str] | str, num_buckets: int, seed: int | None = None
-    ) -> RangePartition:
+    def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int, seed: int | None = None) -> Self:
         self.hash_dimensions.append(_hash_level(column_names, num_buckets, seed))
         return self
 
@@ -222,13 +220,11 @@ class Partitioning:
         self._bounds: list[tuple[Any, Any, str, str, tuple[HashDimension, ...] | None]] = []
         self._splits: list[Any] = []
 
-    def add_hash_partitions(
-        self, column_names: Sequence[str] | str, num_buckets: int, seed: int | None = None
-    ) -> Partitioning:
+    def add_hash_partitions(self, column_names: Sequence[str] | str, num_buckets: int, seed: int | None = None) -> Self:
         self._hash.append(_hash_level(column_names, num_buckets, seed))
         return self
 
-    def set_range_partition_columns(self, column_names: Sequence[str] | str) -> Partitioning:
+    def set_range_partition_columns(self, column_names: Sequence[str] | str) -> Self:
         self._range_cols = [column_names] if isinstance(column_names, str) else list(column_names)
         return self
 
@@ -238,18 +234,18 @@ class Partitioning:
         upper_bound: Any = None,
         lower_bound_type: str = "inclusive",
         upper_bound_type: str = "exclusive",
-    ) -> Partitioning:
+    ) -> Self:
         self._bounds.append((lower_bound, upper_bound, lower_bound_type, upper_bound_type, None))
         return self
 
-    def add_custom_range_partition(self, range_partition: RangePartition) -> Partitioning:
+    def add_custom_range_partition(self, range_partition: RangePartition) -> Self:
         """A range with its own hash schema (see :class:`RangePartition`)."""
         if not isinstance(range_partition, RangePartition):
             raise KuduInvalidArgument(f"expected a RangePartition, got {type(range_partition).__name__}")
         self._bounds.append(range_partition.bound())
         return self
 
-    def add_range_partition_split(self, split_row: Any) -> Partitioning:
+    def add_range_partition_split(self, split_row: Any) -> Self:
         self._splits.append(split_row)
         return self
 

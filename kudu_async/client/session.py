@@ -25,7 +25,7 @@ from kudu_async.client.batcher import (
     WriteClient,
     widen,
 )
-from kudu_async.client.table import OPERATIONS, Table, WriteOperation, op_type_of
+from kudu_async.client.table import OPERATIONS, FailedRow, Table, WriteOperation, op_type_of
 from kudu_async.common.errors import KuduIncomplete, KuduInvalidArgument
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def row_bytes(row: dict[str, Any]) -> int:
 
 
 class AsyncSession:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - kudu-python's new_session(flush_mode, timeout_ms, **kwargs) keywords
         self,
         client: WriteClient,
         flush_mode: str = FLUSH_MANUAL,
@@ -217,7 +217,7 @@ class AsyncSession:
         keep = np.ones(n, dtype=bool)
         for i, msg in bad.items():
             keep[i] = False
-            self._errors.add(KuduError(KuduInvalidArgument(msg), full.slice(i, 1).to_pylist()[0]))
+            self._errors.add(KuduError(KuduInvalidArgument(msg), FailedRow(full.slice(i, 1).to_pylist()[0], name)))
         if not keep.all():
             idx = pa.array(np.flatnonzero(keep))
             full = full.take(idx)

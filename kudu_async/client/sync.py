@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, wait
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import pyarrow as pa
 import uvloop
@@ -27,7 +27,7 @@ from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanC
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, row_bytes
 from kudu_async.client.table import Table, WriteOperation
-from kudu_async.client.table_alterer import AsyncTableAlterer
+from kudu_async.client.table_alterer import AlterConfig
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
 from kudu_async.common.schema import Schema
 
@@ -122,7 +122,7 @@ class Client:
             self._run(self._async.close())
             self._loop.stop()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -186,12 +186,14 @@ class Client:
         return Scanner(self, sc.table, sc)
 
 
-class TableAlterer(AsyncTableAlterer):
+class TableAlterer(AlterConfig):
+    """kudu-python's ``TableAlterer`` (blocking)."""
+
     def __init__(self, client: Client, table: Table) -> None:
         super().__init__(client._async.core, table)
         self._sync = client
 
-    def alter(self, wait: bool = True) -> Table:  # type: ignore[override]
+    def alter(self, wait: bool = True) -> Table:
         return self._sync._run(self.client.alter_table(self.table, self.request(), wait))
 
 
@@ -282,7 +284,7 @@ class Session:
     def close(self) -> None:
         self._client._run(self._s.close())
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -353,7 +355,7 @@ class Scanner(ScanConfig):
         self._inner.copy_config_from(self)
         return self._inner
 
-    def open(self) -> Scanner:
+    def open(self) -> Self:
         sc = self._scanner()
         self._run(sc.open())
         return self

@@ -185,6 +185,25 @@ OPERATIONS: dict[str, type[WriteOperation]] = {
 }
 
 
+OP_NAMES: dict[OpType, str] = {c.op_type: c.op_name for c in OPERATIONS.values()}
+
+
+class FailedRow(dict[str, Any]):
+    """A failed row of an Arrow write (``KuduError.failed_op()``): the row as a dict of its cells, with
+    the ``op_name`` and ``cells`` of the ``WriteOperation`` a row-by-row write reports, so code reading
+    errors works on both."""
+
+    __slots__ = ("op_name",)
+
+    def __init__(self, row: Mapping[str, Any], op_name: str) -> None:
+        super().__init__(row)
+        self.op_name = op_name
+
+    @property
+    def cells(self) -> dict[str, Any]:
+        return dict(self)
+
+
 def op_type_of(name: str) -> OpType:
     cls = OPERATIONS.get(str(name).lower())
     if cls is None:

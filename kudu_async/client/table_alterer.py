@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from kudu_async.client.core import ClientCore
 from kudu_async.client.schema_builder import NO_DEFAULT, ColumnSpec, RangePartition, SchemaBuilder, bound_to_wire
@@ -15,10 +15,10 @@ class _AlterColumnSpec(ColumnSpec):
     """``alter_column(name)``: only what Kudu lets AlterTable change (default, comment, encoding,
     compression, block size, mutability) and a rename."""
 
-    def type(self, type_: Any) -> ColumnSpec:
+    def type(self, type_: Any) -> Self:
         raise KuduInvalidArgument(f"column '{self.name}': a column's type cannot be altered")
 
-    def nullable(self, nullable: bool = True) -> ColumnSpec:
+    def nullable(self, nullable: bool = True) -> Self:
         raise KuduInvalidArgument(f"column '{self.name}': nullability cannot be altered")
 
     def steps(self) -> list[dict[str, Any]]:
@@ -39,12 +39,15 @@ class _AlterColumnSpec(ColumnSpec):
 
     _default_removed = False
 
-    def remove_default(self) -> ColumnSpec:
+    def remove_default(self) -> Self:
         self._default_removed = True
         return super().remove_default()
 
 
-class AsyncTableAlterer:
+class AlterConfig:
+    """The changes an alterer collects and their AlterTable request; the builders of ``AsyncTableAlterer`` and
+    the blocking ``TableAlterer`` (each returns self), which differ only in how ``alter()`` waits."""
+
     def __init__(self, client: ClientCore, table: Table) -> None:
         self.client = client
         self.table = table
@@ -54,15 +57,15 @@ class AsyncTableAlterer:
         self._steps: list[dict[str, Any] | None] = []  # None marks where the next column spec goes
         self._extra: dict[str, Any] = {}
 
-    def rename(self, new_name: str) -> AsyncTableAlterer:
+    def rename(self, new_name: str) -> Self:
         self._new_name = new_name
         return self
 
-    def set_owner(self, owner: str) -> AsyncTableAlterer:
+    def set_owner(self, owner: str) -> Self:
         self._extra["new_owner"] = owner
         return self
 
-    def set_comment(self, comment: str) -> AsyncTableAlterer:
+    def set_comment(self, comment: str) -> Self:
         self._extra["new_comment"] = comment
         return self
 
@@ -94,7 +97,7 @@ class AsyncTableAlterer:
         self._steps.append({"type": "ALTER", "spec": len(self._altered) - 1})
         return spec
 
-    def drop_column(self, name: str) -> AsyncTableAlterer:
+    def drop_column(self, name: str) -> Self:
         if name not in self.table.schema:
             raise KuduInvalidArgument(f"column '{name}' is not in table {self.table.name}")
         self._steps.append({"type": "DROP_COLUMN", "name": name})
@@ -106,12 +109,10 @@ class AsyncTableAlterer:
         upper_bound: Any = None,
         lower_bound_type: str = "inclusive",
         upper_bound_type: str = "exclusive",
-    ) -> AsyncTableAlterer:
-        b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
-        self._steps.append({"type": "ADD_RANGE_PARTITION", **b})
-        return self
+    ) -> Self:
+        return self._range_step("ADD_RANGE_PARTITION", lower_bound, upper_bound, lower_bound_type, upper_bound_type)
 
-    def add_custom_range_partition(self, range_partition: RangePartition) -> AsyncTableAlterer:
+    def add_custom_range_partition(self, range_partition: RangePartition) -> Self:
         """Add a range with its own hash schema (see :class:`RangePartition`)."""
         if not isinstance(range_partition, RangePartition):
             raise KuduInvalidArgument(f"expected a RangePartition, got {type(range_partition).__name__}")
@@ -126,9 +127,12 @@ class AsyncTableAlterer:
         upper_bound: Any = None,
         lower_bound_type: str = "inclusive",
         upper_bound_type: str = "exclusive",
-    ) -> AsyncTableAlterer:
-        b = bound_to_wire(self.table.partition_schema, lower_bound, upper_bound, lower_bound_type, upper_bound_type)
-        self._steps.append({"type": "DROP_RANGE_PARTITION", **b})
+    ) -> Self:
+        return self._range_step("DROP_RANGE_PARTITION", lower_bound, upper_bound, lower_bound_type, upper_bound_type)
+
+    def _range_step(self, step: str, lower: Any, upper: Any, lower_type: str, upper_type: str) -> Self:
+        b = bound_to_wire(self.table.partition_schema, lower, upper, lower_type, upper_type)
+        self._steps.append({"type": step, **b})
         return self
 
     def request(self) -> dict[str, Any]:
@@ -149,6 +153,10 @@ class AsyncTableAlterer:
         if not steps and not self._new_name and not self._extra:
             raise KuduInvalidArgument("nothing to alter")
         return req
+
+
+class AsyncTableAlterer(AlterConfig):
+    """kudu-python's ``TableAlterer`` with a coroutine ``alter()``."""
 
     async def alter(self, wait: bool = True) -> Table:
         return await self.client.alter_table(self.table, self.request(), wait)

@@ -154,11 +154,6 @@ def decode_values(columns: Sequence[ColumnSchema], data: bytes, *, allow_prefix:
     return tuple(out)
 
 
-def decode_key(schema: KeyedSchema, data: bytes) -> tuple[Any, ...]:
-    """The primary-key values of an encoded key, in canonical form."""
-    return decode_values(schema.key_columns, data)
-
-
 def prefix_successor(key: bytes) -> bytes:
     """The smallest byte string greater than every string that starts with ``key``; b"" if none."""
     k = key.rstrip(b"\xff")
@@ -205,7 +200,7 @@ def _binary_from_matrix(m: np.ndarray) -> pa.Array:
 def encode_columns(columns: Sequence[ColumnSchema], arrays: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
     """Vectorised ``encode_values``: one encoded key per row of the given column arrays.
 
-    The arrays must already have the columns' Arrow types (``Schema.validate_batch`` guarantees it)
+    The arrays must already have the columns' Arrow types (``Schema.validate_batch_rows`` gives them)
     and no nulls.
     """
     if len(columns) != len(arrays):

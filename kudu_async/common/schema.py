@@ -2,8 +2,9 @@
 
 A ``Schema`` is immutable and validated on construction, so every layer (client, master, tablet) can
 trust one it holds. Two validation paths exist on purpose: ``validate_row`` for the per-row client
-API (kudu-python's ``op['col'] = v``) and the vectorised ``validate_batch`` that the write path uses on
-whole Arrow batches without touching Python objects per cell.
+API (kudu-python's ``op['col'] = v``) and the vectorised ``validate_batch_rows`` that the write paths
+(the client's ``apply_arrow``, the tablet's) use on whole Arrow batches without touching Python objects
+per cell.
 """
 
 from __future__ import annotations
@@ -113,9 +114,6 @@ class Schema:
         except KeyError:
             raise KuduNotFound(f"column '{name}' is not in the schema", {"column": name}) from None
 
-    def has_column(self, name: str) -> bool:
-        return name in self._index
-
     @property
     def key_columns(self) -> tuple[ColumnSchema, ...]:
         return self.columns[: self.num_key_columns]
@@ -164,34 +162,9 @@ class Schema:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Schema:
         try:
-            cols = [ColumnSchema.from_dict(c) for c in d["columns"]]
-            nkeys = int(d["num_key_columns"])
-            if nkeys == 0 and cols:
-                return _projection(cols, 0)  # a keyless projection (see ``project``)
-            return cls(cols, nkeys)
+            return cls([ColumnSchema.from_dict(c) for c in d["columns"]], int(d["num_key_columns"]))
         except (KeyError, TypeError) as e:
             raise KuduInvalidArgument(f"malformed schema: {e!r}") from None
-
-    def project(self, names: Sequence[str]) -> Schema:
-        """The named columns in the given order (for scans).
-
-        The result's key is its leading run of the table's key columns in key order; a projection
-        without the first key column has ``num_key_columns == 0`` (a keyless view, only valid for typing
-        and Arrow conversion, not for writes).
-        """
-        seen: set[str] = set()
-        cols = []
-        for n in names:
-            if n in seen:
-                raise KuduInvalidArgument(f"column '{n}' projected twice")
-            seen.add(n)
-            cols.append(self.column(n))
-        if not cols:
-            raise KuduInvalidArgument("a projection needs at least one column")
-        nkeys = 0
-        while nkeys < len(cols) and nkeys < self.num_key_columns and cols[nkeys] is self.columns[nkeys]:
-            nkeys += 1
-        return _projection(cols, nkeys)
 
     # -- column ids -------------------------------------------------------------------------------------
 
@@ -274,40 +247,34 @@ class Schema:
         deleting = op in DELETE_OPS
         inserting = op in INSERT_LIKE_OPS
         out: dict[str, Any] = {}
-        for name, is_key, canonical, c in self._row_plan:
+        for name, is_key, canonical, fill, c in self._row_plan:
             if name in given:
                 v = given[name]
                 if v is None:
                     if not c.nullable:
                         raise KuduInvalidArgument(f"column '{name}': NULL in NOT NULL column", {"column": name})
-                    if deleting and not is_key:
-                        continue
-                    out[name] = None
-                    continue
-                cv = v if canonical is not None and canonical(v) else c.coerce(v)
-                if deleting and not is_key:
-                    continue
-                out[name] = cv
+                elif canonical is None or not canonical(v):
+                    v = c.coerce(v)
+                if not deleting or is_key:
+                    out[name] = v
             elif is_key:
                 raise KuduInvalidArgument(f"column '{name}': key column missing", {"column": name})
             elif inserting:
-                if c.default is not None:
-                    out[name] = c.default
-                elif c.nullable:
-                    out[name] = None
-                else:
+                if fill is _REQUIRED:
                     raise KuduInvalidArgument(
                         f"column '{name}': NOT NULL column without a default is missing", {"column": name}
                     )
+                out[name] = fill
         if self._variable_key and _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
             encode_key(self, [out[c.name] for c in self.key_columns])
         return out
 
     @functools.cached_property
-    def _row_plan(self) -> tuple[tuple[str, bool, Callable[[Any], bool] | None, ColumnSchema], ...]:
-        """Per column: name, is it a key column, its canonical-value test (see ``T.canonical_check``)."""
+    def _row_plan(self) -> tuple[tuple[str, bool, Callable[[Any], bool] | None, Any, ColumnSchema], ...]:
+        """Per column: name, is it a key column, its canonical-value test (see ``T.canonical_check``), and
+        what an insert that omits it stores (its default, NULL, or ``_REQUIRED``: the insert is refused)."""
         return tuple(
-            (c.name, i < self.num_key_columns, T.canonical_check(c.type, c.length), c)
+            (c.name, i < self.num_key_columns, T.canonical_check(c.type, c.length), _insert_fill(c), c)
             for i, c in enumerate(self.columns)
         )
 
@@ -318,42 +285,22 @@ class Schema:
 
     # -- vectorised validation --------------------------------------------------------------------------
 
-    def validate_batch(self, batch: pa.RecordBatch | pa.Table, *, for_op: str) -> pa.RecordBatch:
-        """Check and normalise a whole batch for ``for_op`` with pyarrow.compute (no per-cell Python).
-
-        Columns may come in any order and be a subset. Returns one RecordBatch with the schema's Arrow
-        types: for insert/upsert every column (missing ones filled with the default or NULL); for
-        update the key columns plus the given ones, in schema order; for delete the key columns only.
-        VARCHAR values are truncated to their length. Any violation raises KuduInvalidArgument naming the
-        column; the whole batch is rejected (``validate_batch_rows`` reports row by row instead).
-        """
-        out, errors = self.validate_batch_rows(batch, for_op=for_op)
-        if errors:
-            row = min(errors)
-            raise KuduInvalidArgument(errors[row], {"row_index": row, "rows_with_errors": len(errors)})
-        return out
-
     def validate_batch_rows(
         self, batch: pa.RecordBatch | pa.Table, *, for_op: str
     ) -> tuple[pa.RecordBatch, dict[int, str]]:
-        """Like ``validate_batch`` but problems confined to rows come back as ``{row_index: message}``
-        (NULL in a NOT NULL column, a cell over 64 KiB, an encoded key over 16 KiB) with every row kept,
-        so the write path can answer INVALID_ARGUMENT for those rows only. Problems of a whole column
-        (wrong type, unknown or missing column) still raise KuduInvalidArgument.
+        """Check and normalise a whole batch for ``for_op`` with pyarrow.compute (no per-cell Python).
+
+        Columns may come in any order and be a subset. Returns one RecordBatch with the schema's Arrow
+        types (for insert/upsert every column, missing ones filled with the default or NULL; for update
+        the key columns plus the given ones, in schema order; for delete the key columns only; VARCHAR
+        values truncated to their length) and the problems confined to rows as ``{row_index: message}``
+        (NULL in a NOT NULL column, an integer out of range, a cell over 64 KiB, an encoded key over
+        16 KiB), every row kept, so the write path can answer INVALID_ARGUMENT for those rows only.
+        Problems of a whole column (wrong type, unknown or missing column) raise KuduInvalidArgument.
         """
         op = _norm_op(for_op)
-        if isinstance(batch, pa.Table):
-            arrays_in = {n: batch.column(i).combine_chunks() for i, n in enumerate(batch.schema.names)}
-        elif isinstance(batch, pa.RecordBatch):
-            arrays_in = {n: batch.column(i) for i, n in enumerate(batch.schema.names)}
-        else:
-            raise KuduInvalidArgument(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
-        if len(arrays_in) != batch.num_columns:
-            raise KuduInvalidArgument("batch has duplicate column names")
+        arrays_in = self._batch_arrays(batch)
         n = batch.num_rows
-        for name in arrays_in:
-            if name not in self._index:
-                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
         errors: dict[int, str] = {}
         out_cols: list[ColumnSchema] = []
         out_arrays: list[pa.Array] = []
@@ -362,27 +309,11 @@ class Schema:
             if c.name in arrays_in:
                 if op in DELETE_OPS and not is_key:
                     continue
-                arr = _null_out_of_range_ints(c, arrays_in[c.name], errors)
-                arr = cast_column(c, arr, check_cells=False)
-                if not c.nullable and arr.null_count:
-                    for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
-                        errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
-                limit = T.MAX_CELL_SIZE_BYTES
-                if c.type.is_string_like and n and _max_cell_bytes(arr) > limit:
-                    sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
-                    for r in np.flatnonzero(sizes > limit).tolist():
-                        errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
+                arr = _checked_column(c, arrays_in[c.name], errors)
             elif is_key:
                 raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
             elif op in INSERT_LIKE_OPS:
-                if c.default is not None:
-                    arr = pa.array([c.default] * n, c.arrow_type) if n else pa.array([], c.arrow_type)
-                elif c.nullable:
-                    arr = pa.nulls(n, c.arrow_type)
-                else:
-                    raise KuduInvalidArgument(
-                        f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name}
-                    )
+                arr = _filled_column(c, n)
             else:
                 continue
             out_cols.append(c)
@@ -394,16 +325,57 @@ class Schema:
                 errors.setdefault(r, msg)
         return result, errors
 
+    def _batch_arrays(self, batch: pa.RecordBatch | pa.Table) -> dict[str, pa.Array]:
+        """The batch's columns by name (one chunk each); raises for a non-Arrow batch, a duplicate name or
+        a column the schema does not have."""
+        if isinstance(batch, pa.Table):
+            arrays = {n: batch.column(i).combine_chunks() for i, n in enumerate(batch.schema.names)}
+        elif isinstance(batch, pa.RecordBatch):
+            arrays = {n: batch.column(i) for i, n in enumerate(batch.schema.names)}
+        else:
+            raise KuduInvalidArgument(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+        if len(arrays) != batch.num_columns:
+            raise KuduInvalidArgument("batch has duplicate column names")
+        for name in arrays:
+            if name not in self._index:
+                raise KuduInvalidArgument(f"column '{name}' is not in the schema", {"column": name})
+        return arrays
 
-def _projection(cols: list[ColumnSchema], nkeys: int) -> Schema:
-    """Build a projected Schema bypassing the key-prefix rule when the projection has no key."""
-    if nkeys:
-        return Schema(cols, nkeys)
-    s = object.__new__(Schema)
-    object.__setattr__(s, "columns", tuple(cols))
-    object.__setattr__(s, "num_key_columns", 0)
-    object.__setattr__(s, "_index", {c.name: i for i, c in enumerate(cols)})
-    return s
+
+_REQUIRED: Any = object()  # in ``Schema._row_plan``: a column an insert must give
+
+
+def _insert_fill(c: ColumnSchema) -> Any:
+    """What an insert that omits column ``c`` stores: its default, else NULL, else ``_REQUIRED``."""
+    if c.default is not None:
+        return c.default
+    return None if c.nullable else _REQUIRED
+
+
+def _checked_column(c: ColumnSchema, arr: pa.Array, errors: dict[int, str]) -> pa.Array:
+    """A given column cast to ``c``'s Arrow type, with the rows it makes invalid added to ``errors``
+    (integers out of range, NULL in a NOT NULL column, cells over the size limit)."""
+    arr = _null_out_of_range_ints(c, arr, errors)
+    arr = cast_column(c, arr, check_cells=False)
+    if not c.nullable and arr.null_count:
+        for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
+            errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
+    limit = T.MAX_CELL_SIZE_BYTES
+    if c.type.is_string_like and len(arr) and _max_cell_bytes(arr) > limit:
+        sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+        for r in np.flatnonzero(sizes > limit).tolist():
+            errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
+    return arr
+
+
+def _filled_column(c: ColumnSchema, n: int) -> pa.Array:
+    """Column ``c`` for ``n`` inserted rows that do not give it: its default, else NULLs; raises when it
+    has neither."""
+    if c.default is not None:
+        return pa.array([c.default] * n, c.arrow_type) if n else pa.array([], c.arrow_type)
+    if c.nullable:
+        return pa.nulls(n, c.arrow_type)
+    raise KuduInvalidArgument(f"column '{c.name}': NOT NULL column without a default is missing", {"column": c.name})
 
 
 def _max_key_bound(schema: Schema, row: Mapping[str, Any]) -> int:

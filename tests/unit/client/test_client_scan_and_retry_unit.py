@@ -327,7 +327,7 @@ async def test_tablet_calls_follow_hints_skip_failed_replicas_and_refresh(typed_
             ],
         }
     ]
-    state = {"leader": "ts3:1", "down": {"ts1:1"}, "located": 0}
+    state: dict[str, Any] = {"leader": "ts3:1", "down": {"ts1:1"}, "located": 0}
 
     def handler(addr: str, method: str, req: Any) -> Any:
         if method == "ConnectToMaster":

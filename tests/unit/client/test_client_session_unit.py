@@ -8,7 +8,7 @@ The routing tests use a fake client whose 'tablets' keep rows in dicts and answe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,6 +128,8 @@ def test_segments_without_ignore_kinds_are_one_rpc(kv_table: Table) -> None:
     b = _typed_batch(kv_table, [INS, U, D, UP, UPI])
     assert [s.tolist() for s in B.segments(b, np.array([0, 2, 4]))] == [[0, 2, 4]]
     assert B.segments(b, np.array([], dtype=np.int64)) == []
+    failed = b.failed(1)  # an Arrow row: the dict of its cells, with its operation's name
+    assert failed == {"key": 1, "val": "x", "n": 1} and failed.op_name == "update" and failed.cells == failed
 
 
 def test_segments_are_cut_at_the_rpc_row_cap(kv_table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -274,7 +276,7 @@ def test_tablet_location_wire_round_trip_and_leader_guesses() -> None:
 class FakeTablets:
     """A client stand-in: locations from a PartitionSchema, and tablets that apply Writes to dicts."""
 
-    def __init__(self, table: Table, bounds: list[Any] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, table: Table, bounds: Sequence[Any] = ()) -> None:
         self.table = table
         parts = table.partition_schema.create_partitions(bounds)
         self.locs = TableLocations(
@@ -300,6 +302,9 @@ class FakeTablets:
 
     def observe_timestamp(self, ts: int) -> None:
         self.ts = max(self.ts, ts)
+
+    async def reload_table(self, table: Table, deadline: Deadline) -> None:
+        raise AssertionError(f"table {table.name} reloaded: the tests that alter a table set their own reload")
 
     async def call_tablet_leader(
         self, table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
@@ -343,7 +348,7 @@ class FakeTablets:
 
 async def test_flush_routes_rows_per_tablet_and_reports_each_failed_row(kv_table: Table) -> None:
     fake = FakeTablets(kv_table)
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in range(20):
         await sess.apply(kv_table.new_insert({"key": k, "val": f"v{k}"}))
     assert sess.count_buffered_operations() == 20
@@ -390,13 +395,13 @@ async def test_rows_in_a_range_gap_fail_alone_with_not_found(
     )
     table = make_table(kv_schema, part)
     fake = FakeTablets(table, [([0], [10]), ([20], [30])])
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in (1, 15, 25, 35):
         await sess.apply(table.new_upsert({"key": k}))
     with pytest.raises(kudu.KuduBadStatus, match=r"2 row\(s\) failed"):
         await sess.flush()
     errors, _ = sess.get_pending_errors()
-    assert sorted(e.failed_op()["key"] for e in errors) == [15, 35]  # type: ignore[index]
+    assert sorted(e.failed_op()["key"] for e in errors) == [15, 35]
     assert all(isinstance(e.status, KuduNotFound) and "no range partition" in str(e.status) for e in errors)
     assert sorted(k for store in fake.rows.values() for k in store) == [1, 25]
     assert sess.get_write_op_metrics()["successful_upserts"] == 2
@@ -405,7 +410,7 @@ async def test_rows_in_a_range_gap_fail_alone_with_not_found(
 async def test_a_moved_tablet_is_rerouted_after_a_location_refresh(kv_table: Table) -> None:
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet1"] = KuduNotFound("tablet not here", {"error": "TABLET_NOT_FOUND"})
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in range(30):
         await sess.apply(kv_table.new_upsert({"key": k}))
     await sess.flush()
@@ -419,14 +424,14 @@ async def test_a_failed_tablet_write_fails_only_its_rows(kv_table: Table) -> Non
     counted, never reported failed."""
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in range(30):
         await sess.apply(kv_table.new_upsert({"key": k}))
     with pytest.raises(kudu.KuduBadStatus, match=r"flush: (\d+) row\(s\) failed"):
         await sess.flush()
     errors, _ = sess.get_pending_errors()
     written = sorted(k for store in fake.rows.values() for k in store)
-    failed = sorted(e.failed_op().cells["key"] for e in errors)  # type: ignore[union-attr]
+    failed = sorted(e.failed_op().cells["key"] for e in errors)
     assert errors and written and sorted(written + failed) == list(range(30))
     assert all(e.was_possibly_successful() and isinstance(e.status, kudu.KuduTimedOut) for e in errors)
     assert sess.get_write_op_metrics()["successful_upserts"] == len(written)
@@ -438,7 +443,7 @@ async def test_rows_after_a_failed_rpc_to_the_same_tablet_are_not_sent(
     monkeypatch.setattr(B, "MAX_ROWS_PER_RPC", 4)
     fake = FakeTablets(kv_table)
     fake.fail_next["tablet0"] = kudu.KuduTimedOut("write timed out")
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in range(40):
         await sess.apply(kv_table.new_upsert({"key": k}))
     with pytest.raises(kudu.KuduBadStatus):
@@ -448,13 +453,13 @@ async def test_rows_after_a_failed_rpc_to_the_same_tablet_are_not_sent(
     unsent = [e for e in errors if not e.was_possibly_successful()]
     assert len(maybe) == 4 and unsent  # the failed RPC's rows, then the tablet's later rows, kept in order
     written = {k for store in fake.rows.values() for k in store}
-    assert not written & {e.failed_op().cells["key"] for e in errors}  # type: ignore[union-attr]
+    assert not written & {e.failed_op().cells["key"] for e in errors}
     assert len(written) + len(errors) == 40
 
 
 async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: Table) -> None:
     fake = FakeTablets(kv_table)
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     batch = pa.table({"key": pa.array([1, 2, 3], pa.int64()), "n": pa.array([1, None, 3], pa.int32())})
     with pytest.raises(kudu.KuduBadStatus, match=r"apply_arrow: 1 row\(s\) failed"):
         await sess.apply_arrow(kv_table, batch, op="insert")
@@ -462,6 +467,8 @@ async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: T
     assert [(e.failed_op(), str(e.status)) for e in errors] == [
         ({"key": 2, "val": None, "n": None}, "INVALID_ARGUMENT: column 'n': NULL in NOT NULL column")
     ]
+    failed = errors[0].failed_op()  # the row, read like the WriteOperation a row-by-row write reports
+    assert (failed.op_name, failed.cells, failed["key"]) == ("insert", {"key": 2, "val": None, "n": None}, 2)
     assert sorted(k for store in fake.rows.values() for k in store) == [1, 3]
     assert await sess.apply_arrow(kv_table, pa.table({"key": pa.array([], pa.int64())}), op="upsert") == 0
     with pytest.raises(kudu.KuduInvalidArgument, match="unknown write operation"):
@@ -474,7 +481,7 @@ async def test_apply_arrow_reports_bad_rows_alone_and_sends_the_rest(kv_table: T
 
 
 async def test_manual_flush_refuses_ops_once_the_buffer_space_is_full(kv_table: Table) -> None:
-    sess = S.AsyncSession(None, mutation_buffer_sz=100)  # type: ignore[arg-type]
+    sess = S.AsyncSession(None, mutation_buffer_sz=100)  # type: ignore[arg-type]  # no client: nothing is sent
     await sess.apply(kv_table.new_insert({"key": 1, "val": "x" * 50}))
     with pytest.raises(kudu.KuduBadStatus, match="mutation buffer is full"):
         await sess.apply(kv_table.new_insert({"key": 2, "val": "y" * 50}))
@@ -491,19 +498,21 @@ async def test_mutation_buffer_max_num_counts_buffers_not_operations(kv_table: T
     gate = asyncio.Event()
     real_call = fake.call_tablet_leader
 
-    async def slow_call(*args: Any) -> dict[str, Any]:
+    async def slow_call(
+        table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
         await gate.wait()
-        return await real_call(*args)
+        return await real_call(table, tablet_id, method, req, deadline)
 
-    fake.call_tablet_leader = slow_call  # type: ignore[method-assign]
-    manual = S.AsyncSession(fake, mutation_buffer_max_num=2)  # type: ignore[arg-type]
+    fake.call_tablet_leader = slow_call  # type: ignore[method-assign]  # this test's tablets answer late
+    manual = S.AsyncSession(fake, mutation_buffer_max_num=2)
     for k in range(10):
         await manual.apply(kv_table.new_insert({"key": k}))
     assert manual.count_buffered_operations() == 10
     bg = S.AsyncSession(
         fake,
         flush_mode=kudu.FLUSH_AUTO_BACKGROUND,
-        mutation_buffer_max_num=2,  # type: ignore[arg-type]
+        mutation_buffer_max_num=2,
         mutation_buffer_sz=100,
         mutation_buffer_watermark=1.0,
         mutation_buffer_flush_interval=60_000,
@@ -522,24 +531,24 @@ async def test_mutation_buffer_max_num_counts_buffers_not_operations(kv_table: T
     assert {100, 101, 102} <= {k for store in fake.rows.values() for k in store}
     for bad in (-1, 1.5, True):
         with pytest.raises(kudu.KuduInvalidArgument, match="mutation_buffer_max_num"):
-            bg.set_mutation_buffer_max_num(bad)  # type: ignore[arg-type]
+            bg.set_mutation_buffer_max_num(bad)  # type: ignore[arg-type]  # a bad value on purpose
     bg.set_mutation_buffer_max_num(0)  # no limit
     await bg.close()
     await manual.close()
 
 
 async def test_apply_refuses_bad_rows_and_non_operations(kv_table: Table) -> None:
-    sess = S.AsyncSession(None)  # type: ignore[arg-type]
+    sess = S.AsyncSession(None)  # type: ignore[arg-type]  # no client: nothing is sent
     with pytest.raises(kudu.KuduInvalidArgument, match="key column missing"):
         await sess.apply(kv_table.new_insert({"val": "x"}))
     with pytest.raises(kudu.KuduInvalidArgument, match="takes an operation"):
-        await sess.apply({"key": 1})  # type: ignore[arg-type]
+        await sess.apply({"key": 1})  # type: ignore[arg-type]  # not an operation, on purpose
     assert sess.count_buffered_operations() == 0
 
 
 async def test_a_closed_session_takes_no_more_operations(kv_table: Table) -> None:
     fake = FakeTablets(kv_table)
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     await sess.apply(kv_table.new_insert({"key": 1}))
     await sess.close()
     assert 1 in {k for store in fake.rows.values() for k in store}  # close flushed it
@@ -549,7 +558,7 @@ async def test_a_closed_session_takes_no_more_operations(kv_table: Table) -> Non
 
 
 def test_session_configuration_names_and_checks() -> None:
-    sess = S.AsyncSession(None)  # type: ignore[arg-type]
+    sess = S.AsyncSession(None)  # type: ignore[arg-type]  # no client: nothing is sent
     assert sess.flush_mode == kudu.FLUSH_MANUAL  # kudu-python's default
     for name, mode in (
         ("sync", kudu.FLUSH_AUTO_SYNC),
@@ -563,7 +572,7 @@ def test_session_configuration_names_and_checks() -> None:
         sess.set_flush_mode("sometimes")
     for bad in (0, -5, 1.5, True):
         with pytest.raises(kudu.KuduInvalidArgument, match="timeout_ms"):
-            sess.set_timeout_ms(bad)  # type: ignore[arg-type]
+            sess.set_timeout_ms(bad)  # type: ignore[arg-type]  # a bad value on purpose
     sess.set_timeout_ms(1234)
     assert sess.timeout_ms == 1234
     for bad_w in (0.0, 1.5, -0.1):
@@ -574,7 +583,7 @@ def test_session_configuration_names_and_checks() -> None:
     sess.set_mutation_buffer_max_num(9)
     assert (sess.flush_watermark, sess.flush_interval_ms, sess.buffer_max_num) == (0.25, 50, 9)
     with pytest.raises(kudu.KuduInvalidArgument):
-        S.AsyncSession(None, flush_mode="nope")  # type: ignore[arg-type]
+        S.AsyncSession(None, flush_mode="nope")  # type: ignore[arg-type]  # no client: refused before use
 
 
 def _altered(table: Table) -> dict[str, Any]:
@@ -601,8 +610,8 @@ async def test_segments_meeting_an_alter_together_rebuild_the_batch_once(kv_tabl
         await asyncio.sleep(0.01)
         table._load(info)
 
-    fake.reload_table = reload_table  # type: ignore[attr-defined]
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    fake.reload_table = reload_table  # type: ignore[method-assign]  # this test's reload
+    sess = S.AsyncSession(fake)
     for k in range(30):
         await sess.apply(kv_table.new_insert({"key": k, "val": f"v{k}"}))
     await sess.flush()
@@ -613,7 +622,7 @@ async def test_segments_meeting_an_alter_together_rebuild_the_batch_once(kv_tabl
 
 async def test_operations_applied_across_an_alter_go_in_order(kv_table: Table) -> None:
     fake = FakeTablets(kv_table)
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     await sess.apply(kv_table.new_insert({"key": 1, "val": "a"}))  # validated against version 0
     info = _altered(kv_table)
     kv_table._load(info)  # another session reloaded the shared Table
@@ -622,7 +631,7 @@ async def test_operations_applied_across_an_alter_go_in_order(kv_table: Table) -
     async def reload_table(table: Table, deadline: Deadline) -> None:
         table._load(info)
 
-    fake.reload_table = reload_table  # type: ignore[attr-defined]
+    fake.reload_table = reload_table  # type: ignore[method-assign]  # this test's reload
     await sess.apply(kv_table.new_update({"key": 1, "value": "b"}))  # validated against version 1
     await sess.flush()
     stored = {k: row for store in fake.rows.values() for k, row in store.items()}
@@ -640,14 +649,16 @@ async def test_a_tablet_behind_the_tables_schema_is_waited_for(kv_table: Table) 
     calls = {"n": 0}
     real_call = fake.call_tablet_leader
 
-    async def call(*args: Any) -> dict[str, Any]:
+    async def call(
+        table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
         calls["n"] += 1
         if calls["n"] == 3:  # the tablet applies the alter
             fake.version, fake.names = 1, ["key", "value", "n", "x"]
-        return await real_call(*args)
+        return await real_call(table, tablet_id, method, req, deadline)
 
-    fake.call_tablet_leader = call  # type: ignore[method-assign]
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    fake.call_tablet_leader = call  # type: ignore[method-assign]  # this test's tablets alter mid-way
+    sess = S.AsyncSession(fake)
     await sess.apply(kv_table.new_insert({"key": 1, "value": "v"}))
     await sess.flush()
     stored = {k: row for store in fake.rows.values() for k, row in store.items()}
@@ -657,7 +668,7 @@ async def test_a_tablet_behind_the_tables_schema_is_waited_for(kv_table: Table) 
 
 async def test_each_write_rpc_carries_its_own_request_id(kv_table: Table) -> None:
     fake = FakeTablets(kv_table)
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in range(20):
         await sess.apply(kv_table.new_insert({"key": k, "val": f"v{k}"}))
     await sess.flush()
@@ -681,8 +692,8 @@ async def test_a_write_rebuilt_after_an_alter_keeps_its_request_id(kv_table: Tab
     async def reload_table(table: Table, deadline: Deadline) -> None:
         table._load(info)
 
-    fake.reload_table = reload_table  # type: ignore[attr-defined]
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    fake.reload_table = reload_table  # type: ignore[method-assign]  # this test's reload
+    sess = S.AsyncSession(fake)
     await sess.apply(kv_table.new_insert({"key": 1, "val": "v"}))
     await sess.flush()
     assert len(fake.request_ids) == 2 and fake.request_ids[0] == fake.request_ids[1]
@@ -705,7 +716,7 @@ async def test_failed_row_count_is_exact_past_the_error_cap(kv_table: Table, mon
     fake = FakeTablets(kv_table)
     for t in list(fake.rows):
         fake.fail_next[t] = kudu.KuduTimedOut("write timed out")
-    sess = S.AsyncSession(fake)  # type: ignore[arg-type]
+    sess = S.AsyncSession(fake)
     for k in range(30):
         await sess.apply(kv_table.new_upsert({"key": k}))
     with pytest.raises(kudu.KuduBadStatus, match=r"flush: 30 row\(s\) failed \(only the first 3 errors are kept\)"):
@@ -733,9 +744,9 @@ def _blocking_session(fake: FakeTablets, **kw: Any) -> tuple[Any, _LoopClient]:
     lc = _LoopClient()
 
     async def make() -> S.AsyncSession:
-        return S.AsyncSession(fake, **kw)  # type: ignore[arg-type]
+        return S.AsyncSession(fake, **kw)
 
-    return Session(lc, lc._run(make())), lc  # type: ignore[arg-type]
+    return Session(lc, lc._run(make())), lc  # type: ignore[arg-type]  # the loop thread is all Session uses
 
 
 def test_blocking_apply_stages_rows_and_keeps_their_order(kv_table: Table) -> None:

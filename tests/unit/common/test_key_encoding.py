@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.key_encoding import (
-    decode_key,
+    decode_values,
     encode_key,
     encode_key_prefix,
     encode_keys,
@@ -64,7 +64,7 @@ def test_single_column_encoding(col: ColumnSchema, value: Any, expected: bytes) 
 def test_non_last_string_is_escaped_and_terminated() -> None:
     s = key_schema(K("a", T.STRING), K("b", T.BINARY))
     assert encode_key(s, ["x\x00y", b"\x00"]) == b"x\x00\x01y\x00\x00\x00"
-    assert decode_key(s, b"x\x00\x01y\x00\x00\x00") == ("x\x00y", b"\x00")
+    assert decode_values(s.key_columns, b"x\x00\x01y\x00\x00\x00") == ("x\x00y", b"\x00")
 
 
 def test_encode_key_accepts_a_mapping() -> None:
@@ -184,7 +184,7 @@ def test_decode_inverts_encode(data: st.DataObject) -> None:
     idx = data.draw(st.integers(0, len(SCHEMAS) - 1))
     schema = SCHEMAS[idx][0]
     row = data.draw(rows_for(idx))
-    assert decode_key(schema, encode_key(schema, row)) == row
+    assert decode_values(schema.key_columns, encode_key(schema, row)) == row
 
 
 @settings(max_examples=60, deadline=None)

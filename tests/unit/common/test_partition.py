@@ -182,7 +182,8 @@ def test_find_partition_and_gaps(schema: Schema) -> None:
 def test_vectorised_partition_keys_equal_scalar(schema: Schema) -> None:
     ps = PartitionSchema(schema, [HashDimension(["k"], 5, seed=3), HashDimension(["s"], 2)], ["s", "k"])
     rows = [{"k": k, "s": s, "v": None} for k in (-3, 0, 7, 2**62) for s in ("", "a\x00", "zz")]
-    batch = schema.validate_batch(pa.Table.from_pylist(rows), for_op="insert")
+    batch, errors = schema.validate_batch_rows(pa.Table.from_pylist(rows), for_op="insert")
+    assert errors == {}
     assert ps.partition_keys(batch).to_pylist() == [ps.partition_key(r) for r in rows]
     tuples = [(r["k"], r["s"], r["v"]) for r in rows]
     assert [ps.partition_key(t) for t in tuples] == [ps.partition_key(r) for r in rows]
@@ -337,7 +338,8 @@ def test_custom_range_keys_vectorised_equal_scalar_and_land_in_their_partition(s
     rows: list[dict[str, Any]] = [
         {"k": k, "s": s, "v": None} for k in (0, 3, 9, 10, 15, 19) for s in ("a", "b", "c", "dd")
     ]
-    batch = schema.validate_batch(pa.Table.from_pylist(rows), for_op="insert")
+    batch, errors = schema.validate_batch_rows(pa.Table.from_pylist(rows), for_op="insert")
+    assert errors == {}
     keys = ps.partition_keys(batch).to_pylist()
     assert keys == [ps.partition_key(r) for r in rows]
     for r, key in zip(rows, keys, strict=True):
