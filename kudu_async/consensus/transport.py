@@ -237,22 +237,6 @@ class ConsensusTransport:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    # --- receiving ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def parse_batch(request: Any, local_uuid: str) -> tuple[str, list[WireMessage]]:
-        """Validate an incoming ``Consensus/Batch`` body before any replica sees it."""
-        if not isinstance(request, dict):
-            raise KuduInvalidArgument("Consensus/Batch: expected a map body")
-        sender, to, messages = request.get("from"), request.get("to"), request.get("messages")
-        if not isinstance(sender, str) or not sender:
-            raise KuduInvalidArgument("Consensus/Batch: 'from' must be the sender's uuid")
-        if to != local_uuid:
-            raise KuduInvalidArgument(f"Consensus/Batch: addressed to {to!r}, this node is {local_uuid!r}")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise KuduInvalidArgument("Consensus/Batch: 'messages' must be a list of maps")
-        return sender, messages
-
 
 class Ticker:
     """One node-level timer that ticks every registered Raft replica (Kudu runs one per replica).

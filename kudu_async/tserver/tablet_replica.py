@@ -67,7 +67,6 @@ ROW_LOCK_BACKOFF = BackoffPolicy(initial_s=0.001, max_s=0.05)
 
 
 class TabletState(enum.Enum):
-    INITIALIZED = "INITIALIZED"
     BOOTSTRAPPING = "BOOTSTRAPPING"
     RUNNING = "RUNNING"
     FAILED = "FAILED"

@@ -103,6 +103,10 @@ class EvilSource:
         self.chunk = chunk
         self.ended = 0
 
+    def serve(self, server: RpcServer) -> None:
+        for name in ("BeginSession", "FetchData", "EndSession"):
+            server.register("TabletCopy", name, getattr(self, name))
+
     async def BeginSession(self, req: Any, ctx: CallContext) -> dict[str, Any]:
         return {"session_id": "evil", "files": self.files, "meta": {}}
 
@@ -345,7 +349,7 @@ async def test_malicious_source_cannot_write_outside_dest(tmp_path: Path) -> Non
         for name in ("../escape", "/tmp/escape-abs", "a/../../escape"):
             evil = EvilSource([{"name": name, "size": 4, "crc32c": crc32c.crc32c(b"evil")}], b"evil")
             server = RpcServer(node_name="evil")
-            server.register_service("TabletCopy", evil)
+            evil.serve(server)
             await server.start("127.0.0.1", 0)
             try:
                 with pytest.raises(KuduInvalidArgument):
@@ -363,7 +367,7 @@ async def test_malicious_source_cannot_write_outside_dest(tmp_path: Path) -> Non
 async def test_source_sending_more_than_asked_is_corruption(tmp_path: Path) -> None:
     evil = EvilSource([{"name": "f", "size": 4, "crc32c": crc32c.crc32c(b"abcd")}], b"abcd-and-more")
     server = RpcServer(node_name="evil")
-    server.register_service("TabletCopy", evil)
+    evil.serve(server)
     await server.start("127.0.0.1", 0)
     client = RpcClient("dst")
     try:

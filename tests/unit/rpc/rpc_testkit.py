@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import jh2.connection
 import jh2.events
 
 from kudu_async.common.errors import KuduNotTheLeader, error_from_code
-from kudu_async.rpc import CallContext
+from kudu_async.rpc import CallContext, RpcServer
 from kudu_async.rpc.jh2_fast import make_h2_connection
 
 
@@ -66,6 +67,14 @@ class TestService:
             "remote": ctx.remote,
             "remaining": ctx.remaining(),
         }
+
+
+def serve_object(server: RpcServer, service: str, obj: object) -> None:
+    """Register every public ``async def`` method of ``obj`` as a method of ``service``."""
+    names = [n for n in dir(obj) if not n.startswith("_") and inspect.iscoroutinefunction(getattr(obj, n))]
+    assert names, f"{type(obj).__name__} has no public async methods"
+    for name in names:
+        server.register(service, name, getattr(obj, name))
 
 
 async def raw_post(
