@@ -1,6 +1,6 @@
 """The vectorised write path against a per-row reference model of it.
 
-``old_decide`` below decides row by row what ``WritePath`` decides column-wise (one key lookup per
+``reference_decide`` below decides row by row what ``WritePath`` decides column-wise (one key lookup per
 row, a per-row overlay for keys repeated in a batch), with the row's last change read straight from
 the rowset's delta tables. Random mixed batches (duplicate keys, every
 op type including the *_IGNORE ones, keys in the MemRowSet and in several overlapping DiskRowSets,
@@ -74,7 +74,7 @@ def _key_space(kind: str, n: int) -> list[Any]:
 # -- the per-row reference model of the write decisions --------------------------------------------------
 
 
-def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
+def _reference_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
     deltas = d.delta_snapshot()
     if deltas is not None:
         mine = deltas.filter(pc.equal(deltas.column(ROW_COL), pa.scalar(row, pa.uint32())))
@@ -84,7 +84,7 @@ def _old_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
     return int(d.base.column(TS_COL)[row].as_py()), True
 
 
-def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
+def _reference_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
     for m in t.components.memrowsets():
         r = m.get(key)
         if r is not None:  # the row's mutation chain, read mutation by mutation
@@ -93,11 +93,11 @@ def _old_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
     for d in t.components.drs:
         pos = d.find_row(key)
         if pos is not None:
-            return _old_row_latest(d, pos)
+            return _reference_row_latest(d, pos)
     return None
 
 
-def old_decide(
+def reference_decide(
     t: Tablet, op_types: list[int], keys: list[bytes], errors: dict[int, RowError], ts: int, replay: bool
 ) -> tuple[list[int], int]:
     """``WritePath._decide`` row by row: the action kind of every row (0: none)."""
@@ -111,7 +111,7 @@ def old_decide(
         if key in overlay:
             live = overlay[key]
         else:
-            loc = _old_locate(t, key)
+            loc = _reference_locate(t, key)
             latest_ts, live = (-1, False) if loc is None else loc
             if replay and latest_ts >= ts:
                 skipped.add(key)
@@ -152,7 +152,7 @@ def old_decide(
 
 
 class Diff:
-    """A tablet, a dict model of its rows, and random mixed batches checked against ``old_decide``."""
+    """A tablet, a dict model of its rows, and random mixed batches checked against ``reference_decide``."""
 
     def __init__(self, path: str, key_kind: str, seed: int) -> None:
         self.schema = make_schema() if key_kind == "int" else _string_schema()
@@ -190,7 +190,7 @@ class Diff:
     def _expected(self, op: WriteOp, ts: int, replay: bool) -> tuple[list[int], dict[int, str], int]:
         keys = self.t.info.encode_keys(op.rows)
         errors: dict[int, RowError] = {}
-        kinds, ignored = old_decide(self.t, list(op.op_types), keys, errors, ts, replay)
+        kinds, ignored = reference_decide(self.t, list(op.op_types), keys, errors, ts, replay)
         return kinds, {i: e.code for i, e in errors.items()}, ignored
 
     def _note_locations(self, op: WriteOp) -> None:
@@ -227,7 +227,7 @@ class Diff:
         self.checked["rows"] += n
 
     def replay_check(self, n: int) -> None:
-        """prepare_write(replay=True) at a past timestamp decides like the old loop (then aborted)."""
+        """prepare_write(replay=True) at a past timestamp decides like the per-row reference (then aborted)."""
         if not self.past:
             return
         ops, b, mask = self.batch(n)
@@ -458,7 +458,7 @@ def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> No
             deltas = d.delta_snapshot()
             touched = set() if deltas is None else set(deltas.column(ROW_COL).to_pylist())
             for row in range(d.num_rows()):
-                assert (int(ts[row]), bool(live[row])) == _old_row_latest(d, row)
+                assert (int(ts[row]), bool(live[row])) == _reference_row_latest(d, row)
                 assert bool(mutated[row]) == (row in touched)
 
     check(h.t)
@@ -585,7 +585,7 @@ def test_release_all_frees_one_ops_keys_and_wakes_a_waiting_op() -> None:
 # -- compaction: a per-row reference fold ----------------------------------------------------------------
 
 
-def _old_fold_rowset(info: Any, inp: Any, ahm: int) -> tuple[pa.Table, list[Mutation]]:
+def _reference_fold_rowset(info: Any, inp: Any, ahm: int) -> tuple[pa.Table, list[Mutation]]:
     base = inp.base
     snap = MvccSnapshot.at(ahm)
     value_cols = [info.names[i] for i in info.value_indices]
@@ -625,10 +625,10 @@ def _old_fold_rowset(info: Any, inp: Any, ahm: int) -> tuple[pa.Table, list[Muta
     return out, later
 
 
-def _old_merge_rowsets(info: Any, inputs: list[Any], ahm: int) -> tuple[pa.Table, list[tuple[int, Mutation]]]:
+def _reference_merge_rowsets(info: Any, inputs: list[Any], ahm: int) -> tuple[pa.Table, list[tuple[int, Mutation]]]:
     tables, muts = [], []
     for inp in inputs:
-        t, later = _old_fold_rowset(info, inp, ahm)
+        t, later = _reference_fold_rowset(info, inp, ahm)
         tables.append(t)
         muts.extend(later)
     merged = pa.concat_tables(tables).sort_by([(KEY_COL, "ascending")]).combine_chunks()
@@ -652,7 +652,7 @@ def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str)
     inputs = [CompactionInput(d.base, d.delta_snapshot()) for d in h.t.rowsets()]
     revived = 0
     for ahm in [h.past[0] - 1, *h.past[:: max(1, len(h.past) // 12)], h.past[-1]]:
-        want, want_deltas = _old_merge_rowsets(info, inputs, ahm)
+        want, want_deltas = _reference_merge_rowsets(info, inputs, ahm)
         got, got_deltas = merge_rowsets(info, inputs, ahm)
         assert got.equals(want)
         cols = [ROW_COL, TS_COL, SEQ_COL, LIVE_COL]
