@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient, master_addresses
-from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.retry import Deadline
 from kudu_async.rpc.client import RpcClient
 from kudu_async.tools import ksck, loadgen, rebalancer_tool, replica_util, table_tool
 

@@ -33,12 +33,12 @@ import pyarrow.csv as pacsv
 
 from kudu_async.client.aio import AsyncClient
 from kudu_async.client.meta_cache import TabletLocation
-from kudu_async.client.retry import Deadline
 from kudu_async.client.schema_builder import Partitioning, SchemaBuilder
 from kudu_async.client.table import OPERATIONS, Predicate, Table
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduInvalidArgument
 from kudu_async.common.key_encoding import decode_values
+from kudu_async.common.retry import Deadline
 from kudu_async.common.schema import ColumnSchema, Schema
 
 COPY_BATCH_ROWS = 100_000  # rows per apply_arrow call of ``table copy``

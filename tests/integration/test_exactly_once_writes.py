@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import kudu_async as kudu
-from kudu_async.client.retry import Deadline
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.retry import Deadline
 from kudu_async.common.row_conversion import encode_row_operations
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.rpc.client import RpcClient
