@@ -17,7 +17,7 @@ from aiohttp import web
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.fs.block_cache import BlockCache
-from kudu_async.server.admin import NODE_KEY, json_response
+from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import parse_master_addresses
 from kudu_async.server.node import Node
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
@@ -191,9 +191,7 @@ class TabletServer(Node):
 
 
 def _ts(request: web.Request) -> TabletServer:
-    node = request.app[NODE_KEY]
-    assert isinstance(node, TabletServer)
-    return node
+    return node_as(request, TabletServer)
 
 
 async def _tablets(request: web.Request) -> web.Response:
