@@ -46,6 +46,21 @@ class _PeerOutbox:
     calls: int = 0  # Consensus/Batch calls made to the peer
 
 
+# A peer whose call failed: its messages are dropped until the next delay has passed.
+PEER_BACKOFF = BackoffPolicy(initial_s=0.05, max_s=2.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportOptions:
+    """Limits and timing of the per-peer outboxes."""
+
+    rpc_timeout_s: float = 2.0  # one Consensus/Batch call
+    max_outbox_messages: int = 10_000  # queued for one peer; more are dropped (Raft retransmits)
+    max_outbox_bytes: int = 16 * 1024 * 1024
+    backoff: BackoffPolicy = PEER_BACKOFF
+    heartbeat_window_s: float = 0.2  # heartbeats due within one window leave together
+
+
 class ConsensusTransport:
     """Sends Raft messages to peer nodes in per-node batches and dispatches received batches."""
 
@@ -53,26 +68,21 @@ class ConsensusTransport:
         self,
         rpc: RpcClient,
         node_uuid: str,
-        rpc_timeout_s: float = 2.0,
-        max_outbox_messages: int = 10_000,
-        max_outbox_bytes: int = 16 * 1024 * 1024,
-        backoff_initial_s: float = 0.05,
-        backoff_max_s: float = 2.0,
-        heartbeat_window_s: float = 0.2,
+        options: TransportOptions = TransportOptions(),
+        *,
         clock: Callable[[], float] = time.monotonic,
         rng: RandomSource = random,
     ) -> None:
         self.rpc = rpc
         self.node_uuid = node_uuid
-        self.rpc_timeout_s = rpc_timeout_s
-        self.max_outbox_messages = max_outbox_messages
-        self.max_outbox_bytes = max_outbox_bytes
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
+        self.options = options
+        self.rpc_timeout_s = options.rpc_timeout_s
+        self.max_outbox_messages = options.max_outbox_messages
+        self.max_outbox_bytes = options.max_outbox_bytes
         self._clock = clock
         self._rng = rng
-        self._backoff = BackoffPolicy(backoff_initial_s, backoff_max_s)
-        self.heartbeat_window_s = heartbeat_window_s
+        self._backoff = options.backoff
+        self.heartbeat_window_s = options.heartbeat_window_s
         self._hb_flush_scheduled = False
         self._peers: dict[str, _PeerOutbox] = {}
         self._flush_scheduled = False
