@@ -116,36 +116,33 @@ def reference_decide(
             if replay and latest_ts >= ts:
                 skipped.add(key)
                 continue
-        if op in (OpType.INSERT, OpType.INSERT_IGNORE):
-            if live:
-                if op == OpType.INSERT:
-                    errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
-                else:
-                    ignored += 1
-                continue
-            kinds[i] = _INSERT
-            overlay[key] = True
-        elif op in (OpType.UPSERT, OpType.UPSERT_IGNORE):
-            kinds[i] = _UPDATE if live else _INSERT
-            overlay[key] = True
-        elif op in (OpType.UPDATE, OpType.UPDATE_IGNORE):
-            if not live:
-                if op == OpType.UPDATE:
-                    errors[i] = RowError(i, "NOT_FOUND", "key not found")
-                else:
-                    ignored += 1
-                continue
-            kinds[i] = _UPDATE
-        else:
-            if not live:
-                if op == OpType.DELETE:
-                    errors[i] = RowError(i, "NOT_FOUND", "key not found")
-                else:
-                    ignored += 1
-                continue
-            kinds[i] = _DELETE
-            overlay[key] = False
+        kind, error = _reference_action(op, live)
+        if not kind:
+            if error is None:
+                ignored += 1
+            else:
+                errors[i] = RowError(i, error, _ERROR_MESSAGES[error])
+            continue
+        kinds[i] = kind
+        overlay[key] = kind != _DELETE  # an update leaves a live key live
     return kinds, ignored
+
+
+_ERROR_MESSAGES = {"ALREADY_PRESENT": "key already present", "NOT_FOUND": "key not found"}
+
+
+def _reference_action(op: int, live: bool) -> tuple[int, str | None]:
+    """What one row of type ``op`` does to its key, live or not: an action kind, or 0 with the row's error
+    code (None: an *_IGNORE row ignored)."""
+    if op in (OpType.INSERT, OpType.INSERT_IGNORE):
+        if live:
+            return 0, "ALREADY_PRESENT" if op == OpType.INSERT else None
+        return _INSERT, None
+    if op in (OpType.UPSERT, OpType.UPSERT_IGNORE):
+        return (_UPDATE if live else _INSERT), None
+    if not live:
+        return 0, "NOT_FOUND" if op in (OpType.UPDATE, OpType.DELETE) else None
+    return (_UPDATE if op in (OpType.UPDATE, OpType.UPDATE_IGNORE) else _DELETE), None
 
 
 # -- harness ---------------------------------------------------------------------------------------------
