@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import random
 
-from raft_harness import GROUP, OPTS, Net
-
 from kudu_async.consensus.raft import HardState, RaftNode, SnapshotMeta
+from tests.unit.consensus.raft_harness import GROUP, OPTS, Net
 
 
 def test_restarted_follower_catches_up_commit_without_new_proposals() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from rpc_testkit import TestService, serve_object
 
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import FaultInjector, RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, serve_object
 
 
 @pytest.fixture

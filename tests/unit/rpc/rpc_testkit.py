@@ -113,9 +113,11 @@ async def raw_post(
                     raise ConnectionError("server closed the connection")
                 for ev in conn.receive_data(data):
                     if isinstance(ev, jh2.events.ResponseReceived):
+                        assert ev.headers is not None
                         resp_headers = dict(ev.headers)
                         status = int(resp_headers[b":status"])
                     elif isinstance(ev, jh2.events.DataReceived):
+                        assert ev.data is not None
                         conn.acknowledge_received_data(ev.flow_controlled_length, sid)
                         chunks.append(ev.data)
                     elif isinstance(ev, jh2.events.StreamEnded):

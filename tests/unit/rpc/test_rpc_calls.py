@@ -8,7 +8,6 @@ import time
 
 import msgpack
 import pytest
-from rpc_testkit import TestService, raw_post, serve_object, wait_until
 
 from kudu_async.common.errors import (
     STATUS_CLASSES,
@@ -24,6 +23,7 @@ from kudu_async.common.errors import (
 )
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import FaultInjector, RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, raw_post, serve_object, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,11 +7,11 @@ import json
 import shutil
 
 import pytest
-from rpc_testkit import TestService, raw_post, serve_object, wait_until
 
 from kudu_async.common.errors import KuduNetworkError, KuduTimedOut
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, raw_post, serve_object, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

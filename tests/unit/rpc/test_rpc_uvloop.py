@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from rpc_testkit import TestService, serve_object
 
 from kudu_async.common.errors import KuduNoSuchMethod, KuduTimedOut
 from kudu_async.rpc import RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, serve_object
 
 uvloop = pytest.importorskip("uvloop")
 
