@@ -694,7 +694,7 @@ def test_restart_recovers_term_vote_and_log() -> None:
     _replicated(net, "a")
     b = net["b"]
     hs = [rd.hard_state for rd in net.readies["b"] if rd.hard_state][-1]
-    entries = list(b.log.entries_view())
+    entries = b.log.slice(b.log.first_index(), b.log.last_index() + 1)
     again = RaftNode.restart("b", GROUP, hs, SnapshotMeta(0, 0, b.config), entries, options=OPTS)
     assert (again.term, again.vote, again.last_index) == (b.term, b.vote, b.last_index)
     assert again.commit <= b.commit and again.role is Role.FOLLOWER
