@@ -75,7 +75,6 @@ class ConsensusTransport:
     ) -> None:
         self.rpc = rpc
         self.node_uuid = node_uuid
-        self.options = options
         self.rpc_timeout_s = options.rpc_timeout_s
         self.max_outbox_messages = options.max_outbox_messages
         self.max_outbox_bytes = options.max_outbox_bytes
