@@ -79,10 +79,6 @@ class LogCache:
         end = max(end, k + 1)
         return self._entries[k:end]
 
-    def entries_view(self) -> list[Entry]:
-        """The retained entries (read-only by convention), for tests that compare logs."""
-        return self._entries
-
     # --- mutations ------------------------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry]) -> None:

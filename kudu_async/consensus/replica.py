@@ -17,6 +17,7 @@ import contextlib
 import enum
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -131,6 +132,9 @@ class RaftReplica:
         self.writer: LogWriter | None = None
         self.last_contact: dict[str, float] = {}
         self._cmeta = ConsensusMetadata()
+        # Held by the worker saving cmeta: saves share one temp file, and a save whose awaiting task was
+        # cancelled (close() cancels the driver) runs on in its thread while close() saves again.
+        self._cmeta_lock = threading.Lock()
         self._commit_saved_at = 0.0
         self._queued: list[_Proposal] = []
         self._inflight: dict[int, _Proposal] = {}
@@ -534,13 +538,18 @@ class RaftReplica:
         cm.term, cm.voted_for, cm.commit_index = hs.term, hs.vote, hs.commit
         self._save_cmeta_config()
         self._commit_saved_at = now
-        await asyncio.get_running_loop().run_in_executor(self.executor, cm.save, self.cmeta_path)
+        await asyncio.get_running_loop().run_in_executor(self.executor, self._write_cmeta)
 
     def _learn_addresses(self, entries: Sequence[Entry]) -> None:
         """Member addresses from CONFIG entries (appended here, or replayed from the WAL)."""
         for e in entries:
             if e.kind is EntryKind.CONFIG:
                 self.peers.update(config_addresses(e.payload))
+
+    def _write_cmeta(self) -> None:
+        """Save the consensus metadata as it is when the write starts (in a worker), one save at a time."""
+        with self._cmeta_lock:
+            self._cmeta.save(self.cmeta_path)
 
     def _save_cmeta_config(self) -> None:
         raft = self.raft
@@ -632,7 +641,7 @@ class RaftReplica:
         raft.compact(durable)
         self._save_cmeta_config()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.executor, self._cmeta.save, self.cmeta_path)  # compaction point first
+        await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
         await loop.run_in_executor(self.executor, wal.gc, retain_from)
 
     def peer_needs_copy(self, peer: str) -> None:
@@ -698,7 +707,7 @@ class RaftReplica:
             cm.term, cm.voted_for = self.raft.term, self.raft.vote
             cm.commit_index = min(self.raft.commit, self.raft.stable_index)
             self._save_cmeta_config()
-            await asyncio.get_running_loop().run_in_executor(self.executor, cm.save, self.cmeta_path)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._write_cmeta)
 
     # --- tablet copy (source side) --------------------------------------------------------------------
 

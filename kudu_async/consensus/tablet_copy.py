@@ -402,7 +402,6 @@ async def fetch_tablet_copy(
     group: str,
     dest_dir: Path,
     *,
-    extra: dict[str, Any] | None = None,
     chunk_bytes: int = 1024 * 1024,
     timeout_s: float = 300.0,
     executor: Executor | None = None,
@@ -430,7 +429,7 @@ async def fetch_tablet_copy(
             source_address,
             SERVICE,
             "BeginSession",
-            {"group": group, "extra": extra or {}},
+            {"group": group},
             timeout_s=min(deadline.left(), 60.0),
         )
         if isinstance(begin, dict) and isinstance(begin.get("session_id"), str):

@@ -46,6 +46,21 @@ class _PeerOutbox:
     calls: int = 0  # Consensus/Batch calls made to the peer
 
 
+# A peer whose call failed: its messages are dropped until the next delay has passed.
+PEER_BACKOFF = BackoffPolicy(initial_s=0.05, max_s=2.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportOptions:
+    """Limits and timing of the per-peer outboxes."""
+
+    rpc_timeout_s: float = 2.0  # one Consensus/Batch call
+    max_outbox_messages: int = 10_000  # queued for one peer; more are dropped (Raft retransmits)
+    max_outbox_bytes: int = 16 * 1024 * 1024
+    backoff: BackoffPolicy = PEER_BACKOFF
+    heartbeat_window_s: float = 0.2  # heartbeats due within one window leave together
+
+
 class ConsensusTransport:
     """Sends Raft messages to peer nodes in per-node batches and dispatches received batches."""
 
@@ -53,26 +68,20 @@ class ConsensusTransport:
         self,
         rpc: RpcClient,
         node_uuid: str,
-        rpc_timeout_s: float = 2.0,
-        max_outbox_messages: int = 10_000,
-        max_outbox_bytes: int = 16 * 1024 * 1024,
-        backoff_initial_s: float = 0.05,
-        backoff_max_s: float = 2.0,
-        heartbeat_window_s: float = 0.2,
+        options: TransportOptions = TransportOptions(),
+        *,
         clock: Callable[[], float] = time.monotonic,
         rng: RandomSource = random,
     ) -> None:
         self.rpc = rpc
         self.node_uuid = node_uuid
-        self.rpc_timeout_s = rpc_timeout_s
-        self.max_outbox_messages = max_outbox_messages
-        self.max_outbox_bytes = max_outbox_bytes
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
+        self.rpc_timeout_s = options.rpc_timeout_s
+        self.max_outbox_messages = options.max_outbox_messages
+        self.max_outbox_bytes = options.max_outbox_bytes
         self._clock = clock
         self._rng = rng
-        self._backoff = BackoffPolicy(backoff_initial_s, backoff_max_s)
-        self.heartbeat_window_s = heartbeat_window_s
+        self._backoff = options.backoff
+        self.heartbeat_window_s = options.heartbeat_window_s
         self._hb_flush_scheduled = False
         self._peers: dict[str, _PeerOutbox] = {}
         self._flush_scheduled = False
@@ -236,22 +245,6 @@ class ConsensusTransport:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    # --- receiving ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def parse_batch(request: Any, local_uuid: str) -> tuple[str, list[WireMessage]]:
-        """Validate an incoming ``Consensus/Batch`` body before any replica sees it."""
-        if not isinstance(request, dict):
-            raise KuduInvalidArgument("Consensus/Batch: expected a map body")
-        sender, to, messages = request.get("from"), request.get("to"), request.get("messages")
-        if not isinstance(sender, str) or not sender:
-            raise KuduInvalidArgument("Consensus/Batch: 'from' must be the sender's uuid")
-        if to != local_uuid:
-            raise KuduInvalidArgument(f"Consensus/Batch: addressed to {to!r}, this node is {local_uuid!r}")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise KuduInvalidArgument("Consensus/Batch: 'messages' must be a list of maps")
-        return sender, messages
 
 
 class Ticker:

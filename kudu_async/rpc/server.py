@@ -19,7 +19,6 @@ SERVICE_UNAVAILABLE at once so that callers back off, as Kudu's service queues d
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +29,6 @@ from kudu_async.common.errors import (
     KuduBadStatus,
     KuduIllegalState,
     KuduInvalidArgument,
-    KuduNoSuchService,
     KuduRuntimeError,
     KuduServiceUnavailable,
     KuduTimedOut,
@@ -86,13 +84,6 @@ class CallContext:
         to answer in), or ``default_s`` without a deadline; never below 50 ms."""
         remaining = self.remaining()
         return default_s if remaining is None else max(0.05, remaining - margin_s)
-
-
-def require_map(request: Any) -> dict[str, Any]:
-    """Every service's first check: the body is a map (msgpack or JSON object)."""
-    if not isinstance(request, dict):
-        raise KuduInvalidArgument("request body must be a map")
-    return request
 
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
@@ -241,27 +232,6 @@ class RpcServer:
             decode=None if messages is None else messages.decode,
             encode=None if messages is None else messages.encode,
         )
-
-    def register_service(self, service: str, obj: object) -> list[str]:
-        """Register every public ``async def`` method of ``obj`` under its own name; returns the names."""
-        names = []
-        for name, fn in inspect.getmembers(obj, inspect.iscoroutinefunction):
-            if name.startswith("_"):
-                continue
-            self.register(service, name, fn)
-            names.append(name)
-        if not names:
-            raise KuduInvalidArgument(f"{type(obj).__name__} has no public async methods to serve as {service}")
-        return names
-
-    def set_queue_limit(self, service: str, max_inflight: int) -> None:
-        """Bound the calls of one service running at once (over it: SERVICE_UNAVAILABLE)."""
-        if max_inflight <= 0:
-            raise KuduInvalidArgument(f"queue limit must be positive, got {max_inflight}")
-        svc = self._router.services.get(service)
-        if svc is None:
-            raise KuduNoSuchService(f"no service {service!r} registered")
-        svc.max_inflight = max_inflight
 
     def services(self) -> dict[str, list[str]]:
         return {name: sorted(s.methods) for name, s in sorted(self._router.services.items())}

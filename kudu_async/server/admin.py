@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
 from kudu_async.common.metrics import MetricRegistry
 from kudu_async.consensus.raft_manager import RaftManager
 from kudu_async.server.config import NodeConfig
@@ -98,19 +98,6 @@ def csv_param(request: web.Request, name: str) -> list[str]:
     """Kudu's filter params are comma-separated lists."""
     raw = request.query.get(name, "")
     return [p for p in raw.split(",") if p]
-
-
-def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        v = int(raw)
-    except ValueError:
-        raise KuduInvalidArgument(f"query parameter {name!r}: expected an integer, got {raw!r}") from None
-    if not lo <= v <= hi:
-        raise KuduInvalidArgument(f"query parameter {name!r}: {v} is outside [{lo}, {hi}]")
-    return v
 
 
 def _node(request: web.Request) -> AdminNode:

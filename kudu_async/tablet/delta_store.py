@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.tablet.mvcc import MvccSnapshot
+from kudu_async.tablet.ops import WriteOp
 from kudu_async.tablet.schema_info import TS_COL, SchemaInfo
 
 MUTATION_OVERHEAD_BYTES = 120
@@ -109,22 +110,22 @@ def delta_rows_to_mutations(
 
 def delta_chunk(
     info: SchemaInfo,
-    batch: pa.RecordBatch,
+    op: WriteOp,
     idx: np.ndarray,
     positions: np.ndarray,
     live: np.ndarray,
     whole_row: np.ndarray,
-    set_columns: np.ndarray | None,
     ts: int,
     seqs: np.ndarray,
 ) -> tuple[pa.Table, int]:
     """The delta table of many mutations of one write batch at once, column-wise, and its memory
     estimate (what :meth:`DeltaMemStore.add` would count for them one by one).
 
-    Row ``j`` is batch row ``idx[j]`` applied to base row ``positions[j]``: a delete when not
+    Row ``j`` is row ``idx[j]`` of ``op`` applied to base row ``positions[j]``: a delete when not
     ``live[j]``, else a re-insert setting every value column when ``whole_row[j]``, else an update
-    setting the columns ``set_columns`` marks (all when None).
+    setting the columns ``op.set_columns`` marks (all when None).
     """
+    batch, set_columns = op.rows, op.set_columns
     m = len(idx)
     take = pa.array(idx, pa.int64())
     cols: dict[str, Any] = {

@@ -49,7 +49,3 @@ class LockManager:
         with self._cond:
             if self._held.pop(owner, None) is not None and self._waiting:
                 self._cond.notify_all()
-
-    def num_locked(self) -> int:
-        with self._cond:
-            return sum(k.n for k in self._held.values())

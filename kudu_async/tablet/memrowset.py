@@ -39,8 +39,7 @@ __all__ = ["MUTATION_OVERHEAD_BYTES", "ROW_OVERHEAD_BYTES", "MRSRow", "MemRowSet
 
 # Memory a row costs beyond its values and key bytes (both counted as they come): its index entry (key
 # offset, row number, the search form's copy of an integer key) and its slots in the per-row arrays
-# (insert and last-change timestamps, liveness), which grow by doubling. Was 250 with a dict entry and
-# a bytes object per key.
+# (insert and last-change timestamps, liveness), which grow by doubling; no Python object per row.
 ROW_OVERHEAD_BYTES = 64
 
 

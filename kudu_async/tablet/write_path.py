@@ -546,15 +546,7 @@ class WritePath:
                 raise AssertionError("a MemRowSet mutation of a key the MemRowSet does not hold")
         reinsert = kinds == INSERT
         table, nbytes = delta_chunk(
-            self._c.info,
-            prepared.op.rows,
-            rows_idx,
-            positions,
-            kinds != DELETE,
-            reinsert,
-            prepared.op.set_columns,
-            prepared.timestamp,
-            seqs,
+            self._c.info, prepared.op, rows_idx, positions, kinds != DELETE, reinsert, prepared.timestamp, seqs
         )
         store.mutate_batch(positions, table, reinsert, log_index, prepared.timestamp, nbytes)
 

@@ -29,8 +29,6 @@ DDL_METHODS = ("CreateTable", "AlterTable", "DeleteTable")
 class MasterCallStats:
     calls: int = 0  # call() invocations
     attempts: int = 0  # RPCs sent
-    retries: int = 0  # attempts after a call's first one
-    leader_switches: int = 0  # times the master answering changed
 
 
 class LeaderMasterClient:
@@ -70,7 +68,6 @@ class LeaderMasterClient:
         backoff = Backoff(BackoffPolicy(initial_s=0.02, max_s=self.max_backoff_s))
         last: KuduBadStatus | None = None
         hint: str | None = None
-        first = True
         while True:
             order = self._order(hint)
             hint = None
@@ -78,9 +75,6 @@ class LeaderMasterClient:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                if not first:
-                    self.stats.retries += 1
-                first = False
                 self.stats.attempts += 1
                 try:
                     reply: dict[str, Any] = await self.rpc.call(
@@ -93,9 +87,7 @@ class LeaderMasterClient:
                     if isinstance(e, KuduNotTheLeader):
                         hint = leader_hint(e, self.masters(), addr) or hint  # the next round starts there
                     continue
-                if self.leader != addr:
-                    self.stats.leader_switches += 1
-                    self.leader = addr
+                self.leader = addr
                 return reply
             left = deadline - time.monotonic()
             if left <= 0:

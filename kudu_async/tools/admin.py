@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient, master_addresses
-from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.retry import Deadline
 from kudu_async.rpc.client import RpcClient
 from kudu_async.tools import ksck, loadgen, rebalancer_tool, replica_util, table_tool
 
@@ -288,17 +288,14 @@ async def _table_copy(client: AsyncClient, args: argparse.Namespace) -> _Result:
     if args.dst_masters:
         dst = AsyncClient(master_addresses(args.dst_masters.split(","), None), admin_timeout_ms=args.timeout_ms)
     try:
-        res = await table_tool.copy(
-            client,
-            args.src,
-            args.dst,
-            dst,
-            args.create_table,
-            args.write_type,
-            args.predicates,
-            args.num_replicas,
-            not args.no_progress,
+        options = table_tool.CopyOptions(
+            create_table=args.create_table,
+            write_type=args.write_type,
+            predicates=args.predicates,
+            num_replicas=args.num_replicas,
+            progress=not args.no_progress,
         )
+        res = await table_tool.copy(client, args.src, args.dst, dst, options)
     finally:
         if dst is not None:
             await dst.close()

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient
-from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import KuduBadStatus
+from kudu_async.common.retry import Deadline
 
 HEALTHY = "HEALTHY"
 RECOVERING = "RECOVERING"

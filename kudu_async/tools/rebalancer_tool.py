@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
 from kudu_async.client.aio import AsyncClient
-from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.retry import Deadline
 from kudu_async.tools import ksck, replica_util
 from kudu_async.tools import rebalance as rb
 from kudu_async.tools.table_tool import Progress

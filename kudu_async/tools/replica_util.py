@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient
-from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduIllegalState,
@@ -22,12 +21,16 @@ from kudu_async.common.errors import (
     KuduNotTheLeader,
     KuduTimedOut,
 )
+from kudu_async.common.retry import BackoffPolicy, Deadline
 from kudu_async.rpc.client import RpcClient
 
 # A leadership transfer the old leader abandons (its target never caught up or never won) shows as
 # "nothing happened" after one election timeout (1.5 s); wait a few of those before calling it refused.
 TRANSFER_WAIT_S = 6.0
-PROMOTE_POLL_MAX_S = 0.1  # while a new replica's copy runs, how often to try promoting it (at most)
+# While a new replica's copy runs, how often to try promoting it: often, since once the copy is done the
+# master promotes the learner itself and may then trim a voter of the over-replicated tablet; the sooner we
+# see the promotion, the sooner src is the one removed.
+PROMOTE_POLL = BackoffPolicy(initial_s=0.02, max_s=0.1)
 
 
 async def states(rpc: RpcClient, servers: Sequence[str], group: str, timeout_s: float) -> dict[str, Any]:
@@ -108,7 +111,7 @@ async def add_replica(
 async def promote_when_caught_up(
     rpc: RpcClient, leader: str, group: str, peer: str, timeout_s: float
 ) -> dict[str, Any]:
-    deadline = Deadline(timeout_s, f"promotion of the new replica {peer} of {group}")
+    deadline = Deadline(timeout_s, f"promotion of the new replica {peer} of {group}", policy=PROMOTE_POLL)
     last: BaseException | None = None
     while True:
         deadline.left(last)
@@ -124,11 +127,7 @@ async def promote_when_caught_up(
             last = e
         except KuduInvalidArgument as e:  # "not a learner": the master promoted it between our two calls
             last = e
-        # Poll often: once the copy is done the master promotes the learner itself and may then trim a voter
-        # of the over-replicated tablet; the sooner we see the promotion, the sooner src is the one removed.
-        deadline.attempts += 1
-        deadline.left(last)
-        await asyncio.sleep(min(PROMOTE_POLL_MAX_S, 0.01 * 2 ** min(deadline.attempts, 10), deadline.remaining()))
+        await deadline.backoff(last)
 
 
 async def transfer_leadership(

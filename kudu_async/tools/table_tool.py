@@ -24,7 +24,8 @@ import io
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import IO, Any
 
@@ -33,12 +34,12 @@ import pyarrow.csv as pacsv
 
 from kudu_async.client.aio import AsyncClient
 from kudu_async.client.meta_cache import TabletLocation
-from kudu_async.client.retry import Deadline
 from kudu_async.client.schema_builder import Partitioning, SchemaBuilder
 from kudu_async.client.table import OPERATIONS, Predicate, Table
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduInvalidArgument
 from kudu_async.common.key_encoding import decode_values
+from kudu_async.common.retry import Deadline
 from kudu_async.common.schema import ColumnSchema, Schema
 
 COPY_BATCH_ROWS = 100_000  # rows per apply_arrow call of ``table copy``
@@ -86,27 +87,41 @@ class Progress:
 # --- JSON table spec ------------------------------------------------------------------------------------
 
 
+def _iso_timestamp(v: str) -> dt.datetime:
+    ts = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
+
+
+def _bool_word(v: str) -> Any:
+    """``true``/``false`` in any case as a bool; any other string is left for the column's own check."""
+    return v.lower() == "true" if v.lower() in ("true", "false") else v
+
+
+# How a string in a JSON spec reads as a value of each type (integers: see json_value).
+_FROM_STRING: dict[T.KuduType, Callable[[str], Any]] = {
+    T.UNIXTIME_MICROS: _iso_timestamp,
+    T.DATE: dt.date.fromisoformat,
+    T.BINARY: lambda v: v.encode("utf-8"),
+    T.FLOAT: float,
+    T.DOUBLE: float,
+    T.BOOL: _bool_word,
+}
+
+
 def json_value(col: ColumnSchema, v: Any) -> Any:
     """A value given in JSON (a predicate, a default, a range bound) as the column's Python value."""
     if v is None:
         return None
     kt = col.type
     try:
-        if kt is T.UNIXTIME_MICROS and isinstance(v, str):
-            ts = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-            return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
-        if kt is T.DATE and isinstance(v, str):
-            return dt.date.fromisoformat(v)
-        if kt is T.DECIMAL and isinstance(v, str | int | float) and not isinstance(v, bool):
-            return Decimal(str(v))
-        if kt is T.BINARY and isinstance(v, str):
-            return v.encode("utf-8")
-        if kt in (T.FLOAT, T.DOUBLE) and isinstance(v, str):
-            return float(v)
-        if T.int_bounds(kt) is not None and isinstance(v, str):
-            return int(v)  # Kudu's spec gives bound values as strings
-        if kt is T.BOOL and isinstance(v, str) and v.lower() in ("true", "false"):
-            return v.lower() == "true"
+        if kt is T.DECIMAL:
+            exact = isinstance(v, str | int | float) and not isinstance(v, bool)
+            return Decimal(str(v)) if exact else v
+        if isinstance(v, str):
+            # Kudu's spec gives integer bound values as strings.
+            parse = _FROM_STRING.get(kt) or (int if T.int_bounds(kt) is not None else None)
+            if parse is not None:
+                return parse(v)
     except (ValueError, InvalidOperation):
         raise KuduInvalidArgument(f"column '{col.name}': cannot read {v!r} as {kt.name}") from None
     return v
@@ -131,7 +146,22 @@ def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | Non
     name = spec.get("table_name")
     if not isinstance(name, str) or not name:
         raise KuduInvalidArgument("the table spec needs 'table_name'")
-    sch = _obj(spec.get("schema"), "'schema'")
+    schema = _schema_from_spec(_obj(spec.get("schema"), "'schema'"))
+    part = _partitioning_from_spec(_obj(spec.get("partition") or {}, "'partition'"), schema)
+    n_rep = spec.get("num_replicas")
+    if n_rep is not None and (isinstance(n_rep, bool) or not isinstance(n_rep, int)):
+        raise KuduInvalidArgument("'num_replicas' must be an integer")
+    extra = {}
+    for key in ("owner", "comment"):
+        if spec.get(key) is not None:
+            if not isinstance(spec[key], str):
+                raise KuduInvalidArgument(f"'{key}' must be a string")
+            extra[key] = spec[key]
+    return name, schema, part, n_rep, extra
+
+
+def _schema_from_spec(sch: dict[str, Any]) -> Schema:
+    """The spec's ``schema``: its columns (type, nullability, attributes, default) and key."""
     cols = sch.get("columns")
     if not isinstance(cols, list) or not cols:
         raise KuduInvalidArgument("'schema.columns' must be a non-empty list")
@@ -161,9 +191,12 @@ def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | Non
             tmp = spec_c.to_column(key=False)
             spec_c.default(json_value(tmp, c["default_value"]))
     b.set_primary_keys(keys)
-    schema = b.build()
+    return b.build()
+
+
+def _partitioning_from_spec(p: dict[str, Any], schema: Schema) -> Partitioning:
+    """The spec's ``partition``: hash dimensions, then range columns and bounds."""
     part = Partitioning()
-    p = _obj(spec.get("partition") or {}, "'partition'")
     for i, h in enumerate(p.get("hash_partitions") or []):
         h = _obj(h, f"hash_partitions #{i}")
         n = h.get("num_buckets")
@@ -185,16 +218,7 @@ def spec_to_create_args(spec: Any) -> tuple[str, Schema, Partitioning, int | Non
             part.add_range_partition(lo, hi, lt, ut)
     elif p.get("hash_partitions"):
         part.set_range_partition_columns([])
-    n_rep = spec.get("num_replicas")
-    if n_rep is not None and (isinstance(n_rep, bool) or not isinstance(n_rep, int)):
-        raise KuduInvalidArgument("'num_replicas' must be an integer")
-    extra = {}
-    for key in ("owner", "comment"):
-        if spec.get(key) is not None:
-            if not isinstance(spec[key], str):
-                raise KuduInvalidArgument(f"'{key}' must be a string")
-            extra[key] = spec[key]
-    return name, schema, part, n_rep, extra
+    return part
 
 
 def _bound(b: Any, cols: list[ColumnSchema], what: str, default_type: str) -> tuple[Any, str]:
@@ -427,47 +451,46 @@ def _json_default(v: Any) -> Any:
 # --- copy -----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class CopyOptions:
+    """How ``copy`` writes: into a table it creates first or an existing one, with which write type,
+    which source rows (predicates in the ``scan`` syntax), and whether it shows progress."""
+
+    create_table: bool = False
+    write_type: str = "insert"
+    predicates: str | None = None
+    num_replicas: int | None = None  # of a table it creates (default: the source's)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        wt = self.write_type
+        if wt not in OPERATIONS or "delete" in wt or "update" in wt:
+            raise KuduInvalidArgument(f"write type must be insert, insert_ignore, upsert or upsert_ignore, got {wt!r}")
+
+
 async def copy(
     client: AsyncClient,
     src: str,
     dst: str,
     dst_client: AsyncClient | None = None,
-    create_table: bool = False,
-    write_type: str = "insert",
-    predicates: str | None = None,
-    num_replicas: int | None = None,
-    progress: bool = True,
+    options: CopyOptions = CopyOptions(),
 ) -> dict[str, Any]:
     """Copy the rows of ``src`` into ``dst`` (maybe on another cluster), optionally creating it with the
     source's schema and partitioning. Rows move as Arrow batches through ``apply_arrow``."""
-    if write_type not in OPERATIONS or "delete" in write_type or "update" in write_type:
-        raise KuduInvalidArgument(
-            f"write type must be insert, insert_ignore, upsert or upsert_ignore, got {write_type!r}"
-        )
+    write_type = options.write_type
     target = dst_client or client
     table = await client.table(src)
-    if create_table:
-        locs = await client.meta.locations(
-            table.id, Deadline(client.admin_timeout_ms / 1000, f"locations of {src}"), refresh=True
-        )
-        part = Partitioning()
-        for d in table.partition_schema.hash_dimensions:
-            part.add_hash_partitions(list(d.columns), d.num_buckets, d.seed)
-        part.set_range_partition_columns(list(table.partition_schema.range_schema.columns))
-        if table.partition_schema.range_schema.columns:
-            for lo, hi in range_partitions(table, locs.tablets):
-                part.add_range_partition(lo, hi)
-        schema = Schema([c for c in table.schema.columns], table.schema.num_key_columns)
-        await target.create_table(dst, schema, part, n_replicas=num_replicas or table.num_replicas)
+    if options.create_table:
+        await _create_like(client, table, target, dst, options.num_replicas or table.num_replicas)
     out = await target.table(dst)
     missing = [c for c in table.schema.names if c not in out.schema]
     if missing:
         raise KuduInvalidArgument(f"table {dst} has no columns {missing} of {src}")
     sc = client.new_scanner(table)
-    sc.add_predicates(parse_predicates(table, predicates))
+    sc.add_predicates(parse_predicates(table, options.predicates))
     sc.set_fault_tolerant()
     session = target.new_session(timeout_ms=max(30_000, target.rpc_timeout_ms))
-    prog = Progress(f"copy {src} -> {dst}", enabled=progress)
+    prog = Progress(f"copy {src} -> {dst}", enabled=options.progress)
     rows = 0
     t0 = time.monotonic()
     pending: list[pa.RecordBatch] = []
@@ -500,6 +523,23 @@ async def copy(
         "rows_per_s": round(rows / took) if took > 0 else None,
         "write_type": write_type,
     }
+
+
+async def _create_like(client: AsyncClient, table: Table, target: AsyncClient, dst: str, num_replicas: int) -> None:
+    """Create ``dst`` through ``target`` with the schema and partitioning (its ranges as they are now) of
+    ``table``, read through ``client``."""
+    locs = await client.meta.locations(
+        table.id, Deadline(client.admin_timeout_ms / 1000, f"locations of {table.name}"), refresh=True
+    )
+    part = Partitioning()
+    for d in table.partition_schema.hash_dimensions:
+        part.add_hash_partitions(list(d.columns), d.num_buckets, d.seed)
+    part.set_range_partition_columns(list(table.partition_schema.range_schema.columns))
+    if table.partition_schema.range_schema.columns:
+        for lo, hi in range_partitions(table, locs.tablets):
+            part.add_range_partition(lo, hi)
+    schema = Schema([c for c in table.schema.columns], table.schema.num_key_columns)
+    await target.create_table(dst, schema, part, n_replicas=num_replicas)
 
 
 # --- statistics -----------------------------------------------------------------------------------------

@@ -99,6 +99,21 @@ def _check_response(resp: Any) -> dict[str, Any]:
     return resp
 
 
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatOptions:
+    """How often, and how patiently, the heartbeater talks to each master."""
+
+    interval_s: float = 1.0  # between two heartbeats to one master
+    rpc_timeout_s: float = 5.0  # one TSHeartbeat call
+    max_backoff_s: float = 5.0  # the longest pause after failed calls (never below interval_s)
+
+    def __post_init__(self) -> None:
+        for name in ("interval_s", "rpc_timeout_s", "max_backoff_s"):
+            v = getattr(self, name)
+            if not v > 0:
+                raise KuduInvalidArgument(f"{name} must be > 0, got {v}")
+
+
 class Heartbeater:
     """Registers with and heartbeats every master; see the module docstring for the protocol."""
 
@@ -109,10 +124,8 @@ class Heartbeater:
         ts_info: Callable[[], dict[str, Any]],
         reports: ReportsFn,
         on_delete: ItemCallback,
-        interval_s: float = 1.0,
-        rpc_timeout_s: float = 5.0,
+        options: HeartbeatOptions = HeartbeatOptions(),
         *,
-        max_backoff_s: float = 5.0,
         tablet_counts: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         """``tablet_counts`` returns (num_live_tablets, leader_count); without it they are counted from
@@ -122,17 +135,14 @@ class Heartbeater:
             raise KuduInvalidArgument("Heartbeater needs at least one master address")
         if len(set(addrs)) != len(addrs):
             raise KuduInvalidArgument(f"duplicate master address in {addrs}")
-        for name, v in (("interval_s", interval_s), ("rpc_timeout_s", rpc_timeout_s), ("max_backoff_s", max_backoff_s)):
-            if not v > 0:
-                raise KuduInvalidArgument(f"{name} must be > 0, got {v}")
         self.rpc_client = rpc_client
         self.ts_info = ts_info
         self.reports = reports
         self.on_delete = on_delete
         self.tablet_counts = tablet_counts
-        self.interval_s = interval_s
-        self.rpc_timeout_s = rpc_timeout_s
-        self.max_backoff_s = max(max_backoff_s, interval_s)
+        self.interval_s = options.interval_s
+        self.rpc_timeout_s = options.rpc_timeout_s
+        self.max_backoff_s = max(options.max_backoff_s, options.interval_s)
         self._masters = [_MasterState(a) for a in addrs]
         self._gen = itertools.count(1)
         self._started = False

@@ -20,6 +20,7 @@ from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, Ta
 from kudu_async.tserver import messages as m
 from kudu_async.tserver.scanners import Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager
+from kudu_async.tserver.tablet_replica import TabletReplica
 from kudu_async.tserver.wire import decode_write_op
 
 SERVICE = "TabletServer"
@@ -78,65 +79,41 @@ class TabletService:
 
     async def scan(self, req: m.ScanRequest, ctx: CallContext) -> m.ScanResponse:
         if req.scanner_id is not None:
-            if req.close:
-                self.scanners.close(req.scanner_id)
-                return m.ScanResponse(scanner_id=None, has_more=False, rows=0, data=None)
-            return m.ScanResponse(**await self.scanners.next_batch(self.scanners.get(req.scanner_id)))
+            return await self._continue_scan(req.scanner_id, req.close)
         if req.tablet_id is None:
             raise KuduInvalidArgument("'tablet_id': missing (a new scan names its tablet)", {"field": "tablet_id"})
         replica = self.manager.get(req.tablet_id)
-        info = replica.tablet.info
-        projection = req.projection
-        for c in projection or []:
-            if c not in info.names:
-                raise KuduInvalidArgument(f"projected column '{c}' is not in the table's schema")
-        predicates = []
-        for p in req.predicates or []:
-            pred = ColumnPredicate.from_dict(p)
-            if pred.column not in info.names:
-                raise KuduInvalidArgument(f"predicate column '{pred.column}' is not in the table's schema")
-            predicates.append(pred.bind(info.schema))
-        read_mode = req.read_mode
-        if read_mode not in (READ_LATEST, READ_AT_SNAPSHOT):
-            raise KuduInvalidArgument(f"'read_mode' must be {READ_LATEST} or {READ_AT_SNAPSHOT}, not {read_mode!r}")
-        version = req.schema_version
-        if version is not None and version != replica.tablet.schema_version:
-            raise KuduInvalidArgument(
-                f"tablet {replica.tablet_id} has schema version {replica.tablet.schema_version}, the scan was "
-                f"built for {version}: reload the table schema",
-                {"error": "MISMATCHED_SCHEMA", "schema_version": replica.tablet.schema_version},
-            )
+        spec = _scan_spec(replica, req)
         if req.propagated_timestamp is not None:
             self._clock_update(req.propagated_timestamp)
-        spec = ScanSpec(
-            projection=projection,
-            predicates=predicates,
-            lower_key=req.lower_key,
-            upper_key=req.upper_key,
-            resume_after_key=req.resume_after_key,
-            limit=req.limit,
-            read_mode=read_mode,
-            snapshot_ts=req.snapshot_ts,
-            ordered=req.ordered,
-            batch_bytes=req.batch_bytes,
-        )
         self.scanners.check_capacity()
 
         def begin(it: TabletScanner) -> tuple[Scanner, tuple[pa.RecordBatch | None, bytes, bool]]:
             """In the worker that opened the scan: its first batch too."""
-            info = it.info or replica.tablet.info  # the schema the scan reads with, even if an alter just landed
-            names = projection if projection is not None else info.names
+            info = it.info  # the schema the scan reads with, even if an alter just landed
+            names = spec.projection if spec.projection is not None else info.names
             sc = self.scanners.new(
                 replica.tablet_id,
                 it,
                 pa.schema([info.arrow.field(n) for n in names]),
                 spec.snapshot_ts,
-                {"projection": names, "read_mode": read_mode, "predicates": [_pred_text(p) for p in predicates]},
+                {
+                    "projection": names,
+                    "read_mode": spec.read_mode,
+                    "predicates": [_pred_text(p) for p in spec.predicates],
+                },
             )
             return sc, ScannerManager.pull(sc)
 
         sc, pulled = await replica.scan_with(spec, ctx.time_left(), begin)
         return m.ScanResponse(**self.scanners.started(sc, pulled), schema_version=replica.tablet.schema_version)
+
+    async def _continue_scan(self, scanner_id: str, close: bool) -> m.ScanResponse:
+        """The next batch of an open scanner, or its end when the caller closes it."""
+        if close:
+            self.scanners.close(scanner_id)
+            return m.ScanResponse(scanner_id=None, has_more=False, rows=0, data=None)
+        return m.ScanResponse(**await self.scanners.next_batch(self.scanners.get(scanner_id)))
 
     async def keep_alive(self, req: m.ScannerKeepAliveRequest, ctx: CallContext) -> m.ScannerKeepAliveResponse:
         self.scanners.get(req.scanner_id)
@@ -188,6 +165,42 @@ class TabletService:
             memrowset_rows=st["mrs_rows"],
             disk_rowsets=len(st["rowsets"]),
         )
+
+
+def _scan_spec(replica: TabletReplica, req: m.ScanRequest) -> ScanSpec:
+    """A new scan's request checked against the tablet's current schema (columns, predicates, read mode,
+    the schema version the caller built it for) and turned into the tablet's ScanSpec."""
+    info = replica.tablet.info
+    for c in req.projection or []:
+        if c not in info.names:
+            raise KuduInvalidArgument(f"projected column '{c}' is not in the table's schema")
+    predicates = []
+    for p in req.predicates or []:
+        pred = ColumnPredicate.from_dict(p)
+        if pred.column not in info.names:
+            raise KuduInvalidArgument(f"predicate column '{pred.column}' is not in the table's schema")
+        predicates.append(pred.bind(info.schema))
+    if req.read_mode not in (READ_LATEST, READ_AT_SNAPSHOT):
+        raise KuduInvalidArgument(f"'read_mode' must be {READ_LATEST} or {READ_AT_SNAPSHOT}, not {req.read_mode!r}")
+    version = req.schema_version
+    if version is not None and version != replica.tablet.schema_version:
+        raise KuduInvalidArgument(
+            f"tablet {replica.tablet_id} has schema version {replica.tablet.schema_version}, the scan was "
+            f"built for {version}: reload the table schema",
+            {"error": "MISMATCHED_SCHEMA", "schema_version": replica.tablet.schema_version},
+        )
+    return ScanSpec(
+        projection=req.projection,
+        predicates=predicates,
+        lower_key=req.lower_key,
+        upper_key=req.upper_key,
+        resume_after_key=req.resume_after_key,
+        limit=req.limit,
+        read_mode=req.read_mode,
+        snapshot_ts=req.snapshot_ts,
+        ordered=req.ordered,
+        batch_bytes=req.batch_bytes,
+    )
 
 
 def _sizes(tdir: Path, wal_dir: Path | None) -> tuple[int, int]:

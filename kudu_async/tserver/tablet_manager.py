@@ -22,6 +22,7 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import Tablet, TabletOptions
 from kudu_async.tserver.scanners import BatchedHandOff
-from kudu_async.tserver.tablet_replica import TabletReplica, TabletState, WriteLimits
+from kudu_async.tserver.tablet_replica import ReplicaServices, TabletReplica, TabletState, WriteLimits
 
 log = logging.getLogger(__name__)
 FIRST_CAMPAIGN_DELAY_S = 0.02  # after creating a new tablet's replica, before its designated one campaigns
@@ -65,34 +66,50 @@ TABLET_KIND = "tablet"
 COPY_RETRY_S = 10.0  # at most one copy attempt per (tablet, peer) this often
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeParts:
+    """The parts of the tablet server a TabletManager works with, shared with the rest of the node."""
+
+    raft: RaftManager
+    rpc_client: RpcClient
+    executor: Executor | None  # blocking disk and CPU work (None: the loop's default executor)
+    metrics: MetricRegistry
+    maintenance: MaintenanceManager  # flushes and compactions of every tablet
+    clock: HybridClock
+
+
 class TabletManager:
     def __init__(
         self,
         node_uuid: str,
         data_root: Path,
-        raft: RaftManager,
-        rpc_client: RpcClient,
-        executor: Executor | None,
-        metrics: MetricRegistry,
+        node: NodeParts,
         options: TabletOptions,
         limits: WriteLimits,
-        maintenance: MaintenanceManager,
         self_address: Callable[[], str],
-        clock: HybridClock | None = None,
     ) -> None:
         self.node_uuid = node_uuid
         self.self_address = self_address  # this server's RPC address (known once bound)
         self.tablets_root = data_root / "tablets"
         self.staging_root = data_root / "copy-staging"
-        self.raft = raft
-        self.rpc = rpc_client
-        self.executor = executor
+        self.raft = raft = node.raft
+        self.rpc = node.rpc_client
+        self.executor = executor = node.executor
         self.small_reads = BatchedHandOff(executor)
-        self.metrics = metrics
+        self.metrics = node.metrics
         self.options = options
         self.limits = limits
-        self.maintenance = maintenance
-        self.clock = clock or HybridClock()
+        self.maintenance = node.maintenance
+        self.clock = node.clock
+        # What every replica opened here shares.
+        self._replica_services = ReplicaServices(
+            executor=executor,
+            clock=self.clock,
+            limits=limits,
+            small_reads=self.small_reads,
+            on_change=self._mark_dirty,
+            fetch_safe_index=self._fetch_safe_index,
+        )
         self.replicas: dict[str, TabletReplica] = {}
         self.failed_to_open: dict[str, str] = {}
         self.on_change: Callable[[str], None] = lambda tablet_id: None
@@ -129,17 +146,7 @@ class TabletManager:
             "tablet", group, {"table_id": info.get("table_id") or "", "table_name": info.get("table_name") or ""}
         )
         replica = TabletReplica(
-            group,
-            info,
-            tablet,
-            lambda: self.raft.replicas.get(group),
-            self.executor,
-            self.clock,
-            entity,
-            self.limits,
-            self._mark_dirty,
-            self._fetch_safe_index,
-            self.small_reads,
+            group, info, tablet, lambda: self.raft.replicas.get(group), entity, self._replica_services
         )
         self.replicas[group] = replica
         self.maintenance.register(tablet)

@@ -67,7 +67,6 @@ ROW_LOCK_BACKOFF = BackoffPolicy(initial_s=0.001, max_s=0.05)
 
 
 class TabletState(enum.Enum):
-    INITIALIZED = "INITIALIZED"
     BOOTSTRAPPING = "BOOTSTRAPPING"
     RUNNING = "RUNNING"
     FAILED = "FAILED"
@@ -91,6 +90,19 @@ class WriteLimits:
 SafeIndexFetcher = Callable[["TabletReplica", int, float], Awaitable[int]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplicaServices:
+    """What every replica of a tablet server shares: the node's workers, clock and limits, and the
+    manager's callbacks."""
+
+    executor: Executor | None  # blocking tablet work (None: the loop's default executor)
+    clock: HybridClock
+    limits: WriteLimits
+    small_reads: BatchedHandOff  # point reads of all tablets handed to the workers together
+    on_change: Callable[[str], None]  # a replica's reported state changed (its tablet id)
+    fetch_safe_index: SafeIndexFetcher  # a follower read asks the leader how far it must have applied
+
+
 class TabletReplica:
     """A tablet's storage behind its Raft replica; implements the consensus ``StateMachine``."""
 
@@ -100,26 +112,20 @@ class TabletReplica:
         info: dict[str, Any],
         tablet: Tablet,
         get_raft: Callable[[], RaftReplica | None],
-        executor: Executor | None,
-        clock: HybridClock,
         metrics: MetricEntity,
-        limits: WriteLimits,
-        on_change: Callable[[str], None],
-        fetch_safe_index: SafeIndexFetcher,
-        small_reads: BatchedHandOff | None = None,
+        services: ReplicaServices,
     ) -> None:
         self.tablet_id = tablet_id
         self.info = info  # table_id, table_name, partition, partition_schema
         self.tablet = tablet
         self._get_raft = get_raft
-        self.executor = executor
-        self.clock = clock
         self.metrics = metrics
-        self.limits = limits
-        self._on_change = on_change
-        self._fetch_safe_index = fetch_safe_index
-        # The node's hand-off of point reads to its workers, shared so that reads of different tablets batch.
-        self.small_reads = small_reads or BatchedHandOff(executor)
+        self.executor = services.executor
+        self.clock = clock = services.clock
+        self.limits = services.limits
+        self._on_change = services.on_change
+        self._fetch_safe_index = services.fetch_safe_index
+        self.small_reads = services.small_reads
         self.error: str | None = None
         self.stopped = False
         self.bootstrap_target: int | None = None  # commit index seen when Raft came up: RUNNING once applied

@@ -17,16 +17,16 @@ from aiohttp import web
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.fs.block_cache import BlockCache
-from kudu_async.server.admin import NODE_KEY, json_response
+from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import parse_master_addresses
 from kudu_async.server.node import Node
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import TabletOptions
-from kudu_async.tserver.heartbeater import Heartbeater
+from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
 from kudu_async.tserver.replicated_kv import ReplicatedKVService
 from kudu_async.tserver.scanners import ScannerManager
 from kudu_async.tserver.service import TabletService
-from kudu_async.tserver.tablet_manager import TabletManager
+from kudu_async.tserver.tablet_manager import NodeParts, TabletManager
 from kudu_async.tserver.tablet_replica import WriteLimits
 from kudu_async.version import __version__
 
@@ -78,19 +78,15 @@ class TabletServer(Node):
             max_pending_writes=cfg.tablet_max_pending_writes,
             memory_limit_bytes=cfg.tablet_memory_limit_mb * 1024 * 1024,
         )
-        self.tablets = TabletManager(
-            self.uuid,
-            self.fs.root,
-            self.raft,
-            self.rpc_client,
-            self.io_executor,
-            self.metrics,
-            options,
-            limits,
-            self.maintenance,
-            self_address=lambda: self.rpc_address,
+        node = NodeParts(
+            raft=self.raft,
+            rpc_client=self.rpc_client,
+            executor=self.io_executor,
+            metrics=self.metrics,
+            maintenance=self.maintenance,
             clock=self.clock,
         )
+        self.tablets = TabletManager(self.uuid, self.fs.root, node, options, limits, lambda: self.rpc_address)
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
         self.service = TabletService(self.tablets, self.scanners, self.clock.update)
         self.service.register_rpc(self.rpc_server)
@@ -102,7 +98,7 @@ class TabletServer(Node):
             ts_info=self._ts_info,
             reports=self.tablets.reports,
             on_delete=self._master_says_delete,
-            interval_s=cfg.heartbeat_interval_ms / 1000.0,
+            options=HeartbeatOptions(interval_s=cfg.heartbeat_interval_ms / 1000.0),
             tablet_counts=self._tablet_counts,
         )
         self.tablets.on_change = self.heartbeater.mark_dirty
@@ -191,9 +187,7 @@ class TabletServer(Node):
 
 
 def _ts(request: web.Request) -> TabletServer:
-    node = request.app[NODE_KEY]
-    assert isinstance(node, TabletServer)
-    return node
+    return node_as(request, TabletServer)
 
 
 async def _tablets(request: web.Request) -> web.Response:

@@ -35,7 +35,7 @@ from kudu_async.rpc.messages import decoder_for
 from kudu_async.tserver import messages as ts_messages
 from kudu_async.tserver.result_tracker import parse_request_id
 
-# --- today's path: dict + hand checks ------------------------------------------------------------------------
+# --- dict: msgpack to a dict, then hand checks ---------------------------------------------------------------
 
 
 def _str(req: dict[str, Any], name: str, default: str | None = None) -> str:

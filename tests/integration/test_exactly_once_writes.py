@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import kudu_async as kudu
-from kudu_async.client.retry import Deadline
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.retry import Deadline
 from kudu_async.common.row_conversion import encode_row_operations
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.rpc.client import RpcClient
@@ -122,7 +122,7 @@ async def test_a_write_sent_twice_to_the_leader_is_applied_once(mini_cluster_fac
     bad = {**insert, "request_id": {"client_id": "c", "seq_no": 1, "first_incomplete_seq_no": 5}}
     with pytest.raises(KuduInvalidArgument, match=r"request_id\.first_incomplete_seq_no"):
         await rpc.call(leader, "TabletServer", "Write", bad)
-    no_id = {k: v for k, v in insert.items() if k != "request_id"}  # no id: no protection, as before
+    no_id = {k: v for k, v in insert.items() if k != "request_id"}  # no id: applied as a plain write, not deduplicated
     plain = await rpc.call(leader, "TabletServer", "Write", no_id)
     assert [e["code"] for e in plain["row_errors"]] == ["ALREADY_PRESENT"] * 10
 

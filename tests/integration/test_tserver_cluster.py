@@ -1,5 +1,5 @@
 """Tablet servers in real processes: replicated tablets created by direct RPC, written, scanned, killed,
-copied and restarted (the master is not involved yet)."""
+copied and restarted, with no master: the tests drive the tablet servers themselves."""
 
 from __future__ import annotations
 

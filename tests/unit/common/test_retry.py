@@ -187,7 +187,7 @@ def test_leader_hint_is_taken_only_when_it_is_a_known_other_server() -> None:
 
 
 async def test_consensus_transport_backs_off_a_dead_peer_by_the_policy_with_its_injected_sources() -> None:
-    from kudu_async.consensus.transport import ConsensusTransport
+    from kudu_async.consensus.transport import ConsensusTransport, TransportOptions
 
     class DeadPeer:
         async def call(self, *args: object, **kw: object) -> dict[str, object]:
@@ -197,8 +197,7 @@ async def test_consensus_transport_backs_off_a_dead_peer_by_the_policy_with_its_
     t = ConsensusTransport(
         DeadPeer(),  # type: ignore[arg-type]
         "me",
-        backoff_initial_s=0.1,
-        backoff_max_s=0.3,
+        TransportOptions(backoff=BackoffPolicy(initial_s=0.1, max_s=0.3)),
         clock=clock,
         rng=FixedRandom(0.0),
     )

@@ -50,7 +50,7 @@ class Net:
 
     def handle(self, node_id: str) -> list[Ready]:
         node = self.nodes[node_id]
-        out = []
+        out: list[Ready] = []
         while True:
             rd = node.ready()
             if rd.is_empty():

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import random
 
-from raft_harness import GROUP, OPTS, Net
-
 from kudu_async.consensus.raft import HardState, RaftNode, SnapshotMeta
+from tests.unit.consensus.raft_harness import GROUP, OPTS, Net
 
 
 def test_restarted_follower_catches_up_commit_without_new_proposals() -> None:
@@ -26,7 +25,7 @@ def test_restarted_follower_catches_up_commit_without_new_proposals() -> None:
     c = net["c"]
     assert c.commit == a.commit == a.last_index
     # Restart c from its durable log, with the commit index it had saved long ago (1).
-    entries = list(c.log.entries_view())
+    entries = c.log.slice(c.log.first_index(), c.log.last_index() + 1)
     net.nodes["c"] = RaftNode.restart(
         "c",
         GROUP,

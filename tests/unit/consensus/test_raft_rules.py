@@ -51,6 +51,13 @@ def _replicated(net: Net, leader: str, n: int = 3) -> list[int]:
     return idx
 
 
+def _progress(node: RaftNode, peer: str) -> tuple[PeerState, int, int]:
+    """The leader's (state, match index, next index) of ``peer``, which it must be tracking."""
+    progress = node.peer_state(peer)
+    assert progress is not None, f"{node.id} tracks no progress of {peer}"
+    return progress
+
+
 # --- elections and timers ---------------------------------------------------------------------------
 
 
@@ -218,7 +225,7 @@ def test_candidate_steps_down_on_append_from_leader_of_same_term() -> None:
     assert c.role is Role.CANDIDATE
     net.take()
     c.step(AppendRequest(GROUP, "a", "c", 1, 0, 0, 0, ()))
-    assert c.role is Role.FOLLOWER and c.leader == "a"
+    assert c.role is Role.FOLLOWER and c.leader == "a"  # type: ignore[comparison-overlap]  # step() changed it
 
 
 def test_higher_term_message_makes_leader_follower() -> None:
@@ -284,7 +291,7 @@ def test_leader_commits_only_own_term_entries() -> None:
     for m in net.take(lambda m: m.src == "c"):
         a.step(m)
     net.handle("a")
-    assert a.peer_state("c")[1] == 2
+    assert _progress(a, "c")[1] == 2
     assert a.commit == 1  # ... but an entry of term 1 is not committed by counting replicas.
     # Once the term-3 no-op is on a majority, both commit together.
     net.tick(["a"], times=OPTS.heartbeat_ticks)
@@ -299,10 +306,10 @@ def test_follower_acks_only_after_persisted() -> None:
     idx = net["a"].propose(b"x")
     net.handle("a")
     net.deliver()
-    assert net["a"].peer_state("b")[1] < idx  # b holds it in memory only
+    assert _progress(net["a"], "b")[1] < idx  # b holds it in memory only
     net.persist("b")
     net.deliver()
-    assert net["a"].peer_state("b")[1] == idx
+    assert _progress(net["a"], "b")[1] == idx
 
 
 def test_commit_needs_majority_of_durable_acks() -> None:
@@ -344,7 +351,7 @@ def test_leader_pipelines_several_appends_in_replicate_mode() -> None:
     net.handle("a")
     to_b = [m for m in net.inflight if m.dst == "b" and isinstance(m, AppendRequest)]
     assert len(to_b) == 3  # sent without waiting for acks
-    assert a.peer_state("b")[0] is PeerState.REPLICATE
+    assert _progress(a, "b")[0] is PeerState.REPLICATE
 
 
 def test_inflight_bytes_bound_pauses_replication() -> None:
@@ -356,7 +363,7 @@ def test_inflight_bytes_bound_pauses_replication() -> None:
     net.handle("a")
     assert len([m for m in net.inflight if m.dst == "b" and isinstance(m, AppendRequest)]) == 2
     net.deliver()
-    assert a.peer_state("b")[1] == a.last_index  # the rest follows as acks free the window
+    assert _progress(a, "b")[1] == a.last_index  # the rest follows as acks free the window
 
 
 def test_inflight_bytes_bound_pauses_replication_by_size() -> None:
@@ -369,7 +376,7 @@ def test_inflight_bytes_bound_pauses_replication_by_size() -> None:
     sent = [m for m in net.inflight if m.dst == "b" and isinstance(m, AppendRequest)]
     assert len(sent) == 2  # the second message crossed the 300-byte bound; the rest waits
     net.deliver()
-    assert a.peer_state("b")[1] == a.last_index
+    assert _progress(a, "b")[1] == a.last_index
 
 
 def test_probe_mode_sends_one_append_at_a_time() -> None:
@@ -381,12 +388,12 @@ def test_probe_mode_sends_one_append_at_a_time() -> None:
         net.handle("a")
     net.deliver()
     # Force c back to probing via a rejection, then propose more.
-    a.step(AppendResponse(GROUP, "c", "a", a.term, False, 0, 1, 1, a.peer_state("c")[2] - 1))
+    a.step(AppendResponse(GROUP, "c", "a", a.term, False, 0, 1, 1, _progress(a, "c")[2] - 1))
     net.handle("a")
     a.propose(b"more")
     a.propose(b"more2")
     net.handle("a")
-    assert a.peer_state("c")[0] is PeerState.PROBE
+    assert _progress(a, "c")[0] is PeerState.PROBE
     assert len([m for m in net.inflight if m.dst == "c" and isinstance(m, AppendRequest)]) == 1
 
 
@@ -400,7 +407,7 @@ def test_mismatch_jumps_back_to_follower_committed_index() -> None:
     a.step(AppendResponse(GROUP, "b", "a", a.term, False, 0, a.last_index + 3, 2, rejected_prev))
     (probe,) = [m for rd in net.handle("a") for m in rd.messages if m.dst == "b"]
     assert isinstance(probe, AppendRequest)
-    assert probe.prev_index == max(2, a.peer_state("b")[1])
+    assert probe.prev_index == max(2, _progress(a, "b")[1])
 
 
 def test_follower_truncates_conflicting_uncommitted_suffix() -> None:
@@ -656,7 +663,7 @@ def test_retention_index_keeps_entries_a_slow_follower_needs() -> None:
     a = net.elect("a")
     net.cut = {"c"}
     _replicated(net, "a", 5)
-    assert a.retention_index() == a.peer_state("c")[1] + 1 < a.applied_index
+    assert a.retention_index() == _progress(a, "c")[1] + 1 < a.applied_index
 
 
 def test_install_snapshot_restarts_log_and_resumes_replication() -> None:
@@ -687,7 +694,7 @@ def test_restart_recovers_term_vote_and_log() -> None:
     _replicated(net, "a")
     b = net["b"]
     hs = [rd.hard_state for rd in net.readies["b"] if rd.hard_state][-1]
-    entries = list(b.log.entries_view())
+    entries = b.log.slice(b.log.first_index(), b.log.last_index() + 1)
     again = RaftNode.restart("b", GROUP, hs, SnapshotMeta(0, 0, b.config), entries, options=OPTS)
     assert (again.term, again.vote, again.last_index) == (b.term, b.vote, b.last_index)
     assert again.commit <= b.commit and again.role is Role.FOLLOWER

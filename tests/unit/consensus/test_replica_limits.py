@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduTimedOut
 from kudu_async.consensus import replica as replica_mod
+from kudu_async.consensus.consensus_meta import ConsensusMetadata
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState
 from kudu_async.consensus.transport import ConsensusTransport
 from kudu_async.rpc.client import RpcClient
@@ -112,3 +114,13 @@ async def test_a_group_still_opening_after_a_restart_is_retryable_not_missing(tm
             manager.get("g-missing")
     finally:
         await rpc.close()
+
+
+async def test_overlapping_consensus_metadata_saves_do_not_trip_over_each_other(tmp_path: Path) -> None:
+    """close() cancels the driver, whose cmeta save runs on in its worker thread while close() saves again;
+    the saves share one temp file, so they take turns and every one lands."""
+    async with one_voter(tmp_path, Applied()) as replica:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(8) as pool:
+            await asyncio.gather(*(loop.run_in_executor(pool, replica._write_cmeta) for _ in range(200)))
+        assert ConsensusMetadata.load(replica.cmeta_path) is not None

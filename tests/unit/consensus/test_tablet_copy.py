@@ -69,7 +69,7 @@ class Images:
 
 
 class Damaging(TabletCopySource):
-    def __init__(self, *a, **k) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *a, **k) -> None:
         super().__init__(*a, **k)
         self.damage = 0
 
@@ -102,6 +102,10 @@ class EvilSource:
         self.files = files
         self.chunk = chunk
         self.ended = 0
+
+    def serve(self, server: RpcServer) -> None:
+        for name in ("BeginSession", "FetchData", "EndSession"):
+            server.register("TabletCopy", name, getattr(self, name))
 
     async def BeginSession(self, req: Any, ctx: CallContext) -> dict[str, Any]:
         return {"session_id": "evil", "files": self.files, "meta": {}}
@@ -149,7 +153,7 @@ def _make(root: Path, files: dict[str, bytes]) -> None:
         p.write_bytes(data)
 
 
-async def test_round_trip_files_and_blobs(env) -> None:  # type: ignore[no-untyped-def]
+async def test_round_trip_files_and_blobs(env) -> None:
     server, source, client, _images, tmp = env
     content = {"empty": b"", "small": b"abc", "nested/deep/big": bytes(range(256)) * 1000}  # 256 KB: 4 chunks
     _make(tmp / "src" / "t1", content)
@@ -167,7 +171,7 @@ async def test_round_trip_files_and_blobs(env) -> None:  # type: ignore[no-untyp
     assert not any((tmp / "sessions").iterdir())
 
 
-async def test_session_image_survives_deletes_and_appends(env) -> None:  # type: ignore[no-untyped-def]
+async def test_session_image_survives_deletes_and_appends(env) -> None:
     server, _source, client, _images, tmp = env
     _make(tmp / "src" / "t2", {"seg": b"x" * 1000, "gone": b"y" * 500, "moved": b"m" * 10})
     begin = await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t2"})
@@ -205,7 +209,7 @@ async def test_session_image_survives_deletes_and_appends(env) -> None:  # type:
     await client.call(server.address, "TabletCopy", "EndSession", {"session_id": begin["session_id"]})  # idempotent
 
 
-async def test_damaged_chunks_are_refetched_once_then_fail(env) -> None:  # type: ignore[no-untyped-def]
+async def test_damaged_chunks_are_refetched_once_then_fail(env) -> None:
     server, source, client, _images, tmp = env
     _make(tmp / "src" / "t3", {"f": b"q" * 200_000})
     source.damage = 1  # one bad chunk: refetched, copy succeeds
@@ -218,7 +222,7 @@ async def test_damaged_chunks_are_refetched_once_then_fail(env) -> None:  # type
     assert source.status() == []  # ended by the failing fetcher, not left to expire
 
 
-async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_group_expiry_and_session_limit(env) -> None:
     server, source, client, _images, tmp = env
     with pytest.raises(KuduNotFound):
         await fetch_tablet_copy(client, server.address, "nope", tmp / "x")
@@ -237,7 +241,7 @@ async def test_unknown_group_expiry_and_session_limit(env) -> None:  # type: ign
         )
 
 
-async def test_path_traversal_is_refused_both_sides(env) -> None:  # type: ignore[no-untyped-def]
+async def test_path_traversal_is_refused_both_sides(env) -> None:
     server, _source, client, images, tmp = env
     for bad in ("../x", "/etc/passwd", "a/../b", "a//b", "", "./a"):
         with pytest.raises(KuduInvalidArgument):
@@ -249,7 +253,7 @@ async def test_path_traversal_is_refused_both_sides(env) -> None:  # type: ignor
     assert not (tmp / "escape").exists() and not (tmp / "d5").exists()
 
 
-async def test_stop_removes_sessions(env) -> None:  # type: ignore[no-untyped-def]
+async def test_stop_removes_sessions(env) -> None:
     server, source, client, _images, tmp = env
     _make(tmp / "src" / "t6", {"f": b"1"})
     await client.call(server.address, "TabletCopy", "BeginSession", {"group": "t6"})
@@ -258,7 +262,7 @@ async def test_stop_removes_sessions(env) -> None:  # type: ignore[no-untyped-de
     assert not any((tmp / "sessions").iterdir())
 
 
-async def test_stopped_source_refuses_sessions_until_started_again(env) -> None:  # type: ignore[no-untyped-def]
+async def test_stopped_source_refuses_sessions_until_started_again(env) -> None:
     server, source, client, _images, tmp = env
     _make(tmp / "src" / "t7", {"f": b"1"})
     await source.stop()
@@ -280,7 +284,7 @@ async def test_start_wipes_sessions_of_a_previous_process(tmp_path: Path) -> Non
         await source.stop()
 
 
-async def test_begin_cut_off_by_its_deadline_leaves_no_session(env) -> None:  # type: ignore[no-untyped-def]
+async def test_begin_cut_off_by_its_deadline_leaves_no_session(env) -> None:
     server, source, client, images, tmp = env
     _make(tmp / "src" / "t8", {"f": b"1" * 100})
     images.gate = threading.Event()
@@ -296,7 +300,7 @@ async def test_begin_cut_off_by_its_deadline_leaves_no_session(env) -> None:  # 
     assert source.status() == []
 
 
-async def test_bad_manifests_are_refused_and_cleaned_up(env) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_manifests_are_refused_and_cleaned_up(env) -> None:
     server, source, client, images, tmp = env
     _make(tmp / "src" / "t9", {"a": b"1", "d/x": b"2"})
     for names in (
@@ -345,7 +349,7 @@ async def test_malicious_source_cannot_write_outside_dest(tmp_path: Path) -> Non
         for name in ("../escape", "/tmp/escape-abs", "a/../../escape"):
             evil = EvilSource([{"name": name, "size": 4, "crc32c": crc32c.crc32c(b"evil")}], b"evil")
             server = RpcServer(node_name="evil")
-            server.register_service("TabletCopy", evil)
+            evil.serve(server)
             await server.start("127.0.0.1", 0)
             try:
                 with pytest.raises(KuduInvalidArgument):
@@ -363,7 +367,7 @@ async def test_malicious_source_cannot_write_outside_dest(tmp_path: Path) -> Non
 async def test_source_sending_more_than_asked_is_corruption(tmp_path: Path) -> None:
     evil = EvilSource([{"name": "f", "size": 4, "crc32c": crc32c.crc32c(b"abcd")}], b"abcd-and-more")
     server = RpcServer(node_name="evil")
-    server.register_service("TabletCopy", evil)
+    evil.serve(server)
     await server.start("127.0.0.1", 0)
     client = RpcClient("dst")
     try:
@@ -375,7 +379,7 @@ async def test_source_sending_more_than_asked_is_corruption(tmp_path: Path) -> N
         await server.stop(1.0)
 
 
-async def test_session_expiring_mid_copy_fails_the_fetch_cleanly(env) -> None:  # type: ignore[no-untyped-def]
+async def test_session_expiring_mid_copy_fails_the_fetch_cleanly(env) -> None:
     server, source, _client, _images, tmp = env
     _make(tmp / "src" / "e1", {"f": b"e" * 200_000})
 
@@ -393,7 +397,7 @@ async def test_session_expiring_mid_copy_fails_the_fetch_cleanly(env) -> None:  
     assert source.status() == [] and not any((tmp / "sessions").iterdir())
 
 
-async def test_transient_chunk_failures_are_retried(env) -> None:  # type: ignore[no-untyped-def]
+async def test_transient_chunk_failures_are_retried(env) -> None:
     server, source, _client, _images, tmp = env
     _make(tmp / "src" / "r1", {"f": bytes(range(256)) * 500})
 
@@ -411,7 +415,7 @@ async def test_transient_chunk_failures_are_retried(env) -> None:  # type: ignor
     assert source.status() == []
 
 
-async def test_chunk_failing_until_the_deadline_times_out(env) -> None:  # type: ignore[no-untyped-def]
+async def test_chunk_failing_until_the_deadline_times_out(env) -> None:
     server, source, _client, _images, tmp = env
     _make(tmp / "src" / "r2", {"f": b"1" * 10})
 
@@ -431,7 +435,7 @@ async def test_chunk_failing_until_the_deadline_times_out(env) -> None:  # type:
     assert not (tmp / "d").exists() and source.status() == []
 
 
-async def test_file_changed_in_place_after_begin_fails_the_whole_file_check(env) -> None:  # type: ignore[no-untyped-def]
+async def test_file_changed_in_place_after_begin_fails_the_whole_file_check(env) -> None:
     server, _source, _client, _images, tmp = env
     _make(tmp / "src" / "w1", {"f": b"a" * 100_000})
 
@@ -448,7 +452,7 @@ async def test_file_changed_in_place_after_begin_fails_the_whole_file_check(env)
     assert not (tmp / "d").exists()
 
 
-async def test_cancelled_fetch_removes_dest_and_ends_session(env) -> None:  # type: ignore[no-untyped-def]
+async def test_cancelled_fetch_removes_dest_and_ends_session(env) -> None:
     server, source, _client, _images, tmp = env
     _make(tmp / "src" / "c1", {"f": b"c" * 100_000})
     stalled = asyncio.Event()
@@ -471,7 +475,7 @@ async def test_cancelled_fetch_removes_dest_and_ends_session(env) -> None:  # ty
     assert not (tmp / "d").exists() and source.status() == []
 
 
-async def test_non_empty_destination_is_refused_and_left_alone(env) -> None:  # type: ignore[no-untyped-def]
+async def test_non_empty_destination_is_refused_and_left_alone(env) -> None:
     server, source, client, _images, tmp = env
     _make(tmp / "src" / "n1", {"f": b"1"})
     _make(tmp / "d", {"precious": b"keep"})

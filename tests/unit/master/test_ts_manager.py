@@ -18,7 +18,7 @@ from kudu_async.master.master import Master
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
 from kudu_async.rpc import RpcClient
 from kudu_async.server.config import load_config
-from kudu_async.tserver.heartbeater import Heartbeater
+from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
 
 TIMEOUT_S = 60.0
 
@@ -407,7 +407,7 @@ async def test_real_heartbeater_fills_the_real_masters_directory(master_node: Ma
     async def on_item(item: dict[str, Any]) -> None:
         deletes.append(item)
 
-    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, interval_s=0.05)
+    hb = Heartbeater(rpc, [master_node.rpc_address], ts_info, reports, on_item, HeartbeatOptions(interval_s=0.05))
     await hb.start()
     try:
         tsm = master_node.ts_manager

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from rpc_testkit import TestService
 
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import FaultInjector, RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, serve_object
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def faults() -> FaultInjector:
 @pytest.fixture
 async def server(metrics: MetricEntity, service: TestService, faults: FaultInjector) -> AsyncIterator[RpcServer]:
     srv = RpcServer(metrics, node_name="ts-1", faults=faults, max_body_bytes=16 * 1024 * 1024)
-    srv.register_service("Test", service)
+    serve_object(srv, "Test", service)
     await srv.start("127.0.0.1", 0)
     yield srv
     service.gate.set()

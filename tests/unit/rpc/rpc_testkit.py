@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import jh2.connection
 import jh2.events
 
 from kudu_async.common.errors import KuduNotTheLeader, error_from_code
-from kudu_async.rpc import CallContext
+from kudu_async.rpc import CallContext, RpcServer
 from kudu_async.rpc.jh2_fast import make_h2_connection
 
 
@@ -68,6 +69,14 @@ class TestService:
         }
 
 
+def serve_object(server: RpcServer, service: str, obj: object) -> None:
+    """Register every public ``async def`` method of ``obj`` as a method of ``service``."""
+    names = [n for n in dir(obj) if not n.startswith("_") and inspect.iscoroutinefunction(getattr(obj, n))]
+    assert names, f"{type(obj).__name__} has no public async methods"
+    for name in names:
+        server.register(service, name, getattr(obj, name))
+
+
 async def raw_post(
     port: int,
     path: str,
@@ -104,9 +113,11 @@ async def raw_post(
                     raise ConnectionError("server closed the connection")
                 for ev in conn.receive_data(data):
                     if isinstance(ev, jh2.events.ResponseReceived):
+                        assert ev.headers is not None
                         resp_headers = dict(ev.headers)
                         status = int(resp_headers[b":status"])
                     elif isinstance(ev, jh2.events.DataReceived):
+                        assert ev.data is not None
                         conn.acknowledge_received_data(ev.flow_controlled_length, sid)
                         chunks.append(ev.data)
                     elif isinstance(ev, jh2.events.StreamEnded):

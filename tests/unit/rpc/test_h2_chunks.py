@@ -36,6 +36,7 @@ def test_data_frames_are_queued_without_copying_the_body_and_parse_back() -> Non
     ended = False
     for ev in server.receive_data(b"".join(bytes(c) for c in chunks)):
         if isinstance(ev, jh2.events.DataReceived):
+            assert ev.data is not None
             got += ev.data
         ended = ended or isinstance(ev, jh2.events.StreamEnded)
     assert bytes(got) == body and ended

@@ -8,7 +8,6 @@ import time
 
 import msgpack
 import pytest
-from rpc_testkit import TestService, raw_post, wait_until
 
 from kudu_async.common.errors import (
     STATUS_CLASSES,
@@ -24,6 +23,7 @@ from kudu_async.common.errors import (
 )
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import FaultInjector, RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, raw_post, serve_object, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -176,23 +176,29 @@ async def test_declared_oversize_content_length_is_rejected_before_the_body(serv
 
 
 async def test_full_service_queue_answers_service_unavailable_at_once(
-    server: RpcServer, client: RpcClient, service: TestService, metrics: MetricEntity
+    client: RpcClient, service: TestService, metrics: MetricEntity, faults: FaultInjector
 ) -> None:
-    server.set_queue_limit("Test", 2)
-    blocked = [asyncio.create_task(client.call(server.address, "Test", "Block")) for _ in range(2)]
-    await wait_until(lambda: service.started >= 2)
-    t0 = time.monotonic()
-    with pytest.raises(KuduServiceUnavailable, match="limit of 2"):
-        await client.call(server.address, "Test", "Echo", 1)
-    assert time.monotonic() - t0 < 2.0
-    assert metrics.counter("rpcs_queue_overflow").value == 1
-    inflight = server.inflight()
-    assert sorted(c["method"] for c in inflight) == ["Test/Block", "Test/Block"]
-    assert all(c["source"] == "client-1" and c["elapsed_ms"] >= 0 for c in inflight)
-    assert [c["method"] for c in client.inflight()] == ["Test/Block", "Test/Block"]
-    service.gate.set()
-    assert await asyncio.gather(*blocked) == ["released", "released"]
-    assert await client.call(server.address, "Test", "Echo", 3) == 3
+    server = RpcServer(metrics, node_name="ts-1", faults=faults, max_inflight_per_service=2)
+    serve_object(server, "Test", service)
+    await server.start("127.0.0.1", 0)
+    try:
+        blocked = [asyncio.create_task(client.call(server.address, "Test", "Block")) for _ in range(2)]
+        await wait_until(lambda: service.started >= 2)
+        t0 = time.monotonic()
+        with pytest.raises(KuduServiceUnavailable, match="limit of 2"):
+            await client.call(server.address, "Test", "Echo", 1)
+        assert time.monotonic() - t0 < 2.0
+        assert metrics.counter("rpcs_queue_overflow").value == 1
+        inflight = server.inflight()
+        assert sorted(c["method"] for c in inflight) == ["Test/Block", "Test/Block"]
+        assert all(c["source"] == "client-1" and c["elapsed_ms"] >= 0 for c in inflight)
+        assert [c["method"] for c in client.inflight()] == ["Test/Block", "Test/Block"]
+        service.gate.set()
+        assert await asyncio.gather(*blocked) == ["released", "released"]
+        assert await client.call(server.address, "Test", "Echo", 3) == 3
+    finally:
+        service.gate.set()
+        await server.stop(1.0)
 
 
 async def test_many_concurrent_calls_share_one_connection(
@@ -207,7 +213,7 @@ async def test_many_concurrent_calls_share_one_connection(
 
 async def test_client_queues_locally_at_the_servers_stream_limit(metrics: MetricEntity, service: TestService) -> None:
     srv = RpcServer(metrics, max_concurrent_streams=4)
-    srv.register_service("Test", service)
+    serve_object(srv, "Test", service)
     await srv.start()
     c = RpcClient()
     try:
@@ -246,7 +252,7 @@ async def _noop(req: object, ctx: object) -> None:
 
 async def test_client_reconnects_after_server_restart(service: TestService) -> None:
     first = RpcServer()
-    first.register_service("Test", service)
+    serve_object(first, "Test", service)
     await first.start()
     port = first.port
     c = RpcClient()
@@ -256,7 +262,7 @@ async def test_client_reconnects_after_server_restart(service: TestService) -> N
         with pytest.raises(KuduNetworkError):
             await c.call(f"127.0.0.1:{port}", "Test", "Echo", 2, timeout_s=2.0)
         second = RpcServer()
-        second.register_service("Test", service)
+        serve_object(second, "Test", service)
         await second.start("127.0.0.1", port)
         try:
             assert await c.call(f"127.0.0.1:{port}", "Test", "Echo", 3) == 3

@@ -7,11 +7,11 @@ import json
 import shutil
 
 import pytest
-from rpc_testkit import TestService, raw_post, wait_until
 
 from kudu_async.common.errors import KuduNetworkError, KuduTimedOut
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.rpc import RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, raw_post, serve_object, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,7 +69,7 @@ async def test_half_uploaded_request_times_out_at_its_deadline(server: RpcServer
 
 async def test_peer_vanishing_mid_call_is_a_network_error(service: TestService) -> None:
     srv = RpcServer()
-    srv.register_service("Test", service)
+    serve_object(srv, "Test", service)
     await srv.start()
     c = RpcClient()
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from rpc_testkit import TestService
 
 from kudu_async.common.errors import KuduNoSuchMethod, KuduTimedOut
 from kudu_async.rpc import RpcClient, RpcServer
+from tests.unit.rpc.rpc_testkit import TestService, serve_object
 
 uvloop = pytest.importorskip("uvloop")
 
@@ -16,7 +16,7 @@ uvloop = pytest.importorskip("uvloop")
 async def _scenario() -> None:
     service = TestService()
     server = RpcServer()
-    server.register_service("Test", service)
+    serve_object(server, "Test", service)
     await server.start()
     client = RpcClient("uv")
     try:

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
 from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.fs import tablet_metadata
 from kudu_async.tablet.ops import OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet
 
 BASE = Schema(
     [
-        ColumnSchema("k", "int64", nullable=False),
-        ColumnSchema("s", "string"),
-        ColumnSchema("x", "int32"),
-        ColumnSchema("d", "decimal", precision=9, scale=2),
+        ColumnSchema("k", T.INT64, nullable=False),
+        ColumnSchema("s", T.STRING),
+        ColumnSchema("x", T.INT32),
+        ColumnSchema("d", T.DECIMAL, precision=9, scale=2),
     ],
     1,
 )
@@ -79,7 +82,7 @@ def test_create_assigns_ids_and_persists_version(w: Writer, tmp_path: Path) -> N
 def test_add_drop_rename_across_files_deltas_and_memory(w: Writer, tmp_path: Path, compact: bool) -> None:
     _seed(w)
     cur = w.t.info.schema
-    new = cur.drop_column("x").rename_column("s", "label").add_column(ColumnSchema("extra", "int32", default=7))
+    new = cur.drop_column("x").rename_column("s", "label").add_column(ColumnSchema("extra", T.INT32, default=7))
     assert w.alter(new, 1)
     assert not w.alter(new, 1)  # replayed: nothing happens
     assert w.t.schema_version == 1 and w.t.info.names == ["k", "label", "d", "extra"]
@@ -107,7 +110,7 @@ def test_add_drop_rename_across_files_deltas_and_memory(w: Writer, tmp_path: Pat
 
 def test_replay_before_and_after_the_alter(w: Writer, tmp_path: Path) -> None:
     _seed(w)  # in memory: one DMS delta and one MemRowSet row, never flushed
-    new = w.t.info.schema.add_column(ColumnSchema("extra", "string"))
+    new = w.t.info.schema.add_column(ColumnSchema("extra", T.STRING))
     # A crash before the alter: old-schema writes replay against the old schema, then the alter again.
     fresh = Tablet.open(str(tmp_path / "t"), clock=w.clock)
     assert fresh.schema_version == 0 and 4 not in rows_of(fresh)  # the MemRowSet write was only in memory
@@ -121,13 +124,13 @@ def test_replay_before_and_after_the_alter(w: Writer, tmp_path: Path) -> None:
 def test_invalid_alterations_name_the_column(w: Writer) -> None:
     cur = w.t.info.schema
     bad = [
-        (Schema([*cur.columns, ColumnSchema("t", "string", nullable=False)], 1), "must be nullable"),
+        (Schema([*cur.columns, ColumnSchema("t", T.STRING, nullable=False)], 1), "must be nullable"),
         (
-            Schema([*cur.columns[:2], ColumnSchema("x", "int32", nullable=False, default=1, id=2), cur.columns[3]], 1),
+            Schema([*cur.columns[:2], ColumnSchema("x", T.INT32, nullable=False, default=1, id=2), cur.columns[3]], 1),
             "nullable",
         ),
-        (Schema([ColumnSchema("k", "int32", nullable=False, id=0), *cur.columns[1:]], 1), "type"),
-        (Schema([ColumnSchema("k2", "int64", nullable=False, id=9), *cur.columns[1:]], 1), "primary key"),
+        (Schema([ColumnSchema("k", T.INT32, nullable=False, id=0), *cur.columns[1:]], 1), "type"),
+        (Schema([ColumnSchema("k2", T.INT64, nullable=False, id=9), *cur.columns[1:]], 1), "primary key"),
     ]
     for schema, msg in bad:
         with pytest.raises(KuduInvalidArgument, match=msg):
@@ -141,7 +144,7 @@ def test_write_prepared_before_an_alter_is_refused_at_apply(w: Writer) -> None:
         [pa.array([9], f.type) if f.name == "k" else pa.nulls(1, f.type) for f in arrow], schema=arrow
     )
     prepared = w.t.prepare_write(WriteOp([OpType.INSERT], batch), w.clock.now())
-    assert w.alter(w.t.info.schema.add_column(ColumnSchema("y", "int8")), 1) is True
+    assert w.alter(w.t.info.schema.add_column(ColumnSchema("y", T.INT8)), 1) is True
     with pytest.raises(KuduIllegalState, match="schema version"):
         w.t.apply_write(prepared, 99)
     assert prepared.state == "aborted" and w.t.mvcc.in_flight() == []  # locks and MVCC slot given back
@@ -177,7 +180,7 @@ def test_checksum_ignores_layout_and_sees_values(tmp_path: Path) -> None:
     other = Writer(build("other", "one"), clock)
     other.clock = other.t.clock  # type: ignore[assignment]
     before = other.t.checksum()
-    other.clock.advance(10)  # type: ignore[attr-defined]
+    other.clock.advance(10)
     other.index = 10
     other.write([OpType.UPDATE], {"k": [7], "s": ["changed"], "x": [21], "d": [None]})
     assert other.t.checksum()["checksum"] != before["checksum"]
@@ -204,13 +207,13 @@ def test_compaction_after_alter_keeps_a_reinsert_written_before_it(tmp_path: Pat
     w = Writer(
         Tablet.create(str(tmp_path / "t"), BASE, clock=clock, options=TabletOptions(history_max_age_sec=1)), clock
     )
-    cols = {"k": [1], "s": ["a"], "x": [1], "d": [None]}
+    cols: dict[str, list[Any]] = {"k": [1], "s": ["a"], "x": [1], "d": [None]}
     w.write([OpType.INSERT], cols)
     w.t.flush_mrs()
     w.write([OpType.DELETE], cols)
     clock.advance(5_000_000)  # the delete is now older than the history mark: compaction folds it away
     w.write([OpType.INSERT], {**cols, "s": ["again"]})  # a re-insert: a whole-row delta on the DiskRowSet
-    assert w.alter(w.t.info.schema.add_column(ColumnSchema("extra", "int32", default=3)), 1)  # flushes it
+    assert w.alter(w.t.info.schema.add_column(ColumnSchema("extra", T.INT32, default=3)), 1)  # flushes it
     assert w.t.compact_rowsets([w.t.rowsets()[0].id])
     assert rows_of(w.t)[1] == {"k": 1, "s": "again", "x": 1, "d": None, "extra": 3}
 
@@ -237,7 +240,7 @@ def test_added_column_read_default_is_fixed_when_added(tmp_path: Path) -> None:
         clock = ManualHybridClock(1_000_000)
         wr = Writer(Tablet.create(str(tmp_path / name), BASE, clock=clock), clock)
         _seed(wr)
-        assert wr.alter(wr.t.info.schema.add_column(ColumnSchema("extra", "int32", default=7)), 1)
+        assert wr.alter(wr.t.info.schema.add_column(ColumnSchema("extra", T.INT32, default=7)), 1)
         if compact_between:
             assert wr.t.compact_rowsets()  # writes extra=7 into the files
         assert wr.alter(wr.t.info.schema.alter_column("extra", default=9), 2)
@@ -259,7 +262,7 @@ def test_added_column_read_default_is_fixed_when_added(tmp_path: Path) -> None:
 def test_dropping_then_re_adding_a_name_never_shows_the_old_data(w: Writer) -> None:
     _seed(w)
     assert w.alter(w.t.info.schema.drop_column("x"), 1)
-    assert w.alter(w.t.info.schema.add_column(ColumnSchema("x", "int32")), 2)  # a new column (new id)
+    assert w.alter(w.t.info.schema.add_column(ColumnSchema("x", T.INT32)), 2)  # a new column (new id)
     assert w.t.info.schema.column("x").id == 4
     got = rows_of(w.t)
     assert all(r["x"] is None for r in got.values()) and got[2]["s"] == "b2"
@@ -273,7 +276,7 @@ def test_scan_opened_before_an_alter_keeps_its_schema(w: Writer) -> None:
     w.write([OpType.INSERT], {"k": [5], "s": ["e"], "x": [50], "d": [None]})
     scanner = w.t.scan(ScanSpec(ordered=True, batch_bytes=1))  # one row per batch: mostly unread yet
     first = next(scanner)
-    new = w.t.info.schema.drop_column("x").rename_column("s", "label").add_column(ColumnSchema("y", "int8"))
+    new = w.t.info.schema.drop_column("x").rename_column("s", "label").add_column(ColumnSchema("y", T.INT8))
     assert w.alter(new, 1)
     w.t.compact_rowsets()  # the files the scan reads are retired and deleted
     rest = list(scanner)
@@ -286,7 +289,7 @@ def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest
     import kudu_async.tablet.rowset_maintenance as maintenance_mod
 
     _seed(w)
-    real = maintenance_mod.write_tablet_metadata
+    real = tablet_metadata.write_tablet_metadata
 
     def failing(tablet_dir: str, meta: object, *, sync: bool = True) -> None:
         if getattr(meta, "schema_version", 0) == 1:
@@ -294,7 +297,7 @@ def test_alter_whose_commit_fails_changes_nothing(w: Writer, monkeypatch: pytest
         real(tablet_dir, meta, sync=sync)  # type: ignore[arg-type]
 
     monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", failing)
-    new = w.t.info.schema.add_column(ColumnSchema("extra", "int32"))
+    new = w.t.info.schema.add_column(ColumnSchema("extra", T.INT32))
     with pytest.raises(OSError):
         w.alter(new, 1)
     alter_index = w.index
@@ -335,7 +338,7 @@ def test_lookup_and_key_predicates_after_renaming_the_key(w: Writer) -> None:
     new = (
         w.t.info.schema.rename_column("k", "id")
         .rename_column("x", "n")
-        .add_column(ColumnSchema("extra", "string", default="e"))
+        .add_column(ColumnSchema("extra", T.STRING, default="e"))
     )
     assert w.alter(new, 1)
     schema = w.t.info.schema
@@ -357,23 +360,23 @@ def test_checksum_covers_every_type_and_ignores_batching(tmp_path: Path) -> None
     from decimal import Decimal
 
     cols = [
-        ColumnSchema("k", "int32", nullable=False),
-        ColumnSchema("i8", "int8"),
-        ColumnSchema("i16", "int16"),
-        ColumnSchema("i64", "int64"),
-        ColumnSchema("f", "float"),
-        ColumnSchema("db", "double"),
-        ColumnSchema("b", "bool"),
-        ColumnSchema("s", "string"),
-        ColumnSchema("bin", "binary"),
-        ColumnSchema("ts", "unixtime_micros"),
-        ColumnSchema("dt", "date"),
-        ColumnSchema("dec", "decimal", precision=20, scale=3),
-        ColumnSchema("vc", "varchar", length=5),
+        ColumnSchema("k", T.INT32, nullable=False),
+        ColumnSchema("i8", T.INT8),
+        ColumnSchema("i16", T.INT16),
+        ColumnSchema("i64", T.INT64),
+        ColumnSchema("f", T.FLOAT),
+        ColumnSchema("db", T.DOUBLE),
+        ColumnSchema("b", T.BOOL),
+        ColumnSchema("s", T.STRING),
+        ColumnSchema("bin", T.BINARY),
+        ColumnSchema("ts", T.UNIXTIME_MICROS),
+        ColumnSchema("dt", T.DATE),
+        ColumnSchema("dec", T.DECIMAL, precision=20, scale=3),
+        ColumnSchema("vc", T.VARCHAR, length=5),
     ]
     schema = Schema(cols, 1)
     n = 60
-    data = {
+    data: dict[str, list[Any]] = {
         "k": list(range(n)),
         "i8": [i % 100 for i in range(n)],
         "i16": [i * 7 for i in range(n)],
@@ -421,18 +424,18 @@ def test_more_invalid_alterations(w: Writer) -> None:
     from dataclasses import replace
 
     bad = [
-        (Schema([k, s, x], 1).add_column(ColumnSchema("d2", "decimal", precision=9, scale=3, id=3)), "'d'.*scale"),
+        (Schema([k, s, x], 1).add_column(ColumnSchema("d2", T.DECIMAL, precision=9, scale=3, id=3)), "'d'.*scale"),
         (Schema([k, s, x, replace(d, precision=10)], 1), "'d'.*precision"),
         (Schema([k, replace(s, nullable=False, default="z"), x, d], 1), "'s'.*nullable"),
         (Schema([k, replace(s, nullable=False), x, d], 2), "key column 's'"),  # a value column cannot join the key
-        (Schema([k, s, x, d, ColumnSchema("old", "int32", id=2)], 1), "unique"),
+        (Schema([k, s, x, d, ColumnSchema("old", T.INT32, id=2)], 1), "unique"),
     ]
     for schema, msg in bad:
         with pytest.raises(KuduInvalidArgument, match=msg):
             w.alter(schema, 1)
     assert w.alter(cur.drop_column("x"), 1)
     with pytest.raises(KuduInvalidArgument, match="reuses the id 2"):  # a dropped id never comes back
-        w.alter(Schema([*w.t.info.schema.columns, ColumnSchema("x", "int32", id=2)], 1), 2)
+        w.alter(Schema([*w.t.info.schema.columns, ColumnSchema("x", T.INT32, id=2)], 1), 2)
     assert w.t.schema_version == 1 and w.t.info.names == ["k", "s", "d"]
 
 

@@ -18,18 +18,20 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.fs import tablet_metadata
 from kudu_async.fs.tablet_metadata import read_tablet_metadata
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import ScanSpec, Tablet
 
 BASE = Schema(
     [
-        ColumnSchema("k", "int64", nullable=False),
-        ColumnSchema("s", "string"),
-        ColumnSchema("x", "int32"),
-        ColumnSchema("d", "decimal", precision=9, scale=2),
+        ColumnSchema("k", T.INT64, nullable=False),
+        ColumnSchema("s", T.STRING),
+        ColumnSchema("x", T.INT32),
+        ColumnSchema("d", T.DECIMAL, precision=9, scale=2),
     ],
     1,
 )
@@ -110,7 +112,7 @@ def test_crash_images_around_alters_replay_to_the_same_rows(tmp_path: Path, flus
     log.alter(
         log.t.info.schema.drop_column("x")
         .rename_column("s", "label")
-        .add_column(ColumnSchema("extra", "int32", default=5)),
+        .add_column(ColumnSchema("extra", T.INT32, default=5)),
         1,
     )
     image()  # right after its commit: nothing before it is replayed
@@ -155,7 +157,7 @@ def test_crash_between_the_alters_flush_and_its_commit(tmp_path: Path, monkeypat
     clock = ManualHybridClock(1_000_000)
     log = Log(Tablet.create(str(tmp_path / "live"), BASE, clock=clock), clock)
     log.write([OpType.INSERT] * 2, {"k": [1, 2], "s": ["a", "b"], "x": [1, 2], "d": [None, None]})
-    real = maintenance_mod.write_tablet_metadata
+    real = tablet_metadata.write_tablet_metadata
 
     def crash_at_alter_commit(tablet_dir: str, meta: object, *, sync: bool = True) -> None:
         if getattr(meta, "schema_version", 0) == 1:
@@ -163,7 +165,7 @@ def test_crash_between_the_alters_flush_and_its_commit(tmp_path: Path, monkeypat
         real(tablet_dir, meta, sync=sync)  # type: ignore[arg-type]
 
     monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", crash_at_alter_commit)
-    log.alter(log.t.info.schema.add_column(ColumnSchema("extra", "string", default="z")), 1)
+    log.alter(log.t.info.schema.add_column(ColumnSchema("extra", T.STRING, default="z")), 1)
     monkeypatch.setattr(maintenance_mod, "write_tablet_metadata", real)
     log.write([OpType.INSERT], {"k": [3], "s": ["c"], "x": [3], "d": [None], "extra": [None]})
     t = bootstrap(str(tmp_path / "image"), log.entries, clock)

@@ -10,7 +10,7 @@ import pytest
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.tablet.ops import OpType, WriteOp
 from kudu_async.tablet.read_path import ReadPath
-from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions, TabletScanner
 
 FIELDS = [pa.field("host", pa.string(), False), pa.field("ts", pa.int64(), False), pa.field("v", pa.int32())]
 HOSTS = ["a", "a\x00b", "a\x00", "ab", "", "b"]
@@ -198,7 +198,13 @@ def test_a_point_read_of_an_unchanged_row_in_memory_is_a_slice_of_its_batch(tmp_
 
     def read(host: str, ts: int, **kw: Any) -> pa.Table | None:
         spec = ScanSpec(predicates=[P("host", "=", host), P("ts", "=", ts)], **kw)
-        it = t.scan_in_memory(spec, t.point_lookup_key(spec)) if not kw else t.scan(spec)
+        it: TabletScanner | None
+        if kw:
+            it = t.scan(spec)
+        else:
+            key = t.point_lookup_key(spec)
+            assert key is not None  # both key columns are pinned
+            it = t.scan_in_memory(spec, key)
         assert it is not None
         return it.to_table()
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import make_schema
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import ScanSpec, Tablet, TabletOptions
+from tests.unit.tablet.tablet_testkit import make_schema
 
 
 def _scan(tablet: Tablet) -> dict[int, int]:

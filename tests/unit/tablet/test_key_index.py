@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,11 @@ def _keys(rng: random.Random, n: int, width: int | None, alphabet: bytes = b"\x0
         w = rng.randrange(0, 7) if width is None else width
         out[bytes(rng.choice(alphabet) for _ in range(w))] = None
     return list(out)
+
+
+def _batch(keys: Sequence[bytes | None]) -> KeyBatch:
+    """A batch of keys as a write would carry them (None: a row without a key)."""
+    return KeyBatch(list(keys))
 
 
 @pytest.mark.parametrize("sorted_probes", [False, True])
@@ -50,21 +56,21 @@ def test_key_index_finds_what_a_dict_finds(
         pos += n
         if rng.random() < 0.3:  # probe between inserts: recent and old runs alike
             probe = rng.sample(pool, min(200, len(pool)))
-            got = idx.find(KeyBatch(probe)).tolist()
+            got = idx.find(_batch(probe)).tolist()
             assert got == [ref.get(k, -1) for k in probe]
     assert len(idx) == len(ref)
-    probe = [*present, *absent, None]  # a row without a key (an invalid row) is never found
-    got = idx.find(KeyBatch(probe)).tolist()
-    assert got == [ref.get(k, -1) if k is not None else -1 for k in probe]
-    sub = np.array([0, len(probe) - 2, 5], dtype=np.int64)
-    assert idx.find(KeyBatch(probe), sub).tolist() == [got[i] for i in sub.tolist()]
+    probes: list[bytes | None] = [*present, *absent, None]  # a row without a key (an invalid row) is never found
+    got = idx.find(_batch(probes)).tolist()
+    assert got == [ref.get(k, -1) if k is not None else -1 for k in probes]
+    sub = np.array([0, len(probes) - 2, 5], dtype=np.int64)
+    assert idx.find(_batch(probes), sub).tolist() == [got[i] for i in sub.tolist()]
     for k in rng.sample(pool, min(300, len(pool))):
         assert idx.get(k) == ref.get(k)
     run = idx.sorted()
     assert run.keys.to_pylist() == sorted(ref)
     assert run.rownums.tolist() == [ref[k] for k in sorted(ref)]
     assert idx.sorted() is run
-    assert idx.find(KeyBatch(probe)).tolist() == got  # the same answers from the one merged run
+    assert idx.find(_batch(probes)).tolist() == got  # the same answers from the one merged run
 
 
 def test_key_index_runs_stay_few_and_ordered_inserts_concatenate() -> None:
@@ -96,9 +102,9 @@ def test_key_index_keeps_separate_ranges_apart_and_merges_overlapping_ones() -> 
     probe = [5, 1_000_005, 3_999, 1_003_999, 4_000, 2_000_000, *many]  # spans every run; 4,000 and 2M absent
     expect = [5, 1_000_005, 3_999, 1_003_999, -1, -1, *many]
     assert len(probe) > key_arrays.SCALAR_PROBES
-    assert idx.find(KeyBatch(enc(probe).to_pylist())).tolist() == expect
+    assert idx.find(_batch(enc(probe).to_pylist())).tolist() == expect
     few = np.array([0, 4, 2], dtype=np.int64)  # a few rows: searched key by key, the same answers
-    assert idx.find(KeyBatch(enc(probe).to_pylist()), few).tolist() == [expect[i] for i in few.tolist()]
+    assert idx.find(_batch(enc(probe).to_pylist()), few).tolist() == [expect[i] for i in few.tolist()]
     idx.add(enc([500_000]), np.array([7], dtype=np.int64))  # between the writers' ranges: kept apart
     assert len(idx._runs) == 9
     one = idx.sorted()
@@ -128,7 +134,7 @@ def test_sorted_keys_search_bisect_and_find_all_forms() -> None:
             assert sk.search(p) == expect, (name, p)
             lo = sum(k < p for k in keys)
             assert sk.bisect(p) == lo and sk.bisect(p, right=True) == lo + (p in keys), (name, p)
-        got = sk.find(KeyBatch(probes), np.arange(len(probes), dtype=np.int64)).tolist()
+        got = sk.find(_batch(probes), np.arange(len(probes), dtype=np.int64)).tolist()
         assert got == [keys.index(p) if p in keys else -1 for p in probes], name
         assert (sk._form is False) == (name == "too_big")
 
@@ -142,7 +148,7 @@ def test_key_index_with_a_few_very_long_keys_uses_its_dict_fallback() -> None:
     idx = KeyIndex()
     idx.add(pa.array(keys, pa.binary()), np.arange(len(keys), dtype=np.int64) + 5)
     probe = [*keys[::7], *absent, keys[-1]]
-    assert idx.find(KeyBatch(probe)).tolist() == [keys.index(k) + 5 if k in keys else -1 for k in probe]
+    assert idx.find(_batch(probe)).tolist() == [keys.index(k) + 5 if k in keys else -1 for k in probe]
     assert idx.sorted().sorted_keys._by_key is not None  # the fallback was taken
 
 

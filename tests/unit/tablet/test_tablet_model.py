@@ -10,7 +10,6 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pyarrow as pa
-from conftest import encode_key, make_schema
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -18,6 +17,7 @@ from kudu_async.common.clock import ManualHybridClock, timestamp_from_seconds_ag
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletOptions
+from tests.unit.tablet.tablet_testkit import encode_key, make_schema
 
 KEYS = st.integers(0, 15)
 OPS = st.sampled_from(list(OpType))
@@ -186,8 +186,9 @@ class TabletModel(RuleBasedStateMachine):
         usable = [t for t in self.timestamps if t >= ahm]
         at = data.draw(st.sampled_from([None, *usable]))
         live = [k for k in sorted(self.history) if self._state(k, at) is not None]
-        if live and data.draw(st.booleans()):
-            key = data.draw(st.sampled_from(live))  # often a key that has a row to find
+        if live:  # noqa: SIM102 - the coin is drawn only when there is a key to pick
+            if data.draw(st.booleans()):
+                key = data.draw(st.sampled_from(live))  # often a key that has a row to find
         preds = [ColumnPredicate("key", "=", key)] + ([] if extra is None else [ColumnPredicate(*extra)])
         enc = encode_key(self.schema, key)
         spec = ScanSpec(

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import encode_key
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
@@ -21,6 +20,7 @@ from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletOptions
+from tests.unit.tablet.tablet_testkit import encode_key
 
 INS, U, D, UP = OpType.INSERT, OpType.UPDATE, OpType.DELETE, OpType.UPSERT
 
@@ -198,7 +198,7 @@ def test_snapshot_older_than_history_is_rejected(h: Harness) -> None:
 def test_writes_during_flush_are_carried_over_to_the_new_rowsets(h: Harness, monkeypatch: Any) -> None:
     h.write([INS] * 4, [1, 2, 3, 4])
     go, started = threading.Event(), threading.Event()
-    real = maintenance_mod.write_rowsets
+    real = diskrowset.write_rowsets
 
     def slow(*a: Any, **kw: Any) -> Any:
         started.set()

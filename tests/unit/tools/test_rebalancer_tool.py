@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from kudu_async.client.retry import Deadline
 from kudu_async.common.errors import KuduIllegalState
+from kudu_async.common.retry import Deadline
 from kudu_async.tools import ksck
 from kudu_async.tools import rebalance as rb
 from kudu_async.tools import rebalancer_tool as rt

@@ -14,7 +14,7 @@ import pytest
 from kudu_async.common.errors import KuduInvalidArgument, KuduServiceUnavailable
 from kudu_async.rpc import RpcClient, RpcServer
 from kudu_async.rpc.server import CallContext
-from kudu_async.tserver.heartbeater import Heartbeater
+from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
 
 INTERVAL_S = 0.05
 
@@ -143,12 +143,13 @@ HeartbeaterFactory = Callable[..., Awaitable[Heartbeater]]
 async def make_hb(client: RpcClient, tablets: Tablets) -> AsyncIterator[HeartbeaterFactory]:
     made: list[Heartbeater] = []
 
-    async def make(addresses: list[str], **kwargs: Any) -> Heartbeater:
-        kwargs.setdefault("interval_s", INTERVAL_S)
-        kwargs.setdefault("rpc_timeout_s", 2.0)
-        kwargs.setdefault("max_backoff_s", 0.4)
-        kwargs.setdefault("reports", tablets.reports)
-        hb = Heartbeater(client, addresses, ts_info, on_delete=tablets.on_delete, **kwargs)
+    async def make(addresses: list[str], reports: Any = None, **options: float) -> Heartbeater:
+        options.setdefault("interval_s", INTERVAL_S)
+        options.setdefault("rpc_timeout_s", 2.0)
+        options.setdefault("max_backoff_s", 0.4)
+        hb = Heartbeater(
+            client, addresses, ts_info, reports or tablets.reports, tablets.on_delete, HeartbeatOptions(**options)
+        )
         made.append(hb)
         await hb.start()
         return hb
@@ -389,8 +390,7 @@ async def test_stop_cancels_an_in_flight_call_promptly_and_nothing_runs_after(
         ts_info,
         tablets.reports,
         tablets.on_delete,
-        interval_s=INTERVAL_S,
-        rpc_timeout_s=10.0,
+        HeartbeatOptions(interval_s=INTERVAL_S, rpc_timeout_s=10.0),
     )
     master.hold = True
     await hb.start()
@@ -407,8 +407,8 @@ async def test_stop_cancels_an_in_flight_call_promptly_and_nothing_runs_after(
 
 
 async def test_constructor_checks_its_arguments(client: RpcClient, tablets: Tablets) -> None:
-    def make(addrs: list[str], **kw: Any) -> Heartbeater:
-        return Heartbeater(client, addrs, ts_info, tablets.reports, tablets.on_delete, **kw)
+    def make(addrs: list[str], **options: float) -> Heartbeater:
+        return Heartbeater(client, addrs, ts_info, tablets.reports, tablets.on_delete, HeartbeatOptions(**options))
 
     with pytest.raises(KuduInvalidArgument):
         make([])
