@@ -22,6 +22,7 @@ from kudu_async.common.errors import (
 )
 from kudu_async.common.partition import HashDimension, PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.common.types import INT64, STRING
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import catalog_manager
 from kudu_async.master.catalog_manager import CatalogConflict, CatalogManager
@@ -31,7 +32,7 @@ from kudu_async.master.sys_catalog import TableRecord, put
 from kudu_async.rpc.messages import convert
 from kudu_async.server.config import load_config
 
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
+SCHEMA = Schema([ColumnSchema("key", INT64, nullable=False), ColumnSchema("val", STRING)], 1)
 PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 2)], ["key"])
 TIMEOUT_S = 10.0
 
