@@ -7,6 +7,11 @@ already holds them. Every ``snapshot_every`` entries (and on close) the maps are
 ``sys-catalog.snapshot`` with the index they include; that index is the state machine's durable index,
 so the WAL below it can be collected and a restart replays only the entries after it.
 
+Records are typed (``TableRecord``, ``TabletRecord``, ``RequestRecord``: frozen msgspec structs, never
+changed in place; a writer puts a ``msgspec.structs.replace`` copy). Entries and the snapshot are plain
+msgpack lists and maps; they are decoded and validated when an entry is applied and when the snapshot
+loads, and a batch is checked the same way when it is encoded, before it is replicated.
+
 A batch applies whole or not at all. It is refused (applied as a no-op on every master alike, and
 answered ``{"conflict": reason}`` to the proposer) when it was planned against a catalog that changed
 under it:
@@ -219,10 +224,6 @@ def decode_ops(data: bytes) -> list[Op]:
             raise msgspec.ValidationError(f"put of {op.kind} {op.record_id} carries the record of {put_op.record.id}")
         ops.append(put_op)
     return ops
-
-
-def is_live_table(record: TableRecord) -> bool:
-    return record.live
 
 
 class SysCatalogStateMachine:
