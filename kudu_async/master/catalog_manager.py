@@ -241,7 +241,7 @@ class CatalogManager:
         placement = self._placement()
         self._require_live(n, placement.live, "to create a table with the requested replication factor")
         table_id = uuid.uuid4().hex
-        tablets = [placement.tablet(table_id, p.to_dict(), n) for p in partitions]
+        tablets = [placement.tablet(table_id, msg.TabletPartition.of(p), n) for p in partitions]
         table = TableRecord(
             id=table_id,
             name=name,
@@ -361,7 +361,7 @@ class CatalogManager:
         with_bound = alter.pschema.with_custom_ranges([bound])
         [(lo, hi)] = with_bound.range_partitions([bound])
         current = {tid: self.tablets[tid] for tid in alter.tablet_ids if tid in self.tablets}
-        ranges = {tid: (r.partition["range_key_start"], r.partition["range_key_end"]) for tid, r in current.items()}
+        ranges = {tid: (r.partition.range_key_start, r.partition.range_key_end) for tid, r in current.items()}
         if kind == "DROP_RANGE_PARTITION":
             same = [tid for tid, r in ranges.items() if r == (lo, hi)]
             if not same:
@@ -377,7 +377,7 @@ class CatalogManager:
         self._require_live(n, alter.placement.live, "for a new range partition's replicas")
         alter.pschema = with_bound
         for p in alter.pschema.partitions_for_ranges([(lo, hi)]):
-            rec = alter.placement.tablet(t.id, p.to_dict(), n)
+            rec = alter.placement.tablet(t.id, msg.TabletPartition.of(p), n)
             alter.new_tablets.append(rec)
             alter.tablet_ids.append(rec.id)
 
@@ -411,7 +411,7 @@ class CatalogManager:
             "create_table_done": t.state == "RUNNING",
         }
 
-    def get_table_locations(self, req: msg.GetTableLocationsRequest) -> dict[str, Any]:
+    def get_table_locations(self, req: msg.GetTableLocationsRequest) -> msg.GetTableLocationsResponse:
         """Tablets of a table whose partition-key range meets [start, end), from the caches."""
         self.master.require_leader()
         t = self.find_table(req.name, req.table_id)
@@ -424,30 +424,31 @@ class CatalogManager:
             if rec is None:
                 continue
             p = rec.partition
-            if end and p["partition_key_start"] >= end:
+            if end and p.partition_key_start >= end:
                 continue
-            if p["partition_key_end"] and p["partition_key_end"] <= start:
+            if p.partition_key_end and p.partition_key_end <= start:
                 continue
             out.append(self.location(rec))
-        out.sort(key=lambda loc: loc["partition"]["partition_key_start"])
-        return {"table_id": t.id, "tablets": out[:limit], "schema_version": t.schema_version}
+        out.sort(key=lambda loc: loc.partition.partition_key_start)
+        return msg.GetTableLocationsResponse(table_id=t.id, tablets=out[:limit], schema_version=t.schema_version)
 
-    def get_tablet_locations(self, req: msg.GetTabletLocationsRequest) -> dict[str, Any]:
+    def get_tablet_locations(self, req: msg.GetTabletLocationsRequest) -> msg.GetTabletLocationsResponse:
         self.master.require_leader()
         ids = req.tablet_ids
-        out, missing = [], []
+        out: list[msg.TabletLocation] = []
+        missing: list[str] = []
         for tid in ids:
             rec = self.tablets.get(tid)
             if rec is None:
                 missing.append(tid)
             else:
                 out.append(self.location(rec))
-        return {"tablets": out, "missing": missing}
+        return msg.GetTabletLocationsResponse(tablets=out, missing=missing)
 
-    def location(self, rec: TabletRecord) -> dict[str, Any]:
+    def location(self, rec: TabletRecord) -> msg.TabletLocation:
         """Replicas as the tservers report them (the newest config), else the catalog's placement."""
         info = self.master.ts_manager.tablet_info(rec.id)
-        replicas: list[dict[str, Any]] = []
+        replicas: list[msg.ReplicaLocation] = []
         if info is not None and info.get("config"):
             cfg = info["config"]
             peers = cfg.get("peers", {})
@@ -459,10 +460,10 @@ class CatalogManager:
                     if u in cfg.get("voters", [])
                     else "LEARNER"
                 )
-                replicas.append({"uuid": u, "rpc_address": peers.get(u) or self._address(u), "role": role})
+                replicas.append(msg.ReplicaLocation(u, peers.get(u) or self._address(u), role))
         else:
-            replicas = [{"uuid": u, "rpc_address": a, "role": "UNKNOWN"} for u, a in rec.replicas.items()]
-        return {"tablet_id": rec.id, "partition": rec.partition, "state": rec.state, "replicas": replicas}
+            replicas = [msg.ReplicaLocation(u, a, "UNKNOWN") for u, a in rec.replicas.items()]
+        return msg.TabletLocation(rec.id, rec.partition, rec.state, replicas)
 
     def _require_live(self, n: int, live: list[str], what: str) -> None:
         """Enough live tservers for ``n`` replicas, else INVALID_ARGUMENT; but SERVICE_UNAVAILABLE (retry)
@@ -597,7 +598,7 @@ class CatalogManager:
             "table_name": table.name,
             "schema": table.schema,
             "schema_version": table.schema_version,
-            "partition": rec.partition,
+            "partition": to_builtins(rec.partition),
             "partition_schema": table.partition_schema,
             "peers": rec.replicas,
         }
@@ -973,7 +974,7 @@ class _Placement:
     leads: dict[str, int]  # tablet leaders per live tserver
     address: Callable[[str], str]
 
-    def tablet(self, table_id: str, partition: dict[str, Any], n: int) -> TabletRecord:
+    def tablet(self, table_id: str, partition: msg.TabletPartition, n: int) -> TabletRecord:
         chosen = sorted(self.live, key=lambda u: (self.load[u], random.random()))[:n]  # fewest replicas first
         for u in chosen:
             self.load[u] += 1

@@ -312,13 +312,13 @@ class Master(Node):
         self, req: msg.GetTableLocationsRequest, ctx: CallContext
     ) -> msg.GetTableLocationsResponse:
         await self.confirm_catalog_read(ctx)
-        return convert(self.catalog_manager.get_table_locations(req), msg.GetTableLocationsResponse)
+        return self.catalog_manager.get_table_locations(req)
 
     async def _rpc_get_tablet_locations(
         self, req: msg.GetTabletLocationsRequest, ctx: CallContext
     ) -> msg.GetTabletLocationsResponse:
         await self.confirm_catalog_read(ctx)
-        return convert(self.catalog_manager.get_tablet_locations(req), msg.GetTabletLocationsResponse)
+        return self.catalog_manager.get_tablet_locations(req)
 
     async def _rpc_list_masters(self, req: Empty, ctx: CallContext) -> msg.ListMastersResponse:
         return convert({"masters": self.masters()}, msg.ListMastersResponse)
@@ -389,6 +389,6 @@ async def _table_page(request: web.Request) -> web.Response:
     master = node_as(request, Master)
     cm = master.catalog_manager
     t = cm.find_table(request.match_info["name"])
-    tablets = [cm.location(cm.tablets[tid]) for tid in t.tablet_ids if tid in cm.tablets]
+    tablets = [to_builtins(cm.location(cm.tablets[tid])) for tid in t.tablet_ids if tid in cm.tablets]
     record = {k: v for k, v in to_builtins(t).items() if k != "tablet_ids"}
     return json_response({**record, "tablets": tablets})

@@ -46,6 +46,7 @@ import msgspec
 
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 from kudu_async.fs.io_util import atomic_write_bytes
+from kudu_async.master.messages import TabletPartition
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class TabletRecord(msgspec.Struct, frozen=True):
 
     id: str
     table_id: str
-    partition: dict[str, Any]
+    partition: TabletPartition
     replicas: dict[str, str]
     state: TabletState
     first_leader: str

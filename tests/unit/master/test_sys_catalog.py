@@ -13,6 +13,7 @@ import pytest
 from msgspec.structs import replace
 
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
+from kudu_async.master.messages import TabletPartition
 from kudu_async.master.sys_catalog import (
     Op,
     PutTable,
@@ -46,8 +47,11 @@ def table(tid: str, name: str, state: Any = "RUNNING", **extra: Any) -> TableRec
     )
 
 
+WHOLE = TabletPartition((), b"", b"", b"", b"")  # an unpartitioned table's one tablet
+
+
 def tablet(tid: str, table_id: str = "t1", state: Any = "CREATING") -> TabletRecord:
-    return TabletRecord(id=tid, table_id=table_id, partition={}, replicas={}, state=state, first_leader="ts-0")
+    return TabletRecord(id=tid, table_id=table_id, partition=WHOLE, replicas={}, state=state, first_leader="ts-0")
 
 
 def outcome(method: str, result: dict[str, Any], digest: str = "d") -> RequestRecord:
@@ -223,7 +227,13 @@ def test_records_encode_to_the_maps_the_catalog_stores(tmp_path: Path) -> None:
     tablet_map = {
         "id": "x",
         "table_id": "t1",
-        "partition": {},
+        "partition": {
+            "hash_buckets": [],
+            "range_key_start": b"",
+            "range_key_end": b"",
+            "partition_key_start": b"",
+            "partition_key_end": b"",
+        },
         "replicas": {},
         "state": "CREATING",
         "first_leader": "ts-0",
