@@ -655,14 +655,14 @@ class CatalogManager:
             return self.master.uptime_s() < tsm.unresponsive_timeout_s
         return tsm.is_live(ts_uuid, now)
 
-    def deleted_tablets_on(self, ts_uuid: str) -> list[dict[str, Any]]:
+    def deleted_tablets_on(self, ts_uuid: str) -> list[msg.TabletToDelete]:
         """For a heartbeat answer: replicas ``ts_uuid`` reports of tablets the catalog deleted (a late
         CreateTablet, a tserver that was down while its table was deleted), to be deleted there too."""
         cat = self.master.catalog
         if cat is None:
             return []
         return [
-            {"tablet_id": tid, "reason": "its tablet was deleted from the catalog", "delete_type": "DELETED"}
+            msg.TabletToDelete(tablet_id=tid, reason="its tablet was deleted from the catalog", delete_type="DELETED")
             for tid in sorted(self.master.ts_manager.tablets_on(ts_uuid))
             if tid in cat.deleted_tablets and tid not in cat.tablets
         ]

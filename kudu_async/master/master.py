@@ -261,7 +261,7 @@ class Master(Node):
             leader=leader,
             master_uuid=self.uuid,
             needs_full_report=tsm.needs_full_report(req.uuid),
-            tablets_to_delete=[msg.TabletToDelete(**d) for d in self.catalog_manager.deleted_tablets_on(req.uuid)],
+            tablets_to_delete=self.catalog_manager.deleted_tablets_on(req.uuid),
         )
 
     async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:

@@ -27,7 +27,13 @@ from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import catalog_manager
 from kudu_async.master.catalog_manager import CatalogConflict, CatalogManager
 from kudu_async.master.master import Master
-from kudu_async.master.messages import AlterTableRequest, CreateTableRequest, DeleteTableRequest, IsDdlDoneRequest
+from kudu_async.master.messages import (
+    AlterTableRequest,
+    CreateTableRequest,
+    DeleteTableRequest,
+    IsDdlDoneRequest,
+    TabletToDelete,
+)
 from kudu_async.master.sys_catalog import TableRecord, put
 from kudu_async.rpc.messages import convert
 from kudu_async.server.config import load_config
@@ -357,7 +363,7 @@ async def test_heartbeats_have_replicas_of_deleted_tablets_deleted(master: Maste
         "ts-0", {"full": False, "seq": 2, "tablets": [late], "removed": []}, time.monotonic()
     )
     assert cm.deleted_tablets_on("ts-0") == [
-        {"tablet_id": tablet_ids[0], "delete_type": "DELETED", "reason": "its tablet was deleted from the catalog"}
+        TabletToDelete(tablet_id=tablet_ids[0], delete_type="DELETED", reason="its tablet was deleted from the catalog")
     ]
     assert cm.deleted_tablets_on("ts-1") == []
 
