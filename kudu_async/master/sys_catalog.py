@@ -65,8 +65,9 @@ UNSET = msgspec.UNSET
 
 
 # --- records ----------------------------------------------------------------------------------------------
-# Each record is the map the catalog stores, field for field and in the order the master writes its keys.
-# ``rev`` is unset on a record about to be put for the first time; the entry that stores it sets it.
+# Each record is the map the catalog stores, field for field and in the order the master writes its keys
+# (a key no field names is dropped at decode). ``rev`` is unset on a record about to be put for the first
+# time; the entry that stores it sets it.
 
 
 class TableRecord(msgspec.Struct, frozen=True):
@@ -84,7 +85,7 @@ class TableRecord(msgspec.Struct, frozen=True):
     owner: str | None
     comment: str | None
     rev: int | Unset = UNSET
-    # Written by AlterTable (and reset when it is done): tablets of dropped ranges still to be deleted.
+    # Tablets of dropped ranges still to be deleted: written by AlterTable, emptied once the table is RUNNING.
     dropped_tablet_ids: tuple[str, ...] | Unset = UNSET
     # Written by AlterTable: the id of the next column added (a dropped column's id is never reused).
     next_column_id: int | Unset = UNSET
