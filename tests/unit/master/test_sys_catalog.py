@@ -166,9 +166,9 @@ async def test_snapshot_keeps_tables_tablets_request_ids_and_their_order(tmp_pat
 
 def test_damaged_snapshot_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "sys-catalog.snapshot").write_bytes(
-        msgpack.packb({"index": 7, "tables": {}, "tablets": {}, "requests": [["c:1"]]})
+        msgpack.packb({"index": 7, "tables": {}, "tablets": {}, "requests": [["c:1"]], "deleted_tablets": []})
     )
-    with pytest.raises(KuduCorruption):
+    with pytest.raises(KuduCorruption, match=r"requests\[0\]"):
         SysCatalogStateMachine(tmp_path, None).load()
 
 
