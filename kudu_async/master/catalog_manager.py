@@ -29,10 +29,12 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import msgpack
+from msgspec.structs import replace
 
 from kudu_async.common.errors import (
     KuduAborted,
@@ -50,7 +52,17 @@ from kudu_async.consensus.replica import RaftReplica
 from kudu_async.master import messages as msg
 from kudu_async.master import rereplication
 from kudu_async.master.rereplication import ChangeConfig, ClusterView, TabletView, Tombstone
-from kudu_async.master.sys_catalog import SysCatalogStateMachine, delete, encode_ops, put, request
+from kudu_async.master.sys_catalog import (
+    Op,
+    RequestRecord,
+    SysCatalogStateMachine,
+    TableRecord,
+    TabletRecord,
+    delete,
+    encode_ops,
+    put,
+    request,
+)
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.messages import UNSET, to_builtins
@@ -77,7 +89,7 @@ class CatalogConflict(KuduAborted):
     """The catalog changed between planning a write and committing it; nothing was applied."""
 
 
-Plan = tuple[list[list[Any]], dict[str, Any]]  # the catalog ops of one DDL and its reply
+Plan = tuple[list[Op], dict[str, Any]]  # the catalog ops of one DDL and its reply
 _D = TypeVar("_D", msg.CreateTableRequest, msg.AlterTableRequest, msg.DeleteTableRequest)
 
 
@@ -120,16 +132,16 @@ class CatalogManager:
     # --- catalog access -------------------------------------------------------------------------------
 
     @property
-    def tables(self) -> dict[str, dict[str, Any]]:
+    def tables(self) -> dict[str, TableRecord]:
         cat = self.master.catalog
         return {} if cat is None else cat.tables
 
     @property
-    def tablets(self) -> dict[str, dict[str, Any]]:
+    def tablets(self) -> dict[str, TabletRecord]:
         cat = self.master.catalog
         return {} if cat is None else cat.tablets
 
-    async def _write(self, ops: list[list[Any]], timeout_s: float = 30.0) -> None:
+    async def _write(self, ops: list[Op], timeout_s: float = 30.0) -> None:
         """Replicate one batch; CatalogConflict (ABORTED) if it was planned on a catalog that changed."""
         self.master.require_leader()
         replica = self.master.catalog_replica()
@@ -145,7 +157,7 @@ class CatalogManager:
         request_id: str | None = req.request_id  # checked at decode
         digest = _request_digest(method, req) if request_id is not None else ""
         deadline = time.monotonic() + timeout_s
-        ops: list[list[Any]]
+        ops: list[Op]
         result: dict[str, Any]
         for attempt in range(MAX_DDL_PLANS):
             if request_id is not None:
@@ -157,7 +169,7 @@ class CatalogManager:
             if request_id is not None:
                 ops = [
                     *ops,
-                    request(request_id, {"method": method, "digest": digest, "result": result, "time": time.time()}),
+                    request(request_id, RequestRecord(method, digest, result, time.time())),
                 ]
             try:
                 await self._write(ops, max(0.05, deadline - time.monotonic()))
@@ -180,24 +192,24 @@ class CatalogManager:
         entry = None if cat is None else cat.requests.get(request_id)
         if entry is None:
             return None
-        if entry.get("method") != method or entry.get("digest") != digest:
+        if entry.method != method or entry.digest != digest:
             raise KuduInvalidArgument(
-                f"request_id {request_id!r} was already used for a different request ({entry.get('method')}); "
+                f"request_id {request_id!r} was already used for a different request ({entry.method}); "
                 "a retry must repeat the original request exactly",
                 {"request_id": request_id},
             )
-        return dict(entry["result"])
+        return dict(entry.result)
 
-    def find_table(self, name: Any = None, table_id: Any = None) -> dict[str, Any]:
+    def find_table(self, name: str | None = None, table_id: str | None = None) -> TableRecord:
         if table_id is not None:
-            t = self.tables.get(table_id) if isinstance(table_id, str) else None
-            if t is not None and t["state"] != "DELETED":
+            t = self.tables.get(table_id)
+            if t is not None and t.state != "DELETED":
                 return t
             raise KuduNotFound(f"table id {table_id!r} not found")
-        if not isinstance(name, str):
+        if name is None:
             raise KuduInvalidArgument("give the table's 'name' (or 'table_id')")
         for t in self.tables.values():
-            if t["name"] == name and t["state"] not in ("DELETING", "DELETED"):
+            if t.name == name and t.live:
                 return t
         raise KuduNotFound(f'the table does not exist: table_name: "{name}"', {"table_name": name})
 
@@ -222,53 +234,32 @@ class CatalogManager:
         if len(partitions) > MAX_TABLETS_PER_TABLE:
             raise KuduInvalidArgument(f"{len(partitions)} tablets exceed the limit of {MAX_TABLETS_PER_TABLE}")
         for t in self.tables.values():
-            if t["name"] == name and t["state"] not in ("DELETING", "DELETED"):
+            if t.name == name and t.live:
                 raise KuduAlreadyPresent(
-                    f"table {name} already exists with id {t['id']}", {"table_id": t["id"], "table_name": name}
+                    f"table {name} already exists with id {t.id}", {"table_id": t.id, "table_name": name}
                 )
-        now = time.monotonic()
-        live = self.master.ts_manager.live_tservers(now)
-        self._require_live(n, live, "to create a table with the requested replication factor")
-        load = self._replica_counts(live)
-        leads = self._leader_counts(live)
+        placement = self._placement()
+        self._require_live(n, placement.live, "to create a table with the requested replication factor")
         table_id = uuid.uuid4().hex
-        ops: list[list[Any]] = []
-        tablet_ids = []
-        for p in partitions:
-            tid = uuid.uuid4().hex
-            chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]  # fewest replicas first
-            for u in chosen:
-                load[u] += 1
-            replicas = {u: self._address(u) for u in chosen}
-            ops.append(
-                put(
-                    "tablet",
-                    tid,
-                    {
-                        "id": tid,
-                        "table_id": table_id,
-                        "partition": p.to_dict(),
-                        "replicas": replicas,
-                        "state": "CREATING",
-                        "first_leader": _first_leader(chosen, leads),
-                    },
-                )
-            )
-            tablet_ids.append(tid)
-        table = {
-            "id": table_id,
-            "name": name,
-            "state": "CREATING",
-            "schema": schema.to_dict(),
-            "schema_version": 0,
-            "partition_schema": pschema.to_dict(),
-            "num_replicas": n,
-            "tablet_ids": tablet_ids,
-            "created_at": time.time(),
-            "owner": _owner(req.owner),
-            "comment": _comment(req.comment),
-        }
-        return [put("table", table_id, table), *ops], {"table_id": table_id}
+        tablets = [placement.tablet(table_id, msg.TabletPartition.of(p), n) for p in partitions]
+        table = TableRecord(
+            id=table_id,
+            name=name,
+            state="CREATING",
+            schema=schema.to_dict(),
+            schema_version=0,
+            partition_schema=pschema.to_dict(),
+            num_replicas=n,
+            tablet_ids=tuple(r.id for r in tablets),
+            created_at=time.time(),
+            owner=_owner(req.owner),
+            comment=_comment(req.comment),
+        )
+        return [put(table), *(put(r) for r in tablets)], {"table_id": table_id}
+
+    def _placement(self) -> _Placement:
+        live = self.master.ts_manager.live_tservers(time.monotonic())
+        return _Placement(live, self._replica_counts(live), self._leader_counts(live), self._address)
 
     async def wait_ddl_done(
         self, check: Callable[[msg.IsDdlDoneRequest], dict[str, Any]], req: msg.IsDdlDoneRequest, time_left_s: float
@@ -294,14 +285,14 @@ class CatalogManager:
     def is_create_table_done(self, req: msg.IsDdlDoneRequest) -> dict[str, Any]:
         self.master.require_leader()
         t = self.find_table(req.name, req.table_id)
-        return {"done": t["state"] == "RUNNING", "state": t["state"], "table_id": t["id"]}
+        return {"done": t.state == "RUNNING", "state": t.state, "table_id": t.id}
 
     async def delete_table(self, req: msg.DeleteTableRequest, timeout_s: float) -> dict[str, Any]:
         return await self._ddl("DeleteTable", req, timeout_s, self._plan_delete_table)
 
     def _plan_delete_table(self, req: msg.DeleteTableRequest) -> Plan:
         t = self.find_table(req.name, req.table_id)
-        return [put("table", t["id"], {**t, "state": "DELETING"})], {"table_id": t["id"]}
+        return [put(replace(t, state="DELETING"))], {"table_id": t.id}
 
     async def alter_table(self, req: msg.AlterTableRequest, timeout_s: float) -> dict[str, Any]:
         """Rename the table, change columns, add or drop range partitions: one catalog write; the
@@ -310,137 +301,98 @@ class CatalogManager:
 
     def _plan_alter_table(self, req: msg.AlterTableRequest) -> Plan:
         t = self.find_table(req.name, req.table_id)
-        if t["state"] == "CREATING":
-            raise KuduIllegalState(f"table {t['name']} is still being created; retry AlterTable later")
-        steps = req.alter_schema_steps or []
+        if t.state == "CREATING":
+            raise KuduIllegalState(f"table {t.name} is still being created; retry AlterTable later")
         new_name = req.new_name
         if new_name is not None:
             if not TABLE_NAME_RE.match(new_name):
                 raise KuduInvalidArgument("'new_name' must be 1-256 characters without control characters")
-            if any(
-                o["name"] == new_name and o["id"] != t["id"] and o["state"] not in ("DELETING", "DELETED")
-                for o in self.tables.values()
-            ):
+            if any(o.name == new_name and o.id != t.id and o.live for o in self.tables.values()):
                 raise KuduAlreadyPresent(f"table {new_name} already exists")
         meta: dict[str, Any] = {}  # owner / comment: catalog-only, no tablet is touched
         if req.new_owner is not UNSET:
             meta["owner"] = _owner(req.new_owner)
         if req.new_comment is not UNSET:
             meta["comment"] = _comment(req.new_comment)
-        schema = Schema.from_dict(t["schema"])
-        next_id = max(int(t.get("next_column_id", 0)), schema.next_column_id)
-        pschema = PartitionSchema.from_dict(schema, t["partition_schema"])
-        tablet_ids = list(t["tablet_ids"])
-        dropped: list[str] = []
-        ops: list[list[Any]] = []
-        schema_changed = False
-        live = self.master.ts_manager.live_tservers(time.monotonic())
-        load = self._replica_counts(live)
-        leads = self._leader_counts(live)
-        for i, step in enumerate(steps):
+        schema = Schema.from_dict(t.schema)
+        alter = _Alter(
+            schema=schema,
+            pschema=PartitionSchema.from_dict(schema, t.partition_schema),
+            next_id=max(0 if t.next_column_id is UNSET else t.next_column_id, schema.next_column_id),
+            tablet_ids=list(t.tablet_ids),
+            placement=self._placement(),
+        )
+        for i, step in enumerate(req.alter_schema_steps or []):
             if not isinstance(step, dict) or not isinstance(step.get("type"), str):
                 raise KuduInvalidArgument(f"alter_schema_steps[{i}] must be a map with a 'type'")
-            kind = step["type"]
-            if kind == "ADD_COLUMN":
-                if not isinstance(step.get("column"), dict):
-                    raise KuduInvalidArgument(f"alter_schema_steps[{i}]: ADD_COLUMN needs a 'column' map")
-                col = ColumnSchema.from_dict({k: v for k, v in step["column"].items() if k != "id"})
-                schema = schema.add_column(col).with_column_ids(next_id)
-                next_id = schema.next_column_id
-                schema_changed = True
-            elif kind == "DROP_COLUMN":
-                schema, schema_changed = schema.drop_column(_step_str(step, "name", i)), True
-            elif kind == "RENAME_COLUMN":
-                schema = schema.rename_column(_step_str(step, "old_name", i), _step_str(step, "new_name", i))
-                schema_changed = True
-            elif kind == "ALTER_COLUMN":
-                changes = {k: value_from_wire(v) for k, v in step.items() if k not in ("type", "name")}
-                schema, schema_changed = schema.alter_column(_step_str(step, "name", i), **changes), True
-            elif kind in ("ADD_RANGE_PARTITION", "DROP_RANGE_PARTITION"):
-                bound = _wire_bound(
-                    {
-                        "lower": step.get("lower"),
-                        "upper": step.get("upper"),
-                        "lower_bound_type": step.get("lower_bound_type", "inclusive"),
-                        "upper_bound_type": step.get("upper_bound_type", "exclusive"),
-                    }
-                )
-                if kind == "ADD_RANGE_PARTITION" and step.get("hash_dimensions") is not None:
-                    bound["hash_dimensions"] = step["hash_dimensions"]  # a range with its own hash schema
-                with_bound = pschema.with_custom_ranges([bound])
-                [(lo, hi)] = with_bound.range_partitions([bound])
-                current = {tid: self.tablets[tid] for tid in tablet_ids if tid in self.tablets}
-                same = [
-                    tid
-                    for tid, r in current.items()
-                    if (r["partition"]["range_key_start"], r["partition"]["range_key_end"]) == (lo, hi)
-                ]
-                if kind == "DROP_RANGE_PARTITION":
-                    if not same:
-                        raise KuduInvalidArgument(f"alter_schema_steps[{i}]: no range partition matches that bound")
-                    tablet_ids = [tid for tid in tablet_ids if tid not in same]
-                    dropped += same
-                    pschema = pschema.without_custom_range(lo, hi)
-                    continue
-                for r in current.values():
-                    rlo, rhi = r["partition"]["range_key_start"], r["partition"]["range_key_end"]
-                    if (not hi or rlo < hi) and (not rhi or lo < rhi):
-                        raise KuduInvalidArgument(
-                            f"alter_schema_steps[{i}]: new range partition overlaps an existing one"
-                        )
-                n = t["num_replicas"]
-                self._require_live(n, live, "for a new range partition's replicas")
-                pschema = with_bound
-                for p in pschema.partitions_for_ranges([(lo, hi)]):
-                    tid = uuid.uuid4().hex
-                    chosen = sorted(live, key=lambda u: (load[u], random.random()))[:n]
-                    for u in chosen:
-                        load[u] += 1
-                    ops.append(
-                        put(
-                            "tablet",
-                            tid,
-                            {
-                                "id": tid,
-                                "table_id": t["id"],
-                                "partition": p.to_dict(),
-                                "replicas": {u: self._address(u) for u in chosen},
-                                "state": "CREATING",
-                                "first_leader": _first_leader(chosen, leads),
-                            },
-                        )
-                    )
-                    tablet_ids.append(tid)
+            if step["type"] in ("ADD_RANGE_PARTITION", "DROP_RANGE_PARTITION"):
+                self._alter_range(alter, t, step, i)
             else:
-                raise KuduInvalidArgument(f"alter_schema_steps[{i}]: unknown step type {kind!r}")
-        version = t["schema_version"] + (1 if schema_changed else 0)
-        work = schema_changed or dropped or len(tablet_ids) != len(t["tablet_ids"])
-        table = {
-            **t,
+                alter.column_step(step, i)
+        version = t.schema_version + (1 if alter.schema_changed else 0)
+        work = alter.schema_changed or alter.dropped or len(alter.tablet_ids) != len(t.tablet_ids)
+        table = replace(
+            t,
             **meta,
-            "name": new_name or t["name"],
-            "schema": schema.to_dict(),
-            "schema_version": version,
-            "partition_schema": pschema.to_dict(),
-            "next_column_id": next_id,
-            "tablet_ids": tablet_ids,
-            "dropped_tablet_ids": [*t.get("dropped_tablet_ids", []), *dropped],
-            "state": "ALTERING" if work else t["state"],
-        }
-        return [put("table", t["id"], table), *ops], {"table_id": t["id"], "schema_version": version}
+            name=new_name or t.name,
+            schema=alter.schema.to_dict(),
+            schema_version=version,
+            partition_schema=alter.pschema.to_dict(),
+            next_column_id=alter.next_id,
+            tablet_ids=tuple(alter.tablet_ids),
+            dropped_tablet_ids=(*t.dropped(), *alter.dropped),
+            state="ALTERING" if work else t.state,
+        )
+        return [put(table), *(put(r) for r in alter.new_tablets)], {"table_id": t.id, "schema_version": version}
+
+    def _alter_range(self, alter: _Alter, t: TableRecord, step: dict[str, Any], i: int) -> None:
+        """ADD_RANGE_PARTITION (new tablets, placed now) or DROP_RANGE_PARTITION (its tablets dropped)."""
+        kind = step["type"]
+        bound = _wire_bound(
+            {
+                "lower": step.get("lower"),
+                "upper": step.get("upper"),
+                "lower_bound_type": step.get("lower_bound_type", "inclusive"),
+                "upper_bound_type": step.get("upper_bound_type", "exclusive"),
+            }
+        )
+        if kind == "ADD_RANGE_PARTITION" and step.get("hash_dimensions") is not None:
+            bound["hash_dimensions"] = step["hash_dimensions"]  # a range with its own hash schema
+        with_bound = alter.pschema.with_custom_ranges([bound])
+        [(lo, hi)] = with_bound.range_partitions([bound])
+        current = {tid: self.tablets[tid] for tid in alter.tablet_ids if tid in self.tablets}
+        ranges = {tid: (r.partition.range_key_start, r.partition.range_key_end) for tid, r in current.items()}
+        if kind == "DROP_RANGE_PARTITION":
+            same = [tid for tid, r in ranges.items() if r == (lo, hi)]
+            if not same:
+                raise KuduInvalidArgument(f"alter_schema_steps[{i}]: no range partition matches that bound")
+            alter.tablet_ids = [tid for tid in alter.tablet_ids if tid not in same]
+            alter.dropped += same
+            alter.pschema = alter.pschema.without_custom_range(lo, hi)
+            return
+        for rlo, rhi in ranges.values():
+            if (not hi or rlo < hi) and (not rhi or lo < rhi):
+                raise KuduInvalidArgument(f"alter_schema_steps[{i}]: new range partition overlaps an existing one")
+        n = t.num_replicas
+        self._require_live(n, alter.placement.live, "for a new range partition's replicas")
+        alter.pschema = with_bound
+        for p in alter.pschema.partitions_for_ranges([(lo, hi)]):
+            rec = alter.placement.tablet(t.id, msg.TabletPartition.of(p), n)
+            alter.new_tablets.append(rec)
+            alter.tablet_ids.append(rec.id)
 
     def is_alter_table_done(self, req: msg.IsDdlDoneRequest) -> dict[str, Any]:
         self.master.require_leader()
         t = self.find_table(req.name, req.table_id)
-        return {"done": t["state"] == "RUNNING", "state": t["state"], "schema_version": t["schema_version"]}
+        return {"done": t.state == "RUNNING", "state": t.state, "schema_version": t.schema_version}
 
     def list_tables(self, req: msg.ListTablesRequest) -> dict[str, Any]:
         self.master.require_leader()
         name_filter = req.name_filter
         out = [
-            {"name": t["name"], "table_id": t["id"], "state": t["state"]}
+            {"name": t.name, "table_id": t.id, "state": t.state}
             for t in self.tables.values()
-            if t["state"] not in ("DELETING", "DELETED") and (not name_filter or name_filter in t["name"])
+            if t.live and (not name_filter or name_filter in t.name)
         ]
         return {"tables": sorted(out, key=lambda t: t["name"])}
 
@@ -448,18 +400,18 @@ class CatalogManager:
         self.master.require_leader()
         t = self.find_table(req.name, req.table_id)
         return {
-            "table_id": t["id"],
-            "name": t["name"],
-            "schema": t["schema"],
-            "schema_version": t["schema_version"],
-            "partition_schema": t["partition_schema"],
-            "num_replicas": t["num_replicas"],
-            "owner": t.get("owner"),
-            "comment": t.get("comment"),
-            "create_table_done": t["state"] == "RUNNING",
+            "table_id": t.id,
+            "name": t.name,
+            "schema": t.schema,
+            "schema_version": t.schema_version,
+            "partition_schema": t.partition_schema,
+            "num_replicas": t.num_replicas,
+            "owner": t.owner,
+            "comment": t.comment,
+            "create_table_done": t.state == "RUNNING",
         }
 
-    def get_table_locations(self, req: msg.GetTableLocationsRequest) -> dict[str, Any]:
+    def get_table_locations(self, req: msg.GetTableLocationsRequest) -> msg.GetTableLocationsResponse:
         """Tablets of a table whose partition-key range meets [start, end), from the caches."""
         self.master.require_leader()
         t = self.find_table(req.name, req.table_id)
@@ -467,35 +419,36 @@ class CatalogManager:
         end = req.partition_key_end or b""
         limit = req.max_returned
         out = []
-        for tid in t["tablet_ids"]:
+        for tid in t.tablet_ids:
             rec = self.tablets.get(tid)
             if rec is None:
                 continue
-            p = rec["partition"]
-            if end and p["partition_key_start"] >= end:
+            p = rec.partition
+            if end and p.partition_key_start >= end:
                 continue
-            if p["partition_key_end"] and p["partition_key_end"] <= start:
+            if p.partition_key_end and p.partition_key_end <= start:
                 continue
             out.append(self.location(rec))
-        out.sort(key=lambda loc: loc["partition"]["partition_key_start"])
-        return {"table_id": t["id"], "tablets": out[:limit], "schema_version": t["schema_version"]}
+        out.sort(key=lambda loc: loc.partition.partition_key_start)
+        return msg.GetTableLocationsResponse(table_id=t.id, tablets=out[:limit], schema_version=t.schema_version)
 
-    def get_tablet_locations(self, req: msg.GetTabletLocationsRequest) -> dict[str, Any]:
+    def get_tablet_locations(self, req: msg.GetTabletLocationsRequest) -> msg.GetTabletLocationsResponse:
         self.master.require_leader()
         ids = req.tablet_ids
-        out, missing = [], []
+        out: list[msg.TabletLocation] = []
+        missing: list[str] = []
         for tid in ids:
             rec = self.tablets.get(tid)
             if rec is None:
                 missing.append(tid)
             else:
                 out.append(self.location(rec))
-        return {"tablets": out, "missing": missing}
+        return msg.GetTabletLocationsResponse(tablets=out, missing=missing)
 
-    def location(self, rec: dict[str, Any]) -> dict[str, Any]:
+    def location(self, rec: TabletRecord) -> msg.TabletLocation:
         """Replicas as the tservers report them (the newest config), else the catalog's placement."""
-        info = self.master.ts_manager.tablet_info(rec["id"])
-        replicas: list[dict[str, Any]] = []
+        info = self.master.ts_manager.tablet_info(rec.id)
+        replicas: list[msg.ReplicaLocation] = []
         if info is not None and info.get("config"):
             cfg = info["config"]
             peers = cfg.get("peers", {})
@@ -507,10 +460,10 @@ class CatalogManager:
                     if u in cfg.get("voters", [])
                     else "LEARNER"
                 )
-                replicas.append({"uuid": u, "rpc_address": peers.get(u) or self._address(u), "role": role})
+                replicas.append(msg.ReplicaLocation(u, peers.get(u) or self._address(u), role))
         else:
-            replicas = [{"uuid": u, "rpc_address": a, "role": "UNKNOWN"} for u, a in rec["replicas"].items()]
-        return {"tablet_id": rec["id"], "partition": rec["partition"], "state": rec["state"], "replicas": replicas}
+            replicas = [msg.ReplicaLocation(u, a, "UNKNOWN") for u, a in rec.replicas.items()]
+        return msg.TabletLocation(rec.id, rec.partition, rec.state, replicas)
 
     def _require_live(self, n: int, live: list[str], what: str) -> None:
         """Enough live tservers for ``n`` replicas, else INVALID_ARGUMENT; but SERVICE_UNAVAILABLE (retry)
@@ -520,10 +473,7 @@ class CatalogManager:
             return
         details = {"live_tservers": len(live)}
         unregistered = {
-            u
-            for rec in self.tablets.values()
-            for u in rec["replicas"]
-            if self.master.ts_manager.registration(u) is None
+            u for rec in self.tablets.values() for u in rec.replicas if self.master.ts_manager.registration(u) is None
         }
         uptime = self.master.uptime_s()
         if unregistered and uptime < REGISTRATION_GRACE_S:
@@ -540,7 +490,7 @@ class CatalogManager:
     def _replica_counts(self, live: list[str]) -> dict[str, int]:
         counts = {u: 0 for u in live}
         for rec in self.tablets.values():
-            for u in rec["replicas"]:
+            for u in rec.replicas:
                 if u in counts:
                     counts[u] += 1
         return counts
@@ -566,7 +516,7 @@ class CatalogManager:
     def reports_arrived(self) -> None:
         """A tserver reported replica changes: while DDL is in progress, run the next pass now (a new
         tablet's first leader makes CreateTable done) instead of at the next 0.5 s tick."""
-        if any(t["state"] != "RUNNING" for t in self.tables.values()):
+        if any(t.state != "RUNNING" for t in self.tables.values()):
             self._wake.set()
 
     async def stop(self) -> None:
@@ -598,83 +548,91 @@ class CatalogManager:
         delete dropped tablets and DELETING tables, and mark tables RUNNING once all of it is done."""
         now = time.monotonic()
         for table in list(self.tables.values()):
-            if table["state"] == "DELETING":
-                remaining, ops = self._delete_tablets(table["tablet_ids"], now)
+            if table.state == "DELETING":
+                remaining, ops = self._delete_tablets(table.tablet_ids, now)
                 if not remaining:
-                    ops.append(delete("table", table["id"]))
-                    log.info("table deleted", extra={"table": table["name"], "table_id": table["id"]})
+                    ops.append(delete("table", table.id))
+                    log.info("table deleted", extra={"table": table.name, "table_id": table.id})
                 if ops:
                     await self._write(ops)
-            elif table["state"] in ("CREATING", "ALTERING"):
-                await self._drive_table(table, now)
+            elif table.state in ("CREATING", "ALTERING"):
+                await self._drive_table(table.id, now)
         await self._rereplicate(now)
 
-    async def _drive_table(self, table: dict[str, Any], now: float) -> None:
-        current = self.tables.get(table["id"])  # this pass's list may predate a write made since
-        if current is None or current["state"] not in ("CREATING", "ALTERING"):
+    async def _drive_table(self, table_id: str, now: float) -> None:
+        table = self.tables.get(table_id)  # this pass's list may predate a write made since
+        if table is None or table.state not in ("CREATING", "ALTERING"):
             return
-        table = current
-        ops: list[list[Any]] = []
+        ops: list[Op] = []
         pending = False
-        version = table["schema_version"]
-        for tid in table["tablet_ids"]:
+        for tid in table.tablet_ids:
             rec = self.tablets.get(tid)
             if rec is None:
                 continue
             info = self.master.ts_manager.tablet_info(tid)
-            leader = info.get("leader_uuid") if info is not None else None
-            if rec["state"] == "CREATING":
+            leader: str | None = info.get("leader_uuid") if info is not None else None
+            if rec.state == "CREATING":
                 if leader:
-                    ops.append(put("tablet", tid, {**rec, "state": "RUNNING"}))
+                    ops.append(put(replace(rec, state="RUNNING")))
                     continue
                 pending = True
-                req = {
-                    "tablet_id": tid,
-                    "table_id": table["id"],
-                    "table_name": table["name"],
-                    "schema": table["schema"],
-                    "schema_version": version,
-                    "partition": rec["partition"],
-                    "partition_schema": table["partition_schema"],
-                    "peers": rec["replicas"],
-                }
-                if rec.get("first_leader") in rec["replicas"]:
-                    req["first_leader"] = rec["first_leader"]
-                for u, addr in rec["replicas"].items():
-                    self._ask(("create", tid, u), now, addr, "CreateTablet", req)
-            elif table["state"] == "ALTERING":
-                have = self.master.ts_manager.tablet_replicas(tid).get(leader or "", {}).get("schema_version", -1)
-                if leader is None or have < version:
-                    pending = True
-                    if leader is not None:
-                        self._ask(
-                            ("alter", tid, f"{leader}@{version}"),
-                            now,
-                            self._address(leader),
-                            "AlterSchema",
-                            {"tablet_id": tid, "schema": table["schema"], "schema_version": version},
-                        )
-        dropped = table.get("dropped_tablet_ids", [])
-        remaining, drop_ops = self._delete_tablets(dropped, now)
+                self._ask_create(table, rec, now)
+            elif table.state == "ALTERING":
+                pending = self._push_schema(table, tid, leader, now) or pending
+        remaining, drop_ops = self._delete_tablets(table.dropped(), now)
         ops += drop_ops
         if not pending and not remaining:
-            ops.append(put("table", table["id"], {**table, "state": "RUNNING", "dropped_tablet_ids": []}))
+            ops.append(put(replace(table, state="RUNNING", dropped_tablet_ids=())))
             log.info(
-                "table is RUNNING", extra={"table": table["name"], "table_id": table["id"], "schema_version": version}
+                "table is RUNNING",
+                extra={"table": table.name, "table_id": table.id, "schema_version": table.schema_version},
             )
         if ops:
             await self._write(ops)
 
-    def _delete_tablets(self, tablet_ids: list[str], now: float) -> tuple[list[str], list[list[Any]]]:
+    def _ask_create(self, table: TableRecord, rec: TabletRecord, now: float) -> None:
+        """Ask every replica's tserver to create a CREATING tablet (until one reports itself its leader)."""
+        req = {
+            "tablet_id": rec.id,
+            "table_id": table.id,
+            "table_name": table.name,
+            "schema": table.schema,
+            "schema_version": table.schema_version,
+            "partition": to_builtins(rec.partition),
+            "partition_schema": table.partition_schema,
+            "peers": rec.replicas,
+        }
+        if rec.first_leader in rec.replicas:
+            req["first_leader"] = rec.first_leader
+        for u, addr in rec.replicas.items():
+            self._ask(("create", rec.id, u), now, addr, "CreateTablet", req)
+
+    def _push_schema(self, table: TableRecord, tid: str, leader: str | None, now: float) -> bool:
+        """Send an ALTERING table's schema to a tablet's leader; True while the leader lacks it."""
+        version = table.schema_version
+        have = self.master.ts_manager.tablet_replicas(tid).get(leader or "", {}).get("schema_version", -1)
+        if leader is not None and have >= version:
+            return False
+        if leader is not None:
+            self._ask(
+                ("alter", tid, f"{leader}@{version}"),
+                now,
+                self._address(leader),
+                "AlterSchema",
+                {"tablet_id": tid, "schema": table.schema, "schema_version": version},
+            )
+        return True
+
+    def _delete_tablets(self, tablet_ids: Sequence[str], now: float) -> tuple[list[str], list[Op]]:
         """Ask every server still reporting these tablets to delete them; drop the records of those gone."""
         remaining: list[str] = []
-        ops: list[list[Any]] = []
+        ops: list[Op] = []
         for tid in tablet_ids:
             rec = self.tablets.get(tid)
             if rec is None:
                 continue
             reported = self.master.ts_manager.tablet_replicas(tid)
-            holders = {u: self._address(u) for u in reported} | dict(rec["replicas"])
+            holders = {u: self._address(u) for u in reported} | dict(rec.replicas)
             still = [u for u in holders if u in reported]
             if not still and not any(self._may_hold_unreported(u, now) for u in holders):
                 ops.append(delete("tablet", tid))
@@ -697,14 +655,14 @@ class CatalogManager:
             return self.master.uptime_s() < tsm.unresponsive_timeout_s
         return tsm.is_live(ts_uuid, now)
 
-    def deleted_tablets_on(self, ts_uuid: str) -> list[dict[str, Any]]:
+    def deleted_tablets_on(self, ts_uuid: str) -> list[msg.TabletToDelete]:
         """For a heartbeat answer: replicas ``ts_uuid`` reports of tablets the catalog deleted (a late
         CreateTablet, a tserver that was down while its table was deleted), to be deleted there too."""
         cat = self.master.catalog
         if cat is None:
             return []
         return [
-            {"tablet_id": tid, "reason": "its tablet was deleted from the catalog", "delete_type": "DELETED"}
+            msg.TabletToDelete(tablet_id=tid, reason="its tablet was deleted from the catalog", delete_type="DELETED")
             for tid in sorted(self.master.ts_manager.tablets_on(ts_uuid))
             if tid in cat.deleted_tablets and tid not in cat.tablets
         ]
@@ -757,20 +715,20 @@ class CatalogManager:
 
         views: list[TabletView] = []
         seen: set[str] = set(live)
-        ops: list[list[Any]] = []
+        ops: list[Op] = []
         for table in self.tables.values():
-            if table["state"] in ("DELETING", "DELETED"):
+            if not table.live:
                 continue
-            for tid in table["tablet_ids"]:
+            for tid in table.tablet_ids:
                 rec = self.tablets.get(tid)
-                if rec is None or rec["state"] != "RUNNING":
+                if rec is None or rec.state != "RUNNING":
                     continue
-                view = self._tablet_view(rec, table["num_replicas"], now)
+                view = self._tablet_view(rec, table.num_replicas, now)
                 if view is None:
                     continue
-                placement = {u: view.peers.get(u) or rec["replicas"].get(u) or self._address(u) for u in view.members}
-                if placement != rec["replicas"]:
-                    ops.append(put("tablet", tid, {**rec, "replicas": placement}))
+                placement = {u: view.peers.get(u) or rec.replicas.get(u) or self._address(u) for u in view.members}
+                if placement != rec.replicas:
+                    ops.append(put(replace(rec, replicas=placement)))
                     log.info(
                         "tablet placement follows its reported config",
                         extra={"tablet": tid, "config_index": view.config_index, "replicas": sorted(placement)},
@@ -840,10 +798,10 @@ class CatalogManager:
                 stuck.add(key)
         return frozenset(stuck)
 
-    def _tablet_view(self, rec: dict[str, Any], num_replicas: int, now: float) -> TabletView | None:
+    def _tablet_view(self, rec: TabletRecord, num_replicas: int, now: float) -> TabletView | None:
         """The reported state of one tablet, or None while it has no reported config. The leader counts
         only if its own report says it leads in the newest term and its server is live."""
-        tid = rec["id"]
+        tid = rec.id
         tsm = self.master.ts_manager
         info = tsm.tablet_info(tid)
         if info is None or not info.get("config") or not info["config"]["voters"]:
@@ -1004,3 +962,61 @@ def _first_leader(chosen: list[str], leads: dict[str, int]) -> str:
     first = min(chosen, key=lambda u: (leads.get(u, 0), u))
     leads[first] = leads.get(first, 0) + 1
     return first
+
+
+@dataclass
+class _Placement:
+    """Where new tablets' replicas go: on the live tservers holding the fewest replicas (counting the ones
+    just placed), the first leader on the one leading the fewest tablets."""
+
+    live: list[str]
+    load: dict[str, int]  # replicas per live tserver
+    leads: dict[str, int]  # tablet leaders per live tserver
+    address: Callable[[str], str]
+
+    def tablet(self, table_id: str, partition: msg.TabletPartition, n: int) -> TabletRecord:
+        chosen = sorted(self.live, key=lambda u: (self.load[u], random.random()))[:n]  # fewest replicas first
+        for u in chosen:
+            self.load[u] += 1
+        return TabletRecord(
+            id=uuid.uuid4().hex,
+            table_id=table_id,
+            partition=partition,
+            replicas={u: self.address(u) for u in chosen},
+            state="CREATING",
+            first_leader=_first_leader(chosen, self.leads),
+        )
+
+
+@dataclass
+class _Alter:
+    """An AlterTable being planned: the schema and partitioning so far, step by step."""
+
+    schema: Schema
+    pschema: PartitionSchema
+    next_id: int  # the id of the next column added
+    tablet_ids: list[str]
+    placement: _Placement
+    dropped: list[str] = field(default_factory=list)  # tablets of dropped ranges
+    new_tablets: list[TabletRecord] = field(default_factory=list)  # tablets of added ranges
+    schema_changed: bool = False
+
+    def column_step(self, step: dict[str, Any], i: int) -> None:
+        """ADD_COLUMN, DROP_COLUMN, RENAME_COLUMN or ALTER_COLUMN."""
+        kind = step["type"]
+        if kind == "ADD_COLUMN":
+            if not isinstance(step.get("column"), dict):
+                raise KuduInvalidArgument(f"alter_schema_steps[{i}]: ADD_COLUMN needs a 'column' map")
+            col = ColumnSchema.from_dict({k: v for k, v in step["column"].items() if k != "id"})
+            self.schema = self.schema.add_column(col).with_column_ids(self.next_id)
+            self.next_id = self.schema.next_column_id
+        elif kind == "DROP_COLUMN":
+            self.schema = self.schema.drop_column(_step_str(step, "name", i))
+        elif kind == "RENAME_COLUMN":
+            self.schema = self.schema.rename_column(_step_str(step, "old_name", i), _step_str(step, "new_name", i))
+        elif kind == "ALTER_COLUMN":
+            changes = {k: value_from_wire(v) for k, v in step.items() if k not in ("type", "name")}
+            self.schema = self.schema.alter_column(_step_str(step, "name", i), **changes)
+        else:
+            raise KuduInvalidArgument(f"alter_schema_steps[{i}]: unknown step type {kind!r}")
+        self.schema_changed = True

@@ -25,7 +25,7 @@ from kudu_async.master.catalog_manager import CatalogManager
 from kudu_async.master.messages import MAX_DDL_WAIT_MS
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager
-from kudu_async.rpc.messages import Empty, Method, ServiceTable, convert, serve
+from kudu_async.rpc.messages import Empty, Method, ServiceTable, convert, serve, to_builtins
 from kudu_async.rpc.server import CallContext
 from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig
@@ -261,7 +261,7 @@ class Master(Node):
             leader=leader,
             master_uuid=self.uuid,
             needs_full_report=tsm.needs_full_report(req.uuid),
-            tablets_to_delete=[msg.TabletToDelete(**d) for d in self.catalog_manager.deleted_tablets_on(req.uuid)],
+            tablets_to_delete=self.catalog_manager.deleted_tablets_on(req.uuid),
         )
 
     async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:
@@ -312,13 +312,13 @@ class Master(Node):
         self, req: msg.GetTableLocationsRequest, ctx: CallContext
     ) -> msg.GetTableLocationsResponse:
         await self.confirm_catalog_read(ctx)
-        return convert(self.catalog_manager.get_table_locations(req), msg.GetTableLocationsResponse)
+        return self.catalog_manager.get_table_locations(req)
 
     async def _rpc_get_tablet_locations(
         self, req: msg.GetTabletLocationsRequest, ctx: CallContext
     ) -> msg.GetTabletLocationsResponse:
         await self.confirm_catalog_read(ctx)
-        return convert(self.catalog_manager.get_tablet_locations(req), msg.GetTabletLocationsResponse)
+        return self.catalog_manager.get_tablet_locations(req)
 
     async def _rpc_list_masters(self, req: Empty, ctx: CallContext) -> msg.ListMastersResponse:
         return convert({"masters": self.masters()}, msg.ListMastersResponse)
@@ -372,12 +372,12 @@ async def _tables_page(request: web.Request) -> web.Response:
     master = node_as(request, Master)
     tables = [
         {
-            "name": t["name"],
-            "table_id": t["id"],
-            "state": t["state"],
-            "num_tablets": len(t["tablet_ids"]),
-            "num_replicas": t["num_replicas"],
-            "schema_version": t["schema_version"],
+            "name": t.name,
+            "table_id": t.id,
+            "state": t.state,
+            "num_tablets": len(t.tablet_ids),
+            "num_replicas": t.num_replicas,
+            "schema_version": t.schema_version,
         }
         for t in master.catalog_manager.tables.values()
     ]
@@ -389,5 +389,6 @@ async def _table_page(request: web.Request) -> web.Response:
     master = node_as(request, Master)
     cm = master.catalog_manager
     t = cm.find_table(request.match_info["name"])
-    tablets = [cm.location(cm.tablets[tid]) for tid in t["tablet_ids"] if tid in cm.tablets]
-    return json_response({**{k: v for k, v in t.items() if k != "tablet_ids"}, "tablets": tablets})
+    tablets = [to_builtins(cm.location(cm.tablets[tid])) for tid in t.tablet_ids if tid in cm.tablets]
+    record = {k: v for k, v in to_builtins(t).items() if k != "tablet_ids"}
+    return json_response({**record, "tablets": tablets})

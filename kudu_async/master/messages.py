@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import msgspec
 
 from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.partition import Partition
 from kudu_async.rpc.messages import UNSET, Message, NonNegInt, Unset
 from kudu_async.server.config import parse_hostport
 
@@ -329,9 +330,25 @@ class ReplicaLocation(Message, frozen=True):
     role: str
 
 
+class TabletPartition(Message, frozen=True):
+    """A tablet's slice of its table (``common.partition.Partition`` on the wire)."""
+
+    hash_buckets: tuple[int, ...]
+    range_key_start: bytes
+    range_key_end: bytes
+    partition_key_start: bytes
+    partition_key_end: bytes
+
+    @classmethod
+    def of(cls, p: Partition) -> TabletPartition:
+        return cls(
+            tuple(p.hash_buckets), p.range_key_start, p.range_key_end, p.partition_key_start, p.partition_key_end
+        )
+
+
 class TabletLocation(Message, frozen=True):
     tablet_id: str
-    partition: dict[str, Any]
+    partition: TabletPartition
     state: str
     replicas: list[ReplicaLocation]
 

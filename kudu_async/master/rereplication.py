@@ -172,63 +172,90 @@ def _tombstones(t: TabletView, cluster: ClusterView) -> list[Tombstone]:
 
 
 def _config_step(t: TabletView, cluster: ClusterView, load: dict[str, int], add_allowed: bool) -> ChangeConfig | None:
+    """The next config change of ``t``, sent to its leader; None while it has no healthy leader."""
     leader = t.leader
     if leader is None or leader not in t.voters or unhealthy(t, cluster, leader):
         return None
     leader_address = t.peers.get(leader) or cluster.addresses.get(leader)
     if not leader_address:
         return None
-
-    def change(op: str, peer: str, reason: str, **kw: str | None) -> ChangeConfig:
-        return ChangeConfig(t.tablet_id, op, peer, t.config_index, leader, leader_address, reason, **kw)
-
-    # 1. A learner in flight: finish it (or drop it) before anything else.
-    for learner in sorted(t.non_voters):
-        if unhealthy(t, cluster, learner):
-            return change(REMOVE, learner, "the new non-voter's server failed")
-        if (t.tablet_id, learner) in cluster.stuck_learners:
-            return change(REMOVE, learner, "the new non-voter's tablet copy never came up")
-        if t.replica_states.get(learner) == RUNNING:
-            return change(PROMOTE, learner, "the new non-voter's copy is running")
-        return None  # its tablet copy is on the way
-
+    step = _Step(t, cluster, leader, leader_address)
+    if t.non_voters:  # a learner in flight: finish it (or drop it) before anything else
+        return step.finish_learner(sorted(t.non_voters)[0])
     sick = sorted(v for v in t.voters if unhealthy(t, cluster, v))
-    healthy = len(t.voters) - len(sick)
     hinted = t.replace_hint if t.replace_hint in sick else None
-    if healthy < t.num_replicas:
+    if len(t.voters) - len(sick) < t.num_replicas:
+        return step.replace_voter(sick, hinted, load, add_allowed)
+    if sick:
+        return step.change(REMOVE, hinted or sick[0], "failed voter replaced: the config has enough healthy voters")
+    if len(t.voters) > t.num_replicas:
+        return step.trim(load)
+    return None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """Planning one tablet's next config change, to be sent to its healthy leader."""
+
+    t: TabletView
+    cluster: ClusterView
+    leader: str
+    leader_address: str
+
+    def change(self, op: str, peer: str, reason: str, **kw: str | None) -> ChangeConfig:
+        t = self.t
+        return ChangeConfig(t.tablet_id, op, peer, t.config_index, self.leader, self.leader_address, reason, **kw)
+
+    def finish_learner(self, learner: str) -> ChangeConfig | None:
+        """Promote a learner whose copy runs, remove one that failed; None while its copy is on the way."""
+        t, cluster = self.t, self.cluster
+        if unhealthy(t, cluster, learner):
+            return self.change(REMOVE, learner, "the new non-voter's server failed")
+        if (t.tablet_id, learner) in cluster.stuck_learners:
+            return self.change(REMOVE, learner, "the new non-voter's tablet copy never came up")
+        if t.replica_states.get(learner) == RUNNING:
+            return self.change(PROMOTE, learner, "the new non-voter's copy is running")
+        return None
+
+    def replace_voter(
+        self, sick: list[str], hinted: str | None, load: dict[str, int], add_allowed: bool
+    ) -> ChangeConfig | None:
+        """Fewer healthy voters than the replication factor: add a learner on a new server (or, without a
+        healthy majority, first evict a failed voter if that restores one)."""
+        t = self.t
+        healthy = len(t.voters) - len(sick)
         if 2 * healthy <= len(t.voters):
             # No majority of healthy voters: nothing can commit while the config stays this size.
             if sick and 2 * healthy > len(t.voters) - 1:
                 victim = hinted or sick[0]
-                return change(
+                return self.change(
                     REMOVE, victim, "the healthy voters are no majority: evicting a failed voter first restores one"
                 )
             return None
-        if not add_allowed:
-            return None
-        target = _placement(t, cluster, load)
+        target = _placement(t, self.cluster, load) if add_allowed else None
         if target is None:
             return None
         replacing = hinted or (sick[0] if sick else None)
-        return change(
+        return self.change(
             ADD_LEARNER,
             target,
             f"{healthy} healthy voters of {t.num_replicas}" + (f"; replacing {replacing}" if replacing else ""),
-            address=cluster.addresses.get(target),
+            address=self.cluster.addresses.get(target),
             replacing=replacing,
         )
-    if sick:
-        return change(REMOVE, hinted or sick[0], "failed voter replaced: the config has enough healthy voters")
-    if len(t.voters) > t.num_replicas:
-        others = [v for v in t.voters if v != leader]
+
+    def trim(self, load: dict[str, int]) -> ChangeConfig | None:
+        """More voters than the replication factor: remove the replaced one, else (after the grace) the
+        least useful follower."""
+        t = self.t
+        others = [v for v in t.voters if v != self.leader]
         if t.replace_hint in others:
             victim = t.replace_hint
-        elif t.tablet_id in cluster.fresh_excess:
+        elif t.tablet_id in self.cluster.fresh_excess:
             return None
         else:
             victim = sorted(others, key=lambda v: (t.replica_states.get(v) == RUNNING, -load.get(v, 0), v))[0]
-        return change(REMOVE, victim, f"{len(t.voters)} voters for replication factor {t.num_replicas}")
-    return None
+        return self.change(REMOVE, victim, f"{len(t.voters)} voters for replication factor {t.num_replicas}")
 
 
 def _placement(t: TabletView, cluster: ClusterView, load: Mapping[str, int]) -> str | None:

@@ -7,6 +7,11 @@ already holds them. Every ``snapshot_every`` entries (and on close) the maps are
 ``sys-catalog.snapshot`` with the index they include; that index is the state machine's durable index,
 so the WAL below it can be collected and a restart replays only the entries after it.
 
+Records are typed (``TableRecord``, ``TabletRecord``, ``RequestRecord``: frozen msgspec structs, never
+changed in place; a writer puts a ``msgspec.structs.replace`` copy). Entries and the snapshot are plain
+msgpack lists and maps; they are decoded and validated when an entry is applied and when the snapshot
+loads, and a batch is checked the same way when it is encoded, before it is replicated.
+
 A batch applies whole or not at all. It is refused (applied as a no-op on every master alike, and
 answered ``{"conflict": reason}`` to the proposer) when it was planned against a catalog that changed
 under it:
@@ -31,60 +36,196 @@ reused, so even a leader that lags knows no false deletion.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import msgpack
+import msgspec
 
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 from kudu_async.fs.io_util import atomic_write_bytes
+from kudu_async.master.messages import TabletPartition
 
 log = logging.getLogger(__name__)
 
 GROUP = "sys.catalog"
 KIND = "sys_catalog"
-KINDS = ("table", "tablet")
 SNAPSHOT_FILE = "sys-catalog.snapshot"
 MAX_REMEMBERED_REQUESTS = 10_000
 MAX_REMEMBERED_DELETED_TABLETS = 100_000
 DEAD_TABLE_STATES = ("DELETING", "DELETED")
 
-
-def put(kind: str, record_id: str, record: dict[str, Any]) -> list[Any]:
-    return ["put", kind, record_id, record]
-
-
-def delete(kind: str, record_id: str) -> list[Any]:
-    return ["delete", kind, record_id]
+Kind = Literal["table", "tablet"]
+TableState = Literal["CREATING", "RUNNING", "ALTERING", "DELETING", "DELETED"]
+TabletState = Literal["CREATING", "RUNNING"]
+Unset = msgspec.UnsetType
+UNSET = msgspec.UNSET
 
 
-def request(request_id: str, entry: dict[str, Any]) -> list[Any]:
-    """Record one DDL's outcome under its client request id (``method``, ``digest``, ``result``, ``time``)."""
-    return ["request", request_id, entry]
+# --- records ----------------------------------------------------------------------------------------------
+# Each record is the map the catalog stores, field for field and in the order the master writes its keys
+# (a key no field names is dropped at decode). ``rev`` is unset on a record about to be put for the first
+# time; the entry that stores it sets it.
 
 
-def encode_ops(ops: list[list[Any]]) -> bytes:
-    for op in ops:
-        if not _well_formed(op):
-            raise KuduInvalidArgument(f"bad sys catalog operation {op!r}")
-    return msgpack.packb(ops, use_bin_type=True)
+class TableRecord(msgspec.Struct, frozen=True):
+    """A table: its schema and partitioning as the master accepted them, and its tablets."""
+
+    id: str
+    name: str
+    state: TableState
+    schema: dict[str, Any]
+    schema_version: int
+    partition_schema: dict[str, Any]
+    num_replicas: int
+    tablet_ids: tuple[str, ...]
+    created_at: float
+    owner: str | None
+    comment: str | None
+    rev: int | Unset = UNSET
+    # Tablets of dropped ranges still to be deleted: written by AlterTable, emptied once the table is RUNNING.
+    dropped_tablet_ids: tuple[str, ...] | Unset = UNSET
+    # Written by AlterTable: the id of the next column added (a dropped column's id is never reused).
+    next_column_id: int | Unset = UNSET
+
+    @property
+    def live(self) -> bool:
+        """Not being deleted: its name belongs to it."""
+        return self.state not in DEAD_TABLE_STATES
+
+    def dropped(self) -> tuple[str, ...]:
+        return () if self.dropped_tablet_ids is UNSET else self.dropped_tablet_ids
 
 
-def _well_formed(op: Any) -> bool:
-    if not isinstance(op, list) or len(op) < 3 or not isinstance(op[1], str):
-        return False
-    if op[0] == "request":
-        return len(op) == 3 and isinstance(op[2], dict)
-    if op[0] == "put":
-        return len(op) == 4 and op[1] in KINDS and isinstance(op[2], str) and isinstance(op[3], dict)
-    return op[0] == "delete" and len(op) == 3 and op[1] in KINDS and isinstance(op[2], str)
+class TabletRecord(msgspec.Struct, frozen=True):
+    """A tablet: its partition and the tservers the catalog placed its replicas on (uuid -> address)."""
+
+    id: str
+    table_id: str
+    partition: TabletPartition
+    replicas: dict[str, str]
+    state: TabletState
+    first_leader: str
+    rev: int | Unset = UNSET
 
 
-def is_live_table(record: dict[str, Any]) -> bool:
-    return record.get("state") not in DEAD_TABLE_STATES
+class RequestRecord(msgspec.Struct, frozen=True):
+    """The outcome of one DDL under its client request id; ``index`` is set by the entry that stores it."""
+
+    method: str
+    digest: str
+    result: dict[str, Any]
+    time: float
+    index: int | Unset = UNSET
+
+
+Record = TableRecord | TabletRecord
+
+
+# --- operations: an entry is a list of them, each a list on the wire ------------------------------------
+
+
+class PutTable(msgspec.Struct, frozen=True, array_like=True, tag="put"):
+    """``["put", "table", id, record]``"""
+
+    kind: Literal["table"]
+    record_id: str
+    record: TableRecord
+
+
+class PutTablet(msgspec.Struct, frozen=True, array_like=True, tag="put"):
+    """``["put", "tablet", id, record]``"""
+
+    kind: Literal["tablet"]
+    record_id: str
+    record: TabletRecord
+
+
+class Delete(msgspec.Struct, frozen=True, array_like=True, tag="delete"):
+    """``["delete", kind, id]``"""
+
+    kind: Kind
+    record_id: str
+
+
+class Request(msgspec.Struct, frozen=True, array_like=True, tag="request"):
+    """``["request", request id, entry]``"""
+
+    request_id: str
+    entry: RequestRecord
+
+
+Op = PutTable | PutTablet | Delete | Request
+
+
+class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
+    """A put as decoded before its record, whose type its kind names."""
+
+    kind: Kind
+    record_id: str
+    record: msgspec.Raw
+
+
+class _Snapshot(msgspec.Struct):
+    index: int
+    tables: dict[str, TableRecord]
+    tablets: dict[str, TabletRecord]
+    requests: list[tuple[str, RequestRecord]]  # oldest first
+    deleted_tablets: list[tuple[str, int]]  # oldest first
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request])
+_TABLE = msgspec.msgpack.Decoder(TableRecord)
+_TABLET = msgspec.msgpack.Decoder(TabletRecord)
+_SNAPSHOT = msgspec.msgpack.Decoder(_Snapshot)
+
+
+def put(record: Record) -> PutTable | PutTablet:
+    """Store ``record`` under its id; ``record.rev`` is that of the stored version it was derived from."""
+    if isinstance(record, TableRecord):
+        return PutTable("table", record.id, record)
+    return PutTablet("tablet", record.id, record)
+
+
+def delete(kind: Kind, record_id: str) -> Delete:
+    return Delete(kind, record_id)
+
+
+def request(request_id: str, entry: RequestRecord) -> Request:
+    """Record one DDL's outcome under its client request id."""
+    return Request(request_id, entry)
+
+
+def encode_ops(ops: Sequence[Op]) -> bytes:
+    """One entry's bytes, checked by decoding them as every master will (a struct's constructor checks
+    no types): a malformed operation is refused here, before it is replicated."""
+    try:
+        data = _ENCODER.encode(list(ops))
+        decode_ops(data)
+    except (TypeError, msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise KuduInvalidArgument(f"bad sys catalog operation in {list(ops)!r}: {e}") from None
+    return data
+
+
+def decode_ops(data: bytes) -> list[Op]:
+    """An entry's operations, each record decoded as its kind's type and validated."""
+    ops: list[Op] = []
+    for op in _OPS.decode(data):
+        if not isinstance(op, _RawPut):
+            ops.append(op)
+            continue
+        put_op = (
+            PutTable("table", op.record_id, _TABLE.decode(op.record))
+            if op.kind == "table"
+            else PutTablet("tablet", op.record_id, _TABLET.decode(op.record))
+        )
+        if put_op.record.id != op.record_id:
+            raise msgspec.ValidationError(f"put of {op.kind} {op.record_id} carries the record of {put_op.record.id}")
+        ops.append(put_op)
+    return ops
 
 
 class SysCatalogStateMachine:
@@ -103,15 +244,14 @@ class SysCatalogStateMachine:
         self.snapshot_every = snapshot_every
         self.max_requests = max_requests
         self.max_deleted = max_deleted
-        self.tables: dict[str, dict[str, Any]] = {}
-        self.tablets: dict[str, dict[str, Any]] = {}
-        self.requests: dict[str, dict[str, Any]] = {}  # request id -> outcome, oldest first (log order)
+        self.tables: dict[str, TableRecord] = {}
+        self.tablets: dict[str, TabletRecord] = {}
+        self.requests: dict[str, RequestRecord] = {}  # request id -> outcome, oldest first (log order)
         self.deleted_tablets: dict[str, int] = {}  # tablet id -> index of its deletion, oldest first
         self.applied_index = 0
         self.conflicts = 0  # batches refused since start (this master)
         self._snapshot_index = 0
         self._since_snapshot = 0
-        self.listeners: list[Any] = []  # called with (ops) after each applied batch (leader bookkeeping)
 
     def load(self) -> None:
         """Read the snapshot (worker thread); a damaged one is an error, never an empty catalog."""
@@ -120,88 +260,93 @@ class SysCatalogStateMachine:
         except FileNotFoundError:
             return
         try:
-            doc = msgpack.unpackb(data, raw=False)
-            self.tables, self.tablets = dict(doc["tables"]), dict(doc["tablets"])
-            self.requests = {str(rid): dict(entry) for rid, entry in doc.get("requests", [])}
-            self.deleted_tablets = {str(tid): int(i) for tid, i in doc.get("deleted_tablets", [])}
-            self.applied_index = self._snapshot_index = int(doc["index"])
-        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
+            doc = _SNAPSHOT.decode(data)
+            records: list[Record] = [*doc.tables.values(), *doc.tablets.values()]
+            unstamped = [r.id for r in records if r.rev is UNSET]
+            if unstamped:
+                raise ValueError(f"records without 'rev': {unstamped[:5]}")
+        except (ValueError, msgspec.DecodeError) as e:  # msgspec.ValidationError is a ValueError
             raise KuduCorruption(f"sys catalog snapshot {self.path} is unreadable: {e}") from e
+        self.tables, self.tablets = doc.tables, doc.tablets
+        self.requests = dict(doc.requests)
+        self.deleted_tablets = dict(doc.deleted_tablets)
+        self.applied_index = self._snapshot_index = doc.index
 
-    def conflict(self, ops: list[list[Any]]) -> str | None:
+    def conflict(self, ops: Sequence[Op]) -> str | None:
         """Why this batch cannot apply to the current maps (see the module docstring), or None."""
-        staged: dict[tuple[str, str], dict[str, Any] | None] = {}  # what the batch's earlier ops left
+        staged: dict[tuple[str, str], Record | None] = {}  # what the batch's earlier ops left
         requests: set[str] = set()
-
-        def current(kind: str, record_id: str) -> dict[str, Any] | None:
-            if (kind, record_id) in staged:
-                return staged[(kind, record_id)]
-            return (self.tables if kind == "table" else self.tablets).get(record_id)
-
         for op in ops:
-            if op[0] == "request":
-                if op[1] in self.requests or op[1] in requests:
-                    return f"request id {op[1]!r} was already applied"
-                requests.add(op[1])
-                continue
-            kind, record_id = op[1], op[2]
-            old = current(kind, record_id)
-            if op[0] == "delete":
-                staged[(kind, record_id)] = None
-                continue
-            new = op[3]
-            if old is None and new.get("rev") is not None:
-                return f"{kind} {record_id} was deleted since it was read (at rev {new.get('rev')})"
-            if old is not None and old.get("rev") != new.get("rev"):
-                return (
-                    f"{kind} {record_id} changed since it was read: rev {new.get('rev')} was written over "
-                    f"by rev {old.get('rev')}"
-                )
-            if (
-                kind == "table"
-                and is_live_table(new)
-                and (old is None or not is_live_table(old) or old.get("name") != new.get("name"))
-            ):
-                for other_id in {*self.tables, *(i for k, i in staged if k == "table")}:
-                    other = current("table", other_id)
-                    if (
-                        other_id != record_id
-                        and other is not None
-                        and is_live_table(other)
-                        and other.get("name") == new.get("name")
-                    ):
-                        return f"table name {new.get('name')!r} is taken by table {other_id}"
-            staged[(kind, record_id)] = new
+            if isinstance(op, Request):
+                if op.request_id in self.requests or op.request_id in requests:
+                    return f"request id {op.request_id!r} was already applied"
+                requests.add(op.request_id)
+            elif isinstance(op, Delete):
+                staged[(op.kind, op.record_id)] = None
+            else:
+                reason = self._put_conflict(op, staged)
+                if reason is not None:
+                    return reason
+                staged[(op.kind, op.record_id)] = op.record
+        return None
+
+    def _current(self, staged: dict[tuple[str, str], Record | None], kind: str, record_id: str) -> Record | None:
+        if (kind, record_id) in staged:
+            return staged[(kind, record_id)]
+        return (self.tables if kind == "table" else self.tablets).get(record_id)
+
+    def _put_conflict(self, op: PutTable | PutTablet, staged: dict[tuple[str, str], Record | None]) -> str | None:
+        """A put must replace the version it was derived from, and a live table must keep its name its own."""
+        kind, record_id, new = op.kind, op.record_id, op.record
+        old = self._current(staged, kind, record_id)
+        if old is None and new.rev is not UNSET:
+            return f"{kind} {record_id} was deleted since it was read (at rev {new.rev})"
+        if old is not None and old.rev != new.rev:
+            shown = None if new.rev is UNSET else new.rev
+            return f"{kind} {record_id} changed since it was read: rev {shown} was written over by rev {old.rev}"
+        if not isinstance(new, TableRecord) or not new.live:
+            return None
+        if isinstance(old, TableRecord) and old.live and old.name == new.name:
+            return None
+        for other_id in {*self.tables, *(i for k, i in staged if k == "table")}:
+            other = self._current(staged, "table", other_id)
+            if other_id != record_id and isinstance(other, TableRecord) and other.live and other.name == new.name:
+                return f"table name {new.name!r} is taken by table {other_id}"
         return None
 
     async def apply(self, index: int, term: int, payload: bytes) -> Any:
-        ops = msgpack.unpackb(payload, raw=False)
+        try:
+            ops = decode_ops(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError) as e:
+            raise KuduCorruption(f"sys catalog entry {index} is unreadable: {e}") from e
         reason = self.conflict(ops)
         if reason is None:
-            for op in ops:
-                if op[0] == "request":
-                    self.requests[op[1]] = {**op[2], "index": index}
-                    continue
-                target = self.tables if op[1] == "table" else self.tablets
-                if op[0] == "put":
-                    target[op[2]] = {**op[3], "rev": index}
-                elif target.pop(op[2], None) is not None and op[1] == "tablet":
-                    self.deleted_tablets[op[2]] = index
-            while len(self.requests) > self.max_requests:
-                del self.requests[next(iter(self.requests))]
-            while len(self.deleted_tablets) > self.max_deleted:
-                del self.deleted_tablets[next(iter(self.deleted_tablets))]
+            self._apply(index, ops)
         else:
             self.conflicts += 1
             log.info("sys catalog batch refused", extra={"index": index, "reason": reason})
         self.applied_index = index
-        if reason is None:
-            for listener in list(self.listeners):
-                listener(ops)
         self._since_snapshot += 1
         if self._since_snapshot >= self.snapshot_every:
             await self.snapshot()
         return {"index": index} if reason is None else {"index": index, "conflict": reason}
+
+    def _apply(self, index: int, ops: list[Op]) -> None:
+        for op in ops:
+            if isinstance(op, Request):
+                self.requests[op.request_id] = msgspec.structs.replace(op.entry, index=index)
+            elif isinstance(op, PutTable):
+                self.tables[op.record_id] = msgspec.structs.replace(op.record, rev=index)
+            elif isinstance(op, PutTablet):
+                self.tablets[op.record_id] = msgspec.structs.replace(op.record, rev=index)
+            elif op.kind == "table":
+                self.tables.pop(op.record_id, None)
+            elif self.tablets.pop(op.record_id, None) is not None:
+                self.deleted_tablets[op.record_id] = index
+        while len(self.requests) > self.max_requests:
+            del self.requests[next(iter(self.requests))]
+        while len(self.deleted_tablets) > self.max_deleted:
+            del self.deleted_tablets[next(iter(self.deleted_tablets))]
 
     def durable_index(self) -> int:
         return self._snapshot_index
@@ -212,15 +357,15 @@ class SysCatalogStateMachine:
     async def snapshot(self) -> None:
         self._since_snapshot = 0
         index = self.applied_index
-        data = msgpack.packb(
-            {
-                "index": index,
-                "tables": copy.deepcopy(self.tables),
-                "tablets": copy.deepcopy(self.tablets),
-                "requests": [[rid, copy.deepcopy(e)] for rid, e in self.requests.items()],
-                "deleted_tablets": list(self.deleted_tablets.items()),
-            },
-            use_bin_type=True,
+        # Encoded here, on the loop, so the maps cannot change under it; records are never changed in place.
+        data = _ENCODER.encode(
+            _Snapshot(
+                index,
+                self.tables,
+                self.tablets,
+                list(self.requests.items()),
+                list(self.deleted_tablets.items()),
+            )
         )
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)
         self._snapshot_index = index

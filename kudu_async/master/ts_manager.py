@@ -196,10 +196,6 @@ class TSManager:
         """Every registered tserver, live or dead, sorted by uuid (``/api/v1/tservers``)."""
         return [self._describe(self._ts[u], now) for u in sorted(self._ts)]
 
-    def descriptor(self, uuid: str, now: float) -> dict[str, Any] | None:
-        ts = self._ts.get(uuid)
-        return None if ts is None else self._describe(ts, now)
-
     def _describe(self, ts: _TServer, now: float) -> dict[str, Any]:
         return {
             "uuid": ts.uuid,

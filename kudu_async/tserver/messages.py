@@ -11,24 +11,34 @@ from typing import Annotated, Any
 import msgspec
 
 from kudu_async.common.errors import KuduInvalidArgument
-from kudu_async.rpc.messages import UNSET, Id, Message, NonEmptyStr, NonNegInt, Unset
+from kudu_async.consensus.raft_manager import GROUP_ID_RE
+from kudu_async.rpc.messages import UNSET, Message, NonEmptyStr, NonNegInt, Unset
 from kudu_async.tserver.result_tracker import MAX_CLIENT_ID_LEN, RequestId
 
 MAX_BATCH_BYTES = 16 * 1024 * 1024
+GroupId = Annotated[str, msgspec.Meta(pattern=GROUP_ID_RE.pattern)]  # a tablet id names its directory
 
 # --- CreateTablet / DeleteTablet ---------------------------------------------------------------------------
 
 
 class CreateTabletRequest(Message, frozen=True):
-    tablet_id: Id
+    """A new replica of ``tablet_id``; ``peers`` (uuid -> RPC address) is its first Raft config, and
+    ``first_leader`` the one that campaigns at once. That this server is one of the peers is checked by
+    the tablet manager."""
+
+    tablet_id: GroupId
     table_id: NonEmptyStr
     schema: dict[str, Any]
-    peers: dict[str, str]
+    peers: Annotated[dict[str, str], msgspec.Meta(min_length=1)]
     table_name: str = ""
     schema_version: NonNegInt = 0
     first_leader: str | None = None
     partition: dict[str, Any] | None = None
     partition_schema: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.first_leader is not None and self.first_leader not in self.peers:
+            raise KuduInvalidArgument("'first_leader' must be one of 'peers'", {"field": "first_leader"})
 
 
 class CreateTabletResponse(Message, frozen=True):

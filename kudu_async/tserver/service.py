@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.predicate import ColumnPredicate
-from kudu_async.rpc.messages import Method, ServiceTable, serve, to_builtins
+from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
@@ -53,7 +53,7 @@ class TabletService:
         serve(server, SERVICE, self.methods())
 
     async def create_tablet(self, req: m.CreateTabletRequest, ctx: CallContext) -> m.CreateTabletResponse:
-        out = await self.manager.create_tablet(to_builtins(req))
+        out = await self.manager.create_tablet(req)
         return m.CreateTabletResponse(tablet_id=out["tablet_id"], created=out["created"])
 
     async def delete_tablet(self, req: m.DeleteTabletRequest, ctx: CallContext) -> m.DeleteTabletResponse:

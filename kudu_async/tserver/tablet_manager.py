@@ -46,6 +46,7 @@ from kudu_async.fs.tablet_metadata import metadata_path
 from kudu_async.rpc.client import RpcClient
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import Tablet, TabletOptions
+from kudu_async.tserver.messages import CreateTabletRequest
 from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.tablet_replica import ReplicaServices, TabletReplica, TabletState, WriteLimits
 
@@ -192,40 +193,12 @@ class TabletManager:
 
     # --- create / delete ------------------------------------------------------------------------------
 
-    async def create_tablet(self, req: dict[str, Any]) -> dict[str, Any]:
+    async def create_tablet(self, req: CreateTabletRequest) -> dict[str, Any]:
         """Create a replica; idempotent (the master retries): an identical existing replica is success."""
-        tablet_id = check_group_id(req.get("tablet_id"))
-        table_id = req.get("table_id")
-        if not isinstance(table_id, str) or not table_id:
-            raise KuduInvalidArgument("'table_id' must be a non-empty string")
-        table_name = req.get("table_name", "")
-        if not isinstance(table_name, str):
-            raise KuduInvalidArgument("'table_name' must be a string")
-        schema_d = req.get("schema")
-        if not isinstance(schema_d, dict):
-            raise KuduInvalidArgument("'schema' must be a schema map")
-        schema = Schema.from_dict(schema_d).with_column_ids()
-        schema_version = req.get("schema_version", 0)
-        if isinstance(schema_version, bool) or not isinstance(schema_version, int) or schema_version < 0:
-            raise KuduInvalidArgument("'schema_version' must be a non-negative integer")
-        peers = req.get("peers")
-        if (
-            not isinstance(peers, dict)
-            or not peers
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in peers.items())
-        ):
-            raise KuduInvalidArgument("'peers' must map replica uuid -> RPC address")
+        tablet_id, table_id, table_name, peers = req.tablet_id, req.table_id, req.table_name, req.peers
+        schema = Schema.from_dict(req.schema).with_column_ids()
         if self.node_uuid not in peers:
             raise KuduInvalidArgument(f"'peers' does not include this tablet server {self.node_uuid}")
-        first_leader = req.get("first_leader")
-        if first_leader is not None and (not isinstance(first_leader, str) or first_leader not in peers):
-            raise KuduInvalidArgument("'first_leader' must be one of 'peers'")
-        partition = req.get("partition")
-        if partition is not None and not isinstance(partition, dict):
-            raise KuduInvalidArgument("'partition' must be a map")
-        partition_schema = req.get("partition_schema")
-        if partition_schema is not None and not isinstance(partition_schema, dict):
-            raise KuduInvalidArgument("'partition_schema' must be a map")
         existing = self.replicas.get(tablet_id)
         if existing is not None or tablet_id in self.raft.replicas:
             if existing is not None and existing.info.get("table_id") not in (None, table_id):
@@ -245,14 +218,14 @@ class TabletManager:
             extra = {
                 "table_id": table_id,
                 "table_name": table_name,
-                "partition": partition,
-                "partition_schema": partition_schema,
+                "partition": req.partition,
+                "partition_schema": req.partition_schema,
                 "schema": schema.to_dict(),
-                "schema_version": schema_version,
+                "schema_version": req.schema_version,
             }
             replica = await self.raft.create_replica(tablet_id, TABLET_KIND, dict(peers), extra)
             log.info("tablet created", extra={"tablet": tablet_id, "table": table_name, "peers": sorted(peers)})
-            if (first_leader or first_candidate(tablet_id, peers)) == self.node_uuid:
+            if (req.first_leader or first_candidate(tablet_id, peers)) == self.node_uuid:
                 asyncio.get_running_loop().call_later(FIRST_CAMPAIGN_DELAY_S, self._first_campaign, tablet_id, replica)
             return {"tablet_id": tablet_id, "created": True}
         finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from kudu_async.common.errors import (
     KuduAlreadyPresent,
@@ -21,16 +22,23 @@ from kudu_async.common.errors import (
 )
 from kudu_async.common.partition import HashDimension, PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.common.types import INT64, STRING
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import catalog_manager
 from kudu_async.master.catalog_manager import CatalogConflict, CatalogManager
 from kudu_async.master.master import Master
-from kudu_async.master.messages import AlterTableRequest, CreateTableRequest, DeleteTableRequest, IsDdlDoneRequest
-from kudu_async.master.sys_catalog import put
+from kudu_async.master.messages import (
+    AlterTableRequest,
+    CreateTableRequest,
+    DeleteTableRequest,
+    IsDdlDoneRequest,
+    TabletToDelete,
+)
+from kudu_async.master.sys_catalog import TableRecord, put
 from kudu_async.rpc.messages import convert
 from kudu_async.server.config import load_config
 
-SCHEMA = Schema([ColumnSchema("key", "int64", nullable=False), ColumnSchema("val", "string")], 1)
+SCHEMA = Schema([ColumnSchema("key", INT64, nullable=False), ColumnSchema("val", STRING)], 1)
 PSCHEMA = PartitionSchema(SCHEMA, [HashDimension(["key"], 2)], ["key"])
 TIMEOUT_S = 10.0
 
@@ -93,15 +101,15 @@ def add_column(name: str, column: str, request_id: str | None) -> dict[str, Any]
     return req if request_id is None else {**req, "request_id": request_id}
 
 
-async def make_running(cm: CatalogManager, name: str) -> dict[str, Any]:
+async def make_running(cm: CatalogManager, name: str) -> TableRecord:
     """What the background loop does once every tablet has a leader (it is stopped here)."""
     t = cm.find_table(name)
-    await cm._write([put("table", t["id"], {**t, "state": "RUNNING"})])
+    await cm._write([put(replace(t, state="RUNNING"))])
     return cm.find_table(name)
 
 
-def live_named(cm: CatalogManager, name: str) -> list[dict[str, Any]]:
-    return [t for t in cm.tables.values() if t["name"] == name and t["state"] not in ("DELETING", "DELETED")]
+def live_named(cm: CatalogManager, name: str) -> list[TableRecord]:
+    return [t for t in cm.tables.values() if t.name == name and t.state not in ("DELETING", "DELETED")]
 
 
 async def test_create_table_retried_with_its_request_id_returns_the_original_table(master: Master) -> None:
@@ -109,7 +117,7 @@ async def test_create_table_retried_with_its_request_id_returns_the_original_tab
     first = await cm.create_table(convert(create_req("t", "client-a:1"), CreateTableRequest), TIMEOUT_S)
     again = await cm.create_table(convert(create_req("t", "client-a:1"), CreateTableRequest), TIMEOUT_S)
     assert again == first
-    assert [t["id"] for t in live_named(cm, "t")] == [first["table_id"]]
+    assert [t.id for t in live_named(cm, "t")] == [first["table_id"]]
     assert len(cm.tablets) == 2  # the tablets were made once
     with pytest.raises(KuduAlreadyPresent):  # another request for the same name is still refused
         await cm.create_table(convert(create_req("t", "client-b:1"), CreateTableRequest), TIMEOUT_S)
@@ -123,9 +131,9 @@ async def test_new_tablets_name_a_first_leader_spread_evenly_over_the_servers(ma
     cm = master.catalog_manager
     six = PartitionSchema(SCHEMA, [HashDimension(["key"], 6)], ["key"])
     await cm.create_table(convert(create_req("t", None, partition_schema=six.to_dict()), CreateTableRequest), TIMEOUT_S)
-    recs = [cm.tablets[tid] for tid in cm.find_table("t")["tablet_ids"]]
-    firsts = [r["first_leader"] for r in recs]
-    assert all(f in r["replicas"] for f, r in zip(firsts, recs, strict=True))
+    recs = [cm.tablets[tid] for tid in cm.find_table("t").tablet_ids]
+    firsts = [r.first_leader for r in recs]
+    assert all(f in r.replicas for f, r in zip(firsts, recs, strict=True))
     assert sorted(firsts.count(u) for u in {"ts-0", "ts-1", "ts-2"}) == [2, 2, 2]
 
 
@@ -137,7 +145,7 @@ async def test_alter_table_retried_adds_the_column_and_bumps_the_version_once(ma
     assert first["schema_version"] == 1
     assert await cm.alter_table(convert(add_column("t", "extra", "c:2"), AlterTableRequest), TIMEOUT_S) == first
     t = cm.find_table("t")
-    assert [c["name"] for c in t["schema"]["columns"]] == ["key", "val", "extra"] and t["schema_version"] == 1
+    assert [c["name"] for c in t.schema["columns"]] == ["key", "val", "extra"] and t.schema_version == 1
     with pytest.raises(KuduInvalidArgument, match="extra"):  # without the id it is a second, bad alter
         await cm.alter_table(convert(add_column("t", "extra", "c:3"), AlterTableRequest), TIMEOUT_S)
 
@@ -153,7 +161,7 @@ async def test_rename_retried_after_it_applied_is_not_not_found(master: Master) 
         == first
         == {"table_id": created["table_id"], "schema_version": 0}
     )
-    assert cm.find_table("new")["id"] == created["table_id"]
+    assert cm.find_table("new").id == created["table_id"]
     with pytest.raises(KuduNotFound):
         await cm.alter_table(convert({**req, "request_id": "c:3"}, AlterTableRequest), TIMEOUT_S)
 
@@ -164,7 +172,7 @@ async def test_delete_retried_after_the_table_is_gone_returns_the_original_reply
     first = await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
     assert first == {"table_id": created["table_id"]}
     t = cm.tables[created["table_id"]]
-    await cm._write([put("table", t["id"], {**t, "state": "DELETED"})])
+    await cm._write([put(replace(t, state="DELETED"))])
     assert await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S) == first
     with pytest.raises(KuduNotFound):
         await cm.delete_table(convert({"name": "t", "request_id": "c:3"}, DeleteTableRequest), TIMEOUT_S)
@@ -180,7 +188,7 @@ async def test_a_request_id_reused_for_a_different_request_is_refused(master: Ma
         await cm.create_table(convert(create_req("t", "c:1", num_replicas=1), CreateTableRequest), TIMEOUT_S)
     with pytest.raises(KuduInvalidArgument, match=r"different request \(CreateTable\)"):
         await cm.delete_table(convert({"name": "t", "request_id": "c:1"}, DeleteTableRequest), TIMEOUT_S)
-    assert cm.find_table("t")["state"] == "CREATING"
+    assert cm.find_table("t").state == "CREATING"
 
 
 async def test_a_retry_with_its_fields_in_another_order_is_the_same_request(master: Master) -> None:
@@ -226,8 +234,8 @@ async def test_concurrent_creates_of_one_name_make_one_table(master: Master) -> 
     )
     made = [r for r in results if isinstance(r, dict)]
     assert len(made) == 1 and all(isinstance(r, KuduAlreadyPresent) for r in results if r not in made)
-    assert [t["id"] for t in cm.tables.values()] == [made[0]["table_id"]]
-    assert {r["table_id"] for r in cm.tablets.values()} == {made[0]["table_id"]}  # no tablets of a loser
+    assert [t.id for t in cm.tables.values()] == [made[0]["table_id"]]
+    assert {r.table_id for r in cm.tablets.values()} == {made[0]["table_id"]}  # no tablets of a loser
 
 
 async def test_concurrent_alters_of_one_table_are_all_applied(master: Master) -> None:
@@ -242,8 +250,8 @@ async def test_concurrent_alters_of_one_table_are_all_applied(master: Master) ->
     )
     assert sorted(r["schema_version"] for r in replies) == [1, 2, 3, 4, 5]
     t = cm.find_table("t")
-    assert sorted(c["name"] for c in t["schema"]["columns"][2:]) == [f"c{i}" for i in range(5)]
-    assert t["schema_version"] == 5
+    assert sorted(c["name"] for c in t.schema["columns"][2:]) == [f"c{i}" for i in range(5)]
+    assert t.schema_version == 5
     assert master.catalog is not None and master.catalog.conflicts > 0  # some were planned again
 
 
@@ -253,9 +261,9 @@ async def test_a_stale_background_write_never_undoes_an_acknowledged_alter(maste
     stale = await make_running(cm, "t")
     await cm.alter_table(convert(add_column("t", "extra", "c:2"), AlterTableRequest), TIMEOUT_S)
     with pytest.raises(CatalogConflict, match="changed since it was read"):
-        await cm._write([put("table", stale["id"], {**stale, "state": "RUNNING", "dropped_tablet_ids": []})])
+        await cm._write([put(replace(stale, state="RUNNING", dropped_tablet_ids=()))])
     t = cm.find_table("t")
-    assert t["schema_version"] == 1 and t["state"] == "ALTERING" and t["schema"]["columns"][-1]["name"] == "extra"
+    assert t.schema_version == 1 and t.state == "ALTERING" and t.schema["columns"][-1]["name"] == "extra"
 
 
 async def test_request_ids_survive_a_master_restart(tmp_path: Path) -> None:
@@ -316,7 +324,7 @@ async def test_a_new_leader_does_not_take_missing_reports_for_deleted_tablets(ma
     await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
     assert master.check_leadership()  # every tserver is asked for a full report; none has sent one
     await cm.process_once()
-    assert cm.tables[created["table_id"]]["state"] == "DELETING" and len(cm.tablets) == 2
+    assert cm.tables[created["table_id"]].state == "DELETING" and len(cm.tablets) == 2
     # Full reports without the tablets arrive from every tserver: now they are known to be gone.
     for i in range(3):
         master.ts_manager.process_report(
@@ -355,7 +363,7 @@ async def test_heartbeats_have_replicas_of_deleted_tablets_deleted(master: Maste
         "ts-0", {"full": False, "seq": 2, "tablets": [late], "removed": []}, time.monotonic()
     )
     assert cm.deleted_tablets_on("ts-0") == [
-        {"tablet_id": tablet_ids[0], "delete_type": "DELETED", "reason": "its tablet was deleted from the catalog"}
+        TabletToDelete(tablet_id=tablet_ids[0], delete_type="DELETED", reason="its tablet was deleted from the catalog")
     ]
     assert cm.deleted_tablets_on("ts-1") == []
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from kudu_async.master.rereplication import (
     ADD_LEARNER,
     PROMOTE,
     REMOVE,
+    Action,
     ChangeConfig,
     ClusterView,
     TabletView,
@@ -51,11 +53,17 @@ def cluster(
     )
 
 
-def only(actions: list) -> ChangeConfig:
+def only(actions: list[Action]) -> ChangeConfig:
     assert len(actions) == 1, actions
     [a] = actions
     assert isinstance(a, ChangeConfig)
     return a
+
+
+def changes(actions: list[Action]) -> list[ChangeConfig]:
+    """Every action, each a config change."""
+    assert all(isinstance(a, ChangeConfig) for a in actions), actions
+    return [a for a in actions if isinstance(a, ChangeConfig)]
 
 
 def test_healthy_tablet_needs_nothing() -> None:
@@ -79,7 +87,7 @@ def test_placement_skips_members_failed_servers_and_servers_holding_a_stale_repl
     assert Tombstone("t1", "d", addr("d"), 5, "replica in state RUNNING is not in the config (index 5)") in actions
     assert [a.peer for a in actions if isinstance(a, ChangeConfig)] == ["e"]
     t = tablet(states={"d": "COPYING"})  # a copy in progress: not tombstoned under its feet, not a target
-    assert [a.peer for a in plan([t], cluster())] == ["e"]
+    assert [a.peer for a in changes(plan([t], cluster()))] == ["e"]
     t = tablet(states={"d": "TOMBSTONED"})  # a tombstone is no obstacle (the copy replaces it)
     assert only(plan([t], cluster(live=("a", "b", "d")))).peer == "d"
 
@@ -89,7 +97,7 @@ def test_no_live_server_outside_the_config_means_no_step() -> None:
 
 
 def test_learner_is_promoted_only_once_its_copy_reports_running() -> None:
-    cfg = dict(voters=("a", "b", "c"), non_voters=("d",), index=6)
+    cfg: dict[str, Any] = dict(voters=("a", "b", "c"), non_voters=("d",), index=6)
     assert plan([tablet(**cfg)], cluster()) == []  # d has not reported the tablet yet: copying
     assert plan([tablet(**cfg, states={"d": "BOOTSTRAPPING"})], cluster()) == []
     a = only(plan([tablet(**cfg, states={"d": "RUNNING"})], cluster()))
@@ -165,7 +173,7 @@ def test_the_voter_being_replaced_is_the_one_removed() -> None:
 
 def test_extra_healthy_voter_is_trimmed_never_the_leader() -> None:
     every = cluster(live=SERVERS, failed=(), load={"a": 9, "b": 1, "c": 5, "d": 2, "e": 0})
-    four = dict(voters=("a", "b", "c", "d"), index=8)
+    four: dict[str, Any] = dict(voters=("a", "b", "c", "d"), index=8)
     a = only(plan([tablet(**four, hint="b")], every))
     assert (a.op, a.peer, a.cas_config_index) == (REMOVE, "b", 8)  # the failed voter came back: it goes
     a = only(plan([tablet(**four)], every))
@@ -182,7 +190,7 @@ def test_a_fresh_excess_is_left_to_the_operator_unless_the_master_knows_whom_it_
 
     every = cluster(live=SERVERS, failed=(), load={"a": 9, "b": 1, "c": 5, "d": 2, "e": 0})
     fresh = replace(every, fresh_excess=frozenset({"t1"}))
-    four = dict(voters=("a", "b", "c", "d"), index=8)
+    four: dict[str, Any] = dict(voters=("a", "b", "c", "d"), index=8)
     assert plan([tablet(**four)], fresh) == []
     a = only(plan([tablet(**four, hint="b")], fresh))
     assert (a.op, a.peer) == (REMOVE, "b")  # its own replacement: no need to wait
@@ -198,13 +206,15 @@ def test_at_most_max_concurrent_tablets_re_replicate_at_once() -> None:
     adds = plan(many, big, max_concurrent=10)
     assert [a.tablet_id for a in adds] == [f"t{i:02}" for i in range(10)]
     busy = [tablet(f"t{i:02}", non_voters=("d",)) for i in range(3)]
-    adds = [a for a in plan([*busy, *many[3:]], big, max_concurrent=10) if a.op == ADD_LEARNER]
+    adds = [a for a in changes(plan([*busy, *many[3:]], big, max_concurrent=10)) if a.op == ADD_LEARNER]
     assert len(adds) == 7
-    adds = [a for a in plan([*busy, *many[3:]], big, max_concurrent=10, in_flight_adds=2) if a.op == ADD_LEARNER]
+    adds = [
+        a for a in changes(plan([*busy, *many[3:]], big, max_concurrent=10, in_flight_adds=2)) if a.op == ADD_LEARNER
+    ]
     assert len(adds) == 5
     # Promotions and removals are never held back by the limit: they finish work in flight.
     done = [tablet(f"p{i:02}", non_voters=("d",), states={"d": "RUNNING"}) for i in range(12)]
-    assert all(a.op == PROMOTE for a in plan(done, big, max_concurrent=10))
+    assert all(a.op == PROMOTE for a in changes(plan(done, big, max_concurrent=10)))
     assert len(plan(done, big, max_concurrent=10)) == 12
 
 

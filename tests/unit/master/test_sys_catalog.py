@@ -3,18 +3,59 @@ remembered (bounded, in log order) and kept by the snapshot."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
+import msgspec
 import pytest
+from msgspec.structs import replace
 
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
-from kudu_async.master.sys_catalog import SysCatalogStateMachine, delete, encode_ops, put, request
+from kudu_async.master.messages import TabletPartition
+from kudu_async.master.sys_catalog import (
+    Op,
+    PutTable,
+    PutTablet,
+    RequestRecord,
+    SysCatalogStateMachine,
+    TableRecord,
+    TabletRecord,
+    decode_ops,
+    delete,
+    encode_ops,
+    put,
+    request,
+)
 
 
-def table(tid: str, name: str, state: str = "RUNNING", **extra: Any) -> dict[str, Any]:
-    return {"id": tid, "name": name, "state": state, "tablet_ids": [], **extra}
+def table(tid: str, name: str, state: Any = "RUNNING", **extra: Any) -> TableRecord:
+    return TableRecord(
+        id=tid,
+        name=name,
+        state=state,
+        schema={},
+        schema_version=0,
+        partition_schema={},
+        num_replicas=1,
+        tablet_ids=(),
+        created_at=1.0,
+        owner=None,
+        comment=None,
+        **extra,
+    )
+
+
+WHOLE = TabletPartition((), b"", b"", b"", b"")  # an unpartitioned table's one tablet
+
+
+def tablet(tid: str, table_id: str = "t1", state: Any = "CREATING") -> TabletRecord:
+    return TabletRecord(id=tid, table_id=table_id, partition=WHOLE, replicas={}, state=state, first_leader="ts-0")
+
+
+def outcome(method: str, result: dict[str, Any], digest: str = "d") -> RequestRecord:
+    return RequestRecord(method=method, digest=digest, result=result, time=1.5)
 
 
 class Catalog:
@@ -24,7 +65,7 @@ class Catalog:
         self.sm = SysCatalogStateMachine(directory, None, **kw)
         self.index = 0
 
-    async def apply(self, *ops: list[Any]) -> dict[str, Any]:
+    async def apply(self, *ops: Op) -> dict[str, Any]:
         self.index += 1
         result: dict[str, Any] = await self.sm.apply(self.index, 1, encode_ops(list(ops)))
         return result
@@ -36,72 +77,64 @@ def cat(tmp_path: Path) -> Catalog:
 
 
 async def test_put_stamps_the_index_that_wrote_the_record_as_its_rev(cat: Catalog) -> None:
-    assert await cat.apply(put("table", "t1", table("t1", "a"))) == {"index": 1}
-    assert cat.sm.tables["t1"]["rev"] == 1
-    await cat.apply(put("table", "t1", {**cat.sm.tables["t1"], "state": "ALTERING"}))
-    assert cat.sm.tables["t1"] == {**table("t1", "a", "ALTERING"), "rev": 2}
+    assert await cat.apply(put(table("t1", "a"))) == {"index": 1}
+    assert cat.sm.tables["t1"].rev == 1
+    await cat.apply(put(replace(cat.sm.tables["t1"], state="ALTERING")))
+    assert cat.sm.tables["t1"] == table("t1", "a", "ALTERING", rev=2)
 
 
 async def test_put_derived_from_an_overwritten_version_is_refused_and_changes_nothing(cat: Catalog) -> None:
-    await cat.apply(put("table", "t1", table("t1", "a")))
-    read_by_a = dict(cat.sm.tables["t1"])
-    read_by_b = dict(cat.sm.tables["t1"])
-    await cat.apply(put("table", "t1", {**read_by_a, "schema_version": 1, "state": "ALTERING"}))
-    result = await cat.apply(
-        put("table", "t1", {**read_by_b, "state": "RUNNING"}), put("tablet", "x", {"id": "x", "table_id": "t1"})
-    )
+    await cat.apply(put(table("t1", "a")))
+    read_by_a = cat.sm.tables["t1"]
+    read_by_b = cat.sm.tables["t1"]
+    await cat.apply(put(replace(read_by_a, schema_version=1, state="ALTERING")))
+    result = await cat.apply(put(replace(read_by_b, state="RUNNING")), put(tablet("x", "t1")))
     assert "changed since it was read" in result["conflict"] and result["index"] == 3
-    assert cat.sm.tables["t1"]["schema_version"] == 1 and cat.sm.tables["t1"]["state"] == "ALTERING"
+    assert cat.sm.tables["t1"].schema_version == 1 and cat.sm.tables["t1"].state == "ALTERING"
     assert "x" not in cat.sm.tablets  # the whole batch, not just the stale op
     assert cat.sm.applied_index == 3 and cat.sm.conflicts == 1
 
 
 async def test_put_of_a_record_deleted_since_it_was_read_does_not_resurrect_it(cat: Catalog) -> None:
-    await cat.apply(put("tablet", "x", {"id": "x", "state": "CREATING"}))
-    stale = dict(cat.sm.tablets["x"])
+    await cat.apply(put(tablet("x", state="CREATING")))
+    stale = cat.sm.tablets["x"]
     await cat.apply(delete("tablet", "x"))
-    result = await cat.apply(put("tablet", "x", {**stale, "state": "RUNNING"}))
+    result = await cat.apply(put(replace(stale, state="RUNNING")))
     assert "deleted since it was read" in result["conflict"] and "x" not in cat.sm.tablets
 
 
-async def test_records_without_rev_from_older_catalogs_are_still_writable(cat: Catalog) -> None:
-    cat.sm.tables["old"] = table("old", "legacy")  # as loaded from a snapshot written before revs
-    assert "conflict" not in await cat.apply(put("table", "old", {**cat.sm.tables["old"], "state": "ALTERING"}))
-    assert cat.sm.tables["old"]["rev"] == 1
-
-
 async def test_two_live_tables_never_share_a_name(cat: Catalog) -> None:
-    await cat.apply(put("table", "t1", table("t1", "a")))
-    result = await cat.apply(put("table", "t2", table("t2", "a", "CREATING")))
+    await cat.apply(put(table("t1", "a")))
+    result = await cat.apply(put(table("t2", "a", "CREATING")))
     assert "table name 'a' is taken by table t1" in result["conflict"] and "t2" not in cat.sm.tables
-    await cat.apply(put("table", "t3", table("t3", "b")))
-    renamed = await cat.apply(put("table", "t3", {**cat.sm.tables["t3"], "name": "a"}))
-    assert "taken" in renamed["conflict"] and cat.sm.tables["t3"]["name"] == "b"
+    await cat.apply(put(table("t3", "b")))
+    renamed = await cat.apply(put(replace(cat.sm.tables["t3"], name="a")))
+    assert "taken" in renamed["conflict"] and cat.sm.tables["t3"].name == "b"
     # Within one batch too.
-    both = await cat.apply(put("table", "t4", table("t4", "c")), put("table", "t5", table("t5", "c")))
+    both = await cat.apply(put(table("t4", "c")), put(table("t5", "c")))
     assert "taken by table t4" in both["conflict"] and not {"t4", "t5"} & set(cat.sm.tables)
 
 
 async def test_a_name_is_free_again_once_its_table_is_being_deleted(cat: Catalog) -> None:
-    await cat.apply(put("table", "t1", table("t1", "a")))
-    await cat.apply(put("table", "t1", {**cat.sm.tables["t1"], "state": "DELETING"}))
-    assert "conflict" not in await cat.apply(put("table", "t2", table("t2", "a", "CREATING")))
+    await cat.apply(put(table("t1", "a")))
+    await cat.apply(put(replace(cat.sm.tables["t1"], state="DELETING")))
+    assert "conflict" not in await cat.apply(put(table("t2", "a", "CREATING")))
     # ... and a deleting table may be written (the background loop's bookkeeping) while another holds it.
-    assert "conflict" not in await cat.apply(put("table", "t1", dict(cat.sm.tables["t1"])))
+    assert "conflict" not in await cat.apply(put(cat.sm.tables["t1"]))
     # Names move inside one batch: the check sees the batch's own earlier ops.
-    await cat.apply(put("table", "t3", table("t3", "b")))
+    await cat.apply(put(table("t3", "b")))
     t2, t3 = cat.sm.tables["t2"], cat.sm.tables["t3"]
-    swap = await cat.apply(put("table", "t2", {**t2, "name": "tmp"}), put("table", "t3", {**t3, "name": "a"}))
-    assert "conflict" not in swap and cat.sm.tables["t3"]["name"] == "a"
+    swap = await cat.apply(put(replace(t2, name="tmp")), put(replace(t3, name="a")))
+    assert "conflict" not in swap and cat.sm.tables["t3"].name == "a"
 
 
 async def test_request_id_is_recorded_with_its_result_and_a_second_use_is_refused(cat: Catalog) -> None:
-    entry = {"method": "CreateTable", "digest": "d1", "result": {"table_id": "t1"}, "time": 1.5}
-    await cat.apply(put("table", "t1", table("t1", "a")), request("c:1", entry))
-    assert cat.sm.requests["c:1"] == {**entry, "index": 1}
-    again = await cat.apply(put("table", "t9", table("t9", "z")), request("c:1", {**entry, "result": {}}))
+    entry = outcome("CreateTable", {"table_id": "t1"}, digest="d1")
+    await cat.apply(put(table("t1", "a")), request("c:1", entry))
+    assert cat.sm.requests["c:1"] == replace(entry, index=1)
+    again = await cat.apply(put(table("t9", "z")), request("c:1", replace(entry, result={})))
     assert "request id 'c:1' was already applied" in again["conflict"]
-    assert "t9" not in cat.sm.tables and cat.sm.requests["c:1"]["result"] == {"table_id": "t1"}
+    assert "t9" not in cat.sm.tables and cat.sm.requests["c:1"].result == {"table_id": "t1"}
     twice = await cat.apply(request("c:2", entry), request("c:2", entry))
     assert "already applied" in twice["conflict"] and "c:2" not in cat.sm.requests
 
@@ -109,19 +142,19 @@ async def test_request_id_is_recorded_with_its_result_and_a_second_use_is_refuse
 async def test_remembered_request_ids_are_bounded_oldest_first(tmp_path: Path) -> None:
     cat = Catalog(tmp_path, max_requests=3)
     for i in range(1, 6):
-        await cat.apply(request(f"c:{i}", {"method": "DeleteTable", "digest": "", "result": {"table_id": str(i)}}))
+        await cat.apply(request(f"c:{i}", outcome("DeleteTable", {"table_id": str(i)}, digest="")))
     assert list(cat.sm.requests) == ["c:3", "c:4", "c:5"]
     # A refused batch forgets nothing.
-    await cat.apply(request("c:5", {"method": "DeleteTable", "digest": "", "result": {}}))
+    await cat.apply(request("c:5", outcome("DeleteTable", {}, digest="")))
     assert list(cat.sm.requests) == ["c:3", "c:4", "c:5"]
 
 
 async def test_snapshot_keeps_tables_tablets_request_ids_and_their_order(tmp_path: Path) -> None:
     cat = Catalog(tmp_path, snapshot_every=1000)
     for i in range(4):
-        entry = {"method": "CreateTable", "digest": "d", "result": {"table_id": f"t{i}"}}
-        await cat.apply(put("table", f"t{i}", table(f"t{i}", f"n{i}")), request(f"c:{9 - i}", entry))
-    await cat.apply(put("tablet", "x", {"id": "x", "table_id": "t0"}))
+        entry = outcome("CreateTable", {"table_id": f"t{i}"})
+        await cat.apply(put(table(f"t{i}", f"n{i}")), request(f"c:{9 - i}", entry))
+    await cat.apply(put(tablet("x", "t0")))
     await cat.sm.snapshot()
     again = SysCatalogStateMachine(tmp_path, None)
     again.load()
@@ -131,20 +164,11 @@ async def test_snapshot_keeps_tables_tablets_request_ids_and_their_order(tmp_pat
     assert list(again.requests) == ["c:9", "c:8", "c:7", "c:6"]
 
 
-def test_snapshot_without_request_ids_loads_as_none_remembered(tmp_path: Path) -> None:
-    (tmp_path / "sys-catalog.snapshot").write_bytes(
-        msgpack.packb({"index": 7, "tables": {"t": table("t", "a")}, "tablets": {}})
-    )
-    sm = SysCatalogStateMachine(tmp_path, None)
-    sm.load()
-    assert sm.applied_index == 7 and sm.requests == {} and sm.tables["t"]["name"] == "a"
-
-
 def test_damaged_snapshot_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "sys-catalog.snapshot").write_bytes(
-        msgpack.packb({"index": 7, "tables": {}, "tablets": {}, "requests": [["c:1"]]})
+        msgpack.packb({"index": 7, "tables": {}, "tablets": {}, "requests": [["c:1"]], "deleted_tablets": []})
     )
-    with pytest.raises(KuduCorruption):
+    with pytest.raises(KuduCorruption, match=r"requests\[0\]"):
         SysCatalogStateMachine(tmp_path, None).load()
 
 
@@ -162,21 +186,103 @@ def test_damaged_snapshot_is_an_error(tmp_path: Path) -> None:
 )
 def test_malformed_operations_are_refused_before_replication(op: Any) -> None:
     with pytest.raises(KuduInvalidArgument, match="bad sys catalog operation"):
-        encode_ops([op])
+        encode_ops([cast(Op, op)])
 
 
 async def test_deleted_tablet_ids_are_remembered_bounded_and_kept_by_the_snapshot(tmp_path: Path) -> None:
     cat = Catalog(tmp_path, max_deleted=2)
     for tid in ("x", "y", "z"):
-        await cat.apply(put("tablet", tid, {"id": tid}))
+        await cat.apply(put(tablet(tid)))
     await cat.apply(delete("tablet", "x"), delete("tablet", "never-existed"), delete("table", "t-none"))
     assert cat.sm.deleted_tablets == {"x": 4}
     await cat.apply(delete("tablet", "y"))
     await cat.apply(delete("tablet", "z"))
     assert list(cat.sm.deleted_tablets) == ["y", "z"]  # the oldest forgotten first
-    refused = await cat.apply(delete("tablet", "y"), put("table", "t", table("t", "a", rev=99)))
+    refused = await cat.apply(delete("tablet", "y"), put(table("t", "a", rev=99)))
     assert "conflict" in refused and list(cat.sm.deleted_tablets) == ["y", "z"]
     await cat.sm.snapshot()
     again = SysCatalogStateMachine(tmp_path, None)
     again.load()
     assert again.deleted_tablets == {"y": 5, "z": 6}
+
+
+def test_records_encode_to_the_maps_the_catalog_stores(tmp_path: Path) -> None:
+    """The entry and snapshot bytes are those of plain msgpack maps and lists, keys in the master's order."""
+    created = table("t1", "a", "CREATING")
+    as_map: dict[str, Any] = {
+        "id": "t1",
+        "name": "a",
+        "state": "CREATING",
+        "schema": {},
+        "schema_version": 0,
+        "partition_schema": {},
+        "num_replicas": 1,
+        "tablet_ids": [],
+        "created_at": 1.0,
+        "owner": None,
+        "comment": None,
+    }
+    altered = replace(created, rev=3, dropped_tablet_ids=("x",), next_column_id=2, state="ALTERING")
+    altered_map = {**as_map, "state": "ALTERING", "rev": 3, "dropped_tablet_ids": ["x"], "next_column_id": 2}
+    tablet_map = {
+        "id": "x",
+        "table_id": "t1",
+        "partition": {
+            "hash_buckets": [],
+            "range_key_start": b"",
+            "range_key_end": b"",
+            "partition_key_start": b"",
+            "partition_key_end": b"",
+        },
+        "replicas": {},
+        "state": "CREATING",
+        "first_leader": "ts-0",
+    }
+    entry = outcome("CreateTable", {"table_id": "t1"})
+    ops: list[Op] = [put(created), put(altered), put(tablet("x")), delete("tablet", "y"), request("c:1", entry)]
+    wire = [
+        ["put", "table", "t1", as_map],
+        ["put", "table", "t1", altered_map],
+        ["put", "tablet", "x", tablet_map],
+        ["delete", "tablet", "y"],
+        ["request", "c:1", {"method": "CreateTable", "digest": "d", "result": {"table_id": "t1"}, "time": 1.5}],
+    ]
+    assert encode_ops(ops) == msgpack.packb(wire, use_bin_type=True)
+    assert decode_ops(msgpack.packb(wire, use_bin_type=True)) == ops
+
+
+async def test_snapshot_bytes_are_the_maps_the_catalog_stores(cat: Catalog, tmp_path: Path) -> None:
+    await cat.apply(put(table("t1", "a")), request("c:1", outcome("CreateTable", {"table_id": "t1"})))
+    await cat.apply(put(tablet("x")))
+    await cat.apply(delete("tablet", "x"))
+    await cat.sm.snapshot()
+    doc = msgpack.unpackb((tmp_path / "sys-catalog.snapshot").read_bytes())
+    assert list(doc) == ["index", "tables", "tablets", "requests", "deleted_tablets"]
+    assert doc["index"] == 3 and doc["tablets"] == {} and doc["deleted_tablets"] == [["x", 3]]
+    assert doc["tables"]["t1"]["rev"] == 1 and doc["tables"]["t1"]["name"] == "a"
+    assert doc["requests"] == [
+        ["c:1", {"method": "CreateTable", "digest": "d", "result": {"table_id": "t1"}, "time": 1.5, "index": 1}]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("op", "problem"),
+    [
+        (["put", "table", "t1", {"id": "t1", "name": "a"}], "missing required field `state`"),
+        (PutTablet("tablet", "y", tablet("x")), "put of tablet y carries the record of x"),
+        (PutTable("table", "t1", table("t1", "a", state="BOGUS")), "Invalid enum value 'BOGUS'"),
+        (PutTable("table", "t1", table("t1", "a", rev="7")), "Expected `int`, got `str`"),
+    ],
+)
+def test_entries_with_malformed_records_are_refused_before_replication(op: Any, problem: str) -> None:
+    with pytest.raises(KuduInvalidArgument, match=re.escape(problem)):
+        encode_ops([op])
+
+
+def test_snapshot_with_records_never_stamped_by_an_entry_is_an_error(tmp_path: Path) -> None:
+    unstamped = msgspec.to_builtins(table("t", "a"))
+    (tmp_path / "sys-catalog.snapshot").write_bytes(
+        msgpack.packb({"index": 7, "tables": {"t": unstamped}, "tablets": {}, "requests": [], "deleted_tablets": []})
+    )
+    with pytest.raises(KuduCorruption, match="records without 'rev'"):
+        SysCatalogStateMachine(tmp_path, None).load()

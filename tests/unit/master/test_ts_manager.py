@@ -67,6 +67,12 @@ def report(
     return {"full": full, "seq": seq, "tablets": tablets, "removed": list(removed)}
 
 
+def describe(m: TSManager, uuid: str, now: float) -> dict[str, Any]:
+    """One tserver's entry of the ``/api/v1/tservers`` list."""
+    [d] = [d for d in m.descriptors(now) if d["uuid"] == uuid]
+    return d
+
+
 @pytest.fixture
 def m() -> TSManager:
     return TSManager(TIMEOUT_S)
@@ -106,7 +112,7 @@ def test_reregistration_at_a_new_address_updates_it_and_warns(m: TSManager, capl
     with caplog.at_level(logging.WARNING, logger="kudu_async.master.ts_manager"):
         m.register(ts_info(port=7150), now=2.0)
     assert "different address" in caplog.text
-    assert m.descriptor("ts-a", 2.0)["rpc_address"] == "127.0.0.1:7150"  # type: ignore[index]
+    assert describe(m, "ts-a", 2.0)["rpc_address"] == "127.0.0.1:7150"
     assert m.needs_full_report("ts-a")  # re-registration: a full report is due again
     assert len(m.descriptors(2.0)) == 1
 
@@ -132,7 +138,7 @@ def test_full_report_drops_unlisted_replicas_and_removed_drops_them_too(m: TSMan
     assert set(m.tablet_replicas("t1")) == {"ts-b"}  # only that tserver's entry goes
     m.process_report("ts-a", report(3, [tablet("t3")], full=True), now=3.0)  # t2 unlisted -> removed
     assert m.tablets() == ["t1", "t3"]
-    assert m.descriptor("ts-a", 3.0)["num_reported_replicas"] == 1  # type: ignore[index]
+    assert describe(m, "ts-a", 3.0)["num_reported_replicas"] == 1
     m.process_report("ts-a", report(4, [], removed=("never-had-it",)), now=3.0)  # harmless
 
 
