@@ -261,6 +261,10 @@ class RpcClient:
                 raise
             finally:
                 timer.cancel()
+            # The future's result is the call, which holds the future: part them (the call is answered and
+            # out of the connection), so refcounting frees both instead of leaving a cycle per call to the
+            # garbage collector.
+            call.waiter = None
             return decode_answer(call, addr)
         raise KuduNetworkError(f"{service}/{method} to {addr}: no connection would take the call")
 

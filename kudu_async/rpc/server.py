@@ -400,6 +400,9 @@ class RpcServer:
             if m.latency is not None:
                 m.latency.record((time.perf_counter() - t0) * 1e6)
             self._calls.discard(call)
+            # The request and its call refer to each other: part them, so refcounting frees both at once
+            # instead of leaving a cycle per call to the garbage collector (its pauses were the p99 at load).
+            req.handle = None
         rpc = proto.rpc
         if call.cancel_reason == "abandoned":
             rpc.abandon(req)

@@ -352,3 +352,21 @@ async def test_unencodable_answer_is_a_runtime_error(server: RpcServer, client: 
     server.register("Odd", "Bad", bad)
     with pytest.raises(KuduRuntimeError, match="Odd/Bad failed"):
         await client.call(server.address, "Odd", "Bad")
+
+
+async def test_answered_calls_leave_no_reference_cycles_for_the_collector(server: RpcServer, client: RpcClient) -> None:
+    # Objects of a call that refer to each other are freed only by the cyclic collector, whose pauses grow
+    # with what it has to walk: at 64 calls in flight they were the ping bench's p99. Answered calls must
+    # free everything they made by reference counting alone.
+    import gc
+
+    await client.call(server.address, "Test", "Ping", 0)  # connection set up, caches warm
+    gc.collect()
+    gc.disable()
+    try:
+        await asyncio.gather(*(client.call(server.address, "Test", "Ping", i) for i in range(200)))
+        await asyncio.sleep(0.05)  # the server's tasks finish after their answers are written
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert unreachable < 20, f"{unreachable} objects of 200 answered calls were left in reference cycles"
