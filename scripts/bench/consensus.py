@@ -10,9 +10,10 @@ latency and sequential linearizable point reads (TestKV/Get) on one group.
 
 When an ``etcd`` binary is on PATH, the same run starts a 3-member etcd cluster on 127.0.0.1 (its default
 timers, fsync on, data in a temporary directory) after the tservers are stopped, runs the 1-group workload
-(same concurrency, value size and duration) and the sequential put and read against it through etcd's JSON
-gRPC gateway (``/v3/kv/put``, ``/v3/kv/range`` over aiohttp), and prints both sides with their ratio. Each
-phase is bounded by a count and a time limit.
+(same concurrency, value size, duration and entry cap) and the sequential put and read against its leader
+through etcd's gRPC API (aetcd, the optional ``bench`` extra, when importable) and its JSON gRPC gateway
+(``/v3/kv/put``, ``/v3/kv/range`` over aiohttp), and prints both sides with their ratio. Each phase is
+bounded by a count and a time limit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import importlib
 import shutil
 import signal
 import socket
@@ -230,39 +232,48 @@ async def run_coalesced(
 
 SEQ_MAX_OPS = 2_000
 # Sequential phases stop at SEQ_MAX_OPS or this many seconds (or --seconds if lower).
-SEQ_SECONDS = 5.0
+SEQ_SECONDS = 3.0
+
+
+async def run_sequential(
+    name: str,
+    put: Callable[[str, bytes], Awaitable[None]],
+    get: Callable[[str], Awaitable[bool]],
+    seconds: float,
+    errors_of: tuple[type[Exception], ...],
+) -> tuple[Stats, Stats]:
+    """One client, one request at a time: puts of new keys, then linearizable point reads of those keys
+    (``get`` says whether the key was found; a written key that is missing ends the run)."""
+
+    async def put_one(i: int) -> None:
+        await put(f"s{i}", VALUE)
+
+    latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seconds, 1, put_one, errors_of)
+    written = max(1, len(latencies))
+    put_stats = report(f"{name} sequential put (1 client)", latencies, elapsed, f"errors {errors}", "puts", errors)
+
+    async def get_one(i: int) -> None:
+        if not await get(f"s{i % written}"):
+            raise SystemExit(f"{name}: key s{i % written} written by the sequential put phase was not found")
+
+    latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seconds, 1, get_one, errors_of)
+    get_stats = report(
+        f"{name} sequential linearizable point read (1 client)", latencies, elapsed, f"errors {errors}", "reads", errors
+    )
+    return put_stats, get_stats
 
 
 async def run_sequential_kudu(rpc: RpcClient, group: str, leader: str, seconds: float) -> tuple[Stats, Stats]:
-    """One client, one call at a time, on one group: TestKV/Put, then linearizable TestKV/Get of those keys
-    (a read index round, as etcd's default range)."""
+    """On one TestKV group: Put, then Get with ``linearizable`` (a read index round, as etcd's default range)."""
 
-    async def put(i: int) -> None:
-        await rpc.call(leader, "TestKV", "Put", {"group": group, "key": f"s{i}", "value": VALUE}, timeout_s=10)
+    async def put(key: str, value: bytes) -> None:
+        await rpc.call(leader, "TestKV", "Put", {"group": group, "key": key, "value": value}, timeout_s=10)
 
-    latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seconds, 1, put)
-    written = max(1, len(latencies))
-    put_stats = report(
-        "kudu_async sequential put (1 client, 1 group)", latencies, elapsed, f"errors {errors}", "puts", errors
-    )
+    async def get(key: str) -> bool:
+        r = await rpc.call(leader, "TestKV", "Get", {"group": group, "key": key, "linearizable": True}, timeout_s=10)
+        return bool(r["found"])
 
-    async def get(i: int) -> None:
-        r = await rpc.call(
-            leader, "TestKV", "Get", {"group": group, "key": f"s{i % written}", "linearizable": True}, timeout_s=10
-        )
-        if not r["found"]:
-            raise SystemExit(f"kudu_async: key s{i % written} written by the put phase was not found")
-
-    latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seconds, 1, get)
-    get_stats = report(
-        "kudu_async sequential linearizable point read (1 client, TestKV/Get)",
-        latencies,
-        elapsed,
-        f"errors {errors}",
-        "reads",
-        errors,
-    )
-    return put_stats, get_stats
+    return await run_sequential("kudu_async (1 TestKV group)", put, get, seconds, (KuduBadStatus,))
 
 
 def free_ports(n: int) -> list[int]:
@@ -367,18 +378,50 @@ class Etcd:
             await asyncio.sleep(0.2)
         raise EtcdError(f"etcd not healthy after {timeout_s:.0f}s ({last}); see {self.base_dir}/e*.log")
 
-    async def put(self, key: str, value: bytes) -> None:
-        await self.post(
-            self.leader_url,
-            "/v3/kv/put",
-            {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()},
-        )
 
-    async def get(self, key: str) -> bytes | None:
-        """A linearizable range of one key (etcd's default)."""
-        out = await self.post(self.leader_url, "/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()})
-        kvs = out.get("kvs")
-        return base64.b64decode(kvs[0]["value"]) if kvs else None
+class EtcdGateway:
+    """etcd's JSON gRPC gateway over aiohttp (``/v3/kv/put``, ``/v3/kv/range``): no dependency beyond ours."""
+
+    name = "etcd JSON gateway"
+    errors_of: tuple[type[Exception], ...] = (aiohttp.ClientError, asyncio.TimeoutError, EtcdError)
+
+    def __init__(self, etcd: Etcd) -> None:
+        self.etcd = etcd
+
+    async def put(self, key: str, value: bytes) -> None:
+        body = {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()}
+        await self.etcd.post(self.etcd.leader_url, "/v3/kv/put", body)
+
+    async def get(self, key: str) -> bool:
+        """A linearizable range of one key (etcd's default): whether it exists."""
+        out = await self.etcd.post(
+            self.etcd.leader_url, "/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()}
+        )
+        return bool(out.get("kvs"))
+
+    async def close(self) -> None:
+        """The session belongs to the cluster."""
+
+
+class EtcdGrpc:
+    """etcd's gRPC API through aetcd (asyncio, grpcio), the optional ``bench`` extra."""
+
+    name = "etcd gRPC (aetcd)"
+
+    def __init__(self, aetcd: Any, leader_url: str) -> None:
+        host, _, port = leader_url.removeprefix("http://").rpartition(":")
+        self.client = aetcd.Client(host=host, port=int(port), timeout=10)
+        self.errors_of: tuple[type[Exception], ...] = (aetcd.exceptions.ClientError,)
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self.client.put(key.encode(), value)
+
+    async def get(self, key: str) -> bool:
+        """A linearizable range of one key (etcd's default): whether it exists."""
+        return await self.client.get(key.encode()) is not None
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
 @contextlib.asynccontextmanager
@@ -400,46 +443,48 @@ async def etcd_cluster(binary: str) -> AsyncIterator[Etcd]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def load_aetcd() -> tuple[Any, str]:
+    """The aetcd module, or None and why not (it is in the optional ``bench`` extra)."""
+    try:
+        return importlib.import_module("aetcd"), ""
+    except ImportError as e:
+        return None, f"etcd gRPC client skipped: aetcd not importable ({e}; pip install 'kudu_async[bench]')"
+
+
 async def run_etcd(
-    binary: str, concurrency: int, max_ops: int, seconds: float, seq_seconds: float
-) -> tuple[Stats, Stats, Stats]:
-    """The 1-group workload and the sequential put and read, against etcd."""
-    errors_of = (aiohttp.ClientError, asyncio.TimeoutError, EtcdError)
+    binary: str, aetcd: Any, concurrency: int, max_ops: int, seconds: float, seq_seconds: float
+) -> dict[str, dict[str, Stats]]:
+    """The 1-group workload and the sequential put and read against one etcd cluster, through each client:
+    {client name: {"many", "seq", "read": Stats}}."""
+    out: dict[str, dict[str, Stats]] = {}
     async with etcd_cluster(binary) as etcd:
-        print(f"etcd: 3 members on 127.0.0.1, default timers, fsync on; JSON gateway on the leader {etcd.leader_url}")
+        print(f"etcd: 3 members on 127.0.0.1, default timers, fsync on; requests go to the leader {etcd.leader_url}")
+        clients: list[EtcdGateway | EtcdGrpc] = []
+        if aetcd is not None:
+            clients.append(EtcdGrpc(aetcd, etcd.leader_url))
+        clients.append(EtcdGateway(etcd))
+        for client in clients:
+            try:
 
-        async def put(i: int) -> None:
-            await etcd.put(f"k{i}", VALUE)
+                async def put(i: int, client: EtcdGateway | EtcdGrpc = client) -> None:
+                    await client.put(f"k{i}", VALUE)
 
-        latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, put, errors_of)
-        many = report(
-            f"etcd concurrency={concurrency} entries/RPC=1", latencies, elapsed, f"errors {errors}", errors=errors
-        )
-
-        async def seq_put(i: int) -> None:
-            await etcd.put(f"s{i}", VALUE)
-
-        latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seq_seconds, 1, seq_put, errors_of)
-        written = max(1, len(latencies))
-        seq = report("etcd sequential put (1 client)", latencies, elapsed, f"errors {errors}", "puts", errors)
-
-        async def seq_get(i: int) -> None:
-            if await etcd.get(f"s{i % written}") is None:
-                raise SystemExit(f"etcd: key s{i % written} written by the put phase was not found")
-
-        latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seq_seconds, 1, seq_get, errors_of)
-        read = report(
-            "etcd sequential linearizable point read (1 client, range)",
-            latencies,
-            elapsed,
-            f"errors {errors}",
-            "reads",
-            errors,
-        )
-        return many, seq, read
+                latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, put, client.errors_of)
+                many = report(
+                    f"{client.name} concurrency={concurrency} entries/RPC=1",
+                    latencies,
+                    elapsed,
+                    f"errors {errors}",
+                    errors=errors,
+                )
+                seq, read = await run_sequential(client.name, client.put, client.get, seq_seconds, client.errors_of)
+                out[client.name] = {"many": many, "seq": seq, "read": read}
+            finally:
+                await client.close()
+    return out
 
 
-def summary(kudu: dict[str, Stats], etcd: dict[str, Stats] | None, etcd_note: str, concurrency: int) -> None:
+def summary(kudu: dict[str, Stats], etcd: dict[str, dict[str, Stats]], notes: list[str], concurrency: int) -> None:
     """Both sides and their ratio: throughput kudu/etcd (above 1 is kudu ahead), latency kudu/etcd (below 1
     is kudu ahead)."""
 
@@ -447,30 +492,31 @@ def summary(kudu: dict[str, Stats], etcd: dict[str, Stats] | None, etcd_note: st
         return a / b if b else float("nan")
 
     def side(name: str, st: Stats, rate: bool) -> str:
-        r = f"{st.rate:,.0f}/s " if rate else ""
+        r = f"{st.rate:>7,.0f}/s " if rate else ""
         e = f" ({st.errors} errors)" if st.errors else ""
-        return f"{name} {r}p50 {st.p50_ms:.2f} ms p99 {st.p99_ms:.2f} ms{e}"
+        return f"    {name:<20} {r}p50 {st.p50_ms:6.2f} ms  p99 {st.p99_ms:6.2f} ms{e}"
 
     print()
-    print(f"summary ({etcd_note}):")
+    print("summary" + "".join(f"\n  {n}" for n in notes))
     for key, label, rate in (
         ("many", f"1 group, 1 entry/RPC, {concurrency} clients", True),
         ("seq", "sequential put, 1 client", False),
         ("read", "sequential linearizable point read, 1 client", False),
     ):
-        line = f"  {label}: {side('kudu_async', kudu[key], rate)}"
-        if etcd is not None:
-            k, e = kudu[key], etcd[key]
+        print(f"  {label}:")
+        k = kudu[key]
+        print(side("kudu_async", k, rate))
+        for name, figures in etcd.items():
+            e = figures[key]
             ratio = f"throughput {div(k.rate, e.rate):.2f}x, " if rate else ""
-            line += (
-                f" | {side('etcd', e, rate)} | ratio kudu/etcd: {ratio}"
-                f"p50 {div(k.p50_ms, e.p50_ms):.2f}x, p99 {div(k.p99_ms, e.p99_ms):.2f}x"
+            print(
+                f"{side(name, e, rate)}  | kudu/etcd {ratio}p50 {div(k.p50_ms, e.p50_ms):.2f}x, "
+                f"p99 {div(k.p99_ms, e.p99_ms):.2f}x"
             )
-        print(line)
-    if etcd is not None:
+    for name, figures in etcd.items():
         print(
-            f"  sequential read p50 / etcd sequential put p50: {div(kudu['read'].p50_ms, etcd['seq'].p50_ms):.2f}x"
-            " (goal: at most 0.5x)"
+            f"  kudu_async sequential read p50 / {name} sequential put p50: "
+            f"{div(kudu['read'].p50_ms, figures['seq'].p50_ms):.2f}x (goal: at most 0.5x)"
         )
 
 
@@ -485,13 +531,15 @@ async def main() -> None:
     ap.add_argument("--no-etcd", action="store_true", help="skip the etcd anchor even when etcd is installed")
     args = ap.parse_args()
     etcd_binary = None if args.no_etcd else shutil.which("etcd")
+    aetcd = None
     if args.no_etcd:
-        etcd_note = "etcd anchor skipped: --no-etcd"
+        notes = ["etcd anchor skipped: --no-etcd"]
     elif etcd_binary is None:
-        etcd_note = "etcd anchor skipped: no etcd binary on PATH (Debian: apt-get install etcd-server etcd-client)"
+        notes = ["etcd anchor skipped: no etcd binary on PATH (Debian: apt-get install etcd-server etcd-client)"]
     else:
-        etcd_note = f"etcd anchor: {etcd_binary} via its JSON gRPC gateway (aiohttp), not the gRPC client"
-    print(etcd_note)
+        aetcd, why_not = load_aetcd()
+        notes = [f"etcd anchor: {etcd_binary}, through the clients below"] + ([why_not] if why_not else [])
+    print("\n".join(notes))
     kudu: dict[str, Stats] = {}
     seq_s = min(args.seconds, SEQ_SECONDS)
     with tempfile.TemporaryDirectory(prefix="bench-consensus-") as d:
@@ -518,15 +566,14 @@ async def main() -> None:
         finally:
             await rpc.close()
             cluster.shutdown()
-    etcd: dict[str, Stats] | None = None
+    etcd: dict[str, dict[str, Stats]] = {}
     if etcd_binary is not None:
         # After the tservers stopped: each side has the machine to itself.
         try:
-            many_e, seq_e, read_e = await run_etcd(etcd_binary, args.concurrency, args.ops, args.seconds, seq_s)
-            etcd = {"many": many_e, "seq": seq_e, "read": read_e}
+            etcd = await run_etcd(etcd_binary, aetcd, args.concurrency, args.ops, args.seconds, seq_s)
         except EtcdError as e:
-            etcd_note = f"etcd anchor failed: {e}"
-    summary(kudu, etcd, etcd_note, args.concurrency)
+            notes.append(f"etcd anchor failed: {e}")
+    summary(kudu, etcd, notes, args.concurrency)
 
 
 if __name__ == "__main__":
