@@ -5,27 +5,47 @@ A client proposes small entries (TestKV/Put to each group's leader) with bounded
 committed entries/s and p50/p99 commit latency, for one group and for many groups at once. Each also
 with the same proposers (one entry outstanding each) coalesced by the client into TestKV/PutBatch calls
 (what a Kudu session does with concurrent writes to one tablet), and with many entries per RPC from every
-proposer (100 x 64 entries in flight: throughput, not latency). Each phase is bounded by a count and a
-time limit.
+proposer (100 x 64 entries in flight: throughput, not latency). Then one client alone: sequential put
+latency and sequential linearizable point reads (TestKV/Get) on one group.
+
+When an ``etcd`` binary is on PATH, the same run starts a 3-member etcd cluster on 127.0.0.1 (its default
+timers, fsync on, data in a temporary directory) after the tservers are stopped, runs the 1-group workload
+(same concurrency, value size, duration and entry cap) and the sequential put and read against its leader
+through etcd's gRPC API (aetcd, the optional ``bench`` extra, when importable) and its JSON gRPC gateway
+(``/v3/kv/put``, ``/v3/kv/range`` over aiohttp), and prints both sides with their ratio. Each phase is
+bounded by a count and a time limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import contextlib
+import dataclasses
+import importlib
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kudu_async.common.errors import KuduBadStatus
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
+
+# Every put's value, on both sides.
+VALUE = b"x" * 32
 
 
 async def find_leaders(
@@ -47,10 +67,15 @@ async def find_leaders(
 
 
 async def drive(
-    concurrency: int, max_ops: int, seconds: float, step: int, op: Callable[[int], Awaitable[Any]]
+    concurrency: int,
+    max_ops: int,
+    seconds: float,
+    step: int,
+    op: Callable[[int], Awaitable[Any]],
+    errors_of: tuple[type[Exception], ...] = (KuduBadStatus,),
 ) -> tuple[list[float], float, int]:
     """``concurrency`` workers, each awaiting ``op(i)`` (``step`` entries from entry ``i``) until ``max_ops``
-    entries or ``seconds``: (each entry's latency, elapsed seconds, entries that failed)."""
+    entries or ``seconds``: (each entry's latency, elapsed seconds, entries that failed with ``errors_of``)."""
     latencies: list[float] = []
     errors = 0
     next_op = 0
@@ -65,7 +90,7 @@ async def drive(
             try:
                 await op(i)
                 latencies.extend([time.perf_counter() - t0] * step)
-            except KuduBadStatus:
+            except errors_of:
                 errors += step
 
     t0 = time.perf_counter()
@@ -75,35 +100,53 @@ async def drive(
 
 async def run_phase(
     rpc: RpcClient, leaders: dict[str, str], concurrency: int, max_ops: int, seconds: float, batch: int = 1
-) -> None:
+) -> Stats:
     groups = list(leaders)
 
     async def op(i: int) -> None:
         g = groups[(i // batch) % len(groups)]
         if batch == 1:
-            await rpc.call(leaders[g], "TestKV", "Put", {"group": g, "key": f"k{i}", "value": b"x" * 32}, timeout_s=10)
+            await rpc.call(leaders[g], "TestKV", "Put", {"group": g, "key": f"k{i}", "value": VALUE}, timeout_s=10)
         else:
-            items = [[f"k{j}", b"x" * 32] for j in range(i, i + batch)]
+            items = [[f"k{j}", VALUE] for j in range(i, i + batch)]
             await rpc.call(leaders[g], "TestKV", "PutBatch", {"group": g, "items": items}, timeout_s=10)
 
     latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, batch, op)
-    report(
-        f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}", latencies, elapsed, f"errors {errors}"
+    return report(
+        f"groups={len(groups)} concurrency={concurrency} entries/RPC={batch}",
+        latencies,
+        elapsed,
+        f"errors {errors}",
+        errors=errors,
     )
 
 
-def report(label: str, latencies: list[float], elapsed: float, extra: str) -> None:
-    """Print a phase's committed entries/s and its commit latency percentiles."""
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """A phase's figures, for the side-by-side summary."""
+
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    errors: int = 0
+
+
+def report(
+    label: str, latencies: list[float], elapsed: float, extra: str, what: str = "committed entries", errors: int = 0
+) -> Stats:
+    """Print a phase's completed operations/s and their latency percentiles."""
     lat = sorted(latencies)
 
     def p(q: float) -> float:
         return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
 
-    print(f"{label}: committed entries/s {len(lat) / elapsed:,.0f} ({len(lat)} in {elapsed:.1f}s, {extra})")
+    stats = Stats(len(lat) / elapsed if elapsed > 0 else float("nan"), p(0.50), p(0.99), errors)
+    print(f"{label}: {what}/s {stats.rate:,.0f} ({len(lat)} in {elapsed:.1f}s, {extra})")
     print(
-        f"{label}: commit latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, mean "
+        f"{label}: latency p50 {stats.p50_ms:.2f} ms, p99 {stats.p99_ms:.2f} ms, mean "
         f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms"
     )
+    return stats
 
 
 class Coalescer:
@@ -174,7 +217,7 @@ async def run_coalesced(
     batchers = {g: Coalescer(rpc, g, leaders[g], in_flight, 1000) for g in groups}
 
     def op(i: int) -> Awaitable[None]:
-        return batchers[groups[i % len(groups)]].submit(f"c{i}", b"x" * 32)
+        return batchers[groups[i % len(groups)]].submit(f"c{i}", VALUE)
 
     latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, op)
     calls = sum(b.calls for b in batchers.values())
@@ -187,6 +230,296 @@ async def run_coalesced(
     )
 
 
+SEQ_MAX_OPS = 2_000
+# Sequential phases stop at SEQ_MAX_OPS or this many seconds (or --seconds if lower).
+SEQ_SECONDS = 3.0
+
+
+async def run_sequential(
+    name: str,
+    put: Callable[[str, bytes], Awaitable[None]],
+    get: Callable[[str], Awaitable[bool]],
+    seconds: float,
+    errors_of: tuple[type[Exception], ...],
+) -> tuple[Stats, Stats]:
+    """One client, one request at a time: puts of new keys, then linearizable point reads of those keys
+    (``get`` says whether the key was found; a written key that is missing ends the run)."""
+
+    async def put_one(i: int) -> None:
+        await put(f"s{i}", VALUE)
+
+    latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seconds, 1, put_one, errors_of)
+    written = max(1, len(latencies))
+    put_stats = report(f"{name} sequential put (1 client)", latencies, elapsed, f"errors {errors}", "puts", errors)
+
+    async def get_one(i: int) -> None:
+        if not await get(f"s{i % written}"):
+            raise SystemExit(f"{name}: key s{i % written} written by the sequential put phase was not found")
+
+    latencies, elapsed, errors = await drive(1, SEQ_MAX_OPS, seconds, 1, get_one, errors_of)
+    get_stats = report(
+        f"{name} sequential linearizable point read (1 client)", latencies, elapsed, f"errors {errors}", "reads", errors
+    )
+    return put_stats, get_stats
+
+
+async def run_sequential_kudu(rpc: RpcClient, group: str, leader: str, seconds: float) -> tuple[Stats, Stats]:
+    """On one TestKV group: Put, then Get with ``linearizable`` (a read index round, as etcd's default range)."""
+
+    async def put(key: str, value: bytes) -> None:
+        await rpc.call(leader, "TestKV", "Put", {"group": group, "key": key, "value": value}, timeout_s=10)
+
+    async def get(key: str) -> bool:
+        r = await rpc.call(leader, "TestKV", "Get", {"group": group, "key": key, "linearizable": True}, timeout_s=10)
+        return bool(r["found"])
+
+    return await run_sequential("kudu_async (1 TestKV group)", put, get, seconds, (KuduBadStatus,))
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now (the OS picks them; held open together so none repeats)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class EtcdError(Exception):
+    """An etcd request that failed (HTTP error status or a gateway error body)."""
+
+
+class Etcd:
+    """A 3-member etcd cluster on 127.0.0.1 (default timers, fsync on), reached through its JSON gRPC gateway."""
+
+    def __init__(self, binary: str, base_dir: Path, session: aiohttp.ClientSession) -> None:
+        self.binary, self.base_dir, self.session = binary, base_dir, session
+        ports = free_ports(6)
+        self.client_urls = [f"http://127.0.0.1:{p}" for p in ports[:3]]
+        self.peer_urls = [f"http://127.0.0.1:{p}" for p in ports[3:]]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.leader_url = ""
+
+    def start(self) -> None:
+        cluster = ",".join(f"e{i}={u}" for i, u in enumerate(self.peer_urls))
+        for i in range(3):
+            # The child holds its own copy of the descriptor.
+            with open(self.base_dir / f"e{i}.log", "wb") as log:
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            self.binary,
+                            f"--name=e{i}",
+                            f"--data-dir={self.base_dir / f'e{i}'}",
+                            f"--listen-client-urls={self.client_urls[i]}",
+                            f"--advertise-client-urls={self.client_urls[i]}",
+                            f"--listen-peer-urls={self.peer_urls[i]}",
+                            f"--initial-advertise-peer-urls={self.peer_urls[i]}",
+                            f"--initial-cluster={cluster}",
+                            "--initial-cluster-token=bench",
+                            "--initial-cluster-state=new",
+                            "--listen-metrics-urls=",
+                        ],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        # Own process group: a Ctrl-C reaches this script, which stops the members in order.
+                        start_new_session=True,
+                    )
+                )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    async def post(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.post(url + path, json=body) as resp:
+            out: dict[str, Any] = await resp.json(content_type=None)
+            if resp.status != 200 or "error" in out:
+                raise EtcdError(f"etcd {path} -> HTTP {resp.status}: {out}")
+            return out
+
+    async def wait_healthy(self, timeout_s: float = 30) -> None:
+        """Until every member answers /health with true and they agree on a leader; the leader's client URL
+        is where the phases send (as kudu's phases send to each group's leader)."""
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise EtcdError(f"an etcd member exited with {proc.returncode}; see {self.base_dir}/e*.log")
+            try:
+                healthy = 0
+                leaders: dict[str, str] = {}
+                for url in self.client_urls:
+                    async with self.session.get(url + "/health") as resp:
+                        healthy += (await resp.json(content_type=None)).get("health") == "true"
+                    st = await self.post(url, "/v3/maintenance/status", {})
+                    leaders[st["header"]["member_id"]] = url
+                    leader_id = st["leader"]
+                if healthy == 3 and leader_id in leaders:
+                    self.leader_url = leaders[leader_id]
+                    return
+                last = f"{healthy} of 3 healthy"
+            except (aiohttp.ClientError, EtcdError, KeyError) as e:
+                last = repr(e)
+            await asyncio.sleep(0.2)
+        raise EtcdError(f"etcd not healthy after {timeout_s:.0f}s ({last}); see {self.base_dir}/e*.log")
+
+
+class EtcdGateway:
+    """etcd's JSON gRPC gateway over aiohttp (``/v3/kv/put``, ``/v3/kv/range``): no dependency beyond ours."""
+
+    name = "etcd JSON gateway"
+    errors_of: tuple[type[Exception], ...] = (aiohttp.ClientError, asyncio.TimeoutError, EtcdError)
+
+    def __init__(self, etcd: Etcd) -> None:
+        self.etcd = etcd
+
+    async def put(self, key: str, value: bytes) -> None:
+        body = {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()}
+        await self.etcd.post(self.etcd.leader_url, "/v3/kv/put", body)
+
+    async def get(self, key: str) -> bool:
+        """A linearizable range of one key (etcd's default): whether it exists."""
+        out = await self.etcd.post(
+            self.etcd.leader_url, "/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()}
+        )
+        return bool(out.get("kvs"))
+
+    async def close(self) -> None:
+        """The session belongs to the cluster."""
+
+
+class EtcdGrpc:
+    """etcd's gRPC API through aetcd (asyncio, grpcio), the optional ``bench`` extra."""
+
+    name = "etcd gRPC (aetcd)"
+
+    def __init__(self, aetcd: Any, leader_url: str) -> None:
+        host, _, port = leader_url.removeprefix("http://").rpartition(":")
+        self.client = aetcd.Client(host=host, port=int(port), timeout=10)
+        self.errors_of: tuple[type[Exception], ...] = (aetcd.exceptions.ClientError,)
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self.client.put(key.encode(), value)
+
+    async def get(self, key: str) -> bool:
+        """A linearizable range of one key (etcd's default): whether it exists."""
+        return await self.client.get(key.encode()) is not None
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+@contextlib.asynccontextmanager
+async def etcd_cluster(binary: str) -> AsyncIterator[Etcd]:
+    """A running, healthy etcd cluster; stopped and its data removed on exit, also on errors and Ctrl-C."""
+    base = Path(tempfile.mkdtemp(prefix="bench-etcd-"))
+    try:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=10)
+        ) as session:
+            etcd = Etcd(binary, base, session)
+            try:
+                etcd.start()
+                await etcd.wait_healthy()
+                yield etcd
+            finally:
+                etcd.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def load_aetcd() -> tuple[Any, str]:
+    """The aetcd module, or None and why not (it is in the optional ``bench`` extra)."""
+    try:
+        return importlib.import_module("aetcd"), ""
+    except ImportError as e:
+        return None, f"etcd gRPC client skipped: aetcd not importable ({e}; pip install 'kudu_async[bench]')"
+
+
+async def run_etcd(
+    binary: str, aetcd: Any, concurrency: int, max_ops: int, seconds: float, seq_seconds: float
+) -> dict[str, dict[str, Stats]]:
+    """The 1-group workload and the sequential put and read against one etcd cluster, through each client:
+    {client name: {"many", "seq", "read": Stats}}."""
+    out: dict[str, dict[str, Stats]] = {}
+    async with etcd_cluster(binary) as etcd:
+        print(f"etcd: 3 members on 127.0.0.1, default timers, fsync on; requests go to the leader {etcd.leader_url}")
+        clients: list[EtcdGateway | EtcdGrpc] = []
+        if aetcd is not None:
+            clients.append(EtcdGrpc(aetcd, etcd.leader_url))
+        clients.append(EtcdGateway(etcd))
+        for client in clients:
+            try:
+
+                async def put(i: int, client: EtcdGateway | EtcdGrpc = client) -> None:
+                    await client.put(f"k{i}", VALUE)
+
+                latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, put, client.errors_of)
+                many = report(
+                    f"{client.name} concurrency={concurrency} entries/RPC=1",
+                    latencies,
+                    elapsed,
+                    f"errors {errors}",
+                    errors=errors,
+                )
+                seq, read = await run_sequential(client.name, client.put, client.get, seq_seconds, client.errors_of)
+                out[client.name] = {"many": many, "seq": seq, "read": read}
+            finally:
+                await client.close()
+    return out
+
+
+def summary(kudu: dict[str, Stats], etcd: dict[str, dict[str, Stats]], notes: list[str], concurrency: int) -> None:
+    """Both sides and their ratio: throughput kudu/etcd (above 1 is kudu ahead), latency kudu/etcd (below 1
+    is kudu ahead)."""
+
+    def div(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    def side(name: str, st: Stats, rate: bool) -> str:
+        r = f"{st.rate:>7,.0f}/s " if rate else ""
+        e = f" ({st.errors} errors)" if st.errors else ""
+        return f"    {name:<20} {r}p50 {st.p50_ms:6.2f} ms  p99 {st.p99_ms:6.2f} ms{e}"
+
+    print()
+    print("summary" + "".join(f"\n  {n}" for n in notes))
+    for key, label, rate in (
+        ("many", f"1 group, 1 entry/RPC, {concurrency} clients", True),
+        ("seq", "sequential put, 1 client", False),
+        ("read", "sequential linearizable point read, 1 client", False),
+    ):
+        print(f"  {label}:")
+        k = kudu[key]
+        print(side("kudu_async", k, rate))
+        for name, figures in etcd.items():
+            e = figures[key]
+            ratio = f"throughput {div(k.rate, e.rate):.2f}x, " if rate else ""
+            print(
+                f"{side(name, e, rate)}  | kudu/etcd {ratio}p50 {div(k.p50_ms, e.p50_ms):.2f}x, "
+                f"p99 {div(k.p99_ms, e.p99_ms):.2f}x"
+            )
+    for name, figures in etcd.items():
+        print(
+            f"  kudu_async sequential read p50 / {name} sequential put p50: "
+            f"{div(kudu['read'].p50_ms, figures['seq'].p50_ms):.2f}x (goal: at most 0.5x)"
+        )
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--concurrency", type=int, default=64)
@@ -195,7 +528,20 @@ async def main() -> None:
     ap.add_argument("--groups", type=int, default=100, help="groups in the multi-group phase")
     ap.add_argument("--batch", type=int, default=100, help="entries per RPC in the batched phases")
     ap.add_argument("--in-flight", type=int, default=2, help="calls in flight per leader in the coalesced phases [2]")
+    ap.add_argument("--no-etcd", action="store_true", help="skip the etcd anchor even when etcd is installed")
     args = ap.parse_args()
+    etcd_binary = None if args.no_etcd else shutil.which("etcd")
+    aetcd = None
+    if args.no_etcd:
+        notes = ["etcd anchor skipped: --no-etcd"]
+    elif etcd_binary is None:
+        notes = ["etcd anchor skipped: no etcd binary on PATH (Debian: apt-get install etcd-server etcd-client)"]
+    else:
+        aetcd, why_not = load_aetcd()
+        notes = [f"etcd anchor: {etcd_binary}, through the clients below"] + ([why_not] if why_not else [])
+    print("\n".join(notes))
+    kudu: dict[str, Stats] = {}
+    seq_s = min(args.seconds, SEQ_SECONDS)
     with tempfile.TemporaryDirectory(prefix="bench-consensus-") as d:
         cluster = MiniCluster(1, 3, base_dir=d, tserver_flags=["--enable-test-kv", "true"])
         cluster.start()
@@ -210,15 +556,24 @@ async def main() -> None:
             leaders = await find_leaders(rpc, cluster, names)
             one = {"g-0": leaders["g-0"]}
             many = {g: leaders[g] for g in names[1:]}
-            await run_phase(rpc, one, args.concurrency, args.ops, args.seconds)
+            kudu["many"] = await run_phase(rpc, one, args.concurrency, args.ops, args.seconds)
             await run_coalesced(rpc, one, args.concurrency, args.ops * 10, args.seconds, args.in_flight)
             await run_phase(rpc, one, args.concurrency, args.ops * 10, args.seconds, args.batch)
             await run_phase(rpc, many, args.concurrency, args.ops, args.seconds)
             await run_coalesced(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.in_flight)
             await run_phase(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.batch)
+            kudu["seq"], kudu["read"] = await run_sequential_kudu(rpc, "g-0", leaders["g-0"], seq_s)
         finally:
             await rpc.close()
             cluster.shutdown()
+    etcd: dict[str, dict[str, Stats]] = {}
+    if etcd_binary is not None:
+        # After the tservers stopped: each side has the machine to itself.
+        try:
+            etcd = await run_etcd(etcd_binary, aetcd, args.concurrency, args.ops, args.seconds, seq_s)
+        except EtcdError as e:
+            notes.append(f"etcd anchor failed: {e}")
+    summary(kudu, etcd, notes, args.concurrency)
 
 
 if __name__ == "__main__":
