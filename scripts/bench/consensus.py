@@ -6,7 +6,10 @@ committed entries/s and p50/p99 commit latency, for one group and for many group
 with the same proposers (one entry outstanding each) coalesced by the client into TestKV/PutBatch calls
 (what a Kudu session does with concurrent writes to one tablet), and with many entries per RPC from every
 proposer (100 x 64 entries in flight: throughput, not latency). Then one client alone: sequential put
-latency and sequential linearizable point reads (TestKV/Get) on one group.
+latency and sequential linearizable point reads (TestKV/Get) on one group. Then the same load through the
+public client (unless ``--no-tablets``): a fresh 1 master + 3 tservers, one table of ``--tablets`` hash
+tablets x 3 replicas, and ``--concurrency`` tasks each inserting one row at a time through its own
+FLUSH_AUTO_SYNC session of the async client (one Write RPC per row), checked by a scan that counts the rows.
 
 When an ``etcd`` binary is on PATH, the same run starts a 3-member etcd cluster on 127.0.0.1 (its default
 timers, fsync on, data in a temporary directory) after the tservers are stopped, runs the 1-group workload
@@ -40,6 +43,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import kudu_async as kudu
+import kudu_async.aio
 from kudu_async.common.errors import KuduBadStatus
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
@@ -274,6 +279,65 @@ async def run_sequential_kudu(rpc: RpcClient, group: str, leader: str, seconds: 
         return bool(r["found"])
 
     return await run_sequential("kudu_async (1 TestKV group)", put, get, seconds, (KuduBadStatus,))
+
+
+async def run_tablets(concurrency: int, max_ops: int, seconds: float, tablets: int) -> Stats:
+    """Single-row inserts of distinct keys (hashed over every tablet) from ``concurrency`` tasks, each with
+    its own FLUSH_AUTO_SYNC session: each latency is one apply, one Write RPC to 3 replicas. Ends with a scan
+    whose row count must equal the inserts acknowledged."""
+    with tempfile.TemporaryDirectory(prefix="bench-tablets-") as d:
+        cluster = MiniCluster(1, 3, base_dir=d)
+        cluster.start()
+        try:
+            client = await kudu_async.aio.connect(cluster.master_addresses.split(","))
+            try:
+                b = kudu.schema_builder()
+                b.add_column("key").type(kudu.int64).nullable(False).primary_key()
+                b.add_column("v", type_=kudu.binary)
+                part = kudu.Partitioning().add_hash_partitions(["key"], tablets)
+                t0 = time.perf_counter()
+                table = await client.create_table("bench_tablets", b.build(), part, n_replicas=3)
+                print(
+                    f"tablets: 1 master + 3 tservers, fsync on; 1 table of {tablets} hash tablets x 3 replicas "
+                    f"created in {time.perf_counter() - t0:.1f}s"
+                )
+                # Not timed: a scan of the empty table brings every tablet's locations into the meta cache.
+                empty = (await table.scanner().set_projected_column_names(["key"]).to_arrow()).num_rows
+                if empty:
+                    raise SystemExit(f"tablets phase: the new table already holds {empty} rows")
+                sessions: dict[asyncio.Task[Any] | None, kudu_async.aio.AsyncSession] = {}
+
+                async def insert(i: int) -> None:
+                    task = asyncio.current_task()
+                    session = sessions.get(task)
+                    if session is None:
+                        session = sessions[task] = client.new_session(
+                            flush_mode=kudu.FLUSH_AUTO_SYNC, timeout_ms=10_000
+                        )
+                    await session.apply(table.new_insert({"key": i, "v": VALUE}))
+
+                latencies, elapsed, errors = await drive(concurrency, max_ops, seconds, 1, insert)
+                for session in sessions.values():
+                    await session.close()
+                stats = report(
+                    f"tablets={tablets} sessions={concurrency} FLUSH_AUTO_SYNC, 1 row/apply",
+                    latencies,
+                    elapsed,
+                    f"errors {errors}",
+                    "rows",
+                    errors,
+                )
+                rows = (await table.scanner().set_projected_column_names(["key"]).to_arrow()).num_rows
+                if rows != len(latencies):
+                    raise SystemExit(
+                        f"tablets phase: a scan counted {rows} rows, {len(latencies)} inserts were acknowledged"
+                    )
+                print(f"tablets={tablets}: scan counted {rows} rows = inserts acknowledged")
+                return stats
+            finally:
+                await client.close()
+        finally:
+            cluster.shutdown()
 
 
 def free_ports(n: int) -> list[int]:
@@ -513,6 +577,10 @@ def summary(kudu: dict[str, Stats], etcd: dict[str, dict[str, Stats]], notes: li
                 f"{side(name, e, rate)}  | kudu/etcd {ratio}p50 {div(k.p50_ms, e.p50_ms):.2f}x, "
                 f"p99 {div(k.p99_ms, e.p99_ms):.2f}x"
             )
+    print(f"  many groups / tablets (--groups, --tablets), 1 entry/RPC, {concurrency} clients:")
+    print(side("TestKV groups", kudu["groups"], True))
+    if "tablets" in kudu:
+        print(side("tablets, AUTO_SYNC", kudu["tablets"], True) + "  (goal: at least 3,000/s)")
     for name, figures in etcd.items():
         print(
             f"  kudu_async sequential read p50 / {name} sequential put p50: "
@@ -528,6 +596,8 @@ async def main() -> None:
     ap.add_argument("--groups", type=int, default=100, help="groups in the multi-group phase")
     ap.add_argument("--batch", type=int, default=100, help="entries per RPC in the batched phases")
     ap.add_argument("--in-flight", type=int, default=2, help="calls in flight per leader in the coalesced phases [2]")
+    ap.add_argument("--tablets", type=int, default=100, help="hash tablets of the table in the tablet phase [100]")
+    ap.add_argument("--no-tablets", action="store_true", help="skip the tablet phase (public client, real table)")
     ap.add_argument("--no-etcd", action="store_true", help="skip the etcd anchor even when etcd is installed")
     args = ap.parse_args()
     etcd_binary = None if args.no_etcd else shutil.which("etcd")
@@ -559,13 +629,16 @@ async def main() -> None:
             kudu["many"] = await run_phase(rpc, one, args.concurrency, args.ops, args.seconds)
             await run_coalesced(rpc, one, args.concurrency, args.ops * 10, args.seconds, args.in_flight)
             await run_phase(rpc, one, args.concurrency, args.ops * 10, args.seconds, args.batch)
-            await run_phase(rpc, many, args.concurrency, args.ops, args.seconds)
+            kudu["groups"] = await run_phase(rpc, many, args.concurrency, args.ops, args.seconds)
             await run_coalesced(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.in_flight)
             await run_phase(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.batch)
             kudu["seq"], kudu["read"] = await run_sequential_kudu(rpc, "g-0", leaders["g-0"], seq_s)
         finally:
             await rpc.close()
             cluster.shutdown()
+    if not args.no_tablets:
+        # Its own cluster, after the TestKV one stopped: no idle groups beside the tablets.
+        kudu["tablets"] = await run_tablets(args.concurrency, args.ops, args.seconds, args.tablets)
     etcd: dict[str, dict[str, Stats]] = {}
     if etcd_binary is not None:
         # After the tservers stopped: each side has the machine to itself.
