@@ -1,16 +1,13 @@
 """The client's part of retrying: request ids that make a retried write apply once.
 
-Deadlines, backoff and which failures are retried are ``kudu_async.common.retry`` (re-exported here, where
-the tools and scripts built on the client look for them).
+Deadlines, backoff and which failures are retried are ``kudu_async.common.retry``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kudu_async.common.retry import RETRYABLE, Deadline
-
-__all__ = ["RETRYABLE", "Deadline", "WriteRequestIds"]
+__all__ = ["WriteRequestIds"]
 
 
 class WriteRequestIds:

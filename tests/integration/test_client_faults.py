@@ -14,7 +14,7 @@ import pytest
 import kudu_async as kudu
 from kudu_async.client import Table
 from kudu_async.client.meta_cache import TableLocations
-from kudu_async.client.retry import Deadline
+from kudu_async.common.retry import Deadline
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.mini_cluster import NodeProcess
 
