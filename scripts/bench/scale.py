@@ -322,12 +322,13 @@ async def settle_reads(
         await client.close()
 
 
-async def _reader_loop(masters: str, gen: KeyGen, loaded: int, seed: int, stop: Event) -> list[float]:
+async def _reader_loop(masters: str, gen: KeyGen, loaded: int, seed: int, ready: Event, stop: Event) -> list[float]:
     rng = random.Random(seed)
     client = await kudu_async.aio.connect(masters.split(","))
     try:
         table = await client.table(TABLE)
-        await _point_read(table, gen.key(rng.randrange(loaded)))
+        await _point_read(table, gen.key(rng.randrange(loaded)))  # locations, connections: not timed
+        ready.set()
         lat: list[float] = []
         while not stop.is_set():
             lat.append(await _point_read(table, gen.key(rng.randrange(loaded))))
@@ -336,10 +337,13 @@ async def _reader_loop(masters: str, gen: KeyGen, loaded: int, seed: int, stop: 
         await client.close()
 
 
-def reader_process(masters: str, gen: KeyGen, loaded: int, seed: int, stop: Event, out: Queue[tuple[str, Any]]) -> None:
-    """Sequential point reads of rows loaded earlier until ``stop``; latencies (or the error) to ``out``."""
+def reader_process(
+    masters: str, gen: KeyGen, loaded: int, seed: int, events: tuple[Event, Event], out: Queue[tuple[str, Any]]
+) -> None:
+    """Sequential point reads of rows loaded earlier, from the first read after ``events[0]`` (ready) is set
+    until ``events[1]`` (stop) is; latencies (or the error) to ``out``."""
     try:
-        out.put(("ok", asyncio.run(_reader_loop(masters, gen, loaded, seed, stop))))
+        out.put(("ok", asyncio.run(_reader_loop(masters, gen, loaded, seed, *events))))
     except BaseException as e:  # the parent reports it and fails the run
         out.put(("error", f"{type(e).__name__}: {e}"))
 
@@ -613,16 +617,20 @@ class Run:
 
     def load_with_reader(self, lo: int, hi: int, chunk_no: int) -> tuple[float, list[float]]:
         """Load rows [lo, hi) while a reader process reads rows loaded before (none for the first chunk)."""
-        stop = self.mp.Event()
+        ready, stop = self.mp.Event(), self.mp.Event()
         queue: Queue[tuple[str, Any]] = self.mp.Queue()
         reader = None
         if lo:
             reader = self.mp.Process(
                 target=reader_process,
-                args=(self.cluster.master_addresses, self.gen, lo, self.args.seed + chunk_no, stop, queue),
+                args=(self.cluster.master_addresses, self.gen, lo, self.args.seed + chunk_no, (ready, stop), queue),
                 daemon=True,
             )
             reader.start()
+            while not ready.wait(0.5):  # the load starts once the reader reads
+                if not reader.is_alive():
+                    status, payload = queue.get(timeout=5)
+                    raise BenchError(f"the reader for the load of chunk {chunk_no} failed to start: {payload}")
         try:
             el = load_chunk(
                 self.client, self.table, self.gen, lo, hi, self.args.batch, self.args.write_timeout_ms, self.exp
