@@ -22,7 +22,9 @@ After each chunk:
 - a full scan of column a: row count and sum of a, both checked; a filtered scan (a < 100, projecting key and
   c): its row count and sum of c checked; its rate in table rows/s (fastest of ``--scan-runs``).
 Then kill -9 of every tserver, restart, and the time until a full count returns every row. The summary table
-and the goals of issue 28 with their measured figures and PASS/FAIL close the run. Any wrong answer exits 1.
+and the scale goals (memory under the limit and flat, disk per row, ingest and scan rates holding up, point
+read p99 after and during loads, restart time) with their measured figures and PASS/FAIL close the run.
+Any wrong answer exits 1.
 
 Tserver flags pass through with ``--tserver-flag name=value`` (repeatable); a flag the nodes do not know stops
 the run before any node starts.
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 TABLE = "scale"
 QUICK = {"rows": 2_000_000, "chunk": 1_000_000, "settle": 20.0}
 FULL = {"rows": 100_000_000, "chunk": 10_000_000, "settle": 60.0}
-# The issue's memory limit for the 100 M-row run, used for the memory goal when no memory_limit_mb is passed.
+# The memory goal's limit when the tservers are given no memory_limit_mb flag (the 100 M-row run's setting).
 DEFAULT_LIMIT_MB = 1024
 # The tservers count as idle (their flushes and compactions done) below this many cores of CPU together.
 IDLE_CORES = 0.25
@@ -154,6 +156,10 @@ def expected_row(k: int) -> dict[str, Any]:
     return {"key": k, "a": k % 1000, "b": f"name-{k}", "c": k * 0.5}
 
 
+# The filtered scan's predicate: a < FILTER_A.
+FILTER_A = 100
+
+
 @dataclasses.dataclass
 class Expect:
     """What the rows loaded so far must scan back to."""
@@ -170,9 +176,6 @@ class Expect:
         self.sum_a += int(a.sum(dtype=np.int64))
         self.filtered_rows += len(hit)
         self.filtered_key_sum += int(hit.sum(dtype=np.int64))
-
-
-FILTER_A = 100
 
 
 # --- node figures from /proc and the data directories ----------------------------------------------------
@@ -429,7 +432,7 @@ def memory_limit_mb(raw: list[str]) -> tuple[int, str]:
         name, _, value = item.partition("=")
         if name.strip().lstrip("-").replace("-", "_") == "memory_limit_mb":
             return int(value), "--tserver-flag memory_limit_mb"
-    return DEFAULT_LIMIT_MB, "issue 28's figure; no memory_limit_mb flag passed"
+    return DEFAULT_LIMIT_MB, "the goal's figure; no memory_limit_mb flag passed"
 
 
 def load_chunk(
@@ -524,7 +527,13 @@ SUMMARY_COLS = (
 
 
 def print_summary(records: list[dict[str, Any]]) -> None:
-    cells = [[fmt.format(r[key]) for _, key, fmt in SUMMARY_COLS] for r in records]
+    cells = [
+        [
+            "-" if isinstance(r[key], float) and math.isnan(r[key]) else fmt.format(r[key])
+            for _, key, fmt in SUMMARY_COLS
+        ]
+        for r in records
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _, _) in enumerate(SUMMARY_COLS)]
     print(" | ".join(h.rjust(w) for (h, _, _), w in zip(SUMMARY_COLS, widths, strict=True)))
     print("-+-".join("-" * w for w in widths))
