@@ -504,7 +504,7 @@ def chunk_line(r: dict[str, Any]) -> str:
         f"scan a<{FILTER_A} {r['scan_rate']:,.0f} rows/s | reads after: p50 {r['after_p50_ms']:.1f} "
         f"p99 {r['after_p99_ms']:.1f} ms ({r['after_reads']:,}, {'idle' if r['settled'] else 'busy'} after "
         f"{r['settle_s']:.0f}s) | reads during load: {during} | rowsets/tablet mean {r['rowsets_mean']:.1f} "
-        f"max {r['rowsets_max']}"
+        f"max {r['rowsets_max']} | load avg {r['loadavg_1m']:.1f}"
     )
 
 
@@ -523,6 +523,7 @@ SUMMARY_COLS = (
     ("p99 during", "during_p99_ms", "{:.1f}"),
     ("settle s", "settle_s", "{:.0f}"),
     ("rowsets max", "rowsets_max", "{}"),
+    ("load 1m", "loadavg_1m", "{:.1f}"),
 )
 
 
@@ -730,6 +731,8 @@ class Run:
             "during_p99_ms": pct(during, 0.99),
             "during_max_ms": pct(during, 1.0),
             **tablet_gauges(self.cluster),
+            # The machine's 1-minute load average: other work on it skews every figure of the chunk.
+            "loadavg_1m": os.getloadavg()[0],
         }
 
 
