@@ -481,7 +481,9 @@ def restart_all(cluster: MiniCluster, table: Any, expect: Expect, timeout_s: flo
         if time.monotonic() - t0 > timeout_s:
             raise BenchError(f"not every row readable {timeout_s:.0f}s after restarting the tservers; last: {last}")
         time.sleep(0.2)
-    return {"healthy_s": healthy, "all_rows_s": time.monotonic() - t0}
+    all_rows = time.monotonic() - t0
+    anon = [proc_status(t.pid)["RssAnon"] / MIB for t in cluster.tservers if t.pid is not None]
+    return {"healthy_s": healthy, "all_rows_s": all_rows, "anon_mib_after": max(anon, default=0.0)}
 
 
 def fmt_mib(b: float) -> str:
@@ -750,7 +752,8 @@ def finish(run: Run, records: list[dict[str, Any]], limit: tuple[int, str], resu
     result["restart"] = restart
     print(
         f"kill -9 of every tserver, restart: healthy after {restart['healthy_s']:.1f}s, full count of "
-        f"{run.exp.rows:,} rows (sum of a checked) after {restart['all_rows_s']:.1f}s"
+        f"{run.exp.rows:,} rows (sum of a checked) after {restart['all_rows_s']:.1f}s; then the largest "
+        f"tserver anon memory {restart['anon_mib_after']:,.0f} MiB"
     )
     print()
     print_summary(records)
