@@ -1,6 +1,6 @@
 """Event-loop lag while maintenance ops run: where a flush or compaction holds the GIL.
 
-    python scripts/bench/maintenance.py [--rows 2000000] [--switch-ms 5] [--top 12]
+    python scripts/bench/maintenance.py [--rows 2000000] [--switch-ms 5] [--top 12] [--reads]
 
 One Tablet (no network) gets ``--rows`` random int64 keys in 100,000-row batches, then each maintenance
 op runs in a worker thread, as the maintenance manager runs it, while this thread's asyncio loop sleeps
@@ -31,6 +31,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
+from kudu_async.common import key_encoding
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.schema import Schema
 from kudu_async.tablet.ops import OpType, WriteOp
@@ -64,16 +65,26 @@ class Writer:
             assert not res.row_errors, res.row_errors[:3]
 
 
+READER: dict[str, Any] = {}  # "lookup": a point read of one random loaded key, run on the loop
+
+
 async def probe(stop: threading.Event, worker: list[int], stall_ms: float, out: dict[str, Any]) -> None:
-    """Sleep 1 ms at a time; record each wake's lateness and, past ``stall_ms``, the worker's stack."""
+    """Sleep 1 ms at a time; record each wake's lateness and, past ``stall_ms``, the worker's stack;
+    with ``--reads`` also a point read after each wake, timed (as a tserver answers one on its loop)."""
     lags: list[float] = []
+    reads: list[float] = []
     stacks: collections.Counter[str] = collections.Counter()
     worst: dict[str, float] = {}
+    lookup = READER.get("lookup")
     while not stop.is_set():
         t0 = time.perf_counter()
         await asyncio.sleep(0.001)
         lag = (time.perf_counter() - t0) * 1000.0 - 1.0
         lags.append(lag)
+        if lookup is not None:
+            r0 = time.perf_counter()
+            lookup()
+            reads.append((time.perf_counter() - r0) * 1000.0)
         if lag > stall_ms and worker:
             frame = sys._current_frames().get(worker[0])
             if frame is not None:
@@ -82,7 +93,7 @@ async def probe(stop: threading.Event, worker: list[int], stall_ms: float, out: 
                 where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in own[-1:-4:-1])
                 stacks[where] += 1
                 worst[where] = max(worst.get(where, 0.0), lag)
-    out["lags"], out["stacks"], out["worst"] = lags, stacks, worst
+    out["lags"], out["reads"], out["stacks"], out["worst"] = lags, reads, stacks, worst
 
 
 def run_op(name: str, fn: Callable[[], object], stall_ms: float, top: int) -> None:
@@ -118,6 +129,12 @@ def run_op(name: str, fn: Callable[[], object], stall_ms: float, top: int) -> No
         f"max {lags.max():7.1f} ms  wakes>{stall_ms:g}ms {int((lags > stall_ms).sum())}",
         flush=True,
     )
+    if out["reads"]:
+        reads = np.array(out["reads"])
+        print(
+            f"    point reads on the loop: {len(reads):,}  p50 {np.percentile(reads, 50):6.2f} "
+            f"p99 {np.percentile(reads, 99):7.2f} max {reads.max():7.1f} ms"
+        )
     for where, n in out["stacks"].most_common(top):
         print(f"    {n:5d} x  worst {out['worst'][where]:7.1f} ms  {where}")
 
@@ -175,6 +192,7 @@ def main() -> None:
     ap.add_argument("--switch-ms", type=float, default=5.0, help="sys.setswitchinterval, in ms (Python's default 5)")
     ap.add_argument("--stall-ms", type=float, default=2.0)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--reads", action="store_true", help="a point read on the loop after each probe wake")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     sys.setswitchinterval(args.switch_ms / 1000.0)
@@ -190,6 +208,17 @@ def main() -> None:
     first, second = keys[:n], keys[n : n + n // 2]
     print(f"rows={n:,} switchinterval={args.switch_ms:g} ms dir={root}", flush=True)
     w.write(OpType.INSERT, first)
+    if args.reads:
+        pick = rng.permutation(first)[:100_000]
+        encoded = [key_encoding.encode_key(schema, [int(k)]) for k in pick]
+        count = [0]
+
+        def lookup() -> None:
+            count[0] += 1
+            row = tablet.lookup(encoded[count[0] % len(encoded)])
+            assert row is not None
+
+        READER["lookup"] = lookup
     run_op(f"flush MemRowSet ({n:,} random keys)", tablet.flush_mrs, args.stall_ms, args.top)
     w.write(OpType.INSERT, second)
     run_op(f"flush MemRowSet ({len(second):,}, overlapping)", tablet.flush_mrs, args.stall_ms, args.top)
