@@ -231,14 +231,20 @@ class DeltaMemStore:
         out.sort(key=lambda m: (m.ts, m.seq))
         return out
 
-    def late_parts(self, min_seq: int = 0) -> tuple[list[tuple[pa.Table, np.ndarray, int]], list[tuple[int, Mutation]]]:
+    def late_parts(
+        self, min_seq: int = 0, max_seq: int | None = None
+    ) -> tuple[list[tuple[pa.Table, np.ndarray, int]], list[tuple[int, Mutation]]]:
         """The delta chunks (as (table, re-insert flags, log index), each cut to its mutations with a
-        sequence number of at least ``min_seq``) and the single mutations at or after ``min_seq``."""
-        singles = [(r, m) for r, m in self._singles if m.seq >= min_seq]
+        sequence number in ``[min_seq, max_seq)``) and the single mutations in that range."""
+        top = max_seq if max_seq is not None else 1 << 62
+        singles = [(r, m) for r, m in self._singles if min_seq <= m.seq < top]
         chunks: list[tuple[pa.Table, np.ndarray, int]] = []
-        for table, reinsert, log_index in self._chunks:
-            if min_seq > 0:
-                late = pc.greater_equal(table.column(SEQ_COL), pa.scalar(min_seq, pa.int64()))
+        for table, reinsert, log_index in list(self._chunks):
+            if min_seq > 0 or max_seq is not None:
+                seq = table.column(SEQ_COL)
+                late = pc.greater_equal(seq, pa.scalar(min_seq, pa.int64()))
+                if max_seq is not None:
+                    late = pc.and_(late, pc.less(seq, pa.scalar(max_seq, pa.int64())))
                 if not pc.any(late).as_py():
                     continue
                 if not pc.all(late).as_py():
@@ -303,6 +309,10 @@ class LateMutations:
     min_seq: int
     keys_of: Callable[[np.ndarray], pa.Array]
     key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]]
+
+    def since(self, min_seq: int) -> LateMutations:
+        """The same store's mutations from ``min_seq`` on."""
+        return LateMutations(self.store, max(self.min_seq, min_seq), self.keys_of, self.key_values_of)
 
     def as_mutations(self) -> list[Mutation]:
         """Every late mutation as a :class:`Mutation` with its key, in application order."""

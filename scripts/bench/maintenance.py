@@ -155,10 +155,10 @@ def carry_over_phase(tablet: Tablet, w: Writer, keys: np.ndarray, set_cols: np.n
             return int(sum(c[0].num_rows for c in chunks)) + len(singles)
         return 1  # one Mutation
 
-    def timed(self: Any, items: Any) -> None:
+    def timed(self: Any, items: Any, *rest: Any) -> None:
         items = list(items)
         t0 = time.perf_counter()
-        orig(self, items)
+        orig(self, items, *rest)
         spent.append((sum(count(i) for i in items), time.perf_counter() - t0))
 
     setattr(cls, name, timed)
