@@ -202,6 +202,14 @@ FLAGS: tuple[Flag, ...] = (
         False,
         "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only).",
     ),
+    Flag(
+        "event_loop_lag_probe_interval_ms",
+        _to_int,
+        1,
+        "Period of the event-loop lag probe behind the event_loop_lag_ms_p99/_max metrics (default 1: a "
+        "stall of a few ms is seen whole; the probe costs about 3 percent of a core).",
+        check=_positive,
+    ),
     Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.", check=_non_negative),
     Flag("raft_heartbeat_interval_ms", _to_int, 500, "Raft leader heartbeat period.", check=_positive),
     Flag(
@@ -273,7 +281,30 @@ FLAGS: tuple[Flag, ...] = (
         check=_non_negative,
     ),
     Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.", check=_positive),
-    Flag("maintenance_manager_num_threads", _to_int, 1, "Worker threads for flushes and compactions.", check=_positive),
+    Flag(
+        "maintenance_manager_num_threads",
+        _to_int,
+        1,
+        "Worker threads for flushes and compactions (default 1: on a 2-core host a second worker takes CPU "
+        "from the event loop and the WAL; the GIL serialises their Python parts anyway).",
+        check=_positive,
+    ),
+    Flag(
+        "budgeted_compaction_target_rowset_size_mb",
+        _to_int,
+        32,
+        "Size of the DiskRowSets a flush or compaction writes (Kudu's budgeted_compaction_target_rowset_size, "
+        "default 32 MiB as Kudu: small enough that a compaction can pick a few of them under its budget).",
+        check=_positive,
+    ),
+    Flag(
+        "tablet_compaction_budget_mb",
+        _to_int,
+        128,
+        "Most base data one merging compaction reads (Kudu's tablet_compaction_budget_mb, default 128): "
+        "bounds a compaction's memory (about twice its input) and its duration.",
+        check=_positive,
+    ),
     Flag(
         "tablet_memory_limit_mb",
         _to_int,

@@ -30,6 +30,7 @@ from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.server import messages as msg
 from kudu_async.server.admin import build_admin_app, process_memory
 from kudu_async.server.config import NodeConfig, format_hostport
+from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class Node:
         self.server_metrics.gauge(
             "memory_rss", "Resident set size of the process", "bytes", read=lambda: process_memory()["current_bytes"]
         )
+        self.loop_lag = LoopLagProbe(config.event_loop_lag_probe_interval_ms / 1000.0)
+        self.loop_lag.register(self.server_metrics)
         self.faults = FaultInjector(enabled=config.enable_fault_injection)
         self.rpc_server = RpcServer(
             self.server_metrics,
@@ -126,6 +129,7 @@ class Node:
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.loop_lag.start()
         rpc_host, rpc_port = self.config.rpc_hostport
         await self.rpc_server.start(rpc_host, rpc_port)
         self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
@@ -157,6 +161,7 @@ class Node:
                 await self._http_runner.cleanup()
             await self.rpc_client.close()
             self.io_executor.shutdown(wait=True)
+            await self.loop_lag.stop()
         log.info("node stopped")
 
     async def run_until_signalled(self) -> None:

@@ -20,6 +20,8 @@ from kudu_async.tablet.key_arrays import sort_order
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL, SchemaInfo
 
+POS_COL = "_pos"  # a kept delta's row: its position in the folded (then merged) rows
+
 
 @dataclass
 class CompactionInput:
@@ -31,7 +33,8 @@ class CompactionInput:
 
 def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Table, pa.Table | None]:
     """Roll one rowset forward to ``ahm``; returns surviving base rows and the deltas newer than it
-    (a delta table with a ``_key`` column naming each delta's row, or None), column-wise."""
+    (a delta table with a ``_pos`` column, the position of each delta's row in the returned rows, or
+    None), column-wise."""
     base = inp.base
     snap = MvccSnapshot.at(ahm)
     value_cols = [info.names[i] for i in info.value_indices]
@@ -49,6 +52,8 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
     out = folded.filter(pa.array(keep))
     if newer is None:
         return out, None
+    pos_of = np.full(n, -1, dtype=np.int64)  # base row -> its position in ``out``
+    pos_of[keep] = np.arange(out.num_rows, dtype=np.int64)
     rows = newer.column(ROW_COL).to_numpy().astype(np.int64)
     dead = np.flatnonzero(~keep[rows])
     if len(dead):
@@ -72,6 +77,7 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
             for i, f in enumerate(info.arrow)
         ]
         cols += [base.column(KEY_COL).take(take_rows), revs.column(TS_COL)]
+        pos_of[rows[rev]] = out.num_rows + np.arange(len(rev), dtype=np.int64)
         out = pa.concat_tables([out, pa.Table.from_arrays(cols, schema=out.schema)])
         rest = np.ones(len(rows), dtype=bool)
         rest[rev] = False
@@ -79,27 +85,36 @@ def fold_rowset(info: SchemaInfo, inp: CompactionInput, ahm: int) -> tuple[pa.Ta
         rows = rows[rest]
         if not newer.num_rows:
             return out, None
-    return out, newer.append_column(KEY_COL, base.column(KEY_COL).take(pa.array(rows)))
+    return out, newer.append_column(POS_COL, pa.array(pos_of[rows]))
 
 
 def merge_rowsets(info: SchemaInfo, inputs: list[CompactionInput], ahm: int) -> tuple[pa.Table, pa.Table | None]:
     """Fold every input to the AHM and merge them into one key-sorted table plus its deltas newer
     than the AHM (a delta table whose ``_row`` is the position in the merged table, or None)."""
     tables, laters = [], []
+    start = 0
     for inp in inputs:
         t, later = fold_rowset(info, inp, ahm)
         tables.append(t)
         if later is not None:
-            laters.append(later)
+            # Position in the concatenation of the folded inputs.
+            shifted = later.column(POS_COL).to_numpy() + start
+            laters.append(later.set_column(later.schema.get_field_index(POS_COL), POS_COL, pa.array(shifted)))
+        start += t.num_rows
     merged = pa.concat_tables(tables) if tables else info.storage_arrow.empty_table()
     keys = merged.column(KEY_COL)
     keys = keys.chunk(0) if keys.num_chunks == 1 else keys.combine_chunks()
-    merged = merged.take(pa.array(sort_order(keys))).combine_chunks()
+    order = sort_order(keys)
+    merged = merged.take(pa.array(order)).combine_chunks()
     if not laters:
         return merged, None
     later = pa.concat_tables(laters)
-    pos = pc.index_in(later.column(KEY_COL), value_set=merged.column(KEY_COL))
-    if pos.null_count:
+    # Where each concatenated row went in the sort: the inverse permutation, no key hashing.
+    where = np.empty(len(order), dtype=np.int64)
+    where[order] = np.arange(len(order), dtype=np.int64)
+    concat_pos = later.column(POS_COL).to_numpy()
+    if (concat_pos < 0).any():
         raise AssertionError("a kept delta lost its row during compaction")
-    later = later.drop_columns([KEY_COL])
-    return merged, later.set_column(later.schema.get_field_index(ROW_COL), ROW_COL, pc.cast(pos, pa.uint32()))
+    pos = where[concat_pos].astype(np.uint32)
+    later = later.drop_columns([POS_COL])
+    return merged, later.set_column(later.schema.get_field_index(ROW_COL), ROW_COL, pa.array(pos))

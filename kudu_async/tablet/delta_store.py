@@ -231,6 +231,28 @@ class DeltaMemStore:
         out.sort(key=lambda m: (m.ts, m.seq))
         return out
 
+    def late_parts(
+        self, min_seq: int = 0, max_seq: int | None = None
+    ) -> tuple[list[tuple[pa.Table, np.ndarray, int]], list[tuple[int, Mutation]]]:
+        """The delta chunks (as (table, re-insert flags, log index), each cut to its mutations with a
+        sequence number in ``[min_seq, max_seq)``) and the single mutations in that range."""
+        top = max_seq if max_seq is not None else 1 << 62
+        singles = [(r, m) for r, m in self._singles if min_seq <= m.seq < top]
+        chunks: list[tuple[pa.Table, np.ndarray, int]] = []
+        for table, reinsert, log_index in list(self._chunks):
+            if min_seq > 0 or max_seq is not None:
+                seq = table.column(SEQ_COL)
+                late = pc.greater_equal(seq, pa.scalar(min_seq, pa.int64()))
+                if max_seq is not None:
+                    late = pc.and_(late, pc.less(seq, pa.scalar(max_seq, pa.int64())))
+                if not pc.any(late).as_py():
+                    continue
+                if not pc.all(late).as_py():
+                    mask = late.to_numpy(zero_copy_only=False)
+                    table, reinsert = table.filter(late), np.asarray(reinsert)[mask]
+            chunks.append((table, np.asarray(reinsert), log_index))
+        return chunks, singles
+
     def mutations(
         self,
         keys_of: Callable[[np.ndarray], list[bytes]],
@@ -241,26 +263,71 @@ class DeltaMemStore:
         keys (and key values for re-inserts), for carrying over mutations that arrived during a flush or
         compaction; ``keys_of``/``key_values_of`` map base row positions to encoded keys / key column
         values. Rows are selected in Arrow first: only the (usually few) late ones become objects."""
-        out = [(r, m) for r, m in self._singles if m.seq >= min_seq]
-        for table, reinsert, log_index in self._chunks:
-            if min_seq > 0:
-                late = pc.greater_equal(table.column(SEQ_COL), pa.scalar(min_seq, pa.int64()))
-                if not pc.any(late).as_py():
-                    continue
-                if not pc.all(late).as_py():
-                    mask = late.to_numpy(zero_copy_only=False)
-                    table, reinsert = table.filter(late), np.asarray(reinsert)[mask]
+        chunks, out = self.late_parts(min_seq)
+        for table, reinsert, log_index in chunks:
             rows = table.column(ROW_COL).to_numpy().astype(np.int64)
-            keys = dict(zip(rows.tolist(), keys_of(rows), strict=True))
-            muts = delta_rows_to_mutations(self.info, table, keys)
-            re_rows = np.flatnonzero(reinsert)
-            kvs = dict(zip(re_rows.tolist(), key_values_of(rows[re_rows]), strict=True)) if len(re_rows) else {}
-            for j, (_, m) in enumerate(muts):
-                m.log_index = log_index
-                m.reinsert = bool(reinsert[j])
-                m.key_values = kvs.get(j)
-            out.extend(muts)
+            out.extend(chunk_mutations(self.info, table, reinsert, log_index, keys_of(rows), key_values_of))
         return out
+
+
+def chunk_memory_bytes(info: SchemaInfo, table: pa.Table) -> int:
+    """What a delta chunk counts toward its store's memory (as :func:`delta_chunk` estimates it)."""
+    n_set = sum(pc.sum(table.column(set_col(info.names[i]))).as_py() or 0 for i in info.value_indices)
+    return int(table.num_rows * MUTATION_OVERHEAD_BYTES + 16 * n_set)
+
+
+def chunk_mutations(
+    info: SchemaInfo,
+    table: pa.Table,
+    reinsert: np.ndarray,
+    log_index: int,
+    keys: list[bytes],
+    key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]],
+) -> list[tuple[int, Mutation]]:
+    """The rows of one delta chunk (or part of one) as :class:`Mutation` s: ``keys[j]`` is row ``j``'s
+    encoded key, ``key_values_of`` gives the key column values of re-inserted base rows."""
+    rows = table.column(ROW_COL).to_numpy().astype(np.int64)
+    muts = delta_rows_to_mutations(info, table, dict(zip(rows.tolist(), keys, strict=True)))
+    re_rows = np.flatnonzero(reinsert)
+    kvs = dict(zip(re_rows.tolist(), key_values_of(rows[re_rows]), strict=True)) if len(re_rows) else {}
+    out: list[tuple[int, Mutation]] = []
+    for j, (_, m) in enumerate(muts):
+        m.log_index = log_index
+        m.reinsert = bool(reinsert[j])
+        m.key_values = kvs.get(j)
+        out.append((int(rows[j]), m))
+    return out
+
+
+@dataclass
+class LateMutations:
+    """The mutations a store received after a flush or compaction froze it (sequence number at least
+    ``min_seq``), with the maps from its row positions to encoded keys (an Arrow ``binary`` array) and
+    to key column values (for re-inserts)."""
+
+    store: DeltaMemStore
+    min_seq: int
+    keys_of: Callable[[np.ndarray], pa.Array]
+    key_values_of: Callable[[np.ndarray], list[tuple[Any, ...]]]
+
+    def since(self, min_seq: int) -> LateMutations:
+        """The same store's mutations from ``min_seq`` on."""
+        return LateMutations(self.store, max(self.min_seq, min_seq), self.keys_of, self.key_values_of)
+
+    def as_mutations(self) -> list[Mutation]:
+        """Every late mutation as a :class:`Mutation` with its key, in application order."""
+
+        def keys(rows: np.ndarray) -> list[bytes]:
+            out: list[bytes] = self.keys_of(rows).to_pylist()
+            return out
+
+        muts = [m for _, m in self.store.mutations(keys, self.key_values_of, self.min_seq)]
+        muts.sort(key=lambda m: m.seq)
+        return muts
+
+    def min_log_index(self) -> int | None:
+        chunks, singles = self.store.late_parts(self.min_seq)
+        return min([*(c[2] for c in chunks), *(m.log_index for _, m in singles)], default=None)
 
 
 def _last_per_group(rows: np.ndarray) -> np.ndarray:

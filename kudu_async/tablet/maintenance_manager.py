@@ -4,9 +4,11 @@ Every poll it asks each registered tablet for candidate ops (:func:`tablet_ops`)
 the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (the MemRowSet +
 DeltaMemStore bytes of all tablets on the node above ``memory_threshold_bytes``: flush the biggest), then
 a store past its tablet's ``flush_threshold_bytes`` (Kudu's per-tablet ``flush_threshold_mb``), then age (a
-non-empty store older than ``flush_threshold_secs``), then performance benefit (rowset overlap, delta file
-count, delta/base ratio). A bulk load thus fills each tablet's MemRowSet to the threshold before it is
-flushed, instead of the node flushing (and later compacting) many small rowsets.
+non-empty store older than ``flush_threshold_secs``), then performance benefit (the average rowset height
+a merging compaction removes within the tablet's compaction budget, see :mod:`.compaction_policy`; delta
+file count; delta/base ratio): a flush, which frees memory, always goes before a compaction. A bulk load
+thus fills each tablet's MemRowSet to the threshold before it is flushed, instead of the node flushing (and
+later compacting) many small rowsets.
 Queue, running ops and history are plain JSON-able dicts for the admin page.
 """
 
@@ -22,8 +24,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kudu_async.tablet.tablet import Tablet
-
-COMPACTION_BUDGET_BYTES = 128 * 1024 * 1024
 
 _A = TypeVar("_A")
 
@@ -54,22 +54,6 @@ class MaintenanceOp:
 
 def _bind(fn: Callable[[_A], bool], arg: _A) -> Callable[[], bool]:
     return lambda: fn(arg)
-
-
-def _overlap_depth(tablet: Tablet) -> tuple[float, list[int]]:
-    """Max number of rowsets covering one key, and the ids of the rowsets at that point."""
-    rs = tablet.rowsets()
-    events = sorted([(d.min_key, 0, d.id) for d in rs] + [(d.max_key, 1, d.id) for d in rs])
-    live: set[int] = set()
-    best: set[int] = set()
-    for _, kind, rid in events:
-        if kind == 0:
-            live.add(rid)
-            if len(live) > len(best):
-                best = set(live)
-        else:
-            live.discard(rid)
-    return float(len(best)), sorted(best)
 
 
 def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
@@ -136,27 +120,16 @@ def tablet_ops(tablet: Tablet) -> list[MaintenanceOp]:
                     key=f"{tid}/major/{d.id}",
                 )
             )
-    depth, ids = _overlap_depth(tablet)
-    # Respect a merge budget (Kudu's tablet_compaction_budget_mb) so compaction memory stays bounded.
-    by_id = {d.id: d for d in tablet.rowsets()}
-    budget, chosen = COMPACTION_BUDGET_BYTES, list[int]()
-    for rid in sorted(ids, key=lambda r: by_id[r].base_bytes() if r in by_id else 0):
-        size = by_id[rid].base_bytes() if rid in by_id else 0
-        if chosen and size > budget:
-            break
-        chosen.append(rid)
-        budget -= size
-    ids = chosen
-    depth = min(depth, float(len(ids)))
-    if depth >= 2:
+    layout = tablet.rowset_layout()
+    if layout.compact_ids:
         ops.append(
             MaintenanceOp(
                 "CompactRowSetsOp",
                 tid,
                 0,
                 0.0,
-                depth - 1.0,
-                _bind(tablet.compact_rowsets, ids),
+                layout.improvement,
+                _bind(tablet.compact_rowsets, list(layout.compact_ids)),
                 key=f"{tid}/compact",
             )
         )

@@ -28,6 +28,7 @@ from kudu_async.tablet.delta_store import (
     ROW_COL,
     SEQ_COL,
     DeltaMemStore,
+    LateMutations,
     Mutation,
     apply_deltas,
 )
@@ -297,28 +298,31 @@ class MemRowSet:
         tbl = tbl.append_column(TS_COL, pa.array(tss, pa.uint64()))
         return tbl.combine_chunks(), self._deltas_at(take_idx, max_seq)
 
-    def mutations_since(self, min_seq: int) -> list[Mutation]:
-        """Mutations applied after a freeze point, in application order (for carry-over), with their
-        keys (and key values for re-inserts)."""
-        if not len(self.deltas):
-            return []
+    def late_mutations(self, min_seq: int) -> LateMutations:
+        """The mutations applied after a freeze point with their keys' maps, for a column-wise
+        carry-over (keys from the flush's own sorted view: a frozen MemRowSet takes no inserts)."""
         tbl = self.table()
         nk = self.info.num_key_columns
-        view = self.sorted_view()  # the flush's own (a frozen MemRowSet takes no inserts)
+        view = self.sorted_view()
         pos_of = np.full(self._num_stored, -1, dtype=np.int64)  # row number -> position in the view
         pos_of[view.rownums] = np.arange(len(view), dtype=np.int64)
 
-        def keys(rownums: np.ndarray) -> list[bytes]:
-            taken: list[bytes] = view.keys.take(pa.array(pos_of[rownums])).to_pylist()
+        def keys(rownums: np.ndarray) -> pa.Array:
+            taken: pa.Array = view.keys.take(pa.array(pos_of[rownums]))
             return taken
 
         def key_values(rownums: np.ndarray) -> list[tuple[Any, ...]]:
             sub = tbl.take(pa.array(rownums))
             return list(zip(*[sub.column(i).to_pylist() for i in range(nk)], strict=True))
 
-        out = [m for _, m in self.deltas.mutations(keys, key_values, min_seq)]
-        out.sort(key=lambda m: m.seq)
-        return out
+        return LateMutations(self.deltas, min_seq, keys, key_values)
+
+    def mutations_since(self, min_seq: int) -> list[Mutation]:
+        """Mutations applied after a freeze point, in application order, with their keys (and key
+        values for re-inserts)."""
+        if not len(self.deltas):
+            return []
+        return self.late_mutations(min_seq).as_mutations()
 
 
 def apply_mutations(

@@ -12,16 +12,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kudu_async.fs.tablet_metadata import TabletMetadata, write_tablet_metadata
 from kudu_async.tablet.compaction import CompactionInput, merge_rowsets
 from kudu_async.tablet.components import TabletComponents
-from kudu_async.tablet.delta_store import DeltaMemStore
+from kudu_async.tablet.delta_store import (
+    ROW_COL,
+    SEQ_COL,
+    DeltaMemStore,
+    LateMutations,
+    chunk_memory_bytes,
+    chunk_mutations,
+)
 from kudu_async.tablet.diskrowset import DiskRowSet, write_delta_block, write_rowsets
+from kudu_async.tablet.key_arrays import KeyBatch
 from kudu_async.tablet.memrowset import MemRowSet, Mutation
 from kudu_async.tablet.schema_info import TS_COL
+
+LateChunk = tuple[LateMutations, pa.Table, np.ndarray, int]  # a store's delta chunk (or rows of one)
+# A flush or compaction catches the mutations that arrived while it ran up outside the lock at most this
+# many times, and stops once a round had at most this many rows: each round lasts as long as its backlog
+# took to arrive divided by how much faster the catch-up is than the writes.
+CATCH_UP_ROUNDS = 4
+CATCH_UP_DONE_ROWS = 10_000
 
 
 class RowSetMaintenance:
@@ -98,6 +116,103 @@ class RowSetMaintenance:
             else:
                 raise AssertionError("carried-over mutation of a key that no rowset holds")
 
+    def _catch_up(
+        self, sources: Sequence[LateMutations], outputs: Sequence[DiskRowSet]
+    ) -> tuple[list[LateMutations], list[LateChunk]]:
+        """Before the swap, outside the component lock: add the late mutations that arrived so far to
+        the ``outputs`` (invisible to writers and readers until swapped in), again for what arrived
+        meanwhile while that shrinks, so the carry-over under the lock has only the last few write
+        batches. Returns the sources narrowed to what is left and the chunk rows whose keys no output
+        holds (carried over under the lock, before the rest)."""
+        left, deferred = list(sources), list[LateChunk]()
+        for _ in range(CATCH_UP_ROUNDS):
+            with self._c.lock:
+                upto = self._c.next_seq  # every mutation below it is already in its store
+                parts = [(src, *src.store.late_parts(src.min_seq, upto)) for src in left]
+            if any(singles for _, _, singles in parts):
+                break  # single mutations keep the one-by-one order: the rest all under the lock
+            chunks = [(src, t, r, li) for src, ch, _ in parts for t, r, li in ch if t.num_rows]
+            chunks.sort(key=lambda c: int(c[1].column(SEQ_COL)[0].as_py()))
+            for src, table, reinsert, log_index in chunks:
+                keys = src.keys_of(table.column(ROW_COL).to_numpy().astype(np.int64))
+                rest = self._mutate_on_disk_locked(table, reinsert, log_index, keys, rowsets=outputs)
+                if len(rest):
+                    deferred.append((src, table.take(pa.array(rest)), reinsert[rest], log_index))
+            left = [src.since(upto) for src in left]
+            if sum(c[1].num_rows for c in chunks) <= CATCH_UP_DONE_ROWS:
+                break
+        return left, deferred
+
+    def _carry_over_late_locked(self, sources: Sequence[LateMutations], deferred: Sequence[LateChunk] = ()) -> None:
+        """Re-apply the mutations that arrived during a flush/compaction, column-wise: each write batch's
+        delta chunk is split by the DiskRowSet that now holds each key (one vectorised key probe per
+        rowset) and added to it as a chunk. Only keys no DiskRowSet holds (re-inserts of rows the
+        compaction dropped) and stores holding single mutations go through :meth:`_carry_over_locked`."""
+        chunks: list[LateChunk] = []
+        singles: list[Mutation] = []
+        for src in sources:
+            parts, ones = src.store.late_parts(src.min_seq)
+            if ones:  # single mutations: keep this store's application order exactly, one by one
+                singles.extend(src.as_mutations())
+                continue
+            chunks.extend((src, t, r, li) for t, r, li in parts if t.num_rows)
+        if singles:
+            self._carry_over_locked(sorted(singles, key=lambda m: m.seq))
+        # Stores hold disjoint keys; one store's chunks go in their arrival (sequence) order, after the
+        # rows a catch-up left (all older).
+        chunks.sort(key=lambda c: int(c[1].column(SEQ_COL)[0].as_py()))
+        for src, table, reinsert, log_index in [*deferred, *chunks]:
+            rows = table.column(ROW_COL).to_numpy().astype(np.int64)
+            keys = src.keys_of(rows)
+            rest = self._mutate_on_disk_locked(table, reinsert, log_index, keys)
+            if len(rest):
+                sub = table.take(pa.array(rest))
+                sub_keys: list[bytes] = keys.take(pa.array(rest)).to_pylist()
+                muts = chunk_mutations(self._c.info, sub, reinsert[rest], log_index, sub_keys, src.key_values_of)
+                self._carry_over_locked(m for _, m in muts)
+
+    def _mutate_on_disk_locked(
+        self,
+        table: pa.Table,
+        reinsert: np.ndarray,
+        log_index: int,
+        keys: pa.Array,
+        rowsets: Sequence[DiskRowSet] | None = None,
+    ) -> np.ndarray:
+        """Add the rows of a delta chunk whose keys a DiskRowSet holds (and no MemRowSet) to those
+        rowsets as chunks; returns the rows left (positions in ``table``). With ``rowsets`` (outputs of
+        an op not yet swapped in, so no lock is needed) only those are probed."""
+        n = table.num_rows
+        kb = KeyBatch(arr=keys)
+        placed = np.zeros(n, dtype=bool)
+        if rowsets is None:
+            for m in self._c.memrowsets():
+                placed |= m.rownums_of(kb) >= 0  # held in memory: the one-by-one path finds it there first
+        in_memory = placed.copy()
+        bounds = pc.min_max(keys)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        ts = int(table.column(TS_COL)[0].as_py())
+        for d in self._c.drs if rowsets is None else rowsets:
+            if d.max_key < lo or d.min_key > hi:
+                continue
+            inside = pc.and_(
+                pc.greater_equal(keys, pa.scalar(d.min_key, pa.binary())),
+                pc.less_equal(keys, pa.scalar(d.max_key, pa.binary())),
+            )
+            cand = np.flatnonzero(inside.to_numpy(zero_copy_only=False) & ~placed)
+            if not len(cand):
+                continue
+            pos = d.find_rows(kb, cand)
+            hit = pos >= 0
+            if not hit.any():
+                continue
+            idx, at = cand[hit], pos[hit]
+            sub = table.take(pa.array(idx))
+            sub = sub.set_column(sub.schema.get_field_index(ROW_COL), ROW_COL, pa.array(at.astype(np.uint32)))
+            d.mutate_batch(at, sub, reinsert[idx], log_index, ts, chunk_memory_bytes(self._c.info, sub))
+            placed[idx] = True
+        return np.flatnonzero(~placed | in_memory)
+
     def _insert_values_locked(self, m: Mutation) -> None:
         key_vals = m.key_values
         if key_vals is None:
@@ -139,18 +254,16 @@ class RowSetMaintenance:
         try:
             table, deltas = old.flush_input(freeze_seq)
             new_drs, new_ids, written = self._write_rowsets(table, deltas, first_id)
+            late = old.late_mutations(freeze_seq)
+            rest, deferred = self._catch_up([late], new_drs)
             with self._c.lock:
-                late = old.mutations_since(freeze_seq)
-                # Commit point first: if it fails nothing in memory has changed.
-                self.write_metadata_locked(
-                    [*self._c.drs, *new_drs],
-                    drop_mrs=old,
-                    extra_min_index=min((m.log_index for m in late), default=None),
-                )
+                # Commit point first: if it fails nothing in memory has changed. Mutations caught up
+                # into the outputs are in memory only: the replay start stays below all of them.
+                self.write_metadata_locked([*self._c.drs, *new_drs], drop_mrs=old, extra_min_index=late.min_log_index())
                 self._c.flushing_mrs.remove(old)
                 old.retired = True
                 self._c.drs.extend(new_drs)
-                self._carry_over_locked(late)
+                self._carry_over_late_locked(rest, deferred)
                 self._c.stats["flushes"] += 1
                 self._c.stats["bytes_flushed"] += written
             new_ids = []
@@ -274,8 +387,8 @@ class RowSetMaintenance:
             ahm = self._effective_ahm()
             table, deltas = merge_rowsets(self._c.info, frozen, ahm)
             outputs, new_ids, written = self._write_rowsets(table, deltas, first_id)
+            late, deferred = self._catch_up([_late_of(d) for d in inputs], outputs)
             with self._c.lock:
-                late = sorted((m for d in inputs for m in d.dms_mutations()), key=lambda m: m.seq)
                 self.write_metadata_locked(
                     [*(d for d in self._c.drs if d not in inputs), *outputs], drop_frozen_of=inputs
                 )
@@ -284,7 +397,7 @@ class RowSetMaintenance:
                 for d in inputs:
                     d.retired = True
                     old_blocks.extend(d.meta.blocks())
-                self._carry_over_locked(late)
+                self._carry_over_late_locked(late, deferred)
                 self._c.stats["compactions"] += 1
                 self._c.stats["bytes_compacted"] += written
         except BaseException:
@@ -321,3 +434,15 @@ class RowSetMaintenance:
             d.busy = False
         self._c.bm.delete_blocks(blocks)
         return True
+
+
+def _late_of(d: DiskRowSet) -> LateMutations:
+    """The mutations a compaction input's active DeltaMemStore took while the compaction ran."""
+    key_cols = d.base.select(d.info.key_names)
+    keys = d.keys
+
+    def key_values(rows: np.ndarray) -> list[tuple[Any, ...]]:
+        sub = key_cols.take(pa.array(rows))
+        return list(zip(*[c.to_pylist() for c in sub.columns], strict=True))
+
+    return LateMutations(d.dms, 0, lambda rows: keys.take(pa.array(rows)), key_values)

@@ -177,6 +177,18 @@ class TabletReplica:
         metrics.gauge("memrowset_size", "MemRowSet bytes", "bytes", read=tablet.mrs_memory_bytes)
         metrics.gauge("delta_memstore_size", "DeltaMemStore bytes", "bytes", read=tablet.dms_memory_bytes)
         metrics.gauge("num_rowsets_on_disk", "DiskRowSets", "units", read=lambda: len(tablet.rowsets()))
+        metrics.gauge(
+            "average_diskrowset_height",
+            "DiskRowSets a key probe consults, averaged over the tablet's data (Kudu's rowset layout height)",
+            "units",
+            read=lambda: round(tablet.rowset_layout(fresh=False).average_height, 4),
+        )
+        metrics.gauge(
+            "max_diskrowset_height",
+            "Most DiskRowSets whose key ranges cover one key",
+            "units",
+            read=lambda: tablet.rowset_layout(fresh=False).max_height,
+        )
         for key, unit, text in (
             ("flushes", "operations", "MemRowSet and DeltaMemStore flushes"),
             ("bytes_flushed", "bytes", "Bytes written by flushes"),

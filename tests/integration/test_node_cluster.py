@@ -29,6 +29,7 @@ async def test_every_node_answers_rpc_and_http(cluster_1m3t: MiniCluster) -> Non
             metrics = cluster_1m3t.http_json(n, "/metrics?types=server")
             names = {m["name"] for m in metrics[0]["metrics"]}
             assert "rpc_calls_Generic_Ping" in names and "handler_latency_Generic_GetStatus" in names
+            assert {"event_loop_lag_ms_p99", "event_loop_lag_ms_max"} <= names
             code, prom = cluster_1m3t.http_get(n, "/metrics_prometheus")
             assert code == 200 and b"kudu_rpc_calls_Generic_Ping" in prom
             assert "version_info" in cluster_1m3t.http_json(n, "/version")

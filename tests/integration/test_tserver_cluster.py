@@ -205,6 +205,8 @@ async def test_create_delete_idempotent_and_bad_requests(mini_cluster_factory, r
     tablet_metrics = {m["name"]: m["value"] for e in metrics if e["id"] == "tablet-b" for m in e["metrics"]}
     assert tablet_metrics["rows_inserted"] == 10
     assert tablet_metrics["flushes"] >= 1 and tablet_metrics["bytes_flushed"] > 0
+    assert tablet_metrics["max_diskrowset_height"] in (0, 1)  # the maintenance manager's last plan
+    assert "average_rowset_height" in cluster.http_json(ts.name, "/api/v1/tablets/tablet-b")["storage"]
     missing = cluster.http_get(ts.name, "/api/v1/tablets/nope")
     assert missing[0] == 404
     # The heartbeater reported the replica (and its leadership) to the master.

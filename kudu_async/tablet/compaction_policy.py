@@ -1,0 +1,156 @@
+"""Budgeted compaction policy: which DiskRowSets to merge, and the rowset layout's height.
+
+Kudu's model (its compaction-policy design note): a key probe consults every rowset whose key range covers
+the key, so the cost of the layout is the *height* at each key, averaged over the data. Keys are measured
+in data space: the CDF of the tablet's bytes, each rowset spreading its bytes evenly over its own key range.
+A rowset's *width* is the share of all data between its min and max key; the average height is the sum of
+the widths. Merging a set R of rowsets whose keys fall in ``[lo, hi]`` replaces them by non-overlapping
+outputs covering at most ``[lo, hi]``, so it lowers the average height by at least
+``sum(width(R)) - width([lo, hi])``. Among all sets whose bytes fit the budget, the policy picks the one
+that lowers the height most: for every left bound (a rowset's min key) the rowsets starting at or after it
+are added in order of their max key, and a 0/1 knapsack over the budget (sizes rounded up to 1/64 of it)
+keeps the widest subset of each prefix; its bound on the right is the prefix's last max key.
+
+Sorted keys never overlap: every set's widths add up to its span, the benefit is 0 and nothing is
+compacted. Pure functions over plain tuples; the result is cached per layout by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+KNAPSACK_SLOTS = 64
+MIN_IMPROVEMENT = 0.01  # Kudu's compaction_minimum_improvement: below it a merge is not worth its IO
+
+
+@dataclass(frozen=True, slots=True)
+class RowSetExtent:
+    """What the policy knows of one rowset: its id, key range (encoded keys) and size in bytes."""
+
+    id: int
+    min_key: bytes
+    max_key: bytes
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutPlan:
+    """The layout's average and max height, and the best merge within the budget (empty: none)."""
+
+    average_height: float
+    max_height: int
+    compact_ids: tuple[int, ...]
+    improvement: float  # average height removed by merging ``compact_ids``
+    compact_bytes: int
+
+
+def _key_points(extents: list[RowSetExtent]) -> tuple[np.ndarray, np.ndarray]:
+    """Each rowset's min and max key as floats that keep the keys' byte order: the 8 bytes after the
+    prefix every key of the tablet shares, read big-endian (exact for the encoded 64-bit integer keys)."""
+    lo = min(e.min_key for e in extents)
+    hi = max(e.max_key for e in extents)
+    p = 0
+    while p < min(len(lo), len(hi)) and lo[p] == hi[p]:
+        p += 1
+
+    def point(k: bytes) -> float:
+        return float(int.from_bytes(k[p : p + 8].ljust(8, b"\0"), "big"))
+
+    return (
+        np.array([point(e.min_key) for e in extents], dtype=np.float64),
+        np.array([point(e.max_key) for e in extents], dtype=np.float64),
+    )
+
+
+def _widths(mins: np.ndarray, maxs: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Data below each rowset's min key (``below``), at or below its max key (``upto``), as shares of
+    all data, and each rowset's width (``upto - below``). A rowset whose keys map to one point is a
+    point mass there."""
+    total = float(sizes.sum()) or 1.0
+    span = maxs - mins
+    point = span <= 0
+    safe = np.where(point, 1.0, span)
+
+    def share(x: np.ndarray, inclusive: bool) -> np.ndarray:
+        # share[k] = data of all rowsets at keys < x[k] (or <= when inclusive)
+        frac = np.clip((x[:, None] - mins[None, :]) / safe[None, :], 0.0, 1.0)
+        at = (x[:, None] >= mins[None, :]) if inclusive else (x[:, None] > mins[None, :])
+        frac = np.where(point[None, :], at, frac)
+        out: np.ndarray = (frac * sizes[None, :]).sum(axis=1) / total
+        return out
+
+    below, upto = share(mins, False), share(maxs, True)
+    return below, upto, np.maximum(upto - below, 0.0)
+
+
+def max_height(extents: list[RowSetExtent]) -> int:
+    """Most rowsets whose (inclusive) key ranges cover one key."""
+    events = sorted([(e.min_key, 0) for e in extents] + [(e.max_key, 1) for e in extents])
+    live = best = 0
+    for _, kind in events:
+        live += 1 if kind == 0 else -1
+        best = max(best, live)
+    return best
+
+
+def _knapsack(sizes: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Best total width per capacity after each item (rows: items added in order) for slot sizes."""
+    best = np.zeros(KNAPSACK_SLOTS + 1, dtype=np.float64)
+    rows = np.empty((len(sizes), KNAPSACK_SLOTS + 1), dtype=np.float64)
+    for j, (s, w) in enumerate(zip(sizes.tolist(), widths.tolist(), strict=True)):
+        if s <= KNAPSACK_SLOTS:
+            cand = best.copy()
+            cand[s:] = np.maximum(best[s:], best[: len(best) - s] + w)
+            best = cand
+        rows[j] = best
+    return rows, best
+
+
+def _pick(sizes: np.ndarray, widths: np.ndarray, upto_item: int) -> list[int]:
+    """The items (indices into the arrays, among the first ``upto_item + 1``) of the widest subset."""
+    rows, _ = _knapsack(sizes[: upto_item + 1], widths[: upto_item + 1])
+    chosen: list[int] = []
+    cap = KNAPSACK_SLOTS
+    for j in range(upto_item, -1, -1):
+        prev = rows[j - 1][cap] if j else 0.0
+        if rows[j][cap] != prev:
+            chosen.append(j)
+            cap -= int(sizes[j])
+    return chosen[::-1]
+
+
+def plan(extents: list[RowSetExtent], budget_bytes: int, min_improvement: float = MIN_IMPROVEMENT) -> LayoutPlan:
+    """Heights of the layout and the merge within ``budget_bytes`` that lowers the average height most."""
+    if not extents:
+        return LayoutPlan(0.0, 0, (), 0.0, 0)
+    if budget_bytes <= 0:
+        raise ValueError(f"compaction budget must be positive, got {budget_bytes} bytes")
+    mins, maxs = _key_points(extents)
+    sizes = np.array([max(1, e.size) for e in extents], dtype=np.float64)
+    below, upto, width = _widths(mins, maxs, sizes)
+    avg = float(width.sum())
+    top = max_height(extents)
+    if top < 2:
+        return LayoutPlan(avg, top, (), 0.0, 0)
+    slot = budget_bytes / KNAPSACK_SLOTS
+    slots = np.ceil(sizes / slot).astype(np.int64)
+    best_gain, best_set = min_improvement, list[int]()
+    for a in np.unique(mins):
+        cand = np.flatnonzero(mins >= a)
+        cand = cand[np.lexsort((mins[cand], maxs[cand]))]  # by max key, ties by min key
+        rows, _ = _knapsack(slots[cand], width[cand])
+        left = float(below[mins == a].min())
+        gains = rows[:, KNAPSACK_SLOTS] - (upto[cand] - left)
+        # The shortest prefix within a hair of the best: a rowset that adds as much span as width
+        # (disjoint from the rest) only costs IO.
+        j = int(np.flatnonzero(gains >= gains.max() - 1e-9)[0])
+        if gains[j] > best_gain + 1e-9:
+            picked = [int(cand[i]) for i in _pick(slots[cand], width[cand], j)]
+            if len(picked) >= 2:
+                best_gain, best_set = float(gains[j]), picked
+    if not best_set:
+        return LayoutPlan(avg, top, (), 0.0, 0)
+    ids = tuple(sorted(extents[i].id for i in best_set))
+    return LayoutPlan(avg, top, ids, best_gain, int(sum(extents[i].size for i in best_set)))
