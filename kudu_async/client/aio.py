@@ -14,6 +14,7 @@ from typing import Any, Self
 
 from kudu_async.client.core import DEFAULT_ADMIN_TIMEOUT_MS, DEFAULT_RPC_TIMEOUT_MS, ClientCore
 from kudu_async.client.meta_cache import MasterClient, MetaCache, TabletLocation, parse_master_addresses
+from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
 from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanToken
 from kudu_async.client.schema_builder import Partitioning
@@ -259,9 +260,14 @@ async def connect(
     port: int | Sequence[int] | None = DEFAULT_PORT,
     admin_timeout_ms: int | None = None,
     rpc_timeout_ms: int | None = None,
-    **_security: Any,
+    require_authentication: bool = False,
+    encryption_policy: str = ENCRYPTION_OPTIONAL,
+    jwt: str | None = None,
+    trusted_certificates: Any = None,
 ) -> AsyncClient:
-    """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments."""
+    """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments. A security
+    option the client cannot honour is refused (``check_security``), never ignored."""
+    check_security(encryption_policy, require_authentication, None, jwt, trusted_certificates)
     client = AsyncClient(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
     try:
         await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))

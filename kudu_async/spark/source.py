@@ -389,7 +389,7 @@ class KuduReader(DataSourceReader):
         if not isinstance(partition, KuduInputPartition):
             return  # Spark's placeholder partition when there are no tablets to scan
         scanner = client_for(self.options).deserialize_token_into_scanner(partition.token)
-        for table in scanner.xbatches():  # opens with the first fetch, reads one batch ahead
+        for table in scanner.xbatches_arrow():  # opens with the first fetch, reads one batch ahead
             for batch in table.to_batches():
                 yield _conform(batch, self.arrow_schema)
         _settle_worker_heap()

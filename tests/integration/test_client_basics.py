@@ -282,7 +282,7 @@ def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:
         for batch in range(20):
             if batch == 5:
                 probe = t.scanner().set_read_mode(kudu.READ_LATEST).open()
-                probe.next_batch()
+                probe.next_batch_arrow()
                 leader = probe.get_current_server()
                 node = next(n for n in c.tservers if n.rpc_address == leader)
                 c.kill_node(node)
