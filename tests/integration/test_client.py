@@ -937,7 +937,7 @@ def test_ranges_with_their_own_hash_schema_create_alter_write_and_read(client: k
         assert t.scanner().add_predicate(t["key"] == k).open().read_all_tuples() == [(k, f"v{k}", k)]
     upper = t.scanner().add_predicate(t["key"] >= 100).open()
     assert scanned_tablets(upper) == 4 and len(upper.read_all_tuples()) == 20
-    tablets_of = {tok.tablet.tablet_id for tok in t.scan_token_builder().add_predicate(t["key"] >= 100).build()}
+    tablets_of = {tok.tablet().id() for tok in t.scan_token_builder().add_predicate(t["key"] >= 100).build()}
     assert len(tablets_of) == 4  # the rows of [100, 200) are spread over its own 4 buckets
 
     t2 = (

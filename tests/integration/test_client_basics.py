@@ -210,7 +210,7 @@ async def _check_point_reads_linearizable(cluster: MiniCluster, both_paths: bool
         t = await c.create_table(
             "moving_rows", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
         )
-        tablets = [tok.tablet.tablet_id for tok in await t.scan_token_builder().build()]
+        tablets = [tok.tablet().id() for tok in await t.scan_token_builder().build()]
         inserted: set[int] = set()
         updated: set[int] = set()
         s = c.new_session()
