@@ -28,7 +28,7 @@ from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, RowBatch, ScanConfig, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, row_bytes
-from kudu_async.client.table import Table, WriteOperation
+from kudu_async.client.table import Table, TableStatistics, WriteOperation
 from kudu_async.client.table_alterer import AlterConfig
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument
 from kudu_async.common.row_conversion import batch_to_tuples
@@ -176,6 +176,10 @@ class Client:
 
     def new_table_alterer(self, table: Table) -> TableAlterer:
         return TableAlterer(table, self)
+
+    def get_table_statistics(self, table_name: str) -> TableStatistics:
+        """Live rows and bytes on disk of a table (costs a scan of it on the servers: see the async client)."""
+        return self._run(self._async.get_table_statistics(table_name))
 
     def list_tablet_servers(self) -> list[TabletServer]:
         """Every tablet server the master knows, as ``TabletServer`` (a dict of the master's fields)."""

@@ -84,7 +84,7 @@ class Column:
         return Predicate(ColumnPredicate(self.name, "IS NOT NULL"))
 
     def __repr__(self) -> str:
-        return f"Column({self.name}, {self.spec.type_label})"
+        return f"Column({self.name}, parent={self.table.name}, type={self.spec.type.name})"
 
 
 class WriteOperation:
@@ -209,6 +209,25 @@ def op_type_of(name: str) -> OpType:
     if cls is None:
         raise KuduInvalidArgument(f"unknown write operation {name!r}; one of {', '.join(OPERATIONS)}")
     return cls.op_type
+
+
+class TableStatistics:
+    """A table's size (kudu-python's ``TableStatistics``): bytes on disk and live rows, one copy of the data
+    (the leaders'). The limits are -1: the servers enforce no per-table disk or row limit."""
+
+    __slots__ = ("live_row_count", "live_row_count_limit", "on_disk_size", "on_disk_size_limit")
+
+    def __init__(self, on_disk_size: int, live_row_count: int) -> None:
+        self.on_disk_size = on_disk_size
+        self.live_row_count = live_row_count
+        self.on_disk_size_limit = -1
+        self.live_row_count_limit = -1
+
+    def __repr__(self) -> str:
+        return (
+            f"on disk size: {self.on_disk_size}\nlive row count: {self.live_row_count}\n"
+            f"on disk size limit: {self.on_disk_size_limit}\nlive row count limit: {self.live_row_count_limit}\n"
+        )
 
 
 class Table:

@@ -314,3 +314,10 @@ def test_scan_token_tablet_replicas_and_tablet_servers(ts_table: Table) -> None:
     assert (r2.ts().hostname(), r2.ts().port()) == ("::1", 7150)
     listed = kudu.client.TabletServer({"uuid": "u1", "rpc_address": "127.0.0.1:7050", "live": True})
     assert listed == ts and listed["live"] and listed != r2.ts()
+
+
+def test_column_and_kudu_error_reprs_are_kudu_pythons(ts_table: Table) -> None:
+    assert repr(ts_table["dec"]) == "Column(dec, parent=t, type=decimal)"
+    err = kudu.KuduError(kudu.KuduNotFound("key not found"), ts_table.new_delete({"key": 1}))
+    assert repr(err) == "KuduError('NOT_FOUND: key not found')"
+    assert str(err) == "NOT_FOUND: key not found (Delete(t, {'key': 1}))"
