@@ -1,7 +1,18 @@
 """The client (kudu-python's ``kudu.client``; async classes in ``kudu_async.aio``); imports only common and rpc."""
 
 from kudu_async.client.batcher import KuduError
-from kudu_async.client.meta_cache import TabletLocation as Tablet
+from kudu_async.client.meta_cache import Replica, Tablet, TabletServer
+from kudu_async.client.options import (
+    CLIENT_SUPPORTS_DECIMAL,
+    CLIENT_SUPPORTS_PANDAS,
+    ENCRYPTION_OPTIONAL,
+    ENCRYPTION_REQUIRED,
+    ENCRYPTION_REQUIRED_REMOTE,
+    EXCLUSIVE_BOUND,
+    INCLUSIVE_BOUND,
+    TimeDelta,
+    timedelta,
+)
 from kudu_async.client.scanner import (
     CLOSEST_REPLICA,
     FIRST_REPLICA,
@@ -9,6 +20,7 @@ from kudu_async.client.scanner import (
     READ_AT_SNAPSHOT,
     READ_LATEST,
     READ_YOUR_WRITES,
+    RowBatch,
     ScanToken,
 )
 from kudu_async.client.schema_builder import Partitioning, RangePartition
@@ -23,19 +35,28 @@ from kudu_async.client.table import (
     InsertIgnore,
     Predicate,
     Table,
+    TableStatistics,
     Update,
     UpdateIgnore,
     Upsert,
     UpsertIgnore,
     WriteOperation,
 )
+from kudu_async.common.schema import PartialRow
 
 __all__ = [
+    "CLIENT_SUPPORTS_DECIMAL",
+    "CLIENT_SUPPORTS_PANDAS",
     "CLOSEST_REPLICA",
+    "ENCRYPTION_OPTIONAL",
+    "ENCRYPTION_REQUIRED",
+    "ENCRYPTION_REQUIRED_REMOTE",
+    "EXCLUSIVE_BOUND",
     "FIRST_REPLICA",
     "FLUSH_AUTO_BACKGROUND",
     "FLUSH_AUTO_SYNC",
     "FLUSH_MANUAL",
+    "INCLUSIVE_BOUND",
     "LEADER_ONLY",
     "READ_AT_SNAPSHOT",
     "READ_LATEST",
@@ -48,20 +69,27 @@ __all__ = [
     "Insert",
     "InsertIgnore",
     "KuduError",
+    "PartialRow",
     "Partitioning",
     "Predicate",
     "RangePartition",
+    "Replica",
+    "RowBatch",
     "ScanToken",
     "ScanTokenBuilder",
     "Scanner",
     "Session",
     "Table",
     "TableAlterer",
+    "TableStatistics",
     "Tablet",
+    "TabletServer",
+    "TimeDelta",
     "Update",
     "UpdateIgnore",
     "Upsert",
     "UpsertIgnore",
     "WriteOperation",
     "connect",
+    "timedelta",
 ]

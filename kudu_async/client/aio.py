@@ -14,11 +14,12 @@ from typing import Any, Self
 
 from kudu_async.client.core import DEFAULT_ADMIN_TIMEOUT_MS, DEFAULT_RPC_TIMEOUT_MS, ClientCore
 from kudu_async.client.meta_cache import MasterClient, MetaCache, TabletLocation, parse_master_addresses
+from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
 from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_MANUAL, AsyncSession
-from kudu_async.client.table import Table
+from kudu_async.client.table import Table, TableStatistics
 from kudu_async.client.table_alterer import AsyncTableAlterer
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound
 from kudu_async.common.retry import Deadline
@@ -209,6 +210,25 @@ class AsyncClient:
     async def alter_table(self, table: Table, req: dict[str, Any], wait: bool = True) -> Table:
         return await self.core.alter_table(table, req, wait)
 
+    async def get_table_statistics(self, table_name: str) -> TableStatistics:
+        """Live rows and bytes on disk of ``table_name``, asked of each tablet's leader. Each leader counts its
+        rows at one snapshot (the tablet's Checksum), so the call costs a scan of the table on the servers:
+        meant for tools and checks, not for a hot path."""
+        table = await self.table(table_name)
+        deadline = self.core.admin_deadline(f"statistics of table {table_name}")
+        locs = await self.core.meta.locations(table.id, deadline, refresh=True)
+
+        async def one(tablet_id: str) -> tuple[int, int]:
+            req = {"tablet_id": tablet_id}
+            counted, stats = await asyncio.gather(
+                self.core.call_tablet_leader(table, tablet_id, "Checksum", req, deadline),
+                self.core.call_tablet_leader(table, tablet_id, "GetTabletStats", req, deadline),
+            )
+            return int(counted["rows"]), int(stats["on_disk_data_bytes"])
+
+        per = await asyncio.gather(*(one(t.tablet_id) for t in locs.tablets))
+        return TableStatistics(sum(b for _, b in per), sum(r for r, _ in per))
+
     async def list_tablet_servers(self) -> list[dict[str, Any]]:
         r = await self.core.masters.call("ListTabletServers", {}, self.core.admin_deadline("ListTabletServers"))
         return list(r.get("servers", []))
@@ -259,9 +279,14 @@ async def connect(
     port: int | Sequence[int] | None = DEFAULT_PORT,
     admin_timeout_ms: int | None = None,
     rpc_timeout_ms: int | None = None,
-    **_security: Any,
+    require_authentication: bool = False,
+    encryption_policy: str = ENCRYPTION_OPTIONAL,
+    jwt: str | None = None,
+    trusted_certificates: Any = None,
 ) -> AsyncClient:
-    """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments."""
+    """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments. A security
+    option the client cannot honour is refused (``check_security``), never ignored."""
+    check_security(encryption_policy, require_authentication, None, jwt, trusted_certificates)
     client = AsyncClient(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
     try:
         await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))

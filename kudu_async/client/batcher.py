@@ -93,7 +93,8 @@ class KuduError:
     def __str__(self) -> str:
         return f"{self.status} ({self._op!r})"
 
-    __repr__ = __str__
+    def __repr__(self) -> str:
+        return f"KuduError({str(self.status)!r})"
 
 
 @dataclass

@@ -179,6 +179,64 @@ class TabletLocation:
         return None
 
 
+class TabletServer(dict[str, Any]):
+    """A tablet server as the master lists it (kudu-python's ``TabletServer``): the master's fields by key
+    (``uuid``, ``rpc_address``, ``live`` ...), and kudu-python's ``uuid()``, ``hostname()``, ``port()``."""
+
+    def uuid(self) -> str:
+        return str(self["uuid"])
+
+    def hostname(self) -> str:
+        return str(self["rpc_address"]).rpartition(":")[0].strip("[]")
+
+    def port(self) -> int:
+        return int(str(self["rpc_address"]).rpartition(":")[2])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TabletServer):
+            return NotImplemented
+        return (self.uuid(), self.hostname(), self.port()) == (other.uuid(), other.hostname(), other.port())
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __repr__(self) -> str:
+        return f"TabletServer(uuid={self.get('uuid')}, rpc_address={self.get('rpc_address')})"
+
+
+class Replica:
+    """One replica of a tablet (kudu-python's ``Replica``), from ``Tablet.replicas()``."""
+
+    def __init__(self, location: ReplicaLocation) -> None:
+        self._loc = location
+
+    def is_leader(self) -> bool:
+        return self._loc.role == "LEADER"
+
+    def ts(self) -> TabletServer:
+        return TabletServer(uuid=self._loc.uuid, rpc_address=self._loc.rpc_address)
+
+    def __repr__(self) -> str:
+        return f"Replica({self._loc.uuid} at {self._loc.rpc_address}, {self._loc.role})"
+
+
+class Tablet:
+    """A tablet as a scan token sees it (kudu-python's ``Tablet``): its id and its replicas."""
+
+    def __init__(self, location: TabletLocation) -> None:
+        self._loc = location
+
+    def id(self) -> str:
+        return self._loc.tablet_id
+
+    def replicas(self) -> list[Replica]:
+        return [Replica(r) for r in self._loc.replicas]
+
+    def __repr__(self) -> str:
+        return f"Tablet({self._loc.tablet_id})"
+
+
 class TableLocations:
     """All tablets of one table, sorted by partition-key start (the master sends them that way)."""
 

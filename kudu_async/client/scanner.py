@@ -15,14 +15,14 @@ import copy
 import datetime as _dt
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 import msgpack
 import pyarrow as pa
 
 from kudu_async.client.core import ClientCore
-from kudu_async.client.meta_cache import TabletLocation
+from kudu_async.client.meta_cache import Tablet, TabletLocation
 from kudu_async.client.table import Predicate, Table
 from kudu_async.common.clock import make_timestamp
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader
@@ -30,7 +30,8 @@ from kudu_async.common.key_encoding import encode_key, encode_keys
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.retry import REPLICA_RETRYABLE, Deadline, leader_hint
 from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table
-from kudu_async.common.types import datetime_to_micros
+from kudu_async.common.schema import PartialRow
+from kudu_async.common.types import ISO_TIMESTAMP_FORMAT, datetime_to_micros, parse_timestamp
 
 READ_LATEST = "latest"
 READ_AT_SNAPSHOT = "snapshot"
@@ -50,8 +51,16 @@ TOKEN_VERSION = 1
 MAX_CONCURRENT_TABLET_SCANS = 4  # tablets one to_arrow() reads at once
 
 
-def snapshot_to_hybrid(ts: Any) -> int:
-    """kudu-python's ``set_snapshot`` value (microseconds since the epoch, or a datetime) as a hybrid time."""
+def snapshot_to_hybrid(ts: Any, fmt: str | None = None) -> int:
+    """kudu-python's ``set_snapshot`` value (microseconds since the epoch, a datetime, a string in ``fmt``
+    or ISO form, or a ``(string, format)`` tuple) as a hybrid time."""
+    if isinstance(ts, str | tuple):
+        try:
+            ts = parse_timestamp(ts, fmt or ISO_TIMESTAMP_FORMAT)
+        except KuduInvalidArgument as e:
+            raise KuduInvalidArgument(
+                f"a snapshot is microseconds since the epoch or a datetime, or a timestamp string: {e}"
+            ) from e
     if isinstance(ts, _dt.datetime):
         micros = datetime_to_micros(ts if ts.tzinfo else ts.replace(tzinfo=_dt.UTC))
     elif isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0:
@@ -103,15 +112,15 @@ class ScanConfig:
             self.add_predicate(p)
         return self
 
-    def set_read_mode(self, mode: str) -> Self:
-        m = _READ_MODES.get(str(mode).lower())
+    def set_read_mode(self, read_mode: str) -> Self:
+        m = _READ_MODES.get(str(read_mode).lower())
         if m is None:
-            raise KuduInvalidArgument(f"read mode must be latest, snapshot or read_your_writes, not {mode!r}")
+            raise KuduInvalidArgument(f"read mode must be latest, snapshot or read_your_writes, not {read_mode!r}")
         self.read_mode = m
         return self
 
     def set_snapshot(self, timestamp: Any, format: str | None = None) -> Self:
-        self.snapshot_ts = snapshot_to_hybrid(timestamp)
+        self.snapshot_ts = snapshot_to_hybrid(timestamp, format)
         self.read_mode = READ_AT_SNAPSHOT
         return self
 
@@ -133,32 +142,38 @@ class ScanConfig:
         self.read_mode = READ_AT_SNAPSHOT
         return self
 
-    def set_batch_size_bytes(self, size: int) -> Self:
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+    def set_batch_size_bytes(self, batch_size: int) -> Self:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise KuduInvalidArgument("batch size is a positive number of bytes")
-        self.batch_size_bytes = min(size, 16 * 1024 * 1024)
+        self.batch_size_bytes = min(batch_size, 16 * 1024 * 1024)
         return self
 
-    def set_selection(self, selection: str) -> Self:
-        s = str(selection).lower()
+    def set_selection(self, replica_selection: str) -> Self:
+        s = str(replica_selection).lower()
         if s not in _SELECTIONS:
             raise KuduInvalidArgument(f"replica selection must be one of {', '.join(_SELECTIONS)}")
         self.selection = s
         return self
 
-    def set_timeout_millis(self, ms: int) -> Self:
-        if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
+    def set_timeout_millis(self, millis: int) -> Self:
+        if isinstance(millis, bool) or not isinstance(millis, int) or millis <= 0:
             raise KuduInvalidArgument("timeout is a positive number of milliseconds")
-        self.timeout_ms = ms
+        self.timeout_ms = millis
         return self
 
-    def add_lower_bound(self, row: Any) -> Self:
-        """Inclusive lower bound on the primary key (a dict or tuple of key values)."""
-        self.lower_key = encode_key(self.table.schema, row)
+    set_timout_millis = set_timeout_millis  # kudu-python's misspelt name, kept there for old callers
+
+    def new_bound(self) -> PartialRow:
+        """An empty row of the table's schema, to fill with key values and pass to a bound."""
+        return PartialRow(self.table.schema)
+
+    def add_lower_bound(self, bound: Any) -> Self:
+        """Inclusive lower bound on the primary key (a PartialRow, dict, tuple or list of key values)."""
+        self.lower_key = encode_key(self.table.schema, bound)
         return self
 
-    def add_exclusive_upper_bound(self, row: Any) -> Self:
-        self.upper_key = encode_key(self.table.schema, row)
+    def add_exclusive_upper_bound(self, bound: Any) -> Self:
+        self.upper_key = encode_key(self.table.schema, bound)
         return self
 
     add_upper_bound = add_exclusive_upper_bound
@@ -540,6 +555,41 @@ class AsyncScanner(ScanConfig):
         return df.set_index(index) if index is not None else df
 
 
+class RowBatch:
+    """One batch of a blocking scan (kudu-python's ``RowBatch``): its rows as tuples in projection order, by
+    index or by iteration. The Arrow form is ``to_arrow()``."""
+
+    __slots__ = ("_table", "_tuples")
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+        self._tuples: list[tuple[Any, ...]] | None = None
+
+    def as_tuples(self) -> list[tuple[Any, ...]]:
+        if self._tuples is None:
+            self._tuples = batch_to_tuples(self._table)  # column by column, not cell by cell
+        return list(self._tuples)
+
+    def to_arrow(self) -> pa.Table:
+        return self._table
+
+    def __len__(self) -> int:
+        return int(self._table.num_rows)
+
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
+        if self._tuples is None:
+            self._tuples = batch_to_tuples(self._table)
+        return self._tuples[i]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        if self._tuples is None:
+            self._tuples = batch_to_tuples(self._table)
+        return iter(self._tuples)
+
+    def __repr__(self) -> str:
+        return f"RowBatch({self._table.num_rows} rows: {', '.join(self._table.column_names)})"
+
+
 _ScannerT = TypeVar("_ScannerT", covariant=True)
 
 
@@ -555,13 +605,13 @@ class ScanToken:
 
     def __init__(self, table: Table, tablet: TabletLocation, config: dict[str, Any]) -> None:
         self.table = table
-        self.tablet = tablet
+        self.location = tablet
         self.config = config
 
     def serialize(self) -> bytes:
         return bytes(
             msgpack.packb(
-                {"v": TOKEN_VERSION, "table": self.table.info, "tablet": self.tablet.to_wire(), "scan": self.config}
+                {"v": TOKEN_VERSION, "table": self.table.info, "tablet": self.location.to_wire(), "scan": self.config}
             )
         )
 
@@ -584,15 +634,19 @@ class ScanToken:
         return self.table._owner.deserialize_token_into_scanner(self.serialize())
 
     @staticmethod
-    def deserialize_into_scanner(client: TokenReader[_ScannerT], data: bytes) -> _ScannerT:
-        return client.deserialize_token_into_scanner(data)
+    def deserialize_into_scanner(client: TokenReader[_ScannerT], serialized_token: bytes) -> _ScannerT:
+        return client.deserialize_token_into_scanner(serialized_token)
+
+    def tablet(self) -> Tablet:
+        """The tablet this token reads, with its replicas as they were when the token was built."""
+        return Tablet(self.location)
 
     def hosts(self) -> list[str]:
         """Replica hosts, for locality preferences (Spark)."""
-        return sorted({r.rpc_address.rpartition(":")[0] for r in self.tablet.replicas})
+        return sorted({r.rpc_address.rpartition(":")[0] for r in self.location.replicas})
 
     def __repr__(self) -> str:
-        return f"ScanToken({self.table.name}, tablet={self.tablet.tablet_id})"
+        return f"ScanToken({self.table.name}, tablet={self.location.tablet_id})"
 
 
 class AsyncScanTokenBuilder(ScanConfig):

@@ -36,8 +36,8 @@ class ColumnSpec:
         self._type = T.type_from_name(type_)
         return self
 
-    def nullable(self, nullable: bool = True) -> Self:
-        self._nullable = bool(nullable)
+    def nullable(self, is_nullable: bool = True) -> Self:
+        self._nullable = bool(is_nullable)
         return self
 
     def primary_key(self) -> Self:
@@ -80,8 +80,9 @@ class ColumnSpec:
     def immutable(self, immutable: bool = True) -> Self:
         return self._set("immutable", bool(immutable))
 
-    def mutable(self) -> Self:
-        return self._set("immutable", False)
+    def mutable(self, is_mutable: bool = True) -> Self:
+        """kudu-python's spelling of ``immutable(not is_mutable)``."""
+        return self._set("immutable", not is_mutable)
 
     def rename(self, new_name: str) -> Self:
         """Used by the table alterer (``alter_column(name).rename(new)``)."""
@@ -89,7 +90,7 @@ class ColumnSpec:
 
     def to_column(self, *, key: bool) -> ColumnSchema:
         if self._type is None:
-            raise KuduInvalidArgument(f"column '{self.name}': no type given")
+            raise KuduInvalidArgument(f"no type provided for column: {self.name} (column '{self.name}': no type given)")
         nullable = (not key) if self._nullable is None else self._nullable
         if key and nullable:
             raise KuduInvalidArgument(f"key column '{self.name}' cannot be nullable")
@@ -144,6 +145,26 @@ class SchemaBuilder:
         ):
             if v is not None:
                 spec._set(key, v)
+        return spec
+
+    def copy_column(self, colschema: ColumnSchema) -> ColumnSpec:
+        """Add a column with every attribute of ``colschema`` (a column of another schema); returns its spec."""
+        if not isinstance(colschema, ColumnSchema):
+            raise KuduInvalidArgument(f"copy_column takes a ColumnSchema, not {type(colschema).__name__}")
+        if any(s.name == colschema.name for s in self._specs):
+            raise KuduInvalidArgument(f"column '{colschema.name}' added twice")
+        spec = ColumnSpec(self, colschema.name)
+        spec._type = colschema.type
+        spec._nullable = colschema.nullable
+        if colschema.default is not None:
+            spec._default = colschema.default
+        for key in ("precision", "scale", "length", "comment", "encoding", "compression", "block_size"):
+            value = getattr(colschema, key)
+            if value is not None:
+                spec._attrs[key] = value
+        if colschema.immutable:
+            spec._attrs["immutable"] = True
+        self._specs.append(spec)
         return spec
 
     def set_primary_keys(self, key_names: Sequence[str]) -> Self:

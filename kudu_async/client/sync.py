@@ -23,12 +23,15 @@ import uvloop
 from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.aio import connect as aio_connect
 from kudu_async.client.batcher import Buffered, KuduError
-from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanConfig, ScanToken
+from kudu_async.client.meta_cache import TabletServer
+from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
+from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, RowBatch, ScanConfig, ScanToken
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, row_bytes
-from kudu_async.client.table import Table, WriteOperation
+from kudu_async.client.table import Table, TableStatistics, WriteOperation
 from kudu_async.client.table_alterer import AlterConfig
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
+from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.row_conversion import batch_to_tuples
 from kudu_async.common.schema import Schema
 
 _T = TypeVar("_T")
@@ -92,8 +95,20 @@ class Client:
     """kudu-python's ``Client`` (blocking). Thread-safe; close it (or use ``with``) when done."""
 
     def __init__(
-        self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
+        self,
+        addr_or_addrs: str | Sequence[str],
+        admin_timeout_ms: int | None = None,
+        rpc_timeout_ms: int | None = None,
+        sasl_protocol_name: str | None = None,
+        require_authentication: bool = False,
+        encryption_policy: str = ENCRYPTION_OPTIONAL,
+        jwt: str | None = None,
+        trusted_certificates: Any = None,
     ) -> None:
+        check_security(encryption_policy, require_authentication, sasl_protocol_name, jwt, trusted_certificates)
+        masters = [addr_or_addrs] if isinstance(addr_or_addrs, str) else list(addr_or_addrs)
+        if not masters:
+            raise ValueError("Client() needs at least one master address ('host:port')")
         self._loop = _LoopThread("kudu-client")
         try:
             self._async = self._loop.run(self._connect(masters, admin_timeout_ms, rpc_timeout_ms))
@@ -115,6 +130,11 @@ class Client:
     @property
     def master_addrs(self) -> list[str]:
         return self._async.master_addrs
+
+    @property
+    def is_multimaster(self) -> bool:
+        """Whether the client was given more than one master."""
+        return len(self._async.master_addrs) > 1
 
     def close(self) -> None:
         _open_clients.discard(self)
@@ -155,10 +175,15 @@ class Client:
         return self._run(self._async.table(table_name, owner=self))
 
     def new_table_alterer(self, table: Table) -> TableAlterer:
-        return TableAlterer(self, table)
+        return TableAlterer(table, self)
 
-    def list_tablet_servers(self) -> list[dict[str, Any]]:
-        return self._run(self._async.list_tablet_servers())
+    def get_table_statistics(self, table_name: str) -> TableStatistics:
+        """Live rows and bytes on disk of a table (costs a scan of it on the servers: see the async client)."""
+        return self._run(self._async.get_table_statistics(table_name))
+
+    def list_tablet_servers(self) -> list[TabletServer]:
+        """Every tablet server the master knows, as ``TabletServer`` (a dict of the master's fields)."""
+        return [TabletServer(d) for d in self._run(self._async.list_tablet_servers())]
 
     def list_masters(self) -> list[dict[str, Any]]:
         return self._run(self._async.list_masters())
@@ -175,21 +200,33 @@ class Client:
 
     def new_scanner(self, table: Table) -> Scanner:
         """A scanner of ``table`` (what ``table.scanner()`` gives for a table this client opened)."""
-        return Scanner(self, table)
+        return Scanner(table, self)
 
     def new_scan_token_builder(self, table: Table) -> ScanTokenBuilder:
         """A scan token builder for ``table`` (``table.scan_token_builder()``)."""
-        return ScanTokenBuilder(self, table)
+        return ScanTokenBuilder(table, self)
 
-    def deserialize_token_into_scanner(self, data: bytes) -> Scanner:
-        sc = self._async.scanner_from_token(data, owner=self)  # parsing only: no hop to the loop
-        return Scanner(self, sc.table, sc)
+    def deserialize_token_into_scanner(self, serialized_token: bytes) -> Scanner:
+        sc = self._async.scanner_from_token(serialized_token, owner=self)  # parsing only: no hop to the loop
+        return Scanner(sc.table, self, sc)
+
+
+def _client_of(table: Table, client: Client | None) -> Client:
+    """The blocking client ``table`` came from, when the caller did not name one (kudu-python's objects are
+    built from the table alone)."""
+    if client is not None:
+        return client
+    owner = getattr(table, "_owner", None)
+    if not isinstance(owner, Client):
+        raise KuduInvalidArgument(f"{table!r} was not opened by a blocking kudu.Client: pass the client")
+    return owner
 
 
 class TableAlterer(AlterConfig):
     """kudu-python's ``TableAlterer`` (blocking)."""
 
-    def __init__(self, client: Client, table: Table) -> None:
+    def __init__(self, table: Table, client: Client | None = None) -> None:
+        client = _client_of(table, client)
         super().__init__(client._async.core, table)
         self._sync = client
 
@@ -302,9 +339,9 @@ class Session:
     def get_write_op_metrics(self) -> dict[str, int]:
         return self._s.get_write_op_metrics()
 
-    def set_flush_mode(self, mode: str) -> None:
+    def set_flush_mode(self, flush_mode: str = FLUSH_MANUAL) -> None:
         self._hand_over()
-        self._s.set_flush_mode(mode)
+        self._s.set_flush_mode(flush_mode)
 
     def set_timeout_ms(self, ms: int) -> None:
         self._s.set_timeout_ms(ms)
@@ -313,14 +350,14 @@ class Session:
         self._hand_over()
         self._s.set_mutation_buffer_space(size_bytes)
 
-    def set_mutation_buffer_max_num(self, n: int) -> None:
-        self._s.set_mutation_buffer_max_num(n)
+    def set_mutation_buffer_max_num(self, max_num: int) -> None:
+        self._s.set_mutation_buffer_max_num(max_num)
 
-    def set_mutation_buffer_flush_watermark(self, watermark: float) -> None:
-        self._s.set_mutation_buffer_flush_watermark(watermark)
+    def set_mutation_buffer_flush_watermark(self, watermark_pct: float) -> None:
+        self._s.set_mutation_buffer_flush_watermark(watermark_pct)
 
-    def set_mutation_buffer_flush_interval(self, ms: int) -> None:
-        self._s.set_mutation_buffer_flush_interval(ms)
+    def set_mutation_buffer_flush_interval(self, millis: int) -> None:
+        self._s.set_mutation_buffer_flush_interval(millis)
 
 
 async def _open_and_fetch(sc: AsyncScanner) -> pa.Table:
@@ -334,9 +371,9 @@ async def _open_and_fetch(sc: AsyncScanner) -> pa.Table:
 class Scanner(ScanConfig):
     """kudu-python's ``Scanner`` (blocking): configure, ``open()``, then read."""
 
-    def __init__(self, client: Client, table: Table, inner: AsyncScanner | None = None) -> None:
+    def __init__(self, table: Table, client: Client | None = None, inner: AsyncScanner | None = None) -> None:
         super().__init__(table)
-        self._client = client
+        self._client = _client_of(table, client)
         self._inner = inner
         self._ahead: Future[pa.Table] | None = None  # xbatches' read-ahead, while one is in flight
         if inner is not None:
@@ -369,8 +406,16 @@ class Scanner(ScanConfig):
     def has_more_rows(self) -> bool:
         return self._inner is not None and self._inner.has_more_rows()
 
-    def next_batch(self) -> pa.Table:
-        return self._run(self._opened().next_batch())
+    def next_batch(self) -> RowBatch:
+        """The next batch of rows (kudu-python: StopIteration once the scan has no more rows)."""
+        return RowBatch(self.next_batch_arrow())
+
+    def next_batch_arrow(self) -> pa.Table:
+        """The next batch as an Arrow table (possibly empty: check ``has_more_rows()``)."""
+        sc = self._opened()
+        if not sc.has_more_rows():
+            raise StopIteration
+        return self._run(sc.next_batch())
 
     def read_next_batch_tuples(self) -> list[tuple[Any, ...]]:
         return self._run(self._opened().read_next_batch_tuples())
@@ -384,8 +429,14 @@ class Scanner(ScanConfig):
     def to_pandas(self, index: Any = None, coerce_float: bool = False) -> Any:
         return self._run(self._opened().to_pandas(index, coerce_float))
 
-    def xbatches(self) -> Iterator[pa.Table]:
-        """Non-empty batches until the scan ends. The next batch is fetched on the client's loop while the
+    def xbatches(self) -> Iterator[list[tuple[Any, ...]]]:
+        """Each batch's rows as a list of tuples until the scan ends, as kudu-python yields them (the batches
+        are read ahead as in ``xbatches_arrow``)."""
+        for b in self.xbatches_arrow():
+            yield batch_to_tuples(b)
+
+    def xbatches_arrow(self) -> Iterator[pa.Table]:
+        """Non-empty Arrow batches until the scan ends. The next batch is fetched on the client's loop while the
         caller works on this one (one batch ahead, no more), and opening the scanner rides with the first
         fetch: a scan of one batch costs the caller one wait, not one per step."""
         sc = self._scanner() if self._inner is None or not self._inner._opened else self._inner
@@ -419,9 +470,9 @@ class Scanner(ScanConfig):
 
 
 class ScanTokenBuilder(ScanConfig):
-    def __init__(self, client: Client, table: Table) -> None:
+    def __init__(self, table: Table, client: Client | None = None) -> None:
         super().__init__(table)
-        self._client = client
+        self._client = _client_of(table, client)
 
     def build(self) -> list[ScanToken]:
         b = AsyncScanTokenBuilder(self._client._async.core, self.table)
@@ -434,7 +485,18 @@ def connect(
     port: int | Sequence[int] | None = 7051,
     admin_timeout_ms: int | None = None,
     rpc_timeout_ms: int | None = None,
-    **_security: Any,
+    require_authentication: bool = False,
+    encryption_policy: str = ENCRYPTION_OPTIONAL,
+    jwt: str | None = None,
+    trusted_certificates: Any = None,
 ) -> Client:
     """kudu-python's ``connect``: one host and port, lists of both, or ``"host:port"`` strings."""
-    return Client(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
+    return Client(
+        master_addresses(host, port),
+        admin_timeout_ms,
+        rpc_timeout_ms,
+        require_authentication=require_authentication,
+        encryption_policy=encryption_policy,
+        jwt=jwt,
+        trusted_certificates=trusted_certificates,
+    )

@@ -84,7 +84,7 @@ class Column:
         return Predicate(ColumnPredicate(self.name, "IS NOT NULL"))
 
     def __repr__(self) -> str:
-        return f"Column({self.name}, {self.spec.type_label})"
+        return f"Column({self.name}, parent={self.table.name}, type={self.spec.type.name})"
 
 
 class WriteOperation:
@@ -211,6 +211,25 @@ def op_type_of(name: str) -> OpType:
     return cls.op_type
 
 
+class TableStatistics:
+    """A table's size (kudu-python's ``TableStatistics``): bytes on disk and live rows, one copy of the data
+    (the leaders'). The limits are -1: the servers enforce no per-table disk or row limit."""
+
+    __slots__ = ("live_row_count", "live_row_count_limit", "on_disk_size", "on_disk_size_limit")
+
+    def __init__(self, on_disk_size: int, live_row_count: int) -> None:
+        self.on_disk_size = on_disk_size
+        self.live_row_count = live_row_count
+        self.on_disk_size_limit = -1
+        self.live_row_count_limit = -1
+
+    def __repr__(self) -> str:
+        return (
+            f"on disk size: {self.on_disk_size}\nlive row count: {self.live_row_count}\n"
+            f"on disk size limit: {self.on_disk_size_limit}\nlive row count limit: {self.live_row_count_limit}\n"
+        )
+
+
 class Table:
     """kudu-python's ``Table``: metadata plus factories for operations, scanners and token builders."""
 
@@ -219,13 +238,21 @@ class Table:
         self._load(info)
 
     def _load(self, info: dict[str, Any]) -> None:
-        self.name: str = info["name"]
-        self.id: str = info["table_id"]
+        self._name: str = info["name"]
+        self._id: str = info["table_id"]
         self.schema: Schema = Schema.from_dict(info["schema"])
         self.schema_version: int = int(info.get("schema_version", 0))
         self.partition_schema = PartitionSchema.from_dict(self.schema, info.get("partition_schema") or {})
         self.num_replicas: int = int(info.get("num_replicas", 0))
         self.info = info
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> str:
+        return self._id
 
     @property
     def num_columns(self) -> int:
@@ -239,10 +266,15 @@ class Table:
     def comment(self) -> str | None:
         return self.info.get("comment")
 
-    def __getitem__(self, name: str) -> Column:
-        if name not in self.schema:
-            raise KuduInvalidArgument(f"column '{name}' is not in table {self.name}")
-        return Column(self, self.schema.column(name))
+    def __getitem__(self, key: str | int) -> Column:
+        """The column ``key`` (a name, or an index into the schema) for building predicates."""
+        if isinstance(key, str):
+            if key not in self.schema:
+                raise KuduInvalidArgument(f"column '{key}' is not in table {self.name}")
+            return Column(self, self.schema.column(key))
+        if isinstance(key, bool) or not isinstance(key, int) or not -len(self.schema) <= key < len(self.schema):
+            raise IndexError(f"column index {key!r} is not in table {self.name} ({len(self.schema)} columns)")
+        return Column(self, self.schema.columns[key])
 
     def __repr__(self) -> str:
         return f"Table({self.name}, id={self.id}, {len(self.schema)} columns)"

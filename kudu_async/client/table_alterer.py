@@ -18,7 +18,7 @@ class _AlterColumnSpec(ColumnSpec):
     def type(self, type_: Any) -> Self:
         raise KuduInvalidArgument(f"column '{self.name}': a column's type cannot be altered")
 
-    def nullable(self, nullable: bool = True) -> Self:
+    def nullable(self, is_nullable: bool = True) -> Self:
         raise KuduInvalidArgument(f"column '{self.name}': nullability cannot be altered")
 
     def steps(self) -> list[dict[str, Any]]:
@@ -57,16 +57,16 @@ class AlterConfig:
         self._steps: list[dict[str, Any] | None] = []  # None marks where the next column spec goes
         self._extra: dict[str, Any] = {}
 
-    def rename(self, new_name: str) -> Self:
-        self._new_name = new_name
+    def rename(self, table_name: str) -> Self:
+        self._new_name = table_name
         return self
 
-    def set_owner(self, owner: str) -> Self:
-        self._extra["new_owner"] = owner
+    def set_owner(self, new_owner: str) -> Self:
+        self._extra["new_owner"] = new_owner
         return self
 
-    def set_comment(self, comment: str) -> Self:
-        self._extra["new_comment"] = comment
+    def set_comment(self, new_comment: str) -> Self:
+        self._extra["new_comment"] = new_comment
         return self
 
     def add_column(

@@ -71,6 +71,18 @@ def _norm_choice(kind: str, value: str | None, choices: Sequence[str], aliases: 
 
 
 @dataclass(frozen=True)
+class ColumnTypeAttributes:
+    """A column's type parameters: DECIMAL's precision and scale, VARCHAR's length (None when not set)."""
+
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ColumnTypeAttributes(precision={self.precision}, scale={self.scale}, length={self.length})"
+
+
+@dataclass(frozen=True, repr=False)
 class ColumnSchema:
     """One column: Kudu's attributes, validated on construction (default coerced to the type)."""
 
@@ -95,21 +107,38 @@ class ColumnSchema:
         kt = self.type
         if kt is T.DECIMAL:
             if self.precision is None:
-                raise KuduInvalidArgument(f"column '{self.name}': decimal needs a precision")
+                raise KuduInvalidArgument(
+                    f"no precision provided for DECIMAL column: {self.name} "
+                    f"(column '{self.name}': decimal needs a precision)"
+                )
             if not 1 <= self.precision <= T.MAX_DECIMAL_PRECISION:
-                raise KuduInvalidArgument(f"column '{self.name}': decimal precision {self.precision} not in 1..38")
+                raise KuduInvalidArgument(
+                    f"precision must be between 1 and 38: {self.name} "
+                    f"(column '{self.name}': decimal precision {self.precision} not in 1..38)"
+                )
             scale = 0 if self.scale is None else self.scale
             if not 0 <= scale <= self.precision:
-                raise KuduInvalidArgument(f"column '{self.name}': decimal scale {scale} not in 0..{self.precision}")
+                bound = (
+                    f"is greater than the precision value of {self.precision}"
+                    if scale > self.precision
+                    else "is less than the minimum value of 0"
+                )
+                raise KuduInvalidArgument(
+                    f"scale {bound}: {self.name} "
+                    f"(column '{self.name}': decimal scale {scale} not in 0..{self.precision})"
+                )
             object.__setattr__(self, "scale", scale)
         elif self.precision is not None or self.scale is not None:
             raise KuduInvalidArgument(f"column '{self.name}': precision/scale only apply to decimal")
         if kt is T.VARCHAR:
             if self.length is None:
-                raise KuduInvalidArgument(f"column '{self.name}': varchar needs a length")
+                raise KuduInvalidArgument(
+                    f"no length provided for VARCHAR column: {self.name} (column '{self.name}': varchar needs a length)"
+                )
             if not 1 <= self.length <= T.MAX_VARCHAR_LENGTH:
                 raise KuduInvalidArgument(
-                    f"column '{self.name}': varchar length {self.length} not in 1..{T.MAX_VARCHAR_LENGTH}"
+                    f"length must be between 1 and {T.MAX_VARCHAR_LENGTH}: {self.name} "
+                    f"(column '{self.name}': varchar length {self.length} not in 1..{T.MAX_VARCHAR_LENGTH})"
                 )
         elif self.length is not None:
             raise KuduInvalidArgument(f"column '{self.name}': length only applies to varchar")
@@ -145,6 +174,32 @@ class ColumnSchema:
         if self.type is T.VARCHAR:
             meta = {_VARCHAR_META: str(self.length).encode()}
         return pa.field(self.name, self.arrow_type, self.nullable, metadata=meta)
+
+    # -- kudu-python's ColumnSchema surface ---------------------------------------------------------------
+
+    @property
+    def mutable(self) -> bool:
+        return not self.immutable
+
+    @property
+    def type_attributes(self) -> ColumnTypeAttributes:
+        return ColumnTypeAttributes(self.precision, self.scale, self.length)
+
+    def equals(self, other: object) -> bool:
+        """Same column in every attribute (the column id, a storage detail, is not compared)."""
+        return isinstance(other, ColumnSchema) and self == other
+
+    def type_to_string(self) -> str:
+        """The type as Kudu prints it in a schema, with nullability: ``DECIMAL(8, 2) NOT NULL``."""
+        name = self.type.name.upper()
+        if self.type is T.DECIMAL:
+            name = f"{name}({self.precision}, {self.scale})"
+        elif self.type is T.VARCHAR:
+            name = f"{name}({self.length})"
+        return f"{name} {'NULLABLE' if self.nullable else 'NOT NULL'}"
+
+    def __repr__(self) -> str:
+        return f"ColumnSchema(name={self.name}, type={self.type.name}, nullable={self.nullable})"
 
     def coerce(self, value: Any) -> Any:
         """Canonical form of one non-None value for this column (KuduInvalidArgument if it does not fit)."""

@@ -40,7 +40,7 @@ def _norm_op(for_op: str) -> str:
     return op
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, repr=False)
 class Schema:
     """An ordered list of columns whose first ``num_key_columns`` form the primary key."""
 
@@ -85,10 +85,44 @@ class Schema:
     def __iter__(self) -> Iterator[ColumnSchema]:
         return iter(self.columns)
 
-    def __getitem__(self, item: int | str) -> ColumnSchema:
-        if isinstance(item, str):
-            return self.column(item)
-        return self.columns[item]
+    def __getitem__(self, key: int | str) -> ColumnSchema:
+        if isinstance(key, str):
+            return self.column(key)
+        return self.columns[key]
+
+    # -- kudu-python's Schema surface ---------------------------------------------------------------------
+
+    def equals(self, other: Schema) -> bool:
+        return isinstance(other, Schema) and self == other
+
+    def at(self, i: int) -> ColumnSchema:
+        """The column at index ``i`` (IndexError out of range, negative indexes included, as in kudu-python)."""
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.columns):
+            raise IndexError(f"Column index {i} is not in range")
+        return self.columns[i]
+
+    def get_loc(self, name: str) -> int:
+        """The index of column ``name`` (KeyError if there is none)."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def primary_key_indices(self) -> list[int]:
+        return list(range(self.num_key_columns))
+
+    def new_row(self, record: Mapping[Any, Any] | Sequence[Any] | None = None) -> PartialRow:
+        """An empty row of this schema (filled from ``record`` if given): bounds and split rows."""
+        row = PartialRow(self)
+        if record:
+            row.from_record(record)
+        return row
+
+    def __repr__(self) -> str:
+        width = 2 + max(len(c.name) for c in self.columns)
+        lines = [f"  {c.name.ljust(width)}{c.type_to_string()}" for c in self.columns]
+        lines.append(f"  PRIMARY KEY ({', '.join(self.key_names)})")
+        return "kudu.Schema {\n" + "\n".join(lines) + "\n}"
 
     def __contains__(self, name: object) -> bool:
         return name in self._index
@@ -345,6 +379,72 @@ class Schema:
 _REQUIRED: Any = object()  # in ``Schema._row_plan``: a column an insert must give
 
 
+class PartialRow(Mapping[str, Any]):
+    """Some cells of a row of ``schema``, by column name or index: kudu-python's row for scan bounds,
+    range bounds and split rows. It reads as a dict of the cells set, so it goes wherever a dict row does.
+    Each value is checked against its column when set."""
+
+    def __init__(self, schema: Schema) -> None:
+        if not isinstance(schema, Schema):
+            raise KuduInvalidArgument(f"a PartialRow needs a Schema, not {type(schema).__name__}")
+        self.schema = schema
+        self._cells: dict[str, Any] = {}
+
+    def _name(self, key: str | int) -> str:
+        if isinstance(key, str):
+            return self.schema.column(key).name
+        if isinstance(key, bool) or not isinstance(key, int):
+            raise KuduInvalidArgument(f"a column is named by a string or an index, not {key!r}")
+        return self.schema.at(key).name
+
+    def __setitem__(self, key: str | int, value: Any) -> None:
+        self.set_field(key, value)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._cells[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def from_record(self, record: Mapping[Any, Any] | Sequence[Any]) -> None:
+        """Set cells from a dict (keys: names or indexes) or a tuple/list in column order."""
+        if isinstance(record, Mapping):
+            for k, v in record.items():
+                self.set_field(k, v)
+        elif isinstance(record, Sequence) and not isinstance(record, str | bytes):
+            if len(record) > len(self.schema.columns):
+                raise KuduInvalidArgument(f"{len(record)} values for a schema of {len(self.schema.columns)} columns")
+            for i, v in enumerate(record):
+                self.set_field(i, v)
+        else:
+            raise KuduInvalidArgument(f"a record is a dict, tuple or list, not {type(record).__name__}")
+
+    def set_field(self, key: str | int, value: Any) -> None:
+        name = self._name(key)
+        if value is None:
+            self.set_field_null(name)
+            return
+        self._cells[name] = self.schema.column(name).coerce(value)
+
+    def set_loc(self, i: int, value: Any) -> None:
+        self.set_field(i, value)
+
+    def set_field_null(self, key: str | int) -> None:
+        name = self._name(key)
+        if not self.schema.column(name).nullable:
+            raise KuduInvalidArgument(f"column '{name}' is not nullable", {"column": name})
+        self._cells[name] = None
+
+    def set_loc_null(self, i: int) -> None:
+        self.set_field_null(i)
+
+    def __repr__(self) -> str:
+        return f"PartialRow({self._cells!r})"
+
+
 def _insert_fill(c: ColumnSchema) -> Any:
     """What an insert that omits column ``c`` stores: its default, else NULL, else ``_REQUIRED``."""
     if c.default is not None:
@@ -472,6 +572,7 @@ __all__ = [
     "UPDATE_OPS",
     "WRITE_OPS",
     "ColumnSchema",
+    "PartialRow",
     "Schema",
     "cast_column",
 ]

@@ -86,6 +86,40 @@ class KuduType:
             return pa.decimal128(precision, scale or 0)
         return _ARROW_TYPES[self.name]
 
+    def new_value(self, value: Any) -> KuduValue:
+        return KuduValue(self, value)
+
+
+class KuduValue:
+    """A Python value checked and converted for one Kudu type (kudu-python's ``KuduValue``). It goes
+    wherever a plain value does: a cell, a predicate's value, a bound."""
+
+    __slots__ = ("type", "value")
+
+    def __init__(self, type_: KuduType, value: Any) -> None:
+        if not isinstance(type_, KuduType):
+            raise TypeError(f"a KuduValue needs a KuduType, not {type(type_).__name__}")
+        if value is None:
+            raise KuduInvalidArgument("a KuduValue cannot hold None (set the cell to None instead)")
+        self.type = type_
+        if type_ is DECIMAL:
+            if not isinstance(value, _decimal.Decimal):
+                raise KuduInvalidArgument(f"a decimal KuduValue needs a Decimal, not {type(value).__name__}")
+            self.value: Any = value
+        else:
+            self.value = coerce_value(type_, value, column=f"KuduValue({type_.name})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KuduValue):
+            return NotImplemented
+        return self.type is other.type and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash((self.type.name, self.value))
+
+    def __repr__(self) -> str:
+        return f"KuduValue({self.type.name}, {self.value!r})"
+
 
 INT8 = KuduType("int8", 0, True, 1)
 INT16 = KuduType("int16", 1, True, 2)
@@ -237,6 +271,23 @@ def datetime_to_micros(value: _dt.datetime) -> int:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+ISO_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
+"""kudu-python's format for a timestamp given as a bare string."""
+
+
+def parse_timestamp(value: str | tuple[str, str], fmt: str = ISO_TIMESTAMP_FORMAT) -> _dt.datetime:
+    """A timestamp written as kudu-python takes it: a string in ``fmt``, or a ``(string, format)`` tuple
+    (``strptime`` formats; no zone in the string means UTC)."""
+    if isinstance(value, tuple):
+        if len(value) != 2 or not all(isinstance(v, str) for v in value):
+            raise KuduInvalidArgument(f"a timestamp tuple is (string, format), not {value!r}")
+        value, fmt = value
+    try:
+        return _dt.datetime.strptime(value, fmt)
+    except ValueError as e:
+        raise KuduInvalidArgument(f"timestamp {value!r} does not match format {fmt!r}: {e}") from e
+
+
 def micros_to_datetime(micros: int) -> _dt.datetime:
     """A UTC-aware datetime for microseconds since the epoch (raises OverflowError outside year 1-9999)."""
     return _EPOCH_DT + _dt.timedelta(microseconds=micros)
@@ -320,6 +371,8 @@ def coerce_value(
     """
     if isinstance(value, np.generic):
         value = value.item()
+    elif isinstance(value, KuduValue):
+        value = value.value
     coerce = _COERCERS.get(kt.name)
     if coerce is None:  # pragma: no cover
         raise KuduInvalidArgument(f"column '{column}': unsupported type {kt.name}")
@@ -388,8 +441,16 @@ def _coerce_timestamp(kt: KuduType, value: Any, column: str, _p: int | None, _s:
         micros = value
     elif _is_pandas_timestamp(value):
         micros = int(value.value // 1000)
+    elif isinstance(value, str | tuple):
+        try:
+            micros = datetime_to_micros(parse_timestamp(value))
+        except KuduInvalidArgument as e:
+            raise KuduInvalidArgument(
+                f"column '{column}': expected unixtime_micros, got {type(value).__name__}: {e.message}",
+                {"column": column},
+            ) from e
     else:
-        raise _bad(column, "unixtime_micros (datetime or int microseconds)", value)
+        raise _bad(column, "unixtime_micros (datetime, int microseconds, ISO string or (string, format))", value)
     lo, hi = _INT_BOUNDS["int64"]
     if not lo <= micros <= hi:
         raise KuduInvalidArgument(f"column '{column}': timestamp out of range", {"column": column})

@@ -379,9 +379,7 @@ class KuduReader(DataSourceReader):
         if _bool_opt(self.options, "kudu.faultTolerantScan"):
             b.set_fault_tolerant()
         b.set_batch_size_bytes(_int_opt(self.options, "kudu.batchSize", 8 * 1024 * 1024) or 8 * 1024 * 1024)
-        parts: list[InputPartition] = [
-            KuduInputPartition(t.serialize(), t.tablet.tablet_id, t.hosts()) for t in b.build()
-        ]
+        parts: list[InputPartition] = [KuduInputPartition(t.serialize(), t.tablet().id(), t.hosts()) for t in b.build()]
         _settle_worker_heap()  # the planner worker: planning runs again for every query
         return parts
 
@@ -389,7 +387,7 @@ class KuduReader(DataSourceReader):
         if not isinstance(partition, KuduInputPartition):
             return  # Spark's placeholder partition when there are no tablets to scan
         scanner = client_for(self.options).deserialize_token_into_scanner(partition.token)
-        for table in scanner.xbatches():  # opens with the first fetch, reads one batch ahead
+        for table in scanner.xbatches_arrow():  # opens with the first fetch, reads one batch ahead
             for batch in table.to_batches():
                 yield _conform(batch, self.arrow_schema)
         _settle_worker_heap()

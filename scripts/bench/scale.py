@@ -354,7 +354,7 @@ def reader_process(
 def full_count(table: Any) -> tuple[int, int]:
     """(rows, sum of a) by a full scan of column a."""
     rows = total = 0
-    for b in table.scanner().set_projected_column_names(["a"]).xbatches():
+    for b in table.scanner().set_projected_column_names(["a"]).xbatches_arrow():
         rows += b.num_rows
         total += int(pc.sum(b.column("a")).as_py() or 0)
     return rows, total
@@ -366,7 +366,7 @@ def filtered_scan(table: Any) -> tuple[int, float, float]:
     rows = 0
     total = 0.0
     sc = table.scanner().set_projected_column_names(["key", "c"]).add_predicate(table["a"] < FILTER_A)
-    for b in sc.xbatches():
+    for b in sc.xbatches_arrow():
         rows += b.num_rows
         total += float(pc.sum(b.column("c")).as_py() or 0.0)
     return rows, total, time.perf_counter() - t0

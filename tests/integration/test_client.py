@@ -614,7 +614,7 @@ def test_projection_limit_bounds_and_batch_reading(range_table: Table) -> None:
     seen: list[tuple[Any, ...]] = []
     batches = 0
     while sc.has_more_rows():
-        b = sc.next_batch()
+        b = sc.next_batch_arrow()
         seen += list(zip(b.column("host").to_pylist(), b.column("ts").to_pylist(), strict=True))
         batches += 1
     assert sorted(seen) == RANGE_ROWS and batches > 6
@@ -626,7 +626,7 @@ def test_projection_limit_bounds_and_batch_reading(range_table: Table) -> None:
     sc2.keep_alive()
     sc2.close()
     assert not sc2.has_more_rows()
-    chunks = list(t.scanner().set_batch_size_bytes(300).open().xbatches())
+    chunks = list(t.scanner().set_batch_size_bytes(300).open().xbatches_arrow())
     assert len(chunks) > 6 and sum(c.num_rows for c in chunks) == len(RANGE_ROWS)
     df = t.scanner().add_predicate(t["host"] == "h3").open().to_pandas()
     assert list(df.columns) == ["host", "ts", "metric", "flag", "note"] and len(df) == len(RANGE_ROWS) // 4
@@ -640,7 +640,7 @@ def test_xbatches_reads_one_batch_ahead_and_stops_cleanly(range_table: Table) ->
     t = range_table
     sc = t.scanner().set_batch_size_bytes(200).set_projected_column_names(["host", "ts"])
     seen: list[tuple[Any, ...]] = []
-    for i, b in enumerate(sc.xbatches()):
+    for i, b in enumerate(sc.xbatches_arrow()):
         if i == 2:
             assert sc._ahead is not None  # the next batch is on its way while this one is handled
             sc.keep_alive()
@@ -648,7 +648,7 @@ def test_xbatches_reads_one_batch_ahead_and_stops_cleanly(range_table: Table) ->
         seen += list(zip(b.column("host").to_pylist(), b.column("ts").to_pylist(), strict=True))
     assert sorted(seen) == RANGE_ROWS and not sc.has_more_rows() and sc._ahead is None
     early = t.scanner().set_batch_size_bytes(200)
-    it = early.xbatches()
+    it = early.xbatches_arrow()
     first = next(it)
     assert 0 < first.num_rows < len(RANGE_ROWS)
     it.close()  # the caller stops: the read-ahead is dropped
@@ -664,7 +664,7 @@ def test_to_arrow_reads_tablets_concurrently_in_the_sequential_order(range_table
         lambda: t.scanner().set_fault_tolerant().set_projected_column_names(["metric", "ts"]),
         lambda: t.scanner().add_predicate(t["ts"] >= 100),
     ):
-        sequential = [b for b in make().open().xbatches()]
+        sequential = [b for b in make().open().xbatches_arrow()]
         want = pa.concat_tables(sequential) if sequential else None
         sc = make().open()
         assert sc._inner is not None
@@ -674,7 +674,7 @@ def test_to_arrow_reads_tablets_concurrently_in_the_sequential_order(range_table
         assert want is not None and got.equals(want)  # same rows, same order (tablet by tablet)
         assert not sc.has_more_rows()
     started = t.scanner().set_batch_size_bytes(200).open()
-    first = started.next_batch()  # a scan already under way is finished one tablet after another
+    first = started.next_batch_arrow()  # a scan already under way is finished one tablet after another
     assert started._inner is not None and not started._inner._can_read_concurrently()
     assert first.num_rows + started.to_arrow().num_rows == len(RANGE_ROWS)
 
@@ -801,8 +801,8 @@ def test_scan_tokens_serialised_and_read_in_another_process(
     ).set_batch_size_bytes(256).set_timeout_millis(20_000)
     tokens = b.build()
     assert len(tokens) == 6  # ts >= 50 prunes nothing here: [0,100) still holds 50..90
-    assert all(isinstance(tok.tablet, kudu.client.Tablet) and tok.hosts() == ["127.0.0.1"] for tok in tokens)
-    assert len({tok.tablet.id() for tok in tokens}) == 6
+    assert all(isinstance(tok.tablet(), kudu.client.Tablet) and tok.hosts() == ["127.0.0.1"] for tok in tokens)
+    assert len({tok.tablet().id() for tok in tokens}) == 6
     local = [sorted(tok.into_kudu_scanner().open().read_all_tuples()) for tok in tokens]
     remote = read_tokens_elsewhere(cluster, [tok.serialize() for tok in tokens])
     assert [sorted(r) for r in remote] == local
@@ -937,7 +937,7 @@ def test_ranges_with_their_own_hash_schema_create_alter_write_and_read(client: k
         assert t.scanner().add_predicate(t["key"] == k).open().read_all_tuples() == [(k, f"v{k}", k)]
     upper = t.scanner().add_predicate(t["key"] >= 100).open()
     assert scanned_tablets(upper) == 4 and len(upper.read_all_tuples()) == 20
-    tablets_of = {tok.tablet.tablet_id for tok in t.scan_token_builder().add_predicate(t["key"] >= 100).build()}
+    tablets_of = {tok.tablet().id() for tok in t.scan_token_builder().add_predicate(t["key"] >= 100).build()}
     assert len(tablets_of) == 4  # the rows of [100, 200) are spread over its own 4 buckets
 
     t2 = (
@@ -1173,7 +1173,7 @@ def test_expired_scanners_resume_when_fault_tolerant_and_keep_alive_keeps_them(m
             sc = t.scanner().set_batch_size_bytes(1024)
             if kw.get("fault_tolerant"):
                 sc.set_fault_tolerant()
-            first = sc.open().next_batch().column("key").to_pylist()
+            first = sc.open().next_batch_arrow().column("key").to_pylist()
             server = sc.get_current_server()
             assert server is not None and sc.has_more_rows()
             return sc, first, server
@@ -1181,7 +1181,7 @@ def test_expired_scanners_resume_when_fault_tolerant_and_keep_alive_keeps_them(m
         def rest(sc: Scanner) -> list[int]:
             out: list[int] = []
             while sc.has_more_rows():
-                out += sc.next_batch().column("key").to_pylist()
+                out += sc.next_batch_arrow().column("key").to_pylist()
             return out
 
         ft, ft_rows, ft_server = open_one(fault_tolerant=True)

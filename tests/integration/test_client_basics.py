@@ -210,7 +210,7 @@ async def _check_point_reads_linearizable(cluster: MiniCluster, both_paths: bool
         t = await c.create_table(
             "moving_rows", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
         )
-        tablets = [tok.tablet.tablet_id for tok in await t.scan_token_builder().build()]
+        tablets = [tok.tablet().id() for tok in await t.scan_token_builder().build()]
         inserted: set[int] = set()
         updated: set[int] = set()
         s = c.new_session()
@@ -282,7 +282,7 @@ def test_session_survives_a_tablet_leader_kill(tmp_path) -> None:
         for batch in range(20):
             if batch == 5:
                 probe = t.scanner().set_read_mode(kudu.READ_LATEST).open()
-                probe.next_batch()
+                probe.next_batch_arrow()
                 leader = probe.get_current_server()
                 node = next(n for n in c.tservers if n.rpc_address == leader)
                 c.kill_node(node)

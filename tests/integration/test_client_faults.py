@@ -126,7 +126,7 @@ def test_kill_the_server_a_fault_tolerant_scan_reads_from(mini_cluster_factory: 
         servers_after: set[str | None] = set()
         while sc.has_more_rows():
             ti = sc._inner._ti  # the tablet the next batch comes from (the scanner moves on after a tablet's last)
-            b = sc.next_batch()
+            b = sc.next_batch_arrow()
             per_tablet.setdefault(ti, []).extend(b.column("key").to_pylist())
             batches += 1
             if killed is not None and ti == 0 and sc._inner._ti == 0:
@@ -149,13 +149,13 @@ def test_kill_the_server_a_fault_tolerant_scan_reads_from(mini_cluster_factory: 
         # Without set_fault_tolerant() the same failure is an error once rows were returned, never a silent gap.
         cluster.restart_node(killed)
         sc2 = t.scanner().set_batch_size_bytes(2048).open()
-        sc2.next_batch()
+        sc2.next_batch_arrow()
         current = sc2.get_current_server()
         assert current is not None
         cluster.kill_node(node_at(cluster, current))
         with pytest.raises(kudu.KuduBadStatus, match="use set_fault_tolerant"):
             while sc2.has_more_rows():
-                sc2.next_batch()
+                sc2.next_batch_arrow()
 
 
 def test_leader_master_failover_during_ddl_and_writes(mini_cluster_factory: Any) -> None:

@@ -31,7 +31,7 @@ def test_table_metadata(kv_table: Table) -> None:
     assert (kv_table.name, kv_table.id, kv_table.num_columns, kv_table.num_replicas) == ("t", "tid", 3, 3)
     assert kv_table.owner is None and kv_table.comment is None
     assert kv_table.schema.names == ["key", "val", "n"]
-    assert repr(kv_table["key"]) == "Column(key, int64)"
+    assert repr(kv_table["key"]) == "Column(key, parent=t, type=int64)"
     with pytest.raises(kudu.KuduInvalidArgument, match="column 'zz' is not in table t"):
         kv_table["zz"]
 

@@ -31,6 +31,7 @@ from kudu_async.master.messages import (
     AlterTableRequest,
     CreateTableRequest,
     DeleteTableRequest,
+    GetTableLocationsRequest,
     IsDdlDoneRequest,
     TabletToDelete,
 )
@@ -470,3 +471,18 @@ async def test_is_create_table_done_waits_for_the_pass_that_finishes_the_table(m
             await cm.wait_ddl_done(
                 cm.is_create_table_done, convert({**req, "wait_ms": bad}, IsDdlDoneRequest), TIMEOUT_S
             )
+
+
+async def test_locations_of_a_table_being_deleted_say_the_table_was_deleted(master: Master) -> None:
+    """While its tablets leave the catalog one by one, a deleted table has no locations at all: a client
+    holding cached locations learns the table is gone, never that some of its range partitions were dropped."""
+    cm = master.catalog_manager
+    created = await cm.create_table(convert(create_req("t", "c:1"), CreateTableRequest), TIMEOUT_S)
+    req = convert({"table_id": created["table_id"]}, GetTableLocationsRequest)
+    assert len(cm.get_table_locations(req).tablets) == 2
+    await cm.delete_table(convert({"name": "t", "request_id": "c:2"}, DeleteTableRequest), TIMEOUT_S)
+    t = cm.tables[created["table_id"]]
+    assert t.state == "DELETING"
+    cm.tablets.pop(t.tablet_ids[0])  # one tablet already gone from the catalog, the other still there
+    with pytest.raises(KuduNotFound, match="table t not found: it was deleted"):
+        cm.get_table_locations(req)

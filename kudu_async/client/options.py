@@ -1,0 +1,143 @@
+"""kudu-python's client-wide constants and ``TimeDelta``, and the check of the security options its
+``connect``/``Client`` take."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotSupported
+
+# Decimal columns need no optional native support here; pandas is optional (Scanner.to_pandas needs it).
+CLIENT_SUPPORTS_DECIMAL = True
+CLIENT_SUPPORTS_PANDAS = importlib.util.find_spec("pandas") is not None
+
+# Range bound types (Partitioning.add_range_partition, TableAlterer.add/drop_range_partition).
+INCLUSIVE_BOUND = "inclusive"
+EXCLUSIVE_BOUND = "exclusive"
+
+# Encryption policies of connect()/Client(). The RPC layer has no TLS: only OPTIONAL can be kept.
+ENCRYPTION_OPTIONAL = "optional"
+ENCRYPTION_REQUIRED_REMOTE = "required_remote"
+ENCRYPTION_REQUIRED = "required"
+_ENCRYPTION_POLICIES = (ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED_REMOTE, ENCRYPTION_REQUIRED)
+
+
+def check_security(
+    encryption_policy: Any = ENCRYPTION_OPTIONAL,
+    require_authentication: bool = False,
+    sasl_protocol_name: str | None = None,
+    jwt: str | None = None,
+    trusted_certificates: Any = None,
+) -> None:
+    """Refuse, naming it, any security option the client cannot honour: a connection that was asked to be
+    encrypted or authenticated must not go out in the clear."""
+    if encryption_policy not in _ENCRYPTION_POLICIES:
+        raise KuduInvalidArgument(
+            f"encryption_policy must be one of {', '.join(_ENCRYPTION_POLICIES)}, not {encryption_policy!r}"
+        )
+    if encryption_policy != ENCRYPTION_OPTIONAL:
+        raise KuduNotSupported(
+            f"encryption_policy {encryption_policy!r}: RPC encryption is not available in kudu_async; "
+            "only ENCRYPTION_OPTIONAL (no encryption) can be used"
+        )
+    asked = [
+        name
+        for name, value in (
+            ("require_authentication", require_authentication),
+            ("sasl_protocol_name", sasl_protocol_name),
+            ("jwt", jwt),
+            ("trusted_certificates", trusted_certificates),
+        )
+        if value
+    ]
+    if asked:
+        raise KuduNotSupported(f"{', '.join(asked)}: authentication is not available in kudu_async")
+
+
+class TimeDelta:
+    """A span of time with nanosecond resolution (kudu-python's wrapper of Kudu's MonoDelta). Build one with
+    ``kudu.timedelta(...)`` or the ``from_*`` constructors."""
+
+    __slots__ = ("_nanos",)
+
+    def __init__(self) -> None:
+        self._nanos: int | None = None  # None: not set, as a default-constructed MonoDelta
+
+    @staticmethod
+    def _of(nanos: int) -> TimeDelta:
+        t = TimeDelta()
+        t._nanos = int(nanos)
+        return t
+
+    @staticmethod
+    def from_seconds(seconds: float) -> TimeDelta:
+        return TimeDelta._of(round(seconds * 1_000_000_000))
+
+    @staticmethod
+    def from_millis(ms: int) -> TimeDelta:
+        return TimeDelta._of(int(ms) * 1_000_000)
+
+    @staticmethod
+    def from_micros(us: int) -> TimeDelta:
+        return TimeDelta._of(int(us) * 1_000)
+
+    @staticmethod
+    def from_nanos(seconds: int) -> TimeDelta:  # kudu-python names the nanoseconds 'seconds'
+        return TimeDelta._of(int(seconds))
+
+    def _n(self) -> int:
+        if self._nanos is None:
+            raise KuduInvalidArgument("this TimeDelta was never set (build one with kudu.timedelta)")
+        return self._nanos
+
+    def to_seconds(self) -> float:
+        return self._n() / 1e9
+
+    def to_millis(self) -> int:
+        return self._n() // 1_000_000
+
+    def to_micros(self) -> int:
+        return self._n() // 1_000
+
+    def to_nanos(self) -> int:
+        return self._n()
+
+    def __repr__(self) -> str:
+        if self._nanos is None:
+            return "kudu.TimeDelta()"
+        return f"kudu.TimeDelta({self._nanos / 1e9:.3f}s)"
+
+    def _key(self, other: object) -> tuple[int, int]:
+        if not isinstance(other, TimeDelta):
+            raise TypeError(f"a TimeDelta compares with a TimeDelta, not {type(other).__name__}")
+        return self._n(), other._n()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TimeDelta):
+            return NotImplemented
+        return self._nanos == other._nanos
+
+    def __hash__(self) -> int:
+        return hash(self._nanos)
+
+    def __lt__(self, other: TimeDelta) -> bool:
+        a, b = self._key(other)
+        return a < b
+
+    def __le__(self, other: TimeDelta) -> bool:
+        a, b = self._key(other)
+        return a <= b
+
+    def __gt__(self, other: TimeDelta) -> bool:
+        a, b = self._key(other)
+        return a > b
+
+    def __ge__(self, other: TimeDelta) -> bool:
+        a, b = self._key(other)
+        return a >= b
+
+
+def timedelta(seconds: float = 0, millis: int = 0, micros: int = 0, nanos: int = 0) -> TimeDelta:
+    """kudu-python's ``kudu.timedelta``: the sum of the parts as one TimeDelta."""
+    return TimeDelta.from_nanos(round(seconds * 1_000_000_000) + millis * 1_000_000 + micros * 1_000 + nanos)

@@ -1,0 +1,177 @@
+"""kudu-python's API against a cluster (1 master + 3 tablet servers, shared by the module): a program written
+for kudu-python (string timestamps, bounds from new_bound(), xbatches of tuples, RowBatch) runs unchanged;
+Client("host:port"), list_tablet_servers() as TabletServer objects, ScanToken.tablet() and its replicas;
+a table deleted under a scan is reported as deleted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import kudu_async as kudu
+from kudu_async.testing import MiniCluster
+
+pytestmark = pytest.mark.integration
+
+FAST = ["--heartbeat-interval-ms", "200", "--raft-heartbeat-interval-ms", "250"]
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{os.getpid()}_{next(_names)}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
+    c = MiniCluster(1, 3, base_dir=tmp_path_factory.mktemp("kudu-python-cluster"), extra_flags=FAST)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(cluster: MiniCluster) -> Iterator[kudu.Client]:
+    host, port = cluster.masters[0].rpc_address.rsplit(":", 1)
+    c = kudu.connect(host, int(port), encryption_policy=kudu.ENCRYPTION_OPTIONAL)
+    yield c
+    c.close()
+
+
+def events_table(client: kudu.Client) -> kudu.Table:
+    builder = kudu.schema_builder()
+    builder.add_column("key").type(kudu.int64).nullable(False).primary_key()
+    builder.add_column("ts_val", type_=kudu.unixtime_micros, nullable=False, compression=kudu.COMPRESSION_LZ4)
+    builder.add_column("note", kudu.string, encoding=kudu.ENCODING_DICT)
+    schema = builder.build()
+    partitioning = kudu.Partitioning().add_hash_partitions(column_names=["key"], num_buckets=3)
+    return client.create_table(unique("events"), schema, partitioning)
+
+
+def test_a_kudu_python_program_runs_unchanged(client: kudu.Client) -> None:
+    table = events_table(client)
+    session = client.new_session()
+    # kudu-python's documented ways to give a timestamp
+    session.apply(table.new_insert({"key": 1, "ts_val": "2016-09-14T23:11:32.432019"}))
+    session.apply(table.new_insert((2, ("2016-09-15", "%Y-%m-%d"), "two")))
+    op = table.new_insert()
+    op["key"] = 3
+    op["ts_val"] = dt.datetime(2016, 9, 16, 2, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    session.apply(op)
+    for k in range(4, 40):
+        session.apply(table.new_insert({"key": k, "ts_val": dt.datetime(2017, 1, 1), "note": f"n{k}"}))
+    session.flush()
+
+    scanner = table.scanner()
+    scanner.add_predicate(table["ts_val"] < ("2016-09-16", "%Y-%m-%d"))
+    rows = sorted(scanner.open().read_all_tuples())
+    assert rows == [
+        (1, dt.datetime(2016, 9, 14, 23, 11, 32, 432019, tzinfo=dt.UTC), None),
+        (2, dt.datetime(2016, 9, 15, tzinfo=dt.UTC), "two"),
+    ]
+    assert table.scanner().add_predicate(table["key"] == 3).open().read_all_tuples()[0][1] == dt.datetime(
+        2016, 9, 16, tzinfo=dt.UTC
+    )
+
+    # bounds from new_bound(), xbatches of tuples, next_batch() RowBatch
+    scanner = table.scanner()
+    lower = scanner.new_bound()
+    lower["key"] = 10
+    upper = scanner.new_bound()
+    upper["key"] = 20
+    scanner.add_lower_bound(lower).add_exclusive_upper_bound(upper).set_batch_size_bytes(64)
+    seen: list[tuple[Any, ...]] = []
+    batches = 0
+    for batch in scanner.xbatches():
+        assert isinstance(batch, list) and all(isinstance(r, tuple) for r in batch)
+        seen += batch
+        batches += 1
+    assert sorted(r[0] for r in seen) == list(range(10, 20)) and batches > 1
+    sc = table.scanner().set_projected_column_names(["key"]).open()
+    got: list[int] = []
+    while sc.has_more_rows():
+        rb = sc.next_batch()
+        assert isinstance(rb, kudu.client.RowBatch)
+        got += [r[0] for r in rb.as_tuples()]
+        assert [t for t in rb] == rb.as_tuples() and len(rb) == len(rb.as_tuples())
+    assert sorted(got) == list(range(1, 40))
+    with pytest.raises(StopIteration):
+        sc.next_batch()
+
+    # a snapshot given as a string: rows written after it are not seen
+    before = time.time()
+    stamp = dt.datetime.fromtimestamp(before, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    time.sleep(0.05)
+    session.apply(table.new_insert({"key": 100, "ts_val": 0}))
+    session.flush()
+    snap = table.scanner().set_snapshot(stamp).open().read_all_tuples()
+    assert 100 not in {r[0] for r in snap} and len(snap) == 39
+    table.drop()
+
+
+def test_client_from_one_address_string_lists_tablet_servers(cluster: MiniCluster) -> None:
+    with kudu.Client(cluster.masters[0].rpc_address) as c:
+        assert c.master_addrs == [cluster.masters[0].rpc_address] and not c.is_multimaster
+        servers = c.list_tablet_servers()
+        assert all(isinstance(s, kudu.client.TabletServer) for s in servers)
+        assert {s.uuid() for s in servers} == {ts.uuid for ts in cluster.tservers}
+        assert {f"{s.hostname()}:{s.port()}" for s in servers} == {ts.rpc_address for ts in cluster.tservers}
+
+
+def test_scan_token_tablet_names_its_replicas_and_leader(client: kudu.Client, cluster: MiniCluster) -> None:
+    table = events_table(client)
+    tokens = table.scan_token_builder().build()
+    assert len(tokens) == 3
+    servers = {s.uuid(): s for s in client.list_tablet_servers()}
+    for tok in tokens:
+        tablet = tok.tablet()
+        replicas = tablet.replicas()
+        assert len(replicas) == 3 and sum(r.is_leader() for r in replicas) <= 1
+        assert {r.ts().uuid() for r in replicas} == set(servers)
+        assert all(r.ts() == servers[r.ts().uuid()] for r in replicas)
+    assert len({tok.tablet().id() for tok in tokens}) == 3
+    table.drop()
+
+
+def test_a_scan_of_a_deleted_table_says_the_table_was_deleted(client: kudu.Client) -> None:
+    table = events_table(client)
+    s = client.new_session()
+    s.apply(table.new_insert({"key": 1, "ts_val": 0}))
+    s.flush()
+    assert len(table.scanner().open().read_all_tuples()) == 1  # locations cached
+    client.delete_table(table.name)
+    give_up = time.monotonic() + 20.0
+    while True:
+        try:
+            table.scanner().open().read_all_tuples()
+        except kudu.KuduNotFound as e:
+            assert "range partition" not in str(e) and "not found" in str(e)
+            break
+        assert time.monotonic() < give_up, "the deleted table's tablets were still scannable after 20 s"
+        time.sleep(0.1)
+
+
+def test_table_statistics_count_live_rows_and_bytes_on_disk(client: kudu.Client) -> None:
+    table = events_table(client)
+    s = client.new_session()
+    for k in range(50):
+        s.apply(table.new_insert({"key": k, "ts_val": k}))
+    s.flush()
+    for k in range(10):
+        s.apply(table.new_delete({"key": k}))
+    s.flush()
+    stats = client.get_table_statistics(table.name)
+    assert isinstance(stats, kudu.client.TableStatistics)
+    assert stats.live_row_count == 40 and stats.on_disk_size >= 0
+    assert (stats.on_disk_size_limit, stats.live_row_count_limit) == (-1, -1)
+    assert repr(stats).startswith(f"on disk size: {stats.on_disk_size}\nlive row count: 40\n")
+    with pytest.raises(kudu.KuduNotFound):
+        client.get_table_statistics(unique("no_such_table"))
+    table.drop()
