@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from kudu_async.common.errors import KuduIllegalState
+from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
 from kudu_async.consensus.raft_manager import RaftManager
@@ -64,6 +65,30 @@ class Node:
         self.server_metrics.gauge(
             "memory_rss", "Resident set size of the process", "bytes", read=lambda: process_memory()["current_bytes"]
         )
+        self.memory = NodeMemory(
+            config.memory_limit_mb * 1024 * 1024,
+            soft_percentage=config.memory_limit_soft_percentage,
+            pressure_threshold_bytes=config.memory_pressure_threshold_mb * 1024 * 1024,
+        )
+        # What the process holds before it serves anything (interpreter, libraries, module state): counted
+        # so that the limit covers the process and not only its data.
+        baseline = process_memory()["anonymous_bytes"]
+        self.memory.root.child("baseline", gauge=lambda: baseline)
+        self.server_metrics.gauge(
+            "memory_anonymous",
+            "Anonymous resident memory of the process (heap, not file pages)",
+            "bytes",
+            read=lambda: process_memory()["anonymous_bytes"],
+        )
+        self.server_metrics.gauge(
+            "memory_consumption",
+            "Memory the node's trackers count (the root of /mem-trackers)",
+            "bytes",
+            read=self.memory.refresh,
+        )
+        self.server_metrics.gauge(
+            "memory_limit", "The node's memory limit (memory_limit_mb)", "bytes", read=lambda: self.memory.limit
+        )
         self.faults = FaultInjector(enabled=config.enable_fault_injection)
         self.rpc_server = RpcServer(
             self.server_metrics,
@@ -99,6 +124,7 @@ class Node:
             max_parallel_opens=config.tablet_bootstrap_parallelism,
         )
         self.raft.register_rpc(self.rpc_server)
+        self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
         self._http_runner: web.AppRunner | None = None
@@ -204,8 +230,10 @@ class Node:
         }
 
     def mem_trackers(self) -> list[dict[str, Any]]:
-        mem = process_memory()
-        return [{"id": "root", "parent": None, "limit": -1, "current": mem["current_bytes"], "peak": mem["peak_bytes"]}]
+        return self.memory.root.rows()
+
+    def mem_trackers_nested(self) -> dict[str, Any]:
+        return self.memory.root.nested()
 
     def _register_generic_service(self) -> None:
         serve(

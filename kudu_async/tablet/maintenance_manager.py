@@ -174,11 +174,15 @@ class MaintenanceManager:
         memory_threshold_bytes: int = 1024 * 1024 * 1024,
         flush_age_s: float = 120.0,
         history_size: int = 64,
+        memory_usage: Callable[[], int] | None = None,
     ) -> None:
         self.num_threads = num_threads
         self.polling_interval_s = polling_interval_s
         self.memory_threshold_bytes = memory_threshold_bytes
         self.flush_age_s = flush_age_s
+        # The node's tracked memory, compared with memory_threshold_bytes; without it, the memory stores'
+        # own total is.
+        self.memory_usage = memory_usage
         self._tablets: dict[str, Tablet] = {}
         self._lock = threading.Lock()
         self._running: dict[str, dict[str, Any]] = {}
@@ -211,7 +215,7 @@ class MaintenanceManager:
             tablets = list(self._tablets.values())
             busy = set(self._running)
         ops = [op for t in tablets for op in tablet_ops(t)]
-        total_ram = sum(op.ram_anchored for op in ops)
+        total_ram = self.memory_usage() if self.memory_usage is not None else sum(op.ram_anchored for op in ops)
         scored = sorted(((self.score(op, total_ram), op) for op in ops if op.key not in busy), key=lambda so: -so[0])
         self._last_queue = [{**op.to_dict(), "score": s} for s, op in scored]
         return [(s, op) for s, op in scored if s > 0]
