@@ -3,6 +3,7 @@ is refused with the node's figures, ridden through by the client, and loses and 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -12,7 +13,12 @@ import pyarrow as pa
 import pytest
 
 import kudu_async as kudu
+from kudu_async.common import types as T
+from kudu_async.common.errors import KuduServiceUnavailable
+from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
+from kudu_async.testing.tablet_client import UPSERT, TabletClient
 
 pytestmark = pytest.mark.integration
 
@@ -142,3 +148,56 @@ def test_load_past_the_soft_limit_is_refused_ridden_through_and_complete(mini_cl
     finally:
         stop.set()
         client.close()
+
+
+async def test_leaders_refuse_with_the_figures_and_followers_apply_everything(mini_cluster_factory: Any) -> None:
+    """A soft limit of 1%: the baseline alone passes it, so a leader refuses a share of new writes (naming
+    the node's figures) while its followers, past the same watermark, apply every write it replicates."""
+    cluster = mini_cluster_factory(
+        num_masters=1,
+        num_tservers=3,
+        extra_flags=FAST,
+        tserver_flags=["--memory-limit-mb", str(LIMIT_MB), "--memory-limit-soft-percentage", "1"],
+    )
+    schema = Schema([ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("val", T.STRING)], 1)
+    rpc = RpcClient("test-client")
+    try:
+        tc = TabletClient(rpc, "tablet-mem", schema, {ts.uuid: ts.rpc_address for ts in cluster.tservers})
+        await tc.create()
+        leader = await tc.wait_leader()
+        messages: list[str] = []
+        n_batches, per = 60, 2000
+        for i in range(n_batches):
+            keys = list(range(i * per, (i + 1) * per))
+            batch = pa.record_batch(
+                [pa.array(keys, pa.int64()), pa.array([f"v{k}" for k in keys])], schema=schema.to_arrow()
+            )
+            try:
+                await tc.rpc.call(
+                    leader,
+                    "TabletServer",
+                    "Write",
+                    {"tablet_id": "tablet-mem", "schema_version": 0, **_ops(batch)},
+                )
+            except KuduServiceUnavailable as e:
+                messages.append(e.message)
+                await tc.write(batch, UPSERT)  # retried until admitted, as a client does
+        assert messages, "no write was refused above the soft limit"
+        m = messages[0]
+        assert "soft memory limit (3 MiB) exceeded:" in m and f"of {LIMIT_MB} MiB used (" in m and "baseline" in m, m
+        deadline = time.monotonic() + 30.0
+        while True:
+            snap = (await tc.checksum(leader))["snapshot_ts"]
+            sums = [await tc.checksum(ts.rpc_address, snap) for ts in cluster.tservers]
+            if all(c == sums[0] for c in sums) and sums[0]["rows"] == n_batches * per:
+                break
+            assert time.monotonic() < deadline, f"replicas never agreed on {n_batches * per} rows: {sums}"
+            await asyncio.sleep(0.2)
+    finally:
+        await rpc.close()
+
+
+def _ops(batch: pa.RecordBatch) -> dict[str, Any]:
+    from kudu_async.common.row_conversion import encode_row_operations
+
+    return encode_row_operations(batch, [UPSERT] * batch.num_rows)
