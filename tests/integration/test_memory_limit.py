@@ -19,6 +19,7 @@ from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.tablet_client import UPSERT, TabletClient
+from kudu_async.testing.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +76,12 @@ def test_mem_trackers_tree_on_a_cluster(cluster_1m3t: MiniCluster) -> None:
                 kids = {r["id"]: r for r in rows if r["parent"] == tr["id"]}
                 assert set(kids) == {"MemRowSet", "DeltaMemStores", "log_cache"}
                 assert tr["current"] == sum(k["current"] for k in kids.values())
-            assert sum(r["current"] for r in rows if r["id"] == "MemRowSet") > 0  # the rows written
+
+            def holds_rows(node: Any = n) -> bool:  # a follower applies the rows a little later
+                trackers = cluster_1m3t.http_json(node, "/mem-trackers")
+                return sum(r["current"] for r in trackers if r["id"] == "MemRowSet") > 0
+
+            wait_for(holds_rows, 10.0, f"{n.name}'s MemRowSet trackers to count the rows written")
     finally:
         client.close()
 
@@ -95,6 +101,9 @@ def test_load_past_the_soft_limit_is_refused_ridden_through_and_complete(mini_cl
             "4096",
             "--tablet-memory-limit-mb",
             "4096",
+            # flushes for pressure start close below the soft limit, so the load outruns them
+            "--memory-pressure-percentage",
+            "75",
         ],
     )
     ts = cluster.tservers[0]
