@@ -1,9 +1,10 @@
 """Maintenance manager: picks flushes and compactions across tablets and runs them on worker threads.
 
 Every poll it asks each registered tablet for candidate ops (:func:`tablet_ops`), scores them and hands
-the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (the MemRowSet +
-DeltaMemStore bytes of all tablets on the node above ``memory_threshold_bytes``: flush the biggest), then
-a store past its tablet's ``flush_threshold_bytes`` (Kudu's per-tablet ``flush_threshold_mb``), then age (a
+the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (the node's
+tracked memory, ``memory_usage``, or without it the MemRowSet + DeltaMemStore bytes of all tablets, above
+``memory_threshold_bytes``: flush the biggest), then a store past its tablet's ``flush_threshold_bytes``
+(Kudu's per-tablet ``flush_threshold_mb``), then age (a
 non-empty store older than ``flush_threshold_secs``), then performance benefit (rowset overlap, delta file
 count, delta/base ratio). A bulk load thus fills each tablet's MemRowSet to the threshold before it is
 flushed, instead of the node flushing (and later compacting) many small rowsets.

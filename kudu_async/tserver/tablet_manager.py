@@ -289,7 +289,7 @@ class TabletManager:
 
     def _track_memory(self, group: str, tablet: Tablet) -> None:
         """The replica's memory consumers under the node's root: ``tablet-<id>`` -> MemRowSet,
-        DeltaMemStores and the Raft log cache (entries kept for peers)."""
+        DeltaMemStores and the Raft log cache (entries replicated and not yet applied)."""
         root = self.memory.root
         old = root.get_child(f"tablet-{group}")
         if old is not None:  # reopened (e.g. after a tablet copy): the new storage replaces it
@@ -577,6 +577,14 @@ def _rmtree(path: Path) -> None:
 
 
 def _log_cache_bytes(raft: RaftManager, group: str) -> int:
+    """Bytes of the log entries not yet applied. An applied write's rows are read in place from its
+    entry's payload (``_rows_from_entry``), so the MemRowSet's tracker counts those bytes already; they
+    stay in the log cache only until the MemRowSet is flushed."""
     r = raft.replicas.get(group)
     core = None if r is None else r.raft
-    return 0 if core is None else core.log.memory_bytes()
+    if core is None:
+        return 0
+    log = core.log
+    lo = max(core.applied_index + 1, log.first_index())
+    hi = log.last_index() + 1
+    return log.bytes_between(lo, hi) if lo < hi else 0

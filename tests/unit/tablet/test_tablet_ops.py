@@ -351,6 +351,28 @@ def test_a_tablet_past_its_flush_threshold_flushes_without_node_memory_pressure(
     assert mm.poll_once(run_inline=True) is not None and len(small.tablet.rowsets()) == 1
 
 
+def test_node_memory_input_drives_pressure_flushes_biggest_first(tmp_path: Any, schema: Any) -> None:
+    """With the node's tracked memory as its input, pressure is what the node holds (block cache, log,
+    baseline...), not only its memory stores: past the watermark the biggest store flushes first."""
+    small = Harness(str(tmp_path / "small"), schema, tablet_id="small")
+    big = Harness(str(tmp_path / "big"), schema, tablet_id="big")
+    small.write([INS] * 10, list(range(10)))
+    big.write([INS] * 100, list(range(100)))
+    node_bytes = [0]
+    mm = MaintenanceManager(memory_threshold_bytes=10**6, flush_age_s=120, memory_usage=lambda: node_bytes[0])
+    for h in (small, big):
+        mm.register(h.tablet)
+    assert mm.candidates() == []  # stores far below the watermark and the node too
+    node_bytes[0] = 10**6  # the node is at its watermark, whatever holds the memory
+    ran = mm.poll_once(run_inline=True)
+    assert ran is not None and ran.name == "FlushMRSOp" and ran.tablet_id == "big"
+    ran = mm.poll_once(run_inline=True)
+    assert ran is not None and ran.tablet_id == "small"
+    node_bytes[0] = 10**6 - 1
+    small.write([INS], [1000])
+    assert mm.candidates() == []
+
+
 def test_rows_passed_through_unchanged_keep_the_ipc_bytes_they_came_in(h: Harness) -> None:
     """The log entry may carry a write's IPC bytes as they arrived only while prepare left the rows
     as they were read: a cast column (or any rewrite) drops them."""
