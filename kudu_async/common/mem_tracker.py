@@ -8,7 +8,8 @@ consumers that already know their size, such as a MemRowSet or the block cache) 
 percentage the maintenance manager flushes the biggest memory stores first; above the soft percentage a
 write is refused with a probability that rises linearly to 1 at the hard limit (Kudu's rule: load falls
 off gradually instead of every writer hitting a wall at once). Writes consult it on the event loop, so it
-caches the node's total and walks the tree at most once per ``refresh_s``.
+caches the node's total and reads the trackers at most once per ``refresh_s`` (less often when a pass is
+slow: hundreds of tablets).
 Sans-IO: the clock and the random source are injected.
 """
 
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 Gauge = Callable[[], int]
+# A refresh of the node's total runs at most once per REFRESH_COST_SHARE times its own duration (2%).
+REFRESH_COST_SHARE = 50.0
 
 
 def format_bytes(n: float) -> str:
@@ -35,7 +38,7 @@ def format_bytes(n: float) -> str:
 class MemTracker:
     """One node of the tree. Counting is thread-safe; gauges are read by whoever asks."""
 
-    __slots__ = ("_children", "_counted", "_gauge", "_lock", "_peak", "id", "kind", "limit", "parent")
+    __slots__ = ("_children", "_counted", "_gauge", "_lock", "_peak", "_tree", "id", "kind", "limit", "parent")
 
     def __init__(
         self,
@@ -58,6 +61,7 @@ class MemTracker:
         self._peak = 0
         self._children: dict[str, MemTracker] = {}
         self._lock = threading.Lock()
+        self._tree: list[int] = [0] if parent is None else parent._tree  # [generation]: bumped on every change
         if parent is not None:
             parent._attach(self)
 
@@ -66,6 +70,7 @@ class MemTracker:
             if child.id in self._children:
                 raise ValueError(f"memory tracker {self.id!r} already has a child {child.id!r}")
             self._children[child.id] = child
+            self._tree[0] += 1
 
     def child(self, tracker_id: str, *, limit: int = -1, gauge: Gauge | None = None, kind: str = "") -> MemTracker:
         """A new child of this tracker."""
@@ -86,6 +91,7 @@ class MemTracker:
             with parent._lock:
                 if parent._children.get(self.id) is self:
                     del parent._children[self.id]
+                    self._tree[0] += 1
 
     def consume(self, nbytes: int) -> None:
         with self._lock:
@@ -100,17 +106,30 @@ class MemTracker:
 
     def current(self) -> int:
         """Consumption now: counted + gauge + children (each child's peak is kept up to date too)."""
-        return self._walk(None)
+        return self._walk()
 
     @property
     def peak(self) -> int:
         return self._peak
 
-    def _walk(self, by_kind: dict[str, int] | None) -> int:
-        own = self._counted + (self._gauge() if self._gauge is not None else 0)
-        if by_kind is not None and own:
-            by_kind[self.kind] = by_kind.get(self.kind, 0) + own
-        total = own + sum(c._walk(by_kind) for c in self.children())
+    def own(self) -> int:
+        """This tracker's consumption without its children's."""
+        return self._counted + (self._gauge() if self._gauge is not None else 0)
+
+    def subtree(self) -> list[MemTracker]:
+        """This tracker and every descendant, parents first."""
+        out = [self]
+        for c in self.children():
+            out.extend(c.subtree())
+        return out
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a tracker joins or leaves this tree."""
+        return self._tree[0]
+
+    def _walk(self) -> int:
+        total = self.own() + sum(c._walk() for c in self.children())
         if total > self._peak:
             self._peak = total
         return total
@@ -130,8 +149,7 @@ class MemTracker:
             "peak": 0,
         }
         out.append(row)
-        own = self._counted + (self._gauge() if self._gauge is not None else 0)
-        total = own + sum(c._rows(out) for c in self.children())
+        total = self.own() + sum(c._rows(out) for c in self.children())
         if total > self._peak:
             self._peak = total
         row["current"] = total
@@ -141,8 +159,7 @@ class MemTracker:
     def nested(self) -> dict[str, Any]:
         """The tree as nested objects (each with its children), for people reading JSON."""
         kids = [c.nested() for c in self.children()]
-        own = self._counted + (self._gauge() if self._gauge is not None else 0)
-        total = own + sum(k["current"] for k in kids)
+        total = self.own() + sum(k["current"] for k in kids)
         if total > self._peak:
             self._peak = total
         return {"id": self.id, "limit": self.limit, "current": total, "peak": self._peak, "children": kids}
@@ -179,24 +196,40 @@ class NodeMemory:
         self._clock = clock
         self._rand = rand
         self._cached = 0
-        self._by_kind: dict[str, int] = {}
+        self._last: tuple[list[MemTracker], list[int]] = ([], [])  # the trackers and their own bytes
+        self._flat: tuple[int, list[MemTracker]] = (-1, [])  # (tree generation, its trackers)
         self._refreshed_at = -float("inf")
+        self._interval = refresh_s
         self._lock = threading.Lock()
 
     def consumption(self) -> int:
         """The node's tracked total, at most ``refresh_s`` old."""
         now = self._clock()
-        if now - self._refreshed_at >= self.refresh_s:
+        if now - self._refreshed_at >= self._interval:
             self.refresh(now)
         return self._cached
 
     def refresh(self, now: float | None = None) -> int:
-        by_kind: dict[str, int] = {}
-        total = self.root._walk(by_kind)
+        """Read every tracker's own consumption (a flat pass over the tree, re-listed only when a tracker
+        joined or left): what a write pays for every ``refresh_s``."""
+        started = time.perf_counter()
+        gen, flat = self._flat
+        if gen != self.root.generation:
+            gen = self.root.generation
+            flat = self.root.subtree()
+            self._flat = (gen, flat)
+        owns = [t.own() for t in flat]
+        total = sum(owns)
+        root = self.root
+        if total > root._peak:
+            root._peak = total
         with self._lock:
             self._cached = total
-            self._by_kind = by_kind
+            self._last = (flat, owns)
             self._refreshed_at = self._clock() if now is None else now
+        # A node with many tablets pays more per pass: pass less often, so that refreshing never takes
+        # more than 1/REFRESH_COST_SHARE of the time of whoever asks (the event loop, on every write).
+        self._interval = max(self.refresh_s, REFRESH_COST_SHARE * (time.perf_counter() - started))
         return total
 
     def under_pressure(self) -> bool:
@@ -223,8 +256,12 @@ class NodeMemory:
         """``memory limit exceeded: 1.02 GiB of 1.00 GiB used (MemRowSets 600 MiB, ...)``: the figures an
         operator needs to see which consumer holds the memory."""
         with self._lock:
-            by_kind = dict(self._by_kind)
+            flat, owns = self._last
             cur = self._cached if current is None else current
+        by_kind: dict[str, int] = {}
+        for t, n in zip(flat, owns, strict=True):
+            if n:
+                by_kind[t.kind] = by_kind.get(t.kind, 0) + n
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v)
         which = "memory limit" if cur >= self.limit else f"soft memory limit ({format_bytes(self.soft_limit)})"
         return (

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
 from kudu_async.common.mem_tracker import MemTracker, NodeMemory, format_bytes
 
 MiB = 1 << 20
+
+
+def ticking() -> Callable[[], float]:
+    """A clock a second further on every read: every consumption() call refreshes."""
+    t = [0.0]
+
+    def now() -> float:
+        t[0] += 1.0
+        return t[0]
+
+    return now
 
 
 def test_consumption_sums_counted_gauges_and_children_and_keeps_peaks() -> None:
@@ -100,6 +113,30 @@ def test_node_total_is_cached_for_refresh_s() -> None:
     assert mem.consumption() == 50 * MiB and calls[0] == 1  # cached
     now[0] += 0.006
     assert mem.consumption() == 50 * MiB and calls[0] == 2
+    mem.root.child("DeltaMemStores", gauge=lambda: MiB)  # a tracker joining is seen at the next pass
+    now[0] += 0.011
+    assert mem.consumption() == 51 * MiB and calls[0] == 3
+
+
+def test_a_slow_pass_is_made_less_often() -> None:
+    """Refreshing costs at most ~2% of the asker's time: a pass of 1 ms waits 50 ms for the next."""
+    now = [0.0]
+    calls = [0]
+
+    def slow() -> int:
+        calls[0] += 1
+        time.sleep(0.001)
+        return 1
+
+    mem = NodeMemory(100 * MiB, refresh_s=0.005, clock=lambda: now[0])
+    mem.root.child("MemRowSet", gauge=slow)
+    mem.consumption()
+    now[0] += 0.01
+    mem.consumption()
+    assert calls[0] == 1  # past refresh_s, not past 50 x the pass
+    now[0] += 0.5
+    mem.consumption()
+    assert calls[0] == 2
 
 
 def test_watermarks_follow_the_percentages() -> None:
@@ -109,7 +146,7 @@ def test_watermarks_follow_the_percentages() -> None:
     assert pinned.pressure_threshold == 123
     used = [599 * MiB]
     mem.root.child("MemRowSet", gauge=lambda: used[0])
-    mem.refresh_s = 0.0
+    mem._clock = ticking()
     assert not mem.under_pressure()
     used[0] = 600 * MiB
     assert mem.under_pressure()
@@ -137,7 +174,7 @@ def test_rejection_probability_rises_linearly_from_soft_to_hard() -> None:
 def test_admission_refuses_by_probability_and_names_the_figures() -> None:
     draw = [0.0]
     used = {"MemRowSets": 600 * MiB, "block": 300 * MiB}
-    mem = NodeMemory(1000 * MiB, soft_percentage=80, refresh_s=0.0, rand=lambda: draw[0])
+    mem = NodeMemory(1000 * MiB, soft_percentage=80, clock=ticking(), rand=lambda: draw[0])
     t = mem.root.child("tablet-a", kind="tablets")
     t.child("MemRowSet", gauge=lambda: used["MemRowSets"], kind="MemRowSets")
     t.child("DeltaMemStores", gauge=lambda: 0)
