@@ -104,8 +104,8 @@ class Node:
         )
         # What the process holds before it serves anything (interpreter, libraries, module state): counted
         # so that the limit covers the process and not only its data.
-        baseline = process_memory()["anonymous_bytes"]
-        self.memory.root.child("baseline", gauge=lambda: baseline)
+        self.baseline_bytes = process_memory()["anonymous_bytes"]
+        self.memory.root.child("baseline", gauge=lambda: self.baseline_bytes)
         self.server_metrics.gauge(
             "memory_anonymous",
             "Anonymous resident memory of the process (heap, not file pages)",
@@ -240,6 +240,12 @@ class Node:
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("received %s", sig.name)
         self._stopping.set()
+
+    def remeasure_baseline(self) -> None:
+        """Count what start-up work loaded since the node was built (libraries imported on first use) in
+        the baseline: the process's anonymous memory less what the other trackers count, if more."""
+        others = self.memory.refresh() - self.baseline_bytes
+        self.baseline_bytes = max(self.baseline_bytes, process_memory()["anonymous_bytes"] - others)
 
     async def _release_freed(self) -> None:
         """Hand freed memory back to the OS once a flush, a compaction or a scan has freed enough of it:

@@ -48,6 +48,7 @@ class TabletServer(Node):
             memory_threshold_bytes=self.memory.pressure_threshold,
             flush_age_s=float(cfg.flush_threshold_secs),
             memory_usage=self.memory.consumption,
+            working_memory=self.memory.root.child("maintenance"),
         )
         self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)
         _check_fixed_memory(self.memory, self.block_cache.capacity_bytes)
@@ -121,7 +122,12 @@ class TabletServer(Node):
         # pyarrow imports pandas on its first pa.array() (~0.4 s of CPU): pay it now in a worker, not in
         # the first Write a client sends.
         self._warm = asyncio.get_running_loop().run_in_executor(self.io_executor, _warm_pyarrow)
-        self._warm.add_done_callback(_log_warm_failure)
+        self._warm.add_done_callback(self._warmed)
+
+    def _warmed(self, fut: asyncio.Future[None]) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.warning("pyarrow warm-up failed (the first write pays for it instead)", exc_info=fut.exception())
+        self.remeasure_baseline()  # pandas, imported by the warm-up, stays loaded: ~25 MiB
 
     async def _poll_changes(self) -> None:
         """Every heartbeat interval (at most 1 s), note which tablets changed role/term/config/state for the
@@ -244,8 +250,3 @@ def _cache_stat(cache: BlockCache, key: str) -> int:
 
 def _warm_pyarrow() -> None:
     pa.array([0])
-
-
-def _log_warm_failure(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("pyarrow warm-up failed (the first write pays for it instead)", exc_info=fut.exception())

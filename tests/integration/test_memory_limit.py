@@ -26,6 +26,10 @@ pytestmark = pytest.mark.integration
 FAST = ["--heartbeat-interval-ms", "200", "--raft-heartbeat-interval-ms", "250"]
 MiB = 1 << 20
 LIMIT_MB = 256
+# One tablet: its pressure flush starts at 60% (134 MiB: ~70 MiB of baseline, ~60 MiB of MemRowSet) and
+# counts its output (about the store's size) while it runs, so the node passes its soft 80% (179 MiB)
+# during the first one whatever the timing of the load.
+LOAD_LIMIT_MB = 224
 
 
 def _server_metrics(cluster: MiniCluster, node: Any) -> dict[str, int]:
@@ -88,22 +92,19 @@ def test_mem_trackers_tree_on_a_cluster(cluster_1m3t: MiniCluster) -> None:
 
 def test_load_past_the_soft_limit_is_refused_ridden_through_and_complete(mini_cluster_factory: Any) -> None:
     """A tiny memory limit and flushes only under memory pressure: the bulk load crosses the soft limit, the
-    leader refuses writes with SERVICE_UNAVAILABLE naming the figures, the client backs off and retries, and
-    every row is there once; the process's anonymous memory stays within the limit plus a margin."""
+    leader refuses writes with SERVICE_UNAVAILABLE, the client backs off and retries, and every row is there
+    once; the process's anonymous memory stays within the limit plus a margin."""
     cluster = mini_cluster_factory(
         num_masters=1,
         num_tservers=1,
         extra_flags=FAST,
         tserver_flags=[
             "--memory-limit-mb",
-            str(LIMIT_MB),
+            str(LOAD_LIMIT_MB),
             "--flush-threshold-mb",
             "4096",
             "--tablet-memory-limit-mb",
             "4096",
-            # flushes for pressure start close below the soft limit, so the load outruns them
-            "--memory-pressure-percentage",
-            "75",
         ],
     )
     ts = cluster.tservers[0]
@@ -119,7 +120,7 @@ def test_load_past_the_soft_limit_is_refused_ridden_through_and_complete(mini_cl
     sampler = threading.Thread(target=sample, daemon=True)
     try:
         t = client.create_table(
-            "memlimit", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=1
+            "memlimit", _schema(), kudu.Partitioning().set_range_partition_columns(["key"]), n_replicas=1
         )
         s = client.new_session(timeout_ms=120_000)
         sampler.start()
@@ -149,11 +150,13 @@ def test_load_past_the_soft_limit_is_refused_ridden_through_and_complete(mini_cl
         print(
             f"\nrefused {refused}; peak tracked {peak_tracked / MiB:.0f} MiB, peak anonymous {peak_anon / MiB:.0f} MiB"
         )
-        # Tracked memory can pass the limit by what was admitted just before the refusals began (writes in
-        # flight, a flush's output); the process holds also what the trackers do not see (Python objects of
-        # the write path, allocator slack).
-        assert peak_tracked < (LIMIT_MB + 64) * MiB
-        assert peak_anon < (LIMIT_MB + 128) * MiB
+        # Tracked memory passes the limit by what no refusal can stop: writes admitted just before (in
+        # flight) and the running flush's output, counted from its start (measured: +14 to +27 MiB in 4 runs).
+        # The process holds, beside, what the trackers do not see: up to 32 MiB freed and not yet handed
+        # back (RELEASE_AFTER_FREED_BYTES), Python objects of the write path and of the flushed rowset's
+        # index (measured: anonymous +20 to +54 MiB over the limit in the same runs).
+        assert peak_tracked < (LOAD_LIMIT_MB + 48) * MiB
+        assert peak_anon < (LOAD_LIMIT_MB + 96) * MiB
     finally:
         stop.set()
         client.close()

@@ -14,6 +14,7 @@ import pytest
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
+from kudu_async.common.mem_tracker import MemTracker
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet import diskrowset
 from kudu_async.tablet import rowset_maintenance as maintenance_mod
@@ -359,13 +360,22 @@ def test_node_memory_input_drives_pressure_flushes_biggest_first(tmp_path: Any, 
     small.write([INS] * 10, list(range(10)))
     big.write([INS] * 100, list(range(100)))
     node_bytes = [0]
-    mm = MaintenanceManager(memory_threshold_bytes=10**6, flush_age_s=120, memory_usage=lambda: node_bytes[0])
+    working = MemTracker("maintenance")
+    mm = MaintenanceManager(
+        memory_threshold_bytes=10**6,
+        flush_age_s=120,
+        memory_usage=lambda: node_bytes[0],
+        working_memory=working,
+    )
     for h in (small, big):
         mm.register(h.tablet)
     assert mm.candidates() == []  # stores far below the watermark and the node too
     node_bytes[0] = 10**6  # the node is at its watermark, whatever holds the memory
+    big_bytes = big.tablet.mrs_memory_bytes()
     ran = mm.poll_once(run_inline=True)
     assert ran is not None and ran.name == "FlushMRSOp" and ran.tablet_id == "big"
+    # the flush's output counted while it ran (about the store's size), released when it finished
+    assert working.peak == big_bytes and working.current() == 0
     ran = mm.poll_once(run_inline=True)
     assert ran is not None and ran.tablet_id == "small"
     node_bytes[0] = 10**6 - 1
