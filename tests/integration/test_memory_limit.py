@@ -151,12 +151,14 @@ def test_load_past_the_soft_limit_is_refused_ridden_through_and_complete(mini_cl
             f"\nrefused {refused}; peak tracked {peak_tracked / MiB:.0f} MiB, peak anonymous {peak_anon / MiB:.0f} MiB"
         )
         # Tracked memory passes the limit by what no refusal can stop: writes admitted just before (in
-        # flight) and the running flush's output, counted from its start (measured: +14 to +27 MiB in 4 runs).
-        # The process holds, beside, what the trackers do not see: up to 32 MiB freed and not yet handed
-        # back (RELEASE_AFTER_FREED_BYTES), Python objects of the write path and of the flushed rowset's
-        # index (measured: anonymous +20 to +54 MiB over the limit in the same runs).
-        assert peak_tracked < (LOAD_LIMIT_MB + 48) * MiB
-        assert peak_anon < (LOAD_LIMIT_MB + 96) * MiB
+        # flight) and the running flush's output, counted from its start: the MemRowSet grows past the
+        # pressure watermark until the maintenance manager's next poll (0.25 s at up to ~100 MiB/s of
+        # load) and its flush then adds as much again (measured: +14 to +38 MiB in 9 runs). The process
+        # holds, beside, what the trackers do not see: up to 32 MiB freed and not yet handed back
+        # (RELEASE_AFTER_FREED_BYTES), Python objects of the write path and of the flushed rowset's index
+        # (measured: anonymous +20 to +55 MiB over the limit in the same runs).
+        assert peak_tracked < (LOAD_LIMIT_MB + 64) * MiB
+        assert peak_anon < (LOAD_LIMIT_MB + 112) * MiB
     finally:
         stop.set()
         client.close()
