@@ -59,6 +59,10 @@ class LogCache:
     def entry(self, index: int) -> Entry:
         return self._entries[index - self.snapshot_index - 1]
 
+    def memory_bytes(self) -> int:
+        """Bytes of the entries held (payloads plus framing), for the node's memory tracker."""
+        return self._cum[-1] - self._cum[0]
+
     def slice(self, lo: int, hi: int) -> list[Entry]:
         """Entries with lo <= index < hi (both inside the retained log)."""
         base = self.snapshot_index + 1

@@ -175,6 +175,10 @@ class BlockCache:
         with self._lock:
             return os.path.abspath(path) in self._blocks
 
+    def usage_bytes(self) -> int:
+        """Bytes held now (cheap: no walk over the blocks), for the node's memory tracker."""
+        return self._reserved
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             pinned = sum(e.buf.size for e in self._blocks.values() if e.pinned)

@@ -48,6 +48,8 @@ class Master(Node):
         self.ts_manager = TSManager(config.tserver_unresponsive_timeout_ms / 1000.0)
         self.catalog: SysCatalogStateMachine | None = None
         self.raft.register_kind(sys_catalog.KIND, self._open_catalog)
+        catalog = self.memory.root.child("tablet-sys_catalog", kind="tablets")
+        catalog.child("log_cache", gauge=self._catalog_log_bytes, kind="log caches")
         self._tasks: list[asyncio.Task[None]] = []
         self._bg: set[asyncio.Task[None]] = set()
         self._reports_term = -1  # the term in which this master last asked tservers for full reports
@@ -80,6 +82,11 @@ class Master(Node):
                 msg.GetTabletLocationsRequest, msg.GetTabletLocationsResponse, self._rpc_get_tablet_locations
             ),
         }
+
+    def _catalog_log_bytes(self) -> int:
+        r = self.raft.replicas.get(sys_catalog.GROUP)
+        core = None if r is None else r.raft
+        return 0 if core is None else core.log.memory_bytes()
 
     async def _open_catalog(self, group: str, extra: dict[str, Any]) -> SysCatalogStateMachine:
         sm = SysCatalogStateMachine(self.fs.root / "sys-catalog", self.io_executor)

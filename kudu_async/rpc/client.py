@@ -351,6 +351,14 @@ class RpcClient:
         if conn.lost:
             self._all.discard(conn)
 
+    def buffered_bytes(self) -> int:
+        """Request bodies not yet sent plus answers arriving: what outgoing calls keep in memory."""
+        total = 0
+        for conn in list(self._all):
+            rpc = conn.rpc
+            total += rpc.unsent_bytes() + sum(c.size for c in list(rpc.calls.values()))
+        return total
+
     def inflight(self) -> list[dict[str, Any]]:
         """Outstanding calls for ``/rpcz``: method, remote, elapsed milliseconds."""
         now = asyncio.get_running_loop().time()

@@ -191,6 +191,10 @@ class _Endpoint:
         except (jh2.exceptions.StreamClosedError, jh2.exceptions.ProtocolError, KeyError):
             self.outbound.pop(stream_id, None)
 
+    def unsent_bytes(self) -> int:
+        """Body bytes queued on this connection and not yet handed to the transport (flow control)."""
+        return sum(len(ob.view) - ob.offset for ob in self.outbound.values())
+
     def _pump_all(self) -> None:
         for sid, ob in list(self.outbound.items()):
             if self.write_paused:

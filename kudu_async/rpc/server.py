@@ -303,6 +303,15 @@ class RpcServer:
         while (self._calls or any(p.rpc.requests for p in self._connections)) and loop.time() < end:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
+    def buffered_bytes(self) -> int:
+        """Request bodies held (arriving, or admitted and still running) plus answers not yet sent: what
+        this server's calls keep in memory, for the node's memory tracker."""
+        total = sum(c.req.size for c in list(self._calls))
+        for p in list(self._connections):
+            conn = p.rpc
+            total += conn.unsent_bytes() + sum(r.size for r in list(conn.requests.values()))
+        return total
+
     def inflight(self) -> list[dict[str, Any]]:
         """Running calls for ``/rpcz``: method, remote, source, elapsed and remaining milliseconds."""
         now = time.monotonic()

@@ -46,6 +46,8 @@ class AdminNode(Protocol):
 
     def mem_trackers(self) -> list[dict[str, Any]]: ...
 
+    def mem_trackers_nested(self) -> dict[str, Any]: ...
+
     def add_admin_routes(self, app: web.Application) -> None: ...
 
 
@@ -160,7 +162,12 @@ async def metrics_prometheus(request: web.Request) -> web.Response:
 
 
 async def mem_trackers(request: web.Request) -> web.Response:
-    return web.json_response(_node(request).mem_trackers())
+    """Kudu's tracker table as a JSON list of {id, parent, limit, current, peak}; ``?nested=1`` gives the
+    same tree with each tracker's children inside it."""
+    node = _node(request)
+    if request.query.get("nested", "") in ("1", "true"):
+        return web.json_response(node.mem_trackers_nested())
+    return web.json_response(node.mem_trackers())
 
 
 async def raft_status(request: web.Request) -> web.Response:
@@ -201,12 +208,16 @@ def build_admin_app(node: AdminNode) -> web.Application:
 
 
 def process_memory() -> dict[str, Any]:
-    """Current and peak resident set size of this process, in bytes."""
-    rss = 0
+    """Current and peak resident set size of this process, and its anonymous part (resident minus
+    file-backed and shared pages), in bytes."""
+    rss = anon = 0
     try:
         with open("/proc/self/statm") as fh:
-            rss = int(fh.read().split()[1]) * resource.getpagesize()
+            fields = fh.read().split()
+        page = resource.getpagesize()
+        rss = int(fields[1]) * page
+        anon = rss - int(fields[2]) * page
     except OSError:
-        rss = 0
+        rss = anon = 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"current_bytes": rss, "peak_bytes": max(peak, rss)}
+    return {"current_bytes": rss, "peak_bytes": max(peak, rss), "anonymous_bytes": anon}

@@ -128,6 +128,14 @@ def _non_negative(v: float) -> str | None:
     return None if v >= 0 else "must be >= 0"
 
 
+def _percentage(v: float) -> str | None:
+    return None if 0 < v <= 100 else "must be a percentage in (0, 100]"
+
+
+def _at_least_minus_one(v: int) -> str | None:
+    return None if v >= -1 else "must be >= 0, or -1 for the default"
+
+
 def _hostport_or_empty(v: str) -> str | None:
     if not v:
         return None
@@ -252,6 +260,34 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
+    # --- memory: one limit for everything the node holds ---
+    Flag(
+        "memory_limit_mb",
+        _to_int,
+        0,
+        "Memory this node may hold (Kudu's memory_limit_hard_bytes): memory stores, block cache, retained "
+        "log entries, scanner and RPC buffers and the process's own baseline. 0 = auto: a quarter of the "
+        "machine's memory (or of the cgroup's limit, when smaller), because a node usually shares its machine "
+        "with the other nodes of a cluster (a master and several tservers on a dev box) and with the page "
+        "cache that serves its files; Kudu's 80% assumes one tserver per machine.",
+        check=_non_negative,
+    ),
+    Flag(
+        "memory_limit_soft_percentage",
+        _to_float,
+        80.0,
+        "Percent of --memory-limit-mb above which new client writes are refused with SERVICE_UNAVAILABLE, "
+        "with a probability rising linearly to 1 at the limit (Kudu's default and rule).",
+        check=_percentage,
+    ),
+    Flag(
+        "memory_pressure_percentage",
+        _to_float,
+        60.0,
+        "Percent of --memory-limit-mb above which the biggest memory stores are flushed first, whatever "
+        "their size (Kudu's default).",
+        check=_percentage,
+    ),
     # --- tablet server: storage, scans, back-pressure ---
     Flag(
         "flush_threshold_mb",
@@ -263,22 +299,24 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "memory_pressure_threshold_mb",
         _to_int,
-        1024,
-        "MemRowSet + DeltaMemStore bytes of all tablets on this "
-        "node above which the biggest store is flushed first, whatever its size (Kudu flushes under memory "
-        "pressure at memory_pressure_percentage of its process memory limit).",
-        check=_positive,
+        0,
+        "Tracked node memory above which the biggest memory store is flushed first, whatever its size. "
+        "0 = --memory-pressure-percentage of --memory-limit-mb; set it to pin the figure (it must not "
+        "exceed the limit).",
+        check=_non_negative,
     ),
     Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive),
     Flag(
         "block_cache_capacity_mb",
         _to_int,
-        512,
+        -1,
         "Rowset files held in memory, for all tablets of this node: a "
         "point lookup whose rowsets are all held is answered on the event loop, without a disk read or a "
         "hand-off to a worker; the least recently used base data is evicted for new files, which are "
-        "memory-mapped when nothing can be. 0 turns the cache off.",
-        check=_non_negative,
+        "memory-mapped when nothing can be. 0 turns the cache off; -1 = a quarter of --memory-limit-mb, at "
+        "most 512 (Kudu's default), so that the cache stays well below the pressure watermark and memory "
+        "stores keep room to fill before they are flushed.",
+        check=_at_least_minus_one,
     ),
     Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.", check=_positive),
     Flag(
@@ -403,7 +441,65 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         values["rpc_bind"] = f"127.0.0.1:{DEFAULT_RPC_PORT[role]}"
     if not values["http_bind"]:
         values["http_bind"] = f"127.0.0.1:{DEFAULT_HTTP_PORT[role]}"
+    _resolve_memory(values, sources)
     return NodeConfig(values, sources)
+
+
+# Share of the memory limit the block cache takes unless given, and its ceiling (Kudu's default size).
+BLOCK_CACHE_SHARE = 0.25
+BLOCK_CACHE_DEFAULT_MAX_MB = 512
+AUTO_MEMORY_FRACTION = 0.25
+
+
+def machine_memory_mb(meminfo: str = "/proc/meminfo", cgroup_files: Sequence[str] | None = None) -> int:
+    """Memory this process may use: the machine's MemTotal, or the cgroup's limit when smaller."""
+    total = 0
+    with open(meminfo) as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+                break
+    if total <= 0:
+        raise KuduConfigurationError(f"--memory-limit-mb=0 (auto): no MemTotal in {meminfo}; set the limit")
+    files = cgroup_files or ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    for path in files:
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+    return total >> 20
+
+
+def _resolve_memory(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Fill the memory figures left to their defaults from ``--memory-limit-mb`` and refuse a
+    configuration whose fixed parts do not fit inside it."""
+    if values["memory_limit_mb"] == 0:
+        values["memory_limit_mb"] = max(256, int(machine_memory_mb() * AUTO_MEMORY_FRACTION))
+        sources["memory_limit_mb"] = "auto"
+    limit = values["memory_limit_mb"]
+    pressure = int(limit * values["memory_pressure_percentage"] / 100.0)
+    if values["memory_pressure_threshold_mb"] == 0:
+        values["memory_pressure_threshold_mb"] = pressure
+        sources["memory_pressure_threshold_mb"] = "derived"
+    elif values["memory_pressure_threshold_mb"] > limit:
+        raise KuduConfigurationError(
+            f"--memory-pressure-threshold-mb={values['memory_pressure_threshold_mb']} exceeds "
+            f"--memory-limit-mb={limit}: memory stores would never be flushed for pressure before writes are refused"
+        )
+    if values["block_cache_capacity_mb"] == -1:
+        values["block_cache_capacity_mb"] = min(BLOCK_CACHE_DEFAULT_MAX_MB, int(limit * BLOCK_CACHE_SHARE))
+        sources["block_cache_capacity_mb"] = "derived"
+    elif values["block_cache_capacity_mb"] >= values["memory_pressure_threshold_mb"]:
+        raise KuduConfigurationError(
+            f"--block-cache-capacity-mb={values['block_cache_capacity_mb']} does not fit under the memory "
+            f"pressure watermark ({values['memory_pressure_threshold_mb']} MiB: --memory-pressure-percentage="
+            f"{values['memory_pressure_percentage']:g} of --memory-limit-mb={limit}, or "
+            "--memory-pressure-threshold-mb): a full cache would keep the node flushing; lower the cache or "
+            "raise the limit"
+        )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

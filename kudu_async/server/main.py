@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:  # e.g. address already in use
         print(f"kudu-node: cannot start: {e}", file=sys.stderr)
         return 1
+    except KuduConfigurationError as e:  # a check that needs the running process (its memory baseline)
+        print(f"kudu-node: {e.message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         pass
     return 0

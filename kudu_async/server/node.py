@@ -8,16 +8,20 @@ same way: stop accepting, let in-flight calls finish within the grace period, th
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
+import pyarrow as pa
 from aiohttp import web
 
 from kudu_async.common.errors import KuduIllegalState
+from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
 from kudu_async.consensus.raft_manager import RaftManager
@@ -34,6 +38,35 @@ from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
 
 log = logging.getLogger(__name__)
+
+# Freed memory is handed back to the OS once this much was freed since the last time (see
+# ``release_freed_memory``), checked every RELEASE_CHECK_S.
+RELEASE_AFTER_FREED_BYTES = 32 * 1024 * 1024
+RELEASE_CHECK_S = 0.5
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int], int], fn)
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give freed memory back to the OS: Arrow's pool (mimalloc) returns its unused pages and glibc's
+    malloc trims its arenas. Without it a flushed MemRowSet's memory stays resident (measured in-process,
+    3 x 1 M rows loaded and flushed: RssAnon 239 MiB kept, 106 MiB with this), so the process would grow
+    past what is live. A few ms of work; ``malloc_trim`` runs without the GIL (ctypes)."""
+    pa.default_memory_pool().release_unused()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
 
 METRIC_ENTITY_ID = {"master": "kudu.master", "tserver": "kudu.tabletserver"}
 
@@ -67,6 +100,30 @@ class Node:
         )
         self.loop_lag = LoopLagProbe(config.event_loop_lag_probe_interval_ms / 1000.0)
         self.loop_lag.register(self.server_metrics)
+        self.memory = NodeMemory(
+            config.memory_limit_mb * 1024 * 1024,
+            soft_percentage=config.memory_limit_soft_percentage,
+            pressure_threshold_bytes=config.memory_pressure_threshold_mb * 1024 * 1024,
+        )
+        # What the process holds before it serves anything (interpreter, libraries, module state): counted
+        # so that the limit covers the process and not only its data.
+        self.baseline_bytes = process_memory()["anonymous_bytes"]
+        self.memory.root.child("baseline", gauge=lambda: self.baseline_bytes)
+        self.server_metrics.gauge(
+            "memory_anonymous",
+            "Anonymous resident memory of the process (heap, not file pages)",
+            "bytes",
+            read=lambda: process_memory()["anonymous_bytes"],
+        )
+        self.server_metrics.gauge(
+            "memory_consumption",
+            "Memory the node's trackers count (the root of /mem-trackers)",
+            "bytes",
+            read=self.memory.refresh,
+        )
+        self.server_metrics.gauge(
+            "memory_limit", "The node's memory limit (memory_limit_mb)", "bytes", read=lambda: self.memory.limit
+        )
         self.faults = FaultInjector(enabled=config.enable_fault_injection)
         self.rpc_server = RpcServer(
             self.server_metrics,
@@ -102,10 +159,12 @@ class Node:
             max_parallel_opens=config.tablet_bootstrap_parallelism,
         )
         self.raft.register_rpc(self.rpc_server)
+        self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
         self._http_runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self._releaser: asyncio.Task[None] | None = None
         self._register_generic_service()
 
     # --- role hooks -----------------------------------------------------------------------------------
@@ -134,6 +193,7 @@ class Node:
         await self.rpc_server.start(rpc_host, rpc_port)
         self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
         await self.on_start()
+        self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
         await self.raft.start(background=self.open_replicas_in_background)
         http_host, http_port = self.config.http_hostport
         self._http_runner = web.AppRunner(build_admin_app(self), access_log=None, handle_signals=False)
@@ -152,6 +212,9 @@ class Node:
     async def stop(self) -> None:
         grace = self.config.shutdown_grace_ms / 1000.0
         log.info("node stopping", extra={"grace_s": grace})
+        if self._releaser is not None:
+            self._releaser.cancel()
+            await asyncio.gather(self._releaser, return_exceptions=True)
         try:
             await self.on_stop()
         finally:
@@ -183,6 +246,32 @@ class Node:
         log.info("received %s", sig.name)
         self._stopping.set()
 
+    def remeasure_baseline(self) -> None:
+        """Count what start-up work loaded since the node was built (libraries imported on first use) in
+        the baseline: the process's anonymous memory less what the other trackers count, if more."""
+        others = self.memory.refresh() - self.baseline_bytes
+        self.baseline_bytes = max(self.baseline_bytes, process_memory()["anonymous_bytes"] - others)
+
+    async def _release_freed(self) -> None:
+        """Hand freed memory back to the OS once a flush, a compaction or a scan has freed enough of it:
+        the tracked total fell, or the process's untracked part grew (temporaries of background work)."""
+        loop = asyncio.get_running_loop()
+        high = self.memory.refresh()
+        untracked_after = process_memory()["anonymous_bytes"] - high
+        while True:
+            await asyncio.sleep(RELEASE_CHECK_S)
+            tracked = self.memory.refresh()
+            high = max(high, tracked)
+            untracked = process_memory()["anonymous_bytes"] - tracked
+            if high - tracked < RELEASE_AFTER_FREED_BYTES and untracked - untracked_after < RELEASE_AFTER_FREED_BYTES:
+                continue
+            try:
+                await loop.run_in_executor(self.io_executor, release_freed_memory)
+            except Exception:
+                log.exception("releasing freed memory to the OS failed; trying again later")
+            high = tracked
+            untracked_after = process_memory()["anonymous_bytes"] - tracked
+
     # --- shared services ------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -209,8 +298,10 @@ class Node:
         }
 
     def mem_trackers(self) -> list[dict[str, Any]]:
-        mem = process_memory()
-        return [{"id": "root", "parent": None, "limit": -1, "current": mem["current_bytes"], "peak": mem["peak_bytes"]}]
+        return self.memory.root.rows()
+
+    def mem_trackers_nested(self) -> dict[str, Any]:
+        return self.memory.root.nested()
 
     def _register_generic_service(self) -> None:
         serve(

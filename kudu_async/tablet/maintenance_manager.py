@@ -1,14 +1,14 @@
 """Maintenance manager: picks flushes and compactions across tablets and runs them on worker threads.
 
 Every poll it asks each registered tablet for candidate ops (:func:`tablet_ops`), scores them and hands
-the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (the MemRowSet +
-DeltaMemStore bytes of all tablets on the node above ``memory_threshold_bytes``: flush the biggest), then
-a store past its tablet's ``flush_threshold_bytes`` (Kudu's per-tablet ``flush_threshold_mb``), then age (a
-non-empty store older than ``flush_threshold_secs``), then performance benefit (the average rowset height
-a merging compaction removes within the tablet's compaction budget, see :mod:`.compaction_policy`; delta
-file count; delta/base ratio): a flush, which frees memory, always goes before a compaction. A bulk load
-thus fills each tablet's MemRowSet to the threshold before it is flushed, instead of the node flushing (and
-later compacting) many small rowsets.
+the best runnable one to a free worker. Scoring follows Kudu's order: memory pressure first (the node's
+tracked memory, ``memory_usage``, or without it the MemRowSet + DeltaMemStore bytes of all tablets, above
+``memory_threshold_bytes``: flush the biggest), then a store past its tablet's ``flush_threshold_bytes``
+(Kudu's per-tablet ``flush_threshold_mb``), then age (a non-empty store older than ``flush_threshold_secs``),
+then performance benefit (the average rowset height a merging compaction removes within the tablet's
+compaction budget, see :mod:`.compaction_policy`; delta file count; delta/base ratio): a flush, which frees
+memory, always goes before a compaction. A bulk load thus fills each tablet's MemRowSet to the threshold
+before it is flushed, instead of the node flushing (and later compacting) many small rowsets.
 Queue, running ops and history are plain JSON-able dicts for the admin page.
 """
 
@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kudu_async.common.mem_tracker import MemTracker
 from kudu_async.tablet.tablet import Tablet
 
 _A = TypeVar("_A")
@@ -147,11 +148,19 @@ class MaintenanceManager:
         memory_threshold_bytes: int = 1024 * 1024 * 1024,
         flush_age_s: float = 120.0,
         history_size: int = 64,
+        memory_usage: Callable[[], int] | None = None,
+        working_memory: MemTracker | None = None,
     ) -> None:
         self.num_threads = num_threads
         self.polling_interval_s = polling_interval_s
         self.memory_threshold_bytes = memory_threshold_bytes
         self.flush_age_s = flush_age_s
+        # The node's tracked memory, compared with memory_threshold_bytes; without it, the memory stores'
+        # own total is.
+        self.memory_usage = memory_usage
+        # Counts what a running flush builds beside the store it empties: its output is about the store's
+        # size (measured: a 105 MiB MemRowSet's flush raised RssAnon by ~110 MiB until it finished).
+        self.working_memory = working_memory
         self._tablets: dict[str, Tablet] = {}
         self._lock = threading.Lock()
         self._running: dict[str, dict[str, Any]] = {}
@@ -184,7 +193,7 @@ class MaintenanceManager:
             tablets = list(self._tablets.values())
             busy = set(self._running)
         ops = [op for t in tablets for op in tablet_ops(t)]
-        total_ram = sum(op.ram_anchored for op in ops)
+        total_ram = self.memory_usage() if self.memory_usage is not None else sum(op.ram_anchored for op in ops)
         scored = sorted(((self.score(op, total_ram), op) for op in ops if op.key not in busy), key=lambda so: -so[0])
         self._last_queue = [{**op.to_dict(), "score": s} for s, op in scored]
         return [(s, op) for s, op in scored if s > 0]
@@ -210,12 +219,18 @@ class MaintenanceManager:
     def _execute(self, op: MaintenanceOp) -> None:
         start = time.monotonic()
         entry = op.to_dict()
+        working = self.working_memory if op.ram_anchored else None
+        if working is not None:
+            working.consume(op.ram_anchored)
         try:
             did = op.run()
             entry["result"] = "OK" if did else "NOTHING_TO_DO"
         except Exception as e:  # a failed op is recorded and retried later; the tablet stays usable
             entry["result"] = f"ERROR: {e!r}"
             entry["traceback"] = traceback.format_exc(limit=5)
+        finally:
+            if working is not None:
+                working.release(op.ram_anchored)
         entry["duration_s"] = round(time.monotonic() - start, 4)
         entry["finished_at"] = time.time()
         with self._lock:

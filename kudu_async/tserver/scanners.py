@@ -144,6 +144,10 @@ class ScannerManager:
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_SCANS)
         self._task: asyncio.Task[None] | None = None
 
+    def buffered_bytes(self) -> int:
+        """Look-ahead batches the open scanners hold between calls, for the node's memory tracker."""
+        return sum(sc.lookahead.nbytes for sc in list(self.scanners.values()) if sc.lookahead is not None)
+
     def check_capacity(self) -> None:
         if len(self.scanners) >= self.max_scanners:
             raise KuduServiceUnavailable(

@@ -15,6 +15,7 @@ through ``consensus.tablet_copy``, installs them with renames and opens the repl
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -36,6 +37,7 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
     KuduTabletFailed,
 )
+from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricRegistry
 from kudu_async.common.schema import Schema
 from kudu_async.consensus.raft_manager import RaftManager, check_group_id
@@ -77,6 +79,7 @@ class NodeParts:
     metrics: MetricRegistry
     maintenance: MaintenanceManager  # flushes and compactions of every tablet
     clock: HybridClock
+    memory: NodeMemory  # the node's memory limit; each replica's stores hang under its root
 
 
 class TabletManager:
@@ -102,11 +105,13 @@ class TabletManager:
         self.limits = limits
         self.maintenance = node.maintenance
         self.clock = node.clock
+        self.memory = node.memory
         # What every replica opened here shares.
         self._replica_services = ReplicaServices(
             executor=executor,
             clock=self.clock,
             limits=limits,
+            memory=node.memory,
             small_reads=self.small_reads,
             on_change=self._mark_dirty,
             fetch_safe_index=self._fetch_safe_index,
@@ -150,6 +155,7 @@ class TabletManager:
             group, info, tablet, lambda: self.raft.replicas.get(group), entity, self._replica_services
         )
         self.replicas[group] = replica
+        self._track_memory(group, tablet)
         self.maintenance.register(tablet)
         log.info(
             "tablet storage opened",
@@ -281,8 +287,23 @@ class TabletManager:
         log.info("tablet deleted", extra={"tablet": tablet_id, "delete_type": delete_type})
         return {"tablet_id": tablet_id, "deleted": True}
 
+    def _track_memory(self, group: str, tablet: Tablet) -> None:
+        """The replica's memory consumers under the node's root: ``tablet-<id>`` -> MemRowSet,
+        DeltaMemStores and the Raft log cache (entries replicated and not yet applied)."""
+        root = self.memory.root
+        old = root.get_child(f"tablet-{group}")
+        if old is not None:  # reopened (e.g. after a tablet copy): the new storage replaces it
+            old.detach()
+        node = root.child(f"tablet-{group}", kind="tablets")
+        node.child("MemRowSet", gauge=tablet.mrs_memory_bytes, kind="MemRowSets")
+        node.child("DeltaMemStores", gauge=tablet.dms_memory_bytes)
+        node.child("log_cache", gauge=functools.partial(_log_cache_bytes, self.raft, group), kind="log caches")
+
     async def _remove(self, tablet_id: str, *, tombstone: bool) -> None:
         replica = self.replicas.pop(tablet_id, None)
+        tracker = self.memory.root.get_child(f"tablet-{tablet_id}")
+        if tracker is not None:
+            tracker.detach()
         self.maintenance.unregister(tablet_id)
         if replica is not None:
             replica.stopped = True
@@ -553,3 +574,17 @@ class TabletManager:
 def _rmtree(path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
+
+
+def _log_cache_bytes(raft: RaftManager, group: str) -> int:
+    """Bytes of the log entries not yet applied. An applied write's rows are read in place from its
+    entry's payload (``_rows_from_entry``), so the MemRowSet's tracker counts those bytes already; they
+    stay in the log cache only until the MemRowSet is flushed."""
+    r = raft.replicas.get(group)
+    core = None if r is None else r.raft
+    if core is None:
+        return 0
+    log = core.log
+    lo = max(core.applied_index + 1, log.first_index())
+    hi = log.last_index() + 1
+    return log.bytes_between(lo, hi) if lo < hi else 0

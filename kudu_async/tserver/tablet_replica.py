@@ -42,6 +42,7 @@ from kudu_async.common.errors import (
     KuduTabletNotRunning,
     KuduTimedOut,
 )
+from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity
 from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.common.schema import Schema
@@ -98,6 +99,7 @@ class ReplicaServices:
     executor: Executor | None  # blocking tablet work (None: the loop's default executor)
     clock: HybridClock
     limits: WriteLimits
+    memory: NodeMemory  # the node's memory limit: new client writes are refused near it
     small_reads: BatchedHandOff  # point reads of all tablets handed to the workers together
     on_change: Callable[[str], None]  # a replica's reported state changed (its tablet id)
     fetch_safe_index: SafeIndexFetcher  # a follower read asks the leader how far it must have applied
@@ -123,6 +125,7 @@ class TabletReplica:
         self.executor = services.executor
         self.clock = clock = services.clock
         self.limits = services.limits
+        self.memory = services.memory
         self._on_change = services.on_change
         self._fetch_safe_index = services.fetch_safe_index
         self.small_reads = services.small_reads
@@ -441,6 +444,15 @@ class TabletReplica:
         if why is not None:
             self._c_rejected.increment()
             raise KuduServiceUnavailable(f"tablet {self.tablet_id} is busy: {why}; retry later", {"retryable": True})
+        # Only the leader's admission of a new client write is refused here: a follower applies what its
+        # leader replicates whatever its own memory (refusing would stall the Raft group).
+        refusal = self.memory.admission_refusal()
+        if refusal is not None:
+            self._c_rejected.increment()
+            raise KuduServiceUnavailable(
+                f"write to tablet {self.tablet_id} refused: {refusal}; retry later",
+                {"retryable": True, "memory_limit_exceeded": True},
+            )
 
     async def _prepare_and_propose(
         self,

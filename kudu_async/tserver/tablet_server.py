@@ -15,7 +15,8 @@ import pyarrow as pa
 from aiohttp import web
 
 from kudu_async.common.clock import HybridClock
-from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.errors import KuduBadStatus, KuduConfigurationError, KuduInvalidArgument
+from kudu_async.common.mem_tracker import NodeMemory, format_bytes
 from kudu_async.fs.block_cache import BlockCache
 from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import parse_master_addresses
@@ -44,10 +45,14 @@ class TabletServer(Node):
         flush_bytes = cfg.flush_threshold_mb * 1024 * 1024
         self.maintenance = MaintenanceManager(
             num_threads=cfg.maintenance_manager_num_threads,
-            memory_threshold_bytes=cfg.memory_pressure_threshold_mb * 1024 * 1024,
+            memory_threshold_bytes=self.memory.pressure_threshold,
             flush_age_s=float(cfg.flush_threshold_secs),
+            memory_usage=self.memory.consumption,
+            working_memory=self.memory.root.child("maintenance"),
         )
         self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)
+        _check_fixed_memory(self.memory, self.block_cache.capacity_bytes)
+        self.memory.root.child("block_cache", gauge=self.block_cache.usage_bytes)
         for name, key, text, unit in (
             ("block_cache_usage", "usage_bytes", "Bytes of rowset files held in memory", "bytes"),
             ("block_cache_capacity", "capacity_bytes", "Block cache capacity (block_cache_capacity_mb)", "bytes"),
@@ -87,9 +92,11 @@ class TabletServer(Node):
             metrics=self.metrics,
             maintenance=self.maintenance,
             clock=self.clock,
+            memory=self.memory,
         )
         self.tablets = TabletManager(self.uuid, self.fs.root, node, options, limits, lambda: self.rpc_address)
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
+        self.memory.root.child("scanners", gauge=self.scanners.buffered_bytes)
         self.service = TabletService(self.tablets, self.scanners, self.clock.update)
         self.service.register_rpc(self.rpc_server)
         self.tablets.copy_source.register_rpc(self.rpc_server)
@@ -117,7 +124,12 @@ class TabletServer(Node):
         # pyarrow imports pandas on its first pa.array() (~0.4 s of CPU): pay it now in a worker, not in
         # the first Write a client sends.
         self._warm = asyncio.get_running_loop().run_in_executor(self.io_executor, _warm_pyarrow)
-        self._warm.add_done_callback(_log_warm_failure)
+        self._warm.add_done_callback(self._warmed)
+
+    def _warmed(self, fut: asyncio.Future[None]) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.warning("pyarrow warm-up failed (the first write pays for it instead)", exc_info=fut.exception())
+        self.remeasure_baseline()  # pandas, imported by the warm-up, stays loaded: ~25 MiB
 
     async def _poll_changes(self) -> None:
         """Every heartbeat interval (at most 1 s), note which tablets changed role/term/config/state for the
@@ -220,14 +232,23 @@ async def _scans(request: web.Request) -> web.Response:
     )
 
 
+def _check_fixed_memory(memory: NodeMemory, block_cache_bytes: int) -> None:
+    """Refuse to start when what the node holds from the start (its baseline and a full block cache)
+    leaves no room below the pressure watermark: it would flush without end and refuse every write."""
+    baseline = memory.refresh()
+    if baseline + block_cache_bytes >= memory.pressure_threshold:
+        raise KuduConfigurationError(
+            f"the process's baseline ({format_bytes(baseline)}) plus --block-cache-capacity-mb "
+            f"({format_bytes(block_cache_bytes)}) reach the memory pressure watermark "
+            f"({format_bytes(memory.pressure_threshold)}: --memory-pressure-percentage of --memory-limit-mb "
+            f"{format_bytes(memory.limit)}, or --memory-pressure-threshold-mb): raise --memory-limit-mb or lower "
+            "--block-cache-capacity-mb"
+        )
+
+
 def _cache_stat(cache: BlockCache, key: str) -> int:
     return int(cache.status()[key])
 
 
 def _warm_pyarrow() -> None:
     pa.array([0])
-
-
-def _log_warm_failure(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("pyarrow warm-up failed (the first write pays for it instead)", exc_info=fut.exception())

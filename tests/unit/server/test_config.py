@@ -67,3 +67,58 @@ def test_master_addresses_get_default_port_and_reject_duplicates() -> None:
     assert parse_master_addresses("h1,h2:7151,[::1]:7251") == ["h1:7051", "h2:7151", "[::1]:7251"]
     with pytest.raises(ValueError, match="duplicate"):
         parse_master_addresses("h1,h1:7051")
+
+
+def _ts(*extra: str) -> list[str]:
+    return ["--role", "tserver", "--data-dir", "/d", *extra]
+
+
+def test_memory_figures_derive_from_the_limit_unless_given() -> None:
+    c = load_config(_ts("--memory-limit-mb", "1024"), {})
+    assert c.memory_limit_mb == 1024 and c.sources["memory_limit_mb"] == "cli"
+    assert c.memory_pressure_threshold_mb == 614 and c.sources["memory_pressure_threshold_mb"] == "derived"
+    assert c.block_cache_capacity_mb == 256 and c.sources["block_cache_capacity_mb"] == "derived"
+    big = load_config(_ts("--memory-limit-mb", "16384", "--memory-pressure-percentage", "50"), {})
+    assert (big.block_cache_capacity_mb, big.memory_pressure_threshold_mb) == (512, 8192)
+    given = load_config(_ts("--memory-limit-mb", "1024", "--block-cache-capacity-mb", "100"), {})
+    assert given.block_cache_capacity_mb == 100
+    off = load_config(_ts("--memory-limit-mb", "1024", "--block-cache-capacity-mb", "0"), {})
+    assert off.block_cache_capacity_mb == 0
+    pinned = load_config(_ts("--memory-limit-mb", "1024", "--memory-pressure-threshold-mb", "900"), {})
+    assert pinned.memory_pressure_threshold_mb == 900
+
+
+def test_auto_memory_limit_is_a_quarter_of_the_machine_or_cgroup(tmp_path: Path) -> None:
+    from kudu_async.server.config import machine_memory_mb
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       8388608 kB\nMemFree: 1 kB\n")
+    assert machine_memory_mb(str(meminfo), [str(tmp_path / "none")]) == 8192
+    cg = tmp_path / "memory.max"
+    cg.write_text(f"{2 << 30}\n")
+    assert machine_memory_mb(str(meminfo), [str(cg)]) == 2048
+    cg.write_text("max\n")
+    assert machine_memory_mb(str(meminfo), [str(cg)]) == 8192
+    c = load_config(_ts(), {})
+    assert c.sources["memory_limit_mb"] == "auto" and c.memory_limit_mb == max(256, machine_memory_mb() // 4)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (_ts("--memory-limit-mb", "1024", "--block-cache-capacity-mb", "700"), ["--block-cache-capacity-mb=700"]),
+        (
+            _ts("--memory-limit-mb", "1024", "--memory-pressure-threshold-mb", "2000"),
+            ["--memory-pressure-threshold-mb=2000", "--memory-limit-mb=1024"],
+        ),
+        (_ts("--memory-limit-soft-percentage", "0"), ["--memory-limit-soft-percentage"]),
+        (_ts("--memory-pressure-percentage", "101"), ["--memory-pressure-percentage"]),
+        (_ts("--memory-limit-mb", "-5"), ["--memory-limit-mb"]),
+        (_ts("--block-cache-capacity-mb", "-2"), ["--block-cache-capacity-mb"]),
+    ],
+)
+def test_memory_configurations_that_cannot_fit_are_refused(argv: list[str], needles: list[str]) -> None:
+    with pytest.raises(KuduConfigurationError) as ei:
+        load_config(argv, {})
+    for needle in needles:
+        assert needle in str(ei.value)

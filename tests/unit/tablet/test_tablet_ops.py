@@ -14,6 +14,7 @@ import pytest
 
 from kudu_async.common.clock import ManualHybridClock
 from kudu_async.common.errors import KuduInvalidArgument, KuduTimedOut
+from kudu_async.common.mem_tracker import MemTracker
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet import compaction, diskrowset
 from kudu_async.tablet import rowset_maintenance as maintenance_mod
@@ -349,6 +350,37 @@ def test_a_tablet_past_its_flush_threshold_flushes_without_node_memory_pressure(
 
     mm.memory_threshold_bytes = 1  # node-wide pressure: the biggest store goes whatever its threshold
     assert mm.poll_once(run_inline=True) is not None and len(small.tablet.rowsets()) == 1
+
+
+def test_node_memory_input_drives_pressure_flushes_biggest_first(tmp_path: Any, schema: Any) -> None:
+    """With the node's tracked memory as its input, pressure is what the node holds (block cache, log,
+    baseline...), not only its memory stores: past the watermark the biggest store flushes first."""
+    small = Harness(str(tmp_path / "small"), schema, tablet_id="small")
+    big = Harness(str(tmp_path / "big"), schema, tablet_id="big")
+    small.write([INS] * 10, list(range(10)))
+    big.write([INS] * 100, list(range(100)))
+    node_bytes = [0]
+    working = MemTracker("maintenance")
+    mm = MaintenanceManager(
+        memory_threshold_bytes=10**6,
+        flush_age_s=120,
+        memory_usage=lambda: node_bytes[0],
+        working_memory=working,
+    )
+    for h in (small, big):
+        mm.register(h.tablet)
+    assert mm.candidates() == []  # stores far below the watermark and the node too
+    node_bytes[0] = 10**6  # the node is at its watermark, whatever holds the memory
+    big_bytes = big.tablet.mrs_memory_bytes()
+    ran = mm.poll_once(run_inline=True)
+    assert ran is not None and ran.name == "FlushMRSOp" and ran.tablet_id == "big"
+    # the flush's output counted while it ran (about the store's size), released when it finished
+    assert working.peak == big_bytes and working.current() == 0
+    ran = mm.poll_once(run_inline=True)
+    assert ran is not None and ran.tablet_id == "small"
+    node_bytes[0] = 10**6 - 1
+    small.write([INS], [1000])
+    assert mm.candidates() == []
 
 
 def test_rows_passed_through_unchanged_keep_the_ipc_bytes_they_came_in(h: Harness) -> None:

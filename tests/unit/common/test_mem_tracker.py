@@ -1,0 +1,205 @@
+"""The memory tracker tree and the node's admission rule (Kudu's MemTracker and SoftLimitExceeded)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kudu_async.common.mem_tracker import MemTracker, NodeMemory, format_bytes
+
+MiB = 1 << 20
+
+
+def ticking() -> Callable[[], float]:
+    """A clock a second further on every read: every consumption() call refreshes."""
+    t = [0.0]
+
+    def now() -> float:
+        t[0] += 1.0
+        return t[0]
+
+    return now
+
+
+def test_consumption_sums_counted_gauges_and_children_and_keeps_peaks() -> None:
+    root = MemTracker("root", limit=100)
+    size = [10]
+    t = root.child("tablet-a", kind="tablets")
+    mrs = t.child("MemRowSet", gauge=lambda: size[0], kind="MemRowSets")
+    scanners = root.child("scanners")
+    scanners.consume(7)
+    assert (mrs.current(), t.current(), root.current()) == (10, 10, 17)
+    size[0] = 40
+    scanners.release(7)
+    assert root.current() == 40
+    size[0] = 5
+    assert root.current() == 5
+    assert (root.peak, t.peak, mrs.peak, scanners.peak) == (40, 40, 40, 7)
+
+
+def test_rows_are_kudus_table_parents_first_and_nested_matches() -> None:
+    root = MemTracker("root", limit=1000)
+    t = root.child("tablet-x")
+    t.child("MemRowSet", gauge=lambda: 3)
+    t.child("DeltaMemStores", gauge=lambda: 2)
+    root.child("block_cache", gauge=lambda: 10)
+    rows = root.rows()
+    assert [r["id"] for r in rows] == ["root", "tablet-x", "MemRowSet", "DeltaMemStores", "block_cache"]
+    assert rows[0] == {"id": "root", "parent": None, "limit": 1000, "current": 15, "peak": 15}
+    assert {r["id"]: r["parent"] for r in rows[1:]} == {
+        "tablet-x": "root",
+        "MemRowSet": "tablet-x",
+        "DeltaMemStores": "tablet-x",
+        "block_cache": "root",
+    }
+    assert all(set(r) == {"id", "parent", "limit", "current", "peak"} for r in rows)
+    nested = root.nested()
+    assert nested["current"] == 15 and [c["id"] for c in nested["children"]] == ["tablet-x", "block_cache"]
+    assert nested["children"][0]["current"] == 5
+
+
+def test_detach_removes_a_subtree_and_ids_are_checked() -> None:
+    root = MemTracker("root")
+    t = root.child("tablet-a")
+    t.child("MemRowSet", gauge=lambda: 9)
+    assert root.current() == 9
+    with pytest.raises(ValueError, match="already has a child 'tablet-a'"):
+        root.child("tablet-a")
+    t.detach()
+    assert root.current() == 0 and root.get_child("tablet-a") is None
+    root.child("tablet-a")  # the id is free again
+    with pytest.raises(ValueError, match="non-empty id"):
+        MemTracker("")
+
+
+def test_release_below_zero_is_an_error_naming_the_tracker() -> None:
+    t = MemTracker("rpc")
+    t.consume(5)
+    with pytest.raises(ValueError, match="'rpc' released 6 bytes"):
+        t.release(6)
+
+
+def test_counting_from_many_threads_is_exact() -> None:
+    t = MemTracker("scanners")
+
+    def work() -> None:
+        for _ in range(10_000):
+            t.consume(3)
+            t.release(1)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert t.current() == 4 * 10_000 * 2
+
+
+def test_node_total_is_cached_for_refresh_s() -> None:
+    now = [0.0]
+    calls = [0]
+
+    def gauge() -> int:
+        calls[0] += 1
+        return 50 * MiB
+
+    mem = NodeMemory(100 * MiB, refresh_s=0.01, clock=lambda: now[0])
+    mem.root.child("MemRowSet", gauge=gauge)
+    assert mem.consumption() == 50 * MiB and calls[0] == 1
+    now[0] += 0.005
+    assert mem.consumption() == 50 * MiB and calls[0] == 1  # cached
+    now[0] += 0.006
+    assert mem.consumption() == 50 * MiB and calls[0] == 2
+    mem.root.child("DeltaMemStores", gauge=lambda: MiB)  # a tracker joining is seen at the next pass
+    now[0] += 0.011
+    assert mem.consumption() == 51 * MiB and calls[0] == 3
+
+
+def test_a_slow_pass_is_made_less_often() -> None:
+    """Refreshing costs at most ~2% of the asker's time: a pass of 1 ms waits 50 ms for the next."""
+    now = [0.0]
+    calls = [0]
+
+    def slow() -> int:
+        calls[0] += 1
+        time.sleep(0.001)
+        return 1
+
+    mem = NodeMemory(100 * MiB, refresh_s=0.005, clock=lambda: now[0])
+    mem.root.child("MemRowSet", gauge=slow)
+    mem.consumption()
+    now[0] += 0.01
+    mem.consumption()
+    assert calls[0] == 1  # past refresh_s, not past 50 x the pass
+    now[0] += 0.5
+    mem.consumption()
+    assert calls[0] == 2
+
+
+def test_watermarks_follow_the_percentages() -> None:
+    mem = NodeMemory(1000 * MiB, soft_percentage=80, pressure_percentage=60)
+    assert (mem.soft_limit, mem.pressure_threshold) == (800 * MiB, 600 * MiB)
+    pinned = NodeMemory(1000 * MiB, pressure_threshold_bytes=123)
+    assert pinned.pressure_threshold == 123
+    used = [599 * MiB]
+    mem.root.child("MemRowSet", gauge=lambda: used[0])
+    mem._clock = ticking()
+    assert not mem.under_pressure()
+    used[0] = 600 * MiB
+    assert mem.under_pressure()
+
+
+@pytest.mark.parametrize(
+    ("limit", "soft", "pressure", "needle"),
+    [(0, 80.0, 60.0, "> 0"), (100, 0.0, 60.0, "soft"), (100, 80.0, 120.0, "pressure")],
+)
+def test_bad_node_memory_settings_are_refused(limit: int, soft: float, pressure: float, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        NodeMemory(limit, soft_percentage=soft, pressure_percentage=pressure)
+
+
+def test_rejection_probability_rises_linearly_from_soft_to_hard() -> None:
+    mem = NodeMemory(1000, soft_percentage=80)
+    assert mem.rejection_probability(0) == 0.0
+    assert mem.rejection_probability(799) == 0.0
+    assert mem.rejection_probability(800) == 0.0
+    assert mem.rejection_probability(900) == pytest.approx(0.5)
+    assert mem.rejection_probability(1000) == 1.0
+    assert mem.rejection_probability(5000) == 1.0
+
+
+def test_admission_refuses_by_probability_and_names_the_figures() -> None:
+    draw = [0.0]
+    used = {"MemRowSets": 600 * MiB, "block": 300 * MiB}
+    mem = NodeMemory(1000 * MiB, soft_percentage=80, clock=ticking(), rand=lambda: draw[0])
+    t = mem.root.child("tablet-a", kind="tablets")
+    t.child("MemRowSet", gauge=lambda: used["MemRowSets"], kind="MemRowSets")
+    t.child("DeltaMemStores", gauge=lambda: 0)
+    mem.root.child("block_cache", gauge=lambda: used["block"])
+    # 900 of 1000 MiB: half way from soft to hard, so refused when the draw falls below 0.5
+    draw[0] = 0.49
+    why = mem.admission_refusal()
+    assert why is not None
+    assert why.startswith("soft memory limit (800 MiB) exceeded: 900 MiB of 1000 MiB used (")
+    assert "MemRowSets 600 MiB, block_cache 300 MiB" in why and "DeltaMemStores" not in why
+    draw[0] = 0.51
+    assert mem.admission_refusal() is None
+    # past the hard limit every write is refused, whatever the draw
+    used["MemRowSets"] = 800 * MiB
+    draw[0] = 0.99
+    why = mem.admission_refusal()
+    assert why is not None and why.startswith("memory limit exceeded: 1.07 GiB of 1000 MiB used (MemRowSets 800 MiB")
+    used["MemRowSets"] = 100 * MiB
+    assert mem.admission_refusal() is None
+
+
+def test_format_bytes() -> None:
+    assert [format_bytes(n) for n in (12, 3 << 10, 600 * MiB, int(1.02 * (1 << 30)))] == [
+        "12 B",
+        "3 KiB",
+        "600 MiB",
+        "1.02 GiB",
+    ]
