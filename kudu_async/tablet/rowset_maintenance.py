@@ -268,7 +268,7 @@ class RowSetMaintenance:
                 for d in inputs:
                     d.flushing_dms.append(d.dms)
                     d.dms = DeltaMemStore(self._c.info)
-                    frozen.append(CompactionInput(d.base, d.delta_snapshot()))
+                    frozen.append(CompactionInput(d.read_base(), d.delta_snapshot()))
                 first_id = self._c.next_rowset_id
                 self._c.next_rowset_id += 1000
             ahm = self._effective_ahm()
