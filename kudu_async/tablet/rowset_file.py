@@ -114,11 +114,12 @@ def _hex_keys(keys: list[bytes]) -> bytes:
     return json.dumps([k.hex() for k in keys]).encode()
 
 
-def write_base(f: BinaryIO, info: SchemaInfo, table: pa.Table, block_rows: int = BLOCK_ROWS) -> None:
+def write_base(f: BinaryIO, info: SchemaInfo, table: pa.Table, block_rows: int | None = None) -> None:
     """Write a key-sorted base table (value columns, ``_key``, ``_ts``) as a Parquet rowset file.
 
     Encoded in memory, then written in one call: the encoders and codecs run in Arrow without the GIL.
     """
+    block_rows = block_rows or BLOCK_ROWS
     n = table.num_rows
     keys = table.column(KEY_COL)
     starts = list(range(0, n, block_rows))
@@ -152,6 +153,7 @@ def write_base(f: BinaryIO, info: SchemaInfo, table: pa.Table, block_rows: int =
         column_encoding=encodings,
         write_statistics=False,
         store_schema=True,
+        write_page_checksum=True,  # CRC32 per page: a damaged block reads as corruption, not wrong rows
     )
     f.write(sink.getvalue())
 
@@ -200,7 +202,7 @@ class ParquetBase:
             # Mapped for the rowset's life: a scan still reading it after a compaction deleted the
             # file reads on (file pages, not process memory).
             self._file = pa.memory_map(path, "r").read_buffer()
-            self._pf = pq.ParquetFile(pa.BufferReader(self._file))
+            self._pf = pq.ParquetFile(pa.BufferReader(self._file), page_checksum_verification=True)
             self._md = self._pf.metadata
             kv = self._pf.schema_arrow.metadata or {}
             ids = file_column_ids(kv)
@@ -427,7 +429,7 @@ class ParquetBase:
         srcs = [self.src[c] for c in columns]
         file_cols = list(dict.fromkeys(s for s in srcs if s is not None))
         try:
-            pf = pq.ParquetFile(pa.BufferReader(self._file), metadata=self._md)
+            pf = pq.ParquetFile(pa.BufferReader(self._file), metadata=self._md, page_checksum_verification=True)
         except (pa.ArrowException, OSError) as e:
             raise self._corrupt(e) from e
         step = max(1, SCAN_STEP_ROWS // BLOCK_ROWS)
