@@ -38,7 +38,7 @@ from kudu_async.tablet.delta_store import (
     mutations_to_table,
     set_col,
 )
-from kudu_async.tablet.key_arrays import KeyBatch
+from kudu_async.tablet.key_arrays import KeyBatch, word_hashes
 from kudu_async.tablet.memrowset import Mutation, apply_mutations
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.rowset_file import IpcBase, ParquetBase
@@ -319,7 +319,8 @@ class DiskRowSet:
         out = np.full(len(rows), -1, dtype=np.int64)
         if not len(rows) or self.base.num_rows == 0:
             return out
-        sub = np.flatnonzero(self.bloom.may_contain_hashes(kb.hashes()[rows]))
+        hashes = kb.word_hashes() if self.bloom.words else kb.hashes()
+        sub = np.flatnonzero(self.bloom.may_contain_hashes(hashes[rows]))
         if not len(sub):
             return out
         out[sub] = self.base.find(kb, rows[sub])
@@ -500,7 +501,7 @@ def write_rowsets(
         piece = table.slice(p * rows_per_rs, rows_per_rs).combine_chunks()
         keys = piece.column(KEY_COL)
         base_block = bm.write_block(lambda f, piece=piece: rowset_file.write_base(f, info, piece))  # type: ignore[misc]
-        bloom = BloomFilter.build(keys.to_pylist())
+        bloom = BloomFilter.from_word_hashes(word_hashes(keys.combine_chunks()))
         data = bloom.to_bytes()
         bloom_block = bm.write_block(lambda f, data=data: f.write(data))  # type: ignore[misc]
         delta_blocks = []
