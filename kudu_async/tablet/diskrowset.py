@@ -147,7 +147,22 @@ class DeltaIndex:
         )
         while len(self._runs) > 1 and 2 * len(self._runs[-1][0]) >= len(self._runs[-2][0]):
             b, a = self._runs.pop(), self._runs.pop()
-            self._runs.append(self._last(*(np.concatenate([x, y]) for x, y in zip(a, b, strict=True))))
+            self._runs.append(self._merge(a, b))
+
+    @staticmethod
+    def _merge(a: Run, b: Run) -> Run:
+        """Two runs as one: a stable sort of two sorted runs (linear), the newer change of a row kept."""
+        rows = np.concatenate([a[0], b[0]])
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        ts, seq, live = (np.concatenate([x, y])[order] for x, y in zip(a[1:], b[1:], strict=True))
+        dup = np.flatnonzero(rows[1:] == rows[:-1])  # (i, i + 1): a row in both runs, a's first
+        if not len(dup):
+            return rows, ts, seq, live
+        b_older = (ts[dup + 1] < ts[dup]) | ((ts[dup + 1] == ts[dup]) & (seq[dup + 1] < seq[dup]))
+        keep = np.ones(len(rows), dtype=bool)
+        keep[np.where(b_older, dup + 1, dup)] = False
+        return rows[keep], ts[keep], seq[keep], live[keep]
 
     def add_table(self, t: pa.Table) -> None:
         if t.num_rows:
@@ -189,11 +204,13 @@ class DiskRowSet:
         deltas: DeltaIndex | None = None,
         *,
         fresh: bool = False,
+        written: pa.Table | None = None,
     ) -> None:
         """Open a rowset's files seen through ``info``; ``deltas`` reuses the delta index of the same
         files opened before (:meth:`built_delta_index`; it depends on rows and timestamps, not on the
         schema). ``fresh``: just written (a flush or compaction output, the newest data): its blocks
-        may evict older ones from the block cache; an old rowset opened only takes free room."""
+        may evict older ones from the block cache; an old rowset opened only takes free room.
+        ``written``: the base rows just written, which fill the cache without decoding the file."""
         self.info = info
         self.meta = meta
         self.bm = bm
@@ -206,7 +223,7 @@ class DiskRowSet:
             self.base = IpcBase(self._base_path, info)
         if self.base.num_rows != meta.num_rows:
             raise KuduCorruption(f"rowset {meta.id}: {self.base.num_rows} rows, metadata says {meta.num_rows}")
-        self.base.preload(None, make_room=fresh)
+        self.base.preload(written, make_room=fresh)
         self.bloom = _read_bloom(bm.path(meta.bloom_block))
         self.min_key = bytes.fromhex(meta.min_key_hex)
         self.max_key = bytes.fromhex(meta.max_key_hex)
@@ -475,12 +492,14 @@ def write_rowsets(
     deltas: list[tuple[int, Mutation]] | pa.Table | None,
     first_id: int,
     target_bytes: int = TARGET_ROWSET_BYTES,
+    written: list[pa.Table] | None = None,
 ) -> list[RowSetMetadata]:
     """Write a key-sorted table (with ``_key``/``_ts``) as rowsets of about ``target_bytes`` each.
 
     ``deltas``: REDO mutations of its rows, as (position, Mutation) pairs or as a delta table whose
     ``_row`` is the position. Returns their metadata; nothing refers to the blocks until the caller
-    commits new tablet metadata.
+    commits new tablet metadata. ``written`` receives each rowset's base table (for
+    :class:`DiskRowSet`'s ``written``).
     """
     n = table.num_rows
     if n == 0:
@@ -500,6 +519,8 @@ def write_rowsets(
     for p in range(pieces):
         piece = table.slice(p * rows_per_rs, rows_per_rs).combine_chunks()
         keys = piece.column(KEY_COL)
+        if written is not None:
+            written.append(piece)
         base_block = bm.write_block(lambda f, piece=piece: rowset_file.write_base(f, info, piece))  # type: ignore[misc]
         bloom = BloomFilter.from_word_hashes(word_hashes(keys.combine_chunks()))
         data = bloom.to_bytes()

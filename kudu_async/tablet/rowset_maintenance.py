@@ -220,11 +220,13 @@ class RowSetMaintenance:
         """Write ``table`` and its ``deltas`` as rowsets (outside the component lock) and open them: the
         rowsets, their blocks (deleted here if opening them fails) and the bytes written."""
         c = self._c
-        metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes)
+        pieces: list[pa.Table] = []
+        metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes, pieces)
         block_ids = [b for rs in metas for b in rs.blocks()]
         try:
             written = self._blocks_bytes(block_ids)
-            return [DiskRowSet(c.info, rs, c.bm, fresh=True) for rs in metas], block_ids, written
+            drs = [DiskRowSet(c.info, rs, c.bm, fresh=True, written=p) for rs, p in zip(metas, pieces, strict=True)]
+            return drs, block_ids, written
         except BaseException:
             c.bm.delete_blocks(block_ids)
             raise

@@ -255,3 +255,29 @@ def test_nothing_per_row_is_kept_after_a_flush_without_a_cache(tmp_path: Any) ->
         assert t.lookup(t.info.encode_key([k])) == {"k": k, "v": f"v{k}"}
     assert pa.total_allocated_bytes() - before < 1 << 20
     assert d.built_delta_index() is None
+
+
+def test_the_delta_index_keeps_the_last_change_of_every_row_as_runs_merge() -> None:
+    from kudu_async.tablet.diskrowset import DeltaIndex
+
+    rng = np.random.default_rng(5)
+    idx = DeltaIndex()
+    ref: dict[int, tuple[int, int, bool]] = {}
+    seq = 0
+    for step in range(60):
+        n = int(rng.integers(1, 300))
+        rows = rng.integers(0, 2000, n)
+        ts = np.full(n, step + 1)
+        seqs = np.arange(seq, seq + n)
+        seq += n
+        live = rng.random(n) < 0.7
+        idx.add(rows, ts, seqs, live)
+        for r, t, s, lv in zip(rows.tolist(), ts.tolist(), seqs.tolist(), live.tolist(), strict=True):
+            ref[r] = (t, s, lv)
+    q = np.arange(2100)
+    found, ts_, live_ = idx.lookup(q)
+    for r in q.tolist():
+        if r in ref:
+            assert found[r] and (int(ts_[r]), bool(live_[r])) == (ref[r][0], ref[r][2])
+        else:
+            assert not found[r]
