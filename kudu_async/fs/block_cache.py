@@ -1,16 +1,16 @@
 """The node's block cache: rowset data held in process memory, within one byte budget for the node.
 
 Kudu keeps recently read blocks in an LRU cache (``--block_cache_capacity_mb``) so that hot lookups do
-not go to disk. Our rowset files are Arrow IPC files that are otherwise memory-mapped: a read of a mapped
-page may wait on the disk, so the tablet server answers a point lookup on its event loop only from
-memory it owns. A block in this cache is read once, whole, into an Arrow buffer that the rowset opened
-from it shares (zero copy); later opens of the same immutable block (a reopen after a schema change, a
-restarted replica) share the same buffer.
+not go to disk: a read of a file page may wait on the disk, so the tablet server answers a point lookup
+on its event loop only from memory it owns. A whole file in this cache (a small delta file) is read
+once into an Arrow buffer that the rowset opened from it shares (zero copy); later opens of the same
+immutable block (a reopen after a schema change, a restarted replica) share the same buffer.
 
 Blocks are admitted while the budget has room; when a new block does not fit, the least recently used
-evictable blocks make room: their owners are told (``on_evict``) and switch to mapping the file, so the
-memory is freed once no reader holds it. A rowset marks its base data evictable and its (small) delta
-files pinned: they stay until the block is deleted. A block larger than the whole budget is refused.
+evictable blocks make room: the owners of whole files are told (``on_evict``) and switch to mapping
+the file, so the memory is freed once no reader holds it; a whole file without an owner callback (a
+rowset's small delta files) is pinned until the block is deleted. A block larger than the whole budget
+is refused.
 
 Rowset base files are columnar files of many small blocks: the cache also holds their *decoded*
 blocks (one column of one row group, or a key index built over one), keyed by (path, ...) and charged

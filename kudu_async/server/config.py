@@ -266,10 +266,10 @@ FLAGS: tuple[Flag, ...] = (
         "block_cache_capacity_mb",
         _to_int,
         512,
-        "Rowset files held in memory, for all tablets of this node: a "
-        "point lookup whose rowsets are all held is answered on the event loop, without a disk read or a "
-        "hand-off to a worker; the least recently used base data is evicted for new files, which are "
-        "memory-mapped when nothing can be. 0 turns the cache off.",
+        "Decoded rowset blocks (and small delta files) held in memory, for all tablets of this node "
+        "(default 512): a point lookup whose key's block is held is answered on the event loop, without "
+        "a disk read or a hand-off to a worker; the least recently used blocks are evicted for newly "
+        "written and newly read ones. 0 turns the cache off: every read decodes its blocks again.",
         check=_non_negative,
     ),
     Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.", check=_positive),
