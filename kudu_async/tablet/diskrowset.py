@@ -419,9 +419,18 @@ class DiskRowSet:
         value_cols = [c for c in columns if c not in self.info.key_names]
         check_ts = snap.may_have_invisible(self.meta.max_ts)
         start = lo
+        drows: np.ndarray | None = None
+        if deltas is not None and deltas.num_rows:
+            # Sorted by row once, so each step applies only its own slice of the deltas.
+            deltas = deltas.sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
+            drows = deltas.column(ROW_COL).to_numpy()
         for t in self.base.ranges(lo, hi, [*columns, KEY_COL, TS_COL]):
             n = t.num_rows
-            t, live = apply_deltas(t, start, deltas, snap, value_cols)
+            step_deltas = None
+            if drows is not None and deltas is not None:
+                a, b = np.searchsorted(drows, [start, start + n])
+                step_deltas = deltas.slice(int(a), int(b - a)) if b > a else None
+            t, live = apply_deltas(t, start, step_deltas, snap, value_cols)
             start += n
             masks = []
             if check_ts:

@@ -352,9 +352,10 @@ class ParquetBase:
         rg = self.block_of_key(key)
         if rg is None:
             return None
-        if not self._keys_cached(rg) or not self.cached(rg, columns):
+        sk = self.cache.get((self.path, (rg, "#sorted"))) if self.cache is not None else None
+        if not isinstance(sk, SortedKeys) or not self.cached(rg, columns):
             return False
-        p = self.sorted_keys(rg).search(key)
+        p = sk.search(key)
         return None if p is None else int(self.starts[rg]) + p
 
     def bisect(self, key: bytes, right: bool = False) -> int:
