@@ -163,6 +163,25 @@ class BlockCache:
             self._blocks.move_to_end(key)
             return e.buf
 
+    def get_many(self, keys: list[tuple[str, Hashable]]) -> list[Any | None]:
+        """:meth:`get` of several decoded blocks under one lock acquisition."""
+        out: list[Any | None] = []
+        with self._lock:
+            for key in keys:
+                e = self._blocks.get(key)
+                if e is None:
+                    out.append(None)
+                    continue
+                self._counts["hits"] += 1
+                self._blocks.move_to_end(key)
+                out.append(e.buf)
+        return out
+
+    def holds_all(self, keys: list[tuple[str, Hashable]]) -> bool:
+        """Whether every one of ``keys`` is held (a check: no hit counted, no eviction order changed)."""
+        with self._lock:
+            return all(k in self._blocks for k in keys)
+
     def peek(self, key: tuple[str, Hashable]) -> Any | None:
         """:meth:`get` without counting a hit or changing the eviction order (a check, not a read)."""
         with self._lock:

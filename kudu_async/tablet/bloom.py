@@ -28,12 +28,15 @@ M1, M2, M3 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 def word_hash(key: bytes) -> int:
     """The hash ``key_arrays.word_hashes`` computes for a column of keys, for one key in Python."""
     n = len(key)
-    rounds = max(1, (n + 7) // 8)
-    padded = key.ljust(rounds * 8, b"\0")
     h = (n * M1) & _MASK
-    for j in range(rounds):
-        h = ((h ^ int.from_bytes(padded[8 * j : 8 * j + 8], "little")) * M2) & _MASK
+    if n <= 8:  # one word: little-endian bytes read as an int are the zero-padded word
+        h = ((h ^ int.from_bytes(key, "little")) * M2) & _MASK
         h ^= h >> 29
+    else:
+        rounds = (n + 7) // 8
+        for w in struct.unpack(f"<{rounds}Q", key.ljust(rounds * 8, b"\0")):
+            h = ((h ^ w) * M2) & _MASK
+            h ^= h >> 29
     h ^= h >> 30
     h = (h * M2) & _MASK
     h ^= h >> 27

@@ -230,15 +230,29 @@ class ParquetBase:
         self.src[TS_COL] = TS_COL
         self.all_columns = [*info.names, KEY_COL, TS_COL]
         self._int_index: tuple[int, np.ndarray, np.ndarray] | None = None  # width, first/last keys
+        self._fields: dict[str, pa.Field] = {}
+        self._schemas: dict[tuple[str, ...], pa.Schema] = {}
 
     @property
     def num_blocks(self) -> int:
         return len(self.firsts)
 
     def _field(self, name: str) -> pa.Field:
-        if name in (KEY_COL, TS_COL):
-            return self._schema.field(name)  # as written (the scan merges it with MemRowSet rows)
-        return self.info.arrow.field(name)
+        f = self._fields.get(name)
+        if f is None:
+            # _key and _ts as written (the scan merges them with MemRowSet rows)
+            f = self._schema.field(name) if name in (KEY_COL, TS_COL) else self.info.arrow.field(name)
+            self._fields[name] = f
+        return f
+
+    def _schema_of(self, columns: list[str]) -> pa.Schema:
+        key = tuple(columns)
+        s = self._schemas.get(key)
+        if s is None:
+            if len(self._schemas) > 32:
+                self._schemas.clear()
+            s = self._schemas[key] = pa.schema([self._field(c) for c in columns])
+        return s
 
     def _corrupt(self, e: BaseException) -> KuduCorruption:
         return KuduCorruption(f"cannot read block {self.path}: {e}")
@@ -257,17 +271,20 @@ class ParquetBase:
         n = int(self.starts[rg + 1] - self.starts[rg])
         got: dict[str, pa.Array] = {}
         missing: list[str] = []
-        for c in columns:
-            src = self.src[c]
-            if src is None:
-                i = self.info.names.index(c)
-                got[c] = fill(self.info.arrow.field(i), self.info.read_default(i), n)
-                continue
-            v = self.cache.get((self.path, (rg, src))) if self.cache is not None else None
+        stored = [c for c in columns if self.src[c] is not None]
+        if self.cache is not None:
+            held = self.cache.get_many([(self.path, (rg, self.src[c])) for c in stored])
+        else:
+            held = [None] * len(stored)
+        for c, v in zip(stored, held, strict=True):
             if v is None:
                 missing.append(c)
             else:
                 got[c] = v
+        for c in columns:
+            if self.src[c] is None:
+                i = self.info.names.index(c)
+                got[c] = fill(self.info.arrow.field(i), self.info.read_default(i), n)
         if missing:
             srcs = [self.src[c] for c in missing]
             t = self._decode(rg, [s for s in srcs if s is not None])
@@ -280,13 +297,13 @@ class ParquetBase:
                 got[c] = arr
                 if self.cache is not None and fill_cache:
                     self.cache.put((self.path, (rg, s)), arr, max(1, arr.nbytes), make_room=make_room)
-        return pa.Table.from_arrays([got[c] for c in columns], schema=pa.schema([self._field(c) for c in columns]))
+        return pa.Table.from_arrays([got[c] for c in columns], schema=self._schema_of(columns))
 
     def cached(self, rg: int, columns: list[str]) -> bool:
         """Whether ``columns`` of row group ``rg`` are all in the block cache (a read needs no disk)."""
         if self.cache is None:
             return False
-        return all(self.src[c] is None or self.cache.peek((self.path, (rg, self.src[c]))) is not None for c in columns)
+        return self.cache.holds_all([(self.path, (rg, s)) for s in (self.src[c] for c in columns) if s is not None])
 
     def preload(self, table: pa.Table | None, make_room: bool) -> None:
         """Put every block in the cache: from ``table`` (the rows just written, copied per block so the
