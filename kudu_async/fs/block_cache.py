@@ -130,13 +130,16 @@ class BlockCache:
         out: list[tuple[str, _Entry]] = []
         if self._reserved + size <= self.capacity_bytes:
             return out
-        for path in list(self._blocks):
-            if self._reserved + size <= self.capacity_bytes:
+        victims: list[tuple[Hashable, _Entry]] = []
+        freed = 0
+        for key, e in self._blocks.items():  # oldest first; stops as soon as enough is freed
+            if self._reserved - freed + size <= self.capacity_bytes:
                 break
-            e = self._blocks[path]
-            if e.pinned:
-                continue
-            self._forget(path, e)
+            if not e.pinned:
+                victims.append((key, e))
+                freed += e.size
+        for key, e in victims:
+            self._forget(key, e)
             self._counts["evictions"] += 1
             if e.owners:
                 out.append((e.path, e))
