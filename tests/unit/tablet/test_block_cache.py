@@ -261,8 +261,9 @@ def test_a_missing_rowset_file_is_named_as_corruption_with_the_cache_too(tmp_pat
 
 
 def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_path: Any) -> None:
-    """A cache with room for one rowset's base data: the next flush's rowset takes it, the first one maps
-    its file again (same rows), and its lookups are left to a worker while the new one's stay inline."""
+    """A cache with room for one rowset's decoded blocks: the next flush's rowset takes it, the first one's
+    blocks are evicted (its rows read from the file again), and its lookups are left to a worker while
+    the new one's stay inline; a worker's read puts the block it decoded back in the cache."""
     probe, _, pclock = _tablet(str(tmp_path / "probe"), BlockCache(64 << 20))
     _write(probe, pclock, OpType.INSERT, list(range(100)), [f"v{i}" for i in range(100)], 1)
     probe.flush_mrs()
