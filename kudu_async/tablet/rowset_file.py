@@ -187,6 +187,11 @@ def file_column_ids(md: dict[bytes, bytes] | None) -> dict[int, str]:
     return {int(i): name for name, i in json.loads(md[FILE_IDS_META]).items()}
 
 
+def _one_array(col: pa.ChunkedArray) -> pa.Array:
+    """The column as one array (zero copy when it already is one chunk)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def fill(field: pa.Field, default: Any, n: int) -> pa.Array:
     """A column of ``n`` read defaults (a column added after the file was written)."""
     if default is None:
@@ -314,6 +319,8 @@ class ParquetBase:
         cache does not keep the whole table alive) or decoded. Stops at the first block refused."""
         if self.cache is None:
             return
+        stored = [(name, src) for name, src in ((c, self.src[c]) for c in self.all_columns) if src is not None]
+        whole = {} if table is None else {name: _one_array(table.column(name)) for name, _ in stored}
         for rg in range(self.num_blocks):
             lo, hi = int(self.starts[rg]), int(self.starts[rg + 1])
             if table is None:
@@ -323,12 +330,8 @@ class ParquetBase:
                 if self.cache.status()["refused"] != before:
                     return
                 continue
-            piece = table.slice(lo, hi - lo)
-            for name in self.all_columns:
-                src = self.src[name]
-                if src is None:
-                    continue
-                arr = pc.take(piece.column(name), pa.array(np.arange(hi - lo))).combine_chunks()
+            for name, src in stored:
+                arr = pa.concat_arrays([whole[name].slice(lo, hi - lo)])  # a copy of this block only
                 if not self.cache.put((self.path, (rg, src)), arr, max(1, arr.nbytes), make_room=make_room):
                     return
             self.sorted_keys(rg, make_room=make_room)
