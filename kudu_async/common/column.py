@@ -26,7 +26,7 @@ _ENCODING_ALIASES = {
     "prefix_encoding": "prefix",
     "dict_encoding": "dict",
 }
-COMPRESSIONS = ("default", "none", "snappy", "lz4", "zlib")
+COMPRESSIONS = ("default", "none", "snappy", "lz4", "zlib", "zstd")
 _COMPRESSION_ALIASES = {"default_compression": "default", "no_compression": "none"}
 _INT_LIKE = ("int8", "int16", "int32", "int64", "date", "unixtime_micros")
 _ALLOWED_ENCODINGS: dict[str, tuple[str, ...]] = {

@@ -1,16 +1,21 @@
-"""The node's block cache: rowset files held in process memory, within one byte budget for the node.
+"""The node's block cache: rowset data held in process memory, within one byte budget for the node.
 
 Kudu keeps recently read blocks in an LRU cache (``--block_cache_capacity_mb``) so that hot lookups do
-not go to disk. Our rowset files are Arrow IPC files that are otherwise memory-mapped: a read of a mapped
-page may wait on the disk, so the tablet server answers a point lookup on its event loop only from
-memory it owns. A block in this cache is read once, whole, into an Arrow buffer that the rowset opened
-from it shares (zero copy); later opens of the same immutable block (a reopen after a schema change, a
-restarted replica) share the same buffer.
+not go to disk: a read of a file page may wait on the disk, so the tablet server answers a point lookup
+on its event loop only from memory it owns. A whole file in this cache (a small delta file) is read
+once into an Arrow buffer that the rowset opened from it shares (zero copy); later opens of the same
+immutable block (a reopen after a schema change, a restarted replica) share the same buffer.
 
 Blocks are admitted while the budget has room; when a new block does not fit, the least recently used
-evictable blocks make room: their owners are told (``on_evict``) and switch to mapping the file, so the
-memory is freed once no reader holds it. A rowset marks its base data evictable and its (small) delta
-files pinned: they stay until the block is deleted. A block larger than the whole budget is refused.
+evictable blocks make room: the owners of whole files are told (``on_evict``) and switch to mapping
+the file, so the memory is freed once no reader holds it; a whole file without an owner callback (a
+rowset's small delta files) is pinned until the block is deleted. A block larger than the whole budget
+is refused.
+
+Rowset base files are columnar files of many small blocks: the cache also holds their *decoded*
+blocks (one column of one row group, or a key index built over one), keyed by (path, ...) and charged
+at their decoded size (:meth:`BlockCache.get` / :meth:`BlockCache.put`). Such an entry has no owner:
+a reader holding a decoded block keeps it alive after eviction, and the next reader decodes it again.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,20 +38,24 @@ EvictCallback = Callable[[str], None]
 
 @dataclass
 class _Entry:
-    buf: pa.Buffer
+    buf: Any  # a whole file's pa.Buffer, or a decoded block
     pinned: bool
+    size: int
     owners: list[weakref.WeakMethod[EvictCallback]] = field(default_factory=list)
+    path: str = ""
 
 
 class BlockCache:
-    """Thread-safe LRU map of block path -> whole-file buffer, bounded by ``capacity_bytes`` (0 = off)."""
+    """Thread-safe LRU map of block path -> whole-file buffer and of (path, ...) -> decoded block,
+    bounded together by ``capacity_bytes`` (0 = off)."""
 
     def __init__(self, capacity_bytes: int) -> None:
         if capacity_bytes < 0:
             raise ValueError(f"block cache capacity must be >= 0 bytes, not {capacity_bytes}")
         self.capacity_bytes = capacity_bytes
         self._lock = threading.Lock()
-        self._blocks: collections.OrderedDict[str, _Entry] = collections.OrderedDict()  # oldest use first
+        self._blocks: collections.OrderedDict[Hashable, _Entry] = collections.OrderedDict()  # oldest use first
+        self._decoded: dict[str, set[Hashable]] = {}  # path -> keys of its decoded blocks held
         self._reserved = 0  # bytes of admitted blocks, including those still being read
         self._loading: dict[str, int] = {}  # path -> bytes reserved while a worker reads it
         self._cancelled: set[str] = set()  # loading paths deleted meanwhile
@@ -101,7 +110,7 @@ class BlockCache:
             if path in self._cancelled:  # deleted while it was read: never admit it
                 self._cancelled.discard(path)
                 return buf
-            e = _Entry(buf, pinned=on_evict is None)
+            e = _Entry(buf, pinned=on_evict is None, size=buf.size, path=path)
             self._own(e, on_evict)
             self._blocks[path] = e
             self._reserved += buf.size
@@ -121,17 +130,90 @@ class BlockCache:
         out: list[tuple[str, _Entry]] = []
         if self._reserved + size <= self.capacity_bytes:
             return out
-        for path in list(self._blocks):
-            if self._reserved + size <= self.capacity_bytes:
+        victims: list[tuple[Hashable, _Entry]] = []
+        freed = 0
+        for key, e in self._blocks.items():  # oldest first; stops as soon as enough is freed
+            if self._reserved - freed + size <= self.capacity_bytes:
                 break
-            e = self._blocks[path]
-            if e.pinned:
-                continue
-            del self._blocks[path]
-            self._reserved -= e.buf.size
+            if not e.pinned:
+                victims.append((key, e))
+                freed += e.size
+        for key, e in victims:
+            self._forget(key, e)
             self._counts["evictions"] += 1
-            out.append((path, e))
+            if e.owners:
+                out.append((e.path, e))
         return out
+
+    def _forget(self, key: Hashable, e: _Entry) -> None:
+        """Remove one entry (under the lock)."""
+        del self._blocks[key]
+        self._reserved -= e.size
+        if not isinstance(key, str):
+            keys = self._decoded.get(e.path)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._decoded[e.path]
+
+    def get(self, key: tuple[str, Hashable]) -> Any | None:
+        """The decoded block held under ``key`` ((path, what)), marked used now; None when not held."""
+        with self._lock:
+            e = self._blocks.get(key)
+            if e is None:
+                return None
+            self._counts["hits"] += 1
+            self._blocks.move_to_end(key)
+            return e.buf
+
+    def get_many(self, keys: list[tuple[str, Hashable]]) -> list[Any | None]:
+        """:meth:`get` of several decoded blocks under one lock acquisition."""
+        out: list[Any | None] = []
+        with self._lock:
+            for key in keys:
+                e = self._blocks.get(key)
+                if e is None:
+                    out.append(None)
+                    continue
+                self._counts["hits"] += 1
+                self._blocks.move_to_end(key)
+                out.append(e.buf)
+        return out
+
+    def holds_all(self, keys: list[tuple[str, Hashable]]) -> bool:
+        """Whether every one of ``keys`` is held (a check: no hit counted, no eviction order changed)."""
+        with self._lock:
+            return all(k in self._blocks for k in keys)
+
+    def peek(self, key: tuple[str, Hashable]) -> Any | None:
+        """:meth:`get` without counting a hit or changing the eviction order (a check, not a read)."""
+        with self._lock:
+            e = self._blocks.get(key)
+            return None if e is None else e.buf
+
+    def put(self, key: tuple[str, Hashable], value: Any, nbytes: int, *, make_room: bool = True) -> bool:
+        """Hold a decoded block of file ``key[0]`` charged at ``nbytes``; evicts least recently used
+        blocks for it when ``make_room``, else takes only free room. False when it is not admitted."""
+        path = key[0]
+        with self._lock:
+            old = self._blocks.get(key)
+            if old is not None:
+                self._blocks.move_to_end(key)
+                return True
+            if nbytes > self.capacity_bytes:
+                self._counts["refused"] += 1
+                return False
+            evicted = self._make_room(nbytes) if make_room else []
+            admitted = self._reserved + nbytes <= self.capacity_bytes
+            if admitted:
+                self._blocks[key] = _Entry(value, pinned=False, size=nbytes, path=path)
+                self._decoded.setdefault(path, set()).add(key)
+                self._reserved += nbytes
+                self._counts["inserts"] += 1
+            else:
+                self._counts["refused"] += 1
+        self._tell(evicted)
+        return admitted
 
     @staticmethod
     def _tell(evicted: list[tuple[str, _Entry]]) -> None:
@@ -159,21 +241,26 @@ class BlockCache:
                 p = os.path.abspath(p)
                 if p in self._loading:
                     self._cancelled.add(p)
-                e = self._blocks.pop(p, None)
+                e = self._blocks.get(p)
                 if e is not None:
-                    self._reserved -= e.buf.size
+                    self._forget(p, e)
+                    self._counts["dropped"] += 1
+                for key in list(self._decoded.get(p, ())):
+                    self._forget(key, self._blocks[key])
                     self._counts["dropped"] += 1
 
     def drop_under(self, directory: str) -> None:
         """Forget every block below ``directory`` (a tablet's storage being removed)."""
         prefix = os.path.join(os.path.abspath(directory), "")
         with self._lock:
-            paths = [p for p in (*self._blocks, *self._loading) if p.startswith(prefix)]
+            held = {k if isinstance(k, str) else e.path for k, e in self._blocks.items()}
+            paths = [p for p in (*held, *self._loading) if p.startswith(prefix)]
         self.drop(paths)
 
     def holds(self, path: str) -> bool:
         with self._lock:
-            return os.path.abspath(path) in self._blocks
+            p = os.path.abspath(path)
+            return p in self._blocks or p in self._decoded
 
     def usage_bytes(self) -> int:
         """Bytes held now (cheap: no walk over the blocks), for the node's memory tracker."""
@@ -181,7 +268,7 @@ class BlockCache:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            pinned = sum(e.buf.size for e in self._blocks.values() if e.pinned)
+            pinned = sum(e.size for e in self._blocks.values() if e.pinned)
             return {
                 "capacity_bytes": self.capacity_bytes,
                 "usage_bytes": self._reserved,

@@ -310,12 +310,12 @@ FLAGS: tuple[Flag, ...] = (
         "block_cache_capacity_mb",
         _to_int,
         -1,
-        "Rowset files held in memory, for all tablets of this node: a "
-        "point lookup whose rowsets are all held is answered on the event loop, without a disk read or a "
-        "hand-off to a worker; the least recently used base data is evicted for new files, which are "
-        "memory-mapped when nothing can be. 0 turns the cache off; -1 = a quarter of --memory-limit-mb, at "
-        "most 512 (Kudu's default), so that the cache stays well below the pressure watermark and memory "
-        "stores keep room to fill before they are flushed.",
+        "Decoded rowset blocks (and small delta files) held in memory, for all tablets of this node: a "
+        "point lookup whose key's block is held is answered on the event loop, without a disk read or a "
+        "hand-off to a worker; the least recently used blocks are evicted for newly written and newly read "
+        "ones. 0 turns the cache off (every read decodes its blocks again); -1 = a quarter of "
+        "--memory-limit-mb, at most 512 (Kudu's default), so that the cache stays well below the pressure "
+        "watermark and memory stores keep room to fill before they are flushed.",
         check=_at_least_minus_one,
     ),
     Flag("tablet_history_max_age_sec", _to_int, 7 * 24 * 3600, "History kept for snapshot scans.", check=_positive),

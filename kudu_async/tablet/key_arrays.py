@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kudu_async.tablet.bloom import key_hashes
+from kudu_async.tablet.bloom import M1, M2, M3, key_hashes, word_hash
 
 __all__ = [
     "KeyBatch",
@@ -87,6 +87,40 @@ def padded_keys(offsets: np.ndarray, data: np.ndarray, width: int) -> np.ndarray
         col = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
         out[row, col] = data[np.repeat(offsets[:-1], lens) + col]
     return out.view(f"S{max(1, width)}").reshape(n)
+
+
+def word_hashes(arr: pa.Array) -> np.ndarray:
+    """:func:`bloom.word_hash` of every key of a ``binary`` array (uint64; null keys hash as empty),
+    column-wise: the keys zero-padded to a multiple of 8 bytes, mixed one 8-byte word at a time."""
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    offsets, data = binary_layout(arr)
+    lens = np.diff(offsets)
+    rounds = np.maximum(1, (lens + 7) // 8)
+    width = 8 * int(rounds.max())
+    if n * width > 8 * int(lens.sum()) + (1 << 20):  # a few long keys among short ones: per key
+        return np.fromiter((word_hash(k or b"") for k in arr.to_pylist()), dtype=np.uint64, count=n)
+    body = data[int(offsets[0]) : int(offsets[-1])]
+    if int(lens[0]) == width and bool((lens == width).all()):  # one width, whole words: a view
+        words = body.view("<u8").reshape(n, width // 8)
+    else:
+        padded = np.zeros((n, width), dtype=np.uint8)
+        padded[np.arange(width) < lens[:, None]] = body
+        words = padded.view("<u8")
+    m1, m2, m3 = np.uint64(M1), np.uint64(M2), np.uint64(M3)
+    with np.errstate(over="ignore"):
+        h = lens.astype(np.uint64) * m1
+        for j in range(width // 8):
+            mixed = (h ^ words[:, j]) * m2
+            mixed ^= mixed >> np.uint64(29)
+            h = mixed if j == 0 else np.where(j < rounds, mixed, h)  # every key has a first word
+        h ^= h >> np.uint64(30)
+        h *= m2
+        h ^= h >> np.uint64(27)
+        h *= m3
+        h ^= h >> np.uint64(31)
+    return h
 
 
 def sort_order(keys: pa.Array) -> np.ndarray:
@@ -158,6 +192,7 @@ class KeyBatch:
         self._order: np.ndarray | None = None
         self._sorted: list[bytes] | None = None
         self._hashes: np.ndarray | None = None
+        self._word_hashes: np.ndarray | None = None
         self._padded: dict[int, np.ndarray] = {}
         self._numeric: dict[int, np.ndarray] = {}
         self._bounds: tuple[bytes, bytes] | None = None
@@ -220,6 +255,12 @@ class KeyBatch:
                 h[idx] = key_hashes(list(map(self.keys.__getitem__, idx.tolist())))  # type: ignore[arg-type]
                 self._hashes = h
         return self._hashes
+
+    def word_hashes(self) -> np.ndarray:
+        """:func:`word_hashes` of every key (the hash of bloom filters written with Parquet rowsets)."""
+        if self._word_hashes is None:
+            self._word_hashes = word_hashes(self.arr)
+        return self._word_hashes
 
     def padded(self, width: int) -> np.ndarray:
         """Every key NUL-padded (or truncated) to ``width`` bytes as numpy ``S<width>``."""

@@ -165,14 +165,14 @@ class ReadPath:
 
     def _locate_without_disk(self, key: bytes) -> tuple[DiskRowSet, int] | Literal[False] | None:
         """:meth:`_locate_on_disk` when every rowset that may hold ``key`` can be searched without the
-        disk (:meth:`DiskRowSet.readable_without_disk`); False when one cannot (only a worker may look).
-        Range checks and bloom filters are in memory for every rowset."""
+        disk (:meth:`DiskRowSet.search_in_memory`); False when one cannot (only a worker may look).
+        Range checks are in memory and bloom filters memory-mapped for every rowset."""
         for d in self._c.drs:
             if not d.may_contain_key(key):
                 continue
-            if not d.readable_without_disk():
+            pos = d.search_in_memory(key)
+            if pos is False:
                 return False
-            pos = d.search(key)
             if pos is not None:
                 return d, pos
         return None
@@ -227,7 +227,7 @@ class ReadPath:
 
     def _needs_disk(self, key: bytes) -> bool:
         """Whether a rowset that may hold ``key`` cannot be searched without the disk."""
-        return any(d.may_contain_key(key) and not d.readable_without_disk() for d in self._c.drs)
+        return any(d.may_contain_key(key) and d.search_in_memory(key) is False for d in self._c.drs)
 
     def _scan(self, spec: ScanSpec, memory_only: bool, key: bytes | None = None) -> TabletScanner | None:
         """``memory_only``: the on-loop form (None when only a worker may answer); ``key``: the lookup's
@@ -282,7 +282,7 @@ class ReadPath:
                 return
             yield from mrs_tables
             for d, deltas in drs:
-                yield d.scan(snap, needed, deltas, lower, upper, lower_excl)
+                yield from d.scan_blocks(snap, needed, deltas, lower, upper, lower_excl)
 
         return TabletScanner(
             self._batches(self._filtered(pieces(), spec, projection), spec, projection), snap, snap_ts, info

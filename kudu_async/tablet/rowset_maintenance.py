@@ -32,7 +32,7 @@ from kudu_async.tablet.delta_store import (
 from kudu_async.tablet.diskrowset import DiskRowSet, write_delta_block, write_rowsets
 from kudu_async.tablet.key_arrays import KeyBatch
 from kudu_async.tablet.memrowset import MemRowSet, Mutation
-from kudu_async.tablet.schema_info import TS_COL
+from kudu_async.tablet.schema_info import KEY_COL, TS_COL
 
 LateChunk = tuple[LateMutations, pa.Table, np.ndarray, int]  # a store's delta chunk (or rows of one)
 # A flush or compaction catches the mutations that arrived while it ran up outside the lock at most this
@@ -333,11 +333,13 @@ class RowSetMaintenance:
         """Write ``table`` and its ``deltas`` as rowsets (outside the component lock) and open them: the
         rowsets, their blocks (deleted here if opening them fails) and the bytes written."""
         c = self._c
-        metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes)
+        pieces: list[pa.Table] = []
+        metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes, pieces)
         block_ids = [b for rs in metas for b in rs.blocks()]
         try:
             written = self._blocks_bytes(block_ids)
-            return [DiskRowSet(c.info, rs, c.bm, fresh=True) for rs in metas], block_ids, written
+            drs = [DiskRowSet(c.info, rs, c.bm, fresh=True, written=p) for rs, p in zip(metas, pieces, strict=True)]
+            return drs, block_ids, written
         except BaseException:
             c.bm.delete_blocks(block_ids)
             raise
@@ -381,7 +383,7 @@ class RowSetMaintenance:
                 for d in inputs:
                     d.flushing_dms.append(d.dms)
                     d.dms = DeltaMemStore(self._c.info)
-                    frozen.append(CompactionInput(d.base, d.delta_snapshot()))
+                    frozen.append(CompactionInput(d.read_base(), d.delta_snapshot()))
                 first_id = self._c.next_rowset_id
                 self._c.next_rowset_id += 1000
             ahm = self._effective_ahm()
@@ -438,11 +440,12 @@ class RowSetMaintenance:
 
 def _late_of(d: DiskRowSet) -> LateMutations:
     """The mutations a compaction input's active DeltaMemStore took while the compaction ran."""
-    key_cols = d.base.select(d.info.key_names)
-    keys = d.keys
+
+    def keys(rows: np.ndarray) -> pa.Array:
+        return d.base.take(rows, [KEY_COL]).column(0).combine_chunks()
 
     def key_values(rows: np.ndarray) -> list[tuple[Any, ...]]:
-        sub = key_cols.take(pa.array(rows))
+        sub = d.base.take(rows, d.info.key_names)
         return list(zip(*[c.to_pylist() for c in sub.columns], strict=True))
 
-    return LateMutations(d.dms, 0, lambda rows: keys.take(pa.array(rows)), key_values)
+    return LateMutations(d.dms, 0, keys, key_values)

@@ -43,7 +43,7 @@ def alter_schema(
                 old_drs = list(c.drs)
             # Files are re-read outside the component lock: only this thread (holding the
             # maintenance lock) changes the rowset list or their files.
-            new_drs = [DiskRowSet(new_info, d.meta, c.bm, state=d.built_state()) for d in old_drs]
+            new_drs = [DiskRowSet(new_info, d.meta, c.bm, deltas=d.built_delta_index()) for d in old_drs]
             with c.lock:
                 if c.drs != old_drs or _dirty_locked(c):
                     continue  # a write for the old schema was applied meanwhile: flush it too

@@ -165,9 +165,10 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     t, _, clock = _tablet(str(tmp_path / "t"), cache)
     _write(t, clock, OpType.INSERT, list(range(0, 1000, 2)), [f"v{i}" for i in range(0, 1000, 2)], 1)
     t.flush_mrs()
-    assert all(d.resident() for d in t.rowsets())
+    assert all(d.resident() for d in t.rowsets())  # every decoded block of the flushed rowset is held
     used = cache.status()["usage_bytes"]
-    assert used == sum(os.path.getsize(t.bm.path(d.meta.base_block)) for d in t.rowsets())
+    assert 0 < used <= cache.capacity_bytes
+    assert used >= sum(d.base_bytes() for d in t.rowsets()) // 2  # charged at about the decoded size
     for k in (0, 2, 500, 998):
         assert _lookup(t, k, inline=True) == _lookup(t, k, inline=False) == [(k, f"v{k}")]
         assert _lookup(t, k, inline=True) == _range_scan(t, k)  # the general (non-lookup) scan agrees
@@ -178,7 +179,7 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     # built (by a write that needs it or a worker's lookup) a lookup goes to a worker, then it is inline.
     _write(t, clock, OpType.UPDATE, [500], ["new"], 2)
     _write(t, clock, OpType.DELETE, [998], [None], 3)
-    if t.rowsets()[0].built_state() is None:
+    if t.rowsets()[0].built_delta_index() is None:
         assert _lookup(t, 500, inline=True) is None
         assert _lookup(t, 500, inline=False) == [(500, "new")]
     assert _lookup(t, 500, inline=True) == [(500, "new")] == _range_scan(t, 500)
@@ -204,10 +205,11 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     # A compaction replaces the files: the old ones leave the cache, the new ones enter it.
     _write(t, clock, OpType.INSERT, list(range(1, 1000, 2)), [f"v{i}" for i in range(1, 1000, 2)], 4)
     t.flush_mrs()
+    old = {b for d in t.rowsets() for b in (d.meta.base_block, *d.meta.delta_blocks)}
     assert t.compact_rowsets()
     live = {b for d in t.rowsets() for b in (d.meta.base_block, *d.meta.delta_blocks)}
-    assert cache.status()["usage_bytes"] == sum(os.path.getsize(t.bm.path(b)) for b in live)
-    assert cache.status()["blocks"] == len(live)
+    assert all(cache.holds(t.bm.path(b)) for b in live) and all(d.resident() for d in t.rowsets())
+    assert not any(cache.holds(t.bm.path(b)) for b in old - live)
     assert _lookup(t, 501, inline=False) == [(501, "v501")]  # builds the new rowset's change state
     assert _lookup(t, 501, inline=True) == [(501, "v501")] and _lookup(t, 500, inline=True) == [(500, "new")]
 
@@ -215,7 +217,8 @@ def test_lookups_in_cached_rowsets_are_answered_from_memory_as_a_worker_would(tm
     before = cache.status()
     t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=cache), clock=clock)
     after = cache.status()
-    assert after["usage_bytes"] == before["usage_bytes"] and after["hits"] == before["hits"] + len(live)
+    assert after["usage_bytes"] == before["usage_bytes"] and after["inserts"] == before["inserts"]
+    assert after["hits"] > before["hits"] and all(d.resident() for d in t2.rowsets())
     assert _lookup(t2, 501, inline=False) == [(501, "v501")]
     assert _lookup(t2, 501, inline=True) == [(501, "v501")]
 
@@ -258,8 +261,9 @@ def test_a_missing_rowset_file_is_named_as_corruption_with_the_cache_too(tmp_pat
 
 
 def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_path: Any) -> None:
-    """A cache with room for one rowset's base data: the next flush's rowset takes it, the first one maps
-    its file again (same rows), and its lookups are left to a worker while the new one's stay inline."""
+    """A cache with room for one rowset's decoded blocks: the next flush's rowset takes it, the first one's
+    blocks are evicted (its rows read from the file again), and its lookups are left to a worker while
+    the new one's stay inline; a worker's read puts the block it decoded back in the cache."""
     probe, _, pclock = _tablet(str(tmp_path / "probe"), BlockCache(64 << 20))
     _write(probe, pclock, OpType.INSERT, list(range(100)), [f"v{i}" for i in range(100)], 1)
     probe.flush_mrs()
@@ -273,9 +277,10 @@ def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_
     _write(t, clock, OpType.INSERT, list(range(1000, 1100)), [f"v{i}" for i in range(1000, 1100)], 2)
     t.flush_mrs()
     second = next(d for d in t.rowsets() if d is not first)
-    assert cache.status()["evictions"] == 1 and not first.resident() and second.resident()
-    assert _lookup(t, 7, inline=True) is None and _lookup(t, 7, inline=False) == [(7, "v7")]
+    assert cache.status()["evictions"] >= 1 and not first.resident() and second.resident()
     assert _lookup(t, 1007, inline=True) == [(1007, "v1007")]
+    assert _lookup(t, 7, inline=True) is None and _lookup(t, 7, inline=False) == [(7, "v7")]
+    assert _lookup(t, 7, inline=True) == [(7, "v7")]  # the worker's read put the block back in the cache
     assert _rows_of(t) == [*range(100), *range(1000, 1100)]
 
     # A restart opens old rowsets: they take only free room, so opening every file of a tserver holding
@@ -283,7 +288,7 @@ def test_an_evicted_rowset_reads_its_mapped_file_and_lookups_go_to_a_worker(tmp_
     again = BlockCache(one + one // 2)
     t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=again), clock=clock)
     st = again.status()
-    assert st["inserts"] == 1 and st["refused"] == 1 and st["evictions"] == 0
+    assert st["refused"] >= 1 and st["evictions"] == 0
     assert sum(d.resident() for d in t2.rowsets()) == 1
     assert _rows_of(t2) == [*range(100), *range(1000, 1100)]
 

@@ -83,3 +83,27 @@ def test_bloom_has_no_false_negatives_and_few_false_positives() -> None:
     others = [random.randbytes(9) for _ in range(5000)]
     fp = sum(bf.may_contain(k) for k in others) / len(others)
     assert fp < 0.03
+
+
+def test_word_hashes_of_a_key_column_match_the_per_key_hash_and_fill_a_filter() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from kudu_async.tablet.bloom import word_hash
+    from kudu_async.tablet.key_arrays import word_hashes
+
+    rng = np.random.default_rng(3)
+    keys = [b"", b"\x00", b"a" * 7, b"b" * 8, b"c" * 9, *(rng.bytes(int(n)) for n in rng.integers(0, 40, 500))]
+    arr = pa.array(keys, pa.binary())
+    assert word_hashes(arr).tolist() == [word_hash(k) for k in keys]
+    assert word_hashes(arr.slice(3, 10)).tolist() == [word_hash(k) for k in keys[3:13]]
+    long_tail = [*keys[:50], b"z" * 5000]  # a few long keys among short ones: hashed per key
+    assert word_hashes(pa.array(long_tail, pa.binary())).tolist() == [word_hash(k) for k in long_tail]
+    present = [i.to_bytes(8, "big") for i in range(0, 20000, 2)]
+    bf = BloomFilter.from_word_hashes(word_hashes(pa.array(present, pa.binary())))
+    again = BloomFilter.from_bytes(bf.to_bytes())
+    assert again.words and all(again.may_contain(k) for k in present)
+    absent = [i.to_bytes(8, "big") for i in range(1, 20000, 2)]
+    assert sum(again.may_contain(k) for k in absent) < 0.03 * len(absent)
+    probe = again.may_contain_hashes(word_hashes(pa.array(present + absent, pa.binary())))
+    assert probe[: len(present)].all() and probe.tolist() == [again.may_contain(k) for k in present + absent]

@@ -81,7 +81,7 @@ def _reference_row_latest(d: DiskRowSet, row: int) -> tuple[int, bool]:
         if mine.num_rows:
             last = mine.sort_by([(TS_COL, "ascending"), (SEQ_COL, "ascending")]).slice(mine.num_rows - 1)
             return int(last.column(TS_COL)[0].as_py()), bool(last.column(LIVE_COL)[0].as_py())
-    return int(d.base.column(TS_COL)[row].as_py()), True
+    return int(d.read_base().column(TS_COL)[row].as_py()), True
 
 
 def _reference_locate(t: Tablet, key: bytes) -> tuple[int, bool] | None:
@@ -448,7 +448,8 @@ def test_rowset_state_follows_mutations_and_survives_reopen(tmp_path: Any) -> No
 
     def check(t: Tablet) -> None:
         for d in t.rowsets():
-            ts, live, mutated = d.state()
+            ts, live = d.rows_latest(np.arange(d.num_rows()))
+            mutated = d.delta_index().lookup(np.arange(d.num_rows()))[0]
             deltas = d.delta_snapshot()
             touched = set() if deltas is None else set(deltas.column(ROW_COL).to_pylist())
             for row in range(d.num_rows()):
@@ -649,7 +650,7 @@ def test_compaction_merge_matches_the_per_row_fold(tmp_path: Any, key_kind: str)
             h.t.flush_dms()
     h.t.flush_mrs()
     info = h.t.info
-    inputs = [CompactionInput(d.base, d.delta_snapshot()) for d in h.t.rowsets()]
+    inputs = [CompactionInput(d.read_base(), d.delta_snapshot()) for d in h.t.rowsets()]
     revived = 0
     for ahm in [h.past[0] - 1, *h.past[:: max(1, len(h.past) // 12)], h.past[-1]]:
         want, want_deltas = _reference_merge_rowsets(info, inputs, ahm)
