@@ -88,6 +88,7 @@ class ReplicaOptions:
     raft: RaftOptions = field(default_factory=RaftOptions)
     fsync: bool = True
     segment_bytes: int = 8 * 1024 * 1024
+    compression: str = "LZ4"  # the WAL's frame codec (log.WAL_CODECS)
     max_pending_proposals: int = 10_000
     max_retained_segments: int = 80  # beyond this, lagging peers need a tablet copy (Kudu's default)
     gc_every_applied: int = 1000
@@ -184,7 +185,10 @@ class RaftReplica:
     def _open_blocking(self, initial_peers: dict[str, str] | None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         cmeta = ConsensusMetadata.load(self.cmeta_path)
-        wal, report = Log.open(self.dir / "wal", LogOptions(self.options.segment_bytes, self.options.fsync))
+        wal, report = Log.open(
+            self.dir / "wal",
+            LogOptions(self.options.segment_bytes, self.options.fsync, self.options.compression),
+        )
         self.wal = wal
         if report.truncated_tail_bytes:
             log.warning(

@@ -241,6 +241,15 @@ FLAGS: tuple[Flag, ...] = (
         "fsync the WAL before acknowledging (group commit keeps it cheap; unlike Kudu, on by default).",
     ),
     Flag("log_segment_size_mb", _to_int, 8, "Roll WAL segments at this size.", check=_positive),
+    Flag(
+        "log_compression_codec",
+        _to_str,
+        "LZ4",
+        "Codec of WAL frames (each group-committed batch compressed as one). Default LZ4 as in Kudu: a "
+        "100,000-row write batch shrinks to less than half at a few ms per MB in the WAL worker; ZSTD "
+        "shrinks more at about twice the CPU. Segments written with any codec read with any setting.",
+        choices=("NONE", "LZ4", "SNAPPY", "ZSTD"),
+    ),
     Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),

@@ -93,6 +93,7 @@ class Node:
                 ),
                 fsync=config.log_force_fsync_all,
                 segment_bytes=config.log_segment_size_mb * 1024 * 1024,
+                compression=config.log_compression_codec,
                 max_retained_segments=config.log_max_segments_to_retain,
             ),
             tick_interval_s=tick_ms / 1000.0,
