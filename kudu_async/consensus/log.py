@@ -492,6 +492,29 @@ class Log:
                 out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
             return out
 
+    def read_limited(self, start: int, end: int, max_bytes: int) -> list[LogEntry]:
+        """Entries from ``start`` up to ``end`` inclusive while their data fits in ``max_bytes`` (at
+        least one): one batch for a lagging peer. Blocking: reads segment files."""
+        with self._lock:
+            if start < self.first_index or start > self.last_index:
+                raise KuduNotFound(f"log index {start} not in [{self.first_index}, {self.last_index}]")
+            end = min(end, self.last_index)
+            out: list[LogEntry] = []
+            size = 0
+            cache: tuple[int, int, list[Any]] | None = None
+            pos = self._pos
+            for index in range(start, end + 1):
+                i = index - pos.first
+                seqno, offset = pos.seg[i], pos.offset[i]
+                if cache is None or cache[0] != seqno or cache[1] != offset:
+                    cache = (seqno, offset, self._read_batch(seqno, offset))
+                e = cache[2][pos.slot[i]]
+                size += len(e[3]) + _ENTRY_OVERHEAD
+                if out and size > max_bytes:
+                    break
+                out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
+            return out
+
     def _read_batch(self, seqno: int, offset: int) -> list[Any]:
         fd = self._read_fds.get(seqno)
         if fd is None:

@@ -31,6 +31,7 @@ from kudu_async.common.errors import (
     KuduCorruption,
     KuduIllegalState,
     KuduInvalidArgument,
+    KuduNotFound,
     KuduNotSupported,
     KuduNotTheLeader,
     KuduServiceUnavailable,
@@ -46,6 +47,7 @@ from kudu_async.consensus.raft import (
     Entry,
     EntryKind,
     HardState,
+    LogRead,
     Message,
     RaftNode,
     RaftOptions,
@@ -91,6 +93,8 @@ class ReplicaOptions:
     compression: str = "LZ4"  # the WAL's frame codec (log.WAL_CODECS)
     max_pending_proposals: int = 10_000
     max_retained_segments: int = 80  # beyond this, lagging peers need a tablet copy (Kudu's default)
+    min_retained_segments: int = 1  # the newest segments always kept (Kudu's log_min_segments_to_retain)
+    global_log_cache_bytes: int = 256 << 20  # all replicas' in-memory logs together (RaftManager splits it)
     gc_every_applied: int = 1000
     commit_save_interval_s: float = 1.0
 
@@ -150,6 +154,7 @@ class RaftReplica:
         self._applied_since_gc = 0
         self._segments_at_gc = 0
         self._snapshot_warned: set[str] = set()
+        self.log_reads_done = 0  # WAL read-backs answered for lagging peers
         self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
         # Set by the host: called when a peer needs a tablet copy (behind the retained log, or missing).
         self.on_peer_needs_copy: Callable[[str, str], None] | None = None
@@ -517,6 +522,8 @@ class RaftReplica:
             fut = self._reads.get(rs.ctx)
             if fut is not None and not fut.done():
                 fut.set_result(rs.index)
+        for lr in rd.log_reads:
+            self._start_log_read(lr)
         for ns in rd.needs_snapshot:
             if ns.peer not in self._snapshot_warned:
                 self._snapshot_warned.add(ns.peer)
@@ -532,6 +539,38 @@ class RaftReplica:
             )
             if self.on_role_change is not None:
                 self.on_role_change()
+
+    def _start_log_read(self, lr: LogRead) -> None:
+        """Read entries a lagging peer needs back from the WAL in a worker; the core gets them (or hears
+        that the WAL lost them) on the loop once the read is done."""
+        wal, raft = self.wal, self.raft
+        assert wal is not None and raft is not None
+        fut = asyncio.get_running_loop().run_in_executor(self.executor, wal.read_limited, lr.lo, lr.hi, lr.max_bytes)
+
+        def done(f: asyncio.Future[list[LogEntry]]) -> None:
+            if self.state is not ReplicaState.RUNNING or self.raft is not raft:
+                if not f.cancelled():
+                    f.exception()  # retrieved: nobody waits for this read any more
+                return
+            error = KuduAborted("log read cancelled") if f.cancelled() else f.exception()
+            if isinstance(error, KuduNotFound):  # collected meanwhile: only a tablet copy helps now
+                raft.log_read_failed(lr.peer, lr.lo)
+            elif error is not None:
+                log.error("reading the WAL back failed", extra={"group": self.group, "error": str(error)})
+                self._fail(f"reading log entries from {lr.lo} failed: {error}")
+                return
+            else:
+                self.log_reads_done += 1
+                raft.log_read(
+                    lr.peer, lr.lo, [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data) for e in f.result()]
+                )
+            self._after_input(raft)
+
+        fut.add_done_callback(done)
+
+    def log_cache_bytes(self) -> int:
+        """Bytes of log entries held in memory for this replica (the rest are read back from the WAL)."""
+        return self.raft.log_memory_bytes() if self.raft is not None else 0
 
     async def _persist_hard_state(self, hs: HardState) -> None:
         cm = self._cmeta
@@ -642,11 +681,12 @@ class RaftReplica:
         retain_from = min(durable + 1, raft.retention_index())  # what lagging followers still need
         if len(wal.segment_info()) > self.options.max_retained_segments:
             retain_from = durable + 1  # past the retention cap: lagging peers get a tablet copy instead
-        raft.compact(durable)
+        raft.compact(durable, keep_terms_from=wal.first_index)  # what the WAL still has stays readable
         self._save_cmeta_config()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
-        await loop.run_in_executor(self.executor, wal.gc, retain_from)
+        await loop.run_in_executor(self.executor, wal.gc, retain_from, self.options.min_retained_segments)
+        raft.log_retained_from(wal.first_index)
 
     def peer_needs_copy(self, peer: str) -> None:
         """Ask the host to copy this replica to ``peer`` (only a leader does; the host rate-limits)."""

@@ -251,6 +251,32 @@ FLAGS: tuple[Flag, ...] = (
         choices=("NONE", "LZ4", "SNAPPY", "ZSTD"),
     ),
     Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
+    Flag(
+        "log_min_segments_to_retain",
+        _to_int,
+        1,
+        "Newest WAL segments always kept, even when the tablet's data is flushed and every peer has them "
+        "(Kudu's default 1: the segment being appended to).",
+        check=_positive,
+    ),
+    Flag(
+        "log_cache_size_limit_mb",
+        _to_int,
+        8,
+        "Bytes of one replica's Raft log kept in memory for peers (Kudu: 128). Entries every peer holds "
+        "leave at once; past this the oldest leave too and a slow peer's are read back from the WAL. "
+        "8 MiB keeps a dozen 100,000-row write batches per tablet, enough for a peer a few seconds "
+        "behind, and a node with a 1 GiB memory limit is not spent on logs.",
+        check=_positive,
+    ),
+    Flag(
+        "global_log_cache_size_limit_mb",
+        _to_int,
+        256,
+        "Bytes of all replicas' in-memory Raft logs on the node (Kudu: 1024); each replica gets "
+        "the smaller of --log_cache_size_limit_mb and an equal share. A quarter of a 1 GiB memory limit.",
+        check=_positive,
+    ),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
     # --- tablet server: storage, scans, back-pressure ---
