@@ -826,6 +826,9 @@ class RaftReplica:
                 "readies_waiting": len(self._readies),
                 "log_writes_in_flight": self._writes_in_flight,
                 "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
+                "log_cache_bytes": raft.log_memory_bytes(),
+                "log_cached_from": raft.log.cached_from(),
+                "log_reads": self.log_reads_done,
             }
         )
         return out
