@@ -96,6 +96,9 @@ class ReplicaOptions:
     min_retained_segments: int = 1  # the newest segments always kept (Kudu's log_min_segments_to_retain)
     global_log_cache_bytes: int = 256 << 20  # all replicas' in-memory logs together (RaftManager splits it)
     gc_every_applied: int = 1000
+    # Also look for log to collect this often (ticks) without new entries: a flush that made the
+    # state machine durable frees the segments behind it even when writes have stopped.
+    gc_check_ticks: int = 50
     commit_save_interval_s: float = 1.0
 
 
@@ -153,6 +156,8 @@ class RaftReplica:
         self.append_responses_sent: dict[str, int] = {}  # per peer: how many AppendResponses went out
         self._applied_since_gc = 0
         self._segments_at_gc = 0
+        self._ticks_to_gc_check = self.options.gc_check_ticks
+        self._gc_due = False
         self._snapshot_warned: set[str] = set()
         self.log_reads_done = 0  # WAL read-backs answered for lagging peers
         self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
@@ -256,8 +261,15 @@ class RaftReplica:
 
     def tick(self, node_tick: int | None = None) -> None:
         raft = self.raft
-        if raft is not None and self.state is ReplicaState.RUNNING and raft.tick(node_tick):
+        if raft is None or self.state is not ReplicaState.RUNNING:
+            return
+        if raft.tick(node_tick):
             self._after_input(raft)
+        self._ticks_to_gc_check -= 1
+        if self._ticks_to_gc_check <= 0:
+            self._ticks_to_gc_check = self.options.gc_check_ticks
+            self._gc_due = True
+            self._wake.set()
 
     def receive(self, message: Message) -> None:
         """A message from a peer (already decoded and validated by the transport layer)."""
@@ -474,6 +486,9 @@ class RaftReplica:
                         self._propose_queued(raft)
                     while self.state is ReplicaState.RUNNING and (self._readies or raft.has_ready()):
                         await self._handle(self._readies.pop(0) if self._readies else raft.ready())
+                    if self._gc_due and self.state is ReplicaState.RUNNING:
+                        self._gc_due = False
+                        await self._maybe_gc()
                 finally:
                     self._busy = False
                 self._notify_waiters()
@@ -670,21 +685,27 @@ class RaftReplica:
             self._segments_at_gc = self.wal.num_segments if self.wal is not None else 0
 
     async def _maybe_gc(self) -> None:
-        """Drop log segments the state machine has made durable and no peer still needs."""
+        """Drop log segments the state machine has made durable and no peer still needs.
+
+        Runs after applies and every ``gc_check_ticks``: a segment kept for a peer that has caught up
+        since, or behind a flush that came after the last write, is collected without new entries."""
         raft, wal = self.raft, self.wal
         assert raft is not None and wal is not None
         if self.gc_holds:
             return  # a tablet copy is capturing the log and compaction point
-        durable = min(self.sm.durable_index(), raft.applied_index)
-        if durable <= raft.snapshot_meta().index:
-            return
-        retain_from = min(durable + 1, raft.retention_index())  # what lagging followers still need
-        if len(wal.segment_info()) > self.options.max_retained_segments:
-            retain_from = durable + 1  # past the retention cap: lagging peers get a tablet copy instead
-        raft.compact(durable, keep_terms_from=wal.first_index)  # what the WAL still has stays readable
-        self._save_cmeta_config()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
+        durable = min(self.sm.durable_index(), raft.applied_index)
+        if durable > raft.snapshot_meta().index:
+            raft.compact(durable, keep_terms_from=wal.first_index)  # what the WAL still has stays readable
+            self._save_cmeta_config()
+            await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
+        compacted = raft.snapshot_meta().index
+        segments = wal.segment_info()
+        retain_from = min(compacted + 1, raft.retention_index())  # what lagging followers still need
+        if len(segments) > self.options.max_retained_segments:
+            retain_from = compacted + 1  # past the retention cap: lagging peers get a tablet copy instead
+        if len(segments) <= self.options.min_retained_segments or segments[0]["last_index"] >= retain_from:
+            return  # not one whole segment to drop
         await loop.run_in_executor(self.executor, wal.gc, retain_from, self.options.min_retained_segments)
         raft.log_retained_from(wal.first_index)
 
