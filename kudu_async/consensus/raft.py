@@ -1129,12 +1129,13 @@ class RaftNode:
                 return
             else:
                 entries = log.slice_limited(pr.next, opts.max_msg_bytes)
-            if not self._ship(peer, pr, prev, prev_term, entries):
+            size = log.bytes_between(pr.next, pr.next + len(entries)) if entries else 0
+            if not self._ship(peer, pr, prev, prev_term, entries, size):
                 return
             allow_empty = False
 
-    def _ship(self, peer: str, pr: _Progress, prev: int, prev_term: int, entries: list[Entry]) -> bool:
-        """Send one AppendRequest; True when the pipeline may send more behind it."""
+    def _ship(self, peer: str, pr: _Progress, prev: int, prev_term: int, entries: list[Entry], size: int) -> bool:
+        """Send one AppendRequest of ``size`` bytes; True when the pipeline may send more behind it."""
         self._out_msgs.append(
             AppendRequest(self.group, self.id, peer, self.term, prev, prev_term, self.commit, tuple(entries))
         )
@@ -1144,7 +1145,6 @@ class RaftNode:
         if not entries:
             return False
         sent_last = prev + len(entries)
-        size = entries_bytes(entries)
         pr.inflight.append((sent_last, size))
         pr.inflight_bytes += size
         pr.next = sent_last + 1
@@ -1171,7 +1171,7 @@ class RaftNode:
         ):
             self._need_copy(peer, pr)
             return
-        if self._ship(peer, pr, lo - 1, prev_term, entries):
+        if self._ship(peer, pr, lo - 1, prev_term, entries, entries_bytes(entries)):
             self._send_append(peer, pr)
 
     def log_read_failed(self, peer: str, lo: int) -> None:
