@@ -36,6 +36,7 @@ from typing import Any
 
 import crc32c
 import msgpack
+import numpy as np
 import pyarrow as pa
 
 from kudu_async.common.errors import (
@@ -470,6 +471,16 @@ class Log:
         if not 0 <= i < len(self._pos):
             raise KuduNotFound(f"log index {index} not in [{self.first_index}, {self.last_index}]")
         return int(self._pos.term[i])
+
+    def term_runs(self, start: int, end: int) -> tuple[list[int], list[int]]:
+        """(first index, term) of each run of equal terms among entries ``start..end``: what a restarted
+        replica needs to know of entries it does not load."""
+        if start < self.first_index or end > self.last_index or start > end:
+            raise KuduNotFound(f"log range [{start}, {end}] not in [{self.first_index}, {self.last_index}]")
+        pos = self._pos
+        terms = np.frombuffer(pos.term, dtype=np.int64)[start - pos.first : end - pos.first + 1]
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(terms)) + 1))
+        return (starts + start).tolist(), terms[starts].tolist()
 
     def read(self, start: int, end: int | None = None) -> list[LogEntry]:
         """Entries ``start..end`` inclusive (default: to the end). Blocking: reads segment files."""

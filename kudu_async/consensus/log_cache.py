@@ -206,6 +206,24 @@ class LogCache:
             self._run_first.clear()
             self._run_term.clear()
 
+    def retain_terms(self, run_first: Sequence[int], run_term: Sequence[int]) -> None:
+        """At restart: the WAL still holds entries ``run_first[0]..snapshot_index`` with these term runs
+        (the compaction point's own term last), so the floor moves down to the first of them."""
+        if self._run_first or self._start != self.snapshot_index + 1:
+            raise KuduIllegalState("term runs can only be given to a log cache that evicted nothing")
+        if not run_first or run_first[0] > self.snapshot_index or run_term[-1] != self.snapshot_term:
+            raise KuduIllegalState(
+                f"term runs from {run_first[:1]} (last term {run_term[-1:]}) do not end at the compaction "
+                f"point {self.snapshot_index} (term {self.snapshot_term})"
+            )
+        self.floor, self.floor_term = run_first[0], run_term[0]
+        firsts, terms = list(run_first), list(run_term)
+        firsts[0] += 1  # the floor's own term is floor_term
+        if len(firsts) > 1 and firsts[0] == firsts[1]:
+            del firsts[0], terms[0]
+        if firsts[0] <= self.snapshot_index:
+            self._run_first, self._run_term = firsts, terms
+
     def reset(self, snapshot_index: int, snapshot_term: int) -> None:
         """Replace the whole log by a snapshot point (a tablet copy was installed)."""
         self._entries = []

@@ -593,6 +593,11 @@ class RaftNode:
         ones are dropped, and a follower needing one of those gets a ``NeedsSnapshot``."""
         self._log.forget_before(index)
 
+    def log_retained_terms(self, run_first: list[int], run_term: list[int]) -> None:
+        """At restart: the durable log also holds entries from ``run_first[0]`` up to the compaction point,
+        with these term runs; followers that need them have them read back instead of copied."""
+        self._log.retain_terms(run_first, run_term)
+
     def log_memory_bytes(self) -> int:
         """Bytes of log entries this replica holds in memory."""
         return self._log.memory_bytes()

@@ -252,6 +252,17 @@ class RaftReplica:
             options=self.options.raft,
             rng=rng,
         )
+        if wal.first_index <= snapshot.index <= wal.last_index:
+            # Entries the WAL keeps below the compaction point (for lagging peers) are not loaded: their
+            # terms are enough to read them back when a peer asks.
+            runs, terms = wal.term_runs(wal.first_index, snapshot.index)
+            if terms[-1] == snapshot.term:
+                self.raft.log_retained_terms(runs, terms)
+            else:
+                log.warning(
+                    "WAL term at the compaction point differs; lagging peers will get a tablet copy",
+                    extra={"group": self.group, "index": snapshot.index, "term": terms[-1], "expected": snapshot.term},
+                )
         log.info(
             "replica recovered",
             extra={"group": self.group, "term": cmeta.term, "entries": len(entries), "snapshot_index": snapshot.index},

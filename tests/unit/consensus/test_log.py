@@ -330,3 +330,13 @@ def test_an_unknown_compression_codec_is_refused_by_name() -> None:
     assert wal_codec_id("lz4") == 1
     with pytest.raises(KuduInvalidArgument, match=r"BROTLI.*NONE, LZ4, SNAPPY, ZSTD"):
         wal_codec_id("BROTLI")
+
+
+def test_term_runs_name_each_run_of_equal_terms(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    wal.append(entries(1, 4, term=1) + entries(5, 5, term=3) + entries(6, 9, term=4))
+    assert wal.term_runs(1, 9) == ([1, 5, 6], [1, 3, 4])
+    assert wal.term_runs(3, 7) == ([3, 5, 6], [1, 3, 4])
+    assert wal.term_runs(7, 7) == ([7], [4])
+    with pytest.raises(KuduNotFound):
+        wal.term_runs(0, 3)

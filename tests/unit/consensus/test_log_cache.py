@@ -135,3 +135,19 @@ def test_read_backs_answered_late_or_twice_are_ignored_and_a_lost_range_needs_a_
     assert [ns.peer for rd in rds for ns in rd.needs_snapshot] == ["c"]
     net.answer_read(node, lr)  # its answer arrives after all: nobody waits for it
     assert a.peer_state("c")[0] is PeerState.SNAPSHOT  # type: ignore[index]
+
+
+def test_a_restarted_cache_learns_the_terms_of_what_the_wal_keeps_below_the_compaction_point() -> None:
+    c = LogCache(20, 5, _entries(21, 25, 5))
+    assert c.term_at(19) is None
+    c.retain_terms([8, 11, 13], [1, 2, 5])  # the WAL holds 8..20
+    assert [c.term_at(i) for i in (7, 8, 9, 10, 11, 12, 13, 20, 21)] == [None, 1, 1, 1, 2, 2, 5, 5, 5]
+    assert c.floor == 8 and c.memory_bytes() == 5 * (10 + ENTRY_OVERHEAD)
+    with pytest.raises(KuduIllegalState, match="evicted nothing"):
+        c.retain_terms([8], [1])
+    bad = LogCache(20, 5)
+    with pytest.raises(KuduIllegalState, match="compaction point 20"):
+        bad.retain_terms([8, 11], [1, 2])
+    single = LogCache(20, 5)
+    single.retain_terms([20], [5])  # only the compaction point itself
+    assert (single.floor, single.term_at(20), single.term_at(19)) == (20, 5, None)

@@ -102,3 +102,32 @@ async def test_the_in_memory_log_stays_under_its_limit_and_the_wal_is_compressed
         off += 12 + (word & ((1 << 29) - 1))
     assert codecs.count(3) == 50  # each write's frame ZSTD-compressed (the tiny first ones are not)
     assert len(data) < 50 * 1000 // 4
+
+
+async def test_a_restarted_replica_knows_the_terms_of_entries_kept_below_its_compaction_point(
+    tmp_path: Path,
+) -> None:
+    """Entries kept for lagging peers are not loaded at restart, but stay readable for them: the
+    core's floor is the WAL's first entry, not the compaction point."""
+    sm = Flushable()
+    opts = ReplicaOptions(fsync=False, segment_bytes=4096, compression="NONE", gc_every_applied=10)
+    async with one_voter(tmp_path, sm, opts) as replica:
+        wal = replica.wal
+        assert wal is not None
+        flushed = False
+        for i in range(30):
+            await replica.replicate(bytes([i]) * 500)
+            newest = wal.segment_info()[-1]
+            if not flushed and i >= 10 and newest["last_index"] - newest["first_index"] == 2:
+                sm.flush()  # mid-segment: the entries after it keep the segment, and those before it
+                flushed = True
+        assert replica.raft is not None
+        compacted = replica.raft.snapshot_meta().index
+        assert compacted > 1
+    async with one_voter(tmp_path, sm, opts) as again:
+        raft, wal = again.raft, again.wal
+        assert raft is not None and wal is not None
+        assert raft.snapshot_meta().index == compacted
+        assert wal.first_index < compacted  # whole segments only: some entries below it stay
+        assert raft.log.floor == wal.first_index
+        assert raft.log.term_at(wal.first_index + 1) == wal.term_at(wal.first_index + 1)
