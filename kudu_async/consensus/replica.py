@@ -571,7 +571,12 @@ class RaftReplica:
         that the WAL lost them) on the loop once the read is done."""
         wal, raft = self.wal, self.raft
         assert wal is not None and raft is not None
-        fut = asyncio.get_running_loop().run_in_executor(self.executor, wal.read_limited, lr.lo, lr.hi, lr.max_bytes)
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(
+                self.executor, wal.read_limited, lr.lo, lr.hi, lr.max_bytes
+            )
+        except RuntimeError:  # the executor is shut down: the node is stopping, the peer waits for a leader
+            return
 
         def done(f: asyncio.Future[list[LogEntry]]) -> None:
             if self.state is not ReplicaState.RUNNING or self.raft is not raft:
