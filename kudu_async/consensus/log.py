@@ -503,9 +503,9 @@ class Log:
                 out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
             return out
 
-    def read_limited(self, start: int, end: int, max_bytes: int) -> list[LogEntry]:
-        """Entries from ``start`` up to ``end`` inclusive while their data fits in ``max_bytes`` (at
-        least one): one batch for a lagging peer. Blocking: reads segment files."""
+    def read_limited(self, start: int, end: int, max_bytes: int, min_entries: int = 1) -> list[LogEntry]:
+        """Entries from ``start`` up to ``end`` inclusive: at least ``min_entries``, then more while their
+        data fits in ``max_bytes``; what a lagging peer is sent next. Blocking: reads segment files."""
         with self._lock:
             if start < self.first_index or start > self.last_index:
                 raise KuduNotFound(f"log index {start} not in [{self.first_index}, {self.last_index}]")
@@ -521,7 +521,7 @@ class Log:
                     cache = (seqno, offset, self._read_batch(seqno, offset))
                 e = cache[2][pos.slot[i]]
                 size += len(e[3]) + _ENTRY_OVERHEAD
-                if out and size > max_bytes:
+                if len(out) >= min_entries and size > max_bytes:
                     break
                 out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
             return out

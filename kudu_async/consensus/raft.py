@@ -221,12 +221,14 @@ class NeedsSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class LogRead:
-    """Peer ``peer`` needs entries ``lo..hi`` (up to about ``max_bytes``, at least one) read back from the WAL."""
+    """Peer ``peer`` needs entries ``lo..hi`` read back from the WAL: at least ``min_entries`` of them (as
+    many as there are), then more while they fit in ``max_bytes``."""
 
     peer: str
     lo: int
     hi: int
     max_bytes: int
+    min_entries: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -1129,8 +1131,19 @@ class RaftNode:
                 entries: list[Entry] = []
             elif pr.next < log.cached_from():  # evicted from memory: the driver reads them from the WAL
                 if not pr.reading:
+                    # One read fills the pipeline (one message's worth while probing): catching up from the
+                    # WAL runs at the pipeline's pace, not one message per disk read. So a read waits until
+                    # half the pipeline is free (acks call back here), rather than fetching one message.
+                    if pr.state is PeerState.REPLICATE and (
+                        2 * len(pr.inflight) > opts.max_inflight_msgs or 2 * pr.inflight_bytes > opts.max_inflight_bytes
+                    ):
+                        return
+                    room = 1 if pr.state is PeerState.PROBE else opts.max_inflight_msgs - len(pr.inflight)
+                    budget = min(room * opts.max_msg_bytes, opts.max_inflight_bytes - pr.inflight_bytes)
                     pr.reading = pr.next
-                    self._out_log_reads.append(LogRead(peer, pr.next, log.cached_from() - 1, opts.max_msg_bytes))
+                    self._out_log_reads.append(
+                        LogRead(peer, pr.next, log.cached_from() - 1, max(budget, opts.max_msg_bytes), max(1, room))
+                    )
                 return
             else:
                 entries = log.slice_limited(pr.next, opts.max_msg_bytes)
@@ -1176,8 +1189,24 @@ class RaftNode:
         ):
             self._need_copy(peer, pr)
             return
-        if self._ship(peer, pr, lo - 1, prev_term, entries, entries_bytes(entries)):
-            self._send_append(peer, pr)
+        opts = self.opts
+        k = 0
+        while k < len(entries):  # messages of up to max_msg_bytes (at least one entry) while there is room
+            if pr.state is not PeerState.PROBE and (
+                len(pr.inflight) >= opts.max_inflight_msgs or pr.inflight_bytes >= opts.max_inflight_bytes
+            ):
+                return  # acks will make room; the entries after these are read again then
+            end, size = k + 1, entries_bytes(entries[k : k + 1])
+            while end < len(entries):
+                more = entries_bytes(entries[end : end + 1])
+                if size + more > opts.max_msg_bytes:
+                    break
+                end, size = end + 1, size + more
+            prev = entries[k].index - 1
+            if not self._ship(peer, pr, prev, prev_term if k == 0 else entries[k - 1].term, entries[k:end], size):
+                return
+            k = end
+        self._send_append(peer, pr)
 
     def log_read_failed(self, peer: str, lo: int) -> None:
         """The WAL no longer holds the entries from ``lo`` that ``peer`` needs: it needs a tablet copy."""

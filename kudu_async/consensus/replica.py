@@ -573,7 +573,7 @@ class RaftReplica:
         assert wal is not None and raft is not None
         try:
             fut = asyncio.get_running_loop().run_in_executor(
-                self.executor, wal.read_limited, lr.lo, lr.hi, lr.max_bytes
+                self.executor, wal.read_limited, lr.lo, lr.hi, lr.max_bytes, lr.min_entries
             )
         except RuntimeError:  # the executor is shut down: the node is stopping, the peer waits for a leader
             return

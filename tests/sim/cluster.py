@@ -335,7 +335,7 @@ class Simulation:
                 size = 0
                 for e in log[lr.lo - base - 1 : lr.hi - base]:
                     size += len(e.payload) + 24
-                    if out and size > lr.max_bytes:
+                    if len(out) >= lr.min_entries and size > lr.max_bytes:
                         break
                     out.append(e)
                 self.stats["log_reads"] += 1

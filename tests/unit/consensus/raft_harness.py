@@ -90,7 +90,7 @@ class Net:
         for e in self.wal[node_id]:
             if lr.lo <= e.index <= lr.hi:
                 size += len(e.payload) + 24
-                if got and size > lr.max_bytes:
+                if len(got) >= lr.min_entries and size > lr.max_bytes:
                     break
                 got.append(e)
         self.reads_answered[node_id] += 1
