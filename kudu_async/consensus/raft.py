@@ -61,7 +61,7 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
 )
 
-from .log_cache import LogCache, entries_bytes
+from .log_cache import ENTRY_OVERHEAD, LogCache, entries_bytes
 from .raft_messages import (
     AppendRequest,
     AppendResponse,
@@ -279,6 +279,24 @@ class _Progress:
     read_ack: int = 0
     snapshot_elapsed: int = 0
     reading: int = 0  # first index of the WAL read-back under way for this peer (0: none)
+    # Entries read back from the WAL and not yet sent (at most one read's worth, within the in-flight
+    # budget): a probe round or a full pipeline does not throw a read away. Committed, so never stale.
+    stash: list[Entry] = field(default_factory=list)
+
+    def from_stash(self, max_bytes: int) -> list[Entry]:
+        """Stashed entries from ``next`` on, up to ``max_bytes`` (at least one); [] when not stashed."""
+        stash = self.stash
+        if not stash or not stash[0].index <= self.next <= stash[-1].index:
+            stash.clear()
+            return []
+        del stash[: self.next - stash[0].index]
+        end, size = 1, len(stash[0].payload) + ENTRY_OVERHEAD
+        while end < len(stash):
+            size += len(stash[end].payload) + ENTRY_OVERHEAD
+            if size > max_bytes:
+                break
+            end += 1
+        return stash[:end]
 
     def reset(self, state: PeerState, next_index: int) -> None:
         self.state = state
@@ -1129,28 +1147,42 @@ class RaftNode:
                 if not allow_empty:
                     return
                 entries: list[Entry] = []
-            elif pr.next < log.cached_from():  # evicted from memory: the driver reads them from the WAL
-                if not pr.reading:
-                    # One read fills the pipeline (one message's worth while probing): catching up from the
-                    # WAL runs at the pipeline's pace, not one message per disk read. So a read waits until
-                    # half the pipeline is free (acks call back here), rather than fetching one message.
-                    if pr.state is PeerState.REPLICATE and (
-                        2 * len(pr.inflight) > opts.max_inflight_msgs or 2 * pr.inflight_bytes > opts.max_inflight_bytes
-                    ):
-                        return
-                    room = 1 if pr.state is PeerState.PROBE else opts.max_inflight_msgs - len(pr.inflight)
-                    budget = min(room * opts.max_msg_bytes, opts.max_inflight_bytes - pr.inflight_bytes)
-                    pr.reading = pr.next
-                    self._out_log_reads.append(
-                        LogRead(peer, pr.next, log.cached_from() - 1, max(budget, opts.max_msg_bytes), max(1, room))
-                    )
-                return
+            elif pr.next < log.cached_from():  # evicted from memory: from the stash, or read from the WAL
+                if not self._send_evicted(peer, pr, prev, prev_term):
+                    return
+                allow_empty = False
+                continue
             else:
+                if pr.stash:
+                    pr.stash.clear()  # caught up with what is in memory: read-back leftovers are done
                 entries = log.slice_limited(pr.next, opts.max_msg_bytes)
             size = log.bytes_between(pr.next, pr.next + len(entries)) if entries else 0
             if not self._ship(peer, pr, prev, prev_term, entries, size):
                 return
             allow_empty = False
+
+    def _send_evicted(self, peer: str, pr: _Progress, prev: int, prev_term: int) -> bool:
+        """Send entries evicted from memory: stashed ones at once, else ask the driver to read them from
+        the WAL. True when the pipeline may send more behind them."""
+        opts = self.opts
+        entries = pr.from_stash(opts.max_msg_bytes)
+        if entries:  # read back a moment ago (a probe round or a full pipeline left them over)
+            return self._ship(peer, pr, prev, prev_term, entries, entries_bytes(entries))
+        if pr.reading:
+            return False
+        # One read fills the pipeline (one message's worth while probing), so catching up from the WAL
+        # runs at the pipeline's pace, not one message per disk read; while the pipeline is more than
+        # half full the read waits (acks call back here).
+        if pr.state is PeerState.REPLICATE and (
+            2 * len(pr.inflight) > opts.max_inflight_msgs or 2 * pr.inflight_bytes > opts.max_inflight_bytes
+        ):
+            return False
+        room = 1 if pr.state is PeerState.PROBE else opts.max_inflight_msgs - len(pr.inflight)
+        budget = min(room * opts.max_msg_bytes, opts.max_inflight_bytes - pr.inflight_bytes)
+        pr.reading = pr.next
+        last = self._log.cached_from() - 1
+        self._out_log_reads.append(LogRead(peer, pr.next, last, max(budget, opts.max_msg_bytes), max(1, room)))
+        return False
 
     def _ship(self, peer: str, pr: _Progress, prev: int, prev_term: int, entries: list[Entry], size: int) -> bool:
         """Send one AppendRequest of ``size`` bytes; True when the pipeline may send more behind it."""
@@ -1189,24 +1221,8 @@ class RaftNode:
         ):
             self._need_copy(peer, pr)
             return
-        opts = self.opts
-        k = 0
-        while k < len(entries):  # messages of up to max_msg_bytes (at least one entry) while there is room
-            if pr.state is not PeerState.PROBE and (
-                len(pr.inflight) >= opts.max_inflight_msgs or pr.inflight_bytes >= opts.max_inflight_bytes
-            ):
-                return  # acks will make room; the entries after these are read again then
-            end, size = k + 1, entries_bytes(entries[k : k + 1])
-            while end < len(entries):
-                more = entries_bytes(entries[end : end + 1])
-                if size + more > opts.max_msg_bytes:
-                    break
-                end, size = end + 1, size + more
-            prev = entries[k].index - 1
-            if not self._ship(peer, pr, prev, prev_term if k == 0 else entries[k - 1].term, entries[k:end], size):
-                return
-            k = end
-        self._send_append(peer, pr)
+        pr.stash = list(entries)
+        self._send_append(peer, pr)  # ships them from the stash as the pipeline has room
 
     def log_read_failed(self, peer: str, lo: int) -> None:
         """The WAL no longer holds the entries from ``lo`` that ``peer`` needs: it needs a tablet copy."""

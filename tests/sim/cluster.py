@@ -69,7 +69,7 @@ class SimParams:
     max_msg_bytes: int = 200
     max_inflight_msgs: int = 4
     log_cache_bytes: int = 150  # a handful of entries: lagging peers are fed from read-backs
-    read_delay: int = 6  # WAL read-back latency in steps (1..read_delay)
+    read_delay: int = 2  # WAL read-back latency in steps (1..read_delay): a page-cache read, no fsync
     trace: bool = False
 
 
