@@ -1,8 +1,12 @@
 """The write-ahead log of one Raft replica: segmented, CRC32C-framed, group-committed.
 
 Layout: ``<dir>/wal-<seqno:09d>`` segment files. Each starts with a header (magic + seqno) and holds
-frames ``[u32 length][u32 crc32c(payload)][u32 crc32c(first 8 header bytes)][payload]``; a payload
-is a msgpack list of entries ``[term, index, kind, data]`` appended together. Truncation is logical,
+frames ``[u32 codec<<29 | length][u32 crc32c(payload)][u32 crc32c(first 8 header bytes)][payload]``; a
+payload is a msgpack list of entries ``[term, index, kind, data]`` appended together, stored as is (codec
+0) or compressed as ``[u32 msgpack length][compressed msgpack]`` (Kudu's ``log_compression_codec``).
+Compressing the whole frame rather than each entry lets group-committed small writes share one
+dictionary; a frame written by a log without compression (every length fits in 29 bits) reads as
+codec 0, so old segments stay readable. Truncation is logical,
 as in Kudu: an appended entry whose index is at or below the last one replaces that suffix, both now
 and when the log is replayed, so the files stay append-only.
 
@@ -32,6 +36,8 @@ from typing import Any
 
 import crc32c
 import msgpack
+import numpy as np
+import pyarrow as pa
 
 from kudu_async.common.errors import (
     KuduAborted,
@@ -56,6 +62,42 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024
 _ENTRY_OVERHEAD = 48
 MAX_ENTRY_BYTES = MAX_FRAME_BYTES - _ENTRY_OVERHEAD
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
+_CODEC_SHIFT = 29  # a frame's length is at most MAX_FRAME_BYTES (2**28): the top 3 bits name its codec
+_LENGTH_MASK = (1 << _CODEC_SHIFT) - 1
+_RAW_SIZE = struct.Struct(">I")  # a compressed payload's msgpack length, ahead of the compressed bytes
+_MIN_COMPRESS_BYTES = 64  # smaller payloads never shrink by enough to pay for the codec's framing
+# Frame codec ids as stored, by the names of ``--log_compression_codec`` (pyarrow's codec behind each).
+WAL_CODECS: dict[str, tuple[int, str | None]] = {
+    "NONE": (0, None),
+    "LZ4": (1, "lz4"),
+    "SNAPPY": (2, "snappy"),
+    "ZSTD": (3, "zstd"),
+}
+_CODEC_BY_ID: dict[int, pa.Codec | None] = {}
+
+
+def _codec_for_id(codec_id: int) -> pa.Codec | None:
+    """The pyarrow codec of a stored id (created once); KuduCorruption for an id no writer uses."""
+    try:
+        return _CODEC_BY_ID[codec_id]
+    except KeyError:
+        pass
+    name = next((pa_name for cid, pa_name in WAL_CODECS.values() if cid == codec_id), "?")
+    if name == "?":
+        raise KuduCorruption(f"unknown WAL compression codec id {codec_id}")
+    codec = None if name is None else pa.Codec(name)
+    _CODEC_BY_ID[codec_id] = codec
+    return codec
+
+
+def wal_codec_id(name: str) -> int:
+    """The stored id of a ``--log_compression_codec`` value; INVALID_ARGUMENT names the choices."""
+    try:
+        return WAL_CODECS[name.upper()][0]
+    except KeyError:
+        raise KuduInvalidArgument(
+            f"unknown WAL compression codec {name!r}: choose one of {', '.join(WAL_CODECS)}"
+        ) from None
 
 
 def _bin_header(n: int) -> bytes:
@@ -119,6 +161,7 @@ class _Segment:
 class LogOptions:
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     fsync: bool = True
+    compression: str = "LZ4"  # a WAL_CODECS name; applies to frames written from now on
 
 
 @dataclass
@@ -156,6 +199,8 @@ class Log:
         self._read_fds: dict[int, int] = {}
         self._lock = threading.Lock()  # guards reads against concurrent GC/appends from another thread
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)  # the appending thread's only
+        self._codec_id = wal_codec_id(options.compression)
+        self._codec = _codec_for_id(self._codec_id)
 
     # --- opening and recovery -------------------------------------------------------------------------
 
@@ -211,12 +256,10 @@ class Log:
                 if is_last and self._is_tail(data, off):
                     return off
                 raise KuduCorruption(f"WAL segment {seg.path} is corrupt at offset {off}: {torn}")
-            length = _FRAME.unpack_from(data, off)[0]
+            word = _FRAME.unpack_from(data, off)[0]
+            length = word & _LENGTH_MASK
             payload = data[off + _FRAME.size : off + _FRAME.size + length]
-            try:
-                batch = msgpack.unpackb(payload, raw=False, use_list=True)
-            except (ValueError, msgpack.ExtraData) as e:
-                raise KuduCorruption(f"WAL segment {seg.path} offset {off}: undecodable batch: {e}") from e
+            batch = _decode_batch(word >> _CODEC_SHIFT, payload, f"WAL segment {seg.path} offset {off}")
             self._index_batch(seg.seqno, off, batch)
             off += _FRAME.size + length
         return off
@@ -225,9 +268,12 @@ class Log:
     def _frame_problem(data: bytes, off: int) -> str | None:
         if off + _FRAME.size > len(data):
             return "incomplete frame header"
-        length, crc, header_crc = _FRAME.unpack_from(data, off)
+        word, crc, header_crc = _FRAME.unpack_from(data, off)
         if crc32c.crc32c(data[off : off + 8]) != header_crc:
             return "frame header checksum mismatch"
+        length = word & _LENGTH_MASK
+        if not any(cid == word >> _CODEC_SHIFT for cid, _ in WAL_CODECS.values()):
+            return f"unknown compression codec id {word >> _CODEC_SHIFT}"
         if length > MAX_FRAME_BYTES:
             return f"frame length {length} exceeds {MAX_FRAME_BYTES}"
         if off + _FRAME.size + length > len(data):
@@ -327,6 +373,7 @@ class Log:
             self._append_frames(entries[:half])
             self._append_frames(entries[half:])
             return
+        codec_id, parts, size = self._compress(parts, size)
         seg = self._segments[-1]
         if seg.size > _HEADER.size and seg.size + size + _FRAME.size > self.options.segment_bytes:
             self._roll()
@@ -334,7 +381,7 @@ class Log:
         crc = 0
         for p in parts:
             crc = crc32c.crc32c(p, crc)
-        head = struct.pack(">II", size, crc)
+        head = struct.pack(">II", size | codec_id << _CODEC_SHIFT, crc)
         head += struct.pack(">I", crc32c.crc32c(head))
         offset = seg.size
         if len(parts) == 1:  # small entries: one frame, one write
@@ -348,6 +395,18 @@ class Log:
         with self._lock:
             self._index_batch(seg.seqno, offset, [(e.term, e.index) for e in entries])
             self._refresh_tail_ranges(entries[0].index)
+
+    def _compress(self, parts: list[bytes | memoryview], size: int) -> tuple[int, list[bytes | memoryview], int]:
+        """(codec id, pieces, size) of the payload to store: compressed when that makes it smaller.
+        Runs in the appending worker; pyarrow's codecs release the GIL while they work."""
+        codec = self._codec
+        if codec is None or size < _MIN_COMPRESS_BYTES:
+            return 0, parts, size
+        raw = parts[0] if len(parts) == 1 else b"".join(parts)
+        packed: bytes = codec.compress(raw, asbytes=True)
+        if len(packed) + _RAW_SIZE.size >= size:
+            return 0, parts, size
+        return self._codec_id, [_RAW_SIZE.pack(size), packed], len(packed) + _RAW_SIZE.size
 
     def _payload_parts(self, entries: Sequence[LogEntry]) -> list[bytes | memoryview]:
         """A frame's payload, ``msgpack([[term, index, kind, data], ...])``, as pieces whose
@@ -413,6 +472,16 @@ class Log:
             raise KuduNotFound(f"log index {index} not in [{self.first_index}, {self.last_index}]")
         return int(self._pos.term[i])
 
+    def term_runs(self, start: int, end: int) -> tuple[list[int], list[int]]:
+        """(first index, term) of each run of equal terms among entries ``start..end``: what a restarted
+        replica needs to know of entries it does not load."""
+        if start < self.first_index or end > self.last_index or start > end:
+            raise KuduNotFound(f"log range [{start}, {end}] not in [{self.first_index}, {self.last_index}]")
+        pos = self._pos
+        terms = np.frombuffer(pos.term, dtype=np.int64)[start - pos.first : end - pos.first + 1]
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(terms)) + 1))
+        return (starts + start).tolist(), terms[starts].tolist()
+
     def read(self, start: int, end: int | None = None) -> list[LogEntry]:
         """Entries ``start..end`` inclusive (default: to the end). Blocking: reads segment files."""
         with self._lock:
@@ -434,18 +503,41 @@ class Log:
                 out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
             return out
 
+    def read_limited(self, start: int, end: int, max_bytes: int, min_entries: int = 1) -> list[LogEntry]:
+        """Entries from ``start`` up to ``end`` inclusive: at least ``min_entries``, then more while their
+        data fits in ``max_bytes``; what a lagging peer is sent next. Blocking: reads segment files."""
+        with self._lock:
+            if start < self.first_index or start > self.last_index:
+                raise KuduNotFound(f"log index {start} not in [{self.first_index}, {self.last_index}]")
+            end = min(end, self.last_index)
+            out: list[LogEntry] = []
+            size = 0
+            cache: tuple[int, int, list[Any]] | None = None
+            pos = self._pos
+            for index in range(start, end + 1):
+                i = index - pos.first
+                seqno, offset = pos.seg[i], pos.offset[i]
+                if cache is None or cache[0] != seqno or cache[1] != offset:
+                    cache = (seqno, offset, self._read_batch(seqno, offset))
+                e = cache[2][pos.slot[i]]
+                size += len(e[3]) + _ENTRY_OVERHEAD
+                if len(out) >= min_entries and size > max_bytes:
+                    break
+                out.append(LogEntry(int(e[0]), int(e[1]), e[2], e[3]))
+            return out
+
     def _read_batch(self, seqno: int, offset: int) -> list[Any]:
         fd = self._read_fds.get(seqno)
         if fd is None:
             seg = next(s for s in self._segments if s.seqno == seqno)
             fd = self._read_fds[seqno] = os.open(seg.path, os.O_RDONLY)
         head = os.pread(fd, _FRAME.size, offset)
-        length, crc, _ = _FRAME.unpack(head)
+        word, crc, _ = _FRAME.unpack(head)
+        length = word & _LENGTH_MASK
         payload = os.pread(fd, length, offset + _FRAME.size)
         if len(payload) != length or crc32c.crc32c(payload) != crc:
             raise KuduCorruption(f"WAL segment {seqno} offset {offset}: checksum mismatch on read")
-        batch: list[Any] = msgpack.unpackb(payload, raw=False, use_list=True)
-        return batch
+        return _decode_batch(word >> _CODEC_SHIFT, payload, f"WAL segment {seqno} offset {offset}")
 
     # --- garbage collection ---------------------------------------------------------------------------
 
@@ -491,6 +583,28 @@ class Log:
             for fd in self._read_fds.values():
                 os.close(fd)
             self._read_fds.clear()
+
+
+def _decode_batch(codec_id: int, payload: bytes, where: str) -> list[Any]:
+    """A frame's entries from its stored payload; any damage the CRC missed is CORRUPTION too."""
+    codec = _codec_for_id(codec_id)
+    if codec is not None:
+        if len(payload) < _RAW_SIZE.size:
+            raise KuduCorruption(f"{where}: compressed batch of {len(payload)} bytes lacks its length")
+        (raw_size,) = _RAW_SIZE.unpack_from(payload)
+        if raw_size > MAX_FRAME_BYTES:
+            raise KuduCorruption(f"{where}: compressed batch claims {raw_size} bytes, over {MAX_FRAME_BYTES}")
+        try:
+            payload = codec.decompress(memoryview(payload)[_RAW_SIZE.size :], decompressed_size=raw_size, asbytes=True)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise KuduCorruption(f"{where}: undecompressable batch ({codec.name}): {e}") from e
+        if len(payload) != raw_size:
+            raise KuduCorruption(f"{where}: batch decompressed to {len(payload)} bytes, not {raw_size}")
+    try:
+        batch: list[Any] = msgpack.unpackb(payload, raw=False, use_list=True)
+    except (ValueError, msgpack.ExtraData) as e:
+        raise KuduCorruption(f"{where}: undecodable batch: {e}") from e
+    return batch
 
 
 # Told the outcome of an append when its write completes: None once durable, else the error.

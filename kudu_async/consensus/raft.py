@@ -8,9 +8,9 @@ lets ``tests/sim`` check Raft's safety properties on thousands of seeded runs.
 Inputs: :meth:`RaftNode.tick`, :meth:`~RaftNode.step`, :meth:`~RaftNode.propose`,
 :meth:`~RaftNode.persisted`, :meth:`~RaftNode.applied`, :meth:`~RaftNode.propose_config_change`,
 :meth:`~RaftNode.step_down`, :meth:`~RaftNode.transfer_leadership`, :meth:`~RaftNode.read_index`,
-:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot` (plus ``propose_batch`` for many
-payloads at once). Views: ``role``, ``term``, ``leader``, ``commit``, ``config``, ``lease_valid()``,
-``retention_index()``, ``peer_state(peer)``.
+:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot`, :meth:`~RaftNode.log_read` (plus
+``propose_batch`` for many payloads at once). Views: ``role``, ``term``, ``leader``, ``commit``,
+``config``, ``lease_valid()``, ``retention_index()``, ``peer_state(peer)``.
 
 Output: after inputs the caller takes one :class:`Ready` with :meth:`RaftNode.ready` and handles it
 under this **ordering contract** (the asyncio driver and the WAL follow it):
@@ -26,7 +26,9 @@ under this **ordering contract** (the asyncio driver and the WAL follow it):
 4. ``messages``: send them (batched per destination node, any order; the network may lose them).
 5. ``committed``: apply in order (they are committed *and* durable locally), then call ``applied``.
 6. ``read_states``: a linearizable read for ``ctx`` may be served once ``applied >= index``.
-   ``needs_snapshot``: a follower is behind the compacted log; start a tablet copy to it.
+   ``needs_snapshot``: a follower is behind the log the WAL retains; start a tablet copy to it.
+   ``log_reads``: a follower needs entries evicted from the in-memory log: read them from the WAL (in a
+   worker) and hand them back with :meth:`~RaftNode.log_read`, or report :meth:`~RaftNode.log_read_failed`.
    ``role``: the role/term/leader after this Ready (None when unchanged).
 
 Several inputs may be fed before one ``ready()``; the batch then covers all of them. The hard state's
@@ -59,7 +61,7 @@ from kudu_async.common.errors import (
     KuduServiceUnavailable,
 )
 
-from .log_cache import LogCache
+from .log_cache import ENTRY_OVERHEAD, LogCache, entries_bytes
 from .raft_messages import (
     AppendRequest,
     AppendResponse,
@@ -166,6 +168,10 @@ class RaftOptions:
     max_msg_bytes: int = 1 << 20  # consensus_max_batch_size_bytes
     max_inflight_msgs: int = 64
     max_inflight_bytes: int = 16 << 20
+    # Bytes of entries kept in memory (Kudu's log_cache_size_limit_mb). Applied, durable entries every
+    # peer holds leave at once; past this the oldest applied, durable ones leave too and a peer that
+    # still needs them has them read back from the WAL.
+    log_cache_bytes: int = 8 << 20
 
     @property
     def election_ticks(self) -> int:
@@ -214,6 +220,18 @@ class NeedsSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class LogRead:
+    """Peer ``peer`` needs entries ``lo..hi`` read back from the WAL: at least ``min_entries`` of them (as
+    many as there are), then more while they fit in ``max_bytes``."""
+
+    peer: str
+    lo: int
+    hi: int
+    max_bytes: int
+    min_entries: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     """One batch of output; handle it in field order as the module docstring describes."""
 
@@ -226,6 +244,7 @@ class Ready:
     read_states: tuple[ReadState, ...] = ()
     needs_snapshot: tuple[NeedsSnapshot, ...] = ()
     role: RoleChange | None = None
+    log_reads: tuple[LogRead, ...] = ()
 
     def is_empty(self) -> bool:
         return not (
@@ -238,6 +257,7 @@ class Ready:
             or self.read_states
             or self.needs_snapshot
             or self.role
+            or self.log_reads
         )
 
 
@@ -258,11 +278,31 @@ class _Progress:
     lease_tick: int = -_FAR
     read_ack: int = 0
     snapshot_elapsed: int = 0
+    reading: int = 0  # first index of the WAL read-back under way for this peer (0: none)
+    # Entries read back from the WAL and not yet sent (at most one read's worth, within the in-flight
+    # budget): a probe round or a full pipeline does not throw a read away. Committed, so never stale.
+    stash: list[Entry] = field(default_factory=list)
+
+    def from_stash(self, max_bytes: int) -> list[Entry]:
+        """Stashed entries from ``next`` on, up to ``max_bytes`` (at least one); [] when not stashed."""
+        stash = self.stash
+        if not stash or not stash[0].index <= self.next <= stash[-1].index:
+            stash.clear()
+            return []
+        del stash[: self.next - stash[0].index]
+        end, size = 1, len(stash[0].payload) + ENTRY_OVERHEAD
+        while end < len(stash):
+            size += len(stash[end].payload) + ENTRY_OVERHEAD
+            if size > max_bytes:
+                break
+            end += 1
+        return stash[:end]
 
     def reset(self, state: PeerState, next_index: int) -> None:
         self.state = state
         self.next = next_index
         self.paused = False
+        self.reading = 0
         self.inflight.clear()
         self.inflight_bytes = 0
         self.snapshot_elapsed = 0
@@ -293,6 +333,7 @@ class RaftNode:
         self.group = group
         self.opts = options or RaftOptions()
         self._rng = rng if rng is not None else random.Random(0)
+        self._log_cache_limit = self.opts.log_cache_bytes
         self._log = LogCache(snapshot.index, snapshot.term, entries)
         self.term = hard_state.term
         self.vote = hard_state.vote
@@ -342,6 +383,7 @@ class RaftNode:
         self._out_msgs: list[Message] = []
         self._out_reads: list[ReadState] = []
         self._out_needs_snapshot: list[NeedsSnapshot] = []
+        self._out_log_reads: list[LogRead] = []
         self._last_role = RoleChange(self.role, self.term, self.leader)
         self._role_dirty = False
 
@@ -464,6 +506,7 @@ class RaftNode:
             or self._out_msgs
             or self._out_reads
             or self._out_needs_snapshot
+            or self._out_log_reads
             or self._role_dirty
             or self._apply_next <= min(self.commit, self._log.stable)
             or self._hs_sent.term != self.term
@@ -500,6 +543,7 @@ class RaftNode:
             and self._out_snapshot is None
             and not self._out_reads
             and not self._out_needs_snapshot
+            and not self._out_log_reads
         ):
             return EMPTY_READY
         rd = Ready(
@@ -512,6 +556,7 @@ class RaftNode:
             read_states=tuple(self._out_reads),
             needs_snapshot=tuple(self._out_needs_snapshot),
             role=role,
+            log_reads=tuple(self._out_log_reads),
         )
         self._out_snapshot = None
         self._out_truncate = None
@@ -519,6 +564,7 @@ class RaftNode:
         self._out_msgs = []
         self._out_reads = []
         self._out_needs_snapshot = []
+        self._out_log_reads = []
         return rd
 
     # --- inputs: durability and application ------------------------------------------------------------
@@ -538,6 +584,43 @@ class RaftNode:
         """The state machine applied everything up to ``index`` (only ever moves forward)."""
         if index > self._applied:
             self._applied = min(index, self._apply_next - 1)
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop applied, durable entries from memory: at once those every peer holds, and the oldest of
+        the rest while the cache is over its byte limit (the WAL has them for a peer that asks)."""
+        log = self._log
+        bound = min(self._applied, log.stable)
+        if bound < log.cached_from():
+            return
+        target = bound
+        if self.role is Role.LEADER and self._progress:
+            target = min(target, min(pr.match for pr in self._progress.values()))
+        limit = self._log_cache_limit
+        if log.memory_bytes() - log.bytes_between(log.cached_from(), max(target, log.cached_from() - 1) + 1) > limit:
+            target = min(bound, max(target, log.evict_target(limit)))
+        log.evict_to(target)
+
+    def set_log_cache_limit(self, limit_bytes: int) -> None:
+        """Bound the in-memory log to ``limit_bytes`` from now on (the node shares a global budget)."""
+        if limit_bytes < 0:
+            raise KuduInvalidArgument(f"log cache limit must be >= 0 bytes, not {limit_bytes}")
+        self._log_cache_limit = limit_bytes
+        self._evict()
+
+    def log_retained_from(self, index: int) -> None:
+        """The durable log holds entries from ``index`` on (after a GC, or at restart): terms of older
+        ones are dropped, and a follower needing one of those gets a ``NeedsSnapshot``."""
+        self._log.forget_before(index)
+
+    def log_retained_terms(self, run_first: list[int], run_term: list[int]) -> None:
+        """At restart: the durable log also holds entries from ``run_first[0]`` up to the compaction point,
+        with these term runs; followers that need them have them read back instead of copied."""
+        self._log.retain_terms(run_first, run_term)
+
+    def log_memory_bytes(self) -> int:
+        """Bytes of log entries this replica holds in memory."""
+        return self._log.memory_bytes()
 
     # --- inputs: time ---------------------------------------------------------------------------------
 
@@ -768,9 +851,10 @@ class RaftNode:
             return False
         return ticks[q - 1] + self.opts.election_ticks - LEASE_MARGIN_TICKS >= self._ticks
 
-    def compact(self, up_to_index: int) -> None:
-        """Entries up to ``up_to_index`` are durable in the state machine: forget them. Followers that
-        still need them will get a ``NeedsSnapshot`` output."""
+    def compact(self, up_to_index: int, keep_terms_from: int | None = None) -> None:
+        """Entries up to ``up_to_index`` are durable in the state machine: forget them. The WAL still
+        holds those from ``keep_terms_from`` on (default: none of them): a follower that needs one has
+        it read back (``log_reads``); one that needs an older entry gets a ``NeedsSnapshot`` output."""
         up_to_index = min(up_to_index, self._applied)
         if up_to_index <= self._log.snapshot_index:
             return
@@ -781,7 +865,7 @@ class RaftNode:
                 cfg = c
             else:
                 keep.append((idx, c))
-        self._log.compact(up_to_index)
+        self._log.compact(up_to_index, keep_terms_from)
         self._snap_config = cfg
         self._configs = keep
 
@@ -1063,22 +1147,92 @@ class RaftNode:
                 if not allow_empty:
                     return
                 entries: list[Entry] = []
+            elif pr.next < log.cached_from():  # evicted from memory: from the stash, or read from the WAL
+                if not self._send_evicted(peer, pr, prev, prev_term):
+                    return
+                allow_empty = False
+                continue
             else:
+                if pr.stash:
+                    pr.stash.clear()  # caught up with what is in memory: read-back leftovers are done
                 entries = log.slice_limited(pr.next, opts.max_msg_bytes)
-            self._out_msgs.append(
-                AppendRequest(self.group, self.id, peer, self.term, prev, prev_term, self.commit, tuple(entries))
-            )
-            if pr.state is PeerState.PROBE:
-                pr.paused = True
+            size = log.bytes_between(pr.next, pr.next + len(entries)) if entries else 0
+            if not self._ship(peer, pr, prev, prev_term, entries, size):
                 return
-            if not entries:
-                return
-            sent_last = prev + len(entries)
-            size = log.bytes_between(pr.next, sent_last + 1)
-            pr.inflight.append((sent_last, size))
-            pr.inflight_bytes += size
-            pr.next = sent_last + 1
             allow_empty = False
+
+    def _send_evicted(self, peer: str, pr: _Progress, prev: int, prev_term: int) -> bool:
+        """Send entries evicted from memory: stashed ones at once, else ask the driver to read them from
+        the WAL. True when the pipeline may send more behind them."""
+        opts = self.opts
+        entries = pr.from_stash(opts.max_msg_bytes)
+        if entries:  # read back a moment ago (a probe round or a full pipeline left them over)
+            return self._ship(peer, pr, prev, prev_term, entries, entries_bytes(entries))
+        if pr.reading:
+            return False
+        # One read fills the pipeline (one message's worth while probing), so catching up from the WAL
+        # runs at the pipeline's pace, not one message per disk read; while the pipeline is more than
+        # half full the read waits (acks call back here).
+        if pr.state is PeerState.REPLICATE and (
+            2 * len(pr.inflight) > opts.max_inflight_msgs or 2 * pr.inflight_bytes > opts.max_inflight_bytes
+        ):
+            return False
+        room = 1 if pr.state is PeerState.PROBE else opts.max_inflight_msgs - len(pr.inflight)
+        budget = min(room * opts.max_msg_bytes, opts.max_inflight_bytes - pr.inflight_bytes)
+        pr.reading = pr.next
+        last = self._log.cached_from() - 1
+        self._out_log_reads.append(LogRead(peer, pr.next, last, max(budget, opts.max_msg_bytes), max(1, room)))
+        return False
+
+    def _ship(self, peer: str, pr: _Progress, prev: int, prev_term: int, entries: list[Entry], size: int) -> bool:
+        """Send one AppendRequest of ``size`` bytes; True when the pipeline may send more behind it."""
+        self._out_msgs.append(
+            AppendRequest(self.group, self.id, peer, self.term, prev, prev_term, self.commit, tuple(entries))
+        )
+        if pr.state is PeerState.PROBE:
+            pr.paused = True
+            return False
+        if not entries:
+            return False
+        sent_last = prev + len(entries)
+        pr.inflight.append((sent_last, size))
+        pr.inflight_bytes += size
+        pr.next = sent_last + 1
+        return True
+
+    def log_read(self, peer: str, lo: int, entries: list[Entry]) -> None:
+        """The driver read entries from ``lo`` back from the WAL for ``peer`` (as ``log_reads`` asked)."""
+        pr = self._progress.get(peer)
+        if self.role is not Role.LEADER or pr is None or pr.reading != lo:
+            return  # an answer nobody waits for any more (new term, peer reset or removed)
+        pr.reading = 0
+        if pr.state is PeerState.SNAPSHOT or pr.next != lo:
+            self._send_append(peer, pr)
+            return
+        log = self._log
+        prev_term = log.term_at(lo - 1)
+        if (
+            not entries
+            or prev_term is None
+            or entries[0].index != lo
+            or entries[-1].index != lo + len(entries) - 1
+            or log.term_at(entries[0].index) != entries[0].term
+            or log.term_at(entries[-1].index) != entries[-1].term
+        ):
+            self._need_copy(peer, pr)
+            return
+        pr.stash = list(entries)
+        self._send_append(peer, pr)  # ships them from the stash as the pipeline has room
+
+    def log_read_failed(self, peer: str, lo: int) -> None:
+        """The WAL no longer holds the entries from ``lo`` that ``peer`` needs: it needs a tablet copy."""
+        pr = self._progress.get(peer)
+        if self.role is Role.LEADER and pr is not None and pr.reading == lo:
+            self._need_copy(peer, pr)
+
+    def _need_copy(self, peer: str, pr: _Progress) -> None:
+        pr.reset(PeerState.SNAPSHOT, pr.next)
+        self._out_needs_snapshot.append(NeedsSnapshot(peer, self.snapshot_meta()))
 
     def _broadcast_heartbeat(self) -> None:
         seq = self._read_seq

@@ -180,7 +180,21 @@ class RaftManager:
             replica._fail(f"tick failed: {e}")
 
         self.ticker.register(group, replica.tick, on_tick_error)
+        self._split_log_cache_budget()
         return replica
+
+    def _split_log_cache_budget(self) -> None:
+        """Each replica's in-memory log gets its own limit or an equal share of the node's, whichever is
+        smaller, so their sum never exceeds the node's budget however many replicas it hosts."""
+        opts = self.options
+        share = min(opts.raft.log_cache_bytes, opts.global_log_cache_bytes // max(1, len(self.replicas)))
+        for replica in self.replicas.values():
+            if replica.raft is not None:
+                replica.raft.set_log_cache_limit(share)
+
+    def log_cache_bytes(self) -> int:
+        """Bytes of log entries all replicas hold in memory."""
+        return sum(r.log_cache_bytes() for r in self.replicas.values())
 
     def _ticks_jumped(self) -> None:
         log.warning("raft ticks were held up (process stopped or event loop starved); leader leases voided")
@@ -212,6 +226,7 @@ class RaftManager:
         self.ticker.unregister(group)
         if replica is not None:
             await replica.close()
+            self._split_log_cache_budget()
         d = self.replica_dir(group)
         await asyncio.get_running_loop().run_in_executor(self.executor, _delete_replica_files, d, tombstone)
         if tombstone:

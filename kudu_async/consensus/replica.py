@@ -31,6 +31,7 @@ from kudu_async.common.errors import (
     KuduCorruption,
     KuduIllegalState,
     KuduInvalidArgument,
+    KuduNotFound,
     KuduNotSupported,
     KuduNotTheLeader,
     KuduServiceUnavailable,
@@ -46,6 +47,7 @@ from kudu_async.consensus.raft import (
     Entry,
     EntryKind,
     HardState,
+    LogRead,
     Message,
     RaftNode,
     RaftOptions,
@@ -88,9 +90,15 @@ class ReplicaOptions:
     raft: RaftOptions = field(default_factory=RaftOptions)
     fsync: bool = True
     segment_bytes: int = 8 * 1024 * 1024
+    compression: str = "LZ4"  # the WAL's frame codec (log.WAL_CODECS)
     max_pending_proposals: int = 10_000
     max_retained_segments: int = 80  # beyond this, lagging peers need a tablet copy (Kudu's default)
+    min_retained_segments: int = 1  # the newest segments always kept (Kudu's log_min_segments_to_retain)
+    global_log_cache_bytes: int = 256 << 20  # all replicas' in-memory logs together (RaftManager splits it)
     gc_every_applied: int = 1000
+    # Also look for log to collect this often (ticks) without new entries: a flush that made the
+    # state machine durable frees the segments behind it even when writes have stopped.
+    gc_check_ticks: int = 50
     commit_save_interval_s: float = 1.0
 
 
@@ -148,7 +156,10 @@ class RaftReplica:
         self.append_responses_sent: dict[str, int] = {}  # per peer: how many AppendResponses went out
         self._applied_since_gc = 0
         self._segments_at_gc = 0
+        self._ticks_to_gc_check = self.options.gc_check_ticks
+        self._gc_due = False
         self._snapshot_warned: set[str] = set()
+        self.log_reads_done = 0  # WAL read-backs answered for lagging peers
         self._role_waiters: list[tuple[Callable[[RaftReplica], bool], asyncio.Future[None]]] = []
         # Set by the host: called when a peer needs a tablet copy (behind the retained log, or missing).
         self.on_peer_needs_copy: Callable[[str, str], None] | None = None
@@ -184,7 +195,10 @@ class RaftReplica:
     def _open_blocking(self, initial_peers: dict[str, str] | None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         cmeta = ConsensusMetadata.load(self.cmeta_path)
-        wal, report = Log.open(self.dir / "wal", LogOptions(self.options.segment_bytes, self.options.fsync))
+        wal, report = Log.open(
+            self.dir / "wal",
+            LogOptions(self.options.segment_bytes, self.options.fsync, self.options.compression),
+        )
         self.wal = wal
         if report.truncated_tail_bytes:
             log.warning(
@@ -238,6 +252,17 @@ class RaftReplica:
             options=self.options.raft,
             rng=rng,
         )
+        if wal.first_index <= snapshot.index <= wal.last_index:
+            # Entries the WAL keeps below the compaction point (for lagging peers) are not loaded: their
+            # terms are enough to read them back when a peer asks.
+            runs, terms = wal.term_runs(wal.first_index, snapshot.index)
+            if terms[-1] == snapshot.term:
+                self.raft.log_retained_terms(runs, terms)
+            else:
+                log.warning(
+                    "WAL term at the compaction point differs; lagging peers will get a tablet copy",
+                    extra={"group": self.group, "index": snapshot.index, "term": terms[-1], "expected": snapshot.term},
+                )
         log.info(
             "replica recovered",
             extra={"group": self.group, "term": cmeta.term, "entries": len(entries), "snapshot_index": snapshot.index},
@@ -247,8 +272,15 @@ class RaftReplica:
 
     def tick(self, node_tick: int | None = None) -> None:
         raft = self.raft
-        if raft is not None and self.state is ReplicaState.RUNNING and raft.tick(node_tick):
+        if raft is None or self.state is not ReplicaState.RUNNING:
+            return
+        if raft.tick(node_tick):
             self._after_input(raft)
+        self._ticks_to_gc_check -= 1
+        if self._ticks_to_gc_check <= 0:
+            self._ticks_to_gc_check = self.options.gc_check_ticks
+            self._gc_due = True
+            self._wake.set()
 
     def receive(self, message: Message) -> None:
         """A message from a peer (already decoded and validated by the transport layer)."""
@@ -465,6 +497,9 @@ class RaftReplica:
                         self._propose_queued(raft)
                     while self.state is ReplicaState.RUNNING and (self._readies or raft.has_ready()):
                         await self._handle(self._readies.pop(0) if self._readies else raft.ready())
+                    if self._gc_due and self.state is ReplicaState.RUNNING:
+                        self._gc_due = False
+                        await self._maybe_gc()
                 finally:
                     self._busy = False
                 self._notify_waiters()
@@ -513,6 +548,8 @@ class RaftReplica:
             fut = self._reads.get(rs.ctx)
             if fut is not None and not fut.done():
                 fut.set_result(rs.index)
+        for lr in rd.log_reads:
+            self._start_log_read(lr)
         for ns in rd.needs_snapshot:
             if ns.peer not in self._snapshot_warned:
                 self._snapshot_warned.add(ns.peer)
@@ -528,6 +565,43 @@ class RaftReplica:
             )
             if self.on_role_change is not None:
                 self.on_role_change()
+
+    def _start_log_read(self, lr: LogRead) -> None:
+        """Read entries a lagging peer needs back from the WAL in a worker; the core gets them (or hears
+        that the WAL lost them) on the loop once the read is done."""
+        wal, raft = self.wal, self.raft
+        assert wal is not None and raft is not None
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(
+                self.executor, wal.read_limited, lr.lo, lr.hi, lr.max_bytes, lr.min_entries
+            )
+        except RuntimeError:  # the executor is shut down: the node is stopping, the peer waits for a leader
+            return
+
+        def done(f: asyncio.Future[list[LogEntry]]) -> None:
+            if self.state is not ReplicaState.RUNNING or self.raft is not raft:
+                if not f.cancelled():
+                    f.exception()  # retrieved: nobody waits for this read any more
+                return
+            error = KuduAborted("log read cancelled") if f.cancelled() else f.exception()
+            if isinstance(error, KuduNotFound):  # collected meanwhile: only a tablet copy helps now
+                raft.log_read_failed(lr.peer, lr.lo)
+            elif error is not None:
+                log.error("reading the WAL back failed", extra={"group": self.group, "error": str(error)})
+                self._fail(f"reading log entries from {lr.lo} failed: {error}")
+                return
+            else:
+                self.log_reads_done += 1
+                raft.log_read(
+                    lr.peer, lr.lo, [Entry(e.term, e.index, EntryKind(int(e.kind)), e.data) for e in f.result()]
+                )
+            self._after_input(raft)
+
+        fut.add_done_callback(done)
+
+    def log_cache_bytes(self) -> int:
+        """Bytes of log entries held in memory for this replica (the rest are read back from the WAL)."""
+        return self.raft.log_memory_bytes() if self.raft is not None else 0
 
     async def _persist_hard_state(self, hs: HardState) -> None:
         cm = self._cmeta
@@ -627,22 +701,29 @@ class RaftReplica:
             self._segments_at_gc = self.wal.num_segments if self.wal is not None else 0
 
     async def _maybe_gc(self) -> None:
-        """Drop log segments the state machine has made durable and no peer still needs."""
+        """Drop log segments the state machine has made durable and no peer still needs.
+
+        Runs after applies and every ``gc_check_ticks``: a segment kept for a peer that has caught up
+        since, or behind a flush that came after the last write, is collected without new entries."""
         raft, wal = self.raft, self.wal
         assert raft is not None and wal is not None
         if self.gc_holds:
             return  # a tablet copy is capturing the log and compaction point
-        durable = min(self.sm.durable_index(), raft.applied_index)
-        if durable <= raft.snapshot_meta().index:
-            return
-        retain_from = min(durable + 1, raft.retention_index())  # what lagging followers still need
-        if len(wal.segment_info()) > self.options.max_retained_segments:
-            retain_from = durable + 1  # past the retention cap: lagging peers get a tablet copy instead
-        raft.compact(durable)
-        self._save_cmeta_config()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
-        await loop.run_in_executor(self.executor, wal.gc, retain_from)
+        durable = min(self.sm.durable_index(), raft.applied_index)
+        if durable > raft.snapshot_meta().index:
+            raft.compact(durable, keep_terms_from=wal.first_index)  # what the WAL still has stays readable
+            self._save_cmeta_config()
+            await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
+        compacted = raft.snapshot_meta().index
+        segments = wal.segment_info()
+        retain_from = min(compacted + 1, raft.retention_index())  # what lagging followers still need
+        if len(segments) > self.options.max_retained_segments:
+            retain_from = compacted + 1  # past the retention cap: lagging peers get a tablet copy instead
+        if len(segments) <= self.options.min_retained_segments or segments[0]["last_index"] >= retain_from:
+            return  # not one whole segment to drop
+        await loop.run_in_executor(self.executor, wal.gc, retain_from, self.options.min_retained_segments)
+        raft.log_retained_from(wal.first_index)
 
     def peer_needs_copy(self, peer: str) -> None:
         """Ask the host to copy this replica to ``peer`` (only a leader does; the host rate-limits)."""
@@ -782,6 +863,9 @@ class RaftReplica:
                 "readies_waiting": len(self._readies),
                 "log_writes_in_flight": self._writes_in_flight,
                 "wal_segments": len(self.wal.segment_info()) if self.wal is not None else 0,
+                "log_cache_bytes": raft.log_memory_bytes(),
+                "log_cached_from": raft.log.cached_from(),
+                "log_reads": self.log_reads_done,
             }
         )
         return out

@@ -257,7 +257,43 @@ FLAGS: tuple[Flag, ...] = (
         "fsync the WAL before acknowledging (group commit keeps it cheap; unlike Kudu, on by default).",
     ),
     Flag("log_segment_size_mb", _to_int, 8, "Roll WAL segments at this size.", check=_positive),
+    Flag(
+        "log_compression_codec",
+        _to_str,
+        "LZ4",
+        "Codec of WAL frames (each group-committed batch compressed as one). Default LZ4 as in Kudu: the "
+        "rows of a 100,000-row write shrink from 38 to 17 bytes each at about 1 ms per MB in the WAL "
+        "worker; ZSTD gets them to 6-8 bytes at about twice the CPU. Segments written with any codec "
+        "read with any setting.",
+        choices=("NONE", "LZ4", "SNAPPY", "ZSTD"),
+    ),
     Flag("log_max_segments_to_retain", _to_int, 80, "Most WAL segments kept for lagging peers.", check=_positive),
+    Flag(
+        "log_min_segments_to_retain",
+        _to_int,
+        1,
+        "Newest WAL segments always kept, even when the tablet's data is flushed and every peer has them "
+        "(Kudu's default 1: the segment being appended to).",
+        check=_positive,
+    ),
+    Flag(
+        "log_cache_size_limit_mb",
+        _to_int,
+        8,
+        "Bytes of one replica's Raft log kept in memory for peers (Kudu: 128). Entries every peer holds "
+        "leave at once; past this the oldest leave too and a slow peer's are read back from the WAL. "
+        "8 MiB keeps about a dozen entries of 100,000-row writes spread over 6 tablets (0.6 MB each), "
+        "enough for a peer a few seconds behind, without spending a 1 GiB node on logs.",
+        check=_positive,
+    ),
+    Flag(
+        "global_log_cache_size_limit_mb",
+        _to_int,
+        256,
+        "Bytes of all replicas' in-memory Raft logs on the node (Kudu: 1024); each replica gets "
+        "the smaller of --log_cache_size_limit_mb and an equal share. A quarter of a 1 GiB memory limit.",
+        check=_positive,
+    ),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
     Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
     # --- memory: one limit for everything the node holds ---

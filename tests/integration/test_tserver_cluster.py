@@ -339,9 +339,9 @@ async def test_backpressure_and_scanner_expiry(mini_cluster_factory, rpc: RpcCli
 
 
 async def test_follower_behind_the_retained_log_is_copied(mini_cluster_factory, rpc: RpcClient) -> None:
-    cluster = mini_cluster_factory(
-        num_masters=1, num_tservers=3, tserver_flags=["--log-segment-size-mb", "1", "--log-max-segments-to-retain", "2"]
-    )
+    # Uncompressed WAL: the repetitive rows below must fill segments as their raw size says.
+    flags = ["--log-segment-size-mb", "1", "--log-max-segments-to-retain", "2", "--log-compression-codec", "NONE"]
+    cluster = mini_cluster_factory(num_masters=1, num_tservers=3, tserver_flags=flags)
     tc = TabletClient(rpc, "tablet-g", SCHEMA, addresses(cluster))
     await tc.create()
     leader = await tc.wait_leader()

@@ -1,11 +1,13 @@
 """Deterministic Raft cluster simulator: every fault comes from one seed, every step is checked.
 
 The simulator owns what the asyncio driver will own later: a network (delays, drops, duplicates,
-reorders, symmetric and one-way partitions), a durable store per node (hard state written at once,
-log writes finishing after a random delay and lost on crash), a state machine per node, and a
-tablet-copy stand-in for ``NeedsSnapshot``. It drives :class:`RaftNode` exactly by the Ready
-ordering contract and checks Raft's safety properties after every input; at the end it heals the
-cluster and checks liveness (a leader within bounded ticks, and a proposal applied by every voter).
+reorders, symmetric and one-way partitions), a durable store per node (hard state written at once, log
+writes finishing after a random delay and lost on crash), a state machine per node, and a tablet-copy
+stand-in for ``NeedsSnapshot``, and WAL read-backs (``log_reads``) answered from the durable log after a
+random delay, with a log cache small enough that entries are evicted all the time. It drives
+:class:`RaftNode` exactly by the Ready ordering contract and checks Raft's safety properties after every
+input; at the end it heals the cluster and checks liveness (a leader within bounded ticks, and a
+proposal applied by every voter).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kudu_async.consensus.raft import (
     ConfigChangeOp,
     Entry,
     HardState,
+    LogRead,
     Message,
     RaftNode,
     RaftOptions,
@@ -65,6 +68,8 @@ class SimParams:
     max_backoff_ticks: int = 20
     max_msg_bytes: int = 200
     max_inflight_msgs: int = 4
+    log_cache_bytes: int = 150  # a handful of entries: lagging peers are fed from read-backs
+    read_delay: int = 2  # WAL read-back latency in steps (1..read_delay): a page-cache read, no fsync
     trace: bool = False
 
 
@@ -107,6 +112,7 @@ class Simulation:
             max_backoff_ticks=p.max_backoff_ticks,
             max_msg_bytes=p.max_msg_bytes,
             max_inflight_msgs=p.max_inflight_msgs,
+            log_cache_bytes=p.log_cache_bytes,
         )
         ids = [f"n{i + 1}" for i in range(p.nodes)]
         self.ids = ids
@@ -133,8 +139,10 @@ class Simulation:
         self.entries_seen: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.reads: dict[bytes, int] = {}
         self.copies: list[tuple[int, str, SnapshotMeta, list[tuple[int, bytes]]]] = []
+        self.log_reads: list[tuple[int, str, int, LogRead]] = []  # (due, node, incarnation, request)
         self.proposed = 0
         self.stats = {"elections": 0, "commits": 0, "crashes": 0, "config": 0, "reads": 0, "snapshots": 0}
+        self.stats["log_reads"] = 0
         for k, nid in enumerate(ids):
             self._start(self.nodes[nid], phase=k)
 
@@ -196,6 +204,9 @@ class Simulation:
             want = self.reads.pop(rs.ctx, None)
             if want is not None and rs.index < want:
                 raise SafetyViolation(f"read index {rs.index} for {rs.ctx!r} misses earlier commit {want}")
+        for lr in rd.log_reads:
+            due = self.now + self.rng.randint(1, self.p.read_delay)
+            self.log_reads.append((due, n.id, n.incarnation, lr))
         for ns in rd.needs_snapshot:
             self.copies.append((self.now + self.rng.randint(2, 10), ns.peer, ns.snapshot, list(d.snap_data)))
         if rd.role is not None:
@@ -303,6 +314,33 @@ class Simulation:
                 if log:
                     n.raft.persisted(log[-1].index, log[-1].term)
                     self.handle(n)
+
+    def answer_log_reads(self) -> None:
+        """WAL read-back stand-in: the durable log's entries from ``lo``, a byte budget's worth."""
+        due = [x for x in self.log_reads if x[0] <= self.now]
+        if not due:
+            return
+        self.log_reads = [x for x in self.log_reads if x[0] > self.now]
+        for _, nid, incarnation, lr in due:
+            n = self.nodes[nid]
+            r = n.raft
+            if r is None or n.incarnation != incarnation:
+                continue  # the node crashed: its driver's reads died with it
+            base = n.durable.snapshot.index
+            log = n.durable.log
+            if not base < lr.lo <= base + len(log):
+                r.log_read_failed(lr.peer, lr.lo)
+            else:
+                out: list[Entry] = []
+                size = 0
+                for e in log[lr.lo - base - 1 : lr.hi - base]:
+                    size += len(e.payload) + 24
+                    if len(out) >= lr.min_entries and size > lr.max_bytes:
+                        break
+                    out.append(e)
+                self.stats["log_reads"] += 1
+                r.log_read(lr.peer, lr.lo, out)
+            self.handle(n)
 
     def run_copies(self) -> None:
         """Tablet copy stand-in: install the leader's snapshot image on the lagging peer."""
@@ -448,6 +486,7 @@ class Simulation:
         self.workload()
         self.deliver_due()
         self.complete_writes()
+        self.answer_log_reads()
         self.run_copies()
         for k, n in enumerate(self.nodes.values()):
             if n.raft is not None and (self.now + k) % TICK == 0:

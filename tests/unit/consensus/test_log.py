@@ -15,8 +15,9 @@ def entries(first: int, last: int, term: int = 1, size: int = 10) -> list[LogEnt
     return [LogEntry(term, i, 0, f"e{i}".encode().ljust(size, b".")) for i in range(first, last + 1)]
 
 
-def open_log(d: Path, segment_bytes: int = 1 << 20) -> Log:
-    return Log.open(d, LogOptions(segment_bytes=segment_bytes))[0]
+def open_log(d: Path, segment_bytes: int = 1 << 20, compression: str = "NONE") -> Log:
+    """Uncompressed unless asked: the layout tests count bytes; the compressed tests below ask."""
+    return Log.open(d, LogOptions(segment_bytes=segment_bytes, compression=compression))[0]
 
 
 def test_entries_survive_reopen(tmp_path: Path) -> None:
@@ -262,3 +263,80 @@ def test_an_entry_too_large_for_a_frame_is_refused_and_nothing_of_its_batch_is_w
     wal.close()
     again, report = Log.open(tmp_path)
     assert report.entries == 4 and again.read(1) == entries(1, 4)
+
+
+@pytest.mark.parametrize("codec", ["LZ4", "SNAPPY", "ZSTD"])
+def test_compressed_frames_read_back_after_reopen_and_are_smaller(tmp_path: Path, codec: str) -> None:
+    """Compressible batches are stored compressed (flagged per frame); incompressible ones as is."""
+    import os
+
+    wal = open_log(tmp_path, compression=codec)
+    wal.append(entries(1, 200, size=300))  # padded with dots: compresses well
+    noise = [LogEntry(1, 201, 0, os.urandom(5000))]
+    wal.append(noise)
+    wal.sync()
+    assert wal.read(1) == entries(1, 200, size=300) + noise
+    wal.close()
+    assert _newest_segment(tmp_path).stat().st_size < 200 * 300 // 4 + 5000 + 200
+    again, report = Log.open(tmp_path)
+    assert report.entries == 201 and again.read(150, 201) == entries(150, 200, size=300) + noise
+
+
+def test_segments_written_without_compression_still_read_with_it_on(tmp_path: Path) -> None:
+    old = open_log(tmp_path, segment_bytes=4096)
+    for i in range(1, 101):
+        old.append(entries(i, i, size=100))
+    old.sync()
+    old.close()
+    wal = open_log(tmp_path, segment_bytes=4096, compression="LZ4")
+    wal.append(entries(101, 150, size=100))
+    wal.sync()
+    wal.close()
+    assert open_log(tmp_path, compression="ZSTD").read(1) == entries(1, 150, size=100)
+
+
+def test_a_damaged_compressed_frame_is_corruption(tmp_path: Path) -> None:
+    """A compressed frame whose bytes and CRC were rewritten consistently still fails to decompress:
+    CORRUPTION, as a bad checksum is."""
+    import struct
+
+    import crc32c
+
+    wal = open_log(tmp_path, compression="LZ4")
+    wal.append(entries(1, 50, size=200))
+    wal.append(entries(51, 60, size=200))
+    wal.sync()
+    wal.close()
+    seg = _newest_segment(tmp_path)
+    data = bytearray(seg.read_bytes())
+    off = 16  # the segment header
+    word, _, _ = struct.unpack_from(">III", data, off)
+    length = word & ((1 << 29) - 1)
+    assert word >> 29 == 1  # stored LZ4-compressed
+    start = off + 12
+    data[start + 4 : start + length] = bytes(length - 4)  # the compressed bytes zeroed
+    crc = crc32c.crc32c(bytes(data[start : start + length]))
+    struct.pack_into(">II", data, off, word, crc)
+    struct.pack_into(">I", data, off + 8, crc32c.crc32c(bytes(data[off : off + 8])))
+    seg.write_bytes(bytes(data))
+    with pytest.raises(KuduCorruption, match=r"undecompressable|decompressed to"):
+        Log.open(tmp_path)
+
+
+def test_an_unknown_compression_codec_is_refused_by_name() -> None:
+    from kudu_async.common.errors import KuduInvalidArgument
+    from kudu_async.consensus.log import wal_codec_id
+
+    assert wal_codec_id("lz4") == 1
+    with pytest.raises(KuduInvalidArgument, match=r"BROTLI.*NONE, LZ4, SNAPPY, ZSTD"):
+        wal_codec_id("BROTLI")
+
+
+def test_term_runs_name_each_run_of_equal_terms(tmp_path: Path) -> None:
+    wal = open_log(tmp_path)
+    wal.append(entries(1, 4, term=1) + entries(5, 5, term=3) + entries(6, 9, term=4))
+    assert wal.term_runs(1, 9) == ([1, 5, 6], [1, 3, 4])
+    assert wal.term_runs(3, 7) == ([3, 5, 6], [1, 3, 4])
+    assert wal.term_runs(7, 7) == ([7], [4])
+    with pytest.raises(KuduNotFound):
+        wal.term_runs(0, 3)
