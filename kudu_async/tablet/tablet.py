@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.schema import Schema
@@ -27,12 +28,13 @@ from kudu_async.fs.tablet_metadata import TabletMetadata, metadata_path
 from kudu_async.tablet import bootstrap, checksum, compaction_policy, schema_change
 from kudu_async.tablet.compaction_policy import LayoutPlan, RowSetExtent
 from kudu_async.tablet.components import TabletComponents, TabletOptions
+from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL
 from kudu_async.tablet.diskrowset import DiskRowSet
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.ops import LoggedWrite, WriteOp, WriteResult
 from kudu_async.tablet.read_path import READ_AT_SNAPSHOT, READ_LATEST, ReadPath, ScanSpec, TabletScanner
 from kudu_async.tablet.rowset_maintenance import RowSetMaintenance
-from kudu_async.tablet.schema_info import SchemaInfo
+from kudu_async.tablet.schema_info import TS_COL, SchemaInfo
 from kudu_async.tablet.write_path import PreparedWrite, WritePath
 
 
@@ -204,17 +206,10 @@ class Tablet:
         return self._live_rows
 
     def count_live_rows(self) -> int:
-        """Live rows counted from the stores (vectorised over each rowset's per-row change state): at
-        open, before the counter takes over."""
+        """Live rows counted from the stores, vectorised: at open, before the counter takes over."""
         with self._c.lock:
             n = sum(m.live_rows() for m in self._c.memrowsets())
-            for d in self._c.drs:
-                if not d.delta_tables and not d.flushing_dms and not len(d.dms):
-                    n += d.num_rows()
-                    continue
-                _ts, live, mutated = d.state()
-                n += d.num_rows() - int(np.count_nonzero(mutated & ~live))
-            return n
+            return n + sum(d.num_rows() - _deleted_rows(d) for d in self._c.drs)
 
     def stats(self) -> dict[str, int]:
         """Monotonic counters of flushes and compactions (per-tablet metrics)."""
@@ -308,3 +303,24 @@ __all__ = [
     "TabletOptions",
     "TabletScanner",
 ]
+
+
+def _deleted_rows(d: DiskRowSet) -> int:
+    """Base rows of ``d`` whose last change is a delete: from its per-row state when a read built it,
+    else from its delta stores alone (sorted by row, then change order), so the count costs memory in
+    proportion to the deltas, not to the rowset."""
+    built = d.built_state()
+    if built is not None:
+        _ts, live, mutated = built
+        return int(np.count_nonzero(mutated & ~live))
+    cols = [ROW_COL, TS_COL, SEQ_COL, LIVE_COL]
+    parts = [t.select(cols) for t in d.delta_tables if t.num_rows]
+    parts += [m.to_table().select(cols) for m in (*d.flushing_dms, d.dms) if len(m)]
+    if not parts:
+        return 0
+    t = pa.concat_tables(parts).sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
+    rows = t.column(ROW_COL).to_numpy()
+    last = np.ones(len(rows), dtype=bool)
+    last[:-1] = rows[:-1] != rows[1:]
+    live = t.column(LIVE_COL).to_numpy(zero_copy_only=False)
+    return int(np.count_nonzero(~live[last]))
