@@ -278,24 +278,9 @@ def test_a_table_at_its_row_count_limit_refuses_inserts_and_updates_but_not_dele
     assert (stats.live_row_count_limit, stats.on_disk_size_limit) == (20, -1)
     insert_rows(client, table, range(19))  # 19 rows: at 95% of the limit, Kudu's default write limit ratio
     wait_for_statistics(client, table.name, lambda st: st.live_row_count == 19)
-    give_up = time.monotonic() + 20.0
-    while True:  # the tservers learn of the limit from the master's next heartbeat answers
-        s = client.new_session()
-        s.apply(table.new_insert({"key": 100, "ts_val": 0}))
-        try:
-            s.flush()
-        except kudu.KuduBadStatus:
-            errors, _overflow = s.get_pending_errors()
-            assert errors and all("not authorized to insert" in str(e) for e in errors), errors
-            break
-        s.apply(table.new_delete({"key": 100}))
-        s.flush()
-        assert time.monotonic() < give_up, "inserts were still taken 20 s after the table reached its limit"
-        time.sleep(0.2)
-    s = client.new_session()
-    s.apply(table.new_update({"key": 1, "ts_val": 5}))
-    with pytest.raises(kudu.KuduBadStatus):
-        s.flush()
+    # Each tserver learns of the limit from the leader master's next heartbeat answer to it.
+    wait_refused(client, table, lambda: table.new_insert({"key": 100, "ts_val": 0}), "not authorized to insert")
+    wait_refused(client, table, lambda: table.new_update({"key": 1, "ts_val": 5}), "not authorized to update")
     s = client.new_session()
     for k in range(10):
         s.apply(table.new_delete({"key": k}))
@@ -305,14 +290,37 @@ def test_a_table_at_its_row_count_limit_refuses_inserts_and_updates_but_not_dele
     alterer.alter()
     assert client.get_table_statistics(table.name).live_row_count_limit == -1
     give_up = time.monotonic() + 20.0
-    while True:
+    while True:  # upserts: a retry of rows a tserver already took is harmless
+        s = client.new_session()
+        for k in range(200, 210):
+            s.apply(table.new_upsert({"key": k, "ts_val": k}))
         try:
-            insert_rows(client, table, range(200, 210))
+            s.flush()
             break
         except kudu.KuduBadStatus:
             assert time.monotonic() < give_up, "inserts were still refused 20 s after the limit was removed"
             time.sleep(0.2)
     table.drop()
+
+
+def wait_refused(client: kudu.Client, table: kudu.Table, make_op: Callable[[], Any], text: str) -> None:
+    """Apply ``make_op()`` until its write is refused with ``text`` (an op that went through is undone)."""
+    give_up = time.monotonic() + 20.0
+    while True:
+        s = client.new_session()
+        op = make_op()
+        s.apply(op)
+        try:
+            s.flush()
+        except kudu.KuduBadStatus:
+            errors, _overflow = s.get_pending_errors()
+            assert errors and all(text in str(e) for e in errors), errors
+            return
+        assert time.monotonic() < give_up, f"writes were still taken 20 s after the table reached its limit: {op}"
+        if isinstance(op, kudu.Insert):
+            s.apply(table.new_delete({"key": 100}))
+            s.flush()
+        time.sleep(0.2)
 
 
 def events_table_named(client: kudu.Client, name: str) -> kudu.Table:
