@@ -174,11 +174,41 @@ class AsyncClient:
         return await self.table(table_name)
 
     async def delete_table(self, table_name: str) -> None:
+        """Delete a table; the master's --default_deleted_table_reserve_seconds (0 by default) may keep it
+        soft-deleted that long instead, as Kudu's DeleteTable does."""
         await self.core.masters.call(
             "DeleteTable",
             {"name": table_name, "request_id": self.core.request_id()},
             self.core.admin_deadline(f"DeleteTable {table_name}"),
         )
+
+    async def soft_delete_table(self, table_name: str, reserve_seconds: int | None = None) -> None:
+        """kudu-python's ``soft_delete_table``: keep the table recallable for ``reserve_seconds``
+        (readable and writable meanwhile, then purged); None or 0 deletes it at once."""
+        if reserve_seconds is not None and (
+            isinstance(reserve_seconds, bool) or not isinstance(reserve_seconds, int) or reserve_seconds < 0
+        ):
+            raise KuduInvalidArgument(f"reserve_seconds must be a non-negative int, got {reserve_seconds!r}")
+        await self.core.masters.call(
+            "DeleteTable",
+            {"name": table_name, "reserve_seconds": reserve_seconds or 0, "request_id": self.core.request_id()},
+            self.core.admin_deadline(f"SoftDeleteTable {table_name}"),
+        )
+
+    async def recall_table(self, table_id: str, new_table_name: str | None = None) -> None:
+        """kudu-python's ``recall_table``: bring back a soft-deleted table by its id, under
+        ``new_table_name`` if given (None or "" keeps its name)."""
+        req: dict[str, Any] = {"table_id": table_id, "request_id": self.core.request_id()}
+        if new_table_name:
+            req["new_table_name"] = new_table_name
+        await self.core.masters.call("RecallDeletedTable", req, self.core.admin_deadline(f"RecallTable {table_id}"))
+
+    async def list_soft_deleted_tables(self, match_substring: str | None = None) -> list[str]:
+        req: dict[str, Any] = {"show_soft_deleted": True}
+        if match_substring:
+            req["name_filter"] = match_substring
+        r = await self.core.masters.call("ListTables", req, self.core.admin_deadline("ListTables"))
+        return [t["name"] for t in r.get("tables", [])]
 
     async def table_exists(self, table_name: str) -> bool:
         try:
@@ -211,23 +241,15 @@ class AsyncClient:
         return await self.core.alter_table(table, req, wait)
 
     async def get_table_statistics(self, table_name: str) -> TableStatistics:
-        """Live rows and bytes on disk of ``table_name``, asked of each tablet's leader. Each leader counts its
-        rows at one snapshot (the tablet's Checksum), so the call costs a scan of the table on the servers:
-        meant for tools and checks, not for a hot path."""
-        table = await self.table(table_name)
-        deadline = self.core.admin_deadline(f"statistics of table {table_name}")
-        locs = await self.core.meta.locations(table.id, deadline, refresh=True)
-
-        async def one(tablet_id: str) -> tuple[int, int]:
-            req = {"tablet_id": tablet_id}
-            counted, stats = await asyncio.gather(
-                self.core.call_tablet_leader(table, tablet_id, "Checksum", req, deadline),
-                self.core.call_tablet_leader(table, tablet_id, "GetTabletStats", req, deadline),
-            )
-            return int(counted["rows"]), int(stats["on_disk_data_bytes"])
-
-        per = await asyncio.gather(*(one(t.tablet_id) for t in locs.tablets))
-        return TableStatistics(sum(b for _, b in per), sum(r for r, _ in per))
+        """Kudu's GetTableStatistics: the master's sums of the tablet leaders' last reported live rows and
+        bytes on disk (reports refresh every --update_tablet_stats_interval_ms; -1 until every tablet's
+        leader reported), and the table's limits (-1: none)."""
+        r = await self.core.masters.call(
+            "GetTableStatistics", {"name": table_name}, self.core.admin_deadline(f"statistics of table {table_name}")
+        )
+        return TableStatistics(
+            int(r["on_disk_size"]), int(r["live_row_count"]), int(r["disk_size_limit"]), int(r["row_count_limit"])
+        )
 
     async def list_tablet_servers(self) -> list[dict[str, Any]]:
         r = await self.core.masters.call("ListTabletServers", {}, self.core.admin_deadline("ListTabletServers"))

@@ -163,7 +163,19 @@ class Client:
         return t
 
     def delete_table(self, table_name: str) -> None:
+        """Delete a table (the master's --default_deleted_table_reserve_seconds may soft-delete it)."""
         self._run(self._async.delete_table(table_name))
+
+    def soft_delete_table(self, table_name: str, reserve_seconds: int | None = None) -> None:
+        """Keep the table recallable for ``reserve_seconds``, then purge it; None or 0 deletes it at once."""
+        self._run(self._async.soft_delete_table(table_name, reserve_seconds))
+
+    def recall_table(self, table_id: str, new_table_name: str | None = None) -> None:
+        """Bring back a soft-deleted table by its id, renamed to ``new_table_name`` if given."""
+        self._run(self._async.recall_table(table_id, new_table_name))
+
+    def list_soft_deleted_tables(self, match_substring: str | None = None) -> list[str]:
+        return self._run(self._async.list_soft_deleted_tables(match_substring))
 
     def table_exists(self, table_name: str) -> bool:
         return self._run(self._async.table_exists(table_name))
@@ -178,7 +190,7 @@ class Client:
         return TableAlterer(table, self)
 
     def get_table_statistics(self, table_name: str) -> TableStatistics:
-        """Live rows and bytes on disk of a table (costs a scan of it on the servers: see the async client)."""
+        """Live rows, bytes on disk and limits of a table, from the master (see the async client)."""
         return self._run(self._async.get_table_statistics(table_name))
 
     def list_tablet_servers(self) -> list[TabletServer]:

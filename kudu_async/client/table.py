@@ -213,15 +213,17 @@ def op_type_of(name: str) -> OpType:
 
 class TableStatistics:
     """A table's size (kudu-python's ``TableStatistics``): bytes on disk and live rows, one copy of the data
-    (the leaders'). The limits are -1: the servers enforce no per-table disk or row limit."""
+    (the leaders'), -1 when unknown; and its disk size and row count limits, -1 when none is set."""
 
     __slots__ = ("live_row_count", "live_row_count_limit", "on_disk_size", "on_disk_size_limit")
 
-    def __init__(self, on_disk_size: int, live_row_count: int) -> None:
+    def __init__(
+        self, on_disk_size: int, live_row_count: int, on_disk_size_limit: int = -1, live_row_count_limit: int = -1
+    ) -> None:
         self.on_disk_size = on_disk_size
         self.live_row_count = live_row_count
-        self.on_disk_size_limit = -1
-        self.live_row_count_limit = -1
+        self.on_disk_size_limit = on_disk_size_limit
+        self.live_row_count_limit = live_row_count_limit
 
     def __repr__(self) -> str:
         return (

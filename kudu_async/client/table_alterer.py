@@ -69,6 +69,18 @@ class AlterConfig:
         self._extra["new_comment"] = new_comment
         return self
 
+    def set_table_disk_size_limit(self, limit: int) -> Self:
+        """Kudu's ``SetTableDiskSizeLimit``: bytes on disk at which the table stops taking inserts and
+        updates (-1: no limit). Needs the master's --enable_table_write_limit; alters nothing else."""
+        self._extra["disk_size_limit"] = _limit(limit, "disk size")
+        return self
+
+    def set_table_row_count_limit(self, limit: int) -> Self:
+        """Kudu's ``SetTableRowCountLimit``: live rows at which the table stops taking inserts and updates
+        (-1: no limit). Needs the master's --enable_table_write_limit; alters nothing else."""
+        self._extra["row_count_limit"] = _limit(limit, "row count")
+        return self
+
     def add_column(
         self,
         name: str,
@@ -160,3 +172,9 @@ class AsyncTableAlterer(AlterConfig):
 
     async def alter(self, wait: bool = True) -> Table:
         return await self.client.alter_table(self.table, self.request(), wait)
+
+
+def _limit(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise KuduInvalidArgument(f"{what} limit must be an int greater than or equal to -1, got {value!r}")
+    return value

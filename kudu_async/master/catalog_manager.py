@@ -40,9 +40,11 @@ from kudu_async.common.errors import (
     KuduAborted,
     KuduAlreadyPresent,
     KuduBadStatus,
+    KuduConfigurationError,
     KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
+    KuduNotSupported,
     KuduServiceUnavailable,
 )
 from kudu_async.common.partition import PartitionSchema
@@ -83,6 +85,7 @@ TRIM_GRACE_S = 5.0  # an over-replicated tablet without a replace hint is trimme
 # A master this young may not have heard again from every tserver (heartbeat + the tservers' backoff).
 REGISTRATION_GRACE_S = 10.0
 MAX_DDL_PLANS = 8  # a DDL is planned again after a conflicting write at most this often
+MAX_PURGES_PER_PASS = 16  # expired soft-deleted tables turned DELETING per background pass
 
 
 class CatalogConflict(KuduAborted):
@@ -90,7 +93,8 @@ class CatalogConflict(KuduAborted):
 
 
 Plan = tuple[list[Op], dict[str, Any]]  # the catalog ops of one DDL and its reply
-_D = TypeVar("_D", msg.CreateTableRequest, msg.AlterTableRequest, msg.DeleteTableRequest)
+_D = TypeVar("_D", msg.CreateTableRequest, msg.AlterTableRequest, msg.DeleteTableRequest, msg.RecallDeletedTableRequest)
+DdlRequest = msg.CreateTableRequest | msg.AlterTableRequest | msg.DeleteTableRequest | msg.RecallDeletedTableRequest
 
 
 class CatalogHost(Protocol):
@@ -255,6 +259,11 @@ class CatalogManager:
             owner=_owner(req.owner),
             comment=_comment(req.comment),
         )
+        cfg = self.master.config
+        if cfg.enable_table_write_limit and (cfg.table_disk_size_limit >= 0 or cfg.table_row_count_limit >= 0):
+            table = table.with_extra(
+                disk_size_limit=cfg.table_disk_size_limit, row_count_limit=cfg.table_row_count_limit
+            )
         return [put(table), *(put(r) for r in tablets)], {"table_id": table_id}
 
     def _placement(self) -> _Placement:
@@ -291,8 +300,44 @@ class CatalogManager:
         return await self._ddl("DeleteTable", req, timeout_s, self._plan_delete_table)
 
     def _plan_delete_table(self, req: msg.DeleteTableRequest) -> Plan:
+        """Kudu's DeleteTable/SoftDeleteTable: a ``reserve_seconds`` of 0 deletes at once, a positive one
+        keeps the table SOFT_DELETED (readable, writable, recallable) that long; without one the master's
+        ``--default_deleted_table_reserve_seconds`` decides. A SOFT_DELETED table can only be deleted at once."""
         t = self.find_table(req.name, req.table_id)
-        return [put(replace(t, state="DELETING"))], {"table_id": t.id}
+        reserve = req.reserve_seconds
+        if reserve is None:
+            reserve = int(self.master.config.default_deleted_table_reserve_seconds)
+        if reserve == 0:
+            return [put(replace(t, state="DELETING"))], {"table_id": t.id}
+        if t.state == "SOFT_DELETED":
+            raise KuduInvalidArgument(
+                f"soft_deleted table {t.name} should not be soft deleted again", {"table_name": t.name}
+            )
+        if t.state != "RUNNING":
+            raise KuduIllegalState(f"table {t.name} is {t.state}; retry the soft deletion once it is RUNNING")
+        soft = replace(t, state="SOFT_DELETED").with_extra(deleted_at=time.time(), reserve_seconds=reserve)
+        return [put(soft)], {"table_id": t.id}
+
+    async def recall_table(self, req: msg.RecallDeletedTableRequest, timeout_s: float) -> dict[str, Any]:
+        return await self._ddl("RecallDeletedTable", req, timeout_s, self._plan_recall_table)
+
+    def _plan_recall_table(self, req: msg.RecallDeletedTableRequest) -> Plan:
+        """Make a SOFT_DELETED table RUNNING again, under a new name if one is given ("" keeps its own)."""
+        t = self.tables.get(req.table_id)
+        if t is None or t.state != "SOFT_DELETED":
+            state = "absent" if t is None else t.state
+            raise KuduNotFound(
+                f"the table {req.table_id} is not soft-deleted ({state}): it can't be recalled",
+                {"table_id": req.table_id},
+            )
+        name = req.new_table_name or t.name
+        if not TABLE_NAME_RE.match(name):
+            raise KuduInvalidArgument("'new_table_name' must be 1-256 characters without control characters")
+        for o in self.tables.values():
+            if o.name == name and o.id != t.id and o.live:
+                raise KuduAlreadyPresent(f"table {name} already exists with id {o.id}", {"table_name": name})
+        back = replace(t, state="RUNNING", name=name).with_extra(deleted_at=None, reserve_seconds=0)
+        return [put(back)], {"table_id": t.id}
 
     async def alter_table(self, req: msg.AlterTableRequest, timeout_s: float) -> dict[str, Any]:
         """Rename the table, change columns, add or drop range partitions: one catalog write; the
@@ -301,6 +346,10 @@ class CatalogManager:
 
     def _plan_alter_table(self, req: msg.AlterTableRequest) -> Plan:
         t = self.find_table(req.name, req.table_id)
+        if t.state == "SOFT_DELETED":
+            raise KuduInvalidArgument(f"soft_deleted table {t.name} should not be altered", {"table_name": t.name})
+        if req.disk_size_limit is not None or req.row_count_limit is not None:
+            return self._plan_set_limits(t, req)
         if t.state == "CREATING":
             raise KuduIllegalState(f"table {t.name} is still being created; retry AlterTable later")
         new_name = req.new_name
@@ -344,6 +393,33 @@ class CatalogManager:
             state="ALTERING" if work else t.state,
         )
         return [put(table), *(put(r) for r in alter.new_tablets)], {"table_id": t.id, "schema_version": version}
+
+    def _plan_set_limits(self, t: TableRecord, req: msg.AlterTableRequest) -> Plan:
+        """Kudu's table limits: -1 removes one, a value >= 0 sets it; only with --enable_table_write_limit
+        and never together with another alteration."""
+        if not self.master.config.enable_table_write_limit:
+            raise KuduNotSupported(
+                "altering table limit is not supported because --enable_table_write_limit is not enabled"
+            )
+        if (
+            req.new_name is not None
+            or req.new_owner is not UNSET
+            or req.new_comment is not UNSET
+            or req.alter_schema_steps
+        ):
+            raise KuduConfigurationError("altering table limit cannot be combined with other alterations")
+        changes: dict[str, Any] = {}
+        for field_name, value, what in (
+            ("disk_size_limit", req.disk_size_limit, "disk size"),
+            ("row_count_limit", req.row_count_limit, "row count"),
+        ):
+            if value is None:
+                continue
+            if value < -1:
+                raise KuduInvalidArgument(f"{what} limit must be greater than or equal to -1")
+            changes[field_name] = value
+        table = t.with_extra(**changes)
+        return [put(table)], {"table_id": t.id, "schema_version": t.schema_version}
 
     def _alter_range(self, alter: _Alter, t: TableRecord, step: dict[str, Any], i: int) -> None:
         """ADD_RANGE_PARTITION (new tablets, placed now) or DROP_RANGE_PARTITION (its tablets dropped)."""
@@ -392,7 +468,9 @@ class CatalogManager:
         out = [
             {"name": t.name, "table_id": t.id, "state": t.state}
             for t in self.tables.values()
-            if t.live and (not name_filter or name_filter in t.name)
+            if t.live
+            and (t.state == "SOFT_DELETED") == req.show_soft_deleted
+            and (not name_filter or name_filter in t.name)
         ]
         return {"tables": sorted(out, key=lambda t: t["name"])}
 
@@ -410,6 +488,46 @@ class CatalogManager:
             "comment": t.comment,
             "create_table_done": t.state == "RUNNING",
         }
+
+    def get_table_statistics(self, req: msg.TableRef) -> msg.GetTableStatisticsResponse:
+        """Kudu's GetTableStatistics: the sums of each tablet leader's last reported live row count and
+        on-disk size (-1 while a tablet's leader has not reported them), and the table's limits."""
+        self.master.require_leader()
+        t = self.find_table(req.name, req.table_id)
+        rows, size = self._table_figures(t)
+        disk_limit, row_limit = t.limits()
+        return msg.GetTableStatisticsResponse(
+            table_id=t.id, on_disk_size=size, live_row_count=rows, disk_size_limit=disk_limit, row_count_limit=row_limit
+        )
+
+    def _table_figures(self, t: TableRecord) -> tuple[int, int]:
+        """(live rows, bytes on disk) of a table from its tablet leaders' reports; -1 for a figure some
+        tablet has not reported."""
+        rows = size = 0
+        for tid in t.tablet_ids:
+            leader = self.master.ts_manager.leader_of(tid)
+            rep = self.master.ts_manager.tablet_replicas(tid).get(leader or "", {})
+            r, b = rep.get("live_row_count"), rep.get("on_disk_size")
+            rows = -1 if rows < 0 or r is None else rows + int(r)
+            size = -1 if size < 0 or b is None else size + int(b)
+        return rows, size
+
+    def write_limited_tables(self) -> list[str]:
+        """Ids of the tables whose reported size or row count reached ``--table_write_limit_ratio`` of
+        their limit: their tablets refuse inserts and updates (deletes still free space)."""
+        cfg = self.master.config
+        if not cfg.enable_table_write_limit:
+            return []
+        ratio = float(cfg.table_write_limit_ratio)
+        out = []
+        for t in self.tables.values():
+            disk_limit, row_limit = t.limits()
+            if not t.live or (disk_limit < 0 and row_limit < 0):
+                continue
+            rows, size = self._table_figures(t)
+            if (disk_limit >= 0 and size >= disk_limit * ratio) or (row_limit >= 0 and rows >= row_limit * ratio):
+                out.append(t.id)
+        return sorted(out)
 
     def get_table_locations(self, req: msg.GetTableLocationsRequest) -> msg.GetTableLocationsResponse:
         """Tablets of a table whose partition-key range meets [start, end), from the caches."""
@@ -551,6 +669,7 @@ class CatalogManager:
         """One pass: create CREATING tablets, push a new schema to ALTERING tables' tablet leaders,
         delete dropped tablets and DELETING tables, and mark tables RUNNING once all of it is done."""
         now = time.monotonic()
+        await self._purge_expired(time.time())
         for table in list(self.tables.values()):
             if table.state == "DELETING":
                 remaining, ops = self._delete_tablets(table.tablet_ids, now)
@@ -562,6 +681,18 @@ class CatalogManager:
             elif table.state in ("CREATING", "ALTERING"):
                 await self._drive_table(table.id, now)
         await self._rereplicate(now)
+
+    async def _purge_expired(self, wall_now: float) -> None:
+        """Turn SOFT_DELETED tables whose reserve time ran out DELETING (then deleted like any other), at
+        most MAX_PURGES_PER_PASS per pass; the times are in the replicated catalog, so a new leader
+        purges on the same schedule."""
+        expired = [t for t in self.tables.values() if (at := t.purge_at()) is not None and at <= wall_now]
+        for t in expired[:MAX_PURGES_PER_PASS]:
+            log.info("soft-deleted table's reserve time is over: purging it", extra={"table": t.name, "table_id": t.id})
+            try:
+                await self._write([put(replace(t, state="DELETING"))])
+            except CatalogConflict as e:  # recalled (or purged) meanwhile: the next pass sees the new state
+                log.info("purge of a soft-deleted table deferred", extra={"table_id": t.id, "error": str(e)})
 
     async def _drive_table(self, table_id: str, now: float) -> None:
         table = self.tables.get(table_id)  # this pass's list may predate a write made since
@@ -911,7 +1042,7 @@ def _canonical(v: Any) -> Any:
     return v
 
 
-def _request_digest(method: str, req: msg.CreateTableRequest | msg.AlterTableRequest | msg.DeleteTableRequest) -> str:
+def _request_digest(method: str, req: DdlRequest) -> str:
     """What identifies a request besides its id: the method and every field but ``request_id``."""
     body = {k: v for k, v in to_builtins(req).items() if k != "request_id"}
     packed = msgpack.packb([method, _canonical(body)], use_bin_type=True, default=repr)

@@ -25,7 +25,7 @@ from kudu_async.master.catalog_manager import CatalogManager
 from kudu_async.master.messages import MAX_DDL_WAIT_MS
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager
-from kudu_async.rpc.messages import Empty, Method, ServiceTable, convert, serve, to_builtins
+from kudu_async.rpc.messages import UNSET, Empty, Method, ServiceTable, convert, serve, to_builtins
 from kudu_async.rpc.server import CallContext
 from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig
@@ -73,6 +73,10 @@ class Master(Node):
                 msg.IsDdlDoneRequest, msg.IsAlterTableDoneResponse, self._rpc_is_alter_table_done
             ),
             "DeleteTable": Method(msg.DeleteTableRequest, msg.TableIdResponse, self._rpc_delete_table),
+            "RecallDeletedTable": Method(
+                msg.RecallDeletedTableRequest, msg.TableIdResponse, self._rpc_recall_deleted_table
+            ),
+            "GetTableStatistics": Method(msg.TableRef, msg.GetTableStatisticsResponse, self._rpc_get_table_statistics),
             "ListTables": Method(msg.ListTablesRequest, msg.ListTablesResponse, self._rpc_list_tables),
             "GetTableSchema": Method(msg.TableRef, msg.GetTableSchemaResponse, self._rpc_get_table_schema),
             "GetTableLocations": Method(
@@ -269,6 +273,9 @@ class Master(Node):
             master_uuid=self.uuid,
             needs_full_report=tsm.needs_full_report(req.uuid),
             tablets_to_delete=self.catalog_manager.deleted_tablets_on(req.uuid),
+            write_limited_tables=self.catalog_manager.write_limited_tables()
+            if self.config.enable_table_write_limit
+            else UNSET,
         )
 
     async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:
@@ -306,6 +313,15 @@ class Master(Node):
 
     async def _rpc_delete_table(self, req: msg.DeleteTableRequest, ctx: CallContext) -> msg.TableIdResponse:
         return convert(await self.catalog_manager.delete_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
+
+    async def _rpc_recall_deleted_table(
+        self, req: msg.RecallDeletedTableRequest, ctx: CallContext
+    ) -> msg.TableIdResponse:
+        return convert(await self.catalog_manager.recall_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
+
+    async def _rpc_get_table_statistics(self, req: msg.TableRef, ctx: CallContext) -> msg.GetTableStatisticsResponse:
+        await self.confirm_catalog_read(ctx)
+        return self.catalog_manager.get_table_statistics(req)
 
     async def _rpc_list_tables(self, req: msg.ListTablesRequest, ctx: CallContext) -> msg.ListTablesResponse:
         await self.confirm_catalog_read(ctx)

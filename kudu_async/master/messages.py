@@ -130,6 +130,9 @@ class TabletReport(Message, frozen=True):
     leader_uuid: Id | None
     config: RaftConfigReport
     schema_version: NonNegInt
+    # A leader's figures (counted by the tablet, refreshed every --update_tablet_stats_interval_ms).
+    live_row_count: NonNegInt | None = None
+    on_disk_size: NonNegInt | None = None
 
     def check(self, good: set[str]) -> None:
         _check_id(self.tablet_id, "tablet_id")
@@ -203,6 +206,9 @@ class TSHeartbeatResponse(Message, frozen=True):
     needs_reregister: bool = False
     needs_full_report: bool = False
     tablets_to_delete: list[TabletToDelete] = msgspec.field(default_factory=list)
+    # Tables at their disk size or row count limit: their tablets refuse inserts and updates. Sent only
+    # while the limits are enforced (absent: none is limited).
+    write_limited_tables: list[str] | Unset = UNSET
 
 
 # --- DDL ---------------------------------------------------------------------------------------------------
@@ -249,8 +255,23 @@ class TableRef(Message, frozen=True):
 
 
 class DeleteTableRequest(Message, frozen=True):
+    """``reserve_seconds``: keep the table SOFT_DELETED (recallable) this long; 0 deletes it at once; absent:
+    the master's ``--default_deleted_table_reserve_seconds`` decides (Kudu's DeleteTable/SoftDeleteTable)."""
+
     name: str | None = None
     table_id: str | None = None
+    reserve_seconds: Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)] | None = None
+    request_id: Any = None
+
+    def __post_init__(self) -> None:
+        _check_request_id(self.request_id)
+
+
+class RecallDeletedTableRequest(Message, frozen=True):
+    """Bring a SOFT_DELETED table back, under ``new_table_name`` if given (else its own name)."""
+
+    table_id: Id
+    new_table_name: str | None = None
     request_id: Any = None
 
     def __post_init__(self) -> None:
@@ -264,6 +285,9 @@ class AlterTableRequest(Message, frozen=True):
     new_owner: str | Unset | None = UNSET
     new_comment: str | Unset | None = UNSET
     alter_schema_steps: list[Any] | None = None
+    # Kudu's per-table write limits: -1 removes the limit; they cannot be combined with other alterations.
+    disk_size_limit: int | None = None
+    row_count_limit: int | None = None
     request_id: Any = None
 
     def __post_init__(self) -> None:
@@ -299,7 +323,10 @@ class IsAlterTableDoneResponse(Message, frozen=True):
 
 
 class ListTablesRequest(Message, frozen=True):
+    """``show_soft_deleted``: list only the SOFT_DELETED tables (Kudu's ListTables flag), else only the others."""
+
     name_filter: str | None = None
+    show_soft_deleted: bool = False
 
 
 class TableEntry(Message, frozen=True):
@@ -310,6 +337,16 @@ class TableEntry(Message, frozen=True):
 
 class ListTablesResponse(Message, frozen=True):
     tables: list[TableEntry]
+
+
+class GetTableStatisticsResponse(Message, frozen=True):
+    """Sums of the tablet leaders' last reported figures; -1 where a figure or a limit is unknown or unset."""
+
+    table_id: str
+    on_disk_size: int
+    live_row_count: int
+    disk_size_limit: int
+    row_count_limit: int
 
 
 class GetTableSchemaResponse(Message, frozen=True):

@@ -20,7 +20,7 @@ under it:
   the version it was derived from, so its record's ``rev`` must still be the stored one (absent for a
   new record, which must not exist yet). A writer that read a record, then lost a race with another
   write of it, never overwrites that write with its stale copy;
-- two live tables (not DELETING/DELETED) never share a name;
+- two live tables (not DELETING/DELETED; a SOFT_DELETED table keeps its name until purged) never share a name;
 - a request id is recorded once: a second batch under the same id is a duplicate of one already applied.
 
 The request ids (``requests``, id -> {method, digest, result, time}) make DDL retries exactly-once: the
@@ -58,7 +58,7 @@ MAX_REMEMBERED_DELETED_TABLETS = 100_000
 DEAD_TABLE_STATES = ("DELETING", "DELETED")
 
 Kind = Literal["table", "tablet"]
-TableState = Literal["CREATING", "RUNNING", "ALTERING", "DELETING", "DELETED"]
+TableState = Literal["CREATING", "RUNNING", "ALTERING", "SOFT_DELETED", "DELETING", "DELETED"]
 TabletState = Literal["CREATING", "RUNNING"]
 Unset = msgspec.UnsetType
 UNSET = msgspec.UNSET
@@ -68,6 +68,19 @@ UNSET = msgspec.UNSET
 # Each record is the map the catalog stores, field for field and in the order the master writes its keys
 # (a key no field names is dropped at decode). ``rev`` is unset on a record about to be put for the first
 # time; the entry that stores it sets it.
+
+
+class TableExtra(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A table's soft deletion (SOFT_DELETED since ``deleted_at``, unix time, recallable for
+    ``reserve_seconds``) and Kudu's per-table write limits (-1: none)."""
+
+    deleted_at: float | None = None
+    reserve_seconds: int = 0
+    disk_size_limit: int = -1
+    row_count_limit: int = -1
+
+
+_NO_EXTRA = TableExtra()
 
 
 class TableRecord(msgspec.Struct, frozen=True):
@@ -89,6 +102,8 @@ class TableRecord(msgspec.Struct, frozen=True):
     dropped_tablet_ids: tuple[str, ...] | Unset = UNSET
     # Written by AlterTable: the id of the next column added (a dropped column's id is never reused).
     next_column_id: int | Unset = UNSET
+    # Soft deletion and write limits, one nested map (a record of at most 15 keys encodes as a fixmap).
+    extra: TableExtra | Unset = UNSET
 
     @property
     def live(self) -> bool:
@@ -97,6 +112,25 @@ class TableRecord(msgspec.Struct, frozen=True):
 
     def dropped(self) -> tuple[str, ...]:
         return () if self.dropped_tablet_ids is UNSET else self.dropped_tablet_ids
+
+    @property
+    def ext(self) -> TableExtra:
+        return _NO_EXTRA if self.extra is UNSET else self.extra
+
+    def purge_at(self) -> float | None:
+        """The unix time after which a SOFT_DELETED table is purged (None for any other state)."""
+        e = self.ext
+        if self.state != "SOFT_DELETED" or e.deleted_at is None:
+            return None
+        return e.deleted_at + e.reserve_seconds
+
+    def limits(self) -> tuple[int, int]:
+        """(disk size limit, row count limit), -1 where none is set (Kudu's value for "no limit")."""
+        return self.ext.disk_size_limit, self.ext.row_count_limit
+
+    def with_extra(self, **changes: Any) -> TableRecord:
+        """A copy with some of ``extra``'s fields changed."""
+        return msgspec.structs.replace(self, extra=msgspec.structs.replace(self.ext, **changes))
 
 
 class TabletRecord(msgspec.Struct, frozen=True):

@@ -124,6 +124,14 @@ def _positive(v: float) -> str | None:
     return None if v > 0 else "must be > 0"
 
 
+def _limit(v: float) -> str | None:
+    return None if v >= -1 else "must be -1 (no limit) or at least 0"
+
+
+def _ratio(v: float) -> str | None:
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
 def _non_negative(v: float) -> str | None:
     return None if v >= 0 else "must be >= 0"
 
@@ -233,6 +241,54 @@ FLAGS: tuple[Flag, ...] = (
         _to_int,
         60000,
         "Master: a tserver silent for this long counts as dead (no new replicas are placed on it).",
+        check=_positive,
+    ),
+    Flag(
+        "default_deleted_table_reserve_seconds",
+        _to_int,
+        0,
+        "Master: a DeleteTable that names no reserve time keeps the table SOFT_DELETED (recallable) this many "
+        "seconds before purging it. Default 0: delete at once, as Kudu does (soft deletion is opt-in).",
+        check=_non_negative,
+    ),
+    Flag(
+        "enable_table_write_limit",
+        _to_bool,
+        False,
+        "Master: enforce per-table disk size and row count limits (inserts and updates refused once a table "
+        "reaches --table_write_limit_ratio of a limit). Default false, as in Kudu, where the feature is "
+        "experimental; AlterTable refuses to set limits while it is off.",
+    ),
+    Flag(
+        "table_disk_size_limit",
+        _to_int,
+        -1,
+        "Master: the disk size limit in bytes given to new tables when --enable_table_write_limit is set. "
+        "Default -1: none.",
+        check=_limit,
+    ),
+    Flag(
+        "table_row_count_limit",
+        _to_int,
+        -1,
+        "Master: the live row count limit given to new tables when --enable_table_write_limit is set. "
+        "Default -1: none.",
+        check=_limit,
+    ),
+    Flag(
+        "table_write_limit_ratio",
+        _to_float,
+        0.95,
+        "Master: writes stop when a table reaches this fraction of a limit (default 0.95, Kudu's: the figures "
+        "come from periodic tablet reports, so the last writes before a stop may pass the limit a little).",
+        check=_ratio,
+    ),
+    Flag(
+        "update_tablet_stats_interval_ms",
+        _to_int,
+        5000,
+        "tserver: how often a tablet leader's live row count and on-disk size are refreshed for the master's "
+        "table statistics (default 5000, Kudu's; the on-disk size is measured in a worker thread).",
         check=_positive,
     ),
     Flag(

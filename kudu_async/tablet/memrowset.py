@@ -163,6 +163,14 @@ class MemRowSet:
             return MRSRow(int(self._insert_ts[rownum]), rownum, -1, True)
         return MRSRow(int(self._insert_ts[rownum]), rownum, int(self._last_ts[rownum]), bool(self._live[rownum]))
 
+    def live_rows(self) -> int:
+        """Rows inserted here and not deleted since (vectorised over the per-row arrays)."""
+        n = self._num_stored
+        inserted = self._insert_ts[:n] >= 0
+        if self._live is None:
+            return int(np.count_nonzero(inserted))
+        return int(np.count_nonzero(inserted & self._live[:n]))
+
     def latest_of(self, rownums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(timestamp of the last change, live now) of many rows, by row number."""
         if self._last_ts is None or self._live is None:

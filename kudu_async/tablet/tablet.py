@@ -14,9 +14,13 @@ The work is done in rooms, one per stage of a row's life, each working on the sh
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.schema import Schema
@@ -24,12 +28,13 @@ from kudu_async.fs.tablet_metadata import TabletMetadata, metadata_path
 from kudu_async.tablet import bootstrap, checksum, compaction_policy, schema_change
 from kudu_async.tablet.compaction_policy import LayoutPlan, RowSetExtent
 from kudu_async.tablet.components import TabletComponents, TabletOptions
+from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL
 from kudu_async.tablet.diskrowset import DiskRowSet
 from kudu_async.tablet.mvcc import MvccSnapshot
 from kudu_async.tablet.ops import LoggedWrite, WriteOp, WriteResult
 from kudu_async.tablet.read_path import READ_AT_SNAPSHOT, READ_LATEST, ReadPath, ScanSpec, TabletScanner
 from kudu_async.tablet.rowset_maintenance import RowSetMaintenance
-from kudu_async.tablet.schema_info import SchemaInfo
+from kudu_async.tablet.schema_info import TS_COL, SchemaInfo
 from kudu_async.tablet.write_path import PreparedWrite, WritePath
 
 
@@ -50,6 +55,10 @@ class Tablet:
         self.mvcc = components.mvcc
         self.locks = components.locks  # the row locks a write holds from prepare to apply
         self._layout: tuple[tuple[tuple[int, int], ...], LayoutPlan] | None = None  # (layout, its plan)
+        # Live rows, counted from the stores once (see :meth:`count_live_rows`) and then kept by the
+        # applied writes' results; flushes and compactions move rows without changing it.
+        self._live_rows_lock = threading.Lock()
+        self._live_rows = 0
 
     @property
     def info(self) -> SchemaInfo:
@@ -98,6 +107,7 @@ class Tablet:
         components = bootstrap.open_components(tablet_dir, options, clock)
         tablet = cls(components)
         bootstrap.replay(tablet._writes, clock, log_ops, components.last_flushed_index)
+        tablet._live_rows = tablet.count_live_rows()
         return tablet
 
     # -- writes (see write_path) -------------------------------------------------------------------
@@ -111,7 +121,11 @@ class Tablet:
 
     def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
         """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
-        return self._writes.apply(prepared, log_index)
+        res = self._writes.apply(prepared, log_index)
+        if res.inserted or res.deleted:
+            with self._live_rows_lock:
+                self._live_rows += res.inserted - res.deleted
+        return res
 
     def abort_write(self, prepared: PreparedWrite) -> None:
         """Give up a prepared op (not replicated): release its locks, forget its timestamp."""
@@ -185,6 +199,17 @@ class Tablet:
     def minor_delta_compaction(self, rowset_id: int) -> bool:
         """Concatenate one rowset's delta files into one (fewer files to open and merge on scans)."""
         return self._maintenance.minor_delta_compaction(rowset_id)
+
+    @property
+    def live_rows(self) -> int:
+        """Rows inserted and not deleted (Kudu's live row count): a counter, cheap to read anywhere."""
+        return self._live_rows
+
+    def count_live_rows(self) -> int:
+        """Live rows counted from the stores, vectorised: at open, before the counter takes over."""
+        with self._c.lock:
+            n = sum(m.live_rows() for m in self._c.memrowsets())
+            return n + sum(d.num_rows() - _deleted_rows(d) for d in self._c.drs)
 
     def stats(self) -> dict[str, int]:
         """Monotonic counters of flushes and compactions (per-tablet metrics)."""
@@ -278,3 +303,24 @@ __all__ = [
     "TabletOptions",
     "TabletScanner",
 ]
+
+
+def _deleted_rows(d: DiskRowSet) -> int:
+    """Base rows of ``d`` whose last change is a delete: from its per-row state when a read built it,
+    else from its delta stores alone (sorted by row, then change order), so the count costs memory in
+    proportion to the deltas, not to the rowset."""
+    built = d.built_state()
+    if built is not None:
+        _ts, live, mutated = built
+        return int(np.count_nonzero(mutated & ~live))
+    cols = [ROW_COL, TS_COL, SEQ_COL, LIVE_COL]
+    parts = [t.select(cols) for t in d.delta_tables if t.num_rows]
+    parts += [m.to_table().select(cols) for m in (*d.flushing_dms, d.dms) if len(m)]
+    if not parts:
+        return 0
+    t = pa.concat_tables(parts).sort_by([(ROW_COL, "ascending"), (TS_COL, "ascending"), (SEQ_COL, "ascending")])
+    rows = t.column(ROW_COL).to_numpy()
+    last = np.ones(len(rows), dtype=bool)
+    last[:-1] = rows[:-1] != rows[1:]
+    live = t.column(LIVE_COL).to_numpy(zero_copy_only=False)
+    return int(np.count_nonzero(~live[last]))

@@ -96,6 +96,9 @@ def _check_response(resp: Any) -> dict[str, Any]:
                 f"TSHeartbeat answer: tablets_to_delete[{i}] needs tablet_id, reason and "
                 f"delete_type in {DELETE_TYPES}: {item!r:.200}"
             )
+    limited = resp.get("write_limited_tables", [])
+    if not isinstance(limited, list) or not all(isinstance(t, str) for t in limited):
+        raise _BadAnswer("TSHeartbeat answer: write_limited_tables must be a list of table ids")
     return resp
 
 
@@ -127,9 +130,11 @@ class Heartbeater:
         options: HeartbeatOptions = HeartbeatOptions(),
         *,
         tablet_counts: Callable[[], tuple[int, int]] | None = None,
+        on_write_limits: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         """``tablet_counts`` returns (num_live_tablets, leader_count); without it they are counted from
-        ``reports(None)`` each heartbeat (states not failed/stopped/deleted; role LEADER)."""
+        ``reports(None)`` each heartbeat (states not failed/stopped/deleted; role LEADER).
+        ``on_write_limits`` gets the leader's ids of the tables at a write limit with each of its answers."""
         addrs = list(master_addresses)
         if not addrs:
             raise KuduInvalidArgument("Heartbeater needs at least one master address")
@@ -140,6 +145,7 @@ class Heartbeater:
         self.reports = reports
         self.on_delete = on_delete
         self.tablet_counts = tablet_counts
+        self.on_write_limits = on_write_limits
         self.interval_s = options.interval_s
         self.rpc_timeout_s = options.rpc_timeout_s
         self.max_backoff_s = max(options.max_backoff_s, options.interval_s)
@@ -347,6 +353,8 @@ class Heartbeater:
             asap = not full  # send it now rather than a second later (only once: the next one is full)
             m.needs_full = True
         if resp["leader"]:
+            if self.on_write_limits is not None:
+                self.on_write_limits(frozenset(resp.get("write_limited_tables", ())))
             self._dispatch_callbacks(m, resp)
         return asap
 

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotAuthorized
 from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.row_conversion import OpType
 from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
 from kudu_async.tserver.scanners import Scanner, ScannerManager
-from kudu_async.tserver.tablet_manager import TabletManager
+from kudu_async.tserver.tablet_manager import TabletManager, tree_bytes
 from kudu_async.tserver.tablet_replica import TabletReplica
 from kudu_async.tserver.wire import decode_write_op
 
@@ -31,6 +31,8 @@ class TabletService:
         self.manager = manager
         self.scanners = scanners
         self._clock_update = clock_update
+        # Ids of the tables the leader master says reached a write limit (from its heartbeat answers).
+        self.write_limited_tables: frozenset[str] = frozenset()
 
     def methods(self) -> ServiceTable:
         """The ``TabletServer`` protocol: each method with its request and response messages."""
@@ -63,6 +65,8 @@ class TabletService:
 
     async def write(self, req: m.WriteRequest, ctx: CallContext) -> m.WriteResponse:
         replica = self.manager.get(req.tablet_id)
+        if self.write_limited_tables and replica.info.get("table_id") in self.write_limited_tables:
+            _check_write_privileges(req.op_types)
         op = decode_write_op(req.rows, req.op_types, req.set_columns)
         if req.propagated_timestamp is not None:
             self._clock_update(req.propagated_timestamp)
@@ -203,20 +207,24 @@ def _scan_spec(replica: TabletReplica, req: m.ScanRequest) -> ScanSpec:
     )
 
 
+# Ops that need Kudu's INSERT or UPDATE privilege, which a table at its write limit loses (DELETE keeps it).
+_INSERTING = np.array([OpType.INSERT, OpType.INSERT_IGNORE, OpType.UPSERT, OpType.UPSERT_IGNORE], dtype=np.int8)
+_UPDATING = np.array([OpType.UPDATE, OpType.UPDATE_IGNORE], dtype=np.int8)
+
+
+def _check_write_privileges(op_types: bytes) -> None:
+    """Kudu refuses a whole write with NOT_AUTHORIZED when its table reached a disk size or row count
+    limit and the write inserts or updates (the master took those privileges away)."""
+    kinds = np.frombuffer(op_types, dtype=np.int8)
+    if np.isin(kinds, _INSERTING).any():
+        raise KuduNotAuthorized("not authorized to insert: the table reached its disk size or row count limit")
+    if np.isin(kinds, _UPDATING).any():
+        raise KuduNotAuthorized("not authorized to update: the table reached its disk size or row count limit")
+
+
 def _sizes(tdir: Path, wal_dir: Path | None) -> tuple[int, int]:
     """(data bytes under the tablet directory, WAL bytes)."""
-    return _tree_bytes(tdir), 0 if wal_dir is None else _tree_bytes(wal_dir)
-
-
-def _tree_bytes(top: Path) -> int:
-    """Bytes of the files under ``top``; files and directories vanishing meanwhile (a flush, a WAL
-    segment collected) are skipped, as os.walk skips directories it cannot list."""
-    total = 0
-    for root, _dirs, files in os.walk(top):
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
+    return tree_bytes(tdir), 0 if wal_dir is None else tree_bytes(wal_dir)
 
 
 def _pred_text(p: ColumnPredicate) -> str:

@@ -15,6 +15,7 @@ through ``consensus.tablet_copy``, installs them with renames and opens the repl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -342,6 +343,27 @@ class TabletManager:
 
     # --- reports and listings -------------------------------------------------------------------------
 
+    async def refresh_stats(self) -> None:
+        """Kudu's tablet statistics: each leader's live row count (the tablet's counter) and bytes on disk
+        (its directory walked in a worker), set on the replica for its next report; followers report none."""
+        leaders = {
+            tid: r
+            for tid, r in self.replicas.items()
+            if r.raft is not None and r.raft.raft is not None and r.raft.raft.is_leader
+        }
+        for r in self.replicas.values():
+            if r.tablet_id not in leaders:
+                r.stats = None
+        if not leaders:
+            return
+        dirs = {tid: self.tablet_dir(tid) for tid in leaders}
+        sizes = await asyncio.get_running_loop().run_in_executor(
+            self.executor, lambda: {tid: tree_bytes(d) for tid, d in dirs.items()}
+        )
+        for tid, r in leaders.items():
+            if self.replicas.get(tid) is r:
+                r.stats = (r.tablet.live_rows, sizes[tid])
+
     def reports(self, ids: set[str] | None) -> list[dict[str, Any]]:
         wanted = (
             (
@@ -588,3 +610,14 @@ def _log_cache_bytes(raft: RaftManager, group: str) -> int:
     lo = max(core.applied_index + 1, log.first_index())
     hi = log.last_index() + 1
     return log.bytes_between(lo, hi) if lo < hi else 0
+
+
+def tree_bytes(top: Path) -> int:
+    """Bytes of the files under ``top``; files and directories vanishing meanwhile (a flush, a WAL
+    segment collected) are skipped, as os.walk skips directories it cannot list."""
+    total = 0
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total

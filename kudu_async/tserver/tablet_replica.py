@@ -131,6 +131,8 @@ class TabletReplica:
         self.small_reads = services.small_reads
         self.error: str | None = None
         self.stopped = False
+        # (live rows, bytes on disk) while this replica leads, refreshed by the tablet manager for the reports.
+        self.stats: tuple[int, int] | None = None
         self.bootstrap_target: int | None = None  # commit index seen when Raft came up: RUNNING once applied
         self._prepare_lock = asyncio.Lock()
         self._pending: dict[tuple[int, int], PreparedWrite] = {}  # (term, timestamp) -> prepared on this leader
@@ -694,6 +696,8 @@ class TabletReplica:
             "leader_uuid": raft.leader if raft is not None else None,
             "config": cfg,
             "schema_version": self.tablet.schema_version,
+            "live_row_count": None if self.stats is None else self.stats[0],
+            "on_disk_size": None if self.stats is None else self.stats[1],
         }
 
     def report_signature(self) -> tuple[Any, ...]:
@@ -702,7 +706,7 @@ class TabletReplica:
         r = self.raft
         raft = r.raft if r is not None else None
         if raft is None:
-            return (self.state.value, self.failure_reason, self.tablet.schema_version)
+            return (self.state.value, self.failure_reason, self.tablet.schema_version, self.stats)
         return (
             self.state.value,
             self.failure_reason,
@@ -711,6 +715,7 @@ class TabletReplica:
             raft.leader,
             raft.config_index,
             self.tablet.schema_version,
+            self.stats,
         )
 
     def status(self) -> dict[str, Any]:

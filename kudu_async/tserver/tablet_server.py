@@ -109,6 +109,7 @@ class TabletServer(Node):
             on_delete=self._master_says_delete,
             options=HeartbeatOptions(interval_s=cfg.heartbeat_interval_ms / 1000.0),
             tablet_counts=self._tablet_counts,
+            on_write_limits=self._set_write_limits,
         )
         self.tablets.on_change = self.heartbeater.mark_dirty
 
@@ -133,11 +134,17 @@ class TabletServer(Node):
 
     async def _poll_changes(self) -> None:
         """Every heartbeat interval (at most 1 s), note which tablets changed role/term/config/state for the
-        next tablet report."""
+        next tablet report; every --update_tablet_stats_interval_ms refresh the leaders' statistics first."""
         period = min(1.0, self.config.heartbeat_interval_ms / 1000.0)
+        stats_every = self.config.update_tablet_stats_interval_ms / 1000.0
+        loop = asyncio.get_running_loop()
+        stats_due = loop.time()
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(min(period, stats_every))
             try:
+                if loop.time() >= stats_due:
+                    stats_due = loop.time() + stats_every
+                    await self.tablets.refresh_stats()
                 self.tablets.poll_changes()
             except Exception:
                 log.exception("tablet state poll failed; continuing")
@@ -150,6 +157,9 @@ class TabletServer(Node):
         await self.scanners.stop()
         await self.tablets.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.maintenance.stop)
+
+    def _set_write_limits(self, table_ids: frozenset[str]) -> None:
+        self.service.write_limited_tables = table_ids
 
     def _tablet_counts(self) -> tuple[int, int]:
         """(live tablets, leaders) for heartbeats."""

@@ -5,21 +5,26 @@ a table deleted under a scan is reported as deleted."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import itertools
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import kudu_async as kudu
+from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 
 pytestmark = pytest.mark.integration
 
 FAST = ["--heartbeat-interval-ms", "200", "--raft-heartbeat-interval-ms", "250"]
+# Table statistics refreshed often, and per-table write limits enforced (no table has one unless a test sets it).
+STATS = ["--update-tablet-stats-interval-ms", "300"]
+LIMITS = ["--enable-table-write-limit", "true"]
 _names = itertools.count()
 
 
@@ -29,7 +34,14 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
-    c = MiniCluster(1, 3, base_dir=tmp_path_factory.mktemp("kudu-python-cluster"), extra_flags=FAST)
+    c = MiniCluster(
+        1,
+        3,
+        base_dir=tmp_path_factory.mktemp("kudu-python-cluster"),
+        extra_flags=FAST,
+        master_flags=LIMITS,
+        tserver_flags=STATS,
+    )
     c.start()
     try:
         yield c
@@ -167,7 +179,8 @@ def test_table_statistics_count_live_rows_and_bytes_on_disk(client: kudu.Client)
     for k in range(10):
         s.apply(table.new_delete({"key": k}))
     s.flush()
-    stats = client.get_table_statistics(table.name)
+    # The master sums the leaders' figures from their tablet reports (refreshed every 300 ms here).
+    stats = wait_for_statistics(client, table.name, lambda st: st.live_row_count == 40)
     assert isinstance(stats, kudu.client.TableStatistics)
     assert stats.live_row_count == 40 and stats.on_disk_size >= 0
     assert (stats.on_disk_size_limit, stats.live_row_count_limit) == (-1, -1)
@@ -175,3 +188,143 @@ def test_table_statistics_count_live_rows_and_bytes_on_disk(client: kudu.Client)
     with pytest.raises(kudu.KuduNotFound):
         client.get_table_statistics(unique("no_such_table"))
     table.drop()
+
+
+def wait_for_statistics(
+    client: kudu.Client, name: str, ok: Callable[[Any], bool], timeout_s: float = 20.0
+) -> kudu.client.TableStatistics:
+    give_up = time.monotonic() + timeout_s
+    while True:
+        stats = client.get_table_statistics(name)
+        if ok(stats):
+            return stats
+        assert time.monotonic() < give_up, f"statistics of {name} never matched: {stats!r}"
+        time.sleep(0.1)
+
+
+def insert_rows(client: kudu.Client, table: kudu.Table, keys: range) -> None:
+    s = client.new_session()
+    for k in keys:
+        s.apply(table.new_insert({"key": k, "ts_val": k}))
+    s.flush()
+
+
+def tablets_held(cluster: MiniCluster) -> set[str]:
+    """Ids of the tablet replicas every tserver holds."""
+
+    async def ask() -> set[str]:
+        rpc = RpcClient("test-client")
+        try:
+            held: set[str] = set()
+            for ts in cluster.tservers:
+                listed = (await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {}))["tablets"]
+                held |= {t["tablet_id"] for t in listed}
+            return held
+        finally:
+            await rpc.close()
+
+    return asyncio.run(ask())
+
+
+def test_a_soft_deleted_table_is_hidden_kept_whole_and_recalled(client: kudu.Client) -> None:
+    table = events_table(client)
+    insert_rows(client, table, range(20))
+    client.soft_delete_table(table.name, 600)
+    assert table.name not in client.list_tables()
+    assert client.list_soft_deleted_tables(table.name) == [table.name]
+    # As in Kudu: still read and written by its clients until purged, and its name is not free.
+    insert_rows(client, table, range(20, 30))
+    assert len(table.scanner().open().read_all_tuples()) == 30
+    with pytest.raises(kudu.KuduAlreadyPresent):
+        events_table_named(client, table.name)
+    with pytest.raises(kudu.KuduInvalidArgument, match="should not be soft deleted again"):
+        client.soft_delete_table(table.name, 60)
+    new_name = unique("recalled")
+    client.recall_table(table.id, new_name)
+    assert new_name in client.list_tables() and client.list_soft_deleted_tables(table.name) == []
+    back = client.table(new_name)
+    assert back.id == table.id
+    assert sorted(r[0] for r in back.scanner().open().read_all_tuples()) == list(range(30))
+    with pytest.raises(kudu.KuduNotFound):
+        client.recall_table(table.id)  # no longer soft-deleted
+    client.soft_delete_table(new_name)  # no reserve time: deleted at once
+    assert new_name not in client.list_tables() and client.list_soft_deleted_tables(new_name) == []
+
+
+def test_a_soft_deleted_table_is_purged_with_its_tablets_after_the_reserve_time(
+    client: kudu.Client, cluster: MiniCluster
+) -> None:
+    table = events_table(client)
+    insert_rows(client, table, range(10))
+    tablet_ids = {tok.tablet().id() for tok in table.scan_token_builder().build()}
+    assert len(tablet_ids) == 3 and tablet_ids <= tablets_held(cluster)
+    client.soft_delete_table(table.name, 2)
+    assert client.list_soft_deleted_tables(table.name) == [table.name]
+    give_up = time.monotonic() + 30.0
+    while client.list_soft_deleted_tables(table.name) or tablet_ids & tablets_held(cluster):
+        assert time.monotonic() < give_up, "the soft-deleted table was not purged 30 s after its 2 s reserve"
+        time.sleep(0.2)
+    assert not client.table_exists(table.name)
+    with pytest.raises(kudu.KuduNotFound):
+        client.recall_table(table.id)
+
+
+def test_a_table_at_its_row_count_limit_refuses_inserts_and_updates_but_not_deletes(client: kudu.Client) -> None:
+    table = events_table(client)
+    alterer = client.new_table_alterer(table)
+    alterer.set_table_row_count_limit(20)
+    alterer.alter()
+    stats = client.get_table_statistics(table.name)
+    assert (stats.live_row_count_limit, stats.on_disk_size_limit) == (20, -1)
+    insert_rows(client, table, range(19))  # 19 rows: at 95% of the limit, Kudu's default write limit ratio
+    wait_for_statistics(client, table.name, lambda st: st.live_row_count == 19)
+    # Each tserver learns of the limit from the leader master's next heartbeat answer to it.
+    wait_refused(client, table, lambda: table.new_insert({"key": 100, "ts_val": 0}), "not authorized to insert")
+    wait_refused(client, table, lambda: table.new_update({"key": 1, "ts_val": 5}), "not authorized to update")
+    s = client.new_session()
+    for k in range(10):
+        s.apply(table.new_delete({"key": k}))
+    s.flush()  # deletes free room: always allowed
+    alterer = client.new_table_alterer(table)
+    alterer.set_table_row_count_limit(-1)
+    alterer.alter()
+    assert client.get_table_statistics(table.name).live_row_count_limit == -1
+    give_up = time.monotonic() + 20.0
+    while True:  # upserts: a retry of rows a tserver already took is harmless
+        s = client.new_session()
+        for k in range(200, 210):
+            s.apply(table.new_upsert({"key": k, "ts_val": k}))
+        try:
+            s.flush()
+            break
+        except kudu.KuduBadStatus:
+            assert time.monotonic() < give_up, "inserts were still refused 20 s after the limit was removed"
+            time.sleep(0.2)
+    table.drop()
+
+
+def wait_refused(client: kudu.Client, table: kudu.Table, make_op: Callable[[], Any], text: str) -> None:
+    """Apply ``make_op()`` until its write is refused with ``text`` (an op that went through is undone)."""
+    give_up = time.monotonic() + 20.0
+    while True:
+        s = client.new_session()
+        op = make_op()
+        s.apply(op)
+        try:
+            s.flush()
+        except kudu.KuduBadStatus:
+            errors, _overflow = s.get_pending_errors()
+            assert errors and all(text in str(e) for e in errors), errors
+            return
+        assert time.monotonic() < give_up, f"writes were still taken 20 s after the table reached its limit: {op}"
+        if isinstance(op, kudu.Insert):
+            s.apply(table.new_delete({"key": 100}))
+            s.flush()
+        time.sleep(0.2)
+
+
+def events_table_named(client: kudu.Client, name: str) -> kudu.Table:
+    builder = kudu.schema_builder()
+    builder.add_column("key").type(kudu.int64).nullable(False).primary_key()
+    schema = builder.build()
+    return client.create_table(name, schema, kudu.Partitioning().add_hash_partitions(["key"], 3))

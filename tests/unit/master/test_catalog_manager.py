@@ -16,8 +16,10 @@ from msgspec.structs import replace
 
 from kudu_async.common.errors import (
     KuduAlreadyPresent,
+    KuduConfigurationError,
     KuduInvalidArgument,
     KuduNotFound,
+    KuduNotSupported,
     KuduServiceUnavailable,
 )
 from kudu_async.common.partition import HashDimension, PartitionSchema
@@ -33,6 +35,9 @@ from kudu_async.master.messages import (
     DeleteTableRequest,
     GetTableLocationsRequest,
     IsDdlDoneRequest,
+    ListTablesRequest,
+    RecallDeletedTableRequest,
+    TableRef,
     TabletToDelete,
 )
 from kudu_async.master.sys_catalog import TableRecord, put
@@ -486,3 +491,167 @@ async def test_locations_of_a_table_being_deleted_say_the_table_was_deleted(mast
     cm.tablets.pop(t.tablet_ids[0])  # one tablet already gone from the catalog, the other still there
     with pytest.raises(KuduNotFound, match="table t not found: it was deleted"):
         cm.get_table_locations(req)
+
+
+# --- soft-deleted tables (Kudu 1.17: SoftDeleteTable, RecallDeletedTable, purge after the reserve time) ---
+
+
+def delete_req(name: str, reserve_seconds: int | None = None) -> DeleteTableRequest:
+    req: dict[str, Any] = {"name": name}
+    if reserve_seconds is not None:
+        req["reserve_seconds"] = reserve_seconds
+    return convert(req, DeleteTableRequest)
+
+
+def listed(cm: CatalogManager, soft: bool = False) -> list[str]:
+    return [t["name"] for t in cm.list_tables(ListTablesRequest(show_soft_deleted=soft))["tables"]]
+
+
+async def test_a_soft_deleted_table_is_listed_apart_keeps_its_name_and_is_recalled(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
+    t = await make_running(cm, "t")
+    await cm.delete_table(delete_req("t", 600), TIMEOUT_S)
+    soft = cm.tables[t.id]
+    assert soft.state == "SOFT_DELETED" and soft.ext.reserve_seconds == 600
+    assert listed(cm) == [] and listed(cm, soft=True) == ["t"]
+    assert cm.find_table("t").id == t.id  # still opened, read and written by name, as in Kudu
+    assert cm.get_table_locations(GetTableLocationsRequest(name="t")).tablets
+    with pytest.raises(KuduAlreadyPresent, match="table t already exists with id"):
+        await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
+    with pytest.raises(KuduInvalidArgument, match="soft_deleted table t should not be altered"):
+        await cm.alter_table(convert(add_column("t", "c", None), AlterTableRequest), TIMEOUT_S)
+    with pytest.raises(KuduInvalidArgument, match="soft_deleted table t should not be soft deleted again"):
+        await cm.delete_table(delete_req("t", 60), TIMEOUT_S)
+    await cm.recall_table(RecallDeletedTableRequest(table_id=t.id, new_table_name="t2"), TIMEOUT_S)
+    back = cm.tables[t.id]
+    assert (back.state, back.name, back.ext.deleted_at, back.tablet_ids) == ("RUNNING", "t2", None, t.tablet_ids)
+    assert back.purge_at() is None
+    assert listed(cm) == ["t2"] and listed(cm, soft=True) == []
+    with pytest.raises(KuduNotFound, match="not soft-deleted"):
+        await cm.recall_table(RecallDeletedTableRequest(table_id=t.id), TIMEOUT_S)
+
+
+async def test_deleting_a_soft_deleted_table_with_no_reserve_purges_it_at_once(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
+    t = await make_running(cm, "t")
+    await cm.delete_table(delete_req("t", 600), TIMEOUT_S)
+    await cm.delete_table(delete_req("t", 0), TIMEOUT_S)
+    assert cm.tables[t.id].state == "DELETING" and listed(cm, soft=True) == []
+
+
+async def test_delete_table_follows_the_default_reserve_flag_unless_the_request_names_one(master: Master) -> None:
+    cm = master.catalog_manager
+    for name in ("a", "b"):
+        await cm.create_table(convert(create_req(name, None), CreateTableRequest), TIMEOUT_S)
+        await make_running(cm, name)
+    assert master.config.default_deleted_table_reserve_seconds == 0  # Kudu's default: delete at once
+    master.config.values["default_deleted_table_reserve_seconds"] = 60
+    await cm.delete_table(delete_req("a"), TIMEOUT_S)
+    await cm.delete_table(delete_req("b", 0), TIMEOUT_S)
+    assert cm.find_table("a").state == "SOFT_DELETED" and cm.find_table("a").ext.reserve_seconds == 60
+    assert [t.state for t in cm.tables.values() if t.name == "b"] == ["DELETING"]
+    with pytest.raises(KuduInvalidArgument, match="should not be soft deleted again"):
+        await cm.delete_table(delete_req("a"), TIMEOUT_S)
+
+
+async def test_the_leader_purges_a_soft_deleted_table_once_its_reserve_time_is_over(master: Master) -> None:
+    cm = master.catalog_manager
+    for name in ("old", "young"):
+        await cm.create_table(convert(create_req(name, None), CreateTableRequest), TIMEOUT_S)
+        await make_running(cm, name)
+        await cm.delete_table(delete_req(name, 30), TIMEOUT_S)
+    old = cm.find_table("old")
+    await cm._write([put(old.with_extra(deleted_at=time.time() - 31))])  # deleted 31 s ago
+    assert master.check_leadership()
+    await cm.process_once()
+    assert cm.tables[old.id].state == "DELETING"
+    assert cm.find_table("young").state == "SOFT_DELETED"
+    with pytest.raises(KuduNotFound):
+        await cm.recall_table(RecallDeletedTableRequest(table_id=old.id), TIMEOUT_S)
+
+
+async def test_soft_deletion_and_its_times_survive_a_master_restart(tmp_path: Path) -> None:
+    node = await start_master(tmp_path / "m")
+    try:
+        cm = node.catalog_manager
+        await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
+        await make_running(cm, "t")
+        await cm.delete_table(delete_req("t", 600), TIMEOUT_S)
+        before = cm.find_table("t")
+    finally:
+        await node.stop()
+    node = await start_master(tmp_path / "m")
+    try:
+        after = node.catalog_manager.find_table("t")
+        assert after.state == "SOFT_DELETED" and after.ext == before.ext and after.ext.reserve_seconds == 600
+    finally:
+        await node.stop()
+
+
+# --- table statistics and limits ---------------------------------------------------------------------------
+
+
+def leader_report(tablet_id: str, table_id: str, rows: int | None, size: int | None) -> dict[str, Any]:
+    return {
+        "tablet_id": tablet_id,
+        "table_id": table_id,
+        "state": "RUNNING",
+        "error": None,
+        "role": "LEADER",
+        "term": 1,
+        "leader_uuid": "ts-0",
+        "schema_version": 0,
+        "config": {"opid_index": 1, "voters": ["ts-0"], "non_voters": [], "peers": {"ts-0": "127.0.0.1:9"}},
+        "live_row_count": rows,
+        "on_disk_size": size,
+    }
+
+
+async def test_table_statistics_sum_the_leaders_reported_figures(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
+    t = await make_running(cm, "t")
+    a, b = t.tablet_ids
+    now = time.monotonic()
+    master.ts_manager.process_report(
+        "ts-0", {"full": True, "seq": 1, "tablets": [leader_report(a, t.id, 10, 1000)], "removed": []}, now
+    )
+    stats = cm.get_table_statistics(TableRef(name="t"))
+    assert (stats.live_row_count, stats.on_disk_size) == (-1, -1)  # tablet b has not reported yet
+    assert (stats.disk_size_limit, stats.row_count_limit) == (-1, -1)
+    master.ts_manager.process_report(
+        "ts-0",
+        {"full": False, "seq": 2, "tablets": [leader_report(b, t.id, 5, 500)], "removed": []},
+        now,
+    )
+    stats = cm.get_table_statistics(TableRef(name="t"))
+    assert (stats.live_row_count, stats.on_disk_size) == (15, 1500)
+
+
+async def test_limits_need_the_flag_stand_alone_and_stop_writes_near_the_limit(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(convert(create_req("t", None), CreateTableRequest), TIMEOUT_S)
+    t = await make_running(cm, "t")
+    limit = convert({"name": "t", "row_count_limit": 100}, AlterTableRequest)
+    with pytest.raises(KuduNotSupported, match="--enable_table_write_limit is not enabled"):
+        await cm.alter_table(limit, TIMEOUT_S)
+    master.config.values["enable_table_write_limit"] = True
+    with pytest.raises(KuduConfigurationError, match="cannot be combined"):
+        await cm.alter_table(convert({**add_column("t", "c", None), "row_count_limit": 100}, AlterTableRequest), 5)
+    with pytest.raises(KuduInvalidArgument, match="greater than or equal to -1"):
+        await cm.alter_table(convert({"name": "t", "disk_size_limit": -2}, AlterTableRequest), TIMEOUT_S)
+    await cm.alter_table(limit, TIMEOUT_S)
+    assert cm.get_table_statistics(TableRef(name="t")).row_count_limit == 100
+    assert cm.write_limited_tables() == []  # no figures reported yet
+    a, b = t.tablet_ids
+    reports = [leader_report(a, t.id, 50, 10), leader_report(b, t.id, 44, 10)]
+    master.ts_manager.process_report("ts-0", {"full": True, "seq": 1, "tablets": reports, "removed": []}, 0.0)
+    assert cm.write_limited_tables() == []  # 94 rows: below 95% of the limit
+    reports[1] = leader_report(b, t.id, 45, 10)
+    master.ts_manager.process_report("ts-0", {"full": True, "seq": 2, "tablets": reports, "removed": []}, 0.0)
+    assert cm.write_limited_tables() == [t.id]
+    await cm.alter_table(convert({"name": "t", "row_count_limit": -1}, AlterTableRequest), TIMEOUT_S)
+    assert cm.get_table_statistics(TableRef(name="t")).row_count_limit == -1
+    assert cm.write_limited_tables() == []
