@@ -306,13 +306,8 @@ __all__ = [
 
 
 def _deleted_rows(d: DiskRowSet) -> int:
-    """Base rows of ``d`` whose last change is a delete: from its per-row state when a read built it,
-    else from its delta stores alone (sorted by row, then change order), so the count costs memory in
-    proportion to the deltas, not to the rowset."""
-    built = d.built_state()
-    if built is not None:
-        _ts, live, mutated = built
-        return int(np.count_nonzero(mutated & ~live))
+    """Base rows of ``d`` whose last change is a delete, from its delta stores alone (sorted by row,
+    then change order), so the count costs memory in proportion to the deltas, not to the rowset."""
     cols = [ROW_COL, TS_COL, SEQ_COL, LIVE_COL]
     parts = [t.select(cols) for t in d.delta_tables if t.num_rows]
     parts += [m.to_table().select(cols) for m in (*d.flushing_dms, d.dms) if len(m)]
