@@ -24,6 +24,7 @@ in one store.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import pyarrow.compute as pc
 
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
 from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
+from kudu_async.common.schema import AUTO_INC_SET_ON_INSERT
 from kudu_async.tablet.components import TabletComponents
 from kudu_async.tablet.delta_store import delta_chunk
 from kudu_async.tablet.diskrowset import DiskRowSet
@@ -134,6 +136,10 @@ class WritePath:
     def __init__(self, components: TabletComponents) -> None:
         self._c = components
         self._owner = itertools.count(1)  # row-lock owner ids, one per prepared write
+        # The largest auto-incrementing id this tablet holds or has handed out (0: none); the tablet seeds
+        # it from its stored rows on open, replayed and replicated writes raise it to the ids they carry.
+        self.auto_increment = 0
+        self._auto_increment_lock = threading.Lock()
 
     def prepare(
         self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
@@ -166,6 +172,8 @@ class WritePath:
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         op_types = op_types.astype(np.int8, copy=False)  # every valid type fits; op_mask's fastest form
         errors: dict[int, RowError] = {}
+        if info.schema.auto_incrementing_index is not None:
+            rows = self._assign_auto_increment(info, rows, op_types, replay, errors)
         rows = self._validate_rows(info, rows, op_types, errors)
         kb = self._encode_keys_checked(info, rows, errors)
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
@@ -212,6 +220,43 @@ class WritePath:
             schema_version=version,
         )
 
+    def _assign_auto_increment(
+        self, info: SchemaInfo, rows: pa.RecordBatch, op_types: np.ndarray, replay: bool, errors: dict[int, RowError]
+    ) -> pa.RecordBatch:
+        """Give every INSERT row of a table with a non-unique primary key the next ids of this tablet's
+        counter (vectorised). The leader decides them here; the log entry carries the rows with their ids,
+        so a follower or a replay stores the same ids (and only raises its counter to them). A client's
+        INSERT that sets the column itself is refused, as Kudu does."""
+        ai = info.schema.auto_incrementing_index
+        assert ai is not None
+        col = rows.column(ai)
+        inserts = op_mask(op_types, _INSERT_OPS)
+        given = (
+            np.ones(len(col), dtype=bool) if col.null_count == 0 else pc.is_valid(col).to_numpy(zero_copy_only=False)
+        )
+        if not replay:
+            for i in np.flatnonzero(inserts & given).tolist():
+                errors[i] = RowError(i, "INVALID_ARGUMENT", AUTO_INC_SET_ON_INSERT)
+        need = inserts & ~given
+        k = int(np.count_nonzero(need))
+        carried = op_mask(op_types, _INSERTISH) & given  # ids the rows bring: the counter goes past them
+        if not replay:
+            carried &= ~inserts  # refused above
+        highest = 0
+        if carried.any():
+            highest = max(0, int(pc.max(col.filter(pa.array(carried))).as_py()))
+        with self._auto_increment_lock:
+            base = self.auto_increment
+            if base + k > np.iinfo(np.int64).max:
+                raise KuduIllegalState(f"tablet {self._c.tablet_id}: max auto-incrementing column value reached")
+            self.auto_increment = max(base + k, highest)
+        if not k:
+            return rows
+        values = np.array(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
+        values[need] = np.arange(base + 1, base + k + 1, dtype=np.int64)
+        filled = pa.array(values, pa.int64(), mask=~(given | need))
+        return rows.set_column(ai, info.arrow.field(ai), filled)
+
     def _validate_rows(
         self, info: SchemaInfo, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
     ) -> pa.RecordBatch:
@@ -225,12 +270,15 @@ class WritePath:
         if rows.num_rows == 0:
             return rows
         insertish = op_mask(op_types, _INSERTISH)
+        # Insert-like rows carry every column; with an auto-incrementing column, INSERT rows have their ids
+        # by now, so they are checked as UPSERTs are (the id present, not negative).
+        as_insert = "insert" if info.schema.auto_incrementing_index is None else "upsert"
         if insertish.all():
-            out, errs = validate(rows, for_op="insert")
+            out, errs = validate(rows, for_op=as_insert)
             for i, msg in errs.items():
                 errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", msg)
             return out if out.schema.equals(info.arrow, check_metadata=False) else rows
-        for mask, for_op in ((insertish, "insert"), (~insertish, "delete")):
+        for mask, for_op in ((insertish, as_insert), (~insertish, "delete")):
             idx = np.flatnonzero(mask)
             if len(idx):
                 _, errs = validate(rows.take(pa.array(idx)), for_op=for_op)

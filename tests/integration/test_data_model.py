@@ -1,12 +1,15 @@
 """Kudu's data-model features through the client against a cluster (1 master + 3 tablet servers, shared by
 the module): immutable columns refuse changes; altering a column's mutability takes
-effect on the tablets."""
+effect on the tablets; a non-unique primary key gets server-assigned ids that stay unique across
+restarts and leader changes."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -41,7 +44,7 @@ def client(cluster: MiniCluster) -> Iterator[kudu.Client]:
     c.close()
 
 
-def _rows(table: kudu.Table) -> list[tuple[object, ...]]:
+def _rows(table: kudu.Table) -> list[tuple[Any, ...]]:
     return sorted(table.scanner().open().read_all_tuples())
 
 
@@ -107,3 +110,66 @@ def test_altering_mutability_takes_effect_on_the_tablets(client: kudu.Client) ->
     s.apply(table.new_update({"key": 1, "v": 3}))
     s.flush()
     assert _rows(table) == [(1, 3)]
+
+
+AUTO = "auto_incrementing_id"
+
+
+def _leader(client: kudu.Client, table: kudu.Table, cluster: MiniCluster) -> str:
+    """The name of the node that leads the table's only tablet, as the master reports it now."""
+    give_up = time.monotonic() + 20.0
+    while True:
+        (token,) = table.scan_token_builder().build()
+        leaders = [r.ts().uuid() for r in token.tablet().replicas() if r.is_leader()]
+        if leaders:
+            return next(ts.name for ts in cluster.tservers if ts.uuid == leaders[0])
+        assert time.monotonic() < give_up, "no leader reported for the tablet after 20 s"
+        time.sleep(0.2)
+
+
+def _insert(client: kudu.Client, table: kudu.Table, rows: list[tuple[int, str]]) -> None:
+    s = client.new_session()
+    for k, v in rows:
+        s.apply(table.new_insert({"k": k, "v": v}))
+    s.flush()
+
+
+def test_non_unique_primary_key_through_the_client(client: kudu.Client, cluster: MiniCluster) -> None:
+    b = kudu.schema_builder()
+    b.add_column("k", kudu.int32, nullable=False, non_unique_primary_key=True)
+    b.add_column("v", kudu.string)
+    schema = b.build()
+    assert schema.get_auto_incrementing_column_name() == AUTO
+    parts = kudu.Partitioning().set_range_partition_columns(["k"])  # one tablet: its counter is the table's
+    table = client.create_table(unique("non_unique"), schema, parts, n_replicas=3)
+    assert table.schema.names == ["k", AUTO, "v"] and table.schema.primary_keys() == ["k", AUTO]
+
+    _insert(client, table, [(1, "a"), (1, "b"), (2, "c")])
+    rows = _rows(table)  # the hidden column comes with every column
+    assert [(k, v) for k, _, v in rows] == [(1, "a"), (1, "b"), (2, "c")]
+    ids = [i for _, i, _ in rows]
+    assert len(set(ids)) == 3 and min(ids) >= 1
+
+    # Updates and deletes name a row by its full key, the id included.
+    s = client.new_session()
+    s.apply(table.new_update({"k": 1, AUTO: rows[1][1], "v": "B"}))
+    s.apply(table.new_delete({"k": 1, AUTO: rows[0][1]}))
+    s.flush()
+    assert [(k, v) for k, _, v in _rows(table)] == [(1, "B"), (2, "c")]
+    with pytest.raises(kudu.KuduInvalidArgument, match="key column missing"):
+        s.apply(table.new_delete({"k": 2}))
+    with pytest.raises(kudu.KuduInvalidArgument, match="should not be set for INSERT"):
+        s.apply(table.new_insert({"k": 2, AUTO: 99}))
+
+    # The counter survives a restart of the leader (which also hands leadership to another replica),
+    # and a second one: ids stay unique and keep increasing.
+    seen = set(ids)
+    for _ in range(2):
+        top = max(seen)
+        cluster.restart_node(_leader(client, table, cluster))
+        _insert(client, table, [(1, "x"), (1, "y")])
+        now = {i for _, i, _ in _rows(table)}
+        fresh = now - seen
+        assert len(fresh) == 2 and min(fresh) > top, (sorted(seen), sorted(now))
+        seen |= now
+    assert len(_rows(table)) == 6
