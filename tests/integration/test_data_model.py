@@ -85,6 +85,9 @@ def test_immutable_columns_are_enforced_through_the_client(client: kudu.Client) 
         assert "immutable column: created" in str(e.status)
     assert sorted(e.failed_op()["key"] for e in errors) == [0, 3]
     assert _rows(table) == [(0, 100, "a"), (1, 101, "b"), (2, 102, "c"), (3, 103, "a"), (4, 104, "e")]
+    s.apply(table.new_upsert({"key": 3, "note": "f"}))  # leaves the immutable column out: applied
+    s.flush()
+    assert _rows(table)[3] == (3, 103, "f")
 
 
 def test_altering_mutability_takes_effect_on_the_tablets(client: kudu.Client) -> None:
