@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from kudu_async.common import types as T
+from kudu_async.common.column import AUTO_INCREMENTING_COLUMN_NAME
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.partition import HashDimension, PartitionSchema, RangeBound
 from kudu_async.common.schema import ColumnSchema, Schema
@@ -31,6 +32,7 @@ class ColumnSpec:
         self._default: Any = NO_DEFAULT
         self._attrs: dict[str, Any] = {}
         self._primary_key = False
+        self._unique_key = True
 
     def type(self, type_: Any) -> Self:
         self._type = T.type_from_name(type_)
@@ -42,6 +44,14 @@ class ColumnSpec:
 
     def primary_key(self) -> Self:
         self._primary_key = True
+        self._unique_key = True
+        return self
+
+    def non_unique_primary_key(self) -> Self:
+        """A key column whose values may repeat: the table gets the hidden key column
+        ``auto_incrementing_id`` (its values assigned by the tablet servers) that tells such rows apart."""
+        self._primary_key = True
+        self._unique_key = False
         return self
 
     def default(self, value: Any) -> Self:
@@ -106,6 +116,7 @@ class SchemaBuilder:
     def __init__(self) -> None:
         self._specs: list[ColumnSpec] = []
         self._keys: list[str] | None = None
+        self._keys_unique = True
 
     def add_column(  # noqa: PLR0913 - kudu-python's SchemaBuilder.add_column, keyword for keyword
         self,
@@ -115,6 +126,7 @@ class SchemaBuilder:
         compression: str | None = None,
         encoding: str | None = None,
         primary_key: bool = False,
+        non_unique_primary_key: bool = False,
         block_size: int | None = None,
         default: Any = NO_DEFAULT,
         precision: int | None = None,
@@ -132,6 +144,8 @@ class SchemaBuilder:
             spec.nullable(nullable)
         if primary_key:
             spec.primary_key()
+        if non_unique_primary_key:
+            spec.non_unique_primary_key()
         if default is not NO_DEFAULT:
             spec.default(default)
         for key, v in (
@@ -169,14 +183,39 @@ class SchemaBuilder:
 
     def set_primary_keys(self, key_names: Sequence[str]) -> Self:
         self._keys = list(key_names)
+        self._keys_unique = True
+        return self
+
+    def set_non_unique_primary_keys(self, key_names: Sequence[str]) -> Self:
+        """Key columns whose values may repeat (see :meth:`ColumnSpec.non_unique_primary_key`)."""
+        self._keys = list(key_names)
+        self._keys_unique = False
         return self
 
     def build(self) -> Schema:
         if not self._specs:
             raise KuduInvalidArgument("a schema needs at least one column")
-        keys = self._keys if self._keys is not None else [s.name for s in self._specs if s._primary_key]
+        marked = [s for s in self._specs if s._primary_key]
+        if self._keys is not None:
+            if marked:
+                how = "set_primary_keys()" if self._keys_unique else "set_non_unique_primary_keys()"
+                raise KuduInvalidArgument(
+                    f"primary key specified by both {how} and on a specific column: {marked[0].name}"
+                )
+            keys, unique = self._keys, self._keys_unique
+        else:
+            keys = [s.name for s in marked]
+            unique = all(s._unique_key for s in marked)
+            if not unique and any(s._unique_key for s in marked):
+                raise KuduInvalidArgument(
+                    "primary key columns are either all unique (primary_key()) or all non-unique "
+                    f"(non_unique_primary_key()): {', '.join(s.name for s in marked)}"
+                )
         if not keys:
-            raise KuduInvalidArgument("no primary key: mark columns with primary_key() or set_primary_keys()")
+            raise KuduInvalidArgument(
+                "no primary key or non-unique primary key specified: mark columns with primary_key() or "
+                "non_unique_primary_key(), or call set_primary_keys() or set_non_unique_primary_keys()"
+            )
         names = [s.name for s in self._specs]
         for k in keys:
             if k not in names:
@@ -187,7 +226,15 @@ class SchemaBuilder:
                 f"(the schema starts with {names[: len(keys)]})"
             )
         cols = [s.to_column(key=i < len(keys)) for i, s in enumerate(self._specs)]
-        return Schema(cols, len(keys))
+        if unique:
+            return Schema(cols, len(keys))
+        if AUTO_INCREMENTING_COLUMN_NAME in names:
+            raise KuduInvalidArgument(
+                f"column name '{AUTO_INCREMENTING_COLUMN_NAME}' is reserved for the auto-incrementing column of a "
+                "non-unique primary key"
+            )
+        auto = ColumnSchema(AUTO_INCREMENTING_COLUMN_NAME, T.INT64, nullable=False, auto_incrementing=True)
+        return Schema([*cols[: len(keys)], auto, *cols[len(keys) :]], len(keys) + 1)
 
 
 def schema_builder() -> SchemaBuilder:
@@ -272,7 +319,7 @@ class Partitioning:
 
     def partition_schema(self, schema: Schema) -> PartitionSchema:
         """The table's partition schema, custom ranges included."""
-        ranges = schema.key_names if self._range_cols is None else self._range_cols
+        ranges = schema.user_key_names if self._range_cols is None else self._range_cols
         return PartitionSchema(schema, self._hash, ranges).with_custom_ranges(self._range_bounds())
 
     def _range_bounds(self) -> list[RangeBound]:

@@ -16,6 +16,8 @@ from kudu_async.common import types as T
 from kudu_async.common.errors import KuduInvalidArgument
 
 MAX_IDENTIFIER_LENGTH = 256
+# The hidden last key column of a table with a non-unique primary key: tablet servers assign its values.
+AUTO_INCREMENTING_COLUMN_NAME = "auto_incrementing_id"
 
 # Kudu's encodings and compression codecs, with the column types each encoding applies to.
 ENCODINGS = ("auto", "plain", "prefix", "group_varint", "rle", "dict", "bit_shuffle")
@@ -98,6 +100,9 @@ class ColumnSchema:
     compression: str | None = None
     immutable: bool = False
     block_size: int | None = None
+    # The server-assigned key column that makes a non-unique primary key unique (Kudu's auto-incrementing
+    # column): INT64 NOT NULL, named AUTO_INCREMENTING_COLUMN_NAME, no default.
+    auto_incrementing: bool = False
     # Stable identity across renames (Kudu's column id): storage maps files to the schema by it.
     id: int | None = field(default=None, compare=False)
 
@@ -153,6 +158,13 @@ class ColumnSchema:
         )
         if self.default is not None:
             object.__setattr__(self, "default", self.coerce(self.default))
+        if self.auto_incrementing and (
+            kt is not T.INT64 or self.nullable or self.default is not None or self.name != AUTO_INCREMENTING_COLUMN_NAME
+        ):
+            raise KuduInvalidArgument(
+                f"column '{self.name}': an auto-incrementing column is INT64 NOT NULL without a default, "
+                f"named '{AUTO_INCREMENTING_COLUMN_NAME}'"
+            )
 
     # -- derived facts ----------------------------------------------------------------------------------
 
@@ -220,6 +232,8 @@ class ColumnSchema:
                 d[attr] = v
         if self.immutable:
             d["immutable"] = True
+        if self.auto_incrementing:
+            d["auto_incrementing"] = True
         if self.id is not None:
             d["id"] = self.id
         return d
@@ -243,6 +257,7 @@ class ColumnSchema:
             compression=d.get("compression"),
             immutable=bool(d.get("immutable", False)),
             block_size=d.get("block_size"),
+            auto_incrementing=bool(d.get("auto_incrementing", False)),
             id=_column_id(d.get("id")),
         )
 

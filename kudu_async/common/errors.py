@@ -136,6 +136,13 @@ class KuduCancelled(KuduBadStatus):
     http_status = 499
 
 
+class KuduImmutable(KuduBadStatus):
+    """A write tried to change a cell of an immutable column (Kudu's ``Status::Immutable``)."""
+
+    code = "IMMUTABLE"
+    http_status = 409
+
+
 # --- RPC and server-level codes -----------------------------------------------------------------------
 
 

@@ -24,6 +24,9 @@ from typing import Any
 Gauge = Callable[[], int]
 # A refresh of the node's total runs at most once per REFRESH_COST_SHARE times its own duration (2%).
 REFRESH_COST_SHARE = 50.0
+# However slow a pass was (a preempted process on a busy host), the total is never older than this when
+# a write is admitted.
+MAX_REFRESH_INTERVAL_S = 0.25
 
 
 def format_bytes(n: float) -> str:
@@ -178,6 +181,7 @@ class NodeMemory:
         refresh_s: float = 0.005,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         if limit_bytes <= 0:
             raise ValueError(f"the memory limit must be > 0 bytes, not {limit_bytes}")
@@ -195,6 +199,7 @@ class NodeMemory:
         self.refresh_s = refresh_s
         self._clock = clock
         self._rand = rand
+        self._timer = timer  # measures a pass's cost
         self._cached = 0
         self._last: tuple[list[MemTracker], list[int]] = ([], [])  # the trackers and their own bytes
         self._flat: tuple[int, list[MemTracker]] = (-1, [])  # (tree generation, its trackers)
@@ -212,7 +217,7 @@ class NodeMemory:
     def refresh(self, now: float | None = None) -> int:
         """Read every tracker's own consumption (a flat pass over the tree, re-listed only when a tracker
         joined or left): what a write pays for every ``refresh_s``."""
-        started = time.perf_counter()
+        started = self._timer()
         gen, flat = self._flat
         if gen != self.root.generation:
             gen = self.root.generation
@@ -229,7 +234,8 @@ class NodeMemory:
             self._refreshed_at = self._clock() if now is None else now
         # A node with many tablets pays more per pass: pass less often, so that refreshing never takes
         # more than 1/REFRESH_COST_SHARE of the time of whoever asks (the event loop, on every write).
-        self._interval = max(self.refresh_s, REFRESH_COST_SHARE * (time.perf_counter() - started))
+        cost = self._timer() - started
+        self._interval = min(max(self.refresh_s, REFRESH_COST_SHARE * cost), MAX_REFRESH_INTERVAL_S)
         return total
 
     def under_pressure(self) -> bool:

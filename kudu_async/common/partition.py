@@ -233,7 +233,7 @@ class PartitionSchema:
     ) -> None:
         dims = tuple(hash_dimensions)
         if range_columns is None:
-            rs = RangeSchema(tuple(schema.key_names))
+            rs = RangeSchema(tuple(schema.user_key_names))
         elif isinstance(range_columns, RangeSchema):
             rs = range_columns
         else:
@@ -241,7 +241,6 @@ class PartitionSchema:
         object.__setattr__(self, "schema", schema)
         object.__setattr__(self, "hash_dimensions", dims)
         object.__setattr__(self, "range_schema", rs)
-        key_names = set(schema.key_names)
         _check_hash_dimensions(schema, dims)
         customs = tuple(sorted(custom_ranges, key=lambda r: r.lower))
         for r in customs:
@@ -257,8 +256,7 @@ class PartitionSchema:
         for c in rs.columns:
             if c not in schema:
                 raise KuduInvalidArgument(f"range partition column '{c}' is not in the schema")
-            if c not in key_names:
-                raise KuduInvalidArgument(f"range partition column '{c}' is not a primary key column")
+            _check_partition_column(schema, "range", c)
 
     # -- derived ----------------------------------------------------------------------------------------
 
@@ -680,7 +678,6 @@ def _column_bounds(
 
 def _check_hash_dimensions(schema: Schema, dims: Sequence[HashDimension]) -> None:
     """Kudu's rules: hash levels use primary-key columns only, and no two levels share a column."""
-    key_names = set(schema.key_names)
     used: set[str] = set()
     for d in dims:
         if not isinstance(d, HashDimension):
@@ -688,8 +685,7 @@ def _check_hash_dimensions(schema: Schema, dims: Sequence[HashDimension]) -> Non
         for c in d.columns:
             if c not in schema:
                 raise KuduInvalidArgument(f"hash partition column '{c}' is not in the schema")
-            if c not in key_names:
-                raise KuduInvalidArgument(f"hash partition column '{c}' is not a primary key column")
+            _check_partition_column(schema, "hash", c)
             if c in used:
                 raise KuduInvalidArgument(f"hash partition levels share column '{c}'")
             used.add(c)
@@ -759,3 +755,16 @@ def xxh64_fixed_width(values: pa.Array, seed: int) -> np.ndarray | None:
         acc *= _P3
         acc ^= acc >> np.uint64(32)
     return acc
+
+
+def _check_partition_column(schema: Schema, kind: str, name: str) -> None:
+    """Partitions are defined on primary-key columns a writer gives: a row is routed to its tablet
+    before the tablet server assigns its auto-incrementing id."""
+    i = schema.column_index(name)
+    if i >= schema.num_key_columns:
+        raise KuduInvalidArgument(f"{kind} partition column '{name}' is not a primary key column")
+    if schema.columns[i].auto_incrementing:
+        raise KuduInvalidArgument(
+            f"{kind} partition column '{name}' is the auto-incrementing column: rows are routed to a tablet "
+            "before the server assigns it"
+        )

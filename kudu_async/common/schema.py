@@ -20,7 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.common import types as T
-from kudu_async.common.column import COMPRESSIONS, ENCODINGS, ColumnSchema, cast_column
+from kudu_async.common.column import (
+    AUTO_INCREMENTING_COLUMN_NAME,
+    COMPRESSIONS,
+    ENCODINGS,
+    ColumnSchema,
+    cast_column,
+)
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
 from kudu_async.common.key_encoding import MAX_ENCODED_KEY_SIZE_BYTES, encode_key, encode_values
 
@@ -30,6 +36,11 @@ MAX_COLUMNS = 300
 INSERT_LIKE_OPS = frozenset({"insert", "insert_ignore", "upsert", "upsert_ignore"})
 UPDATE_OPS = frozenset({"update", "update_ignore"})
 DELETE_OPS = frozenset({"delete", "delete_ignore"})
+INSERT_OPS = frozenset({"insert", "insert_ignore"})
+# Kudu's per-row errors for the auto-incrementing column.
+AUTO_INC_SET_ON_INSERT = "auto-incrementing column should not be set for INSERT/INSERT_IGNORE operations"
+AUTO_INC_MISSING_ON_UPSERT = "auto-incrementing column should be set for UPSERT/UPSERT_IGNORE operations"
+AUTO_INC_NEGATIVE = "auto-incrementing column value must be greater than zero"
 WRITE_OPS = INSERT_LIKE_OPS | UPDATE_OPS | DELETE_OPS
 
 
@@ -73,6 +84,12 @@ class Schema:
                 raise KuduInvalidArgument(f"key column '{c.name}' must be NOT NULL")
             if not c.type.key_allowed:
                 raise KuduInvalidArgument(f"key column '{c.name}' may not be of type {c.type.name}")
+        auto = [i for i, c in enumerate(cols) if c.auto_incrementing]
+        if auto and (auto != [key_column_count - 1] or key_column_count < 2):
+            raise KuduInvalidArgument(
+                f"a schema has at most one auto-incrementing column, the last key column after the non-unique "
+                f"primary key columns (got it at {auto} with {key_column_count} key columns)"
+            )
         object.__setattr__(self, "columns", cols)
         object.__setattr__(self, "num_key_columns", key_column_count)
         object.__setattr__(self, "_index", index)
@@ -110,6 +127,23 @@ class Schema:
 
     def primary_key_indices(self) -> list[int]:
         return list(range(self.num_key_columns))
+
+    @staticmethod
+    def get_auto_incrementing_column_name() -> str:
+        """The name of the hidden key column a non-unique primary key gets (Kudu's constant)."""
+        return AUTO_INCREMENTING_COLUMN_NAME
+
+    @functools.cached_property
+    def auto_incrementing_index(self) -> int | None:
+        """The index of the auto-incrementing column (the last key column), None without one."""
+        last = self.num_key_columns - 1
+        return last if self.columns[last].auto_incrementing else None
+
+    @property
+    def user_key_names(self) -> list[str]:
+        """The key columns a writer gives: all of them but the auto-incrementing one (what partitions
+        may be defined on, since a row is routed before the server assigns its id)."""
+        return [c.name for c in self.key_columns if not c.auto_incrementing]
 
     def new_row(self, record: Mapping[Any, Any] | Sequence[Any] | None = None) -> PartialRow:
         """An empty row of this schema (filled from ``record`` if given): bounds and split rows."""
@@ -281,6 +315,7 @@ class Schema:
         deleting = op in DELETE_OPS
         inserting = op in INSERT_LIKE_OPS
         out: dict[str, Any] = {}
+        assigned = self._check_auto_incrementing(given, op)
         for name, is_key, canonical, fill, c in self._row_plan:
             if name in given:
                 v = given[name]
@@ -291,6 +326,8 @@ class Schema:
                     v = c.coerce(v)
                 if not deleting or is_key:
                     out[name] = v
+            elif name == assigned:
+                continue  # the tablet server fills it in
             elif is_key:
                 raise KuduInvalidArgument(f"column '{name}': key column missing", {"column": name})
             elif inserting:
@@ -302,6 +339,26 @@ class Schema:
         if self._variable_key and _max_key_bound(self, out) > MAX_ENCODED_KEY_SIZE_BYTES:
             encode_key(self, [out[c.name] for c in self.key_columns])
         return out
+
+    def _check_auto_incrementing(self, given: dict[str, Any], op: str) -> str | None:
+        """Kudu's rules for the auto-incrementing column of one row: an INSERT leaves it out (the name is
+        returned: the tablet server assigns it, and it is dropped from ``given``), an UPSERT gives it, and
+        a value is never below zero."""
+        auto = self.auto_incrementing_index
+        if auto is None:
+            return None
+        name = self.columns[auto].name
+        value = given.get(name)
+        if op in INSERT_OPS:
+            if value is not None:
+                raise KuduInvalidArgument(AUTO_INC_SET_ON_INSERT, {"column": name})
+            given.pop(name, None)
+            return name
+        if value is None and op in INSERT_LIKE_OPS:
+            raise KuduInvalidArgument(AUTO_INC_MISSING_ON_UPSERT, {"column": name})
+        if isinstance(value, int) and value < 0:
+            raise KuduInvalidArgument(AUTO_INC_NEGATIVE, {"column": name})
+        return None
 
     @functools.cached_property
     def _row_plan(self) -> tuple[tuple[str, bool, Callable[[Any], bool] | None, Any, ColumnSchema], ...]:
@@ -340,10 +397,14 @@ class Schema:
         out_arrays: list[pa.Array] = []
         for i, c in enumerate(self.columns):
             is_key = i < self.num_key_columns
-            if c.name in arrays_in:
+            if c.auto_incrementing and op in INSERT_LIKE_OPS:
+                arr = _auto_incrementing_column(c, arrays_in.get(c.name), n, op, errors)
+            elif c.name in arrays_in:
                 if op in DELETE_OPS and not is_key:
                     continue
                 arr = _checked_column(c, arrays_in[c.name], errors)
+                if c.auto_incrementing:
+                    _refuse_negative(arr, errors)
             elif is_key:
                 raise KuduInvalidArgument(f"column '{c.name}': key column missing", {"column": c.name})
             elif op in INSERT_LIKE_OPS:
@@ -466,6 +527,31 @@ def _checked_column(c: ColumnSchema, arr: pa.Array, errors: dict[int, str]) -> p
         for r in np.flatnonzero(sizes > limit).tolist():
             errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
     return arr
+
+
+def _auto_incrementing_column(
+    c: ColumnSchema, given: pa.Array | None, n: int, op: str, errors: dict[int, str]
+) -> pa.Array:
+    """The auto-incrementing column of insert-like rows: an INSERT must leave it NULL (the tablet server
+    assigns it), an UPSERT must give it (it names the row to update), and never below zero."""
+    if given is None:
+        given = pa.nulls(n, c.arrow_type)
+    arr = cast_column(c, _null_out_of_range_ints(c, given, errors), check_cells=False)
+    if op in INSERT_OPS:
+        any_bad, bad, message = arr.null_count < n, pc.is_valid(arr), AUTO_INC_SET_ON_INSERT
+    else:
+        any_bad, bad, message = arr.null_count > 0, pc.is_null(arr), AUTO_INC_MISSING_ON_UPSERT
+        _refuse_negative(arr, errors)
+    if any_bad:
+        for r in np.flatnonzero(bad.to_numpy(zero_copy_only=False)).tolist():
+            errors.setdefault(int(r), message)
+    return arr
+
+
+def _refuse_negative(arr: pa.Array, errors: dict[int, str]) -> None:
+    neg = pc.fill_null(pc.less(arr, 0), False).to_numpy(zero_copy_only=False)
+    for r in np.flatnonzero(neg).tolist():
+        errors.setdefault(int(r), AUTO_INC_NEGATIVE)
 
 
 def _filled_column(c: ColumnSchema, n: int) -> pa.Array:

@@ -36,6 +36,8 @@ class SchemaInfo:
         self.key_names = self.names[: self.num_key_columns]
         self.value_indices = list(range(self.num_key_columns, len(self.names)))
         self.nullable = [f.nullable for f in self.arrow]
+        # Value columns no write may change once a row holds them (Kudu's immutable columns).
+        self.immutable_indices = [i for i in self.value_indices if schema.columns[i].immutable]
         self.ids: list[int] = column_ids(schema)
         self.storage_arrow = pa.schema(
             [*self.arrow, pa.field(KEY_COL, pa.binary(), False), pa.field(TS_COL, pa.uint64(), False)]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kudu_async.common.clock import HybridClock
 from kudu_async.common.schema import Schema
@@ -106,9 +107,22 @@ class Tablet:
         clock = clock or HybridClock()
         components = bootstrap.open_components(tablet_dir, options, clock)
         tablet = cls(components)
+        if components.info.schema.auto_incrementing_index is not None:
+            tablet._writes.auto_increment = tablet._largest_auto_increment()
         bootstrap.replay(tablet._writes, clock, log_ops, components.last_flushed_index)
         tablet._live_rows = tablet.count_live_rows()
         return tablet
+
+    def _largest_auto_increment(self) -> int:
+        """The largest auto-incrementing id of the stored rows (0: none), read in bounded batches: where
+        the tablet's counter resumes after a restart (as Kudu derives it on bootstrap)."""
+        ai = self._c.info.schema.auto_incrementing_index
+        assert ai is not None
+        largest = 0
+        for batch in self.scan(ScanSpec(projection=[self._c.info.names[ai]])):
+            if batch.num_rows:
+                largest = max(largest, int(pc.max(batch.column(0)).as_py()))
+        return largest
 
     # -- writes (see write_path) -------------------------------------------------------------------
 

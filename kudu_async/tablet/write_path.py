@@ -24,6 +24,7 @@ in one store.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import pyarrow.compute as pc
 
 from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
 from kudu_async.common.row_conversion import VALID_OP_TYPES, op_mask
+from kudu_async.common.schema import AUTO_INC_SET_ON_INSERT
 from kudu_async.tablet.components import TabletComponents
 from kudu_async.tablet.delta_store import delta_chunk
 from kudu_async.tablet.diskrowset import DiskRowSet
@@ -116,12 +118,28 @@ def _same_data(a: pa.RecordBatch, b: pa.RecordBatch) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _UpsertImmutable:
+    """UPSERT rows of a batch that set an immutable column: each fails if its key is present."""
+
+    rows: np.ndarray
+    info: SchemaInfo
+    set_columns: np.ndarray | None
+
+    def error(self, row: int) -> RowError:
+        return _immutable_error(self.info, row, self.set_columns)
+
+
 class WritePath:
     """Prepares, applies and aborts writes on a tablet's components."""
 
     def __init__(self, components: TabletComponents) -> None:
         self._c = components
         self._owner = itertools.count(1)  # row-lock owner ids, one per prepared write
+        # The largest auto-incrementing id this tablet holds or has handed out (0: none); the tablet seeds
+        # it from its stored rows on open, replayed and replicated writes raise it to the ids they carry.
+        self.auto_increment = 0
+        self._auto_increment_lock = threading.Lock()
 
     def prepare(
         self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
@@ -154,9 +172,15 @@ class WritePath:
             raise KuduInvalidArgument(f"unknown row operation types {sorted(bad)}")
         op_types = op_types.astype(np.int8, copy=False)  # every valid type fits; op_mask's fastest form
         errors: dict[int, RowError] = {}
+        if info.schema.auto_incrementing_index is not None:
+            rows = self._assign_auto_increment(info, rows, op_types, replay, errors)
         rows = self._validate_rows(info, rows, op_types, errors)
         kb = self._encode_keys_checked(info, rows, errors)
         self._check_nulls(info, rows, op_types, op.set_columns, errors)
+        touches = self._immutable_touches(info, op_types, op.set_columns, errors)
+        upsert_imm = (
+            None if touches is None else _UpsertImmutable(touches & (op_types == OpType.UPSERT), info, op.set_columns)
+        )
         owner = next(self._owner)
         key_set = kb.key_set()
         self._c.locks.acquire(
@@ -169,16 +193,22 @@ class WritePath:
                         f"tablet {self._c.tablet_id}: schema changed to version {self._c.schema_version} while "
                         f"preparing a write for version {version}"
                     )
-                plan, ignored = self._decide(op_types, kb, errors, timestamp, replay, distinct=key_set.n == n)
+                plan, ignored = self._decide(
+                    op_types, kb, errors, timestamp, replay, distinct=key_set.n == n, upsert_imm=upsert_imm
+                )
             self._c.mvcc.start_op(timestamp)
         except BaseException:
             self._c.locks.release_all(owner)
             raise
+        set_columns = op.set_columns
+        if touches is not None:
+            set_columns, skipped = self._skip_immutable_cells(info, op_types, set_columns, plan.kind, touches)
+            ignored += skipped
         return PreparedWrite(
             op=WriteOp(
                 op_types,
                 rows,
-                op.set_columns,
+                set_columns,
                 op.rows_ipc if op.rows_ipc is not None and _same_data(rows, op.rows) else None,
             ),
             timestamp=timestamp,
@@ -189,6 +219,43 @@ class WritePath:
             ignored=ignored,
             schema_version=version,
         )
+
+    def _assign_auto_increment(
+        self, info: SchemaInfo, rows: pa.RecordBatch, op_types: np.ndarray, replay: bool, errors: dict[int, RowError]
+    ) -> pa.RecordBatch:
+        """Give every INSERT row of a table with a non-unique primary key the next ids of this tablet's
+        counter (vectorised). The leader decides them here; the log entry carries the rows with their ids,
+        so a follower or a replay stores the same ids (and only raises its counter to them). A client's
+        INSERT that sets the column itself is refused, as Kudu does."""
+        ai = info.schema.auto_incrementing_index
+        assert ai is not None
+        col = rows.column(ai)
+        inserts = op_mask(op_types, _INSERT_OPS)
+        given = (
+            np.ones(len(col), dtype=bool) if col.null_count == 0 else pc.is_valid(col).to_numpy(zero_copy_only=False)
+        )
+        if not replay:
+            for i in np.flatnonzero(inserts & given).tolist():
+                errors[i] = RowError(i, "INVALID_ARGUMENT", AUTO_INC_SET_ON_INSERT)
+        need = inserts & ~given
+        k = int(np.count_nonzero(need))
+        carried = op_mask(op_types, _INSERTISH) & given  # ids the rows bring: the counter goes past them
+        if not replay:
+            carried &= ~inserts  # refused above
+        highest = 0
+        if carried.any():
+            highest = max(0, int(pc.max(col.filter(pa.array(carried))).as_py()))
+        with self._auto_increment_lock:
+            base = self.auto_increment
+            if base + k > np.iinfo(np.int64).max:
+                raise KuduIllegalState(f"tablet {self._c.tablet_id}: max auto-incrementing column value reached")
+            self.auto_increment = max(base + k, highest)
+        if not k:
+            return rows
+        values = np.array(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=np.int64, copy=True)
+        values[need] = np.arange(base + 1, base + k + 1, dtype=np.int64)
+        filled = pa.array(values, pa.int64(), mask=~(given | need))
+        return rows.set_column(ai, info.arrow.field(ai), filled)
 
     def _validate_rows(
         self, info: SchemaInfo, rows: pa.RecordBatch, op_types: np.ndarray, errors: dict[int, RowError]
@@ -203,12 +270,15 @@ class WritePath:
         if rows.num_rows == 0:
             return rows
         insertish = op_mask(op_types, _INSERTISH)
+        # Insert-like rows carry every column; with an auto-incrementing column, INSERT rows have their ids
+        # by now, so they are checked as UPSERTs are (the id present, not negative).
+        as_insert = "insert" if info.schema.auto_incrementing_index is None else "upsert"
         if insertish.all():
-            out, errs = validate(rows, for_op="insert")
+            out, errs = validate(rows, for_op=as_insert)
             for i, msg in errs.items():
                 errors[int(i)] = RowError(int(i), "INVALID_ARGUMENT", msg)
             return out if out.schema.equals(info.arrow, check_metadata=False) else rows
-        for mask, for_op in ((insertish, "insert"), (~insertish, "delete")):
+        for mask, for_op in ((insertish, as_insert), (~insertish, "delete")):
             idx = np.flatnonzero(mask)
             if len(idx):
                 _, errs = validate(rows.take(pa.array(idx)), for_op=for_op)
@@ -261,6 +331,40 @@ class WritePath:
                     int(i),
                     RowError(int(i), "INVALID_ARGUMENT", f"column '{f.name}' is NOT NULL but got NULL"),
                 )
+
+    @staticmethod
+    def _immutable_touches(
+        info: SchemaInfo, op_types: np.ndarray, set_columns: np.ndarray | None, errors: dict[int, RowError]
+    ) -> np.ndarray | None:
+        """Which update-like rows set a cell of an immutable column (None: no row does). An UPDATE that
+        does fails here (Kudu's decoder refuses it before looking the key up); whether an UPSERT does
+        depends on the key being present, so :meth:`_decide` settles those."""
+        imm = info.immutable_indices
+        if not imm:
+            return None
+        mutating = op_mask(op_types, _UPSERT_OPS + _UPDATE_OPS)
+        touches = mutating if set_columns is None else mutating & set_columns[:, imm].any(axis=1)
+        if not touches.any():
+            return None
+        for i in np.flatnonzero(touches & (op_types == OpType.UPDATE)).tolist():
+            errors.setdefault(i, _immutable_error(info, i, set_columns))
+        return touches
+
+    @staticmethod
+    def _skip_immutable_cells(
+        info: SchemaInfo, op_types: np.ndarray, set_columns: np.ndarray | None, kind: np.ndarray, touches: np.ndarray
+    ) -> tuple[np.ndarray | None, int]:
+        """UPDATE_IGNORE and UPSERT_IGNORE rows that update a present row leave its immutable cells
+        alone and apply the rest; a row left with nothing to set becomes an ignored row. Returns the
+        set-column matrix to apply and the number of rows so ignored (``kind`` is changed in place)."""
+        rows = touches & (kind == UPDATE) & op_mask(op_types, (OpType.UPDATE_IGNORE, OpType.UPSERT_IGNORE))
+        if not rows.any():
+            return set_columns, 0
+        out = np.ones((len(kind), len(info.names)), dtype=bool) if set_columns is None else set_columns.copy()
+        out[np.ix_(np.flatnonzero(rows), np.asarray(info.immutable_indices, dtype=np.int64))] = False
+        empty = rows & ~out[:, info.value_indices].any(axis=1)
+        kind[empty] = 0
+        return out, int(np.count_nonzero(empty))
 
     def _candidate_drs(self, kb: KeyBatch) -> list[DiskRowSet]:
         """The DiskRowSets whose key range meets the batch's."""
@@ -333,12 +437,14 @@ class WritePath:
         ts: int,
         replay: bool,
         distinct: bool = False,
+        upsert_imm: _UpsertImmutable | None = None,
     ) -> tuple[WritePlan, int]:
         """Every row's outcome, vectorised: locate all keys at once, then decide by op type and the
         key's liveness. Rows whose key repeats in the batch are decided in order (each sees the effect
         of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
         effect is already in durable files). ``distinct``: the caller knows every row has a key and
-        no key repeats."""
+        no key repeats. ``upsert_imm``: UPSERT rows that set an immutable column (an error when the key
+        is present)."""
         n = kb.n
         drs = self._candidate_drs(kb)
         if not errors and not drs and self._all_fresh_inserts(op_types, kb, distinct):
@@ -372,6 +478,11 @@ class WritePath:
         kind[single & ((ins | ups) & ~live)] = INSERT
         kind[single & ((ups | upd) & live)] = UPDATE
         kind[single & dele & live] = DELETE
+        if upsert_imm is not None:
+            refused = single & live & upsert_imm.rows
+            kind[refused] = 0
+            for i in np.flatnonzero(refused).tolist():
+                errors[i] = upsert_imm.error(i)
         for i in np.flatnonzero(single & (t == OpType.INSERT) & live).tolist():
             errors[i] = RowError(i, "ALREADY_PRESENT", "key already present")
         for i in np.flatnonzero(single & ((t == OpType.UPDATE) | (t == OpType.DELETE)) & ~live).tolist():
@@ -388,7 +499,9 @@ class WritePath:
         chained: np.ndarray | None = None
         if dup is not None:
             chained = np.zeros(n, dtype=bool)
-            ignored += self._decide_in_order(np.flatnonzero(act & dup), t, keys, live, kind, chained, errors)
+            ignored += self._decide_in_order(
+                np.flatnonzero(act & dup), t, keys, live, kind, chained, errors, upsert_imm
+            )
         return WritePlan(kind, store, pos, stores, chained), ignored
 
     @staticmethod
@@ -400,6 +513,7 @@ class WritePath:
         kind: np.ndarray,
         chained: np.ndarray,
         errors: dict[int, RowError],
+        upsert_imm: _UpsertImmutable | None = None,
     ) -> int:
         """Rows whose key repeats in the batch, one by one in row order (only these loop in Python)."""
         overlay: dict[bytes | None, bool] = {}
@@ -411,6 +525,9 @@ class WritePath:
             if cur is None:
                 cur = bool(live[i])
             if t in _UPSERT_OPS:
+                if cur and upsert_imm is not None and upsert_imm.rows[i]:
+                    errors[i] = upsert_imm.error(i)
+                    continue
                 k = UPDATE if cur else INSERT
             else:
                 wants_live = t not in _INSERT_OPS  # an update or delete needs the key, an insert its absence
@@ -557,3 +674,10 @@ class WritePath:
         prepared.state = "aborted"
         self._c.mvcc.abort_op(prepared.timestamp)
         self._c.locks.release_all(prepared.owner)
+
+
+def _immutable_error(info: SchemaInfo, row: int, set_columns: np.ndarray | None) -> RowError:
+    """Kudu's per-row error for a write that would change an immutable column, naming the first such
+    column the row sets (``set_columns`` None: every column is set)."""
+    col = next(info.schema.columns[ci] for ci in info.immutable_indices if set_columns is None or set_columns[row, ci])
+    return RowError(row, "IMMUTABLE", f"UPDATE not allowed for immutable column: {col.name} {col.type_to_string()}")

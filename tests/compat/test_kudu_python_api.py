@@ -20,7 +20,6 @@ import pytest
 API = json.loads((Path(__file__).parent / "kudu_python_api.json").read_text())
 
 _ARRAY = "ARRAY/NESTED columns: the servers have no array type, so these names would promise columns nobody can create"
-_NON_UNIQUE = "non-unique primary keys (the hidden auto_incrementing_id column) need the tablet servers to assign it"
 _VALS = "Cython-internal holders of a C++ value: no attribute or method a Python caller can use"
 _INTERNAL = "built by the client from its own state; kudu-python's constructor is a Cython __cinit__ users do not call"
 NOT_YET: dict[str, str] = {
@@ -31,11 +30,6 @@ NOT_YET: dict[str, str] = {
     "kudu.schema.NestedTypeDescriptor": _ARRAY,
     "kudu.schema.array_type": _ARRAY,
     "kudu.schema.ColumnSpec.nested_type": _ARRAY,
-    "kudu.schema.ColumnSpec.non_unique_primary_key": _NON_UNIQUE,
-    "kudu.schema.SchemaBuilder.set_non_unique_primary_keys": _NON_UNIQUE,
-    "kudu.schema.SchemaBuilder.add_column": _NON_UNIQUE
-    + " (its 7th parameter is non_unique_primary_key; the others match)",
-    "kudu.schema.Schema.get_auto_incrementing_column_name": _NON_UNIQUE,
     "kudu.client.Scanner.get_resource_metrics": "the tservers' Scan replies carry no resource metrics "
     "(cfile cache hits, bytes read, CPU time) for the client to add up",
     "kudu.client.Table.__len__": "kudu-python's raises NotImplementedError; here it would only make bool(table) raise",

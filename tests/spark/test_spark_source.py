@@ -167,6 +167,27 @@ def test_each_write_operation_and_row_errors(spark: Any, spark_cluster: MiniClus
     assert 5 not in final and 6 not in final and len(final) == 10 - 2 + 2
 
 
+def test_a_non_unique_primary_key_table_reads_and_writes_its_ids(spark: Any, spark_cluster: MiniCluster) -> None:
+    b = kudu.schema_builder()
+    b.add_column("key", kudu.int64, nullable=False).non_unique_primary_key()
+    b.add_column("val", kudu.string)
+    parts = kudu.Partitioning().add_hash_partitions(["key"], 2)
+    with _client(spark_cluster) as client:
+        client.create_table("non_unique", b.build(), parts)
+    # Inserts leave the id out: the tablets assign it, so the same key makes two rows.
+    df = spark.createDataFrame([(1, "a"), (1, "b"), (2, "c")], "key long, val string")
+    _write(df, spark_cluster, "non_unique", "insert")
+    read = _read(spark, spark_cluster, "non_unique")
+    assert read.columns == ["key", "auto_incrementing_id", "val"]
+    rows = sorted((r.key, r.val, r.auto_incrementing_id) for r in read.collect())
+    assert [(k, v) for k, v, _ in rows] == [(1, "a"), (1, "b"), (2, "c")]
+    assert len({(k, i) for k, _, i in rows}) == 3
+    # A delete names a row by its full key, the id included.
+    (gone,) = [(k, i) for k, v, i in rows if v == "a"]
+    _write(spark.createDataFrame([gone], "key long, auto_incrementing_id long"), spark_cluster, "non_unique", "delete")
+    assert sorted(r.val for r in _read(spark, spark_cluster, "non_unique").collect()) == ["b", "c"]
+
+
 def test_task_writer_overlaps_chunks_and_fails_on_a_later_chunk(
     spark_cluster: MiniCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

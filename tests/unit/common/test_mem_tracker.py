@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
-from kudu_async.common.mem_tracker import MemTracker, NodeMemory, format_bytes
+from kudu_async.common.mem_tracker import MAX_REFRESH_INTERVAL_S, MemTracker, NodeMemory, format_bytes
 
 MiB = 1 << 20
 
@@ -119,24 +118,34 @@ def test_node_total_is_cached_for_refresh_s() -> None:
 
 
 def test_a_slow_pass_is_made_less_often() -> None:
-    """Refreshing costs at most ~2% of the asker's time: a pass of 1 ms waits 50 ms for the next."""
+    """Refreshing costs at most ~2% of the asker's time: a pass of 1 ms waits 50 ms for the next, and
+    however slow a pass, the total is re-read at least every MAX_REFRESH_INTERVAL_S."""
     now = [0.0]
+    spent = [0.0]
     calls = [0]
+    pass_cost = [0.001]
 
     def slow() -> int:
         calls[0] += 1
-        time.sleep(0.001)
+        spent[0] += pass_cost[0]
         return 1
 
-    mem = NodeMemory(100 * MiB, refresh_s=0.005, clock=lambda: now[0])
+    mem = NodeMemory(100 * MiB, refresh_s=0.005, clock=lambda: now[0], timer=lambda: spent[0])
     mem.root.child("MemRowSet", gauge=slow)
     mem.consumption()
     now[0] += 0.01
     mem.consumption()
     assert calls[0] == 1  # past refresh_s, not past 50 x the pass
-    now[0] += 0.5
+    now[0] += 0.05
     mem.consumption()
     assert calls[0] == 2
+    pass_cost[0] = 1.0  # a pass preempted for a second would otherwise wait 50 s
+    now[0] += 0.05
+    mem.consumption()
+    assert calls[0] == 3
+    now[0] += MAX_REFRESH_INTERVAL_S + 0.001
+    mem.consumption()
+    assert calls[0] == 4
 
 
 def test_watermarks_follow_the_percentages() -> None:
