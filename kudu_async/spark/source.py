@@ -477,8 +477,9 @@ def _configure_scan(b: Any, options: Any) -> None:
     if locality not in ("closest_replica", "leader_only"):
         raise KuduInvalidArgument(f"kudu.scanLocality must be closest_replica or leader_only, not {locality!r}")
     b.set_selection(locality)
-    # kudu-spark reads a replica other than the leader only at a snapshot, which any replica can serve.
-    b.set_read_mode("latest" if mode == "READ_LATEST" and locality == "leader_only" else "snapshot")
+    # READ_AT_SNAPSHOT by default, as kudu-spark reads (any replica can serve it); a READ_LATEST scan that
+    # reaches a follower is sent on to the leader by the tablet server's refusal.
+    b.set_read_mode("latest" if mode == "READ_LATEST" else "snapshot")
     snap_us = _int_opt(options, "kudu.snapshotTimestampMicros")
     snap_ms = _int_opt(options, "kudu.snapshotTimestampMs")
     if snap_us is not None and snap_ms is not None:
