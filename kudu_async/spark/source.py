@@ -88,7 +88,7 @@ class Option:
 
 
 # kudu-spark's options (DefaultSource, KuduReadOptions, KuduWriteOptions) by their Kudu names, then this
-# source's own. Keys are lower case: PySpark hands a data source its options with lower-cased keys.
+# source's own. Matched without regard to case: PySpark hands a data source its options with lower-cased keys.
 KUDU_SPARK_OPTIONS: dict[str, Option] = {
     "kudu.master": Option("str", "127.0.0.1:7051", "comma-separated master addresses"),
     "kudu.table": Option("str", None, "table name (required)"),
