@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kudu_async.client.meta_cache import TableLocations
 from kudu_async.client.retry import WriteRequestIds
@@ -434,6 +435,20 @@ def widen(schema: Schema, checked: pa.RecordBatch, given: set[str]) -> tuple[pa.
             arrays.append(pa.nulls(n, c.arrow_type))
     full = pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
     return full, (None if set_cols.all() else set_cols)
+
+
+def unset_nulls(schema: Schema, full: pa.RecordBatch, set_cols: np.ndarray | None) -> np.ndarray | None:
+    """``set_cols`` less the null non-key cells (vectorised: one validity mask per nullable column)."""
+    n = full.num_rows
+    out = set_cols
+    for ci in range(schema.num_key_columns, len(schema)):
+        col = full.column(ci)
+        if col.null_count == 0:
+            continue
+        if out is None:
+            out = np.ones((n, len(schema)), dtype=bool)
+        out[:, ci] &= pc.is_valid(col).to_numpy(zero_copy_only=False)
+    return out
 
 
 def adapt_to_schema(b: RowBatch, old: Schema, new: Schema) -> None:

@@ -23,6 +23,7 @@ from kudu_async.client.batcher import (
     KuduError,
     RowBatch,
     WriteClient,
+    unset_nulls,
     widen,
 )
 from kudu_async.client.table import OPERATIONS, FailedRow, Table, WriteOperation, op_type_of
@@ -194,12 +195,16 @@ class AsyncSession:
     def timer_running(self) -> bool:
         return self._timer is not None and not self._timer.done()
 
-    async def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
+    async def apply_arrow(
+        self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert", ignore_null: bool = False
+    ) -> int:
         """Write a whole Arrow batch of one operation type now (the bulk path: no per-row Python).
 
         Columns may be any subset in any order (missing ones take their defaults for inserts and upserts;
-        updates set only the given columns). Returns the number of rows sent; failed rows go to
-        ``get_pending_errors()`` like any other, and this raises like ``flush()`` when some failed.
+        updates set only the given columns). With ``ignore_null`` a null non-key cell is left unset rather
+        than set to null, so an upsert or update keeps the stored value (kudu-spark's ``ignoreNull``).
+        Returns the number of rows sent; failed rows go to ``get_pending_errors()`` like any other, and this
+        raises like ``flush()`` when some failed.
         """
         op_type = op_type_of(op)
         name = OPERATIONS[str(op).lower()].op_name
@@ -212,6 +217,8 @@ class AsyncSession:
         given = set(batch.schema.names)
         checked, bad = table.schema.validate_batch_rows(batch, for_op=name)
         full, set_cols = widen(table.schema, checked, given)
+        if ignore_null:
+            set_cols = unset_nulls(table.schema, full, set_cols)
         n: int = full.num_rows
         errors_before = self._errors.mark()
         keep = np.ones(n, dtype=bool)

@@ -323,9 +323,11 @@ class Session:
         if self._stage.counts()[0]:
             self._client._run(self._stage.take())
 
-    def apply_arrow(self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert") -> int:
+    def apply_arrow(
+        self, table: Table, batch: pa.RecordBatch | pa.Table, op: str = "upsert", ignore_null: bool = False
+    ) -> int:
         self._hand_over()
-        return self._client._run(self._s.apply_arrow(table, batch, op))
+        return self._client._run(self._s.apply_arrow(table, batch, op, ignore_null))
 
     def flush(self) -> None:
         self._client._run(self._s.flush())

@@ -7,6 +7,7 @@ maps; each Python worker keeps one client per cluster (as kudu-spark keeps one p
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import gc
 import logging
@@ -37,7 +38,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduInvalidArgument, KuduNotSupported
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,8 +78,90 @@ _FILTER_OPS: dict[type, str] = {
 # --- options and the per-worker client -------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Option:
+    """One ``kudu.*`` option: its value kind, its default and what it does (shown in errors and the README)."""
+
+    kind: str  # "str", "int", "bool"
+    default: Any
+    meaning: str
+
+
+# kudu-spark's options (DefaultSource, KuduReadOptions, KuduWriteOptions) by their Kudu names, then this
+# source's own. Matched without regard to case: PySpark hands a data source its options with lower-cased keys.
+KUDU_SPARK_OPTIONS: dict[str, Option] = {
+    "kudu.master": Option("str", "127.0.0.1:7051", "comma-separated master addresses"),
+    "kudu.table": Option("str", None, "table name (required)"),
+    "kudu.operation": Option("str", "upsert", "write operation: " + ", ".join(WRITE_OPERATIONS)),
+    "kudu.faultTolerantScan": Option("bool", False, "fault-tolerant scans: ordered by key, resumed on a replica"),
+    "kudu.scanLocality": Option("str", "closest_replica", "closest_replica or leader_only"),
+    "kudu.batchSize": Option("int", 8 * 1024 * 1024, "bytes per scan batch (at most 16 MiB)"),
+    "kudu.keepAlivePeriodMs": Option("int", 15_000, "keep-alive period of a scanner waiting on Spark"),
+    "kudu.scanRequestTimeoutMs": Option("int", None, "timeout of each scan request"),
+    "kudu.socketReadTimeoutMs": Option("int", None, "deprecated in kudu-spark and without effect there too"),
+    "kudu.splitSizeBytes": Option("int", None, "target bytes per Spark partition (several per tablet)"),
+    "kudu.useDriverMetadata": Option("bool", True, "tasks use the table metadata in the scan token"),
+    "kudu.snapshotTimestampMs": Option("int", None, "READ_AT_SNAPSHOT at this time (ms since the epoch)"),
+    "kudu.ignoreNull": Option("bool", False, "null cells leave the stored value unchanged"),
+    "kudu.ignoreDuplicateRowErrors": Option("bool", False, "insert skips rows whose key exists (insert_ignore)"),
+    "kudu.repartition": Option("bool", False, "repartition rows by Kudu partition before writing (KuduContext)"),
+    "kudu.repartition.sort": Option("bool", True, "also sort by primary key when repartitioning"),
+    "kudu.handleSchemaDrift": Option("bool", False, "add DataFrame columns missing from the table (nullable)"),
+    "kudu.saslProtocolName": Option("str", "kudu", "SASL protocol name (authentication is not available)"),
+    "kudu.requireAuthentication": Option("bool", False, "require authentication (not available: refused)"),
+    "kudu.encryptionPolicy": Option("str", "optional", "optional, required_remote or required (only optional)"),
+    "kudu.jwt": Option("str", None, "a JSON Web Token to authenticate with (not available: refused)"),
+}
+OWN_OPTIONS: dict[str, Option] = {
+    "kudu.operationTimeoutMs": Option("int", 30_000, "timeout of admin and write operations"),
+    "kudu.columns": Option("str", None, "comma-separated columns to read (the read schema)"),
+    "kudu.filterPushdown": Option("bool", None, "push filters to the tablets (default: on with register())"),
+    "kudu.readMode": Option("str", "READ_AT_SNAPSHOT", "READ_LATEST or READ_AT_SNAPSHOT"),
+    "kudu.snapshotTimestampMicros": Option("int", None, "READ_AT_SNAPSHOT at this time (us since the epoch)"),
+    "kudu.createTable": Option("bool", False, "create the table from the DataFrame schema if missing"),
+    "kudu.primaryKey": Option("str", None, "comma-separated key columns for kudu.createTable"),
+    "kudu.hashBuckets": Option("int", 3, "hash buckets for kudu.createTable (below 2: one tablet)"),
+    "kudu.hashColumns": Option("str", None, "hash columns for kudu.createTable (default: the key)"),
+    "kudu.replicas": Option("int", 3, "replication factor for kudu.createTable"),
+}
+OPTIONS: dict[str, Option] = {**KUDU_SPARK_OPTIONS, **OWN_OPTIONS}
+_BY_LOWER = {k.lower(): k for k in OPTIONS}
+
+
+def check_options(options: Any) -> None:
+    """Refuse an unknown ``kudu.*`` option (a misspelt one would otherwise do nothing), a value of the wrong
+    kind, and any security option asking for what the cluster cannot give."""
+    for key in list(options.keys()):
+        k = str(key)
+        if not k.lower().startswith("kudu."):
+            continue
+        name = _BY_LOWER.get(k.lower())
+        if name is None:
+            raise KuduInvalidArgument(f"unknown option {k}; the kudu source knows {', '.join(sorted(OPTIONS))}")
+        kind = OPTIONS[name].kind
+        if kind == "int":
+            _int_opt(options, name)
+        elif kind == "bool":
+            _bool_opt(options, name)
+    from kudu_async.client.options import check_security
+
+    policy = (_opt(options, "kudu.encryptionPolicy", "optional") or "optional").lower()
+    sasl = _opt(options, "kudu.saslProtocolName", "kudu")
+    try:
+        check_security(
+            policy,
+            _bool_opt(options, "kudu.requireAuthentication"),
+            None if sasl == "kudu" else sasl,
+            _opt(options, "kudu.jwt"),
+        )
+    except KuduBadStatus as e:
+        raise type(e)(f"kudu source security options: {e.message}") from None
+
+
 def _opt(options: Any, key: str, default: str | None = None) -> str | None:
     v = options.get(key)
+    if v is None:
+        v = options.get(key.lower())
     return default if v is None or v == "" else str(v)
 
 
@@ -186,6 +269,7 @@ class KuduDataSource(DataSource):
         return NAME
 
     def _table(self) -> Table:
+        check_options(self.options)
         return client_for(self.options).table(_table_name(self.options))
 
     def schema(self) -> StructType:
@@ -210,13 +294,18 @@ class KuduDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> KuduWriter:
         _check_overwrite(overwrite)
+        check_options(self.options)
+        _check_repartition(self.options)
         op = _operation(self.options, "upsert")
         table = _create_or_open(self.options, schema)
+        table = _handle_schema_drift(self.options, table, schema)
         _check_write_columns(table, schema)
         return KuduWriter(dict(self.options), op)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KuduStreamWriter:
         _check_overwrite(overwrite)
+        check_options(self.options)
+        _check_repartition(self.options)
         op = _operation(self.options, "upsert")
         if op not in ("upsert", "upsert_ignore", "delete_ignore", "update_ignore", "insert_ignore"):
             raise KuduInvalidArgument(
@@ -224,6 +313,7 @@ class KuduDataSource(DataSource):
                 "duplicate on a replayed micro-batch; use upsert"
             )
         table = _create_or_open(self.options, schema)
+        table = _handle_schema_drift(self.options, table, schema)
         _check_write_columns(table, schema)
         return KuduStreamWriter(dict(self.options), op)
 
@@ -283,10 +373,46 @@ def _check_overwrite(overwrite: bool) -> None:
 
 
 def _operation(options: Any, default: str) -> str:
-    op = (_opt(options, "kudu.operation", default) or default).lower()
+    """The write operation; kudu-spark's hyphenated spellings (``insert-ignore``) are accepted, and
+    kudu.ignoreDuplicateRowErrors turns insert into insert_ignore as kudu-spark's session does."""
+    op = (_opt(options, "kudu.operation", default) or default).lower().replace("-", "_")
     if op not in WRITE_OPERATIONS:
         raise KuduInvalidArgument(f"kudu.operation must be one of {', '.join(WRITE_OPERATIONS)}, not {op!r}")
+    if op == "insert" and _bool_opt(options, "kudu.ignoreDuplicateRowErrors"):
+        log.warning("kudu.ignoreDuplicateRowErrors is deprecated: use kudu.operation insert_ignore")
+        return "insert_ignore"
     return op
+
+
+def _check_repartition(options: Any) -> None:
+    if _bool_opt(options, "kudu.repartition"):
+        raise KuduInvalidArgument(
+            "kudu.repartition needs the whole DataFrame, which a data source writer never sees: write with "
+            "kudu_async.spark.KuduContext (e.g. upsertRows(df, table, KuduWriteOptions(repartition=True)))"
+        )
+
+
+def _handle_schema_drift(options: Any, table: Table, schema: StructType) -> Table:
+    """kudu.handleSchemaDrift: add the DataFrame's columns the table lacks, as nullable columns."""
+    if not _bool_opt(options, "kudu.handleSchemaDrift"):
+        return table
+    from kudu_async.spark.types import kudu_column
+
+    new = [f for f in schema.fields if _match_column(table, f.name) is None]
+    if not new:
+        return table
+    client = client_for(options)
+    alterer = client.new_table_alterer(table)
+    for f in new:
+        c = kudu_column(f, key=False)
+        alterer.add_column(f.name, c.type, nullable=True, precision=c.precision, scale=c.scale)
+    log.info("kudu.handleSchemaDrift: adding columns", extra={"table": table.name, "columns": [f.name for f in new]})
+    try:
+        alterer.alter()
+    except KuduBadStatus as e:
+        if not isinstance(e, KuduAlreadyPresent):  # else another writer added them first
+            raise
+    return client.table(table.name)
 
 
 def _create_or_open(options: Any, schema: StructType) -> Table:
@@ -342,6 +468,40 @@ def _match_column(table: Table, name: str) -> str | None:
 # --- reading ----------------------------------------------------------------------------------------
 
 
+def _configure_scan(b: Any, options: Any) -> None:
+    """Apply the read options to a scan token builder, as kudu-spark's KuduRDD does to its own."""
+    mode = (_opt(options, "kudu.readMode", "READ_AT_SNAPSHOT") or "").upper()
+    if mode not in ("READ_LATEST", "READ_AT_SNAPSHOT"):
+        raise KuduInvalidArgument(f"kudu.readMode must be READ_LATEST or READ_AT_SNAPSHOT, not {mode!r}")
+    locality = (_opt(options, "kudu.scanLocality", "closest_replica") or "").lower()
+    if locality not in ("closest_replica", "leader_only"):
+        raise KuduInvalidArgument(f"kudu.scanLocality must be closest_replica or leader_only, not {locality!r}")
+    b.set_selection(locality)
+    # READ_AT_SNAPSHOT by default, as kudu-spark reads (any replica can serve it); a READ_LATEST scan that
+    # reaches a follower is sent on to the leader by the tablet server's refusal.
+    b.set_read_mode("latest" if mode == "READ_LATEST" else "snapshot")
+    snap_us = _int_opt(options, "kudu.snapshotTimestampMicros")
+    snap_ms = _int_opt(options, "kudu.snapshotTimestampMs")
+    if snap_us is not None and snap_ms is not None:
+        raise KuduInvalidArgument("give kudu.snapshotTimestampMs or kudu.snapshotTimestampMicros, not both")
+    snap = snap_us if snap_ms is None else snap_ms * 1000
+    if snap is not None:
+        b.set_snapshot(snap)
+    if _bool_opt(options, "kudu.faultTolerantScan"):
+        b.set_fault_tolerant()
+    b.set_batch_size_bytes(_int_opt(options, "kudu.batchSize", 8 * 1024 * 1024) or 8 * 1024 * 1024)
+    timeout = _int_opt(options, "kudu.scanRequestTimeoutMs")
+    if timeout is not None:
+        b.set_timeout_millis(timeout)
+    if _opt(options, "kudu.socketReadTimeoutMs") is not None:
+        log.warning("kudu.socketReadTimeoutMs is deprecated and has no effect (as in kudu-spark)")
+    if _opt(options, "kudu.splitSizeBytes") is not None:
+        raise KuduNotSupported(
+            "kudu.splitSizeBytes: splitting a tablet into several scan tokens needs the SplitKeyRange "
+            "RPC, which kudu_async's tablet servers do not offer; one Spark partition per tablet is read"
+        )
+
+
 class KuduInputPartition(InputPartition):
     """One scan token (one tablet) and its replicas' hosts."""
 
@@ -369,16 +529,7 @@ class KuduReader(DataSourceReader):
         b = table.scan_token_builder().set_projected_column_names(self.columns)
         for p in self.predicates:
             b.add_predicate(ColumnPredicate.from_dict(p))
-        mode = (_opt(self.options, "kudu.readMode", "READ_AT_SNAPSHOT") or "").upper()
-        if mode not in ("READ_LATEST", "READ_AT_SNAPSHOT"):
-            raise KuduInvalidArgument(f"kudu.readMode must be READ_LATEST or READ_AT_SNAPSHOT, not {mode!r}")
-        b.set_read_mode("latest" if mode == "READ_LATEST" else "snapshot")
-        snap = _int_opt(self.options, "kudu.snapshotTimestampMicros")
-        if snap is not None:
-            b.set_snapshot(snap)
-        if _bool_opt(self.options, "kudu.faultTolerantScan"):
-            b.set_fault_tolerant()
-        b.set_batch_size_bytes(_int_opt(self.options, "kudu.batchSize", 8 * 1024 * 1024) or 8 * 1024 * 1024)
+        _configure_scan(b, self.options)
         parts: list[InputPartition] = [KuduInputPartition(t.serialize(), t.tablet().id(), t.hosts()) for t in b.build()]
         _settle_worker_heap()  # the planner worker: planning runs again for every query
         return parts
@@ -386,11 +537,68 @@ class KuduReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, KuduInputPartition):
             return  # Spark's placeholder partition when there are no tablets to scan
-        scanner = client_for(self.options).deserialize_token_into_scanner(partition.token)
-        for table in scanner.xbatches_arrow():  # opens with the first fetch, reads one batch ahead
-            for batch in table.to_batches():
-                yield _conform(batch, self.arrow_schema)
+        client = client_for(self.options)
+        token = partition.token
+        if not _bool_opt(self.options, "kudu.useDriverMetadata", True):
+            token = _with_current_metadata(client, token)
+        scanner = client.deserialize_token_into_scanner(token)
+        period_ms = _int_opt(self.options, "kudu.keepAlivePeriodMs", 15_000) or 15_000
+        with _KeepAlive(scanner, period_ms / 1000.0) as keep_alive:
+            for table in scanner.xbatches_arrow():  # opens with the first fetch, reads one batch ahead
+                for batch in table.to_batches():
+                    with keep_alive.waiting():  # while Spark consumes the batch
+                        yield _conform(batch, self.arrow_schema)
         _settle_worker_heap()
+
+
+def _with_current_metadata(client: Client, token: bytes) -> bytes:
+    """kudu.useDriverMetadata=false: the token with its table's metadata looked up again from the master."""
+    import msgpack
+
+    from kudu_async.client.scanner import ScanToken
+
+    d = ScanToken.parse(token)
+    d["table"] = client.table(d["table"]["name"]).info
+    return bytes(msgpack.packb(d))
+
+
+class _KeepAlive:
+    """A thread that sends ScannerKeepAlive every period while the reader waits on Spark (kudu-spark's
+    keepAlivePeriodMs): a scanner left idle past the tablet server's scanner_ttl_ms would expire."""
+
+    def __init__(self, scanner: Any, period_s: float) -> None:
+        self.scanner = scanner
+        self.period_s = period_s
+        self.sent = 0
+        self._waiting = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kudu-keepalive", daemon=True)
+
+    def __enter__(self) -> _KeepAlive:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        self._waiting = True
+        try:
+            yield
+        finally:
+            self._waiting = False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            if not self._waiting:
+                continue
+            try:
+                self.scanner.keep_alive()
+                self.sent += 1
+            except KuduBadStatus as e:
+                log.warning("kudu scanner keep-alive failed: %s", e)
 
 
 class KuduPushdownReader(KuduReader):
@@ -507,6 +715,7 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
     table = client.table(_table_name(options))
     timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000) or 30_000
     session = client.new_session(timeout_ms=timeout)
+    ignore_null = _bool_opt(options, "kudu.ignoreNull")
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     total = 0
@@ -515,7 +724,7 @@ def _write_batches(options: dict[str, Any], operation: str, iterator: Iterator[p
         data = pa.Table.from_batches(batches).combine_chunks()
         data = data.rename_columns([_match_column(table, n) or n for n in data.schema.names])
         try:
-            return session.apply_arrow(table, data, operation)
+            return session.apply_arrow(table, data, operation, ignore_null)
         except KuduBadStatus as e:
             errors, overflowed = session.get_pending_errors()
             if not errors:  # the call itself failed (no row was refused): say why, here, not only in a cause

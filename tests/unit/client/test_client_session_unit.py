@@ -105,6 +105,22 @@ def test_widen_all_columns_needs_no_bitmap(kv_table: Table) -> None:
     assert B.widen(kv_table.schema, checked, set(given.schema.names))[1] is None
 
 
+def test_unset_nulls_leaves_null_non_key_cells_unset(kv_table: Table) -> None:
+    """apply_arrow(ignore_null=True): a null cell of a given column is not set, so the stored value stays."""
+    given = pa.record_batch(
+        {"key": pa.array([1, 2], pa.int64()), "val": pa.array(["a", None]), "n": pa.array([None, 4], pa.int32())}
+    )
+    checked, _ = kv_table.schema.validate_batch_rows(given, for_op="upsert")
+    full, set_cols = B.widen(kv_table.schema, checked, set(given.schema.names))
+    assert set_cols is None
+    out = B.unset_nulls(kv_table.schema, full, set_cols)
+    assert out is not None and out.tolist() == [[True, True, False], [True, False, True]]
+    no_nulls = pa.record_batch({"key": pa.array([1], pa.int64()), "val": ["x"], "n": pa.array([3], pa.int32())})
+    checked, _ = kv_table.schema.validate_batch_rows(no_nulls, for_op="upsert")
+    full, set_cols = B.widen(kv_table.schema, checked, set(no_nulls.schema.names))
+    assert B.unset_nulls(kv_table.schema, full, set_cols) is None  # nothing to leave out: no bitmap
+
+
 # --- _segments -------------------------------------------------------------------------------------------------
 
 
