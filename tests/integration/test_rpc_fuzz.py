@@ -176,7 +176,7 @@ async def test_malformed_bodies_to_every_method_are_refused_clearly_and_nothing_
         table = client.create_table("t", b.build(), Partitioning().add_hash_partitions(["key"], 3), n_replicas=3)
         session = client.new_session()
         session.apply_arrow(table, pa.table({"key": np.arange(ROWS), "v": [str(i) for i in range(ROWS)]}), "insert")
-        tablet_id = table.scan_token_builder().build()[0].tablet.tablet_id
+        tablet_id = table.scan_token_builder().build()[0].tablet().id()
         real = {"tablet_id": tablet_id, "table": "t", "name": "t", "table_id": table.id, "group": tablet_id}
         rng = random.Random(20261124)
         calls = 0
