@@ -804,6 +804,12 @@ class RaftNode:
         self._require_leader()
         self._start_read(ctx, use_lease)
 
+    @property
+    def term_start_index(self) -> int:
+        """Index of the no-op this node appended when it became leader (0 before it ever led): once it is
+        applied, so is every entry of an earlier term."""
+        return self._noop_index
+
     def lease_read_index(self) -> int | None:
         """What ``read_index(use_lease=True)`` would answer at once, without a Ready round: the commit
         index while this leader's lease holds and that index is of its own term; None otherwise (then ask

@@ -105,6 +105,19 @@ class ReplicaServices:
     fetch_safe_index: SafeIndexFetcher  # a follower read asks the leader how far it must have applied
 
 
+def _latest_read_floor(r: RaftReplica, index: int) -> int:
+    """The log index a READ_LATEST scan must see applied, given the leader's confirmed read ``index``: only
+    up to the leader's no-op of its term. A write is answered only after this leader applied it, and the
+    no-op orders every entry of earlier terms before it, so each write acknowledged before the read began
+    is visible once that no-op is applied; entries committed but not yet applied belong to writes still in
+    flight, which a read may or may not see (as Kudu's READ_LATEST). Waiting for the whole commit index
+    would put a point read behind the applies of a bulk load's batches: tens of ms."""
+    raft = r.raft
+    if raft is None or not raft.is_leader:
+        return index
+    return min(index, raft.term_start_index)
+
+
 class TabletReplica:
     """A tablet's storage behind its Raft replica; implements the consensus ``StateMachine``."""
 
@@ -593,7 +606,7 @@ class TabletReplica:
         if spec.read_mode == READ_LATEST:
             r = self._leader()
             index = await r.read_index(timeout_s=max(0.01, deadline - time.monotonic()))
-            await self._wait_applied(r, index, deadline)
+            await self._wait_applied(r, _latest_read_floor(r, index), deadline)
         elif spec.read_mode == READ_AT_SNAPSHOT:
             if spec.snapshot_ts is None:
                 spec.snapshot_ts = self.clock.now()

@@ -775,6 +775,21 @@ def test_the_lease_ends_before_a_follower_could_vote_for_another() -> None:
     assert a._ticks - last_ack == ET - LEASE_MARGIN_TICKS + 1
 
 
+def test_term_start_index_is_the_new_leaders_noop() -> None:
+    """A READ_LATEST read waits for this entry to be applied, not for the whole commit index."""
+    net = Net()
+    assert net["a"].term_start_index == 0  # never led
+    a = net.elect("a")
+    first = a.term_start_index
+    e = net.entry("a", first)
+    assert (e.kind, e.term) == (EntryKind.NOOP, a.term)
+    _replicated(net, "a")
+    assert a.term_start_index == first and a.commit > first  # later entries leave it where it was
+    b = net.elect("b")
+    e = net.entry("b", b.term_start_index)
+    assert b.term_start_index > first and (e.kind, e.term) == (EntryKind.NOOP, b.term)
+
+
 def test_lease_read_index_answers_at_once_only_where_read_index_would() -> None:
     net = Net()
     a = net.elect("a")
