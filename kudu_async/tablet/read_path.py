@@ -263,7 +263,7 @@ class ReadPath:
             if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
                 lower, lower_excl = spec.resume_after_key, True
             mrs_tables = [
-                m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
+                m.materialize(snap, lower, upper, lower_excl, columns=needed).select([*needed, KEY_COL])
                 for m in self._c.memrowsets()
                 if len(m)
             ]
