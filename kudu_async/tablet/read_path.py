@@ -263,7 +263,7 @@ class ReadPath:
             if spec.resume_after_key is not None and (lower is None or spec.resume_after_key >= lower):
                 lower, lower_excl = spec.resume_after_key, True
             mrs_tables = [
-                m.materialize(snap, lower, upper, lower_excl).select([*needed, KEY_COL])
+                m.materialize(snap, lower, upper, lower_excl, columns=needed).select([*needed, KEY_COL])
                 for m in self._c.memrowsets()
                 if len(m)
             ]
@@ -276,21 +276,31 @@ class ReadPath:
             self._c.lock.release()
         drs.sort(key=lambda it: it[0].min_key)
 
+        # An unordered scan reads rowsets without their encoded keys: a batch's resume key is encoded
+        # from the key columns of its last row (see :meth:`_batches`).
+        with_keys = [*needed, *(k for k in info.key_names if k not in needed)]
+
         def pieces() -> Iterator[pa.Table]:
             if spec.ordered:
                 yield from _ordered_pieces(mrs_tables, drs, snap, needed, lower, upper, lower_excl)
                 return
             yield from mrs_tables
             for d, deltas in drs:
-                yield from d.scan_blocks(snap, needed, deltas, lower, upper, lower_excl)
+                yield from d.scan_blocks(snap, with_keys, deltas, lower, upper, lower_excl, with_key=False)
 
         return TabletScanner(
-            self._batches(self._filtered(pieces(), spec, projection), spec, projection), snap, snap_ts, info
+            self._batches(self._filtered(pieces(), spec, projection, info), spec, projection, info),
+            snap,
+            snap_ts,
+            info,
         )
 
     @staticmethod
-    def _filtered(pieces: Iterator[pa.Table], spec: ScanSpec, projection: list[str]) -> Iterator[pa.Table]:
-        """The rows of each piece that match every predicate, projected (plus ``_key``)."""
+    def _filtered(
+        pieces: Iterator[pa.Table], spec: ScanSpec, projection: list[str], info: SchemaInfo
+    ) -> Iterator[pa.Table]:
+        """The rows of each piece that match every predicate, projected, plus ``_key`` or (a piece read
+        without it) the key columns the projection lacks."""
         for t in pieces:
             if t.num_rows and spec.predicates:
                 mask = None
@@ -300,7 +310,10 @@ class ReadPath:
                     mask = pc.fill_null(mask, False)
                 t = t.filter(mask)
             if t.num_rows:
-                yield t.select([*projection, KEY_COL])
+                if KEY_COL in t.column_names:
+                    yield t.select([*projection, KEY_COL])
+                else:
+                    yield t.select([*projection, *(k for k in info.key_names if k not in projection)])
 
     @staticmethod
     def _point_batches(
@@ -419,7 +432,7 @@ class ReadPath:
         return _RANGE_OF_OP[op](elo, ehi)
 
     def _batches(
-        self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str]
+        self, source: Iterator[pa.Table], spec: ScanSpec, projection: list[str], info: SchemaInfo
     ) -> Iterator[tuple[pa.RecordBatch, bytes | None]]:
         remaining = spec.limit
         target = spec.batch_bytes or self._c.options.scan_batch_bytes
@@ -432,7 +445,10 @@ class ReadPath:
             step = max(1, target // per_row)
             for start in range(0, t.num_rows, step):
                 piece = t.slice(start, step)
-                last = piece.column(KEY_COL)[-1].as_py()
+                if KEY_COL in piece.column_names:
+                    last = piece.column(KEY_COL)[-1].as_py()
+                else:  # the last row's key columns, encoded as the rowset stores them
+                    last = info.encode_keys_array(piece.slice(piece.num_rows - 1, 1))[0].as_py()
                 out = piece.select(projection).combine_chunks()
                 batch = out.to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], out.schema)
                 if remaining is not None:

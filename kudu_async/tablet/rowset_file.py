@@ -314,27 +314,28 @@ class ParquetBase:
             return False
         return self.cache.holds_all([(self.path, (rg, s)) for s in (self.src[c] for c in columns) if s is not None])
 
-    def preload(self, table: pa.Table | None, make_room: bool) -> None:
+    def preload(self, table: pa.Table | None, make_room: bool) -> bool:
         """Put every block in the cache: from ``table`` (the rows just written, copied per block so the
-        cache does not keep the whole table alive) or decoded. Stops at the first block refused."""
+        cache does not keep the whole table alive) or decoded. Stops at the first block refused (then
+        False)."""
         if self.cache is None:
-            return
+            return False
         stored = [(name, src) for name, src in ((c, self.src[c]) for c in self.all_columns) if src is not None]
         whole = {} if table is None else {name: _one_array(table.column(name)) for name, _ in stored}
         for rg in range(self.num_blocks):
             lo, hi = int(self.starts[rg]), int(self.starts[rg + 1])
             if table is None:
-                before = self.cache.status()["refused"]
                 self.block(rg, self.all_columns, make_room=make_room)
                 self.sorted_keys(rg, make_room=make_room)
-                if self.cache.status()["refused"] != before:
-                    return
+                if not (self._keys_cached(rg) and self.cached(rg, self.all_columns)):
+                    return False
                 continue
             for name, src in stored:
                 arr = pa.concat_arrays([whole[name].slice(lo, hi - lo)])  # a copy of this block only
                 if not self.cache.put((self.path, (rg, src)), arr, max(1, arr.nbytes), make_room=make_room):
-                    return
+                    return False
             self.sorted_keys(rg, make_room=make_room)
+        return True
 
     def sorted_keys(self, rg: int, *, make_room: bool = True) -> SortedKeys:
         """The key index of row group ``rg`` (its ``_key`` column with a fixed-width numpy view)."""
@@ -600,8 +601,8 @@ class IpcBase:
     def read_all(self) -> pa.Table:
         return self.table
 
-    def preload(self, table: pa.Table | None, make_room: bool) -> None:
-        return None
+    def preload(self, table: pa.Table | None, make_room: bool) -> bool:
+        return False  # mapped whole: nothing to decode into the cache
 
     def fully_cached(self) -> bool:
         return False

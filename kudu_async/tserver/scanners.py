@@ -1,7 +1,9 @@
 """Open scanners of a tablet server: continued by id, expired when idle (Kudu: scanner_ttl_ms).
 
 Each scanner pulls Arrow batches from its tablet in a worker thread, one call at a time, and keeps one
-batch of look-ahead so an answer can say whether more rows follow.
+batch of look-ahead so an answer can say whether more rows follow. Once an answer is sent, the batch
+after the look-ahead is read in a worker while the answer travels and the client decodes it, so a
+scan's reads on the tablet server overlap its round trips instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ class BatchedHandOff:
             work.add_done_callback(lambda w, jobs=jobs: _settle(jobs, w))  # type: ignore[misc]
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _run_jobs(fns: list[Callable[[], Any]]) -> list[tuple[bool, Any]]:
     out: list[tuple[bool, Any]] = []
     for fn in fns:
@@ -113,7 +120,8 @@ class Scanner:
     snapshot_ts: int | None
     created: float = field(default_factory=time.monotonic)
     last_access: float = field(default_factory=time.monotonic)
-    lookahead: pa.RecordBatch | None = None
+    ahead: collections.deque[pa.RecordBatch] = field(default_factory=collections.deque)  # read, not sent
+    prefetch: asyncio.Future[None] | None = None  # the read of the next batch, in a worker
     done: bool = False
     rows: int = 0
     batches: int = 0
@@ -146,7 +154,7 @@ class ScannerManager:
 
     def buffered_bytes(self) -> int:
         """Look-ahead batches the open scanners hold between calls, for the node's memory tracker."""
-        return sum(sc.lookahead.nbytes for sc in list(self.scanners.values()) if sc.lookahead is not None)
+        return sum(b.nbytes for sc in list(self.scanners.values()) for b in list(sc.ahead))
 
     def check_capacity(self) -> None:
         if len(self.scanners) >= self.max_scanners:
@@ -172,6 +180,7 @@ class ScannerManager:
         if pulled[2]:
             self.check_capacity()
             self.scanners[sc.id] = sc
+            self._start_prefetch(sc)
         else:
             self.recent.append(sc.to_dict(time.monotonic()))
         return self._reply(sc, *pulled)
@@ -199,11 +208,34 @@ class ScannerManager:
     async def next_batch(self, sc: Scanner) -> dict[str, Any]:
         """The next batch as IPC bytes, whether more follow, and the resume key."""
         async with sc.lock:
+            if sc.prefetch is not None:
+                pending, sc.prefetch = sc.prefetch, None
+                await pending
             batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, self.pull, sc)
             out = self._reply(sc, batch, data, more)
-            if not more:
+            if more:
+                self._start_prefetch(sc)
+            else:
                 self.close(sc.id)
             return out
+
+    def _start_prefetch(self, sc: Scanner) -> None:
+        """Read the batch after the look-ahead in a worker now; the scanner's next call waits for it."""
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(self.executor, self._read_ahead, sc)
+        except RuntimeError:  # the executor is shut down: the node is stopping, the next call reads
+            return
+        fut.add_done_callback(_retrieve)  # a scanner closed before its next call leaves no warning
+        sc.prefetch = fut
+
+    @staticmethod
+    def _read_ahead(sc: Scanner) -> None:
+        if not sc.done and len(sc.ahead) < 2:
+            b = next(sc.it, None)
+            if b is None:
+                sc.done = True
+            else:
+                sc.ahead.append(b)
 
     @staticmethod
     def _reply(sc: Scanner, batch: pa.RecordBatch | None, data: bytes, more: bool) -> dict[str, Any]:
@@ -229,17 +261,18 @@ class ScannerManager:
 
     @staticmethod
     def _next(sc: Scanner) -> tuple[pa.RecordBatch | None, bool]:
-        batch = sc.lookahead
-        sc.lookahead = None
+        batch = sc.ahead.popleft() if sc.ahead else None
         if batch is None and not sc.done:
             batch = next(sc.it, None)
             if batch is None:
                 sc.done = True
-        if not sc.done:
-            sc.lookahead = next(sc.it, None)
-            if sc.lookahead is None:
+        if not sc.ahead and not sc.done:
+            b = next(sc.it, None)
+            if b is None:
                 sc.done = True
-        return batch, not sc.done
+            else:
+                sc.ahead.append(b)
+        return batch, bool(sc.ahead)
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._reap(), name="scanner-reaper")

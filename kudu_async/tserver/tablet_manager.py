@@ -125,6 +125,11 @@ class TabletManager:
         self._copying: dict[str, asyncio.Task[None]] = {}
         self._copy_asked: dict[tuple[str, str], float] = {}
         self._asks: set[asyncio.Task[None]] = set()
+        # Block cache warm-up of replicas opened from disk, one tablet at a time once it is RUNNING
+        # (opening a tablet reads only its rowsets' footers, so bootstrap does not grow with the data).
+        self._warm_queue: list[str] = []
+        self._warm_seen: set[str] = set()
+        self._warm_task: asyncio.Task[None] | None = None
         self.copy_history: list[dict[str, Any]] = []
         self.copy_source = TabletCopySource(data_root / "copy-sessions", self._copy_manifest, executor)
         raft.register_kind(TABLET_KIND, self._open_state_machine)
@@ -185,6 +190,34 @@ class TabletManager:
         """Mark tablets whose reported state moved (role, term, leader, config, state, schema)."""
         for tid, r in list(self.replicas.items()):
             self._check_changed(tid, r)
+        self._queue_warm_ups()
+
+    def _queue_warm_ups(self) -> None:
+        """Queue replicas that reached RUNNING for :meth:`_warm_up`; start it if idle."""
+        for tid, r in list(self.replicas.items()):
+            if tid not in self._warm_seen and r.state is TabletState.RUNNING:
+                self._warm_seen.add(tid)
+                if r.tablet.rowsets():
+                    self._warm_queue.append(tid)
+        if self._warm_queue and (self._warm_task is None or self._warm_task.done()):
+            self._warm_task = asyncio.get_running_loop().create_task(self._warm_up(), name="block-cache-warm-up")
+
+    async def _warm_up(self) -> None:
+        """Fill the block cache's free room from the queued tablets' rowsets, one tablet at a time in a
+        worker, after bootstrap rather than in it; stops when the cache refuses a block."""
+        loop = asyncio.get_running_loop()
+        while self._warm_queue:
+            r = self.replicas.get(self._warm_queue.pop(0))
+            if r is None or r.stopped:
+                continue
+            try:
+                whole = await loop.run_in_executor(self.executor, r.tablet.warm_block_cache)
+            except (KuduBadStatus, OSError) as e:  # the replica's own reads report a damaged file
+                log.warning("block cache warm-up skipped a tablet", extra={"tablet": r.tablet_id, "error": str(e)})
+                continue
+            if whole < len(r.tablet.rowsets()):
+                self._warm_queue.clear()  # the cache is full
+                return
 
     def _role_changed(self, tablet_id: str) -> None:
         """Raft's role change hook: report a new leader now rather than at the next poll."""
@@ -316,6 +349,7 @@ class TabletManager:
         )
         self.metrics.remove("tablet", tablet_id)
         self._signatures.pop(tablet_id, None)
+        self._warm_seen.discard(tablet_id)
         self.failed_to_open.pop(tablet_id, None)
         self._mark_dirty(tablet_id)
 
@@ -587,6 +621,9 @@ class TabletManager:
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def stop(self) -> None:
+        if self._warm_task is not None:
+            self._warm_task.cancel()
+            await asyncio.gather(self._warm_task, return_exceptions=True)
         for t in list(self._copying.values()):
             t.cancel()
         await asyncio.gather(*self._copying.values(), return_exceptions=True)

@@ -60,3 +60,46 @@ def test_scanner_ids_are_unique_and_name_this_process() -> None:
     ids = {ScannerManager.new("t", iter(()), None, None).id for _ in range(10_000)}  # type: ignore[arg-type]
     assert len(ids) == 10_000
     assert all(i.startswith(scanners._ID_PREFIX) and len(i) >= 24 for i in ids)
+
+
+class _Batches:
+    """A TabletScanner stand-in over fixed batches, counting how many were read."""
+
+    def __init__(self, n: int) -> None:
+        import pyarrow as pa
+
+        self.batches = [pa.record_batch([pa.array([i] * 10)], names=["x"]) for i in range(n)]
+        self.read = 0
+        self.last_key: bytes | None = None
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> object:
+        if self.read >= len(self.batches):
+            raise StopIteration
+        self.read += 1
+        return self.batches[self.read - 1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+async def test_a_scanner_reads_ahead_between_calls_and_returns_every_batch_once_in_order(n: int) -> None:
+    import pyarrow as pa
+
+    from kudu_async.common.row_conversion import ipc_to_table
+
+    with ThreadPoolExecutor(2) as ex:
+        mgr = ScannerManager(ex)
+        src = _Batches(n)
+        sc = ScannerManager.new("t", src, pa.schema([("x", pa.int64())]), None)  # type: ignore[arg-type]
+        reply = mgr.started(sc, await asyncio.get_running_loop().run_in_executor(ex, ScannerManager.pull, sc))
+        got = [ipc_to_table(reply["data"]).column("x").to_pylist()]
+        while reply["has_more"]:
+            if sc.prefetch is not None:  # the batch after the look-ahead is read before the next call
+                await asyncio.wait([sc.prefetch])
+                assert len(sc.ahead) == min(2, n - len(got)) and src.read == len(got) + len(sc.ahead)
+                assert mgr.buffered_bytes() == sum(b.nbytes for b in sc.ahead)
+            reply = await mgr.next_batch(mgr.get(reply["scanner_id"]))
+            got.append(ipc_to_table(reply["data"]).column("x").to_pylist())
+        assert got == [[i] * 10 for i in range(n)]
+        assert reply["scanner_id"] is None and mgr.scanners == {} and mgr.buffered_bytes() == 0
