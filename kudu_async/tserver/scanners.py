@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
+import resource
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -21,6 +23,7 @@ import pyarrow as pa
 
 from kudu_async.common.errors import KuduNotFound, KuduServiceUnavailable
 from kudu_async.common.row_conversion import batch_to_ipc
+from kudu_async.fs.block_cache import ReadCounts, charge_reads_to
 from kudu_async.tablet.tablet import TabletScanner
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,17 @@ RECENT_SCANS = 200
 _ID_PREFIX = secrets.token_hex(8)
 _id_counter = itertools.count(1)
 _T = TypeVar("_T")
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
+Pulled = tuple[pa.RecordBatch | None, bytes, bool]
+
+
+def _thread_cpu_ns() -> tuple[int, int]:
+    """(user, system) CPU nanoseconds of the calling thread; where the OS gives no per-thread split,
+    the thread's whole CPU time counts as user time."""
+    if _RUSAGE_THREAD is None:
+        return time.thread_time_ns(), 0
+    ru = resource.getrusage(_RUSAGE_THREAD)
+    return int(ru.ru_utime * 1e9), int(ru.ru_stime * 1e9)
 
 
 class BatchedHandOff:
@@ -104,6 +118,50 @@ def _settle(jobs: list[tuple[Callable[[], Any], asyncio.Future[Any]]], work: asy
             fut.set_exception(value)
 
 
+class CallCost:
+    """What one Scan call cost this server, as Kudu's ResourceMetricsPB counts it: the time from the
+    call's arrival (``accepted``, time.monotonic) until a thread took its work up, the CPU time of the
+    threads that did it, and the rowset bytes they read from the block cache and from the files."""
+
+    __slots__ = ("accepted", "counts", "cpu_system_ns", "cpu_user_ns", "started")
+
+    def __init__(self, accepted: float) -> None:
+        self.accepted = accepted
+        self.started: float | None = None
+        self.counts = ReadCounts()
+        self.cpu_user_ns = 0
+        self.cpu_system_ns = 0
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Charge the work done inside, on this thread, to this call."""
+        if self.started is None:
+            self.started = time.monotonic()
+        before = charge_reads_to(self.counts)
+        user0, sys0 = _thread_cpu_ns()
+        try:
+            yield
+        finally:
+            user1, sys1 = _thread_cpu_ns()
+            charge_reads_to(before)
+            self.cpu_user_ns += user1 - user0
+            self.cpu_system_ns += sys1 - sys0
+
+    def metrics(self) -> dict[str, int]:
+        """The figures by Kudu's names, the call's total duration up to now."""
+        now = time.monotonic()
+        started = now if self.started is None else self.started
+        return {
+            "cfile_cache_hit_bytes": self.counts.hit_bytes,
+            "cfile_cache_miss_bytes": self.counts.miss_bytes,
+            "bytes_read": self.counts.hit_bytes + self.counts.miss_bytes,
+            "queue_duration_nanos": max(0, int((started - self.accepted) * 1e9)),
+            "total_duration_nanos": max(0, int((now - self.accepted) * 1e9)),
+            "cpu_user_nanos": self.cpu_user_ns,
+            "cpu_system_nanos": self.cpu_system_ns,
+        }
+
+
 @dataclass
 class Scanner:
     id: str
@@ -119,6 +177,8 @@ class Scanner:
     batches: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     request: dict[str, Any] = field(default_factory=dict)  # projection, predicates, read mode: for /scans
+    # Kudu's scan resource metrics of the last call (ResourceMetricsPB's names), from its CallCost
+    metrics: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -196,10 +256,18 @@ class ScannerManager:
         for sid in [s.id for s in self.scanners.values() if s.tablet_id == tablet_id]:
             self.close(sid)
 
-    async def next_batch(self, sc: Scanner) -> dict[str, Any]:
-        """The next batch as IPC bytes, whether more follow, and the resume key."""
+    async def next_batch(self, sc: Scanner, cost: CallCost | None = None) -> dict[str, Any]:
+        """The next batch as IPC bytes, whether more follow, and the resume key; what the call cost goes
+        to ``cost`` and from it to the answer."""
+        cost = CallCost(time.monotonic()) if cost is None else cost
+
+        def pull() -> Pulled:
+            with cost.measuring():
+                return self.pull(sc)
+
         async with sc.lock:
-            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, self.pull, sc)
+            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, pull)
+            sc.metrics = cost.metrics()
             out = self._reply(sc, batch, data, more)
             if not more:
                 self.close(sc.id)
@@ -218,6 +286,7 @@ class ScannerManager:
             "has_more": more,
             "last_key": sc.it.last_key,
             "snapshot_ts": sc.snapshot_ts,
+            "resource_metrics": sc.metrics,
         }
 
     @staticmethod
