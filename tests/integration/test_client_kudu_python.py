@@ -9,8 +9,11 @@ import asyncio
 import datetime as dt
 import itertools
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -328,6 +331,26 @@ def events_table_named(client: kudu.Client, name: str) -> kudu.Table:
     builder.add_column("key").type(kudu.int64).nullable(False).primary_key()
     schema = builder.build()
     return client.create_table(name, schema, kudu.Partitioning().add_hash_partitions(["key"], 3))
+
+
+def test_the_kudu_python_demo_program_runs_against_a_cluster(cluster: MiniCluster) -> None:
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/examples/kudu_python_demo.py"),
+            "--master",
+            cluster.master_addresses,
+            "--table",
+            unique("demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.rstrip().endswith("ok") and "recalled:" in out.stdout
 
 
 def flush_tablets(cluster: MiniCluster) -> None:
