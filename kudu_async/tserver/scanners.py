@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import logging
 import resource
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -123,7 +122,7 @@ class CallCost:
     call's arrival (``accepted``, time.monotonic) until a thread took its work up, the CPU time of the
     threads that did it, and the rowset bytes they read from the block cache and from the files."""
 
-    __slots__ = ("accepted", "counts", "cpu_system_ns", "cpu_user_ns", "started")
+    __slots__ = ("_before", "_cpu0", "accepted", "counts", "cpu_system_ns", "cpu_user_ns", "started")
 
     def __init__(self, accepted: float) -> None:
         self.accepted = accepted
@@ -131,21 +130,24 @@ class CallCost:
         self.counts = ReadCounts()
         self.cpu_user_ns = 0
         self.cpu_system_ns = 0
+        self._before: ReadCounts | None = None
+        self._cpu0 = (0, 0)
 
-    @contextlib.contextmanager
-    def measuring(self) -> Iterator[None]:
-        """Charge the work done inside, on this thread, to this call."""
+    def measuring(self) -> CallCost:
+        """Charge the work done inside ``with``, on this thread, to this call."""
+        return self
+
+    def __enter__(self) -> None:
         if self.started is None:
             self.started = time.monotonic()
-        before = charge_reads_to(self.counts)
-        user0, sys0 = _thread_cpu_ns()
-        try:
-            yield
-        finally:
-            user1, sys1 = _thread_cpu_ns()
-            charge_reads_to(before)
-            self.cpu_user_ns += user1 - user0
-            self.cpu_system_ns += sys1 - sys0
+        self._before = charge_reads_to(self.counts)
+        self._cpu0 = _thread_cpu_ns()
+
+    def __exit__(self, *exc: object) -> None:
+        user1, sys1 = _thread_cpu_ns()
+        charge_reads_to(self._before)
+        self.cpu_user_ns += user1 - self._cpu0[0]
+        self.cpu_system_ns += sys1 - self._cpu0[1]
 
     def metrics(self) -> dict[str, int]:
         """The figures by Kudu's names, the call's total duration up to now."""
