@@ -248,6 +248,7 @@ class AsyncScanner(ScanConfig):
         self._done = False
         self._resume_cols: list[str] = []  # key columns added to the projection for resuming
         self._returned_from_tablet = False
+        self._metrics: dict[str, int] = {}  # the servers' resource metrics of every call, summed
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -474,8 +475,16 @@ class AsyncScanner(ScanConfig):
             self.snapshot_ts = int(reply["snapshot_ts"])  # every later tablet reads at this same time
         return self._take_reply(reply)
 
+    def get_resource_metrics(self) -> dict[str, int]:
+        """What the scan cost the tablet servers so far (kudu-python's names: ``cfile_cache_hit_bytes``,
+        ``cfile_cache_miss_bytes``, ``bytes_read``, ``queue_duration_nanos``, ``total_duration_nanos``,
+        ``cpu_user_nanos``, ``cpu_system_nanos``), summed over its calls."""
+        return dict(self._metrics)
+
     def _take_reply(self, reply: dict[str, Any]) -> pa.Table:
         self._scanner_id = reply.get("scanner_id") if reply.get("has_more") else None
+        for name, value in (reply.get("resource_metrics") or {}).items():
+            self._metrics[name] = self._metrics.get(name, 0) + int(value)
         data = reply.get("data")
         table = ipc_to_table(data) if data else self._request_schema().empty_table()
         if reply.get("snapshot_ts"):
@@ -649,10 +658,24 @@ class ScanToken:
         return f"ScanToken({self.table.name}, tablet={self.location.tablet_id})"
 
 
+def checked_split_size(split_size_bytes: object) -> int:
+    if isinstance(split_size_bytes, bool) or not isinstance(split_size_bytes, int) or split_size_bytes < 0:
+        raise KuduInvalidArgument(f"split size must be an int >= 0 bytes, not {split_size_bytes!r}")
+    return split_size_bytes
+
+
 class AsyncScanTokenBuilder(ScanConfig):
     def __init__(self, client: ClientCore, table: Table) -> None:
         super().__init__(table)
         self.client = client
+        self.split_size_bytes = 0
+
+    def set_split_size_bytes(self, split_size_bytes: int) -> Self:
+        """Kudu's ``SetSplitSizeBytes``: tokens of about this many bytes each, several per tablet where
+        the tablet holds more (its servers cut its key range from their rowsets' block index); 0, the
+        default, is one token per tablet."""
+        self.split_size_bytes = checked_split_size(split_size_bytes)
+        return self
 
     async def build(self) -> list[ScanToken]:
         if self.read_mode == READ_YOUR_WRITES:
@@ -673,4 +696,29 @@ class AsyncScanTokenBuilder(ScanConfig):
             # One point in time for every token, chosen here, as kudu-spark does on the driver.
             self.snapshot_ts = max(self.client.latest_observed_timestamp(), make_timestamp(int(time.time() * 1e6)))
         cfg = self.config_dict()
-        return [ScanToken(self.table, by_start[p.partition_key_start], cfg) for p in keep]
+        tablets = [by_start[p.partition_key_start] for p in keep]
+        if not self.split_size_bytes:
+            return [ScanToken(self.table, t, cfg) for t in tablets]
+        deadline = Deadline(self.client.admin_timeout_ms / 1000, f"splitting the key ranges of {self.table.name}")
+        chunks = await asyncio.gather(*(self._key_ranges(t, deadline) for t in tablets))
+        tokens: list[ScanToken] = []
+        for t, ranges in zip(tablets, chunks, strict=True):
+            for lo, hi in ranges:
+                tokens.append(ScanToken(self.table, t, {**cfg, "lower_key": lo, "upper_key": hi}))
+        return tokens
+
+    async def _key_ranges(self, t: TabletLocation, deadline: Deadline) -> list[tuple[bytes | None, bytes | None]]:
+        """Tablet ``t``'s share of the scan's key bounds in chunks of about ``split_size_bytes``."""
+        req: dict[str, Any] = {"tablet_id": t.tablet_id, "target_chunk_size_bytes": self.split_size_bytes}
+        if self.lower_key:
+            req["start_primary_key"] = self.lower_key
+        if self.upper_key:
+            req["stop_primary_key"] = self.upper_key
+        if self.projection is not None:
+            req["columns"] = self.projection
+        reply = await self.client.call_tablet_leader(self.table, t.tablet_id, "SplitKeyRange", req, deadline)
+        out: list[tuple[bytes | None, bytes | None]] = []
+        for r in reply["ranges"]:
+            lo, hi = r.get("start_primary_key"), r.get("stop_primary_key")
+            out.append((lo or self.lower_key, hi or self.upper_key))
+        return out

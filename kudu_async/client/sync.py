@@ -25,7 +25,14 @@ from kudu_async.client.aio import connect as aio_connect
 from kudu_async.client.batcher import Buffered, KuduError
 from kudu_async.client.meta_cache import TabletServer
 from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
-from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, RowBatch, ScanConfig, ScanToken
+from kudu_async.client.scanner import (
+    AsyncScanner,
+    AsyncScanTokenBuilder,
+    RowBatch,
+    ScanConfig,
+    ScanToken,
+    checked_split_size,
+)
 from kudu_async.client.schema_builder import Partitioning
 from kudu_async.client.session import FLUSH_AUTO_BACKGROUND, FLUSH_AUTO_SYNC, FLUSH_MANUAL, AsyncSession, row_bytes
 from kudu_async.client.table import Table, TableStatistics, WriteOperation
@@ -482,15 +489,28 @@ class Scanner(ScanConfig):
     def get_projection_schema(self) -> pa.Schema:
         return self.output_schema()
 
+    def get_resource_metrics(self) -> dict[str, int]:
+        """The cumulative resource metrics since the scan was started (kudu-python's dict of Kudu's
+        ResourceMetricsPB names)."""
+        return {} if self._inner is None else self._inner.get_resource_metrics()
+
 
 class ScanTokenBuilder(ScanConfig):
     def __init__(self, table: Table, client: Client | None = None) -> None:
         super().__init__(table)
         self._client = _client_of(table, client)
+        self._split_size_bytes = 0
+
+    def set_split_size_bytes(self, split_size_bytes: int) -> Self:
+        """Kudu's ``SetSplitSizeBytes``: tokens of about this many bytes each, several per tablet where
+        the tablet holds more; 0, the default, is one token per tablet."""
+        self._split_size_bytes = checked_split_size(split_size_bytes)
+        return self
 
     def build(self) -> list[ScanToken]:
         b = AsyncScanTokenBuilder(self._client._async.core, self.table)
         b.copy_config_from(self)
+        b.set_split_size_bytes(self._split_size_bytes)
         return self._client._run(b.build())
 
 

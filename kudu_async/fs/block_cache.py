@@ -36,6 +36,40 @@ log = logging.getLogger(__name__)
 EvictCallback = Callable[[str], None]
 
 
+class ReadCounts:
+    """Bytes one scan read from rowset blocks: held by the block cache (hits) or decoded from the files
+    (misses), as Kudu's scan resource metrics count them. Charged by the thread that reads."""
+
+    __slots__ = ("hit_bytes", "miss_bytes")
+
+    def __init__(self) -> None:
+        self.hit_bytes = 0
+        self.miss_bytes = 0
+
+
+_charged = threading.local()
+
+
+def charge_reads_to(counts: ReadCounts | None) -> ReadCounts | None:
+    """Charge this thread's block reads to ``counts`` (None: to nobody); returns what was charged before."""
+    before: ReadCounts | None = getattr(_charged, "counts", None)
+    _charged.counts = counts
+    return before
+
+
+def charge_hit(nbytes: int) -> None:
+    counts: ReadCounts | None = getattr(_charged, "counts", None)
+    if counts is not None:
+        counts.hit_bytes += nbytes
+
+
+def charge_miss(nbytes: int) -> None:
+    """Bytes read from a file rather than the cache (the caller knows their decoded size)."""
+    counts: ReadCounts | None = getattr(_charged, "counts", None)
+    if counts is not None:
+        counts.miss_bytes += nbytes
+
+
 @dataclass
 class _Entry:
     buf: Any  # a whole file's pa.Buffer, or a decoded block
@@ -76,6 +110,7 @@ class BlockCache:
                 self._counts["hits"] += 1
                 self._blocks.move_to_end(path)
                 self._own(e, on_evict)
+                charge_hit(e.size)
                 return e.buf
         size = os.path.getsize(path)
         with self._lock:
@@ -83,6 +118,7 @@ class BlockCache:
             if e is not None:  # read by another thread meanwhile
                 self._counts["hits"] += 1
                 self._own(e, on_evict)
+                charge_hit(e.size)
                 return e.buf
             if path in self._loading or size > self.capacity_bytes:
                 self._counts["refused"] += 1
@@ -100,6 +136,7 @@ class BlockCache:
         try:
             with pa.OSFile(path, "r") as f:
                 buf = f.read_buffer()
+            charge_miss(buf.size)
         except BaseException:
             with self._lock:
                 self._reserved -= self._loading.pop(path)
@@ -164,11 +201,13 @@ class BlockCache:
                 return None
             self._counts["hits"] += 1
             self._blocks.move_to_end(key)
+            charge_hit(e.size)
             return e.buf
 
     def get_many(self, keys: list[tuple[str, Hashable]]) -> list[Any | None]:
         """:meth:`get` of several decoded blocks under one lock acquisition."""
         out: list[Any | None] = []
+        hit = 0
         with self._lock:
             for key in keys:
                 e = self._blocks.get(key)
@@ -177,7 +216,10 @@ class BlockCache:
                     continue
                 self._counts["hits"] += 1
                 self._blocks.move_to_end(key)
+                hit += e.size
                 out.append(e.buf)
+        if hit:
+            charge_hit(hit)
         return out
 
     def holds_all(self, keys: list[tuple[str, Hashable]]) -> bool:

@@ -38,7 +38,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduInvalidArgument, KuduNotSupported
+from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduInvalidArgument
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,7 +99,9 @@ KUDU_SPARK_OPTIONS: dict[str, Option] = {
     "kudu.keepAlivePeriodMs": Option("int", 15_000, "keep-alive period of a scanner waiting on Spark"),
     "kudu.scanRequestTimeoutMs": Option("int", None, "timeout of each scan request"),
     "kudu.socketReadTimeoutMs": Option("int", None, "deprecated in kudu-spark and without effect there too"),
-    "kudu.splitSizeBytes": Option("int", None, "target bytes per Spark partition (several per tablet)"),
+    "kudu.splitSizeBytes": Option(
+        "int", None, "target bytes per Spark partition: a tablet holding more is read as several (SplitKeyRange)"
+    ),
     "kudu.useDriverMetadata": Option("bool", True, "tasks use the table metadata in the scan token"),
     "kudu.snapshotTimestampMs": Option("int", None, "READ_AT_SNAPSHOT at this time (ms since the epoch)"),
     "kudu.ignoreNull": Option("bool", False, "null cells leave the stored value unchanged"),
@@ -495,11 +497,9 @@ def _configure_scan(b: Any, options: Any) -> None:
         b.set_timeout_millis(timeout)
     if _opt(options, "kudu.socketReadTimeoutMs") is not None:
         log.warning("kudu.socketReadTimeoutMs is deprecated and has no effect (as in kudu-spark)")
-    if _opt(options, "kudu.splitSizeBytes") is not None:
-        raise KuduNotSupported(
-            "kudu.splitSizeBytes: splitting a tablet into several scan tokens needs the SplitKeyRange "
-            "RPC, which kudu_async's tablet servers do not offer; one Spark partition per tablet is read"
-        )
+    split = _int_opt(options, "kudu.splitSizeBytes")
+    if split:
+        b.set_split_size_bytes(split)
 
 
 class KuduInputPartition(InputPartition):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Literal
 
 import numpy as np
@@ -26,7 +26,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from kudu_async.common.errors import KuduCorruption
-from kudu_async.fs.block_cache import BlockCache
+from kudu_async.fs.block_cache import BlockCache, charge_miss
 from kudu_async.tablet.key_arrays import KeyBatch, SortedKeys
 from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, SchemaInfo
 
@@ -246,6 +246,22 @@ class ParquetBase:
     def num_blocks(self) -> int:
         return len(self.firsts)
 
+    def block_bytes(self, columns: Sequence[str] | None = None) -> np.ndarray:
+        """Uncompressed bytes of every block, from the footer: of ``columns`` (current names) and the
+        key, or of every column (None). What a split of the key range by size weighs blocks with."""
+        n = self._md.num_row_groups
+        if columns is None:
+            return np.fromiter((self._md.row_group(i).total_byte_size for i in range(n)), dtype=np.int64, count=n)
+        wanted = {KEY_COL, *(s for s in (self.src.get(c) for c in columns) if s is not None)}
+        out = np.zeros(n, dtype=np.int64)
+        for i in range(n):
+            rg = self._md.row_group(i)
+            for j in range(rg.num_columns):
+                col = rg.column(j)
+                if col.path_in_schema.split(".")[0] in wanted:
+                    out[i] += col.total_uncompressed_size
+        return out
+
     def _field(self, name: str) -> pa.Field:
         f = self._fields.get(name)
         if f is None:
@@ -297,6 +313,7 @@ class ParquetBase:
         if missing:
             srcs = [self.src[c] for c in missing]
             t = self._decode(rg, [s for s in srcs if s is not None])
+            charge_miss(t.nbytes)
             if t.num_rows != n:
                 raise KuduCorruption(f"cannot read block {self.path}: row group {rg} has {t.num_rows} rows, not {n}")
             for c, s in zip(missing, srcs, strict=True):
@@ -519,6 +536,7 @@ class ParquetBase:
                 t = pf.read_row_groups(rgs, columns=file_cols, use_threads=False)
             except (pa.ArrowException, OSError) as e:
                 raise self._corrupt(e) from e
+            charge_miss(t.nbytes)
             base = int(self.starts[rgs[0]])
             a, b = max(lo, base), min(hi, int(self.starts[rgs[-1] + 1]))
             t = t.slice(a - base, b - a)

@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.common.clock import HybridClock
+from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.schema import Schema
 from kudu_async.fs.tablet_metadata import TabletMetadata, metadata_path
-from kudu_async.tablet import bootstrap, checksum, compaction_policy, schema_change
+from kudu_async.tablet import bootstrap, checksum, compaction_policy, key_ranges, schema_change
 from kudu_async.tablet.compaction_policy import LayoutPlan, RowSetExtent
 from kudu_async.tablet.components import TabletComponents, TabletOptions
 from kudu_async.tablet.delta_store import LIVE_COL, ROW_COL, SEQ_COL
@@ -167,6 +168,25 @@ class Tablet:
         """The point read of ``key`` started now when memory can answer it without waiting, else None
         (then :meth:`scan` in a worker answers); safe to call from the event loop."""
         return self._reads.scan_in_memory(spec, key)
+
+    def split_key_range(
+        self, start: bytes | None, stop: bytes | None, target_bytes: int, columns: Sequence[str] | None = None
+    ) -> list[key_ranges.KeyRange]:
+        """Kudu's SplitKeyRange: ``[start, stop)`` cut into chunks of about ``target_bytes`` (of
+        ``columns`` when given), from the rowsets' block index and the MemRowSets' keys. Reads footers
+        already in memory; run it in a worker all the same (a MemRowSet's sorted view may be merged)."""
+        if columns is not None:
+            unknown = [c for c in columns if c not in self._c.info.names]
+            if unknown:
+                raise KuduInvalidArgument(f"column(s) {unknown} are not in the table's schema")
+        pieces: list[key_ranges.KeyPiece] = []
+        with self._c.lock:  # a MemRowSet's sorted view is read under it
+            drs = list(self._c.drs)
+            for mrs in self._c.memrowsets():
+                pieces += key_ranges.memrowset_pieces(mrs)
+        for d in drs:
+            pieces += key_ranges.rowset_pieces(d, columns)
+        return key_ranges.split_key_range(pieces, start, stop, target_bytes)
 
     def lookup(self, key: bytes, snapshot: MvccSnapshot | None = None) -> dict[str, Any] | None:
         """Point read of one encoded primary key at a snapshot (default: latest committed)."""

@@ -145,6 +145,31 @@ class ScanResponse(Message, frozen=True):
     last_key: bytes | Unset | None = UNSET
     snapshot_ts: int | Unset | None = UNSET
     schema_version: int | Unset = UNSET
+    # What this call cost the server, by the names of Kudu's ResourceMetricsPB (the client sums them)
+    resource_metrics: dict[str, int] | Unset = UNSET
+
+
+class SplitKeyRangeRequest(Message, frozen=True):
+    """Kudu's SplitKeyRange: the tablet's ``[start_primary_key, stop_primary_key)`` (encoded keys, absent or
+    empty: unbounded) in chunks of about ``target_chunk_size_bytes``, sized by ``columns`` when given."""
+
+    tablet_id: NonEmptyStr
+    target_chunk_size_bytes: Annotated[int, msgspec.Meta(ge=1)]
+    start_primary_key: bytes | None = None
+    stop_primary_key: bytes | None = None
+    columns: list[str] | None = None
+
+
+class KeyRangeMsg(Message, frozen=True):
+    """Kudu's KeyRangePB: ``None`` bounds are the tablet's own ends."""
+
+    start_primary_key: bytes | None
+    stop_primary_key: bytes | None
+    size_bytes_estimates: int
+
+
+class SplitKeyRangeResponse(Message, frozen=True):
+    ranges: list[KeyRangeMsg]
 
 
 class ScannerKeepAliveRequest(Message, frozen=True):

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import resource
 import secrets
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 from kudu_async.common.errors import KuduNotFound, KuduServiceUnavailable
 from kudu_async.common.row_conversion import batch_to_ipc
+from kudu_async.fs.block_cache import ReadCounts, charge_reads_to
 from kudu_async.tablet.tablet import TabletScanner
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,17 @@ RECENT_SCANS = 200
 _ID_PREFIX = secrets.token_hex(8)
 _id_counter = itertools.count(1)
 _T = TypeVar("_T")
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
+Pulled = tuple[pa.RecordBatch | None, bytes, bool]
+
+
+def _thread_cpu_ns() -> tuple[int, int]:
+    """(user, system) CPU nanoseconds of the calling thread; where the OS gives no per-thread split,
+    the thread's whole CPU time counts as user time."""
+    if _RUSAGE_THREAD is None:
+        return time.thread_time_ns(), 0
+    ru = resource.getrusage(_RUSAGE_THREAD)
+    return int(ru.ru_utime * 1e9), int(ru.ru_stime * 1e9)
 
 
 class BatchedHandOff:
@@ -111,6 +124,60 @@ def _settle(jobs: list[tuple[Callable[[], Any], asyncio.Future[Any]]], work: asy
             fut.set_exception(value)
 
 
+class CallCost:
+    """What one Scan call cost this server, as Kudu's ResourceMetricsPB counts it: the time from the
+    call's arrival (``accepted``, time.monotonic) until a thread took its work up, the CPU time of the
+    threads that did it, and the rowset bytes they read from the block cache and from the files."""
+
+    __slots__ = ("_before", "_cpu0", "accepted", "counts", "cpu_system_ns", "cpu_user_ns", "started")
+
+    def __init__(self, accepted: float) -> None:
+        self.accepted = accepted
+        self.started: float | None = None
+        self.counts = ReadCounts()
+        self.cpu_user_ns = 0
+        self.cpu_system_ns = 0
+        self._before: ReadCounts | None = None
+        self._cpu0 = (0, 0)
+
+    def measuring(self) -> CallCost:
+        """Charge the work done inside ``with``, on this thread, to this call."""
+        return self
+
+    def __enter__(self) -> None:
+        if self.started is None:
+            self.started = time.monotonic()
+        self._before = charge_reads_to(self.counts)
+        self._cpu0 = _thread_cpu_ns()
+
+    def __exit__(self, *exc: object) -> None:
+        user1, sys1 = _thread_cpu_ns()
+        charge_reads_to(self._before)
+        self.cpu_user_ns += user1 - self._cpu0[0]
+        self.cpu_system_ns += sys1 - self._cpu0[1]
+
+    def absorb(self, other: CallCost) -> None:
+        """Add the bytes and CPU of work done for this call ahead of it (a scanner's read-ahead)."""
+        self.counts.hit_bytes += other.counts.hit_bytes
+        self.counts.miss_bytes += other.counts.miss_bytes
+        self.cpu_user_ns += other.cpu_user_ns
+        self.cpu_system_ns += other.cpu_system_ns
+
+    def metrics(self) -> dict[str, int]:
+        """The figures by Kudu's names, the call's total duration up to now."""
+        now = time.monotonic()
+        started = now if self.started is None else self.started
+        return {
+            "cfile_cache_hit_bytes": self.counts.hit_bytes,
+            "cfile_cache_miss_bytes": self.counts.miss_bytes,
+            "bytes_read": self.counts.hit_bytes + self.counts.miss_bytes,
+            "queue_duration_nanos": max(0, int((started - self.accepted) * 1e9)),
+            "total_duration_nanos": max(0, int((now - self.accepted) * 1e9)),
+            "cpu_user_nanos": self.cpu_user_ns,
+            "cpu_system_nanos": self.cpu_system_ns,
+        }
+
+
 @dataclass
 class Scanner:
     id: str
@@ -122,11 +189,14 @@ class Scanner:
     last_access: float = field(default_factory=time.monotonic)
     ahead: collections.deque[pa.RecordBatch] = field(default_factory=collections.deque)  # read, not sent
     prefetch: asyncio.Future[None] | None = None  # the read of the next batch, in a worker
+    prefetch_cost: CallCost | None = None  # what that read cost, charged to the call that sends it
     done: bool = False
     rows: int = 0
     batches: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     request: dict[str, Any] = field(default_factory=dict)  # projection, predicates, read mode: for /scans
+    # Kudu's scan resource metrics of the last call (ResourceMetricsPB's names), from its CallCost
+    metrics: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -205,13 +275,24 @@ class ScannerManager:
         for sid in [s.id for s in self.scanners.values() if s.tablet_id == tablet_id]:
             self.close(sid)
 
-    async def next_batch(self, sc: Scanner) -> dict[str, Any]:
-        """The next batch as IPC bytes, whether more follow, and the resume key."""
+    async def next_batch(self, sc: Scanner, cost: CallCost | None = None) -> dict[str, Any]:
+        """The next batch as IPC bytes, whether more follow, and the resume key; what the call cost goes
+        to ``cost`` and from it to the answer."""
+        cost = CallCost(time.monotonic()) if cost is None else cost
+
+        def pull() -> Pulled:
+            with cost.measuring():
+                return self.pull(sc)
+
         async with sc.lock:
             if sc.prefetch is not None:
                 pending, sc.prefetch = sc.prefetch, None
                 await pending
-            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, self.pull, sc)
+                if sc.prefetch_cost is not None:
+                    cost.absorb(sc.prefetch_cost)
+                    sc.prefetch_cost = None
+            batch, data, more = await asyncio.get_running_loop().run_in_executor(self.executor, pull)
+            sc.metrics = cost.metrics()
             out = self._reply(sc, batch, data, more)
             if more:
                 self._start_prefetch(sc)
@@ -221,12 +302,18 @@ class ScannerManager:
 
     def _start_prefetch(self, sc: Scanner) -> None:
         """Read the batch after the look-ahead in a worker now; the scanner's next call waits for it."""
+        ahead = CallCost(time.monotonic())
+
+        def read_ahead() -> None:
+            with ahead.measuring():
+                self._read_ahead(sc)
+
         try:
-            fut = asyncio.get_running_loop().run_in_executor(self.executor, self._read_ahead, sc)
+            fut = asyncio.get_running_loop().run_in_executor(self.executor, read_ahead)
         except RuntimeError:  # the executor is shut down: the node is stopping, the next call reads
             return
         fut.add_done_callback(_retrieve)  # a scanner closed before its next call leaves no warning
-        sc.prefetch = fut
+        sc.prefetch, sc.prefetch_cost = fut, ahead
 
     @staticmethod
     def _read_ahead(sc: Scanner) -> None:
@@ -250,6 +337,7 @@ class ScannerManager:
             "has_more": more,
             "last_key": sc.it.last_key,
             "snapshot_ts": sc.snapshot_ts,
+            "resource_metrics": sc.metrics,
         }
 
     @staticmethod

@@ -18,7 +18,7 @@ from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
-from kudu_async.tserver.scanners import Scanner, ScannerManager
+from kudu_async.tserver.scanners import CallCost, Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager, tree_bytes
 from kudu_async.tserver.tablet_replica import TabletReplica
 from kudu_async.tserver.wire import decode_write_op
@@ -42,6 +42,7 @@ class TabletService:
             "Write": Method(m.WriteRequest, m.WriteResponse, self.write),
             "Scan": Method(m.ScanRequest, m.ScanResponse, self.scan),
             "ScannerKeepAlive": Method(m.ScannerKeepAliveRequest, m.ScannerKeepAliveResponse, self.keep_alive),
+            "SplitKeyRange": Method(m.SplitKeyRangeRequest, m.SplitKeyRangeResponse, self.split_key_range),
             "Checksum": Method(m.ChecksumRequest, m.ChecksumResponse, self.checksum),
             "ListTablets": Method(m.ListTabletsRequest, m.ListTabletsResponse, self.list_tablets),
             "GetSafeTime": Method(m.GetSafeTimeRequest, m.GetSafeTimeResponse, self.get_safe_time),
@@ -83,7 +84,7 @@ class TabletService:
 
     async def scan(self, req: m.ScanRequest, ctx: CallContext) -> m.ScanResponse:
         if req.scanner_id is not None:
-            return await self._continue_scan(req.scanner_id, req.close)
+            return await self._continue_scan(req.scanner_id, req.close, ctx)
         if req.tablet_id is None:
             raise KuduInvalidArgument("'tablet_id': missing (a new scan names its tablet)", {"field": "tablet_id"})
         replica = self.manager.get(req.tablet_id)
@@ -109,19 +110,40 @@ class TabletService:
             )
             return sc, ScannerManager.pull(sc)
 
-        sc, pulled = await replica.scan_with(spec, ctx.time_left(), begin)
+        cost = CallCost(ctx.start)
+        sc, pulled = await replica.scan_with(spec, ctx.time_left(), begin, cost.measuring)
+        sc.metrics = cost.metrics()
         return m.ScanResponse(**self.scanners.started(sc, pulled), schema_version=replica.tablet.schema_version)
 
-    async def _continue_scan(self, scanner_id: str, close: bool) -> m.ScanResponse:
+    async def _continue_scan(self, scanner_id: str, close: bool, ctx: CallContext) -> m.ScanResponse:
         """The next batch of an open scanner, or its end when the caller closes it."""
         if close:
             self.scanners.close(scanner_id)
             return m.ScanResponse(scanner_id=None, has_more=False, rows=0, data=None)
-        return m.ScanResponse(**await self.scanners.next_batch(self.scanners.get(scanner_id)))
+        return m.ScanResponse(**await self.scanners.next_batch(self.scanners.get(scanner_id), CallCost(ctx.start)))
 
     async def keep_alive(self, req: m.ScannerKeepAliveRequest, ctx: CallContext) -> m.ScannerKeepAliveResponse:
         self.scanners.get(req.scanner_id)
         return m.ScannerKeepAliveResponse()
+
+    async def split_key_range(self, req: m.SplitKeyRangeRequest, ctx: CallContext) -> m.SplitKeyRangeResponse:
+        """Chunks of the tablet's key range for scan tokens of about a size (the rowsets' block index, read
+        in a worker)."""
+        replica = self.manager.get(req.tablet_id)
+        ranges = await asyncio.get_running_loop().run_in_executor(
+            self.manager.executor,
+            replica.tablet.split_key_range,
+            req.start_primary_key or None,
+            req.stop_primary_key or None,
+            req.target_chunk_size_bytes,
+            req.columns,
+        )
+        return m.SplitKeyRangeResponse(
+            ranges=[
+                m.KeyRangeMsg(start_primary_key=r.start, stop_primary_key=r.stop, size_bytes_estimates=r.size_bytes)
+                for r in ranges
+            ]
+        )
 
     async def checksum(self, req: m.ChecksumRequest, ctx: CallContext) -> m.ChecksumResponse:
         replica = self.manager.get(req.tablet_id)

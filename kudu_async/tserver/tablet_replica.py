@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -597,11 +598,18 @@ class TabletReplica:
 
     # --- reads ----------------------------------------------------------------------------------------
 
-    async def scan_with(self, spec: ScanSpec, timeout_s: float, then: Callable[[TabletScanner], _T]) -> _T:
+    async def scan_with(
+        self,
+        spec: ScanSpec,
+        timeout_s: float,
+        then: Callable[[TabletScanner], _T],
+        measuring: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> _T:
         """Position a scan (READ_LATEST on the confirmed leader, READ_AT_SNAPSHOT where safe), open it and
         run ``then`` on the new scanner in the same worker call (the tserver pulls a first batch without a
         second hop to the executor). A point lookup is answered on the loop when its row is in memory,
-        else handed to a worker together with the other lookups of this loop iteration."""
+        else handed to a worker together with the other lookups of this loop iteration. The open and
+        ``then`` run inside ``measuring()``, on the thread that does them (the call's resource metrics)."""
         deadline = time.monotonic() + timeout_s
         if spec.read_mode == READ_LATEST:
             r = self._leader()
@@ -616,15 +624,17 @@ class TabletReplica:
             raise KuduInvalidArgument(f"unknown read mode {spec.read_mode!r}")
 
         def open_() -> _T:
-            return then(self.tablet.scan(spec))
+            with measuring():
+                return then(self.tablet.scan(spec))
 
         key = self.tablet.point_lookup_key(spec)
         if key is not None:
-            it = self.tablet.scan_in_memory(spec, key)  # memory answers it: no hand-off to a worker at all
-            if it is not None:
-                self._c_point_in_memory.increment()
-                out = then(it)
-            else:
+            with measuring():
+                it = self.tablet.scan_in_memory(spec, key)  # memory answers it: no hand-off to a worker at all
+                if it is not None:
+                    self._c_point_in_memory.increment()
+                    out = then(it)
+            if it is None:
                 self._c_point_handed_off.increment()
                 out = await self.small_reads.run(open_)
         else:

@@ -30,8 +30,6 @@ NOT_YET: dict[str, str] = {
     "kudu.schema.NestedTypeDescriptor": _ARRAY,
     "kudu.schema.array_type": _ARRAY,
     "kudu.schema.ColumnSpec.nested_type": _ARRAY,
-    "kudu.client.Scanner.get_resource_metrics": "the tservers' Scan replies carry no resource metrics "
-    "(cfile cache hits, bytes read, CPU time) for the client to add up",
     "kudu.client.Table.__len__": "kudu-python's raises NotImplementedError; here it would only make bool(table) raise",
     "kudu.client.Scanner.__init__": "kudu-python lets the table default to None, which makes a scanner that cannot "
     "scan; here the table is required (Scanner(table) works as there)",

@@ -9,8 +9,11 @@ import asyncio
 import datetime as dt
 import itertools
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -328,3 +331,99 @@ def events_table_named(client: kudu.Client, name: str) -> kudu.Table:
     builder.add_column("key").type(kudu.int64).nullable(False).primary_key()
     schema = builder.build()
     return client.create_table(name, schema, kudu.Partitioning().add_hash_partitions(["key"], 3))
+
+
+def test_the_kudu_python_demo_program_runs_against_a_cluster(cluster: MiniCluster) -> None:
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts/examples/kudu_python_demo.py"),
+            "--master",
+            cluster.master_addresses,
+            "--table",
+            unique("demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.rstrip().endswith("ok") and "recalled:" in out.stdout
+
+
+def flush_tablets(cluster: MiniCluster) -> None:
+    """Every tablet replica's MemRowSet to rowset files."""
+
+    async def flush() -> None:
+        rpc = RpcClient("test-client")
+        try:
+            for ts in cluster.tservers:
+                for t in (await rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {}))["tablets"]:
+                    await rpc.call(ts.rpc_address, "TabletServer", "FlushTablet", {"tablet_id": t["tablet_id"]})
+        finally:
+            await rpc.close()
+
+    asyncio.run(flush())
+
+
+def test_scanner_resource_metrics_sum_what_the_servers_measured(client: kudu.Client, cluster: MiniCluster) -> None:
+    table = events_table(client)
+    insert_rows(client, table, range(30_000))
+    flush_tablets(cluster)
+    names = {
+        "cfile_cache_hit_bytes",
+        "cfile_cache_miss_bytes",
+        "bytes_read",
+        "queue_duration_nanos",
+        "total_duration_nanos",
+        "cpu_user_nanos",
+        "cpu_system_nanos",
+    }
+    scanner = table.scanner().set_batch_size_bytes(64 * 1024)
+    assert scanner.get_resource_metrics() == {}  # nothing asked of a server yet
+    scanner.open()
+    n = 0
+    while scanner.has_more_rows():
+        n += len(scanner.next_batch())
+    m = scanner.get_resource_metrics()
+    assert n == 30_000 and set(m) == names
+    assert (
+        m["cfile_cache_miss_bytes"] > 0 and m["bytes_read"] == m["cfile_cache_hit_bytes"] + m["cfile_cache_miss_bytes"]
+    )
+    assert m["total_duration_nanos"] > m["queue_duration_nanos"] >= 0
+    assert m["cpu_user_nanos"] + m["cpu_system_nanos"] > 0
+    # a point read finds the rowset's blocks the flush left in the block cache
+    point = table.scanner().add_predicate(table["key"] == 777)
+    assert point.open().read_all_tuples()[0][0] == 777
+    assert point.get_resource_metrics()["cfile_cache_hit_bytes"] > 0
+    table.drop()
+
+
+def test_split_size_tokens_cover_every_row_exactly_once(client: kudu.Client, cluster: MiniCluster) -> None:
+    table = events_table(client)
+    insert_rows(client, table, range(60_000))
+    flush_tablets(cluster)
+    insert_rows(client, table, range(60_000, 62_000))  # and some rows still in memory
+    whole = table.scan_token_builder().build()
+    tokens = table.scan_token_builder().set_split_size_bytes(8 * 1024).build()
+    assert len(whole) == 3 and len(tokens) > 2 * len(whole)
+    assert {t.tablet().id() for t in tokens} == {t.tablet().id() for t in whole}
+    keys: list[int] = []
+    for tok in tokens:
+        sc = client.deserialize_token_into_scanner(tok.serialize())
+        keys += [r[0] for r in sc.open().read_all_tuples()]
+    assert sorted(keys) == list(range(62_000))
+
+    # with the scan's own bounds: the chunks stay inside them
+    b = table.scan_token_builder().set_split_size_bytes(2 * 1024)
+    lower, upper = b.new_bound(), b.new_bound()
+    lower["key"], upper["key"] = 1000, 40_000
+    b.add_lower_bound(lower).add_exclusive_upper_bound(upper)
+    bounded = b.build()
+    keys = [r[0] for tok in bounded for r in tok.into_kudu_scanner().open().read_all_tuples()]
+    assert len(bounded) > 3 and sorted(keys) == list(range(1000, 40_000))
+    with pytest.raises(kudu.KuduInvalidArgument, match="split size"):
+        table.scan_token_builder().set_split_size_bytes(-1)
+    table.drop()

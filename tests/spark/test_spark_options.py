@@ -154,9 +154,17 @@ def test_unknown_and_unavailable_options_fail_reads_and_writes(spark: Any, spark
         _write(df, spark_cluster, "opt_errors", "upsert", **{"kudu.repartition": "true"})
     with pytest.raises(SPARK_ERRORS, match=r"kudu\.scanLocality must be closest_replica or leader_only"):
         _read(spark, spark_cluster, "opt_errors", **{"kudu.scanLocality": "nearest"}).collect()
-    with pytest.raises(SPARK_ERRORS, match=r"splitSizeBytes.*SplitKeyRange"):
-        _read(spark, spark_cluster, "opt_errors", **{"kudu.splitSizeBytes": "1024"}).collect()
     assert _rows(spark, spark_cluster, "opt_errors") == {}  # no refused write wrote anything
+
+
+def test_split_size_bytes_reads_a_tablet_as_several_partitions(spark: Any, spark_cluster: MiniCluster) -> None:
+    _create(spark_cluster, "opt_split")
+    rows = [(k, f"a{k}", k) for k in range(20_000)]
+    _write(spark.createDataFrame(rows, SCHEMA), spark_cluster, "opt_split", "insert")
+    whole = _read(spark, spark_cluster, "opt_split")
+    split = _read(spark, spark_cluster, "opt_split", **{"kudu.splitSizeBytes": "65536"})
+    assert whole.rdd.getNumPartitions() == 2 and split.rdd.getNumPartitions() > 2
+    assert sorted(tuple(r) for r in split.collect()) == rows  # every row exactly once
 
 
 def test_write_options_ignore_null_duplicates_and_schema_drift(spark: Any, spark_cluster: MiniCluster) -> None:
