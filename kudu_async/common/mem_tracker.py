@@ -27,6 +27,13 @@ REFRESH_COST_SHARE = 50.0
 # However slow a pass was (a preempted process on a busy host), the total is never older than this when
 # a write is admitted.
 MAX_REFRESH_INTERVAL_S = 0.25
+# Trackers of memory stores (one per tablet) and of the running flushes' working memory. Flushing a
+# store needs about as much again as the store holds (its rows taken out in key order) until the rowsets
+# are written, so the node judges pressure and admission on what it will hold once the biggest store's
+# flush runs, not on what it holds now: otherwise a store that grew to the soft limit doubles past the
+# hard limit when its flush starts.
+STORE_TRACKER_IDS = frozenset({"MemRowSet", "DeltaMemStores"})
+WORKING_TRACKER_ID = "maintenance"
 
 
 def format_bytes(n: float) -> str:
@@ -201,6 +208,7 @@ class NodeMemory:
         self._rand = rand
         self._timer = timer  # measures a pass's cost
         self._cached = 0
+        self._projected = 0  # _cached plus what the biggest store's flush will add
         self._last: tuple[list[MemTracker], list[int]] = ([], [])  # the trackers and their own bytes
         self._flat: tuple[int, list[MemTracker]] = (-1, [])  # (tree generation, its trackers)
         self._refreshed_at = -float("inf")
@@ -230,6 +238,7 @@ class NodeMemory:
             root._peak = total
         with self._lock:
             self._cached = total
+            self._projected = total + _flush_debt(flat, owns)
             self._last = (flat, owns)
             self._refreshed_at = self._clock() if now is None else now
         # A node with many tablets pays more per pass: pass less often, so that refreshing never takes
@@ -238,9 +247,15 @@ class NodeMemory:
         self._interval = min(max(self.refresh_s, REFRESH_COST_SHARE * cost), MAX_REFRESH_INTERVAL_S)
         return total
 
+    def projected(self) -> int:
+        """The tracked total plus the working memory the flush of the biggest store will take beyond what
+        running flushes take already: what the node holds at its next peak."""
+        self.consumption()
+        return self._projected
+
     def under_pressure(self) -> bool:
         """Above the pressure watermark: flush the biggest memory stores first."""
-        return self.consumption() >= self.pressure_threshold
+        return self.projected() >= self.pressure_threshold
 
     def rejection_probability(self, current: int) -> float:
         """0 up to the soft limit, rising linearly to 1 at the hard limit (Kudu's ``SoftLimitExceeded``)."""
@@ -252,26 +267,30 @@ class NodeMemory:
 
     def admission_refusal(self) -> str | None:
         """Why a new client write is refused now, or None to admit it."""
-        current = self.consumption()
+        current = self.projected()
         p = self.rejection_probability(current)
         if p <= 0.0 or (p < 1.0 and self._rand() >= p):
             return None
         return self.describe(current)
 
-    def describe(self, current: int | None = None) -> str:
-        """``memory limit exceeded: 1.02 GiB of 1.00 GiB used (MemRowSets 600 MiB, ...)``: the figures an
-        operator needs to see which consumer holds the memory."""
+    def describe(self, projected: int | None = None) -> str:
+        """``soft memory limit (800 MiB) exceeded: 700 MiB of 1000 MiB used (MemRowSets 300 MiB, ...), 900
+        MiB with the flush of the biggest store``: the figures an operator needs to see which consumer
+        holds the memory. ``projected``: the figure the limits were compared with (:meth:`projected`)."""
         with self._lock:
             flat, owns = self._last
-            cur = self._cached if current is None else current
+            cur = self._cached
+            proj = self._projected if projected is None else projected
         by_kind: dict[str, int] = {}
         for t, n in zip(flat, owns, strict=True):
             if n:
                 by_kind[t.kind] = by_kind.get(t.kind, 0) + n
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v)
-        which = "memory limit" if cur >= self.limit else f"soft memory limit ({format_bytes(self.soft_limit)})"
+        which = "memory limit" if proj >= self.limit else f"soft memory limit ({format_bytes(self.soft_limit)})"
+        flush = f", {format_bytes(proj)} with the flush of the biggest store" if proj > cur else ""
         return (
-            f"{which} exceeded: {format_bytes(cur)} of {format_bytes(self.limit)} used ({parts or 'nothing tracked'})"
+            f"{which} exceeded: {format_bytes(cur)} of {format_bytes(self.limit)} used "
+            f"({parts or 'nothing tracked'}){flush}"
         )
 
     def status(self) -> dict[str, Any]:
@@ -281,3 +300,15 @@ class NodeMemory:
             "pressure_threshold_bytes": self.pressure_threshold,
             "current_bytes": self.consumption(),
         }
+
+
+def _flush_debt(flat: list[MemTracker], owns: list[int]) -> int:
+    """Bytes the biggest memory store's flush will add beyond the working memory flushes hold now."""
+    biggest = 0
+    working = 0
+    for t, n in zip(flat, owns, strict=True):
+        if t.id in STORE_TRACKER_IDS:
+            biggest = max(biggest, n)
+        elif t.id == WORKING_TRACKER_ID:
+            working += n
+    return max(0, biggest - working)

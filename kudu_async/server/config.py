@@ -369,7 +369,9 @@ FLAGS: tuple[Flag, ...] = (
         _to_float,
         80.0,
         "Percent of --memory-limit-mb above which new client writes are refused with SERVICE_UNAVAILABLE, "
-        "with a probability rising linearly to 1 at the limit (Kudu's default and rule).",
+        "with a probability rising linearly to 1 at the limit (Kudu's default and rule). The node's memory "
+        "is judged with the working memory of the biggest store's flush counted (as much again as the store), "
+        "so that a flush never carries the node past the limit.",
         check=_percentage,
     ),
     Flag(
@@ -377,7 +379,7 @@ FLAGS: tuple[Flag, ...] = (
         _to_float,
         60.0,
         "Percent of --memory-limit-mb above which the biggest memory stores are flushed first, whatever "
-        "their size (Kudu's default).",
+        "their size (Kudu's default), the biggest store's flush counted as with the soft limit.",
         check=_percentage,
     ),
     # --- tablet server: storage, scans, back-pressure ---

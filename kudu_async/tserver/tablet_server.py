@@ -47,7 +47,7 @@ class TabletServer(Node):
             num_threads=cfg.maintenance_manager_num_threads,
             memory_threshold_bytes=self.memory.pressure_threshold,
             flush_age_s=float(cfg.flush_threshold_secs),
-            memory_usage=self.memory.consumption,
+            memory_usage=self.memory.projected,  # pressure judged with the next flush counted
             working_memory=self.memory.root.child("maintenance"),
         )
         self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)

@@ -154,11 +154,17 @@ def test_watermarks_follow_the_percentages() -> None:
     pinned = NodeMemory(1000 * MiB, pressure_threshold_bytes=123)
     assert pinned.pressure_threshold == 123
     used = [599 * MiB]
-    mem.root.child("MemRowSet", gauge=lambda: used[0])
+    mem.root.child("block_cache", gauge=lambda: used[0])  # not a memory store: nothing to flush
     mem._clock = ticking()
     assert not mem.under_pressure()
     used[0] = 600 * MiB
     assert mem.under_pressure()
+    store = mem.root.child("MemRowSet", gauge=lambda: 100 * MiB)  # its flush will need 100 MiB more
+    used[0] = 399 * MiB
+    assert not mem.under_pressure()
+    used[0] = 400 * MiB
+    assert mem.under_pressure()
+    store.detach()
 
 
 @pytest.mark.parametrize(
@@ -182,27 +188,44 @@ def test_rejection_probability_rises_linearly_from_soft_to_hard() -> None:
 
 def test_admission_refuses_by_probability_and_names_the_figures() -> None:
     draw = [0.0]
-    used = {"MemRowSets": 600 * MiB, "block": 300 * MiB}
+    used = {"MemRowSets": 300 * MiB, "block": 300 * MiB}
     mem = NodeMemory(1000 * MiB, soft_percentage=80, clock=ticking(), rand=lambda: draw[0])
     t = mem.root.child("tablet-a", kind="tablets")
     t.child("MemRowSet", gauge=lambda: used["MemRowSets"], kind="MemRowSets")
     t.child("DeltaMemStores", gauge=lambda: 0)
     mem.root.child("block_cache", gauge=lambda: used["block"])
-    # 900 of 1000 MiB: half way from soft to hard, so refused when the draw falls below 0.5
+    # 600 MiB held, 900 once the 300 MiB store's flush takes as much again: half way from soft to hard,
+    # so refused when the draw falls below 0.5
     draw[0] = 0.49
     why = mem.admission_refusal()
     assert why is not None
-    assert why.startswith("soft memory limit (800 MiB) exceeded: 900 MiB of 1000 MiB used (")
-    assert "MemRowSets 600 MiB, block_cache 300 MiB" in why and "DeltaMemStores" not in why
+    assert why.startswith("soft memory limit (800 MiB) exceeded: 600 MiB of 1000 MiB used (")
+    assert "MemRowSets 300 MiB, block_cache 300 MiB" in why and "DeltaMemStores" not in why
+    assert why.endswith("), 900 MiB with the flush of the biggest store")
     draw[0] = 0.51
     assert mem.admission_refusal() is None
     # past the hard limit every write is refused, whatever the draw
-    used["MemRowSets"] = 800 * MiB
+    used["MemRowSets"] = 400 * MiB
     draw[0] = 0.99
     why = mem.admission_refusal()
-    assert why is not None and why.startswith("memory limit exceeded: 1.07 GiB of 1000 MiB used (MemRowSets 800 MiB")
+    assert why is not None and why.startswith("memory limit exceeded: 700 MiB of 1000 MiB used (MemRowSets 400 MiB")
     used["MemRowSets"] = 100 * MiB
     assert mem.admission_refusal() is None
+
+
+def test_a_running_flush_counts_once() -> None:
+    """The store being flushed is in its tablet's MemRowSet tracker and in the flush's working memory:
+    the projection adds only what the biggest store holds beyond the working memory already counted."""
+    mem = NodeMemory(1000 * MiB, clock=ticking())
+    store = [300 * MiB]
+    mem.root.child("tablet-a", kind="tablets").child("MemRowSet", gauge=lambda: store[0], kind="MemRowSets")
+    work = mem.root.child("maintenance")
+    assert (mem.refresh(), mem.projected()) == (300 * MiB, 600 * MiB)
+    work.consume(300 * MiB)  # its flush started
+    assert (mem.refresh(), mem.projected()) == (600 * MiB, 600 * MiB)
+    store[0] = 350 * MiB  # 50 MiB written to the next store meanwhile: its flush will need 50 MiB more
+    assert (mem.refresh(), mem.projected()) == (650 * MiB, 700 * MiB)
+    assert mem.under_pressure()  # 60 % of the limit
 
 
 def test_format_bytes() -> None:
