@@ -447,6 +447,8 @@ class AsyncScanner(ScanConfig):
         }
         if proj is not None:
             req["projection"] = proj
+        if self.table.schema_version > 0:
+            req["min_schema_version"] = self.table.schema_version  # a replica behind an alter answers retryably
         if self.snapshot_ts is not None and self.read_mode == READ_AT_SNAPSHOT:
             req["snapshot_ts"] = self.snapshot_ts
         if self.batch_size_bytes is not None:

@@ -132,6 +132,9 @@ class ScanRequest(Message, frozen=True):
     batch_bytes: Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH_BYTES)] | None = None
     ordered: bool = False
     schema_version: int | None = None
+    # The schema version the caller knows the table at: a replica that has not applied that alter yet
+    # answers SERVICE_UNAVAILABLE (retried elsewhere or later) instead of refusing a new column.
+    min_schema_version: NonNegInt | None = None
     propagated_timestamp: NonNegInt | None = None
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kudu_async.common.errors import KuduInvalidArgument, KuduNotAuthorized
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotAuthorized, KuduServiceUnavailable
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.row_conversion import OpType
 from kudu_async.rpc.messages import Method, ServiceTable, serve
@@ -197,6 +197,14 @@ def _scan_spec(replica: TabletReplica, req: m.ScanRequest) -> ScanSpec:
     """A new scan's request checked against the tablet's current schema (columns, predicates, read mode,
     the schema version the caller built it for) and turned into the tablet's ScanSpec."""
     info = replica.tablet.info
+    least = req.min_schema_version
+    if least is not None and least > replica.tablet.schema_version:
+        # An alter the caller saw is not applied on this replica yet (a follower behind, or the leader
+        # between commit and apply): another replica, or this one a moment later, has it.
+        raise KuduServiceUnavailable(
+            f"tablet {replica.tablet_id}: this replica has schema version {replica.tablet.schema_version}, "
+            f"the caller knows the table at {least}: the alter is not applied here yet"
+        )
     for c in req.projection or []:
         if c not in info.names:
             raise KuduInvalidArgument(f"projected column '{c}' is not in the table's schema")

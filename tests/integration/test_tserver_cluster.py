@@ -403,6 +403,12 @@ async def test_alter_schema_is_replicated_and_old_writes_are_refused(mini_cluste
     assert table.column_names == ["key", "label", "n", "extra"]
     got = {r["key"]: (r["label"], r["extra"]) for r in table.to_pylist()}
     assert got[5] == ("v5", 7) and got[1000] == ("a", 70) and got[1001] == ("b", None)
+    # A caller that knows the table at a later schema version than a replica has applied is told to retry
+    # (SERVICE_UNAVAILABLE), not that its columns do not exist; one at the replica's version reads.
+    scan = {"tablet_id": "tablet-s", "projection": ["key", "extra"]}
+    with pytest.raises(KuduServiceUnavailable, match="the alter is not applied here yet"):
+        await rpc.call(follower, "TabletServer", "Scan", {**scan, "min_schema_version": 2})
+    assert (await rpc.call(leader, "TabletServer", "Scan", {**scan, "min_schema_version": 1}))["rows"] > 0
     # A replica restarted after the alter replays it (or finds it durable) and agrees.
     victim = next(t for t in cluster.tservers if t.rpc_address == follower)
     cluster.kill_node(victim.name)
