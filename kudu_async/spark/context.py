@@ -158,19 +158,12 @@ class KuduContext:
     def createSchema(self, schema: StructType, keys: Sequence[str]) -> Schema:
         """A Kudu schema from a Spark one: ``keys`` first, in that order, not null; the rest nullable as in
         the Spark schema."""
-        from kudu_async.common.schema import Schema
-        from kudu_async.spark.types import kudu_column
+        from kudu_async.spark.types import kudu_schema
 
         keys = list(keys)
         if not keys:
             raise KuduInvalidArgument("a Kudu table needs at least one key column")
-        by_name = {f.name: f for f in schema.fields}
-        for k in keys:
-            if k not in by_name:
-                raise KuduInvalidArgument(f"key column '{k}' is not in the schema ({', '.join(by_name)})")
-        cols = [kudu_column(by_name[k], key=True) for k in keys]
-        cols += [kudu_column(f, key=False) for f in schema.fields if f.name not in keys]
-        return Schema(cols, len(keys))
+        return kudu_schema(schema, keys, "the key column list")
 
     def createTable(
         self,

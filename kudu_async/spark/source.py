@@ -426,16 +426,10 @@ def _create_or_open(options: Any, schema: StructType) -> Table:
     if not keys_opt:
         raise KuduInvalidArgument("kudu.createTable needs kudu.primaryKey (comma-separated key columns)")
     keys = [k.strip() for k in keys_opt.split(",")]
-    by_name = {f.name: f for f in schema.fields}
-    for k in keys:
-        if k not in by_name:
-            raise KuduInvalidArgument(f"kudu.primaryKey names '{k}', which is not a DataFrame column")
     from kudu_async.client.schema_builder import Partitioning
-    from kudu_async.common.schema import Schema
-    from kudu_async.spark.types import kudu_column
+    from kudu_async.spark.types import kudu_schema
 
-    cols = [kudu_column(by_name[k], key=True) for k in keys]
-    cols += [kudu_column(f, key=False) for f in schema.fields if f.name not in keys]
+    kudu_table_schema = kudu_schema(schema, keys, "kudu.primaryKey")
     part = Partitioning()
     buckets = _int_opt(options, "kudu.hashBuckets", 3) or 0
     hash_cols = [c.strip() for c in (_opt(options, "kudu.hashColumns") or keys_opt).split(",")]
@@ -444,7 +438,7 @@ def _create_or_open(options: Any, schema: StructType) -> Table:
     part.set_range_partition_columns([])
     replicas = _int_opt(options, "kudu.replicas", 3)
     try:
-        return client.create_table(name, Schema(cols, len(keys)), part, n_replicas=replicas)
+        return client.create_table(name, kudu_table_schema, part, n_replicas=replicas)
     except KuduBadStatus as e:
         if client.table_exists(name):  # another writer created it first
             return client.table(name)

@@ -104,3 +104,15 @@ def kudu_column(field: st.StructField, *, key: bool) -> ColumnSchema:
             field.name, T.DECIMAL, nullable=not key and field.nullable, precision=t.precision, scale=t.scale
         )
     raise KuduInvalidArgument(f"column '{field.name}': Spark type {t.simpleString()} has no kudu_async type")
+
+
+def kudu_schema(schema: st.StructType, keys: list[str], key_source: str) -> Schema:
+    """A Kudu schema for a Spark schema, ``keys`` first as the primary key (in that order), then the other
+    fields; ``key_source`` names where the keys came from, for the error about one that is not a field."""
+    by_name = {f.name: f for f in schema.fields}
+    for k in keys:
+        if k not in by_name:
+            raise KuduInvalidArgument(f"{key_source} names '{k}', which is not a column of {', '.join(by_name)}")
+    cols = [kudu_column(by_name[k], key=True) for k in keys]
+    cols += [kudu_column(f, key=False) for f in schema.fields if f.name not in keys]
+    return Schema(cols, len(keys))
