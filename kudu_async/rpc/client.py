@@ -41,6 +41,7 @@ from kudu_async.rpc.connection import (
 )
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.protocol import RpcProtocol
+from kudu_async.security.identity import AUTHORIZATION_HEADER, USER_HEADER
 
 log = logging.getLogger("kudu_async.rpc")
 
@@ -192,9 +193,9 @@ class RpcClient:
         self.max_response_bytes = max_response_bytes
         self.max_queued_per_peer = max_queued_per_peer
         self.window = window
-        source = [(b"x-kudu-source", node_name.encode())] if node_name else []
-        self._headers_tail: list[tuple[bytes, bytes]] = [(b"content-type", codec.MSGPACK_B), *source]
-        self._headers_tail_faulted = [*self._headers_tail, (b"x-kudu-fault-applied", b"1")]
+        self._headers_tail: list[tuple[bytes, bytes]] = []
+        self._headers_tail_faulted: list[tuple[bytes, bytes]] = []
+        self.set_credentials(None, None)
         self._conns: dict[str, _ClientProtocol] = {}
         self._connecting: dict[str, asyncio.Task[_ClientProtocol]] = {}
         self._all: set[_ClientProtocol] = set()
@@ -209,6 +210,19 @@ class RpcClient:
             self._m_failures = metrics.counter(
                 "rpc_client_connect_failures", "Outgoing RPC connection attempts that failed"
             )
+
+    def set_credentials(self, user: str | None, authorization: bytes | None) -> None:
+        """Send ``user`` (the name an unauthenticated caller gives) and ``authorization`` (a bearer JWT or an
+        authn token, security/identity.py) with every later call; None leaves a header out."""
+        tail = [(b"content-type", codec.MSGPACK_B)]
+        if self.node_name:
+            tail.append((b"x-kudu-source", self.node_name.encode()))
+        if user:
+            tail.append((USER_HEADER, user.encode()))
+        if authorization:
+            tail.append((AUTHORIZATION_HEADER, authorization))
+        self._headers_tail = tail
+        self._headers_tail_faulted = [*tail, (b"x-kudu-fault-applied", b"1")]
 
     async def call(
         self,

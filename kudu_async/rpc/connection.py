@@ -46,6 +46,7 @@ from kudu_async.common.errors import (
 from kudu_async.common.metrics import Counter, Histogram, MetricEntity
 from kudu_async.rpc import codec
 from kudu_async.rpc.jh2_fast import Chunk, make_h2_connection
+from kudu_async.security.identity import AUTHORIZATION_HEADER, USER_HEADER
 
 DEFAULT_WINDOW = 16 * 1024 * 1024
 DEFAULT_MAX_FRAME = 1024 * 1024
@@ -393,6 +394,8 @@ class Request:
         "abandoned",
         "body",
         "chunks",
+        "claimed_user",
+        "credentials",
         "ctype",
         "deadline",
         "fault_applied",
@@ -411,6 +414,9 @@ class Request:
         self.ctype = codec.JSON
         self.deadline: float | None = None
         self.source = ""
+        # What the caller says about itself (security/identity.py): checked by the server's authenticator.
+        self.claimed_user = ""
+        self.credentials: bytes | None = None
         self.method: Method | None = None
         self.rejected = False
         self.fault_applied = False
@@ -543,6 +549,10 @@ class ServerConnection(_Endpoint):
                 clen = v
             elif k == b"x-kudu-fault-applied":
                 req.fault_applied = True
+            elif k == USER_HEADER:
+                req.claimed_user = v.decode("utf-8", "replace")
+            elif k == AUTHORIZATION_HEADER:
+                req.credentials = v
         err = self._check_request(req, verb, path, ctype, deadline_ms, clen)
         if err is not None:
             self.reject(req, err, stop_upload=not ev.stream_ended)

@@ -49,6 +49,7 @@ from kudu_async.rpc.connection import (
 )
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.protocol import RpcProtocol
+from kudu_async.security.identity import ANONYMOUS, Authenticator, Identity, TlsPeer, claimed_identity
 
 log = logging.getLogger("kudu_async.rpc")
 
@@ -68,6 +69,8 @@ class CallContext:
     deadline: float | None
     content_type: str
     start: float = field(default_factory=time.monotonic)
+    # Who the call acts as: the server's authenticator decides; without one, the name the caller gave.
+    identity: Identity = ANONYMOUS
 
     @property
     def full_method(self) -> str:
@@ -130,6 +133,8 @@ class _ServerProtocol(RpcProtocol):
     """One accepted connection: feeds its ServerConnection and starts a task per admitted call."""
 
     rpc: ServerConnection
+    # The connection's TLS state and verified client certificate; None on a cleartext connection.
+    tls_peer: TlsPeer | None = None
 
     def __init__(self, server: RpcServer) -> None:
         super().__init__(
@@ -188,6 +193,8 @@ class RpcServer:
         self.max_inflight_per_service = max_inflight_per_service
         self.max_concurrent_streams = max_concurrent_streams
         self.window = window
+        # Set by the node when security is configured; every call's identity then goes through it.
+        self.authenticator: Authenticator | None = None
         self._metrics = metrics
         self._router = Router(metrics, max_body_bytes)
         self._connections: set[_ServerProtocol] = set()
@@ -353,6 +360,8 @@ class RpcServer:
         m = req.method
         assert m is not None
         ctx = CallContext(m.service.name, m.name, proto.peer, req.source, req.deadline, req.ctype)
+        if req.claimed_user:
+            ctx.identity = claimed_identity(req.claimed_user)
         call = req.handle = _Call(proto, req, ctx)
         self._calls.add(call)
         call.task = proto.loop.create_task(self._run(call, req.body, delay))
@@ -394,6 +403,8 @@ class RpcServer:
         try:
             if delay:
                 await asyncio.sleep(delay)
+            if self.authenticator is not None:
+                ctx.identity = self.authenticator.authenticate(req.credentials, req.claimed_user, proto.tls_peer)
             result = await m.handler(request, ctx)
             body = m.encode(result, ctx.content_type)
         except KuduBadStatus as e:

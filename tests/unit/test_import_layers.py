@@ -23,21 +23,26 @@ FLOOR_MODULES = frozenset({"kudu_async.version"})
 # (``kudu_async``, ``kudu_async.schema``, ``kudu_async.errors``, ``kudu_async.aio``) over the client.
 ALLOWED: dict[str, frozenset[str]] = {
     "common": frozenset(),
-    "rpc": frozenset({"common"}),
+    # Identities, tokens, keys and certificates: plain objects over `cryptography`, beneath the RPC layer
+    # that carries them and the roles that issue and check them.
+    "security": frozenset({"common"}),
+    "rpc": frozenset({"common", "security"}),
     "fs": frozenset({"common"}),
-    "consensus": frozenset({"common", "rpc", "fs"}),
+    "consensus": frozenset({"common", "rpc", "fs", "security"}),
     "tablet": frozenset({"common", "fs"}),
     # server is the node shell both roles run in (config, lifecycle, admin HTTP app, RPC server, the Raft
     # manager every node hosts): it knows neither tablets nor the catalog, so both roles stand on it.
-    "server": frozenset({"common", "rpc", "fs", "consensus"}),
-    "tserver": frozenset({"common", "rpc", "fs", "consensus", "tablet", "server"}),
-    "master": frozenset({"common", "rpc", "fs", "consensus", "tablet", "server"}),
-    "client": frozenset({"common", "rpc"}),
+    "server": frozenset({"common", "rpc", "fs", "consensus", "security"}),
+    "tserver": frozenset({"common", "rpc", "fs", "consensus", "tablet", "server", "security"}),
+    "master": frozenset({"common", "rpc", "fs", "consensus", "tablet", "server", "security"}),
+    "client": frozenset({"common", "rpc", "security"}),
     "spark": frozenset({"common", "client"}),
     # Administration also speaks to a node's services the client does not wrap (Consensus, Generic), as
     # Kudu's CLI does: through the RPC client, never through the roles' code.
-    "tools": frozenset({"common", "rpc", "client"}),
-    "testing": frozenset({"common", "rpc", "fs", "consensus", "tablet", "server", "tserver", "master", "client", ""}),
+    "tools": frozenset({"common", "rpc", "client", "security"}),
+    "testing": frozenset(
+        {"common", "rpc", "fs", "consensus", "tablet", "server", "tserver", "master", "client", "", "security"}
+    ),
     "": frozenset({"common", "client"}),
 }
 

@@ -66,6 +66,8 @@ class TestService:
             "source": ctx.source,
             "remote": ctx.remote,
             "remaining": ctx.remaining(),
+            "user": ctx.identity.user,
+            "authn": ctx.identity.authn,
         }
 
 
