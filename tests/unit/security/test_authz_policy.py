@@ -18,6 +18,7 @@ from kudu_async.security.authz_policy import (
     write_operations,
 )
 from kudu_async.security.identity import Identity
+from kudu_async.security.tokens import TokenSigner, TokenVerifier
 
 POLICY = b"""
 [groups]
@@ -165,3 +166,15 @@ def test_a_writes_operations_are_each_checked() -> None:
     check_write(claims, "tid", bytes([1, 10, 5, 2] * 1000))
     with pytest.raises(KuduNotAuthorized, match=r"alice is not authorized to DELETE on table sales.orders"):
         check_write(claims, "tid", bytes([1] * 999 + [3]))
+
+
+def test_claims_survive_a_signed_authz_token() -> None:
+    """The path the token plumbing takes: the master signs the claims, a tablet server verifies and checks."""
+    signer = TokenSigner(rotation_s=100.0, max_validity_s=50.0, propagation_s=0.0)
+    signer.add(signer.new_key(1000.0))
+    claims = privileges_for(_holder(), ALICE, False, "tid-1", "sales.orders")
+    token = signer.sign("authz", claims, 1000.0, 30.0)
+    verified = TokenVerifier(signer.verification_keys(1000.0)).verify(token, "authz", 1010.0)
+    check_table_access(verified.claims, "tid-1", "SELECT", ["id"])
+    with pytest.raises(KuduNotAuthorized, match="SELECT column secret"):
+        check_table_access(verified.claims, "tid-1", "SELECT", ["secret"])
