@@ -124,6 +124,8 @@ class _GuardedMethod(Method):
         self.body_decode = body_decode
 
 
+# Refused calls are logged (as warnings) at most this often.
+DENIAL_LOG_INTERVAL_S = 1.0
 # Told of every refused call (the node writes it to the audit log): the call and the refusal.
 DenialHook = Callable[[CallContext, KuduNotAuthorized], None]
 
@@ -226,6 +228,8 @@ class RpcServer:
         # Who may call what (``requires`` of each method); the node sets its flags' ACLs.
         self.acls: Acls = Acls.open()
         self.on_denied: DenialHook | None = None
+        self._denied_logged_at = -DENIAL_LOG_INTERVAL_S
+        self._denied_unlogged = 0
         self._metrics = metrics
         self._router = Router(metrics, max_body_bytes)
         self._connections: set[_ServerProtocol] = set()
@@ -424,10 +428,23 @@ class RpcServer:
         call.task = proto.loop.create_task(self._run(call, req.body, delay))
 
     def _authorize(self, ctx: CallContext, requires: Requires) -> None:
-        """Refuse a caller that does not meet the method's requirement (NOT_AUTHORIZED naming both)."""
+        """Refuse a caller that does not meet the method's requirement (NOT_AUTHORIZED naming both). The
+        warning is logged at most once a second with the count since, so a flood cannot fill the log (the
+        audit log, bounded by rotation, keeps every refusal)."""
         acls = self.acls
         if not acls.allowed(ctx.identity, requires):
-            log.warning("unauthorized call of %s by %s from %s", ctx.full_method, ctx.identity.describe(), ctx.remote)
+            self._denied_unlogged += 1
+            now = time.monotonic()
+            if now - self._denied_logged_at >= DENIAL_LOG_INTERVAL_S:
+                log.warning(
+                    "unauthorized call of %s by %s from %s (%d refused since the last such warning)",
+                    ctx.full_method,
+                    ctx.identity.describe(),
+                    ctx.remote,
+                    self._denied_unlogged,
+                )
+                self._denied_logged_at = now
+                self._denied_unlogged = 0
             acls.check(ctx.identity, requires, ctx.full_method)
 
     def _start_with_faults(self, proto: _ServerProtocol, req: Request) -> None:
