@@ -89,11 +89,15 @@ class RaftManager:
     def methods(self) -> ServiceTable:
         """The ``Consensus`` protocol: each method with its request and response messages."""
         return {
-            "Batch": Method(cm.BatchRequest, cm.BatchResponse, self._rpc_batch),
-            "StepDown": Method(cm.StepDownRequest, cm.LeaderHint, self._rpc_step_down),
-            "TransferLeadership": Method(cm.TransferLeadershipRequest, cm.LeaderHint, self._rpc_transfer),
-            "GetState": Method(cm.GetStateRequest, dict, self._rpc_get_state),
-            "ChangeConfig": Method(cm.ChangeConfigRequest, cm.ChangeConfigResponse, self._rpc_change_config),
+            "Batch": Method(cm.BatchRequest, cm.BatchResponse, self._rpc_batch, requires="service"),
+            "StepDown": Method(cm.StepDownRequest, cm.LeaderHint, self._rpc_step_down, requires="service"),
+            "TransferLeadership": Method(
+                cm.TransferLeadershipRequest, cm.LeaderHint, self._rpc_transfer, requires="service"
+            ),
+            "GetState": Method(cm.GetStateRequest, dict, self._rpc_get_state, requires="service"),
+            "ChangeConfig": Method(
+                cm.ChangeConfigRequest, cm.ChangeConfigResponse, self._rpc_change_config, requires="service"
+            ),
         }
 
     def register_rpc(self, server: RpcServer) -> None:

@@ -174,9 +174,11 @@ class TabletCopySource:
     def methods(self) -> ServiceTable:
         """The ``TabletCopy`` protocol: each method with its request and response messages."""
         return {
-            "BeginSession": Method(tm.BeginSessionRequest, tm.BeginSessionResponse, self._rpc_begin),
-            "FetchData": Method(tm.FetchDataRequest, tm.FetchDataResponse, self._rpc_fetch),
-            "EndSession": Method(tm.EndSessionRequest, tm.EndSessionResponse, self._rpc_end),
+            "BeginSession": Method(
+                tm.BeginSessionRequest, tm.BeginSessionResponse, self._rpc_begin, requires="service"
+            ),
+            "FetchData": Method(tm.FetchDataRequest, tm.FetchDataResponse, self._rpc_fetch, requires="service"),
+            "EndSession": Method(tm.EndSessionRequest, tm.EndSessionResponse, self._rpc_end, requires="service"),
         }
 
     def register_rpc(self, server: RpcServer) -> None:

@@ -68,6 +68,18 @@ from kudu_async.master.sys_catalog import (
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.messages import UNSET, to_builtins
+from kudu_async.rpc.server import CallContext
+from kudu_async.security.acl import Acls
+from kudu_async.security.audit import audit_line
+from kudu_async.security.authz_policy import (
+    PolicyHolder,
+    Privilege,
+    TablePrivileges,
+    check_ddl,
+    privileges_for,
+    qualified_name,
+)
+from kudu_async.security.identity import Identity
 from kudu_async.server.config import NodeConfig
 
 log = logging.getLogger(__name__)
@@ -118,9 +130,59 @@ class CatalogHost(Protocol):
     def uptime_s(self) -> float: ...
 
 
+class DdlAuthorizer:
+    """The master's table privilege checks on DDL and catalog reads (``security/authz_policy.py``), each
+    DDL decision written to the audit log (denials reach it through the RPC server's hook as well).
+
+    Kudu's rules: creating a table needs CREATE on its name, dropping DROP, altering ALTER, renaming ALL on
+    the old name and CREATE on the new one, recalling a deleted table CREATE on the name it returns under;
+    reading a table's schema, locations or statistics needs METADATA (which any privilege implies), and a
+    table list shows only the tables the caller holds METADATA on. Superusers and the service users bypass
+    the policy; without a policy file every user the ACLs admit holds every privilege.
+    """
+
+    def __init__(self, acls: Acls, policy: PolicyHolder, audit: Callable[[dict[str, Any]], None]) -> None:
+        self.acls = acls
+        self.policy = policy
+        self.audit = audit
+
+    def _privileges(self, identity: Identity, table: str) -> TablePrivileges:
+        return self.policy.privileges(identity, table, self.acls.bypasses_policy(identity))
+
+    def check(self, ctx: CallContext, privilege: Privilege, table: str, action: str, audit: bool = True) -> None:
+        """Refuse ``action`` on ``table`` without ``privilege`` (NOT_AUTHORIZED naming user, action and
+        table); an allowed DDL is audited here, a refusal by the RPC server's denial hook."""
+        identity = ctx.identity
+        check_ddl(self.policy, identity, self.acls.bypasses_policy(identity), privilege, table, action)
+        if audit:
+            self.audit(
+                audit_line(
+                    identity=identity,
+                    client=ctx.remote,
+                    method=ctx.full_method,
+                    obj=table,
+                    allowed=True,
+                    reason=f"{privilege} on {qualified_name(table)}",
+                )
+            )
+
+    def applies_to(self, identity: Identity) -> bool:
+        """Whether a policy file is in force for ``identity`` (not a superuser or server)."""
+        return self.policy.policy is not None and not self.acls.bypasses_policy(identity)
+
+    def visible(self, identity: Identity, table: str) -> bool:
+        return self._privileges(identity, table).has("METADATA")
+
+    def token_claims(self, identity: Identity, table_id: str, table: str) -> dict[str, Any]:
+        """The claims of ``identity``'s authz token for one table (signed by the leader master)."""
+        return privileges_for(self.policy, identity, self.acls.bypasses_policy(identity), table_id, table)
+
+
 class CatalogManager:
-    def __init__(self, master: CatalogHost) -> None:
+    def __init__(self, master: CatalogHost, authz: DdlAuthorizer | None = None) -> None:
         self.master = master
+        # Open (every privilege to everyone) unless the master gives its ACLs and policy.
+        self.authz = authz if authz is not None else DdlAuthorizer(Acls.open(), PolicyHolder(), lambda line: None)
         self._task: asyncio.Task[None] | None = None
         self._asked: dict[tuple[str, str, str], float] = {}  # (action, tablet, server) -> last time asked
         self._wake = asyncio.Event()

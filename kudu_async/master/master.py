@@ -11,22 +11,31 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduConfigurationError,
+    KuduIllegalState,
+    KuduInvalidArgument,
+    KuduNotTheLeader,
+    KuduTimedOut,
+)
 from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import messages as msg
 from kudu_async.master import sys_catalog
-from kudu_async.master.catalog_manager import CatalogManager
+from kudu_async.master.catalog_manager import CatalogManager, DdlAuthorizer
 from kudu_async.master.messages import MAX_DDL_WAIT_MS
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.messages import UNSET, Empty, Method, ServiceTable, convert, serve, to_builtins
 from kudu_async.rpc.server import CallContext
+from kudu_async.security.authz_policy import PolicyHolder
 from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.node import Node
@@ -53,37 +62,58 @@ class Master(Node):
         self._tasks: list[asyncio.Task[None]] = []
         self._bg: set[asyncio.Task[None]] = set()
         self._reports_term = -1  # the term in which this master last asked tservers for full reports
-        self.catalog_manager = CatalogManager(self)
+        self.authz_policy = PolicyHolder(config.authz_policy_file)
+        self._policy_mtime_ns: int | None = None
+        if config.authz_policy_file:
+            try:
+                self._read_policy()
+            except (OSError, KuduInvalidArgument) as e:
+                raise KuduConfigurationError(f"--authz-policy-file: {e}") from None
+        self.catalog_manager = CatalogManager(self, DdlAuthorizer(self.acls, self.authz_policy, self.audit))
         # Registered before the RPC port opens, so a tserver's first heartbeat never finds no method.
         serve(self.rpc_server, "Master", self.methods())
 
     def methods(self) -> ServiceTable:
         """The ``Master`` protocol: each method with its request and response messages."""
         return {
-            "TSHeartbeat": Method(msg.TSHeartbeatRequest, msg.TSHeartbeatResponse, self._rpc_ts_heartbeat),
-            "ListTabletServers": Method(Empty, msg.ListTabletServersResponse, self._rpc_list_tablet_servers),
-            "ConnectToMaster": Method(Empty, msg.ConnectToMasterResponse, self._rpc_connect_to_master),
-            "ListMasters": Method(Empty, msg.ListMastersResponse, self._rpc_list_masters),
-            "CreateTable": Method(msg.CreateTableRequest, msg.TableIdResponse, self._rpc_create_table),
+            "TSHeartbeat": Method(
+                msg.TSHeartbeatRequest, msg.TSHeartbeatResponse, self._rpc_ts_heartbeat, requires="service"
+            ),
+            "ListTabletServers": Method(
+                Empty, msg.ListTabletServersResponse, self._rpc_list_tablet_servers, requires="user"
+            ),
+            "ConnectToMaster": Method(Empty, msg.ConnectToMasterResponse, self._rpc_connect_to_master, requires="any"),
+            "ListMasters": Method(Empty, msg.ListMastersResponse, self._rpc_list_masters, requires="user"),
+            "CreateTable": Method(msg.CreateTableRequest, msg.TableIdResponse, self._rpc_create_table, requires="user"),
             "IsCreateTableDone": Method(
-                msg.IsDdlDoneRequest, msg.IsCreateTableDoneResponse, self._rpc_is_create_table_done
+                msg.IsDdlDoneRequest, msg.IsCreateTableDoneResponse, self._rpc_is_create_table_done, requires="user"
             ),
-            "AlterTable": Method(msg.AlterTableRequest, msg.AlterTableResponse, self._rpc_alter_table),
+            "AlterTable": Method(msg.AlterTableRequest, msg.AlterTableResponse, self._rpc_alter_table, requires="user"),
             "IsAlterTableDone": Method(
-                msg.IsDdlDoneRequest, msg.IsAlterTableDoneResponse, self._rpc_is_alter_table_done
+                msg.IsDdlDoneRequest, msg.IsAlterTableDoneResponse, self._rpc_is_alter_table_done, requires="user"
             ),
-            "DeleteTable": Method(msg.DeleteTableRequest, msg.TableIdResponse, self._rpc_delete_table),
+            "DeleteTable": Method(msg.DeleteTableRequest, msg.TableIdResponse, self._rpc_delete_table, requires="user"),
             "RecallDeletedTable": Method(
-                msg.RecallDeletedTableRequest, msg.TableIdResponse, self._rpc_recall_deleted_table
+                msg.RecallDeletedTableRequest, msg.TableIdResponse, self._rpc_recall_deleted_table, requires="user"
             ),
-            "GetTableStatistics": Method(msg.TableRef, msg.GetTableStatisticsResponse, self._rpc_get_table_statistics),
-            "ListTables": Method(msg.ListTablesRequest, msg.ListTablesResponse, self._rpc_list_tables),
-            "GetTableSchema": Method(msg.TableRef, msg.GetTableSchemaResponse, self._rpc_get_table_schema),
+            "GetTableStatistics": Method(
+                msg.TableRef, msg.GetTableStatisticsResponse, self._rpc_get_table_statistics, requires="user"
+            ),
+            "ListTables": Method(msg.ListTablesRequest, msg.ListTablesResponse, self._rpc_list_tables, requires="user"),
+            "GetTableSchema": Method(
+                msg.TableRef, msg.GetTableSchemaResponse, self._rpc_get_table_schema, requires="user"
+            ),
             "GetTableLocations": Method(
-                msg.GetTableLocationsRequest, msg.GetTableLocationsResponse, self._rpc_get_table_locations
+                msg.GetTableLocationsRequest,
+                msg.GetTableLocationsResponse,
+                self._rpc_get_table_locations,
+                requires="user",
             ),
             "GetTabletLocations": Method(
-                msg.GetTabletLocationsRequest, msg.GetTabletLocationsResponse, self._rpc_get_tablet_locations
+                msg.GetTabletLocationsRequest,
+                msg.GetTabletLocationsResponse,
+                self._rpc_get_tablet_locations,
+                requires="user",
             ),
         }
 
@@ -98,6 +128,32 @@ class Master(Node):
         self.catalog = sm
         return sm
 
+    def _read_policy(self) -> bool:
+        """Read the policy file if its modification time changed (in a worker, but for the first read);
+        True when a new version was offered. A bad version keeps the last good one and is logged."""
+        path = Path(self.config.authz_policy_file)
+        st = path.stat()
+        if st.st_mtime_ns == self._policy_mtime_ns:
+            return False
+        self._policy_mtime_ns = st.st_mtime_ns
+        problem = self.authz_policy.offer(path.read_bytes(), st.st_mtime)
+        if problem:
+            log.warning("authz policy file not reloaded, the last good version stays in force: %s", problem)
+        else:
+            log.info("authz policy loaded", extra={"path": str(path), "grants": len(self.authz_policy.grants())})
+        return True
+
+    async def _watch_policy(self) -> None:
+        """Re-read ``--authz-policy-file`` when it changes (a stat per interval, in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.authz_policy_check_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await loop.run_in_executor(self.io_executor, self._read_policy)
+            except OSError as e:
+                log.warning("authz policy file unreadable, the last good version stays in force: %s", e)
+
     @staticmethod
     def _load_catalog(sm: SysCatalogStateMachine) -> None:
         sm.path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +163,8 @@ class Master(Node):
         if sys_catalog.GROUP not in self.raft.replicas:
             self._spawn(self._create_catalog(), "create-sys-catalog")
         self._spawn(self._watch_leadership(), "catalog-leadership")
+        if self.config.authz_policy_file:
+            self._spawn(self._watch_policy(), "authz-policy")
         self.catalog_manager.start()
 
     def spawn_background(self, coro: Any) -> None:
@@ -288,11 +346,13 @@ class Master(Node):
     # --- DDL and locations (leader only) ---------------------------------------------------------------
 
     async def _rpc_create_table(self, req: msg.CreateTableRequest, ctx: CallContext) -> msg.TableIdResponse:
+        self.catalog_manager.authz.check(ctx, "CREATE", req.name, "create")
         return convert(await self.catalog_manager.create_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
 
     async def _rpc_is_create_table_done(
         self, req: msg.IsDdlDoneRequest, ctx: CallContext
     ) -> msg.IsCreateTableDoneResponse:
+        self._check_metadata(ctx, req.name, req.table_id)
         done = await self._ddl_done(self.catalog_manager.is_create_table_done, req, ctx)
         return convert(done, msg.IsCreateTableDoneResponse)
 
@@ -303,38 +363,56 @@ class Master(Node):
         return await self.catalog_manager.wait_ddl_done(check, req, ctx.time_left(DDL_WAIT_DEFAULT_S))
 
     async def _rpc_alter_table(self, req: msg.AlterTableRequest, ctx: CallContext) -> msg.AlterTableResponse:
+        authz = self.catalog_manager.authz
+        name = self._table_name(ctx, req.name, req.table_id)
+        if req.new_name is not None and req.new_name != name:
+            authz.check(ctx, "ALL", name, "rename")
+            authz.check(ctx, "CREATE", req.new_name, "rename to")
+        else:
+            authz.check(ctx, "ALTER", name, "alter")
         return convert(await self.catalog_manager.alter_table(req, ctx.time_left(30.0)), msg.AlterTableResponse)
 
     async def _rpc_is_alter_table_done(
         self, req: msg.IsDdlDoneRequest, ctx: CallContext
     ) -> msg.IsAlterTableDoneResponse:
+        self._check_metadata(ctx, req.name, req.table_id)
         done = await self._ddl_done(self.catalog_manager.is_alter_table_done, req, ctx)
         return convert(done, msg.IsAlterTableDoneResponse)
 
     async def _rpc_delete_table(self, req: msg.DeleteTableRequest, ctx: CallContext) -> msg.TableIdResponse:
+        self.catalog_manager.authz.check(ctx, "DROP", self._table_name(ctx, req.name, req.table_id), "drop")
         return convert(await self.catalog_manager.delete_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
 
     async def _rpc_recall_deleted_table(
         self, req: msg.RecallDeletedTableRequest, ctx: CallContext
     ) -> msg.TableIdResponse:
+        name = req.new_table_name or self._table_name(ctx, None, req.table_id)
+        self.catalog_manager.authz.check(ctx, "CREATE", name, "recall")
         return convert(await self.catalog_manager.recall_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
 
     async def _rpc_get_table_statistics(self, req: msg.TableRef, ctx: CallContext) -> msg.GetTableStatisticsResponse:
         await self.confirm_catalog_read(ctx)
+        self._check_metadata(ctx, req.name, req.table_id)
         return self.catalog_manager.get_table_statistics(req)
 
     async def _rpc_list_tables(self, req: msg.ListTablesRequest, ctx: CallContext) -> msg.ListTablesResponse:
         await self.confirm_catalog_read(ctx)
-        return convert(self.catalog_manager.list_tables(req), msg.ListTablesResponse)
+        listed = self.catalog_manager.list_tables(req)
+        authz = self.catalog_manager.authz
+        if authz.applies_to(ctx.identity):
+            listed["tables"] = [t for t in listed["tables"] if authz.visible(ctx.identity, t["name"])]
+        return convert(listed, msg.ListTablesResponse)
 
     async def _rpc_get_table_schema(self, req: msg.TableRef, ctx: CallContext) -> msg.GetTableSchemaResponse:
         await self.confirm_catalog_read(ctx)
+        self._check_metadata(ctx, req.name, req.table_id)
         return convert(self.catalog_manager.get_table_schema(req), msg.GetTableSchemaResponse)
 
     async def _rpc_get_table_locations(
         self, req: msg.GetTableLocationsRequest, ctx: CallContext
     ) -> msg.GetTableLocationsResponse:
         await self.confirm_catalog_read(ctx)
+        self._check_metadata(ctx, req.name, req.table_id)
         return self.catalog_manager.get_table_locations(req)
 
     async def _rpc_get_tablet_locations(
@@ -342,6 +420,23 @@ class Master(Node):
     ) -> msg.GetTabletLocationsResponse:
         await self.confirm_catalog_read(ctx)
         return self.catalog_manager.get_tablet_locations(req)
+
+    def _table_name(self, ctx: CallContext, name: str | None, table_id: str | None) -> str:
+        """The name privileges are checked on: the one given, else the table's by its id when a policy
+        applies to the caller (else the id, as the audit log names it)."""
+        if table_id is None and name is not None:
+            return name
+        if not self.catalog_manager.authz.applies_to(ctx.identity):
+            return table_id or name or ""
+        self.require_leader()
+        return self.catalog_manager.find_table(name, table_id).name
+
+    def _check_metadata(self, ctx: CallContext, name: str | None, table_id: str | None) -> None:
+        """A catalog read of one table needs METADATA on it (not audited when allowed: not DDL)."""
+        if self.catalog_manager.authz.applies_to(ctx.identity):
+            self.catalog_manager.authz.check(
+                ctx, "METADATA", self._table_name(ctx, name, table_id), "read", audit=False
+            )
 
     async def _rpc_list_masters(self, req: Empty, ctx: CallContext) -> msg.ListMastersResponse:
         return convert({"masters": self.masters()}, msg.ListMastersResponse)

@@ -23,6 +23,7 @@ import msgspec
 from kudu_async.common.errors import KuduInvalidArgument, KuduInvalidRequest
 from kudu_async.rpc import codec
 from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.security.acl import Requires
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -53,6 +54,8 @@ class Method(Generic[Req, Resp]):
     request: type[Req]
     response: type[Resp]
     handler: Callable[[Req, CallContext], Awaitable[Resp]]
+    # Who may call it (``security/acl.py``): declared with the method, never defaulted.
+    requires: Requires
 
 
 ServiceTable = Mapping[str, "Method[Any, Any]"]
@@ -155,4 +158,4 @@ def to_builtins(msg: Any) -> Any:
 def serve(server: RpcServer, service: str, table: ServiceTable) -> None:
     """Register every method of ``service`` with its request type as the decoder of its bodies."""
     for name, m in table.items():
-        server.register(service, name, m.handler, messages=MessageCodec(m.request, m.response))
+        server.register(service, name, m.handler, requires=m.requires, messages=MessageCodec(m.request, m.response))

@@ -14,6 +14,10 @@ and cancels a running handler at the deadline, answering TIMED_OUT.
 
 Queues are bounded per service (``max_inflight_per_service``): an overloaded service answers
 SERVICE_UNAVAILABLE at once so that callers back off, as Kudu's service queues do.
+
+Authorization: every method declares who may call it (``requires``, see ``security/acl.py``) and the
+server checks the call's identity against its ACLs before the body is decoded, so a caller without the
+right learns NOT_AUTHORIZED and nothing about the method's input rules.
 """
 
 from __future__ import annotations
@@ -29,17 +33,20 @@ from kudu_async.common.errors import (
     KuduBadStatus,
     KuduIllegalState,
     KuduInvalidArgument,
+    KuduNotAuthorized,
     KuduRuntimeError,
     KuduServiceUnavailable,
     KuduTimedOut,
 )
 from kudu_async.common.metrics import Counter, MetricEntity
+from kudu_async.rpc import codec
 from kudu_async.rpc.connection import (
     CANCEL,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CONCURRENT_STREAMS,
     DEFAULT_MAX_INFLIGHT_PER_SERVICE,
     DEFAULT_WINDOW,
+    Decoder,
     Method,
     Request,
     Router,
@@ -49,6 +56,7 @@ from kudu_async.rpc.connection import (
 )
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.protocol import RpcProtocol
+from kudu_async.security.acl import REQUIREMENTS, Acls, Requires
 from kudu_async.security.identity import ANONYMOUS, Authenticator, Identity, TlsPeer, claimed_identity
 
 log = logging.getLogger("kudu_async.rpc")
@@ -98,6 +106,28 @@ class BodyCodec(Protocol):
     def decode(self, body: bytes, content_type: str) -> Any: ...
 
     def encode(self, obj: Any, content_type: str) -> bytes: ...
+
+
+def _keep_body(body: bytes, content_type: str) -> bytes:
+    """The connection's decoding step for a guarded method: the body is decoded after the caller passed."""
+    return body
+
+
+class _GuardedMethod(Method):
+    """A method whose callers are checked: its requirement and the decoder run once they pass."""
+
+    __slots__ = ("body_decode", "requires")
+
+    def __init__(self, *args: Any, requires: Requires, body_decode: Decoder, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requires = requires
+        self.body_decode = body_decode
+
+
+# Refused calls are logged (as warnings) at most this often.
+DENIAL_LOG_INTERVAL_S = 1.0
+# Told of every refused call (the node writes it to the audit log): the call and the refusal.
+DenialHook = Callable[[CallContext, KuduNotAuthorized], None]
 
 
 class _Call:
@@ -195,6 +225,11 @@ class RpcServer:
         self.window = window
         # Set by the node when security is configured; every call's identity then goes through it.
         self.authenticator: Authenticator | None = None
+        # Who may call what (``requires`` of each method); the node sets its flags' ACLs.
+        self.acls: Acls = Acls.open()
+        self.on_denied: DenialHook | None = None
+        self._denied_logged_at = -DENIAL_LOG_INTERVAL_S
+        self._denied_unlogged = 0
         self._metrics = metrics
         self._router = Router(metrics, max_body_bytes)
         self._connections: set[_ServerProtocol] = set()
@@ -216,29 +251,55 @@ class RpcServer:
 
     # --- registration -----------------------------------------------------------------------------------
 
-    def register(self, service: str, method: str, handler: Handler, *, messages: BodyCodec | None = None) -> None:
-        """Serve ``POST /service/method`` with ``await handler(request, ctx)``; ``messages`` decodes the
-        request bodies and encodes the answers (default: plain maps, see ``kudu_async.rpc.codec``); its
-        decode raises ``KuduBadStatus`` (e.g. INVALID_ARGUMENT naming the field) to refuse the call."""
+    def register(
+        self,
+        service: str,
+        method: str,
+        handler: Handler,
+        *,
+        requires: Requires,
+        messages: BodyCodec | None = None,
+    ) -> None:
+        """Serve ``POST /service/method`` with ``await handler(request, ctx)`` to callers who meet
+        ``requires`` (checked before the body is decoded); ``messages`` decodes the request bodies and
+        encodes the answers (default: plain maps, see ``kudu_async.rpc.codec``); its decode raises
+        ``KuduBadStatus`` (e.g. INVALID_ARGUMENT naming the field) to refuse the call."""
         for what, name in (("service", service), ("method", method)):
             if not name or "/" in name or not name.isprintable():
                 raise KuduInvalidArgument(f"bad {what} name {name!r}")
         if not callable(handler):
             raise KuduInvalidArgument(f"handler for {service}/{method} is not callable")
+        if requires not in REQUIREMENTS:
+            raise KuduInvalidArgument(f"{service}/{method}: requires={requires!r}, expected one of {REQUIREMENTS}")
         services = self._router.services
         svc = services.get(service)
         if svc is None:
             svc = services[service] = Service(service, self.max_inflight_per_service)
         if method in svc.methods:
             raise KuduIllegalState(f"{service}/{method} is already registered")
-        svc.methods[method] = Method(
-            svc,
-            method,
-            handler,
-            self._metrics,
-            decode=None if messages is None else messages.decode,
-            encode=None if messages is None else messages.encode,
-        )
+        decode = None if messages is None else messages.decode
+        encode = None if messages is None else messages.encode
+        if requires == "any":
+            svc.methods[method] = Method(svc, method, handler, self._metrics, decode=decode, encode=encode)
+        else:
+            svc.methods[method] = _GuardedMethod(
+                svc,
+                method,
+                handler,
+                self._metrics,
+                decode=_keep_body,
+                encode=encode,
+                requires=requires,
+                body_decode=decode if decode is not None else codec.decode,
+            )
+
+    def requirements(self) -> dict[str, Requires]:
+        """``Service/Method`` -> what its callers need, for every registered method."""
+        out: dict[str, Requires] = {}
+        for name, s in sorted(self._router.services.items()):
+            for mname, m in sorted(s.methods.items()):
+                out[f"{name}/{mname}"] = m.requires if isinstance(m, _GuardedMethod) else "any"
+        return out
 
     def services(self) -> dict[str, list[str]]:
         return {name: sorted(s.methods) for name, s in sorted(self._router.services.items())}
@@ -366,6 +427,26 @@ class RpcServer:
         self._calls.add(call)
         call.task = proto.loop.create_task(self._run(call, req.body, delay))
 
+    def _authorize(self, ctx: CallContext, requires: Requires) -> None:
+        """Refuse a caller that does not meet the method's requirement (NOT_AUTHORIZED naming both). The
+        warning is logged at most once a second with the count since, so a flood cannot fill the log (the
+        audit log, bounded by rotation, keeps every refusal)."""
+        acls = self.acls
+        if not acls.allowed(ctx.identity, requires):
+            self._denied_unlogged += 1
+            now = time.monotonic()
+            if now - self._denied_logged_at >= DENIAL_LOG_INTERVAL_S:
+                log.warning(
+                    "unauthorized call of %s by %s from %s (%d refused since the last such warning)",
+                    ctx.full_method,
+                    ctx.identity.describe(),
+                    ctx.remote,
+                    self._denied_unlogged,
+                )
+                self._denied_logged_at = now
+                self._denied_unlogged = 0
+            acls.check(ctx.identity, requires, ctx.full_method)
+
     def _start_with_faults(self, proto: _ServerProtocol, req: Request) -> None:
         """``_start_call`` behind the fault rules: drop the call, or delay its handler."""
         faults = self.faults
@@ -405,8 +486,15 @@ class RpcServer:
                 await asyncio.sleep(delay)
             if self.authenticator is not None:
                 ctx.identity = self.authenticator.authenticate(req.credentials, req.claimed_user, proto.tls_peer)
+            if isinstance(m, _GuardedMethod):
+                self._authorize(ctx, m.requires)
+                request = m.body_decode(request, ctx.content_type)
             result = await m.handler(request, ctx)
             body = m.encode(result, ctx.content_type)
+        except KuduNotAuthorized as e:
+            err = e
+            if self.on_denied is not None:
+                self.on_denied(ctx, e)
         except KuduBadStatus as e:
             err = e
         except asyncio.CancelledError:

@@ -19,7 +19,8 @@ AUTHORIZATION_HEADER = b"authorization"
 # Longest user name accepted: names appear in logs, ACLs and tokens.
 MAX_USER_NAME = 256
 
-AuthnMethod = Literal["none", "cert", "jwt", "token"]
+# "password": HTTP basic auth against the admin pages' password file (never on RPC).
+AuthnMethod = Literal["none", "cert", "jwt", "token", "password"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,17 +6,28 @@ message, like RPC errors, so scripts handle both the same way.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
+import hashlib
 import json
 import logging
 import resource
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import bcrypt
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduIllegalState
+from kudu_async.common.errors import KuduBadStatus, KuduConfigurationError, KuduIllegalState, KuduNotAuthorized
 from kudu_async.common.metrics import MetricRegistry
 from kudu_async.consensus.raft_manager import RaftManager
+from kudu_async.security.acl import Acls, Requires
+from kudu_async.security.audit import audit_line
+from kudu_async.security.identity import MAX_USER_NAME, Identity
 from kudu_async.server.config import NodeConfig
 from kudu_async.version import __version__
 
@@ -49,6 +60,8 @@ class AdminNode(Protocol):
     def mem_trackers_nested(self) -> dict[str, Any]: ...
 
     def add_admin_routes(self, app: web.Application) -> None: ...
+
+    def audit(self, line: dict[str, Any]) -> None: ...
 
 
 NODE_KEY: web.AppKey[AdminNode] = web.AppKey("node")
@@ -187,8 +200,160 @@ async def home(request: web.Request) -> web.Response:
     return web.json_response({"status": node.status(), "paths": paths})
 
 
-def build_admin_app(node: AdminNode) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=1024 * 1024)
+# --- authentication --------------------------------------------------------------------------------------
+
+# Methods that only read; every other method may change state and needs a superuser.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+OPEN_PATHS = frozenset({"/healthz"})
+# bcrypt takes at most 72 bytes of password; longer ones are refused rather than silently cut.
+MAX_PASSWORD_BYTES = 72
+# Verified credentials are remembered (a digest, never the password) so a page load does not cost a bcrypt
+# run per request; bounded in count and age.
+CACHE_ENTRIES = 1024
+CACHE_TTL_S = 300.0
+# bcrypt runs concurrently at most this often (in worker threads): guessing cannot take every core.
+MAX_CONCURRENT_VERIFICATIONS = 2
+
+
+def parse_htpasswd(text: str, source: str) -> dict[str, bytes]:
+    """``user:hash`` lines (blank lines and ``#`` comments skipped) with bcrypt hashes (``htpasswd -B``:
+    ``$2y$``, ``$2b$``, ``$2a$``); any other scheme (Apache's unsalted ``{SHA}``, MD5 ``$apr1$``, crypt)
+    is refused with its line number, since only bcrypt is both slow to guess and verified by a well-kept
+    library."""
+    users: dict[str, bytes] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, hashed = line.partition(":")
+        if not sep or not user or len(user) > MAX_USER_NAME:
+            raise KuduConfigurationError(f"{source} line {n}: expected user:bcrypt-hash")
+        if not hashed.startswith(("$2y$", "$2b$", "$2a$")) or len(hashed) != 60:
+            raise KuduConfigurationError(
+                f"{source} line {n} (user {user!r}): not a bcrypt hash; make entries with 'htpasswd -B'"
+            )
+        if user in users:
+            raise KuduConfigurationError(f"{source} line {n}: user {user!r} listed twice")
+        users[user] = hashed.encode()
+    if not users:
+        raise KuduConfigurationError(f"{source}: no user:hash entries")
+    return users
+
+
+BearerResolver = Callable[[str], Identity]
+
+
+class AdminAuth:
+    """Who is asking for an admin page: HTTP basic against the password file, or a bearer token through
+    ``bearer`` (a callable that verifies the token and returns its identity or raises NOT_AUTHORIZED)."""
+
+    def __init__(self, acls: Acls, users: dict[str, bytes] | None, bearer: BearerResolver | None = None) -> None:
+        self.acls = acls
+        self.users = users
+        self.bearer = bearer
+        self._cache: OrderedDict[tuple[str, bytes], float] = OrderedDict()
+        self._verifying = asyncio.Semaphore(MAX_CONCURRENT_VERIFICATIONS)
+
+    @classmethod
+    def from_config(cls, config: NodeConfig, acls: Acls) -> AdminAuth:
+        path = config.webserver_password_file
+        if not path:
+            return cls(acls, None)
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise KuduConfigurationError(f"--webserver-password-file {path}: cannot read: {e}") from None
+        return cls(acls, parse_htpasswd(text, f"--webserver-password-file {path}"))
+
+    @property
+    def enabled(self) -> bool:
+        return self.users is not None or self.bearer is not None
+
+    async def identify(self, header: str) -> Identity:
+        """The identity an ``authorization`` header proves; NOT_AUTHORIZED (401) if it proves none."""
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() == "bearer" and self.bearer is not None:
+            try:
+                return self.bearer(value.strip())
+            except KuduNotAuthorized as e:
+                raise _Unauthenticated(e.message, e.details) from None
+        if scheme.lower() != "basic" or self.users is None:
+            raise _Unauthenticated("send HTTP basic credentials (user and password)")
+        try:
+            user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise _Unauthenticated("malformed basic credentials") from None
+        if not sep or not user:
+            raise _Unauthenticated("malformed basic credentials")
+        if await self._verify(user, password.encode()):
+            return Identity(user, "password")
+        raise _Unauthenticated(f"wrong user name or password for {user!r}")
+
+    async def _verify(self, user: str, password: bytes) -> bool:
+        assert self.users is not None
+        hashed = self.users.get(user)
+        if hashed is None or len(password) > MAX_PASSWORD_BYTES:
+            return False
+        key = (user, hashlib.sha256(hashed + b"\0" + password).digest())
+        now = time.monotonic()
+        seen = self._cache.get(key)
+        if seen is not None and now - seen < CACHE_TTL_S:
+            return True
+        async with self._verifying:
+            ok = await asyncio.to_thread(bcrypt.checkpw, password, hashed)
+        if ok:
+            self._cache[key] = now
+            self._cache.move_to_end(key)
+            while len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return bool(ok)
+
+
+class _Unauthenticated(KuduNotAuthorized):
+    """No (valid) credentials: answered 401 with a basic-auth challenge."""
+
+    http_status = 401
+
+
+AUTH_KEY: web.AppKey[AdminAuth] = web.AppKey("auth")
+# The identity a request was authenticated as, for the pages that want it.
+IDENTITY_KEY: web.RequestKey[Identity] = web.RequestKey("identity", Identity)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Require credentials for every page but the open ones, and a superuser for state changes."""
+    auth = request.app[AUTH_KEY]
+    if not auth.enabled or request.path in OPEN_PATHS:
+        return await handler(request)
+    node = request.app[NODE_KEY]
+    client = request.remote or ""
+    what = f"{request.method} {request.path}"
+    header = request.headers.get("authorization", "")
+    try:
+        if not header:
+            raise _Unauthenticated("this page needs credentials (HTTP basic auth)")
+        identity = await auth.identify(header)
+    except KuduNotAuthorized as e:
+        node.audit(
+            audit_line(identity=Identity(""), client=client, method="HTTP", obj=what, allowed=False, reason=e.message)
+        )
+        body = e.to_dict()
+        headers = {"WWW-Authenticate": 'Basic realm="kudu_async", charset="UTF-8"'} if e.http_status == 401 else {}
+        return web.json_response(body, status=e.http_status, headers=headers)
+    needs: Requires = "user" if request.method in READ_METHODS else "superuser"
+    if not auth.acls.allowed(identity, needs):
+        reason = f"{identity.describe()} is not authorized to {what}: it requires a {needs}"
+        node.audit(audit_line(identity=identity, client=client, method="HTTP", obj=what, allowed=False, reason=reason))
+        return json_error(403, "NOT_AUTHORIZED", reason)
+    request[IDENTITY_KEY] = identity
+    return await handler(request)
+
+
+def build_admin_app(node: AdminNode, auth: AdminAuth | None = None) -> web.Application:
+    """The node's admin app; ``auth`` guards it (None: open pages, as a node without a password file)."""
+    app = web.Application(middlewares=[error_middleware, auth_middleware], client_max_size=1024 * 1024)
+    app[AUTH_KEY] = auth if auth is not None else AdminAuth(Acls.open(), None)
     app[NODE_KEY] = node
     r = app.router
     r.add_get("/", home)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kudu_async.common.errors import KuduConfigurationError
+from kudu_async.common.errors import KuduConfigurationError, KuduInvalidArgument
+from kudu_async.security.acl import Acl
 
 ROLES = ("master", "tserver")
 DEFAULT_RPC_PORT = {"master": 7051, "tserver": 7050}
@@ -154,6 +155,21 @@ def _hostport_or_empty(v: str) -> str | None:
     return None
 
 
+def _acl(v: str) -> str | None:
+    try:
+        Acl.parse(v)
+    except KuduInvalidArgument as e:
+        return e.message
+    return None
+
+
+def _service_acl(v: str) -> str | None:
+    problem = _acl(v)
+    if problem is None and (not v.strip() or Acl.parse(v).everyone):
+        return "name the service user(s); '*' is not allowed"
+    return problem
+
+
 def _master_list(v: str) -> str | None:
     try:
         addrs = parse_master_addresses(v)
@@ -217,6 +233,72 @@ FLAGS: tuple[Flag, ...] = (
         _to_bool,
         False,
         "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only).",
+    ),
+    Flag(
+        "user_acl",
+        _to_str,
+        "*",
+        "Users who may call the cluster's user methods (DDL, writes, scans): comma-separated names, or '*' "
+        "for every user (Kudu's default). Superusers and service users are users too. While "
+        "--rpc-authentication is not required the names are what callers claim, as in Kudu.",
+        check=_acl,
+    ),
+    Flag(
+        "superuser_acl",
+        _to_str,
+        "",
+        "Superusers (flag changes, fault injection, unsafe tools; the servers' methods too): comma-separated "
+        "names or '*'. Empty (default): with --rpc-authentication required, the service users as in Kudu; "
+        "otherwise every caller, since unauthenticated tools name no user.",
+        check=_acl,
+    ),
+    Flag(
+        "service_acl",
+        _to_str,
+        "kudu",
+        "The servers' own user names (Raft, heartbeats, tablet copy): comma-separated, no '*'. Default "
+        "'kudu', Kudu's service principal; a server names the first (sorted) when it calls another.",
+        check=_service_acl,
+    ),
+    Flag(
+        "authz_policy_file",
+        _to_str,
+        "",
+        "TOML or JSON file of table privileges (users and groups x database.table patterns x ALL/ALTER/"
+        "CREATE/DELETE/DROP/INSERT/SELECT/UPDATE/METADATA, SELECT columns), checked by the master on DDL; "
+        "re-read when it changes, keeping the last good version on a bad edit. Default empty: every user "
+        "the ACLs admit holds every privilege, as Kudu without Ranger.",
+    ),
+    Flag(
+        "authz_policy_check_interval_ms",
+        _to_int,
+        1000,
+        "How often the master looks at --authz-policy-file's modification time (default 1000: an edit "
+        "takes effect within a second, for one stat call).",
+        check=_positive,
+    ),
+    Flag(
+        "audit_log_file",
+        _to_str,
+        "",
+        "JSON-lines audit log of authorization decisions (every DDL decision, every denial). Default: "
+        "audit.log beside --log-file, or <data-dir>/logs/audit.log when logging to stderr.",
+    ),
+    Flag(
+        "audit_log_max_size_mb",
+        _to_int,
+        64,
+        "Size at which the audit log rotates (4 older files kept; default 64: bounded disk use).",
+        check=_positive,
+    ),
+    Flag(
+        "webserver_password_file",
+        _to_str,
+        "",
+        "htpasswd file (bcrypt entries, 'htpasswd -B') guarding the admin pages with HTTP basic auth; "
+        "/healthz stays open and pages that change state need a superuser. Default empty: open pages. "
+        "There is no --webserver-require-spnego: Kerberos is not supported; use this file (or TLS client "
+        "certificates) instead.",
     ),
     Flag(
         "event_loop_lag_probe_interval_ms",
@@ -494,7 +576,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="kudu-node",
         description="Run one kudu_async cluster node (master or tablet server).",
         epilog=f"Every flag can also be set as {ENV_PREFIX}<FLAG_NAME> in the environment or as "
-        "flag_name = value in the --config TOML file. Precedence: command line > environment > file.",
+        "flag_name = value in the --config TOML file. Precedence: command line > environment > file. "
+        "Kudu's --webserver-require-spnego does not exist: Kerberos/SPNEGO is not supported; the admin pages "
+        "take HTTP basic auth against --webserver-password-file.",
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of flag values (default: none).")

@@ -15,12 +15,13 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
 from aiohttp import web
 
-from kudu_async.common.errors import KuduIllegalState
+from kudu_async.common.errors import KuduIllegalState, KuduNotAuthorized
 from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
@@ -31,8 +32,10 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.messages import Method, serve
 from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.security.acl import Acls
+from kudu_async.security.audit import AuditLog, audit_line
 from kudu_async.server import messages as msg
-from kudu_async.server.admin import build_admin_app, process_memory
+from kudu_async.server.admin import AdminAuth, build_admin_app, process_memory
 from kudu_async.server.config import NodeConfig, format_hostport
 from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
@@ -66,6 +69,15 @@ def release_freed_memory() -> None:
     pa.default_memory_pool().release_unused()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+def audit_log_path(config: NodeConfig, data_root: Path) -> Path:
+    """``--audit-log-file``, else ``audit.log`` beside ``--log-file``, else under the data directory's logs."""
+    if config.audit_log_file:
+        return Path(config.audit_log_file)
+    if config.log_file:
+        return Path(config.log_file).parent / "audit.log"
+    return data_root / "logs" / "audit.log"
 
 
 METRIC_ENTITY_ID = {"master": "kudu.master", "tserver": "kudu.tabletserver"}
@@ -138,6 +150,18 @@ class Node:
             metrics=self.server_metrics,
             max_response_bytes=config.rpc_max_message_bytes,
         )
+        self.acls = Acls.from_flags(
+            user_acl=config.user_acl,
+            superuser_acl=config.superuser_acl,
+            service_acl=config.service_acl,
+            authentication_required=config.values.get("rpc_authentication") == "required",
+        )
+        self.rpc_server.acls = self.acls
+        self.rpc_server.on_denied = self._audit_denial
+        # A server calls its peers as the service user.
+        self.rpc_client.set_credentials(self.acls.service_user, None)
+        self.audit_log = AuditLog(audit_log_path(config, fs.root), max_bytes=config.audit_log_max_size_mb * 1024 * 1024)
+        self.admin_auth = AdminAuth.from_config(config, self.acls)
         self.io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="io")
         tick_ms = config.raft_tick_interval_ms
         heartbeat_ticks = max(1, round(config.raft_heartbeat_interval_ms / tick_ms))
@@ -200,7 +224,7 @@ class Node:
         self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
         await self.raft.start(background=self.open_replicas_in_background)
         http_host, http_port = self.config.http_hostport
-        self._http_runner = web.AppRunner(build_admin_app(self), access_log=None, handle_signals=False)
+        self._http_runner = web.AppRunner(build_admin_app(self, self.admin_auth), access_log=None, handle_signals=False)
         await self._http_runner.setup()
         site = web.TCPSite(self._http_runner, http_host, http_port, reuse_address=True)
         await site.start()
@@ -229,6 +253,7 @@ class Node:
             await self.rpc_client.close()
             self.io_executor.shutdown(wait=True)
             await self.loop_lag.stop()
+            await asyncio.to_thread(self.audit_log.close)
         log.info("node stopped")
 
     async def run_until_signalled(self) -> None:
@@ -299,7 +324,26 @@ class Node:
             "inbound": self.rpc_server.inflight(),
             "outbound": self.rpc_client.inflight(),
             "services": self.rpc_server.services(),
+            # Who may call each method (``requires``): what a fuzz pass or an operator checks.
+            "requirements": self.rpc_server.requirements(),
         }
+
+    def audit(self, line: dict[str, Any]) -> None:
+        """Append one authorization decision to the audit log (off the loop)."""
+        self.audit_log.record(line)
+
+    def _audit_denial(self, ctx: CallContext, err: KuduNotAuthorized) -> None:
+        obj = err.details.get("table") or err.details.get("object") or ctx.full_method
+        self.audit_log.record(
+            audit_line(
+                identity=ctx.identity,
+                client=ctx.remote,
+                method=ctx.full_method,
+                obj=str(obj),
+                allowed=False,
+                reason=err.message,
+            )
+        )
 
     def mem_trackers(self) -> list[dict[str, Any]]:
         return self.memory.root.rows()
@@ -312,9 +356,11 @@ class Node:
             self.rpc_server,
             "Generic",
             {
-                "Ping": Method(msg.PingRequest, msg.PingResponse, self._rpc_ping),
-                "GetStatus": Method(msg.GetStatusRequest, dict, self._rpc_get_status),
-                "SetFaults": Method(msg.SetFaultsRequest, msg.SetFaultsResponse, self._rpc_set_faults),
+                "Ping": Method(msg.PingRequest, msg.PingResponse, self._rpc_ping, requires="any"),
+                "GetStatus": Method(msg.GetStatusRequest, dict, self._rpc_get_status, requires="user"),
+                "SetFaults": Method(
+                    msg.SetFaultsRequest, msg.SetFaultsResponse, self._rpc_set_faults, requires="superuser"
+                ),
             },
         )
 

@@ -8,6 +8,7 @@ too, so a failing test never leaves nodes behind or touches anyone else's proces
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import json
 import os
@@ -20,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ class NodeProcess:
 class MiniCluster:
     """Start ``num_masters`` masters and ``num_tservers`` tablet servers as real processes."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - each keyword is a cluster option tests pick one by one
         self,
         num_masters: int = 1,
         num_tservers: int = 3,
@@ -102,8 +103,12 @@ class MiniCluster:
         tserver_flags: Sequence[str] = (),
         start_timeout_s: float = 30.0,
         ports: Sequence[tuple[int, int]] | None = None,
+        authz_policy: Mapping[str, Any] | None = None,
     ) -> None:
-        """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked."""
+        """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked.
+        ``authz_policy`` (the map a policy file holds, see ``security/authz_policy.py``) is written to
+        ``authz_policy_path`` and given to the masters as ``--authz-policy-file``; edit that file to change
+        the policy of the running cluster."""
         if num_masters not in (1, 3, 5):
             raise ValueError(f"num_masters must be 1, 3 or 5, got {num_masters}")
         if num_tservers < 0:
@@ -111,6 +116,13 @@ class MiniCluster:
         self._tserver_flags = [*extra_flags, *tserver_flags]
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        # (user, password) for the admin pages of nodes started with --webserver-password-file.
+        self.http_auth: tuple[str, str] | None = None
+        self.authz_policy_path: Path | None = None
+        if authz_policy is not None:
+            self.authz_policy_path = self.base_dir / "authz-policy.json"
+            self.authz_policy_path.write_text(json.dumps(authz_policy, indent=1))
+            master_flags = [*master_flags, f"--authz-policy-file={self.authz_policy_path}"]
         self.start_timeout_s = start_timeout_s
         if ports is not None and len(ports) != num_masters + num_tservers:
             raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
@@ -246,7 +258,7 @@ class MiniCluster:
                     f"stderr: {self._stderr_tail(n)}\nlog:\n{n.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(f"{n.http_url}/api/v1/status", timeout=1.0) as resp:
+                with urllib.request.urlopen(self._http_request(f"{n.http_url}/api/v1/status"), timeout=1.0) as resp:
                     n.uuid = json.loads(resp.read())["uuid"]
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
@@ -328,10 +340,18 @@ class MiniCluster:
 
     # --- helpers for tests and scripts ---------------------------------------------------------------
 
+    def _http_request(self, url: str) -> urllib.request.Request:
+        """A GET of an admin page, with ``http_auth``'s basic credentials when the nodes need them."""
+        headers = {}
+        if self.http_auth is not None:
+            user, password = self.http_auth
+            headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        return urllib.request.Request(url, headers=headers)
+
     def http_get(self, n: NodeProcess | str, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         n = self._resolve(n)
         try:
-            with urllib.request.urlopen(f"{n.http_url}{path}", timeout=timeout_s) as resp:
+            with urllib.request.urlopen(self._http_request(f"{n.http_url}{path}"), timeout=timeout_s) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()

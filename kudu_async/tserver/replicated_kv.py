@@ -64,8 +64,10 @@ class ReplicatedKVService:
         return sm
 
     def register_rpc(self, server: RpcServer) -> None:
-        for name in ("CreateGroup", "Put", "PutBatch", "Get", "Dump"):
-            server.register("TestKV", name, getattr(self, f"_rpc_{name.lower()}"))
+        # Creating a Raft group is an operator's act; the data calls are a user's, as a table's are.
+        server.register("TestKV", "CreateGroup", self._rpc_creategroup, requires="superuser")
+        for name in ("Put", "PutBatch", "Get", "Dump"):
+            server.register("TestKV", name, getattr(self, f"_rpc_{name.lower()}"), requires="user")
 
     async def _rpc_creategroup(self, request: Any, ctx: CallContext) -> dict[str, Any]:
         group = check_group_id(_get(request, "group"))

@@ -37,19 +37,31 @@ class TabletService:
     def methods(self) -> ServiceTable:
         """The ``TabletServer`` protocol: each method with its request and response messages."""
         return {
-            "CreateTablet": Method(m.CreateTabletRequest, m.CreateTabletResponse, self.create_tablet),
-            "DeleteTablet": Method(m.DeleteTabletRequest, m.DeleteTabletResponse, self.delete_tablet),
-            "Write": Method(m.WriteRequest, m.WriteResponse, self.write),
-            "Scan": Method(m.ScanRequest, m.ScanResponse, self.scan),
-            "ScannerKeepAlive": Method(m.ScannerKeepAliveRequest, m.ScannerKeepAliveResponse, self.keep_alive),
-            "SplitKeyRange": Method(m.SplitKeyRangeRequest, m.SplitKeyRangeResponse, self.split_key_range),
-            "Checksum": Method(m.ChecksumRequest, m.ChecksumResponse, self.checksum),
-            "ListTablets": Method(m.ListTabletsRequest, m.ListTabletsResponse, self.list_tablets),
-            "GetSafeTime": Method(m.GetSafeTimeRequest, m.GetSafeTimeResponse, self.get_safe_time),
-            "StartTabletCopy": Method(m.StartTabletCopyRequest, m.StartTabletCopyResponse, self.start_tablet_copy),
-            "AlterSchema": Method(m.AlterSchemaRequest, m.AlterSchemaResponse, self.alter_schema),
-            "FlushTablet": Method(m.FlushTabletRequest, m.FlushTabletResponse, self.flush_tablet),
-            "GetTabletStats": Method(m.GetTabletStatsRequest, m.GetTabletStatsResponse, self.get_tablet_stats),
+            "CreateTablet": Method(
+                m.CreateTabletRequest, m.CreateTabletResponse, self.create_tablet, requires="service"
+            ),
+            "DeleteTablet": Method(
+                m.DeleteTabletRequest, m.DeleteTabletResponse, self.delete_tablet, requires="service"
+            ),
+            "Write": Method(m.WriteRequest, m.WriteResponse, self.write, requires="user"),
+            "Scan": Method(m.ScanRequest, m.ScanResponse, self.scan, requires="user"),
+            "ScannerKeepAlive": Method(
+                m.ScannerKeepAliveRequest, m.ScannerKeepAliveResponse, self.keep_alive, requires="user"
+            ),
+            "SplitKeyRange": Method(
+                m.SplitKeyRangeRequest, m.SplitKeyRangeResponse, self.split_key_range, requires="user"
+            ),
+            "Checksum": Method(m.ChecksumRequest, m.ChecksumResponse, self.checksum, requires="user"),
+            "ListTablets": Method(m.ListTabletsRequest, m.ListTabletsResponse, self.list_tablets, requires="user"),
+            "GetSafeTime": Method(m.GetSafeTimeRequest, m.GetSafeTimeResponse, self.get_safe_time, requires="user"),
+            "StartTabletCopy": Method(
+                m.StartTabletCopyRequest, m.StartTabletCopyResponse, self.start_tablet_copy, requires="service"
+            ),
+            "AlterSchema": Method(m.AlterSchemaRequest, m.AlterSchemaResponse, self.alter_schema, requires="service"),
+            "FlushTablet": Method(m.FlushTabletRequest, m.FlushTabletResponse, self.flush_tablet, requires="superuser"),
+            "GetTabletStats": Method(
+                m.GetTabletStatsRequest, m.GetTabletStatsResponse, self.get_tablet_stats, requires="user"
+            ),
         }
 
     def register_rpc(self, server: RpcServer) -> None:

@@ -52,10 +52,11 @@ async def _serve(pipe: Connection) -> None:
         t = os.times()
         return [t.user, t.system]
 
-    server.register("Generic", "Ping", ping)
-    server.register("Bench", "Cpu", cpu)
-    server.register("Bench", "Upload", upload)
-    server.register("Bench", "Echo", echo)
+    # "user": the checked path every Write and Scan takes (ACL lookup, then the body decoded).
+    server.register("Generic", "Ping", ping, requires="user")
+    server.register("Bench", "Cpu", cpu, requires="user")
+    server.register("Bench", "Upload", upload, requires="user")
+    server.register("Bench", "Echo", echo, requires="user")
     await server.start("127.0.0.1", 0)
     pipe.send(server.port)
     loop = asyncio.get_running_loop()

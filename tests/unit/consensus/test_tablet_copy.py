@@ -105,7 +105,7 @@ class EvilSource:
 
     def serve(self, server: RpcServer) -> None:
         for name in ("BeginSession", "FetchData", "EndSession"):
-            server.register("TabletCopy", name, getattr(self, name))
+            server.register("TabletCopy", name, getattr(self, name), requires="service")
 
     async def BeginSession(self, req: Any, ctx: CallContext) -> dict[str, Any]:
         return {"session_id": "evil", "files": self.files, "meta": {}}

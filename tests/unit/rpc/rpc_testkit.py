@@ -76,7 +76,7 @@ def serve_object(server: RpcServer, service: str, obj: object) -> None:
     names = [n for n in dir(obj) if not n.startswith("_") and inspect.iscoroutinefunction(getattr(obj, n))]
     assert names, f"{type(obj).__name__} has no public async methods"
     for name in names:
-        server.register(service, name, getattr(obj, name))
+        server.register(service, name, getattr(obj, name), requires="user")
 
 
 async def raw_post(

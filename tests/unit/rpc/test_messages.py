@@ -102,7 +102,7 @@ async def test_a_service_table_serves_typed_methods_over_rpc() -> None:
         return EchoResponse(tablet_id=req.tablet_id, count=req.count + 1)
 
     server = RpcServer()
-    serve(server, "Echo", {"Echo": Method(EchoRequest, EchoResponse, echo)})
+    serve(server, "Echo", {"Echo": Method(EchoRequest, EchoResponse, echo, requires="user")})
     await server.start()
     client = RpcClient()
     try:

@@ -238,7 +238,7 @@ async def test_large_bodies_in_both_directions(server: RpcServer, client: RpcCli
 
 async def test_connection_refused_is_a_network_error(client: RpcClient) -> None:
     probe = RpcServer()
-    probe.register("X", "Y", _noop)
+    probe.register("X", "Y", _noop, requires="user")
     await probe.start()
     addr = probe.address
     await probe.stop(0)
@@ -349,7 +349,7 @@ async def test_unencodable_answer_is_a_runtime_error(server: RpcServer, client: 
     async def bad(req: object, ctx: object) -> object:
         return object()
 
-    server.register("Odd", "Bad", bad)
+    server.register("Odd", "Bad", bad, requires="user")
     with pytest.raises(KuduRuntimeError, match="Odd/Bad failed"):
         await client.call(server.address, "Odd", "Bad")
 

@@ -41,7 +41,7 @@ class FakeMaster:
         self.next_answers: list[dict[str, Any]] = []  # field overrides for the next calls, in order
         self.always: dict[str, Any] = {}  # field overrides for every call
         self.server = RpcServer(None, node_name=uuid)
-        self.server.register("Master", "TSHeartbeat", self.ts_heartbeat)
+        self.server.register("Master", "TSHeartbeat", self.ts_heartbeat, requires="service")
 
     async def start(self, port: int = 0) -> None:
         await self.server.start("127.0.0.1", port)
