@@ -14,6 +14,7 @@ from kudu_async.common import types as T
 from kudu_async.common.column import ColumnSchema, cast_column
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotSupported
 from kudu_async.common.predicate import ColumnPredicate
+from kudu_async.common.row_conversion import batch_to_ipc, batch_to_tuples, ipc_to_table, table_to_pandas
 from kudu_async.common.schema import Schema
 
 SCALARS = [
@@ -204,3 +205,19 @@ def test_only_null_predicates_on_arrays() -> None:
         ColumnPredicate("arr_int8", "=", [1]).bind(schema)
     with pytest.raises(KuduInvalidArgument, match="only IS NULL and IS NOT NULL"):
         ColumnPredicate("arr_int8", "IN", [[1]]).bind(schema)
+
+
+def test_wire_tuples_and_pandas_keep_lists() -> None:
+    schema = _full_schema()
+    rows = [schema.validate_row({"id": 1, "arr_int8": [1, None], "arr_date": [dt.date(2020, 1, 1)]})]
+    rows.append(schema.validate_row({"id": 2, "arr_int8": [], "arr_string": ["x"]}))
+    cols = [pa.array([r[c.name] for r in rows], c.arrow_type) for c in schema.columns]
+    batch = pa.RecordBatch.from_arrays(cols, schema=schema.to_arrow())
+    back = ipc_to_table(batch_to_ipc(batch))
+    assert back.schema.equals(schema.to_arrow())
+    tuples = batch_to_tuples(back.select(["id", "arr_int8", "arr_date", "arr_string"]))
+    assert tuples == [(1, [1, None], [dt.date(2020, 1, 1)], None), (2, [], None, ["x"])]
+    df = table_to_pandas(back.select(["id", "arr_int8"]), index="id")
+    assert df["arr_int8"].tolist() == [[1, None], []]
+    same_length = pa.table({"a": pa.array([[1, 2], [3, 4]], pa.list_(pa.int32()))})
+    assert table_to_pandas(same_length)["a"].tolist() == [[1, 2], [3, 4]]
