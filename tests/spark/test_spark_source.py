@@ -113,6 +113,55 @@ def test_every_type_round_trips(spark: Any, spark_cluster: MiniCluster) -> None:
     assert [tuple(r) for r in back] == [tuple(r) for r in sorted(rows)]
 
 
+def test_array_columns_round_trip_as_spark_arrays(spark: Any, spark_cluster: MiniCluster) -> None:
+    with _client(spark_cluster) as client:
+        b = kudu.schema_builder()
+        b.add_column("id", kudu.int64, nullable=False).primary_key()
+        b.add_column("ints").nested_type(kudu.array_type(kudu.int32))
+        b.add_column("tags").nested_type(kudu.array_type(kudu.string))
+        b.add_column("days").nested_type(kudu.array_type(kudu.date))
+        client.create_table("arrays", b.build(), kudu.Partitioning().add_hash_partitions(["id"], 2), n_replicas=3)
+    schema = _read(spark, spark_cluster, "arrays").schema
+    assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [
+        ("id", "bigint"),
+        ("ints", "array<int>"),
+        ("tags", "array<string>"),
+        ("days", "array<date>"),
+    ]
+    rows = [
+        (1, [1, None, 3], ["a", "b"], [dt.date(2024, 2, 29)]),
+        (2, [], None, [None]),
+        (3, None, [None], None),
+    ]
+    _write(spark.createDataFrame(rows, schema), spark_cluster, "arrays", "insert")
+    back = sorted(_read(spark, spark_cluster, "arrays").collect(), key=lambda r: r.id)
+    assert [tuple(r) for r in back] == rows
+    with_tags = _read(spark, spark_cluster, "arrays").where("tags IS NOT NULL").select("id").collect()
+    assert sorted(r.id for r in with_tags) == [1, 3]
+    # kudu.createTable from a DataFrame with an array column (kudu_schema()), and schema drift adding one
+    df = spark.createDataFrame(
+        [(1, [0.5])],
+        st.StructType([st.StructField("k", st.LongType(), False), st.StructField("v", st.ArrayType(st.DoubleType()))]),
+    )
+    _write(df, spark_cluster, "arrays_created", "upsert", **{"kudu.createTable": "true", "kudu.primaryKey": "k"})
+    drifted = spark.createDataFrame(
+        [(2, [1.0], ["x"])],
+        st.StructType(
+            [
+                st.StructField("k", st.LongType(), False),
+                st.StructField("v", st.ArrayType(st.DoubleType())),
+                st.StructField("w", st.ArrayType(st.StringType())),
+            ]
+        ),
+    )
+    _write(drifted, spark_cluster, "arrays_created", "upsert", **{"kudu.handleSchemaDrift": "true"})
+    with _client(spark_cluster) as client:
+        created = client.table("arrays_created")
+        assert created.schema["v"].type_to_string() == "DOUBLE 1D-ARRAY NULLABLE"
+        assert created.schema["w"].type_to_string() == "STRING 1D-ARRAY NULLABLE"
+        assert sorted(created.scanner().open().read_all_tuples()) == [(1, [0.5], None), (2, [1.0], ["x"])]
+
+
 def _scans_seen(c: MiniCluster) -> list[dict[str, Any]]:
     out = []
     for n in c.tservers:
