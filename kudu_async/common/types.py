@@ -105,6 +105,8 @@ class KuduValue:
             raise TypeError(f"a KuduValue needs a KuduType, not {type(type_).__name__}")
         if value is None:
             raise KuduInvalidArgument("a KuduValue cannot hold None (set the cell to None instead)")
+        if type_ is NESTED:
+            raise KuduInvalidArgument("an array cell has no KuduValue: give the list itself")
         self.type = type_
         if type_ is DECIMAL:
             if not isinstance(value, _decimal.Decimal):

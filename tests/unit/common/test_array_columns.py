@@ -221,3 +221,8 @@ def test_wire_tuples_and_pandas_keep_lists() -> None:
     assert df["arr_int8"].tolist() == [[1, None], []]
     same_length = pa.table({"a": pa.array([[1, 2], [3, 4]], pa.list_(pa.int32()))})
     assert table_to_pandas(same_length)["a"].tolist() == [[1, 2], [3, 4]]
+
+
+def test_an_array_has_no_kudu_value() -> None:
+    with pytest.raises(KuduInvalidArgument, match="an array cell has no KuduValue"):
+        kudu.nested.new_value([1])

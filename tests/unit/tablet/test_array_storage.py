@@ -170,3 +170,14 @@ def test_alter_adds_and_drops_array_columns(tmp_path: Any) -> None:
     h.tablet.compact_rowsets()
     assert "ints" not in h.rows()[0]
     assert h.rows(projection=["more"])[0] == {"more": [0.5, None]}
+
+
+def test_checksum_covers_array_cells_and_does_not_depend_on_storage(tmp_path: Any) -> None:
+    a, b = H(str(tmp_path / "a")), H(str(tmp_path / "b"))
+    for h in (a, b):
+        h.write([INS] * 3, ROWS)
+    b.tablet.flush_mrs()
+    ca, cb = a.tablet.checksum(), b.tablet.checksum()
+    assert ca["rows"] == cb["rows"] == 3 and ca["checksum"] == cb["checksum"]
+    a.write([U], [{"key": 1, "ints": [1, None]}], names=["key", "ints"])
+    assert a.tablet.checksum()["checksum"] != ca["checksum"]
