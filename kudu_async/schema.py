@@ -4,7 +4,7 @@ from kudu_async.client.schema_builder import ColumnSpec, SchemaBuilder, schema_b
 from kudu_async.common import types as _T
 from kudu_async.common.column import ColumnTypeAttributes
 from kudu_async.common.schema import COMPRESSIONS, ENCODINGS, ColumnSchema, Schema
-from kudu_async.common.types import KuduType, KuduValue
+from kudu_async.common.types import ArrayTypeDescriptor, KuduType, KuduValue, NestedTypeDescriptor, array_type
 
 # Kudu's DataType ids (common.proto), as kudu-python names them.
 INT8 = _T.INT8.type_id
@@ -20,6 +20,7 @@ UNIXTIME_MICROS = _T.UNIXTIME_MICROS.type_id
 DECIMAL = _T.DECIMAL.type_id
 VARCHAR = _T.VARCHAR.type_id
 DATE = _T.DATE.type_id
+NESTED = _T.NESTED.type_id
 
 # Column compressions and encodings, as ColumnSpec.compression()/encoding() and add_column take them.
 COMPRESSION_DEFAULT = "default"
@@ -47,6 +48,8 @@ unixtime_micros = _T.UNIXTIME_MICROS
 decimal = _T.DECIMAL
 varchar = _T.VARCHAR
 date = _T.DATE
+# The type of an array column (its element type is in the column's nested_type; see array_type()).
+nested = _T.NESTED
 # kudu-python also names two of them after builtins (kudu.bool, kudu.float); this module has no code that
 # would need the builtins.
 bool = bool_
@@ -76,16 +79,20 @@ __all__ = [
     "INT16",
     "INT32",
     "INT64",
+    "NESTED",
     "STRING",
     "UNIXTIME_MICROS",
     "VARCHAR",
+    "ArrayTypeDescriptor",
     "ColumnSchema",
     "ColumnSpec",
     "ColumnTypeAttributes",
     "KuduType",
     "KuduValue",
+    "NestedTypeDescriptor",
     "Schema",
     "SchemaBuilder",
+    "array_type",
     "binary",
     "bool",
     "bool_",
@@ -99,6 +106,7 @@ __all__ = [
     "int16",
     "int32",
     "int64",
+    "nested",
     "schema_builder",
     "string",
     "string_",

@@ -29,7 +29,7 @@ from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNot
 from kudu_async.common.key_encoding import encode_key, encode_keys
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.retry import REPLICA_RETRYABLE, Deadline, leader_hint
-from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table
+from kudu_async.common.row_conversion import batch_to_tuples, ipc_to_table, table_to_pandas
 from kudu_async.common.schema import PartialRow
 from kudu_async.common.types import ISO_TIMESTAMP_FORMAT, datetime_to_micros, parse_timestamp
 
@@ -562,8 +562,7 @@ class AsyncScanner(ScanConfig):
         return batch_to_tuples(await self.next_batch())
 
     async def to_pandas(self, index: Any = None, coerce_float: bool = False) -> Any:
-        df = (await self.to_arrow()).to_pandas()
-        return df.set_index(index) if index is not None else df
+        return table_to_pandas(await self.to_arrow(), index)
 
 
 class RowBatch:

@@ -33,9 +33,20 @@ class ColumnSpec:
         self._attrs: dict[str, Any] = {}
         self._primary_key = False
         self._unique_key = True
+        self._nested: T.NestedTypeDescriptor | None = None
 
     def type(self, type_: Any) -> Self:
         self._type = T.type_from_name(type_)
+        return self
+
+    def nested_type(self, type_descriptor: T.NestedTypeDescriptor) -> Self:
+        """Make the column an array column: ``.nested_type(kudu.array_type(kudu.int64))``. Its type is then
+        ``nested``; ``precision``/``scale``/``length`` apply to the elements (DECIMAL, VARCHAR). An array
+        column cannot be a key column and has no default."""
+        if not isinstance(type_descriptor, T.NestedTypeDescriptor):
+            raise TypeError(f"Expected NestedTypeDescriptor, got {type(type_descriptor)}")
+        self._type = T.NESTED
+        self._nested = type_descriptor
         return self
 
     def nullable(self, is_nullable: bool = True) -> Self:
@@ -106,7 +117,12 @@ class ColumnSpec:
             raise KuduInvalidArgument(f"key column '{self.name}' cannot be nullable")
         attrs = {k: v for k, v in self._attrs.items() if k != "new_name"}
         return ColumnSchema(
-            self.name, self._type, nullable, None if self._default is NO_DEFAULT else self._default, **attrs
+            self.name,
+            self._type,
+            nullable,
+            None if self._default is NO_DEFAULT else self._default,
+            nested_type=self._nested if self._type is T.NESTED else None,
+            **attrs,
         )
 
 
@@ -169,6 +185,7 @@ class SchemaBuilder:
             raise KuduInvalidArgument(f"column '{colschema.name}' added twice")
         spec = ColumnSpec(self, colschema.name)
         spec._type = colschema.type
+        spec._nested = colschema.nested_type
         spec._nullable = colschema.nullable
         if colschema.default is not None:
             spec._default = colschema.default

@@ -9,11 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kudu_async.common import types as T
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotSupported
 
 MAX_IDENTIFIER_LENGTH = 256
 # The hidden last key column of a table with a non-unique primary key: tablet servers assign its values.
@@ -103,13 +104,16 @@ class ColumnSchema:
     # The server-assigned key column that makes a non-unique primary key unique (Kudu's auto-incrementing
     # column): INT64 NOT NULL, named AUTO_INCREMENTING_COLUMN_NAME, no default.
     auto_incrementing: bool = False
+    # What a NESTED column holds (``type`` is ``T.NESTED``): a one-dimensional array of a scalar element
+    # type, whose precision/scale/length are the column's. None for scalar columns.
+    nested_type: T.NestedTypeDescriptor | None = None
     # Stable identity across renames (Kudu's column id): storage maps files to the schema by it.
     id: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", T.type_from_name(self.type))
         check_identifier("column", self.name)
-        kt = self.type
+        kt = self._check_nested()
         if kt is T.DECIMAL:
             if self.precision is None:
                 raise KuduInvalidArgument(
@@ -149,7 +153,7 @@ class ColumnSchema:
             raise KuduInvalidArgument(f"column '{self.name}': length only applies to varchar")
         enc = _norm_choice("encoding", self.encoding, ENCODINGS, _ENCODING_ALIASES)
         if enc is not None and enc not in _ALLOWED_ENCODINGS[kt.name]:
-            raise KuduInvalidArgument(f"column '{self.name}': encoding {enc} not supported for {kt.name}")
+            raise KuduInvalidArgument(f"column '{self.name}': encoding {enc} not supported for {self.type_label}")
         object.__setattr__(self, "encoding", enc)
         object.__setattr__(
             self,
@@ -157,6 +161,10 @@ class ColumnSchema:
             _norm_choice("compression", self.compression, COMPRESSIONS, _COMPRESSION_ALIASES),
         )
         if self.default is not None:
+            if self.nested_type is not None:
+                raise KuduInvalidArgument(
+                    f"column '{self.name}': an array column cannot have a default value", {"column": self.name}
+                )
             object.__setattr__(self, "default", self.coerce(self.default))
         if self.auto_incrementing and (
             kt is not T.INT64 or self.nullable or self.default is not None or self.name != AUTO_INCREMENTING_COLUMN_NAME
@@ -166,24 +174,74 @@ class ColumnSchema:
                 f"named '{AUTO_INCREMENTING_COLUMN_NAME}'"
             )
 
+    def _check_nested(self) -> T.KuduType:
+        """Check a NESTED column's descriptor; returns the type the column's attributes apply to (the
+        array's element type, else the column's own type)."""
+        nested = self.nested_type
+        if self.type is not T.NESTED:
+            if nested is not None:
+                raise KuduInvalidArgument(
+                    f"column '{self.name}': a nested type descriptor needs the column type nested, not {self.type.name}"
+                )
+            return self.type
+        if nested is None:
+            raise KuduInvalidArgument(f"missing information on a NESTED type for column: {self.name}")
+        if not isinstance(nested, T.NestedTypeDescriptor):
+            raise KuduInvalidArgument(
+                f"column '{self.name}': nested_type must be a NestedTypeDescriptor, not {type(nested).__name__}"
+            )
+        elem = nested.element_type
+        if elem is T.DECIMAL and self.precision is not None and self.precision > T.MAX_ARRAY_DECIMAL_PRECISION:
+            raise KuduNotSupported(
+                f"columns of 'decimal (128 bit) 1d-array' type are not yet supported (column '{self.name}')"
+            )
+        return elem
+
     # -- derived facts ----------------------------------------------------------------------------------
 
     @property
+    def is_array(self) -> bool:
+        """Whether the column holds one-dimensional arrays (type NESTED)."""
+        return self.nested_type is not None
+
+    @property
+    def element_type(self) -> T.KuduType | None:
+        """An array column's element type; None for a scalar column."""
+        return None if self.nested_type is None else self.nested_type.element_type
+
+    @property
+    def scalar_type(self) -> T.KuduType:
+        """The type of the column's scalar values: its elements' for an array, else its own."""
+        return self.type if self.nested_type is None else self.nested_type.element_type
+
+    @property
+    def element_arrow_type(self) -> pa.DataType:
+        """The Arrow type of one scalar value (an array's element, else the cell)."""
+        return self.scalar_type.arrow_type(self.precision, self.scale, self.length)
+
+    @property
     def arrow_type(self) -> pa.DataType:
+        """A cell's Arrow type: an array column is ``list<element>`` with nullable elements."""
+        if self.nested_type is not None:
+            return pa.list_(pa.field("element", self.element_arrow_type, True))
         return self.type.arrow_type(self.precision, self.scale, self.length)
 
     @property
     def type_label(self) -> str:
-        """``int64``, ``decimal(10,2)``, ``varchar(20)``: how errors and describe show the type."""
-        if self.type is T.DECIMAL:
-            return f"decimal({self.precision},{self.scale})"
-        if self.type is T.VARCHAR:
-            return f"varchar({self.length})"
-        return self.type.name
+        """``int64``, ``decimal(10,2)``, ``varchar(20)``, ``int64 1d-array``: how errors and describe show
+        the type."""
+        kt = self.scalar_type
+        if kt is T.DECIMAL:
+            label = f"decimal({self.precision},{self.scale})"
+        elif kt is T.VARCHAR:
+            label = f"varchar({self.length})"
+        else:
+            label = kt.name
+        return label if self.nested_type is None else f"{label} 1d-array"
 
     def to_arrow_field(self) -> pa.Field:
         meta = None
-        if self.type is T.VARCHAR:
+        if self.scalar_type is T.VARCHAR:
             meta = {_VARCHAR_META: str(self.length).encode()}
         return pa.field(self.name, self.arrow_type, self.nullable, metadata=meta)
 
@@ -202,19 +260,33 @@ class ColumnSchema:
         return isinstance(other, ColumnSchema) and self == other
 
     def type_to_string(self) -> str:
-        """The type as Kudu prints it in a schema, with nullability: ``DECIMAL(8, 2) NOT NULL``."""
-        name = self.type.name.upper()
-        if self.type is T.DECIMAL:
+        """The type as Kudu prints it in a schema, with nullability: ``DECIMAL(8, 2) NOT NULL``,
+        ``STRING 1D-ARRAY NULLABLE``."""
+        kt = self.scalar_type
+        name = kt.name.upper()
+        if kt is T.DECIMAL:
             name = f"{name}({self.precision}, {self.scale})"
-        elif self.type is T.VARCHAR:
+        elif kt is T.VARCHAR:
             name = f"{name}({self.length})"
+        if self.nested_type is not None:
+            name = f"{name} 1D-ARRAY"
         return f"{name} {'NULLABLE' if self.nullable else 'NOT NULL'}"
 
     def __repr__(self) -> str:
         return f"ColumnSchema(name={self.name}, type={self.type.name}, nullable={self.nullable})"
 
     def coerce(self, value: Any) -> Any:
-        """Canonical form of one non-None value for this column (KuduInvalidArgument if it does not fit)."""
+        """Canonical form of one non-None value for this column (KuduInvalidArgument if it does not fit);
+        for an array column a list of canonical elements or None."""
+        if self.nested_type is not None:
+            return T.coerce_array(
+                self.nested_type.element_type,
+                value,
+                column=self.name,
+                precision=self.precision,
+                scale=self.scale,
+                length=self.length,
+            )
         return T.coerce_value(
             self.type, value, column=self.name, precision=self.precision, scale=self.scale, length=self.length
         )
@@ -224,6 +296,8 @@ class ColumnSchema:
     def to_dict(self) -> dict[str, Any]:
         """msgpack-able form; the default is stored in its physical form (ints for date/decimal)."""
         d: dict[str, Any] = {"name": self.name, "type": self.type.name, "nullable": self.nullable}
+        if self.nested_type is not None:
+            d["array_element_type"] = self.nested_type.element_type.name
         if self.default is not None:
             d["default"] = T.to_physical(self.type, self.default, self.scale)
         for attr in ("precision", "scale", "length", "comment", "encoding", "compression", "block_size"):
@@ -258,22 +332,27 @@ class ColumnSchema:
             immutable=bool(d.get("immutable", False)),
             block_size=d.get("block_size"),
             auto_incrementing=bool(d.get("auto_incrementing", False)),
+            nested_type=None if d.get("array_element_type") is None else T.array_type(d["array_element_type"]),
             id=_column_id(d.get("id")),
         )
 
     @classmethod
     def from_arrow_field(cls, f: pa.Field, *, nullable: bool | None = None) -> ColumnSchema:
-        kt, attrs = T.type_from_arrow(f.type)
+        """The column of an Arrow field; a list field is an array column of its value type."""
+        t = f.type
+        is_list = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+        kt, attrs = T.type_from_arrow(t.value_type if is_list else t)
         length = None
         if f.metadata and _VARCHAR_META in f.metadata:
             kt, length = T.VARCHAR, int(f.metadata[_VARCHAR_META])
         return cls(
             f.name,
-            kt,
+            T.NESTED if is_list else kt,
             f.nullable if nullable is None else nullable,
             precision=attrs.get("precision"),
             scale=attrs.get("scale"),
             length=length,
+            nested_type=T.array_type(kt) if is_list else None,
         )
 
 
@@ -347,6 +426,8 @@ def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, *, check_cel
     """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if col.nested_type is not None:
+        return _cast_array_column(col, arr, check_cells)
     target = col.arrow_type
     src = arr.type
     if pa.types.is_dictionary(src):
@@ -380,3 +461,67 @@ def cast_column(col: ColumnSchema, arr: pa.Array | pa.ChunkedArray, *, check_cel
                 {"column": col.name},
             )
     return arr
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+def element_column(col: ColumnSchema) -> ColumnSchema:
+    """An array column's element as a nullable scalar column of the same name and attributes (for casts
+    and checks of the elements)."""
+    assert col.nested_type is not None
+    return ColumnSchema(
+        col.name, col.nested_type.element_type, True, precision=col.precision, scale=col.scale, length=col.length
+    )
+
+
+def array_value_lengths(arr: pa.Array) -> np.ndarray:
+    """Elements per cell of a list array (0 for a NULL cell), as int64."""
+    return np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def array_cell_bytes(arr: pa.Array) -> np.ndarray | None:
+    """Bytes of the string/binary elements of each cell of a list array; None for other element types
+    (their cells stay far below the cell limit at the element limit)."""
+    t = arr.type.value_type
+    if not (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)):
+        return None
+    per_elem = pc.fill_null(pc.binary_length(pc.list_flatten(arr)), 0).to_numpy(zero_copy_only=False)
+    lengths = array_value_lengths(arr)
+    ends = np.cumsum(np.concatenate([[0], np.asarray(per_elem, dtype=np.int64)]))
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    return np.asarray(ends[bounds[1:]] - ends[bounds[:-1]], dtype=np.int64)
+
+
+def _cast_array_column(col: ColumnSchema, arr: pa.Array, check_cells: bool) -> pa.Array:
+    """:func:`cast_column` for an array column: list cells whose elements cast as a scalar column's would;
+    with ``check_cells``, a cell over the element or byte limit raises."""
+    src = arr.type
+    if pa.types.is_null(src):
+        return pa.nulls(len(arr), col.arrow_type)
+    if not _is_list(src):
+        raise KuduInvalidArgument(
+            f"column '{col.name}': expected {col.type_label}, got {_arrow_type_label(src)}", {"column": col.name}
+        )
+    # Rebuilt from the cells' lengths and the flattened valid elements, so a slice or a large/fixed-size
+    # list comes out as a plain list array of exactly its own cells.
+    lengths = array_value_lengths(arr)
+    values = cast_column(element_column(col), pc.list_flatten(arr), check_cells=False)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32), pa.int32())
+    mask = pc.is_null(arr) if arr.null_count else None
+    out = pa.ListArray.from_arrays(offsets, values, type=col.arrow_type, mask=mask)
+    if check_cells and len(out):
+        too_many = int(lengths.max())
+        if too_many > T.MAX_ARRAY_ELEMENTS:
+            raise KuduInvalidArgument(
+                f"too many array elements for column '{col.name}' ({too_many}, maximum is {T.MAX_ARRAY_ELEMENTS})",
+                {"column": col.name},
+            )
+        sizes = array_cell_bytes(out)
+        if sizes is not None and int(sizes.max()) > T.MAX_CELL_SIZE_BYTES:
+            raise KuduInvalidArgument(
+                f"column '{col.name}': cell of {int(sizes.max())} bytes exceeds {T.MAX_CELL_SIZE_BYTES}",
+                {"column": col.name},
+            )
+    return out

@@ -88,6 +88,13 @@ class ColumnPredicate:
         col = schema.column(self.column)
         if self.op in ("IS NULL", "IS NOT NULL"):
             return self
+        if col.is_array:
+            # Kudu has no ordering or equality of array cells: only IS NULL / IS NOT NULL apply.
+            raise KuduInvalidArgument(
+                f"column '{col.name}' is an array ({col.type_label}): only IS NULL and IS NOT NULL "
+                f"predicates apply to it, not {self.op}",
+                {"column": col.name},
+            )
         if self.op == "IN":
             return ColumnPredicate(self.column, "IN", tuple(col.coerce(v) for v in self.value if v is not None))
         return ColumnPredicate(self.column, self.op, col.coerce(self.value))

@@ -7,6 +7,7 @@ bulk (writes to the tablet, scan results on the wire) stays Arrow, and crosses t
 from __future__ import annotations
 
 import enum
+import importlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -21,6 +22,23 @@ def batch_to_tuples(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
     """Rows as tuples in column order (kudu-python's ``read_all_tuples`` shape)."""
     cols = [c.to_pylist() for c in batch.columns]
     return list(zip(*cols, strict=True)) if cols else []
+
+
+def table_to_pandas(table: pa.Table, index: Any = None) -> Any:
+    """A scan result as a pandas DataFrame; an array column holds a Python list per cell (None for NULL), as
+    kudu-python's DataFrames do, rather than Arrow's numpy arrays. Only array columns go through Python
+    objects, and pandas keeps object cells for them anyway."""
+    df = table.to_pandas()
+    for i, f in enumerate(table.schema):
+        if pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
+            df[f.name] = pd_series(table.column(i).to_pylist(), df.index)
+    return df.set_index(index) if index is not None else df
+
+
+def pd_series(values: list[Any], index: Any) -> Any:
+    """An object-dtype pandas Series of ``values`` (lists stay lists, one per cell)."""
+    pd = importlib.import_module("pandas")  # needed only by callers of to_pandas, who have it
+    return pd.Series(values, index=index, dtype=object)
 
 
 # Passed explicitly: without options, pyarrow reads two environment variables on every stream it writes

@@ -25,6 +25,8 @@ from kudu_async.common.column import (
     COMPRESSIONS,
     ENCODINGS,
     ColumnSchema,
+    array_cell_bytes,
+    array_value_lengths,
     cast_column,
 )
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
@@ -82,6 +84,11 @@ class Schema:
         for c in cols[:key_column_count]:
             if c.nullable:
                 raise KuduInvalidArgument(f"key column '{c.name}' must be NOT NULL")
+            if c.is_array:
+                raise KuduInvalidArgument(
+                    f"key column may not have type of BOOL, FLOAT, DOUBLE, or NESTED (e.g., array): "
+                    f"'{c.name}' is {c.type_label}"
+                )
             if not c.type.key_allowed:
                 raise KuduInvalidArgument(f"key column '{c.name}' may not be of type {c.type.name}")
         auto = [i for i, c in enumerate(cols) if c.auto_incrementing]
@@ -522,11 +529,30 @@ def _checked_column(c: ColumnSchema, arr: pa.Array, errors: dict[int, str]) -> p
         for r in np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False)).tolist():
             errors.setdefault(int(r), f"column '{c.name}': NULL in NOT NULL column")
     limit = T.MAX_CELL_SIZE_BYTES
-    if c.type.is_string_like and len(arr) and _max_cell_bytes(arr) > limit:
+    if c.is_array and len(arr):
+        _array_cell_errors(c, arr, errors)
+    elif c.type.is_string_like and len(arr) and _max_cell_bytes(arr) > limit:
         sizes = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
         for r in np.flatnonzero(sizes > limit).tolist():
             errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
     return arr
+
+
+def _array_cell_errors(c: ColumnSchema, arr: pa.Array, errors: dict[int, str]) -> None:
+    """Rows of an array column over Kudu's limits: more than MAX_ARRAY_ELEMENTS elements, or string/binary
+    elements of more than 64 KiB together."""
+    lengths = array_value_lengths(arr)
+    if int(lengths.max()) > T.MAX_ARRAY_ELEMENTS:
+        for r in np.flatnonzero(lengths > T.MAX_ARRAY_ELEMENTS).tolist():
+            errors.setdefault(
+                int(r),
+                f"too many array elements for column '{c.name}' ({int(lengths[r])}, maximum is {T.MAX_ARRAY_ELEMENTS})",
+            )
+    sizes = array_cell_bytes(arr)
+    limit = T.MAX_CELL_SIZE_BYTES
+    if sizes is not None and int(sizes.max()) > limit:
+        for r in np.flatnonzero(sizes > limit).tolist():
+            errors.setdefault(int(r), f"column '{c.name}': cell of {int(sizes[r])} bytes exceeds {limit}")
 
 
 def _auto_incrementing_column(

@@ -32,11 +32,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotSupported
 
 MAX_CELL_SIZE_BYTES = 64 * 1024
 MAX_DECIMAL_PRECISION = 38
 MAX_VARCHAR_LENGTH = 65535
+# Kudu's default of --array_cell_max_elem_num: the most elements one array cell may hold.
+MAX_ARRAY_ELEMENTS = 1024
+# Widest DECIMAL an array may hold: Kudu refuses arrays of 128-bit decimals (precision above 18).
+MAX_ARRAY_DECIMAL_PRECISION = 18
 
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _EPOCH_DT = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -101,6 +105,8 @@ class KuduValue:
             raise TypeError(f"a KuduValue needs a KuduType, not {type(type_).__name__}")
         if value is None:
             raise KuduInvalidArgument("a KuduValue cannot hold None (set the cell to None instead)")
+        if type_ is NESTED:
+            raise KuduInvalidArgument("an array cell has no KuduValue: give the list itself")
         self.type = type_
         if type_ is DECIMAL:
             if not isinstance(value, _decimal.Decimal):
@@ -134,6 +140,9 @@ UNIXTIME_MICROS = KuduType("unixtime_micros", 9, True, 8)
 DECIMAL = KuduType("decimal", 17, True, None)
 VARCHAR = KuduType("varchar", 18, True, None)
 DATE = KuduType("date", 19, True, 4)
+# A column of a non-scalar type; today only one-dimensional arrays of a scalar type (the column's
+# ``nested_type``). Not in ALL_TYPES: it is never a cell's type of its own.
+NESTED = KuduType("nested", 21, False, None)
 
 ALL_TYPES: tuple[KuduType, ...] = (
     INT8,
@@ -173,7 +182,7 @@ _INT_BOUNDS: dict[str, tuple[int, int]] = {
     "int64": (-(1 << 63), (1 << 63) - 1),
 }
 
-_BY_NAME: dict[str, KuduType] = {t.name: t for t in ALL_TYPES}
+_BY_NAME: dict[str, KuduType] = {t.name: t for t in (*ALL_TYPES, NESTED)}
 # kudu-python's constant names and common aliases (kudu.float_, kudu.bool_, "timestamp" ...).
 _ALIASES: dict[str, KuduType] = {
     "float_": FLOAT,
@@ -198,6 +207,79 @@ def type_from_name(name: str | KuduType) -> KuduType:
     if t is None:
         raise KuduInvalidArgument(f"unknown data type '{name}'")
     return t
+
+
+# Element types an array column may hold (Kudu 1.18: every scalar type; DECIMAL up to precision 18).
+ARRAY_ELEMENT_TYPES: tuple[KuduType, ...] = ALL_TYPES
+
+
+@dataclass(frozen=True)
+class ArrayTypeDescriptor:
+    """kudu-python's ``ArrayTypeDescriptor``: a one-dimensional array of one scalar element type.
+
+    The element's parameters (DECIMAL's precision and scale, VARCHAR's length) are set on the column, as in
+    Kudu. ``element_type`` is the type id (``kudu.schema.INT64`` ...), as kudu-python returns it;
+    ``element_kudu_type`` is the type object."""
+
+    element_kudu_type: KuduType
+
+    def __init__(self, element_type: Any) -> None:
+        kt = element_type if isinstance(element_type, KuduType) else _type_from_any(element_type)
+        if kt is NESTED:
+            raise KuduNotSupported("only one-dimensional arrays of a scalar type are supported, not arrays of arrays")
+        object.__setattr__(self, "element_kudu_type", kt)
+
+    @property
+    def element_type(self) -> int:
+        return self.element_kudu_type.type_id
+
+    def __repr__(self) -> str:
+        return f"ArrayTypeDescriptor(element_type={self.element_kudu_type.name})"
+
+
+@dataclass(frozen=True)
+class NestedTypeDescriptor:
+    """kudu-python's ``NestedTypeDescriptor``: what a NESTED column holds (an array, the only nested kind)."""
+
+    array_descriptor: ArrayTypeDescriptor
+
+    def __init__(self, array_descriptor: ArrayTypeDescriptor) -> None:
+        if not isinstance(array_descriptor, ArrayTypeDescriptor):
+            raise TypeError(f"Expected ArrayTypeDescriptor, got {type(array_descriptor)}")
+        object.__setattr__(self, "array_descriptor", array_descriptor)
+
+    def is_array(self) -> bool:
+        return True
+
+    def array(self) -> ArrayTypeDescriptor:
+        return self.array_descriptor
+
+    @property
+    def element_type(self) -> KuduType:
+        """The array's element type object."""
+        return self.array_descriptor.element_kudu_type
+
+    def __repr__(self) -> str:
+        return "NestedTypeDescriptor(type=array)"
+
+
+def array_type(element_type: Any) -> NestedTypeDescriptor:
+    """kudu-python's ``kudu.array_type``: the descriptor of a one-dimensional array of ``element_type``, for
+    ``ColumnSpec.nested_type``: ``builder.add_column("v").nested_type(kudu.array_type(kudu.int64))``."""
+    return NestedTypeDescriptor(ArrayTypeDescriptor(element_type))
+
+
+_BY_ID: dict[int, KuduType] = {t.type_id: t for t in (*ALL_TYPES, NESTED)}
+
+
+def _type_from_any(value: Any) -> KuduType:
+    """A type given as a type object, a name or a type id (kudu-python's ``to_data_type``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        kt = _BY_ID.get(value)
+        if kt is None:
+            raise KuduInvalidArgument(f"Invalid type: {value}")
+        return kt
+    return type_from_name(value)
 
 
 def int_bounds(kt: KuduType) -> tuple[int, int] | None:
@@ -377,6 +459,44 @@ def coerce_value(
     if coerce is None:  # pragma: no cover
         raise KuduInvalidArgument(f"column '{column}': unsupported type {kt.name}")
     return coerce(kt, value, column, precision, scale, length)
+
+
+def coerce_array(
+    kt: KuduType,
+    value: Any,
+    *,
+    column: str = "?",
+    precision: int | None = None,
+    scale: int | None = None,
+    length: int | None = None,
+) -> list[Any]:
+    """Check and convert one array cell: a list or tuple (or a one-dimensional numpy array) of values of
+    element type ``kt``, None for a NULL element. At most :data:`MAX_ARRAY_ELEMENTS` elements, and the
+    string/binary elements of one cell together at most 64 KiB (Kudu limits the whole cell)."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    elif isinstance(value, KuduValue):
+        raise KuduInvalidArgument(f"column '{column}': an array cell is a list, not a KuduValue", {"column": column})
+    if not isinstance(value, list | tuple):
+        raise KuduInvalidArgument(
+            f"column '{column}': expected a list or tuple for a {kt.name} 1d-array, got {type(value).__name__}",
+            {"column": column},
+        )
+    if len(value) > MAX_ARRAY_ELEMENTS:
+        raise KuduInvalidArgument(
+            f"too many array elements for column '{column}' ({len(value)}, maximum is {MAX_ARRAY_ELEMENTS})",
+            {"column": column},
+        )
+    out = [
+        None if v is None else coerce_value(kt, v, column=column, precision=precision, scale=scale, length=length)
+        for v in value
+    ]
+    if kt.is_string_like:
+        size = sum(
+            len(v.encode("utf-8", "surrogatepass")) if isinstance(v, str) else len(v) for v in out if v is not None
+        )
+        _check_cell_size(column, size)
+    return out
 
 
 # One coercer per type, all with coerce_value's arguments: (kt, value, column, precision, scale, length).

@@ -407,7 +407,9 @@ def _handle_schema_drift(options: Any, table: Table, schema: StructType) -> Tabl
     alterer = client.new_table_alterer(table)
     for f in new:
         c = kudu_column(f, key=False)
-        alterer.add_column(f.name, c.type, nullable=True, precision=c.precision, scale=c.scale)
+        spec = alterer.add_column(f.name, c.type, nullable=True, precision=c.precision, scale=c.scale)
+        if c.nested_type is not None:
+            spec.nested_type(c.nested_type)  # an ArrayType field: kudu-spark adds a nullable array column
     log.info("kudu.handleSchemaDrift: adding columns", extra={"table": table.name, "columns": [f.name for f in new]})
     try:
         alterer.alter()

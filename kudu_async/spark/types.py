@@ -18,7 +18,15 @@ from kudu_async.common.schema import ColumnSchema, Schema
 
 
 def spark_type(col: ColumnSchema) -> st.DataType:
-    t = col.type
+    """The Spark type of a column; an array column is ``ArrayType(element, containsNull=True)``, as
+    kudu-spark maps it (Kudu's array elements are always nullable)."""
+    if col.is_array:
+        return st.ArrayType(_scalar_spark_type(col), containsNull=True)
+    return _scalar_spark_type(col)
+
+
+def _scalar_spark_type(col: ColumnSchema) -> st.DataType:
+    t = col.scalar_type
     if t is T.DECIMAL:
         return st.DecimalType(col.precision or 38, col.scale or 0)
     make = _SPARK_TYPES.get(t.name)
@@ -76,34 +84,51 @@ def _arrow_type(t: st.DataType) -> pa.DataType:
             return at
     if isinstance(t, st.DecimalType):
         return pa.decimal128(t.precision, t.scale)
+    if isinstance(t, st.ArrayType):
+        return pa.list_(pa.field("element", _arrow_type(t.elementType), t.containsNull))
     raise KuduInvalidArgument(f"Spark type {t.simpleString()} cannot be read from a kudu_async table")
 
 
 def kudu_column(field: st.StructField, *, key: bool) -> ColumnSchema:
-    """A Kudu column for a Spark field (table creation from a DataFrame)."""
+    """A Kudu column for a Spark field (table creation from a DataFrame); an ``ArrayType`` of a scalar type
+    becomes an array column of that element type (kudu-spark's mapping), never a key column."""
     t = field.dataType
-    mapping: list[tuple[type[st.DataType], T.KuduType]] = [
-        (st.ByteType, T.INT8),
-        (st.ShortType, T.INT16),
-        (st.IntegerType, T.INT32),
-        (st.LongType, T.INT64),
-        (st.FloatType, T.FLOAT),
-        (st.DoubleType, T.DOUBLE),
-        (st.BooleanType, T.BOOL),
-        (st.StringType, T.STRING),
-        (st.BinaryType, T.BINARY),
-        (st.DateType, T.DATE),
-        (st.TimestampType, T.UNIXTIME_MICROS),
-        (st.TimestampNTZType, T.UNIXTIME_MICROS),
-    ]
-    for cls, kt in mapping:
-        if isinstance(t, cls):
-            return ColumnSchema(field.name, kt, nullable=not key and field.nullable)
-    if isinstance(t, st.DecimalType):
+    nullable = not key and field.nullable
+    if isinstance(t, st.ArrayType):
+        if key:
+            raise KuduInvalidArgument(f"Array-typed column '{field.name}' cannot be a Kudu key")
+        elem, precision, scale = _kudu_scalar(field.name, t.elementType)
         return ColumnSchema(
-            field.name, T.DECIMAL, nullable=not key and field.nullable, precision=t.precision, scale=t.scale
+            field.name, T.NESTED, nullable, precision=precision, scale=scale, nested_type=T.array_type(elem)
         )
-    raise KuduInvalidArgument(f"column '{field.name}': Spark type {t.simpleString()} has no kudu_async type")
+    kt, precision, scale = _kudu_scalar(field.name, t)
+    return ColumnSchema(field.name, kt, nullable, precision=precision, scale=scale)
+
+
+_SCALAR_KUDU_TYPES: list[tuple[type[st.DataType], T.KuduType]] = [
+    (st.ByteType, T.INT8),
+    (st.ShortType, T.INT16),
+    (st.IntegerType, T.INT32),
+    (st.LongType, T.INT64),
+    (st.FloatType, T.FLOAT),
+    (st.DoubleType, T.DOUBLE),
+    (st.BooleanType, T.BOOL),
+    (st.StringType, T.STRING),
+    (st.BinaryType, T.BINARY),
+    (st.DateType, T.DATE),
+    (st.TimestampType, T.UNIXTIME_MICROS),
+    (st.TimestampNTZType, T.UNIXTIME_MICROS),
+]
+
+
+def _kudu_scalar(name: str, t: st.DataType) -> tuple[T.KuduType, int | None, int | None]:
+    """The Kudu type of a scalar Spark type, with DECIMAL's precision and scale (else None)."""
+    for cls, kt in _SCALAR_KUDU_TYPES:
+        if isinstance(t, cls):
+            return kt, None, None
+    if isinstance(t, st.DecimalType):
+        return T.DECIMAL, t.precision, t.scale
+    raise KuduInvalidArgument(f"column '{name}': Spark type {t.simpleString()} has no kudu_async type")
 
 
 def kudu_schema(schema: st.StructType, keys: list[str], key_source: str) -> Schema:

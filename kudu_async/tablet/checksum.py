@@ -29,6 +29,9 @@ def checksum(c: TabletComponents, reads: ReadPath, snapshot_ts: int | None = Non
       decimals as their fixed-scale text) as int64 lengths, NULL as length 0;
     - bytes: the concatenated variable-width values (empty for fixed-width types).
 
+    An array column has the three streams of its cells (validity, int64 element counts with NULL as 0,
+    no bytes) and then the three streams of its elements in row order, as a column of their type.
+
     The result is xxh64 over, per column, its name, NUL, Arrow type, NUL and its three digests,
     then the row count (8 bytes little-endian). Streams are fed batch by batch, so memory stays
     bounded and the result never depends on how rows are split into MemRowSet, DiskRowSets,
@@ -44,7 +47,7 @@ def checksum(c: TabletComponents, reads: ReadPath, snapshot_ts: int | None = Non
     scanner = reads.scan(spec)
     info = scanner.info
     names = list(info.names)
-    streams = [[xxhash.xxh64() for _ in range(3)] for _ in names]
+    streams = [[xxhash.xxh64() for _ in range(6 if pa.types.is_list(f.type) else 3)] for f in info.arrow]
     rows = 0
     for batch in scanner:
         rows += batch.num_rows
@@ -61,10 +64,14 @@ def checksum(c: TabletComponents, reads: ReadPath, snapshot_ts: int | None = Non
     return {"rows": rows, "checksum": total.intdigest(), "snapshot_ts": ts}
 
 
-def _canonical_streams(col: pa.Array) -> tuple[bytes, bytes, bytes | memoryview]:
-    """(validity, values-or-lengths, var-width bytes) of one column chunk; see ``Tablet.checksum``."""
+def _canonical_streams(col: pa.Array) -> tuple[bytes | memoryview, ...]:
+    """(validity, values-or-lengths, var-width bytes) of one column chunk, then an array column's element
+    streams; see ``Tablet.checksum``."""
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes()
     typ = col.type
+    if pa.types.is_list(typ):
+        counts = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype("<i8")
+        return valid, counts.tobytes(), b"", *_canonical_streams(pc.list_flatten(col))
     if pa.types.is_decimal(typ):
         col = pc.cast(col, pa.string())
         typ = col.type

@@ -122,6 +122,14 @@ def _hex_keys(keys: list[bytes]) -> bytes:
     return json.dumps([k.hex() for k in keys]).encode()
 
 
+def _leaf(f: pa.Field, values: pa.ChunkedArray) -> tuple[str, pa.DataType, pa.ChunkedArray]:
+    """The Parquet leaf column of a field (its path, Arrow type and values): an array column is encoded and
+    compressed as its elements, the way Kudu picks an array's encoder by its element type."""
+    if pa.types.is_list(f.type):
+        return f"{f.name}.list.element", f.type.value_type, pc.list_flatten(values)
+    return f.name, f.type, values
+
+
 def write_base(f: BinaryIO, info: SchemaInfo, table: pa.Table, block_rows: int | None = None) -> None:
     """Write a key-sorted base table (value columns, ``_key``, ``_ts``) as a Parquet rowset file.
 
@@ -137,12 +145,13 @@ def write_base(f: BinaryIO, info: SchemaInfo, table: pa.Table, block_rows: int |
     encodings: dict[str, str] = {KEY_COL: "DELTA_BYTE_ARRAY", TS_COL: "DELTA_BINARY_PACKED"}
     codecs: dict[str, str] = {KEY_COL: DEFAULT_CODEC, TS_COL: DEFAULT_CODEC}
     for col, f_ in zip(info.schema.columns, info.arrow, strict=True):
-        enc = column_encoding(col.encoding, f_.type, table.column(f_.name))
+        path, t, values = _leaf(f_, table.column(f_.name))
+        enc = column_encoding(col.encoding, t, values)
         if enc == "DICT":
-            dict_cols.append(f_.name)
+            dict_cols.append(path)
         else:
-            encodings[f_.name] = enc
-        codecs[f_.name] = codec(col.compression)
+            encodings[path] = enc
+        codecs[path] = codec(col.compression)
     md = {
         **info.file_metadata(),
         FORMAT_META: b"parquet-1",

@@ -19,17 +19,9 @@ import pytest
 
 API = json.loads((Path(__file__).parent / "kudu_python_api.json").read_text())
 
-_ARRAY = "ARRAY/NESTED columns: the servers have no array type, so these names would promise columns nobody can create"
 _VALS = "Cython-internal holders of a C++ value: no attribute or method a Python caller can use"
 _INTERNAL = "built by the client from its own state; kudu-python's constructor is a Cython __cinit__ users do not call"
 NOT_YET: dict[str, str] = {
-    "kudu.array_type": _ARRAY,
-    "kudu.schema.NESTED": _ARRAY,
-    "kudu.schema.nested": _ARRAY,
-    "kudu.schema.ArrayTypeDescriptor": _ARRAY,
-    "kudu.schema.NestedTypeDescriptor": _ARRAY,
-    "kudu.schema.array_type": _ARRAY,
-    "kudu.schema.ColumnSpec.nested_type": _ARRAY,
     "kudu.client.Table.__len__": "kudu-python's raises NotImplementedError; here it would only make bool(table) raise",
     "kudu.client.Scanner.__init__": "kudu-python lets the table default to None, which makes a scanner that cannot "
     "scan; here the table is required (Scanner(table) works as there)",

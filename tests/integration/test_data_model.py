@@ -1,7 +1,7 @@
 """Kudu's data-model features through the client against a cluster (1 master + 3 tablet servers, shared by
 the module): immutable columns refuse changes; altering a column's mutability takes
 effect on the tablets; a non-unique primary key gets server-assigned ids that stay unique across
-restarts and leader changes."""
+restarts and leader changes; ARRAY columns are created, written, updated, scanned and altered."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import kudu_async as kudu
@@ -176,3 +178,67 @@ def test_non_unique_primary_key_through_the_client(client: kudu.Client, cluster:
         assert len(fresh) == 2 and min(fresh) > top, (sorted(seen), sorted(now))
         seen |= now
     assert len(_rows(table)) == 6
+
+
+def test_array_columns_end_to_end(client: kudu.Client) -> None:
+    """ARRAY columns through a cluster: created from kudu-python's builder, written as Python lists and as
+    Arrow list columns, updated whole, scanned as tuples, batches, Arrow and pandas, and added/dropped by
+    ALTER TABLE."""
+    b = kudu.schema_builder()
+    b.add_column("key", kudu.int64, nullable=False).primary_key()
+    b.add_column("ints").nested_type(kudu.array_type(kudu.int32))
+    b.add_column("tags").nested_type(kudu.array_type(kudu.string))
+    b.add_column("prices").nested_type(kudu.array_type(kudu.decimal)).precision(8).scale(2)
+    table = client.create_table(
+        unique("arrays"), b.build(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=3
+    )
+    schema = client.table(table.name).schema
+    assert schema["tags"].type_to_string() == "STRING 1D-ARRAY NULLABLE"
+    assert schema["prices"].type_to_string() == "DECIMAL(8, 2) 1D-ARRAY NULLABLE"
+
+    s = client.new_session()
+    s.apply(table.new_insert({"key": 1, "ints": [1, None, 3], "tags": ["a"], "prices": [Decimal("1.50")]}))
+    s.apply(table.new_insert({"key": 2, "ints": [], "tags": None}))
+    s.flush()
+    s.apply_arrow(
+        table,
+        pa.table({"key": pa.array([3], pa.int64()), "ints": pa.array([[7, 8]], pa.list_(pa.int64()))}),
+        op="insert",
+    )
+    s.apply(table.new_update({"key": 1, "ints": [9]}))
+    s.flush()
+    with pytest.raises(kudu.KuduInvalidArgument, match="too many array elements"):
+        s.apply(table.new_insert({"key": 4, "ints": [1] * 1025}))
+    too_long = pa.table({"key": pa.array([4], pa.int64()), "ints": [[1] * 1025]})
+    with pytest.raises(
+        kudu.KuduBadStatus, match=r"too many array elements for column 'ints' \(1025, maximum is 1024\)"
+    ):
+        s.apply_arrow(table, too_long, op="insert")
+    with pytest.raises(kudu.KuduInvalidArgument, match="only IS NULL and IS NOT NULL"):
+        table.scanner().add_predicate(table["ints"] == [1])
+
+    assert _rows(table) == [
+        (1, [9], ["a"], [Decimal("1.50")]),
+        (2, [], None, None),
+        (3, [7, 8], None, None),
+    ]
+    sc = table.scanner().set_projected_column_names(["key", "tags"])
+    sc.add_predicate(table["tags"].is_not_null())
+    assert sc.open().read_all_tuples() == [(1, ["a"])]
+    arrow = table.scanner().set_projected_column_names(["ints"]).open().to_arrow()
+    assert arrow.schema.field("ints").type == pa.list_(pa.field("element", pa.int32()))
+    df = table.scanner().open().to_pandas().sort_values("key")
+    assert df["ints"].tolist() == [[9], [], [7, 8]]
+
+    alt = client.new_table_alterer(table)
+    alt.add_column("more").nested_type(kudu.array_type(kudu.double))
+    alt.drop_column("tags")
+    table = alt.alter()
+    assert table.schema["more"].type_to_string() == "DOUBLE 1D-ARRAY NULLABLE"
+    s.apply(table.new_update({"key": 2, "more": [0.5, None]}))
+    s.flush()
+    assert _rows(table) == [
+        (1, [9], [Decimal("1.50")], None),
+        (2, [], None, [0.5, None]),
+        (3, [7, 8], None, None),
+    ]
