@@ -616,8 +616,8 @@ class RaftReplica:
         now = time.monotonic()
         if not must_sync:
             # Only the commit index moved: it can be recomputed, so it is saved lazily and off the
-            # driver's path (awaited, the save's two fsyncs were on the commit of the next write of
-            # every group written less often than the save interval: most groups of a busy node).
+            # driver's path (awaited, the save's fsyncs would delay the commit of the next write of every
+            # group written less often than once per save interval: most groups of a node with many).
             if now - self._commit_saved_at >= self.options.commit_save_interval_s and self._background_save is None:
                 cm.commit_index = hs.commit
                 self._save_cmeta_config()
