@@ -8,7 +8,7 @@ CRC32C so a damaged file is reported, never read as a fresh replica that may vot
 from __future__ import annotations
 
 import struct
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,11 @@ class ConsensusMetadata:
     config: dict[str, Any] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        body = msgpack.packb(asdict(self), use_bin_type=True)
+        # A plain map, not dataclasses.asdict (a deep copy of the config): saved on the event loop, often.
+        body = msgpack.packb(
+            {"term": self.term, "voted_for": self.voted_for, "commit_index": self.commit_index, "config": self.config},
+            use_bin_type=True,
+        )
         return _MAGIC + _CRC.pack(crc32c.crc32c(body)) + body
 
     @classmethod

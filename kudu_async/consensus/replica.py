@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import itertools
 import logging
 import random
 import threading
@@ -56,6 +57,7 @@ from kudu_async.consensus.raft import (
 )
 from kudu_async.consensus.raft_messages import config_addresses
 from kudu_async.consensus.transport import ConsensusTransport
+from kudu_async.fs.io_util import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,11 @@ class RaftReplica:
         # cancelled (close() cancels the driver) runs on in its thread while close() saves again.
         self._cmeta_lock = threading.Lock()
         self._commit_saved_at = 0.0
+        # Each record is numbered as it is taken on the loop; a worker writes it only if no later one is
+        # on disk yet, so saves that finish out of order never put an older term or vote back.
+        self._cmeta_seq = itertools.count(1)
+        self._cmeta_written = 0
+        self._background_save: asyncio.Future[None] | None = None
         self._queued: list[_Proposal] = []
         self._inflight: dict[int, _Proposal] = {}
         self._reads: dict[bytes, asyncio.Future[int]] = {}
@@ -607,12 +614,45 @@ class RaftReplica:
         cm = self._cmeta
         must_sync = hs.term != cm.term or hs.vote != cm.voted_for
         now = time.monotonic()
-        if not must_sync and now - self._commit_saved_at < self.options.commit_save_interval_s:
-            return  # only the commit index moved: it can be recomputed, so it is saved lazily
+        if not must_sync:
+            # Only the commit index moved: it can be recomputed, so it is saved lazily and off the
+            # driver's path (awaited, the save's fsyncs would delay the commit of the next write of every
+            # group written less often than once per save interval: most groups of a node with many).
+            if now - self._commit_saved_at >= self.options.commit_save_interval_s and self._background_save is None:
+                cm.commit_index = hs.commit
+                self._save_cmeta_config()
+                self._commit_saved_at = now
+                self._start_background_save()
+            return
         cm.term, cm.voted_for, cm.commit_index = hs.term, hs.vote, hs.commit
         self._save_cmeta_config()
         self._commit_saved_at = now
-        await asyncio.get_running_loop().run_in_executor(self.executor, self._write_cmeta)
+        await self._save_cmeta()
+
+    def _cmeta_record(self) -> tuple[int, bytes]:
+        """The consensus metadata as it is now, numbered (on the loop: no torn read of term and vote)."""
+        return next(self._cmeta_seq), self._cmeta.to_bytes()
+
+    async def _save_cmeta(self) -> None:
+        seq, data = self._cmeta_record()
+        await asyncio.get_running_loop().run_in_executor(self.executor, self._write_cmeta_record, seq, data)
+
+    def _start_background_save(self) -> None:
+        seq, data = self._cmeta_record()
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(self.executor, self._write_cmeta_record, seq, data)
+        except RuntimeError:  # the executor is shut down: the node is stopping and close() saves
+            return
+        self._background_save = fut
+
+        def done(f: asyncio.Future[None]) -> None:
+            if self._background_save is f:
+                self._background_save = None
+            error = None if f.cancelled() else f.exception()
+            if error is not None:
+                self._fail(f"saving consensus metadata failed: {error}")
+
+        fut.add_done_callback(done)
 
     def _learn_addresses(self, entries: Sequence[Entry]) -> None:
         """Member addresses from CONFIG entries (appended here, or replayed from the WAL)."""
@@ -622,8 +662,15 @@ class RaftReplica:
 
     def _write_cmeta(self) -> None:
         """Save the consensus metadata as it is when the write starts (in a worker), one save at a time."""
+        self._write_cmeta_record(*self._cmeta_record())
+
+    def _write_cmeta_record(self, seq: int, data: bytes) -> None:
+        """Write a record taken by ``_cmeta_record`` (in a worker) unless a later one is already written."""
         with self._cmeta_lock:
-            self._cmeta.save(self.cmeta_path)
+            if seq <= self._cmeta_written:
+                return
+            atomic_write_bytes(self.cmeta_path, data)
+            self._cmeta_written = seq
 
     def _save_cmeta_config(self) -> None:
         raft = self.raft
@@ -714,7 +761,7 @@ class RaftReplica:
         if durable > raft.snapshot_meta().index:
             raft.compact(durable, keep_terms_from=wal.first_index)  # what the WAL still has stays readable
             self._save_cmeta_config()
-            await loop.run_in_executor(self.executor, self._write_cmeta)  # compaction point first
+            await self._save_cmeta()  # compaction point first
         compacted = raft.snapshot_meta().index
         segments = wal.segment_info()
         retain_from = min(compacted + 1, raft.retention_index())  # what lagging followers still need
@@ -783,12 +830,14 @@ class RaftReplica:
         self._fail_pending(KuduAborted(f"replica {self.group} is shutting down"))
         if self.writer is not None:
             await self.writer.close()
+        if self._background_save is not None:  # nothing may write the replica's files once close() returns
+            await asyncio.gather(self._background_save, return_exceptions=True)
         if self.raft is not None and self.state is not ReplicaState.FAILED:
             cm = self._cmeta
             cm.term, cm.voted_for = self.raft.term, self.raft.vote
             cm.commit_index = min(self.raft.commit, self.raft.stable_index)
             self._save_cmeta_config()
-            await asyncio.get_running_loop().run_in_executor(self.executor, self._write_cmeta)
+            await self._save_cmeta()
 
     # --- tablet copy (source side) --------------------------------------------------------------------
 

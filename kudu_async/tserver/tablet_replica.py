@@ -56,6 +56,7 @@ from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.wire import (
     AlterEntry,
     WriteEntry,
+    WriteHeader,
     decode_entry,
     decode_entry_header,
     encode_alter_entry,
@@ -268,9 +269,11 @@ class TabletReplica:
     # --- StateMachine ---------------------------------------------------------------------------------
 
     async def apply(self, index: int, term: int, payload: bytes) -> Any:
-        entry = decode_entry(payload)
+        # The header is enough on the loop: a write prepared here applies the rows it prepared, and one
+        # replayed (a follower's, bootstrap's) has its rows decoded in the worker that applies them.
+        entry = decode_entry_header(payload)
         loop = asyncio.get_running_loop()
-        if isinstance(entry, WriteEntry):
+        if isinstance(entry, WriteHeader):
             prepared = self._pending.pop((term, entry.timestamp), None)
             if entry.schema_version != self.tablet.schema_version:
                 # An AlterSchema committed before this write: every replica refuses it the same way.
@@ -280,7 +283,7 @@ class TabletReplica:
                 return _mismatch(self.tablet_id, self.tablet.schema_version, entry.schema_version)
             if prepared is None:
                 self._abort_stale_pending()
-                result = await loop.run_in_executor(self.executor, self._replay_write, entry, index)
+                result = await loop.run_in_executor(self.executor, self._replay_write, payload, index)
             else:
                 self._pending_bytes -= prepared.op.rows.nbytes
                 result = await loop.run_in_executor(self.executor, self.tablet.apply_write, prepared, index)
@@ -330,7 +333,9 @@ class TabletReplica:
                 extra={"tablet": self.tablet_id, "writes": recalled},
             )
 
-    def _replay_write(self, entry: WriteEntry, index: int) -> WriteResult:
+    def _replay_write(self, payload: bytes, index: int) -> WriteResult:
+        entry = decode_entry(payload)
+        assert isinstance(entry, WriteEntry)  # the caller read its header
         self.clock.update(entry.timestamp)
         prepared = self.tablet.prepare_write(
             entry.op, entry.timestamp, replay=True, lock_timeout_s=self.limits.lock_wait_s

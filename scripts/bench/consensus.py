@@ -9,7 +9,10 @@ proposer (100 x 64 entries in flight: throughput, not latency). Then one client 
 latency and sequential linearizable point reads (TestKV/Get) on one group. Then the same load through the
 public client (unless ``--no-tablets``): a fresh 1 master + 3 tservers, one table of ``--tablets`` hash
 tablets x 3 replicas, and ``--concurrency`` tasks each inserting one row at a time through its own
-FLUSH_AUTO_SYNC session of the async client (one Write RPC per row), checked by a scan that counts the rows.
+FLUSH_AUTO_SYNC session of the async client (one Write RPC per row), checked by a scan that counts the rows,
+then one client's sequential single-row writes and point reads (a scan with the key pinned) on that table.
+After the TestKV phases, the idle CPU of each tserver with ``--idle-replicas`` replicas and no requests.
+Every phase prints the CPU per entry of each process (the tservers or etcd members, and this client).
 
 When an ``etcd`` binary is on PATH, the same run starts a 3-member etcd cluster on 127.0.0.1 (its default
 timers, fsync on, data in a temporary directory) after the tservers are stopped, runs the 1-group workload
@@ -27,6 +30,7 @@ import base64
 import contextlib
 import dataclasses
 import importlib
+import os
 import shutil
 import signal
 import socket
@@ -45,12 +49,57 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import kudu_async as kudu
 import kudu_async.aio
-from kudu_async.common.errors import KuduBadStatus
+from kudu_async.common.errors import KuduBadStatus, KuduNotTheLeader
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 
 # Every put's value, on both sides.
 VALUE = b"x" * 32
+
+
+class CpuMeter:
+    """CPU seconds (user + system) of the processes of the side being measured, over each phase: with
+    the machine shared, CPU per entry is the figure that survives the load."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, int] = {}  # name -> pid; this process is always counted as "client"
+        self._start: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    @staticmethod
+    def seconds(pid: int | None) -> float:
+        """CPU seconds a process has used; this process with None."""
+        if pid is None:
+            return time.process_time()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def _all(self) -> dict[str, float]:
+        out = {name: self.seconds(pid) for name, pid in self.procs.items()}
+        out["client"] = self.seconds(None)
+        return out
+
+    def start(self) -> None:
+        self._start = self._all()
+
+    def stop(self) -> None:
+        now = self._all()
+        self.used = {k: now[k] - self._start.get(k, now[k]) for k in now}
+
+    def per_entry(self, entries: int) -> str:
+        """``cpu/entry: ts0 0.61 ms, ... client 0.30 ms`` for the last phase."""
+        if not self.used or entries <= 0:
+            return "cpu/entry: n/a"
+        parts = [f"{k} {v * 1000 / entries:.2f} ms" for k, v in self.used.items()]
+        return "cpu/entry: " + ", ".join(parts)
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+METER = CpuMeter()
 
 
 async def find_leaders(
@@ -99,7 +148,9 @@ async def drive(
                 errors += step
 
     t0 = time.perf_counter()
+    METER.start()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    METER.stop()
     return latencies, time.perf_counter() - t0, errors
 
 
@@ -151,6 +202,7 @@ def report(
         f"{label}: latency p50 {stats.p50_ms:.2f} ms, p99 {stats.p99_ms:.2f} ms, mean "
         f"{(statistics.mean(lat) * 1000 if lat else float('nan')):.2f} ms"
     )
+    print(f"{label}: {METER.per_entry(len(lat))}")
     return stats
 
 
@@ -269,25 +321,70 @@ async def run_sequential(
 
 
 async def run_sequential_kudu(rpc: RpcClient, group: str, leader: str, seconds: float) -> tuple[Stats, Stats]:
-    """On one TestKV group: Put, then Get with ``linearizable`` (a read index round, as etcd's default range)."""
+    """On one TestKV group: Put, then Get with ``linearizable`` (a read index round, as etcd's default range).
+    A leader change (elections happen on a loaded machine) sends the next requests to the new leader."""
+    at = {"leader": leader}
+
+    async def call(method: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            out: dict[str, Any] = await rpc.call(at["leader"], "TestKV", method, body, timeout_s=10)
+            return out
+        except KuduNotTheLeader as e:
+            if e.details.get("leader_address"):
+                at["leader"] = str(e.details["leader_address"])
+            raise
 
     async def put(key: str, value: bytes) -> None:
-        await rpc.call(leader, "TestKV", "Put", {"group": group, "key": key, "value": value}, timeout_s=10)
+        await call("Put", {"group": group, "key": key, "value": value})
 
     async def get(key: str) -> bool:
-        r = await rpc.call(leader, "TestKV", "Get", {"group": group, "key": key, "linearizable": True}, timeout_s=10)
-        return bool(r["found"])
+        return bool((await call("Get", {"group": group, "key": key, "linearizable": True}))["found"])
 
     return await run_sequential("kudu_async (1 TestKV group)", put, get, seconds, (KuduBadStatus,))
 
 
-async def run_tablets(concurrency: int, max_ops: int, seconds: float, tablets: int) -> Stats:
+IDLE_SETTLE_S = 5.0
+IDLE_MEASURE_S = 10.0
+
+
+async def idle_cpu(
+    rpc: RpcClient, cluster: MiniCluster, peers: dict[str, str], names: list[str], replicas: int
+) -> list[float]:
+    """Each tserver's CPU, in percent of a core, with ``replicas`` replicas per tserver (groups added to
+    the ones already there) and no requests: what hundreds of idle tablets cost a node."""
+    extra = [f"idle-{i}" for i in range(max(0, replicas - len(names)))]
+    for g in extra:
+        for ts in cluster.tservers:
+            await rpc.call(ts.rpc_address, "TestKV", "CreateGroup", {"group": g, "peers": peers})
+    await find_leaders(rpc, cluster, extra, timeout_s=60)
+    await asyncio.sleep(IDLE_SETTLE_S)
+    pids = [ts.pid or 0 for ts in cluster.tservers]
+    before = [CpuMeter.seconds(pid) for pid in pids]
+    await asyncio.sleep(IDLE_MEASURE_S)
+    used = [(CpuMeter.seconds(pid) - b) / IDLE_MEASURE_S * 100 for pid, b in zip(pids, before, strict=True)]
+    print(
+        f"idle: {len(names) + len(extra)} replicas per tserver, no requests, {IDLE_MEASURE_S:.0f}s: CPU "
+        + ", ".join(f"ts{i} {u:.2f} %" for i, u in enumerate(used))
+        + " of a core"
+    )
+    return used
+
+
+async def run_tablets(
+    concurrency: int, max_ops: int, seconds: float, tablets: int, seq_seconds: float
+) -> dict[str, Stats]:
     """Single-row inserts of distinct keys (hashed over every tablet) from ``concurrency`` tasks, each with
-    its own FLUSH_AUTO_SYNC session: each latency is one apply, one Write RPC to 3 replicas. Ends with a scan
-    whose row count must equal the inserts acknowledged."""
+    its own FLUSH_AUTO_SYNC session: each latency is one apply, one Write RPC to 3 replicas, checked by a
+    scan whose row count must equal the inserts acknowledged. Then one client alone: sequential single-row
+    inserts through one FLUSH_AUTO_SYNC session, and sequential point reads of those keys (a scan with the
+    key pinned by an equality predicate: one Scan RPC to the tablet's leader, READ_LATEST).
+    {"tablets", "client_seq", "client_read": Stats}."""
     with tempfile.TemporaryDirectory(prefix="bench-tablets-") as d:
         cluster = MiniCluster(1, 3, base_dir=d)
         cluster.start()
+        METER.procs = {"master": cluster.masters[0].pid or 0} | {
+            f"ts{i}": ts.pid or 0 for i, ts in enumerate(cluster.tservers)
+        }
         try:
             client = await kudu_async.aio.connect(cluster.master_addresses.split(","))
             try:
@@ -333,7 +430,24 @@ async def run_tablets(concurrency: int, max_ops: int, seconds: float, tablets: i
                         f"tablets phase: a scan counted {rows} rows, {len(latencies)} inserts were acknowledged"
                     )
                 print(f"tablets={tablets}: scan counted {rows} rows = inserts acknowledged")
-                return stats
+                out = {"tablets": stats}
+                session = client.new_session(flush_mode=kudu.FLUSH_AUTO_SYNC, timeout_ms=10_000)
+                base = 1 << 40  # above every key of the concurrent phase
+
+                async def put(key: str, value: bytes) -> None:
+                    await session.apply(table.new_insert({"key": base + int(key[1:]), "v": value}))
+
+                async def get(key: str) -> bool:
+                    found = await table.scanner().add_predicate(table["key"] == base + int(key[1:])).to_arrow()
+                    return bool(found.num_rows == 1 and found.column("v")[0].as_py() == VALUE)
+
+                try:
+                    out["client_seq"], out["client_read"] = await run_sequential(
+                        "kudu_async client (100 tablets)", put, get, seq_seconds, (KuduBadStatus,)
+                    )
+                finally:
+                    await session.close()
+                return out
             finally:
                 await client.close()
         finally:
@@ -523,6 +637,7 @@ async def run_etcd(
     out: dict[str, dict[str, Stats]] = {}
     async with etcd_cluster(binary) as etcd:
         print(f"etcd: 3 members on 127.0.0.1, default timers, fsync on; requests go to the leader {etcd.leader_url}")
+        METER.procs = {f"etcd{i}": proc.pid for i, proc in enumerate(etcd.procs)}
         clients: list[EtcdGateway | EtcdGrpc] = []
         if aetcd is not None:
             clients.append(EtcdGrpc(aetcd, etcd.leader_url))
@@ -548,7 +663,14 @@ async def run_etcd(
     return out
 
 
-def summary(kudu: dict[str, Stats], etcd: dict[str, dict[str, Stats]], notes: list[str], concurrency: int) -> None:
+def summary(
+    kudu: dict[str, Stats],
+    etcd: dict[str, dict[str, Stats]],
+    notes: list[str],
+    concurrency: int,
+    idle: list[float],
+    idle_replicas: int,
+) -> None:
     """Both sides and their ratio: throughput kudu/etcd (above 1 is kudu ahead), latency kudu/etcd (below 1
     is kudu ahead)."""
 
@@ -581,14 +703,32 @@ def summary(kudu: dict[str, Stats], etcd: dict[str, dict[str, Stats]], notes: li
     print(side("TestKV groups", kudu["groups"], True))
     if "tablets" in kudu:
         print(side("tablets, AUTO_SYNC", kudu["tablets"], True) + "  (goal: at least 3,000/s)")
+    if "client_seq" in kudu:
+        print("  through the public client (100-tablet table, 1 client):")
+        print(side("single-row write", kudu["client_seq"], False) + "  (goal: p50, p99 at most etcd's put)")
+        print(side("point read (Scan)", kudu["client_read"], False) + "  (goal: p50 at most half etcd's put p50)")
     for name, figures in etcd.items():
+        put = figures["seq"]
         print(
-            f"  kudu_async sequential read p50 / {name} sequential put p50: "
-            f"{div(kudu['read'].p50_ms, figures['seq'].p50_ms):.2f}x (goal: at most 0.5x)"
+            f"  kudu_async TestKV sequential read p50 / {name} sequential put p50: "
+            f"{div(kudu['read'].p50_ms, put.p50_ms):.2f}x (goal: at most 0.5x)"
+        )
+        if "client_seq" in kudu:
+            w, r = kudu["client_seq"], kudu["client_read"]
+            print(
+                f"  kudu_async client write / {name} sequential put: p50 {div(w.p50_ms, put.p50_ms):.2f}x, "
+                f"p99 {div(w.p99_ms, put.p99_ms):.2f}x (goal: at most 1x); client point read p50 / put p50: "
+                f"{div(r.p50_ms, put.p50_ms):.2f}x (goal: at most 0.5x)"
+            )
+    if idle:
+        print(
+            f"  idle tserver, {idle_replicas} replicas: "
+            + ", ".join(f"{u:.2f} %" for u in idle)
+            + " of a core (goal: under 3 %)"
         )
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--ops", type=int, default=50_000, help="max entries per phase")
@@ -599,7 +739,17 @@ async def main() -> None:
     ap.add_argument("--tablets", type=int, default=100, help="hash tablets of the table in the tablet phase [100]")
     ap.add_argument("--no-tablets", action="store_true", help="skip the tablet phase (public client, real table)")
     ap.add_argument("--no-etcd", action="store_true", help="skip the etcd anchor even when etcd is installed")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--idle-replicas",
+        type=int,
+        default=200,
+        help="replicas per tserver for the idle CPU figure, measured after the TestKV phases (0: skip) [200]",
+    )
+    return ap.parse_args()
+
+
+async def main() -> None:
+    args = parse_args()
     etcd_binary = None if args.no_etcd else shutil.which("etcd")
     aetcd = None
     if args.no_etcd:
@@ -611,10 +761,12 @@ async def main() -> None:
         notes = [f"etcd anchor: {etcd_binary}, through the clients below"] + ([why_not] if why_not else [])
     print("\n".join(notes))
     kudu: dict[str, Stats] = {}
+    idle: list[float] = []
     seq_s = min(args.seconds, SEQ_SECONDS)
     with tempfile.TemporaryDirectory(prefix="bench-consensus-") as d:
         cluster = MiniCluster(1, 3, base_dir=d, tserver_flags=["--enable-test-kv", "true"])
         cluster.start()
+        METER.procs = {f"ts{i}": ts.pid or 0 for i, ts in enumerate(cluster.tservers)}
         rpc = RpcClient("bench")
         try:
             peers = {ts.uuid: ts.rpc_address for ts in cluster.tservers}
@@ -632,13 +784,17 @@ async def main() -> None:
             kudu["groups"] = await run_phase(rpc, many, args.concurrency, args.ops, args.seconds)
             await run_coalesced(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.in_flight)
             await run_phase(rpc, many, args.concurrency, args.ops * 10, args.seconds, args.batch)
-            kudu["seq"], kudu["read"] = await run_sequential_kudu(rpc, "g-0", leaders["g-0"], seq_s)
+            # Elections may have moved g-0's leader while the machine was loaded.
+            leader = (await find_leaders(rpc, cluster, ["g-0"]))["g-0"]
+            kudu["seq"], kudu["read"] = await run_sequential_kudu(rpc, "g-0", leader, seq_s)
+            if args.idle_replicas:
+                idle = await idle_cpu(rpc, cluster, peers, names, args.idle_replicas)
         finally:
             await rpc.close()
             cluster.shutdown()
     if not args.no_tablets:
         # Its own cluster, after the TestKV one stopped: no idle groups beside the tablets.
-        kudu["tablets"] = await run_tablets(args.concurrency, args.ops, args.seconds, args.tablets)
+        kudu.update(await run_tablets(args.concurrency, args.ops, args.seconds, args.tablets, seq_s))
     etcd: dict[str, dict[str, Stats]] = {}
     if etcd_binary is not None:
         # After the tservers stopped: each side has the machine to itself.
@@ -646,7 +802,7 @@ async def main() -> None:
             etcd = await run_etcd(etcd_binary, aetcd, args.concurrency, args.ops, args.seconds, seq_s)
         except EtcdError as e:
             notes.append(f"etcd anchor failed: {e}")
-    summary(kudu, etcd, notes, args.concurrency)
+    summary(kudu, etcd, notes, args.concurrency, idle, args.idle_replicas)
 
 
 if __name__ == "__main__":

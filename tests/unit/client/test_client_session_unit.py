@@ -856,3 +856,40 @@ async def test_closing_the_client_stops_its_sessions_flushers_and_names_dropped_
     assert flushed._timer is None
     with pytest.raises(kudu.KuduBadStatus, match="closed"):
         await left.apply(kv_table.new_insert({"key": 9}))
+
+
+def test_one_row_is_routed_from_its_dict_to_the_tablet_the_vectorised_path_picks(
+    make_table: Callable[..., Table],
+) -> None:
+    """The row API's one-row batch takes the per-row partition key, not the Arrow path: both must agree
+    for hash and range columns of several types, in range gaps too."""
+    schema = Schema(
+        [
+            ColumnSchema("id", kudu.int32, nullable=False),
+            ColumnSchema("name", kudu.string, nullable=False),
+            ColumnSchema("ts", kudu.unixtime_micros, nullable=False),
+            ColumnSchema("v", kudu.double),
+        ],
+        3,
+    )
+    part = (
+        kudu.Partitioning()
+        .add_hash_partitions(["id", "name"], 4)
+        .add_hash_partitions(["ts"], 3, seed=7)
+        .set_range_partition_columns(["name"])
+        .add_range_partition(["a"], ["m"])
+        .add_range_partition(["p"], None)
+    )
+    table = make_table(schema, part)
+    ps = table.partition_schema
+    locs = _locations(table.schema, ps, [(["a"], ["m"]), (["p"], None)])
+    assert len(locs.tablets) == 24
+    seen = set()
+    for i in range(300):
+        op = table.new_insert({"id": i * 7919 - 1000, "name": "abcnopqz"[i % 8] + str(i), "ts": i * 10**9, "v": 1.5})
+        b = B.batch_of_ops([S.AsyncSession(None).check(op)])  # type: ignore[arg-type]
+        assert b.dicts is not None
+        one = B.tablet_indexes(b, locs).tolist()
+        assert one == locs.assign(ps.partition_keys(b.rows)).tolist()
+        seen.add(one[0])
+    assert -1 in seen and len(seen) == 25  # every tablet, and the gap between the ranges

@@ -14,6 +14,7 @@ import pytest
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduTimedOut
 from kudu_async.consensus import replica as replica_mod
 from kudu_async.consensus.consensus_meta import ConsensusMetadata
+from kudu_async.consensus.raft import HardState
 from kudu_async.consensus.replica import RaftReplica, ReplicaOptions, ReplicaState
 from kudu_async.consensus.transport import ConsensusTransport
 from kudu_async.rpc.client import RpcClient
@@ -124,3 +125,49 @@ async def test_overlapping_consensus_metadata_saves_do_not_trip_over_each_other(
         with ThreadPoolExecutor(8) as pool:
             await asyncio.gather(*(loop.run_in_executor(pool, replica._write_cmeta) for _ in range(200)))
         assert ConsensusMetadata.load(replica.cmeta_path) is not None
+
+
+async def test_a_consensus_metadata_record_never_overwrites_a_later_one(tmp_path: Path) -> None:
+    """Records are numbered as they are taken on the loop; one whose save finishes after a later record's
+    (a commit-only save in the background, then a term change awaited) is dropped, not written over it."""
+    async with one_voter(tmp_path, Applied()) as replica:
+        old = replica._cmeta_record()
+        replica._cmeta.term += 5  # as a term change would, saved with a later record
+        new = replica._cmeta_record()
+        replica._write_cmeta_record(*new)
+        replica._write_cmeta_record(*old)
+        saved = ConsensusMetadata.load(replica.cmeta_path)
+        assert saved is not None and saved.term == replica._cmeta.term
+
+
+async def test_commit_only_hard_state_is_saved_in_the_background_and_close_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ready whose hard state moved only the commit index does not wait for the save's fsyncs; the save
+    lands all the same, and close() returns only once it has."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+    async with one_voter(tmp_path, Applied()) as replica:
+        loop = asyncio.get_running_loop()
+        write = replica._write_cmeta_record
+
+        def slow_write(seq: int, data: bytes) -> None:
+            loop.call_soon_threadsafe(started.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result(5)
+            write(seq, data)
+
+        monkeypatch.setattr(replica, "_write_cmeta_record", slow_write)
+        replica._commit_saved_at = 0.0  # the save interval has passed
+        raft = replica.raft
+        assert raft is not None
+        hs = HardState(raft.term, raft.vote, raft.commit)
+        await asyncio.wait_for(replica._persist_hard_state(hs), 1.0)  # returns while the save waits
+        await asyncio.wait_for(started.wait(), 5.0)
+        assert replica._background_save is not None and not replica._background_save.done()
+        closing = asyncio.ensure_future(replica.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()  # close() waits for the save in flight
+        release.set()
+        await asyncio.wait_for(closing, 5.0)
+        saved = ConsensusMetadata.load(replica.cmeta_path)
+        assert saved is not None and saved.commit_index >= hs.commit
