@@ -309,6 +309,15 @@ FLAGS: tuple[Flag, ...] = (
         check=_positive,
     ),
     Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.", check=_non_negative),
+    Flag(
+        "exit_with_parent_pid",
+        _to_int,
+        0,
+        "Stop the node (as on SIGTERM) once the process with this pid is no longer its parent. Test harnesses "
+        "(kudu_async.testing.MiniCluster) set it, so that nodes never outlive a test run that was killed. "
+        "Default 0: off.",
+        check=_non_negative,
+    ),
     Flag("raft_heartbeat_interval_ms", _to_int, 500, "Raft leader heartbeat period.", check=_positive),
     Flag(
         "leader_failure_max_missed_heartbeat_periods",

@@ -11,6 +11,7 @@ import asyncio
 import ctypes
 import gc
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 # ``release_freed_memory``), checked every RELEASE_CHECK_S.
 RELEASE_AFTER_FREED_BYTES = 32 * 1024 * 1024
 RELEASE_CHECK_S = 0.5
+# How often a node started with --exit-with-parent-pid checks that its parent is still there.
+PARENT_CHECK_S = 1.0
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
@@ -268,8 +271,22 @@ class Node:
         # counting still frees these objects; only cycles among them would stay.
         gc.collect()
         gc.freeze()
+        watch = None
+        if self.config.exit_with_parent_pid:
+            watch = asyncio.create_task(self._stop_without_parent(self.config.exit_with_parent_pid))
         await self._stopping.wait()
+        if watch is not None:
+            watch.cancel()
         await self.stop()
+
+    async def _stop_without_parent(self, parent_pid: int) -> None:
+        """A killed parent leaves the node to init (or a subreaper): stop then, as on SIGTERM."""
+        while True:
+            await asyncio.sleep(PARENT_CHECK_S)
+            if os.getppid() != parent_pid:
+                break
+        log.warning("parent process %d is gone; stopping", parent_pid)
+        self._stopping.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("received %s", sig.name)

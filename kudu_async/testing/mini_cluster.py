@@ -227,6 +227,9 @@ class MiniCluster:
             n.name,
             "--log-file",
             str(n.log_path),
+            # Nodes stop with the test process, even one killed by a timeout that runs no clean-up.
+            "--exit-with-parent-pid",
+            str(os.getpid()),
             *n.extra_flags,
         ]
 

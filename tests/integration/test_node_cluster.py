@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,35 @@ def test_nodes_run_this_repositorys_code_whatever_the_callers_directory(
     monkeypatch.chdir(other)
     with MiniCluster(num_masters=1, num_tservers=0, base_dir=tmp_path / "c") as c:  # type: ignore[operator]
         assert c.http_json(c.masters[0], "/api/v1/status")["role"] == "master"
+
+
+def test_nodes_stop_when_the_process_that_started_them_is_killed(tmp_path: Path) -> None:
+    """A test run killed by a timeout runs no clean-up: its nodes must not live on, eating CPU."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, sys\n"
+        "from kudu_async.testing import MiniCluster\n"
+        f"c = MiniCluster(num_masters=1, num_tservers=1, base_dir={str(tmp_path / 'c')!r})\n"
+        "c.start()\n"
+        "print(' '.join(str(n.pid) for n in c.nodes), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30.0
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _proc_state(p)]
+    assert not alive, f"nodes {alive} outlived the process that started them"
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "Z"
