@@ -24,6 +24,7 @@ from kudu_async.server.node import Node
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import TabletOptions
 from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
+from kudu_async.tserver.maintenance_pool import MaintenanceProcessPool
 from kudu_async.tserver.replicated_kv import ReplicatedKVService
 from kudu_async.tserver.scanners import ScannerManager
 from kudu_async.tserver.service import TabletService
@@ -49,6 +50,12 @@ class TabletServer(Node):
             flush_age_s=float(cfg.flush_threshold_secs),
             memory_usage=self.memory.projected,  # pressure judged with the next flush counted
             working_memory=self.memory.root.child("maintenance"),
+            nice=cfg.maintenance_manager_nice,
+        )
+        self.maintenance_pool = (
+            MaintenanceProcessPool(cfg.maintenance_manager_num_threads, nice=cfg.maintenance_manager_nice)
+            if cfg.maintenance_worker_processes
+            else None
         )
         self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)
         _check_fixed_memory(self.memory, self.block_cache.capacity_bytes)
@@ -80,6 +87,7 @@ class TabletServer(Node):
             history_max_age_sec=float(cfg.tablet_history_max_age_sec),
             sync=cfg.log_force_fsync_all,
             block_cache=self.block_cache,
+            rowset_writer=self.maintenance_pool,
         )
         limits = WriteLimits(
             max_pending_writes=cfg.tablet_max_pending_writes,
@@ -157,6 +165,8 @@ class TabletServer(Node):
         await self.scanners.stop()
         await self.tablets.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.maintenance.stop)
+        if self.maintenance_pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.maintenance_pool.shutdown)
 
     def _set_write_limits(self, table_ids: frozenset[str]) -> None:
         self.service.write_limited_tables = table_ids

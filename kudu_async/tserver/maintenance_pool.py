@@ -1,0 +1,108 @@
+"""The tserver's maintenance worker processes: where flushes and compactions write their rowsets.
+
+A worker process has its own GIL, so Parquet encoding, bloom building and fsyncs never hold the event
+loop's turn, and it runs at a lower OS priority (``nice``), so on a busy host the kernel runs the event
+loop, the WAL and write prepare first. The pool is bounded (``--maintenance-manager-num-threads``
+processes), started on first use and replaced when a worker dies: the op that was running fails with the
+reason (the maintenance manager records it and retries the op later; the tablet keeps its frozen stores
+until a write succeeds, so nothing is lost).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import tempfile
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from kudu_async.common.errors import KuduIOError
+from kudu_async.fs.tablet_metadata import RowSetMetadata
+from kudu_async.tablet.maintenance_worker import RowsetWriteWork, run_rowset_write
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def default_spool_dir() -> str:
+    """Shared memory when the host has it (the spooled rows never touch the disk), else the temp dir."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+def _init_worker(nice: int) -> None:
+    """In each worker: lower its priority, and die with the tserver (a kill -9 of it leaves no worker)."""
+    if nice:
+        os.nice(nice)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tserver decides when its workers stop
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown still stops the workers
+        pass
+
+
+class MaintenanceProcessPool:
+    """A :class:`~kudu_async.tablet.maintenance_worker.RowsetWriter` over ``num_workers`` processes."""
+
+    def __init__(self, num_workers: int, *, nice: int = 0, spool_dir: str | None = None) -> None:
+        if num_workers < 1:
+            raise ValueError(f"maintenance pool needs at least one worker process, got {num_workers}")
+        if not 0 <= nice <= 19:
+            raise ValueError(f"maintenance worker nice value must be in [0, 19], got {nice}")
+        self.num_workers = num_workers
+        self.nice = nice
+        self.spool_dir = spool_dir or default_spool_dir()
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
+        self.restarts = 0  # workers found dead and the pool replaced
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise KuduIOError("maintenance worker pool is shut down")
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    self.num_workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init_worker,
+                    initargs=(self.nice,),
+                )
+            return self._pool
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is broken:
+                self._pool = None
+                self.restarts += 1
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def __call__(self, work: RowsetWriteWork) -> list[RowSetMetadata]:
+        """Run ``work`` in a worker and wait for it (called from a maintenance thread)."""
+        pool = self._executor()
+        try:
+            return pool.submit(run_rowset_write, work).result()
+        except BrokenProcessPool as e:
+            self._replace(pool)
+            log.warning("maintenance worker process died writing rowsets %d..: %s", work.first_id, e)
+            raise KuduIOError(f"maintenance worker process died writing rowsets {work.first_id}..: {e}") from e
+
+    def worker_pids(self) -> list[int]:
+        """The live workers' process ids (for the admin page and tests)."""
+        with self._lock:
+            pool = self._pool
+        procs = getattr(pool, "_processes", None) or {}
+        return sorted(int(pid) for pid in procs)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
