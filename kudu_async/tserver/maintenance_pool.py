@@ -36,9 +36,11 @@ def default_spool_dir() -> str:
 
 
 def _init_worker(nice: int) -> None:
-    """In each worker: lower its priority, and die with the tserver (a kill -9 of it leaves no worker)."""
-    if nice:
-        os.nice(nice)
+    """In each worker: ``nice`` below the tserver's priority (not below the thread that spawned it, which
+    may be niced already), and die with the tserver (a kill -9 of it leaves no worker behind)."""
+    target = min(19, os.getpriority(os.PRIO_PROCESS, os.getppid()) + nice)
+    if target > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, target)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tserver decides when its workers stop
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -82,6 +84,13 @@ class MaintenanceProcessPool:
                 self._pool = None
                 self.restarts += 1
         broken.shutdown(wait=False, cancel_futures=True)
+
+    def start(self) -> None:
+        """Start the workers now (a spawned worker imports its modules first: seconds of CPU on a busy
+        host), so that the first flush does not wait for them."""
+        pool = self._executor()
+        for _ in range(self.num_workers):  # a spawning pool starts a process per job while none is idle
+            pool.submit(os.getpid)
 
     def __call__(self, work: RowsetWriteWork) -> list[RowSetMetadata]:
         """Run ``work`` in a worker and wait for it (called from a maintenance thread)."""

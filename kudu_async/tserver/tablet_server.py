@@ -127,6 +127,8 @@ class TabletServer(Node):
             kv.register_rpc(self.rpc_server)
         await self.tablets.copy_source.start()
         await self.scanners.start()
+        if self.maintenance_pool is not None:
+            self.maintenance_pool.start()
         self.maintenance.start()
         self._poll_task = asyncio.get_running_loop().create_task(self._poll_changes(), name="tablet-state-poll")
         await self.heartbeater.start()
