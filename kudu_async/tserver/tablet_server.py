@@ -57,6 +57,8 @@ class TabletServer(Node):
             if cfg.maintenance_worker_processes
             else None
         )
+        if self.maintenance_pool is not None:
+            self.memory.root.child("maintenance_workers", gauge=self.maintenance_pool.anon_bytes)
         self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)
         _check_fixed_memory(self.memory, self.block_cache.capacity_bytes)
         self.memory.root.child("block_cache", gauge=self.block_cache.usage_bytes)

@@ -137,6 +137,7 @@ def test_a_worker_killed_mid_flush_leaves_the_tablet_intact_and_the_op_is_retrie
         w.apply(OpType.INSERT, list(range(500)), 1)
         assert tablet.flush_mrs()  # the worker is up
         [pid] = pool.worker_pids()
+        assert pool.anon_bytes() > 10 * 1024 * 1024  # its modules at least: counted in the node's memory
         w.apply(OpType.INSERT, list(range(500, 1000)), 1)
         os.kill(pid, signal.SIGKILL)  # the next flush's write finds its worker dead
         mm = MaintenanceManager(memory_threshold_bytes=1)
