@@ -3,9 +3,9 @@
 A worker process has its own GIL, so Parquet encoding, bloom building and fsyncs never hold the event
 loop's turn, and it runs at a lower OS priority (``nice``), so on a busy host the kernel runs the event
 loop, the WAL and write prepare first. The pool is bounded (``--maintenance-manager-num-threads``
-processes), started on first use and replaced when a worker dies: the op that was running fails with the
-reason (the maintenance manager records it and retries the op later; the tablet keeps its frozen stores
-until a write succeeds, so nothing is lost).
+processes forked from a fork server), started with the tserver and replaced when a worker dies: the op
+that was running fails with the reason (the maintenance manager records it and retries the op later; the
+tablet keeps its frozen stores until a write succeeds, so nothing is lost).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def default_spool_dir() -> str:
 
 
 def _init_worker(nice: int) -> None:
-    """In each worker: ``nice`` below the tserver's priority (not below the thread that spawned it, which
-    may be niced already), and die with the tserver (a kill -9 of it leaves no worker behind)."""
+    """In each worker: ``nice`` below its parent's priority (the fork server, started by the tserver's
+    event loop; not below a niced maintenance thread's), and die with its parent (the fork server exits
+    when the tserver does, so a kill -9 of the tserver leaves no worker behind)."""
     target = min(19, os.getpriority(os.PRIO_PROCESS, os.getppid()) + nice)
     if target > os.getpriority(os.PRIO_PROCESS, 0):
         os.setpriority(os.PRIO_PROCESS, 0, target)
@@ -91,9 +92,14 @@ class MaintenanceProcessPool:
             if self._closed:
                 raise KuduIOError("maintenance worker pool is shut down")
             if self._pool is None:
+                # Workers fork from a server process that imported this module once (a spawned worker
+                # would import the tserver's main module and all it needs: seconds on a busy host, paid
+                # again for every replaced worker); the server process itself has no threads to fork.
+                ctx = multiprocessing.get_context("forkserver")
+                ctx.set_forkserver_preload([__name__])
                 self._pool = ProcessPoolExecutor(
                     self.num_workers,
-                    mp_context=multiprocessing.get_context("spawn"),
+                    mp_context=ctx,
                     initializer=_init_worker,
                     initargs=(self.nice,),
                 )
@@ -107,10 +113,10 @@ class MaintenanceProcessPool:
         broken.shutdown(wait=False, cancel_futures=True)
 
     def start(self) -> None:
-        """Start the workers now (a spawned worker imports its modules first: seconds of CPU on a busy
-        host), so that the first flush does not wait for them."""
+        """Start the fork server and the workers now (the fork server imports its modules first: seconds
+        of CPU on a busy host), so that the first flush does not wait for them."""
         pool = self._executor()
-        for _ in range(self.num_workers):  # a spawning pool starts a process per job while none is idle
+        for _ in range(self.num_workers):  # the pool starts a process per job while none is idle
             pool.submit(os.getpid)
 
     def __call__(self, work: RowsetWriteWork) -> list[RowSetMetadata]:
@@ -140,4 +146,11 @@ class MaintenanceProcessPool:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            # Stopped after the maintenance manager, so no write is running: nothing to wait for. A write
+            # cut short would leave orphan blocks only.
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                p.kill()
+            for p in procs:
+                p.join(timeout=5.0)
