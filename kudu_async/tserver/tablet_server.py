@@ -130,7 +130,11 @@ class TabletServer(Node):
         await self.tablets.copy_source.start()
         await self.scanners.start()
         if self.maintenance_pool is not None:
-            self.maintenance_pool.start()
+            # In a worker: starting a process waits for the fork server to answer with its pid, and the
+            # fork server first imports its modules (seconds on a busy host). Not awaited: a flush that
+            # comes first waits for the workers in its own thread.
+            started = asyncio.get_running_loop().run_in_executor(self.io_executor, self.maintenance_pool.start)
+            started.add_done_callback(_log_pool_start)
         self.maintenance.start()
         self._poll_task = asyncio.get_running_loop().create_task(self._poll_changes(), name="tablet-state-poll")
         await self.heartbeater.start()
@@ -236,6 +240,11 @@ async def _tablet(request: web.Request) -> web.Response:
     ts = _ts(request)
     replica = ts.tablets.get(request.match_info["tablet_id"])
     return json_response(replica.status())
+
+
+def _log_pool_start(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("maintenance worker processes did not start (flushes retry them): %r", fut.exception())
 
 
 async def _maintenance(request: web.Request) -> web.Response:
