@@ -85,7 +85,10 @@ class MaintenanceProcessPool:
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
+        self._ready = threading.Event()  # the current pool's workers answered
+        self._starting = False
         self.restarts = 0  # workers found dead and the pool replaced
+        self.in_thread = 0  # writes run in the calling thread while the workers were not up
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -109,18 +112,52 @@ class MaintenanceProcessPool:
         with self._lock:
             if self._pool is broken:
                 self._pool = None
+                self._ready.clear()
                 self.restarts += 1
         broken.shutdown(wait=False, cancel_futures=True)
 
+    def _start_in_background(self) -> None:
+        with self._lock:
+            if self._starting or self._closed:
+                return
+            self._starting = True
+        threading.Thread(target=self._background_start, name="maintenance-pool-start", daemon=True).start()
+
+    def _background_start(self) -> None:
+        try:
+            self.start()
+        except Exception as e:  # the next write runs in its thread and tries again
+            log.warning("maintenance worker processes did not start: %r", e)
+        finally:
+            with self._lock:
+                self._starting = False
+
     def start(self) -> None:
-        """Start the fork server and the workers now (the fork server imports its modules first: seconds
-        of CPU on a busy host), so that the first flush does not wait for them."""
+        """Start the fork server and the workers and wait till they answer (the fork server imports its
+        modules first: seconds on a busy host). Call it in a worker thread."""
         pool = self._executor()
-        for _ in range(self.num_workers):  # the pool starts a process per job while none is idle
-            pool.submit(os.getpid)
+        # The pool starts a process per job while none is idle.
+        jobs = [pool.submit(os.getpid) for _ in range(self.num_workers)]
+        try:
+            for job in jobs:
+                job.result()
+        except BrokenProcessPool as e:
+            self._replace(pool)
+            raise KuduIOError(f"maintenance worker processes did not start: {e}") from e
+        with self._lock:
+            if self._pool is pool:
+                self._ready.set()
 
     def __call__(self, work: RowsetWriteWork) -> list[RowSetMetadata]:
-        """Run ``work`` in a worker and wait for it (called from a maintenance thread)."""
+        """Run ``work`` in a worker and wait for it (called from a maintenance thread). Until the workers are
+        up (the tserver just started, or a dead worker's pool is being replaced) the write runs in the
+        calling thread instead, as without worker processes: a flush never waits for a process start."""
+        if self._closed:
+            raise KuduIOError("maintenance worker pool is shut down")
+        if not self._ready.is_set():
+            self._start_in_background()
+            self.in_thread += 1
+            return run_rowset_write(work)
         pool = self._executor()
         try:
             return pool.submit(_write_rowsets, work).result()

@@ -131,8 +131,8 @@ class TabletServer(Node):
         await self.scanners.start()
         if self.maintenance_pool is not None:
             # In a worker: starting a process waits for the fork server to answer with its pid, and the
-            # fork server first imports its modules (seconds on a busy host). Not awaited: a flush that
-            # comes first waits for the workers in its own thread.
+            # fork server first imports its modules (seconds on a busy host). Not awaited: flushes write
+            # in their own thread until the workers are up.
             started = asyncio.get_running_loop().run_in_executor(self.io_executor, self.maintenance_pool.start)
             started.add_done_callback(_log_pool_start)
         self.maintenance.start()

@@ -28,6 +28,7 @@ from tests.unit.tablet.tablet_testkit import make_schema
 @pytest.fixture(scope="module")
 def pool() -> Iterator[MaintenanceProcessPool]:
     p = MaintenanceProcessPool(1, nice=5)
+    p.start()
     try:
         yield p
     finally:
@@ -130,6 +131,7 @@ def test_flush_and_compaction_through_worker_processes(tmp_path: Any, pool: Main
 def test_a_worker_killed_mid_flush_leaves_the_tablet_intact_and_the_op_is_retried(tmp_path: Any) -> None:
     pool = MaintenanceProcessPool(1)
     try:
+        pool.start()
         clock = ManualHybridClock(10**12)
         opts = TabletOptions(sync=False, rowset_writer=pool)
         tablet = Tablet.create(str(tmp_path / "t"), make_schema(), options=opts, clock=clock)
@@ -150,9 +152,11 @@ def test_a_worker_killed_mid_flush_leaves_the_tablet_intact_and_the_op_is_retrie
         assert _scan(tablet) == w.model  # the frozen MemRowSet still answers
         assert len(tablet.rowsets()) == 1
         w.apply(OpType.UPDATE, [600, 700], 5)  # and takes mutations of its rows
+        pool.start()  # the replacement workers are up (until then writes would run in this thread)
         assert mm.poll_once(run_inline=True) is not None  # the retry, in a fresh worker
         assert mm.status()["history"][-1]["result"] == "OK"
         assert pool.worker_pids() and pool.worker_pids() != [pid]
+        assert pool.in_thread == 0
         assert len(tablet.rowsets()) == 2 and tablet.mrs_memory_bytes() == 0
         assert _scan(tablet) == w.model
         reopened = Tablet.open(str(tmp_path / "t"), log_ops=w.log, options=opts, clock=clock)
@@ -178,3 +182,24 @@ def test_pool_rejects_bad_settings_and_work_after_shutdown(tmp_path: Any) -> Non
             pool(work)
     finally:
         discard_spool(work)
+
+
+def test_writes_run_in_the_calling_thread_until_the_workers_are_up(tmp_path: Any) -> None:
+    pool = MaintenanceProcessPool(1)
+    try:
+        clock = ManualHybridClock(10**12)
+        tablet = Tablet.create(
+            str(tmp_path / "t"), make_schema(), options=TabletOptions(sync=False, rowset_writer=pool), clock=clock
+        )
+        w = _Writes(tablet, clock)
+        w.apply(OpType.INSERT, list(range(100)), 1)
+        assert tablet.flush_mrs()  # no worker yet: written here, and the workers start meanwhile
+        assert pool.in_thread == 1
+        assert _scan(tablet) == w.model
+        pool.start()
+        w.apply(OpType.INSERT, list(range(100, 200)), 1)
+        assert tablet.flush_mrs()
+        assert pool.in_thread == 1 and pool.worker_pids()
+        assert _scan(tablet) == w.model
+    finally:
+        pool.shutdown()
