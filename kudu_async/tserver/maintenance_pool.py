@@ -17,6 +17,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -28,6 +29,7 @@ from kudu_async.tablet.maintenance_worker import RowsetWriteWork, run_rowset_wri
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+OWNER_CHECK_S = 1.0  # how often a worker checks that its tserver still runs
 
 
 def default_spool_dir() -> str:
@@ -36,7 +38,20 @@ def default_spool_dir() -> str:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
 
-def _init_worker(nice: int) -> None:
+def _watch_owner(owner: int) -> None:
+    """Exit once the tserver is gone: a worker's parent is the fork server, which a kill -9 of the tserver
+    does not stop while a worker holds its pipes."""
+    while True:
+        time.sleep(OWNER_CHECK_S)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:  # a process of another user took the pid: the tserver is gone
+            os._exit(0)
+
+
+def _init_worker(nice: int, owner: int) -> None:
     """In each worker: ``nice`` below its parent's priority (the fork server, started by the tserver's
     event loop; not below a niced maintenance thread's), and die with its parent (the fork server exits
     when the tserver does, so a kill -9 of the tserver leaves no worker behind)."""
@@ -49,6 +64,7 @@ def _init_worker(nice: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the pool's own shutdown still stops the workers
         pass
+    threading.Thread(target=_watch_owner, args=(owner,), name="owner-watch", daemon=True).start()
 
 
 def _write_rowsets(work: RowsetWriteWork) -> list[RowSetMetadata]:
@@ -104,7 +120,7 @@ class MaintenanceProcessPool:
                     self.num_workers,
                     mp_context=ctx,
                     initializer=_init_worker,
-                    initargs=(self.nice,),
+                    initargs=(self.nice, os.getpid()),
                 )
             return self._pool
 
