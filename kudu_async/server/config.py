@@ -440,8 +440,8 @@ FLAGS: tuple[Flag, ...] = (
         False,
         "Write flush and compaction outputs (Parquet encoding, bloom filters, fsyncs) in "
         "--maintenance-manager-num-threads worker processes instead of the maintenance threads, so that they "
-        "never hold the event loop's GIL (default false: the maintenance threads held the GIL ~2 % of the time "
-        "the loop did during a bulk load, and each worker costs ~60-100 MiB and a fork server per node).",
+        "never hold the event loop's GIL (default false: the maintenance threads held the GIL a fiftieth as often as "
+        "the loop during a bulk load, and each worker costs ~60-100 MiB and a fork server per node).",
     ),
     Flag(
         "budgeted_compaction_target_rowset_size_mb",
