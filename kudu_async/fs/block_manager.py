@@ -25,7 +25,16 @@ BLOCK_SUFFIX = ".blk"
 class BlockManager:
     """Allocates block ids, writes blocks durably and maps ids to paths over several data dirs."""
 
-    def __init__(self, data_dirs: list[str], *, sync: bool = True, cache: BlockCache | None = None) -> None:
+    def __init__(
+        self,
+        data_dirs: list[str],
+        *,
+        sync: bool = True,
+        cache: BlockCache | None = None,
+        remove_temp_files: bool = True,
+    ) -> None:
+        """``remove_temp_files``: delete temp files a crash left in the dirs; False for a second writer into
+        dirs whose owner is running (its temp files are writes in flight)."""
         if not data_dirs:
             raise ValueError("at least one data dir is required")
         self.data_dirs = [os.path.abspath(d) for d in data_dirs]
@@ -33,7 +42,8 @@ class BlockManager:
         self.cache = cache
         for d in self.data_dirs:
             os.makedirs(d, exist_ok=True)
-            remove_stale_temp_files(d)
+            if remove_temp_files:
+                remove_stale_temp_files(d)
         self._rr = itertools.count()
         self._lock = threading.Lock()
         self._prefix = uuid.uuid4().hex[:12]

@@ -141,6 +141,10 @@ def _percentage(v: float) -> str | None:
     return None if 0 < v <= 100 else "must be a percentage in (0, 100]"
 
 
+def _nice(v: int) -> str | None:
+    return None if 0 <= v <= 19 else "must be in [0, 19]"
+
+
 def _at_least_minus_one(v: int) -> str | None:
     return None if v >= -1 else "must be >= 0, or -1 for the default"
 
@@ -511,6 +515,24 @@ FLAGS: tuple[Flag, ...] = (
         "Worker threads for flushes and compactions (default 1: on a 2-core host a second worker takes CPU "
         "from the event loop and the WAL; the GIL serialises their Python parts anyway).",
         check=_positive,
+    ),
+    Flag(
+        "maintenance_manager_nice",
+        _to_int,
+        0,
+        "Nice value added to the CPU priority of the flush and compaction threads and worker processes, 0-19 "
+        "(default 0: not shown to pay on a 2-core host loaded by other work, and at 10, with that host loaded "
+        "~25, flushes fell a whole 2M-row chunk behind the scale bench's load and memory grew).",
+        check=_nice,
+    ),
+    Flag(
+        "maintenance_worker_processes",
+        _to_bool,
+        False,
+        "Write flush and compaction outputs (Parquet encoding, bloom filters, fsyncs) in "
+        "--maintenance-manager-num-threads worker processes instead of the maintenance threads, so that they "
+        "never hold the event loop's GIL (default false: the maintenance threads held the GIL a fiftieth as often as "
+        "the loop during a bulk load, and each worker costs ~60-100 MiB and a fork server per node).",
     ),
     Flag(
         "budgeted_compaction_target_rowset_size_mb",

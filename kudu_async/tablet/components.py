@@ -23,6 +23,7 @@ from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import TabletMetadata
 from kudu_async.tablet.diskrowset import TARGET_ROWSET_BYTES, DiskRowSet
 from kudu_async.tablet.lock_manager import LockManager
+from kudu_async.tablet.maintenance_worker import RowsetWriter
 from kudu_async.tablet.memrowset import MemRowSet, MRSRow
 from kudu_async.tablet.mvcc import MvccManager
 from kudu_async.tablet.schema_info import TS_COL, SchemaInfo
@@ -43,6 +44,9 @@ class TabletOptions:
     lock_timeout_s: float = 10.0
     sync: bool = True
     block_cache: BlockCache | None = None  # the node's (block_cache_capacity_mb), shared by its tablets
+    # Writes flush and compaction outputs in another process (the node's maintenance pool); None: in the
+    # flushing thread.
+    rowset_writer: RowsetWriter | None = None
 
 
 class TabletComponents:

@@ -31,6 +31,7 @@ from kudu_async.tablet.delta_store import (
 )
 from kudu_async.tablet.diskrowset import DiskRowSet, write_delta_block, write_rowsets
 from kudu_async.tablet.key_arrays import KeyBatch
+from kudu_async.tablet.maintenance_worker import discard_spool, prepare_rowset_write
 from kudu_async.tablet.memrowset import MemRowSet, Mutation
 from kudu_async.tablet.schema_info import KEY_COL, TS_COL
 
@@ -334,7 +335,24 @@ class RowSetMaintenance:
         rowsets, their blocks (deleted here if opening them fails) and the bytes written."""
         c = self._c
         pieces: list[pa.Table] = []
-        metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes, pieces)
+        writer = c.options.rowset_writer
+        if writer is not None and not isinstance(deltas, list):
+            work = prepare_rowset_write(
+                c.info, c.bm, table, deltas, first_id, c.options.target_rowset_bytes, writer.spool_dir
+            )
+            try:
+                metas = writer(work)
+            finally:
+                discard_spool(work)
+            start = 0
+            for rs in metas:  # the rows each rowset holds, for the block cache
+                pieces.append(table.slice(start, rs.num_rows).combine_chunks())
+                start += rs.num_rows
+            if start != table.num_rows:
+                c.bm.delete_blocks(b for rs in metas for b in rs.blocks())
+                raise AssertionError(f"rowset writer wrote {start} rows of {table.num_rows}")
+        else:
+            metas = write_rowsets(c.bm, c.info, table, deltas, first_id, c.options.target_rowset_bytes, pieces)
         block_ids = [b for rs in metas for b in rs.blocks()]
         try:
             written = self._blocks_bytes(block_ids)

@@ -24,6 +24,7 @@ from kudu_async.server.node import Node
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import TabletOptions
 from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
+from kudu_async.tserver.maintenance_pool import MaintenanceProcessPool
 from kudu_async.tserver.replicated_kv import ReplicatedKVService
 from kudu_async.tserver.scanners import ScannerManager
 from kudu_async.tserver.service import TabletService
@@ -49,7 +50,15 @@ class TabletServer(Node):
             flush_age_s=float(cfg.flush_threshold_secs),
             memory_usage=self.memory.projected,  # pressure judged with the next flush counted
             working_memory=self.memory.root.child("maintenance"),
+            nice=cfg.maintenance_manager_nice,
         )
+        self.maintenance_pool = (
+            MaintenanceProcessPool(cfg.maintenance_manager_num_threads, nice=cfg.maintenance_manager_nice)
+            if cfg.maintenance_worker_processes
+            else None
+        )
+        if self.maintenance_pool is not None:
+            self.memory.root.child("maintenance_workers", gauge=self.maintenance_pool.anon_bytes)
         self.block_cache = BlockCache(cfg.block_cache_capacity_mb * 1024 * 1024)
         _check_fixed_memory(self.memory, self.block_cache.capacity_bytes)
         self.memory.root.child("block_cache", gauge=self.block_cache.usage_bytes)
@@ -80,6 +89,7 @@ class TabletServer(Node):
             history_max_age_sec=float(cfg.tablet_history_max_age_sec),
             sync=cfg.log_force_fsync_all,
             block_cache=self.block_cache,
+            rowset_writer=self.maintenance_pool,
         )
         limits = WriteLimits(
             max_pending_writes=cfg.tablet_max_pending_writes,
@@ -119,6 +129,12 @@ class TabletServer(Node):
             kv.register_rpc(self.rpc_server)
         await self.tablets.copy_source.start()
         await self.scanners.start()
+        if self.maintenance_pool is not None:
+            # In a worker: starting a process waits for the fork server to answer with its pid, and the
+            # fork server first imports its modules (seconds on a busy host). Not awaited: flushes write
+            # in their own thread until the workers are up.
+            started = asyncio.get_running_loop().run_in_executor(self.io_executor, self.maintenance_pool.start)
+            started.add_done_callback(_log_pool_start)
         self.maintenance.start()
         self._poll_task = asyncio.get_running_loop().create_task(self._poll_changes(), name="tablet-state-poll")
         await self.heartbeater.start()
@@ -157,6 +173,8 @@ class TabletServer(Node):
         await self.scanners.stop()
         await self.tablets.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.maintenance.stop)
+        if self.maintenance_pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.maintenance_pool.shutdown)
 
     def _set_write_limits(self, table_ids: frozenset[str]) -> None:
         self.service.write_limited_tables = table_ids
@@ -222,6 +240,11 @@ async def _tablet(request: web.Request) -> web.Response:
     ts = _ts(request)
     replica = ts.tablets.get(request.match_info["tablet_id"])
     return json_response(replica.status())
+
+
+def _log_pool_start(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("maintenance worker processes did not start (flushes retry them): %r", fut.exception())
 
 
 async def _maintenance(request: web.Request) -> web.Response:
