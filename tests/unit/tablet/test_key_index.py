@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import random
 from collections.abc import Sequence
@@ -181,3 +182,23 @@ def test_probing_in_key_order_answers_as_searchsorted(dtype: str) -> None:
     assert len(values) >= key_arrays.SORTED_PROBE_MIN[0] and len(q) >= key_arrays.SORTED_PROBE_MIN[1]
     assert probe_sorted(values, q).tolist() == np.searchsorted(values, q).tolist()
     assert probe_sorted(values, q[:10]).tolist() == np.searchsorted(values, q[:10]).tolist()
+
+
+def test_packed_keys_read_bisect_and_view_as_integers_like_the_list_they_pack() -> None:
+    rng = random.Random(5)
+    varying = sorted({bytes(rng.randrange(256) for _ in range(rng.randrange(0, 12))) for _ in range(300)})
+    packed = key_arrays.PackedKeys(varying)
+    assert len(packed) == len(varying) and list(packed) == varying and packed[-1] == varying[-1]
+    assert packed[3:7] == varying[3:7]
+    for probe in [b"", b"\x00", b"\xff" * 13, *rng.sample(varying, 20), *(k + b"\x00" for k in varying[:20])]:
+        assert bisect.bisect_right(packed, probe) == bisect.bisect_right(varying, probe)
+        assert bisect.bisect_left(packed, probe) == bisect.bisect_left(varying, probe)
+    assert packed.ints(8) is None and packed.ints(3) is None
+    with pytest.raises(IndexError):
+        packed[len(varying)]
+    ints = [(i * 7919).to_bytes(8, "big") for i in range(100)]
+    p8 = key_arrays.PackedKeys(ints)
+    view = p8.ints(8)
+    assert view is not None and view.tolist() == [i * 7919 for i in range(100)]
+    assert p8.nbytes() == 100 * 8 + 101 * 8 + view.nbytes
+    assert len(key_arrays.PackedKeys([])) == 0
