@@ -251,6 +251,7 @@ class KeyBatch:
         self.lengths = np.diff(self._offsets)
         self._order: np.ndarray | None = None
         self._sorted: list[bytes] | None = None
+        self._sorted_ints: np.ndarray | None = None  # the integer keys in key order (rows_in_range)
         self._hashes: np.ndarray | None = None
         self._word_hashes: np.ndarray | None = None
         self._padded: dict[int, np.ndarray] = {}
@@ -297,8 +298,17 @@ class KeyBatch:
         return self._order
 
     def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
-        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
+        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order: integer keys by
+        ``searchsorted`` over their sorted values, others by bisecting their sorted ``bytes``."""
         order = self.order()
+        w = self.int_width()
+        if w is not None and len(lo) == w and len(hi) == w:
+            if self._sorted_ints is None:
+                self._sorted_ints = self.numeric(w)[order]
+            vals = self._sorted_ints
+            a = int(np.searchsorted(vals, vals.dtype.type(int.from_bytes(lo, "big")), side="left"))
+            b = int(np.searchsorted(vals, vals.dtype.type(int.from_bytes(hi, "big")), side="right"))
+            return order[a : max(a, b)]
         if self._sorted is None:
             self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
         a = bisect.bisect_left(self._sorted, lo)
@@ -492,7 +502,12 @@ class SortedKeys:
         form = self._form
         if not isinstance(form, tuple):
             return 0
-        return sum(a.nbytes for a in form[:2] if isinstance(a, np.ndarray) and a.base is None)
+        # numpy's own memory (a copy, or a view of one); views of the Arrow buffer cost nothing more
+        return sum(
+            a.nbytes
+            for a in form[:2]
+            if isinstance(a, np.ndarray) and (a.base is None or isinstance(a.base, np.ndarray))
+        )
 
     def search(self, key: bytes) -> int | None:
         """Position of ``key``, or None (cheap enough for the event loop: no form is built)."""

@@ -202,3 +202,19 @@ def test_packed_keys_read_bisect_and_view_as_integers_like_the_list_they_pack() 
     assert view is not None and view.tolist() == [i * 7919 for i in range(100)]
     assert p8.nbytes() == 100 * 8 + 101 * 8 + view.nbytes
     assert len(key_arrays.PackedKeys([])) == 0
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 5])
+def test_rows_in_range_of_integer_keys_matches_bisecting_their_bytes(width: int) -> None:
+    rng = random.Random(width)
+    top = 256**width
+    keys = [rng.randrange(top).to_bytes(width, "big") for _ in range(500)]
+    keys += [keys[3], keys[7], (0).to_bytes(width, "big"), (top - 1).to_bytes(width, "big")]  # duplicates, ends
+    kb = KeyBatch([*keys])
+    by_bytes = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    ends = [(0).to_bytes(width, "big"), (top - 1).to_bytes(width, "big")]
+    probes = ends + rng.sample(keys, 30) + [b"\x00" * (width + 1), b"\x7f"]
+    for lo in probes:
+        for hi in rng.sample(probes, 8):
+            want = [i for i in by_bytes if lo <= keys[i] <= hi]
+            assert kb.rows_in_range(lo, hi).tolist() == want, (lo, hi)
