@@ -257,8 +257,11 @@ class ParquetBase:
         self.all_columns = [*info.names, KEY_COL, TS_COL]
         self._fields: dict[str, pa.Field] = {}
         self._schemas: dict[tuple[str, ...], pa.Schema] = {}
-        # The footer parsed here is let go: the first block decode parses and caches it (a restart opening
-        # every rowset would otherwise fill the cache with footers before the warm-up puts blocks there).
+        # With a block cache the footer parsed here is let go: the first block decode parses and caches it
+        # (a restart opening every rowset would otherwise fill the cache with footers before the warm-up
+        # puts blocks there). Without one (tests, tools: nothing bounds their memory) the rowset keeps it,
+        # rather than parse it again for every block it decodes.
+        self._own_footer: pq.ParquetFile | None = pf if cache is None else None
 
     @property
     def num_blocks(self) -> int:
@@ -281,6 +284,8 @@ class ParquetBase:
         """The parsed footer (a reader over the mapped file): from the block cache, or parsed again
         from the file when it was evicted (and cached again with ``fill_cache``: a scan parses it for
         itself rather than evict the blocks lookups use)."""
+        if self._own_footer is not None:
+            return self._own_footer
         key = (self.path, "#footer")
         pf = self.cache.get(key) if self.cache is not None else None
         if pf is None:

@@ -299,7 +299,8 @@ def test_an_open_rowset_holds_a_packed_index_only_and_its_memory_stays_bounded_p
     t, clock = _kv_tablet(str(tmp_path / "t"))
     _write(t, clock, OpType.INSERT, list(range(n)), [f"v{i}" for i in range(n)], 1)
     t.flush_mrs()
-    t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False), clock=clock)
+    cache = BlockCache(64 << 20)  # a node's rowsets always have one: footers go there
+    t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=cache), clock=clock)
     [d] = t2.rowsets()
     assert isinstance(d.base, rowset_file.ParquetBase) and d.base.num_blocks == -(-n // 128)
     assert _held_footers(d.base) == []
