@@ -312,6 +312,12 @@ class DiskRowSet:
         """The base data's size decoded (what a compaction reading it holds)."""
         return self.base.decoded_bytes
 
+    def memory_bytes(self) -> int:
+        """Process memory this rowset holds while open, outside the block cache and its DeltaMemStores:
+        the base's packed sparse key index and the delta index."""
+        deltas = self._deltas
+        return self.base.resident_bytes() + (0 if deltas is None else deltas.nbytes())
+
     def delta_memory_bytes(self) -> int:
         return self.dms.memory_bytes() + sum(d.memory_bytes() for d in self.flushing_dms)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +27,7 @@ __all__ = [
     "KeyIndex",
     "KeyRun",
     "KeySet",
+    "PackedKeys",
     "SortedKeys",
     "binary_layout",
     "fixed_width_view",
@@ -147,6 +150,63 @@ def sort_order(keys: pa.Array) -> np.ndarray:
     return np.argsort(view, kind="stable").astype(np.int64, copy=False)
 
 
+class PackedKeys(Sequence[bytes]):
+    """Sorted keys held packed: one ``bytes`` of their concatenation and an int64 offset per key (8
+    bytes plus the key per entry, where a list holds a 33-byte object header per key as well). A
+    sequence of ``bytes`` for ``bisect``; :meth:`ints` gives the big-endian integer view that
+    ``searchsorted`` places a whole batch of integer keys with."""
+
+    __slots__ = ("_data", "_ints", "_offsets")
+
+    def __init__(self, keys: Iterable[bytes]) -> None:
+        keys = list(keys)
+        self._data = b"".join(keys)
+        self._offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+        if keys:
+            np.cumsum([len(k) for k in keys], out=self._offsets[1:])
+        self._ints: tuple[int, np.ndarray] | None = None  # (width, the keys as native unsigned ints)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"key {i} of {n}")
+        return self._data[int(self._offsets[i]) : int(self._offsets[i + 1])]
+
+    def __iter__(self) -> Iterator[bytes]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def ints(self, width: int) -> np.ndarray | None:
+        """Every key as a native unsigned integer when all are ``width`` bytes (1, 2, 4 or 8), else None."""
+        if self._ints is not None and self._ints[0] == width:
+            return self._ints[1]
+        n = len(self)
+        if width not in _INT_WIDTHS or len(self._data) != n * width:
+            return None
+        if n and not bool((np.diff(self._offsets) == width).all()):
+            return None
+        vals = np.frombuffer(self._data, dtype=f">u{width}").astype(f"u{width}")
+        self._ints = (width, vals)
+        return vals
+
+    def nbytes(self) -> int:
+        """Bytes held (the packed keys, their offsets and an integer view if one was built)."""
+        return len(self._data) + self._offsets.nbytes + (0 if self._ints is None else self._ints[1].nbytes)
+
+
 SEPARATE_RUNS = 16  # runs of a KeyIndex kept unmerged while their key ranges do not meet
 SCALAR_PROBES = 8  # a KeyIndex lookup of at most this many keys searches key by key
 SORTED_PROBE_MIN = (32_768, 1_024)  # (sorted keys, probes) from which probing in key order pays
@@ -191,6 +251,7 @@ class KeyBatch:
         self.lengths = np.diff(self._offsets)
         self._order: np.ndarray | None = None
         self._sorted: list[bytes] | None = None
+        self._sorted_ints: np.ndarray | None = None  # the integer keys in key order (rows_in_range)
         self._hashes: np.ndarray | None = None
         self._word_hashes: np.ndarray | None = None
         self._padded: dict[int, np.ndarray] = {}
@@ -237,8 +298,17 @@ class KeyBatch:
         return self._order
 
     def rows_in_range(self, lo: bytes, hi: bytes) -> np.ndarray:
-        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order."""
+        """Row indices of the (non-null) keys with ``lo <= key <= hi``, in key order: integer keys by
+        ``searchsorted`` over their sorted values, others by bisecting their sorted ``bytes``."""
         order = self.order()
+        w = self.int_width()
+        if w is not None and len(lo) == w and len(hi) == w:
+            if self._sorted_ints is None:
+                self._sorted_ints = self.numeric(w)[order]
+            vals = self._sorted_ints
+            a = int(np.searchsorted(vals, vals.dtype.type(int.from_bytes(lo, "big")), side="left"))
+            b = int(np.searchsorted(vals, vals.dtype.type(int.from_bytes(hi, "big")), side="right"))
+            return order[a : max(a, b)]
         if self._sorted is None:
             self._sorted = list(map(self.keys.__getitem__, order.tolist()))  # type: ignore[arg-type]
         a = bisect.bisect_left(self._sorted, lo)
@@ -426,6 +496,18 @@ class SortedKeys:
         if width == 0 or n * width > 4 * (int(lens.sum()) + 4 * n) + (1 << 20):
             return False
         return padded_keys(offsets, data, width), lens, width, False
+
+    def form_bytes(self) -> int:
+        """Bytes of the search form built beside the keys (a copy of them as integers or padded), if any."""
+        form = self._form
+        if not isinstance(form, tuple):
+            return 0
+        # numpy's own memory (a copy, or a view of one); views of the Arrow buffer cost nothing more
+        return sum(
+            a.nbytes
+            for a in form[:2]
+            if isinstance(a, np.ndarray) and (a.base is None or isinstance(a.base, np.ndarray))
+        )
 
     def search(self, key: bytes) -> int | None:
         """Position of ``key``, or None (cheap enough for the event loop: no form is built)."""

@@ -27,13 +27,13 @@ import pyarrow.parquet as pq
 
 from kudu_async.common.errors import KuduCorruption
 from kudu_async.fs.block_cache import BlockCache, charge_miss
-from kudu_async.tablet.key_arrays import KeyBatch, SortedKeys
+from kudu_async.tablet.key_arrays import KeyBatch, PackedKeys, SortedKeys
 from kudu_async.tablet.schema_info import FILE_IDS_META, KEY_COL, TS_COL, SchemaInfo
 
 # Rows per row group (block). Measured on the issue's table, 2M rows: a point lookup that decodes its
 # block takes ~1.3 ms at 8192 rows, ~0.7-0.9 ms at 4096, ~0.4 ms at 2048, for 7.4 / 7.7 / 8.2 bytes per
-# row on disk and the same scan rate; every block costs footer metadata in memory while the rowset is
-# open, so 4096.
+# row on disk and the same scan rate; every block costs footer metadata (~5.7 KiB parsed, held in the
+# block cache) and ~40 bytes of resident key index, so 4096.
 BLOCK_ROWS = 4096
 # Rows read per step of a scan: a scan holds one step's decoded columns, never the whole rowset.
 SCAN_STEP_ROWS = 65_536
@@ -43,6 +43,13 @@ LAST_KEYS_META = b"kudu.block_last_keys"
 DECODED_BYTES_META = b"kudu.decoded_bytes"
 PARQUET_MAGIC = b"PAR1"
 ARROW_MAGIC = b"ARROW1"
+# A parsed footer (pyarrow's FileMetaData, held by the ParquetFile that decodes blocks) takes about 14
+# times its serialised size in memory: measured 280 KiB for a 20 KiB footer of 49 row groups of six
+# columns, ~5.7 KiB per block. The block cache charges it at this multiple.
+FOOTER_MEMORY_RATIO = 14
+# What an open rowset holds beside its packed per-block index: its Python objects (DiskRowSet, base,
+# bloom filter, empty delta stores), measured ~4 KiB with tracemalloc on the issue's table.
+RESIDENT_OVERHEAD_BYTES = 4096
 
 # Kudu's compression codecs -> Parquet's; DEFAULT is LZ4 (measured: within 1.2x of ZSTD's size on
 # the issue's table, faster to write and to scan; Kudu's own default is no compression over
@@ -212,7 +219,10 @@ class ParquetBase:
     """The base data of one Parquet rowset file seen through schema ``info``: blocks decoded on demand.
 
     Decoded blocks (one column of one row group; the key index of one row group) live in the node's
-    block cache when there is one, else only as long as a read holds them.
+    block cache when there is one, else only as long as a read holds them. So does the parsed footer,
+    which a block decode needs (about 5.7 KiB per block): evicted, it is parsed again from the mapped
+    file. What stays resident while the rowset is open is its sparse key index, packed (first and last
+    key and first row of every block: ~40 bytes per block for integer keys), see :meth:`resident_bytes`.
     """
 
     def __init__(self, path: str, info: SchemaInfo, cache: BlockCache | None) -> None:
@@ -224,47 +234,90 @@ class ParquetBase:
             # Mapped for the rowset's life: a scan still reading it after a compaction deleted the
             # file reads on (file pages, not process memory).
             self._file = pa.memory_map(path, "r").read_buffer()
-            self._pf = pq.ParquetFile(pa.BufferReader(self._file), page_checksum_verification=True)
-            self._md = self._pf.metadata
-            kv = self._pf.schema_arrow.metadata or {}
+            pf = self._parse_footer()
+            md = pf.metadata
+            schema = pf.schema_arrow
+            kv = schema.metadata or {}
             ids = file_column_ids(kv)
-            self.firsts = [bytes.fromhex(h) for h in json.loads(kv[FIRST_KEYS_META])]
-            self.lasts = [bytes.fromhex(h) for h in json.loads(kv[LAST_KEYS_META])]
+            self.firsts = PackedKeys(bytes.fromhex(h) for h in json.loads(kv[FIRST_KEYS_META]))
+            self.lasts = PackedKeys(bytes.fromhex(h) for h in json.loads(kv[LAST_KEYS_META]))
             self.decoded_bytes = int(kv[DECODED_BYTES_META])
         except (pa.ArrowException, OSError, KeyError, ValueError) as e:
             raise KuduCorruption(f"cannot read block {path}: {e}") from e
-        self.num_rows = self._md.num_rows
-        counts = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
+        self.num_rows = md.num_rows
+        counts = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         if len(counts) != len(self.firsts):
             raise KuduCorruption(f"cannot read block {path}: {len(counts)} row groups, {len(self.firsts)} index keys")
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._schema = self._pf.schema_arrow
+        if len(self.firsts):  # integer keys: the view write batches place their keys with, built once
+            self.firsts.ints(len(self.firsts[0]))
+            self.lasts.ints(len(self.firsts[0]))
+        self._resident = RESIDENT_OVERHEAD_BYTES + self.firsts.nbytes() + self.lasts.nbytes() + self.starts.nbytes
+        # _key and _ts as written (the scan merges them with MemRowSet rows); the file's schema itself
+        # is not kept (its metadata repeats the key index as hex).
+        self._internal = {name: schema.field(name) for name in (KEY_COL, TS_COL)}
         # current column name -> the file's name for it (None: added later, read its default)
         self.src: dict[str, str | None] = {}
         for cid, name in zip(info.ids, info.names, strict=True):
             src = ids.get(cid)
-            self.src[name] = src if src is not None and src in self._schema.names else None
+            self.src[name] = src if src is not None and src in schema.names else None
         self.src[KEY_COL] = KEY_COL
         self.src[TS_COL] = TS_COL
         self.all_columns = [*info.names, KEY_COL, TS_COL]
-        self._int_index: tuple[int, np.ndarray, np.ndarray] | None = None  # width, first/last keys
         self._fields: dict[str, pa.Field] = {}
         self._schemas: dict[tuple[str, ...], pa.Schema] = {}
+        # With a block cache the footer parsed here is let go: the first block decode parses and caches it
+        # (a restart opening every rowset would otherwise fill the cache with footers before the warm-up
+        # puts blocks there). Without one (tests, tools: nothing bounds their memory) the rowset keeps it,
+        # rather than parse it again for every block it decodes.
+        self._own_footer: pq.ParquetFile | None = pf if cache is None else None
 
     @property
     def num_blocks(self) -> int:
         return len(self.firsts)
 
+    def resident_bytes(self) -> int:
+        """Bytes this rowset's base holds in process memory for as long as it is open (not in the
+        block cache): the packed sparse key index and block starts, plus a fixed overhead."""
+        return self._resident
+
+    def footer_bytes(self) -> int:
+        """What the parsed footer is charged in the block cache (its size in memory, estimated)."""
+        size = int.from_bytes(self._file[len(self._file) - 8 : len(self._file) - 4].to_pybytes(), "little")
+        return max(1, size * FOOTER_MEMORY_RATIO)
+
+    def _parse_footer(self) -> pq.ParquetFile:
+        return pq.ParquetFile(pa.BufferReader(self._file), page_checksum_verification=True)
+
+    def footer(self, *, fill_cache: bool = True) -> pq.ParquetFile:
+        """The parsed footer (a reader over the mapped file): from the block cache, or parsed again
+        from the file when it was evicted (and cached again with ``fill_cache``: a scan parses it for
+        itself rather than evict the blocks lookups use)."""
+        if self._own_footer is not None:
+            return self._own_footer
+        key = (self.path, "#footer")
+        pf = self.cache.get(key) if self.cache is not None else None
+        if pf is None:
+            try:
+                pf = self._parse_footer()
+            except (pa.ArrowException, OSError) as e:
+                raise self._corrupt(e) from e
+            if self.cache is not None and fill_cache:
+                self.cache.put(key, pf, self.footer_bytes())
+        assert isinstance(pf, pq.ParquetFile)
+        return pf
+
     def block_bytes(self, columns: Sequence[str] | None = None) -> np.ndarray:
         """Uncompressed bytes of every block, from the footer: of ``columns`` (current names) and the
         key, or of every column (None). What a split of the key range by size weighs blocks with."""
-        n = self._md.num_row_groups
+        md = self.footer(fill_cache=False).metadata
+        n = md.num_row_groups
         if columns is None:
-            return np.fromiter((self._md.row_group(i).total_byte_size for i in range(n)), dtype=np.int64, count=n)
+            return np.fromiter((md.row_group(i).total_byte_size for i in range(n)), dtype=np.int64, count=n)
         wanted = {KEY_COL, *(s for s in (self.src.get(c) for c in columns) if s is not None)}
         out = np.zeros(n, dtype=np.int64)
         for i in range(n):
-            rg = self._md.row_group(i)
+            rg = md.row_group(i)
             for j in range(rg.num_columns):
                 col = rg.column(j)
                 if col.path_in_schema.split(".")[0] in wanted:
@@ -275,7 +328,7 @@ class ParquetBase:
         f = self._fields.get(name)
         if f is None:
             # _key and _ts as written (the scan merges them with MemRowSet rows)
-            f = self._schema.field(name) if name in (KEY_COL, TS_COL) else self.info.arrow.field(name)
+            f = self._internal[name] if name in self._internal else self.info.arrow.field(name)
             self._fields[name] = f
         return f
 
@@ -295,8 +348,9 @@ class ParquetBase:
 
     def _decode(self, rg: int, file_cols: list[str]) -> pa.Table:
         try:
-            with self._lock:
-                return self._pf.read_row_group(rg, columns=file_cols, use_threads=False)
+            pf = self.footer()
+            with self._lock:  # one decode at a time through the shared reader
+                return pf.read_row_group(rg, columns=file_cols, use_threads=False)
         except (pa.ArrowException, OSError) as e:
             raise self._corrupt(e) from e
 
@@ -466,13 +520,9 @@ class ParquetBase:
         w = kb.int_width()
         if w is None:
             return None
-        if self._int_index is None or self._int_index[0] != w:
-            if any(len(k) != w for k in (*self.firsts, *self.lasts)):
-                return None
-            firsts = np.frombuffer(b"".join(self.firsts), dtype=f">u{w}").astype(f"u{w}")
-            lasts = np.frombuffer(b"".join(self.lasts), dtype=f">u{w}").astype(f"u{w}")
-            self._int_index = (w, firsts, lasts)
-        _, firsts, lasts = self._int_index
+        firsts, lasts = self.firsts.ints(w), self.lasts.ints(w)
+        if firsts is None or lasts is None:
+            return None
         q = kb.numeric(w)[rows]
         rg = np.searchsorted(firsts, q, side="right") - 1
         inside = (rg >= 0) & (q <= lasts[np.maximum(rg, 0)])
@@ -533,8 +583,12 @@ class ParquetBase:
         last = int(np.searchsorted(self.starts, hi - 1, side="right") - 1)
         srcs = [self.src[c] for c in columns]
         file_cols = list(dict.fromkeys(s for s in srcs if s is not None))
-        try:
-            pf = pq.ParquetFile(pa.BufferReader(self._file), metadata=self._md, page_checksum_verification=True)
+        try:  # a reader of its own (reads in parallel with lookups), over the cached footer
+            pf = pq.ParquetFile(
+                pa.BufferReader(self._file),
+                metadata=self.footer(fill_cache=False).metadata,
+                page_checksum_verification=True,
+            )
         except (pa.ArrowException, OSError) as e:
             raise self._corrupt(e) from e
         step = max(1, SCAN_STEP_ROWS // BLOCK_ROWS)
@@ -604,6 +658,10 @@ class IpcBase:
 
     def search_in_memory(self, key: bytes, columns: list[str]) -> int | Literal[False] | None:
         return False  # mapped pages may be on disk
+
+    def resident_bytes(self) -> int:
+        """Process memory held while open: the key index's search form (the columns are mapped)."""
+        return RESIDENT_OVERHEAD_BYTES + self._sorted.form_bytes()
 
     def bisect(self, key: bytes, right: bool = False) -> int:
         return self._sorted.bisect(key, right=right)

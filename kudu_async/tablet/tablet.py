@@ -208,6 +208,11 @@ class Tablet:
         with self._c.lock:
             return sum(d.delta_memory_bytes() for d in self._c.drs)
 
+    def drs_memory_bytes(self) -> int:
+        """What the open DiskRowSets hold in process memory beside the block cache (key and delta indexes)."""
+        with self._c.lock:
+            return sum(d.memory_bytes() for d in self._c.drs)
+
     def earliest_needed_log_index(self) -> int:
         """Log anchor: WAL entries from this index on must be kept for bootstrap."""
         return self._maintenance.earliest_needed_log_index()

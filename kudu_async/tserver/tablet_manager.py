@@ -323,7 +323,8 @@ class TabletManager:
 
     def _track_memory(self, group: str, tablet: Tablet) -> None:
         """The replica's memory consumers under the node's root: ``tablet-<id>`` -> MemRowSet,
-        DeltaMemStores and the Raft log cache (entries replicated and not yet applied)."""
+        DeltaMemStores, DiskRowSets (their key and delta indexes; their blocks and footers are in the
+        block cache) and the Raft log cache (entries replicated and not yet applied)."""
         root = self.memory.root
         old = root.get_child(f"tablet-{group}")
         if old is not None:  # reopened (e.g. after a tablet copy): the new storage replaces it
@@ -331,6 +332,7 @@ class TabletManager:
         node = root.child(f"tablet-{group}", kind="tablets")
         node.child("MemRowSet", gauge=tablet.mrs_memory_bytes, kind="MemRowSets")
         node.child("DeltaMemStores", gauge=tablet.dms_memory_bytes)
+        node.child("DiskRowSets", gauge=tablet.drs_memory_bytes)
         node.child("log_cache", gauge=functools.partial(_log_cache_bytes, self.raft, group), kind="log caches")
 
     async def _remove(self, tablet_id: str, *, tombstone: bool) -> None:

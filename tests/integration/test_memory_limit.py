@@ -78,7 +78,7 @@ def test_mem_trackers_tree_on_a_cluster(cluster_1m3t: MiniCluster) -> None:
             assert len(tablets) == 2  # 2 tablets x 3 replicas on 3 tservers
             for tr in tablets:
                 kids = {r["id"]: r for r in rows if r["parent"] == tr["id"]}
-                assert set(kids) == {"MemRowSet", "DeltaMemStores", "log_cache"}
+                assert set(kids) == {"MemRowSet", "DeltaMemStores", "DiskRowSets", "log_cache"}
                 assert tr["current"] == sum(k["current"] for k in kids.values())
 
             def holds_rows(node: Any = n) -> bool:  # a follower applies the rows a little later

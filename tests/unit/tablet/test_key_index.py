@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import random
 from collections.abc import Sequence
@@ -181,3 +182,39 @@ def test_probing_in_key_order_answers_as_searchsorted(dtype: str) -> None:
     assert len(values) >= key_arrays.SORTED_PROBE_MIN[0] and len(q) >= key_arrays.SORTED_PROBE_MIN[1]
     assert probe_sorted(values, q).tolist() == np.searchsorted(values, q).tolist()
     assert probe_sorted(values, q[:10]).tolist() == np.searchsorted(values, q[:10]).tolist()
+
+
+def test_packed_keys_read_bisect_and_view_as_integers_like_the_list_they_pack() -> None:
+    rng = random.Random(5)
+    varying = sorted({bytes(rng.randrange(256) for _ in range(rng.randrange(0, 12))) for _ in range(300)})
+    packed = key_arrays.PackedKeys(varying)
+    assert len(packed) == len(varying) and list(packed) == varying and packed[-1] == varying[-1]
+    assert packed[3:7] == varying[3:7]
+    for probe in [b"", b"\x00", b"\xff" * 13, *rng.sample(varying, 20), *(k + b"\x00" for k in varying[:20])]:
+        assert bisect.bisect_right(packed, probe) == bisect.bisect_right(varying, probe)
+        assert bisect.bisect_left(packed, probe) == bisect.bisect_left(varying, probe)
+    assert packed.ints(8) is None and packed.ints(3) is None
+    with pytest.raises(IndexError):
+        packed[len(varying)]
+    ints = [(i * 7919).to_bytes(8, "big") for i in range(100)]
+    p8 = key_arrays.PackedKeys(ints)
+    view = p8.ints(8)
+    assert view is not None and view.tolist() == [i * 7919 for i in range(100)]
+    assert p8.nbytes() == 100 * 8 + 101 * 8 + view.nbytes
+    assert len(key_arrays.PackedKeys([])) == 0
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 5])
+def test_rows_in_range_of_integer_keys_matches_bisecting_their_bytes(width: int) -> None:
+    rng = random.Random(width)
+    top = 256**width
+    keys = [rng.randrange(top).to_bytes(width, "big") for _ in range(500)]
+    keys += [keys[3], keys[7], (0).to_bytes(width, "big"), (top - 1).to_bytes(width, "big")]  # duplicates, ends
+    kb = KeyBatch([*keys])
+    by_bytes = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    ends = [(0).to_bytes(width, "big"), (top - 1).to_bytes(width, "big")]
+    probes = ends + rng.sample(keys, 30) + [b"\x00" * (width + 1), b"\x7f"]
+    for lo in probes:
+        for hi in rng.sample(probes, 8):
+            want = [i for i in by_bytes if lo <= keys[i] <= hi]
+            assert kb.rows_in_range(lo, hi).tolist() == want, (lo, hi)

@@ -169,7 +169,8 @@ def test_point_lookups_and_key_probes_read_one_block(tmp_path: Any, monkeypatch:
     before = cache2.status()["usage_bytes"]
     assert t2.lookup(t2.info.encode_key([5000])) == {"k": 5000, "v": "v5000"}
     assert t2.lookup(t2.info.encode_key([5001])) is None
-    assert cache2.status()["usage_bytes"] - before < 64 << 10  # one small block decoded, not the rowset
+    # one small block decoded, not the rowset (and the footer parsed for it)
+    assert cache2.status()["usage_bytes"] - before - d.base.footer_bytes() < 64 << 10
     # Writes probe keys block by block: updates of existing rows, inserts of new keys, duplicates.
     _write(t2, clock, OpType.UPDATE, [0, 10_000, 19_998], ["a", "b", "c"], 2)
     _write(t2, clock, OpType.INSERT, [1, 19_999], ["n1", "n2"], 3)
@@ -281,3 +282,79 @@ def test_the_delta_index_keeps_the_last_change_of_every_row_as_runs_merge() -> N
             assert found[r] and (int(ts_[r]), bool(live_[r])) == (ref[r][0], ref[r][2])
         else:
             assert not found[r]
+
+
+def _held_footers(base: rowset_file.ParquetBase) -> list[str]:
+    """Attributes of an open rowset base that hold a parsed footer (they would stay in process memory)."""
+    return [k for k, v in vars(base).items() if isinstance(v, (pq.ParquetFile, pq.FileMetaData))]
+
+
+@pytest.mark.parametrize("n", [5_000, 40_000])
+def test_an_open_rowset_holds_a_packed_index_only_and_its_memory_stays_bounded_per_block(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    """The parsed footer (~5.7 KiB per block) is not held by the rowset: what stays resident is the packed
+    sparse key index, a few dozen bytes per block, and the tablet's DiskRowSets tracker counts it."""
+    monkeypatch.setattr(rowset_file, "BLOCK_ROWS", 128)
+    t, clock = _kv_tablet(str(tmp_path / "t"))
+    _write(t, clock, OpType.INSERT, list(range(n)), [f"v{i}" for i in range(n)], 1)
+    t.flush_mrs()
+    cache = BlockCache(64 << 20)  # a node's rowsets always have one: footers go there
+    t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=cache), clock=clock)
+    [d] = t2.rowsets()
+    assert isinstance(d.base, rowset_file.ParquetBase) and d.base.num_blocks == -(-n // 128)
+    assert _held_footers(d.base) == []
+    per_block = (d.base.resident_bytes() - rowset_file.RESIDENT_OVERHEAD_BYTES) / d.base.num_blocks
+    assert per_block <= 64  # 8-byte keys: first and last (8 + 8 each, and as integers 8 each), first row (8)
+    assert t2.drs_memory_bytes() == d.memory_bytes() == d.base.resident_bytes()
+    assert t2.lookup(t2.info.encode_key([n - 7])) == {"k": n - 7, "v": f"v{n - 7}"}
+    assert _held_footers(d.base) == []
+    _write(t2, clock, OpType.UPDATE, [1, 2, 3], ["a", "b", "c"], 2)  # the delta index is tracked too
+    d.delta_index()
+    assert t2.drs_memory_bytes() == d.base.resident_bytes() + d.built_delta_index().nbytes() > d.base.resident_bytes()  # type: ignore[union-attr]
+
+
+def test_footers_live_in_the_block_cache_and_an_evicted_one_is_parsed_again_with_the_same_answers(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rowset_file, "BLOCK_ROWS", 256)
+    t, clock = _kv_tablet(str(tmp_path / "t"))
+    keys = list(range(0, 20_000, 2))
+    _write(t, clock, OpType.INSERT, keys, [f"v{k}" for k in keys], 1)
+    t.flush_mrs()
+    expect = _rows(t)
+
+    roomy = BlockCache(64 << 20)
+    t1 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=roomy), clock=clock)
+    [d1] = t1.rowsets()
+    assert isinstance(d1.base, rowset_file.ParquetBase)
+    footer = d1.base.footer_bytes()
+    # Opening parses the footer and lets it go; the first block decode caches it, charged at its
+    # estimated size in memory.
+    assert roomy.status()["usage_bytes"] == 0
+    assert t1.lookup(t1.info.encode_key([5000])) == {"k": 5000, "v": "v5000"}
+    assert roomy.peek((d1.base.path, "#footer")) is not None
+    held = roomy.status()["usage_bytes"]
+    assert footer < held < footer + (64 << 10)  # the footer and one small block
+
+    # A cache too small for the footer: every block decode parses it again from the mapped file.
+    tiny = BlockCache(footer // 2)
+    t2 = Tablet.open(t.tablet_dir, options=TabletOptions(sync=False, block_cache=tiny), clock=clock)
+    [d2] = t2.rowsets()
+    assert isinstance(d2.base, rowset_file.ParquetBase)
+    assert tiny.peek((d2.base.path, "#footer")) is None
+    for k in (0, 5000, 19_998):
+        assert t2.lookup(t2.info.encode_key([k])) == t1.lookup(t1.info.encode_key([k])) == {"k": k, "v": f"v{k}"}
+    assert t2.lookup(t2.info.encode_key([5001])) is None
+    assert _rows(t2) == _rows(t1) == expect
+    assert list(d2.base.block_bytes(["v"])) == list(d1.base.block_bytes(["v"]))
+    assert _held_footers(d2.base) == []
+
+    # Gone from the cache: a scan parses it for itself (a scan would evict what lookups use); a block
+    # decode for a lookup parses it and caches it again.
+    roomy.drop([d1.base.path])
+    assert roomy.peek((d1.base.path, "#footer")) is None
+    assert _rows(t1) == expect and roomy.peek((d1.base.path, "#footer")) is None
+    assert t1.lookup(t1.info.encode_key([777 * 2])) == {"k": 1554, "v": "v1554"}
+    assert roomy.peek((d1.base.path, "#footer")) is not None
+    assert _rows(t1) == expect
