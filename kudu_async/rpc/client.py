@@ -69,6 +69,8 @@ class _ClientProtocol(RpcProtocol):
         self.addr = addr
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.done: asyncio.Future[None] = self.loop.create_future()
+        # Set once the server's first bytes arrived (or the connection ended); None when nobody waits.
+        self.first_answer: asyncio.Future[None] | None = None
 
     @property
     def usable(self) -> bool:
@@ -145,6 +147,8 @@ class _ClientProtocol(RpcProtocol):
             self.flush()
             self.abort_connection()
             return
+        if self.first_answer is not None:
+            self._answered()
         for call in finished:
             fut = call.waiter
             if not fut.done():
@@ -166,8 +170,15 @@ class _ClientProtocol(RpcProtocol):
                 self.client._peer_requires_tls(self.addr)
             self.client._forget(self)
 
+    def _answered(self) -> None:
+        fut = self.first_answer
+        self.first_answer = None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._answered()
         self.fail(self.rpc.connection_lost(exc))
         self.client._forget(self)
         self._wake_waiters()
@@ -382,6 +393,8 @@ class RpcClient:
             if self._m_failures is not None:
                 self._m_failures.increment()
             raise KuduNetworkError(f"cannot connect to {addr}: {e.strerror or e}") from None
+        if ctx is None and tls is not None and not await self._cleartext_accepted(proto, addr):
+            return await self._open(addr)
         if ctx is not None:
             ssl_object = proto.transport.get_extra_info("ssl_object") if proto.transport is not None else None
             alpn = None if ssl_object is None else ssl_object.selected_alpn_protocol()
@@ -396,6 +409,23 @@ class RpcClient:
         self._conns[addr] = proto
         self._all.add(proto)
         return proto
+
+    async def _cleartext_accepted(self, proto: _ClientProtocol, addr: str) -> bool:
+        """Before a cleartext connection of a TLS-capable client carries a call: wait for the server's
+        first frames (one round trip, at connect only), so that a server requiring TLS says so
+        (GOAWAY INADEQUATE_SECURITY) before any call data went out in clear. False: reconnect over TLS."""
+        fut = proto.first_answer = proto.loop.create_future()
+        if proto.lost:
+            proto._answered()
+        await fut
+        tls = self.tls
+        if proto.rpc.terminated_code == INADEQUATE_SECURITY and tls is not None:
+            tls.require_tls_for(addr)
+            proto.close_connection()
+            return False
+        if proto.lost:
+            raise KuduNetworkError(f"connection to {addr} closed by the server before it answered")
+        return True
 
     def _peer_requires_tls(self, addr: str) -> None:
         """``addr`` refused a cleartext connection: reach it over TLS from now on, if this client can."""

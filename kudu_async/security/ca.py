@@ -28,6 +28,8 @@ DEFAULT_SERVER_VALIDITY_S = 10 * 365 * 24 * 3600
 # A node asks for a new certificate once its own has less than this left.
 DEFAULT_RENEW_BEFORE_S = 30 * 24 * 3600
 CA_COMMON_NAME = "kudu-ipki-ca"
+# The user servers act as (Kudu's "kudu"); the CA names it as the subject of every node certificate.
+SERVICE_USER = "kudu"
 # Certificates are valid from a little before they were made: the clocks of the nodes differ.
 CLOCK_SKEW_S = 300
 MAX_HOSTS = 32
@@ -257,6 +259,12 @@ class CertAuthority:
         )
         cert = _leaf_extensions(builder, hosts).sign(self._key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM)
+
+    @staticmethod
+    def chains_to(cert_pem: bytes, ca_pem: bytes) -> bool:
+        """Whether ``cert_pem`` was signed by a certificate of ``ca_pem`` (a PEM bundle)."""
+        cert = load_certificate(cert_pem)
+        return any(_signed_by(cert, c) for c in load_certificates(ca_pem, "CA certificates"))
 
     def issued(self, cert_pem: bytes) -> bool:
         """Whether this CA signed ``cert_pem``."""

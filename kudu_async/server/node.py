@@ -72,8 +72,6 @@ def release_freed_memory() -> None:
 
 
 METRIC_ENTITY_ID = {"master": "kudu.master", "tserver": "kudu.tabletserver"}
-# The user servers act as; the IPKI signs node certificates with it as their subject (Kudu's "kudu").
-SERVICE_USER = "kudu"
 
 
 class Node:
@@ -193,6 +191,7 @@ class Node:
         self.operator_certs = bool(cfg.rpc_certificate_file)
         self._http_ssl: ssl.SSLContext | None = None
         self._http_follows_rpc_cert = False
+        self._pending_csr: tuple[bytes, bytes] | None = None  # (key, CSR) waiting for the CA's signature
         try:
             if self.operator_certs:
                 self.rpc_cert, self.trusted_ca_pem = ca.load_pem_files(
@@ -200,7 +199,7 @@ class Node:
                 )
                 self.cert_signed = True
             elif cfg.rpc_encryption != "disabled":
-                self.rpc_cert = ca.self_signed(SERVICE_USER, self.tls_hosts, time.time())
+                self.rpc_cert = ca.self_signed(ca.SERVICE_USER, self.tls_hosts, time.time())
             self._apply_tls()
         except KuduInvalidArgument as e:
             raise KuduConfigurationError(str(e)) from None
@@ -268,8 +267,31 @@ class Node:
             tls.load_cert_key(self._http_ssl, own)  # later HTTPS handshakes present it
         log.info(
             "node certificate installed",
-            extra={"subject": SERVICE_USER, "expires_unix": round(ca.not_after(own.cert_pem))},
+            extra={"subject": ca.SERVICE_USER, "expires_unix": round(ca.not_after(own.cert_pem))},
         )
+
+    def certificate_request(self, now: float) -> bytes | None:
+        """A CSR to send the masters while this node needs a certificate (the same one until it is
+        signed, so every heartbeat does not make a key), else None."""
+        if not self.certificate_renewal_due(now):
+            return None
+        if self._pending_csr is None:
+            key_pem = ca.key_to_pem(ca.generate_key())
+            self._pending_csr = (key_pem, ca.make_csr(key_pem, ca.SERVICE_USER, self.tls_hosts))
+        return self._pending_csr[1]
+
+    def accept_certificate(self, cert_pem: bytes, ca_pem: bytes) -> None:
+        """Install the certificate the masters' CA signed for this node's pending CSR, after checking that
+        it is for this node's key and chains to ``ca_pem``."""
+        if self._pending_csr is None:
+            return  # an answer to a CSR already served (another master's, or a retried heartbeat)
+        key_pem = self._pending_csr[0]
+        cert = ca.load_certificate(cert_pem, "certificate from the master")
+        ca.check_key_matches(cert, ca.load_private_key(key_pem), "certificate from the master")
+        if not ca.CertAuthority.chains_to(cert_pem, ca_pem):
+            raise KuduInvalidArgument("certificate from the master is not signed by the CA certificate it came with")
+        self._pending_csr = None
+        self.install_certificate(ca.CertKey(cert_pem, key_pem), ca_pem)
 
     def certificate_renewal_due(self, now: float) -> bool:
         """Whether to ask the masters' CA for a certificate (none yet, or the one held expires soon)."""
