@@ -379,10 +379,10 @@ class RpcServer:
                 )
         except TimeoutError:
             log.info("RPC connection from %s sent nothing or did not finish its TLS handshake in time; closed", where)
-            conn.close()
+            _hang_up(conn)
         except (ssl.SSLError, OSError) as e:
             log.warning("TLS handshake with RPC client %s failed: %s", where, e)
-            conn.close()
+            _hang_up(conn)
 
     def _sweep(self) -> None:
         """Once a second: time out requests stuck half-uploaded past their deadline (slow or dead peers)."""
@@ -582,6 +582,14 @@ async def _peek_first_byte(loop: asyncio.AbstractEventLoop, conn: socket.socket)
                 loop.remove_reader(conn.fileno())
             continue
         return data[0] if data else None
+
+
+def _hang_up(conn: socket.socket) -> None:
+    """End a connection now. A failed TLS transport may still hold the socket (uvloop closes it
+    gracefully, waiting on a peer that waits on us); shutdown ends the TCP connection regardless."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    conn.close()
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:
