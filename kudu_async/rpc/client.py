@@ -69,6 +69,7 @@ class _ClientProtocol(RpcProtocol):
         self.addr = addr
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.done: asyncio.Future[None] = self.loop.create_future()
+        self.lost_reason: Exception | None = None
         # Set once the server's first bytes arrived (or the connection ended); None when nobody waits.
         self.first_answer: asyncio.Future[None] | None = None
 
@@ -178,6 +179,7 @@ class _ClientProtocol(RpcProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.lost_reason = exc
         self._answered()
         self.fail(self.rpc.connection_lost(exc))
         self.client._forget(self)
@@ -315,6 +317,14 @@ class RpcClient:
         ``None`` when the connection stopped taking calls meanwhile (try another)."""
         if conn is None or not conn.usable:
             conn = await self._connect(addr, deadline, timeout_s)
+            if conn.lost and conn.rpc.terminated_code == INADEQUATE_SECURITY:
+                return None  # the server wants TLS: the next attempt knows it (or says this client has none)
+            if conn.lost:  # between connecting and this call's turn: no call would ever be answered on it
+                why = f": {conn.lost_reason}" if conn.lost_reason else ""
+                raise KuduNetworkError(
+                    f"connection to {addr} closed right after it was made{why} (over TLS, how a server refuses a "
+                    "client certificate its CA did not sign)"
+                )
         try:
             if not conn.has_slot():
                 await conn.wait_slot(deadline)
