@@ -210,12 +210,21 @@ def test_operator_certificates_keep_a_node_of_another_ca_out(tmp_path: Path) -> 
             _write(tmp_path / f"{name}-ca.crt", authority.cert_pem),
         ]
 
-    c = MiniCluster(1, 0, base_dir=tmp_path / "cluster", encryption="required", master_flags=flags(good, "master"))
+    c = MiniCluster(
+        1,
+        1,
+        base_dir=tmp_path / "cluster",
+        encryption="required",
+        master_flags=flags(good, "master"),
+        tserver_flags=flags(good, "ts-ok"),
+    )
     with c:
-        ok = c.add_tserver(flags(good, "ts-ok"))
+        ok = c.tservers[0]
         wait_for(lambda: len(c.http_json(c.masters[0], "/api/v1/tservers")) == 1 or None, 20.0, "good tserver")
+        # The cluster's tserver flags come first on its command line; the intruder's own files win.
         intruder = c.add_tserver(flags(bad, "ts-bad"))
-        time.sleep(3.0)  # a few heartbeat periods: it never registers
+        log = c.masters[0].log_path
+        wait_for(lambda: "TLS handshake with RPC client" in log.read_text() or None, 20.0, "a refused handshake")
+        time.sleep(1.0)  # a few more heartbeat periods: it never registers
         registered = [t["uuid"] for t in c.http_json(c.masters[0], "/api/v1/tservers")]
         assert registered == [ok.uuid] and intruder.uuid not in registered
-        assert "TLS handshake with RPC client" in c.masters[0].log_path.read_text()
