@@ -70,8 +70,8 @@ class _ClientProtocol(RpcProtocol):
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.lost_reason: Exception | None = None
-        # Set once the server's first bytes arrived (or the connection ended); None when nobody waits.
-        self.first_answer: asyncio.Future[None] | None = None
+        self.answered = False  # the server's first bytes arrived, or the connection ended
+        self.first_answer: asyncio.Future[None] | None = None  # for someone waiting for ``answered``
 
     @property
     def usable(self) -> bool:
@@ -148,7 +148,7 @@ class _ClientProtocol(RpcProtocol):
             self.flush()
             self.abort_connection()
             return
-        if self.first_answer is not None:
+        if not self.answered:
             self._answered()
         for call in finished:
             fut = call.waiter
@@ -172,6 +172,7 @@ class _ClientProtocol(RpcProtocol):
             self.client._forget(self)
 
     def _answered(self) -> None:
+        self.answered = True
         fut = self.first_answer
         self.first_answer = None
         if fut is not None and not fut.done():
@@ -424,10 +425,9 @@ class RpcClient:
         """Before a cleartext connection of a TLS-capable client carries a call: wait for the server's
         first frames (one round trip, at connect only), so that a server requiring TLS says so
         (GOAWAY INADEQUATE_SECURITY) before any call data went out in clear. False: reconnect over TLS."""
-        fut = proto.first_answer = proto.loop.create_future()
-        if proto.lost:
-            proto._answered()
-        await fut
+        if not proto.answered:  # the answer may have been read already (uvloop reads in the same turn)
+            fut = proto.first_answer = proto.loop.create_future()
+            await fut
         tls = self.tls
         if proto.rpc.terminated_code == INADEQUATE_SECURITY and tls is not None:
             tls.require_tls_for(addr)

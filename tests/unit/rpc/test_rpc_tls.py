@@ -80,6 +80,18 @@ async def test_a_required_server_serves_tls_and_tells_an_optional_loopback_clien
     await _with("required", tls.POLICY_OPTIONAL, body)
 
 
+async def test_an_optional_client_reaches_an_optional_server_in_cleartext_on_loopback() -> None:
+    async def body(server: RpcServer, client: RpcClient, peers: _Peers) -> None:
+        for _ in range(3):  # new connections each time: the server's first frames may be read at once
+            assert await client.call(server.address, "Test", "Echo", "x", timeout_s=5.0) == "x"
+            for conn in list(client._all):
+                conn.close_connection()
+            await asyncio.sleep(0.01)
+        assert peers.peers == [None, None, None]  # cleartext, as Kudu's optional on loopback
+
+    await _with("optional", tls.POLICY_OPTIONAL, body)
+
+
 async def test_a_cleartext_client_is_refused_by_a_required_server_with_a_clear_error() -> None:
     async def body(server: RpcServer, client: RpcClient, peers: _Peers) -> None:
         with pytest.raises(KuduNetworkError, match="accepts only TLS connections"):
@@ -202,6 +214,7 @@ def test_tls_on_uvloop() -> None:
     uvloop = pytest.importorskip("uvloop")
 
     async def scenario() -> None:
+        await test_an_optional_client_reaches_an_optional_server_in_cleartext_on_loopback()
         await test_a_required_server_serves_tls_and_tells_an_optional_loopback_client_to_use_it()
         await test_mutual_tls_names_the_peer_and_another_cas_certificate_is_refused()
         await test_a_cleartext_client_is_refused_by_a_required_server_with_a_clear_error()
