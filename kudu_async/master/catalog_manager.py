@@ -136,9 +136,10 @@ class CatalogManager:
         self._replace_hints: dict[str, str] = {}  # tablet -> the voter its new learner is to replace
         self._excess_since: dict[str, tuple[int, float]] = {}  # over-replicated tablet -> (config index, since)
         self._learner_since: dict[tuple[str, str], float] = {}  # (tablet, learner) -> first seen in its config
-        # Whether an unauthenticated caller may have its CSR signed: Kudu signs for the service user an
-        # unauthenticated server claims to be while authentication is optional; not when it is required.
-        self.require_authentication = False
+        # Whether unauthenticated callers may have a CSR signed: only with authentication disabled, where
+        # no identity is proved and a certificate proves nothing more. Otherwise a certificate naming the
+        # service user would let whoever asked authenticate as the service.
+        self.sign_for_unauthenticated = False
         self._ca: CertAuthority | None = None  # the catalog's CA, parsed once
 
     # --- the cluster CA (IPKI) -------------------------------------------------------------------------
@@ -166,9 +167,10 @@ class CatalogManager:
         log.info("cluster CA created", extra={"subject": CA_COMMON_NAME, "expires_unix": round(now + validity_s)})
 
     def may_sign_certificate(self, identity: Identity) -> bool:
-        """Whether to sign a CSR for this caller. Authenticated callers pass here; which users are servers
-        (the service ACL) is the RPC layer's check before the handler."""
-        return identity.authenticated or not self.require_authentication
+        """Whether to sign a CSR for this caller: an authenticated one (a server's service JWT, or the
+        certificate it is renewing); which users are servers (the service ACL) is the RPC layer's check
+        before the handler."""
+        return identity.authenticated or self.sign_for_unauthenticated
 
     def sign_certificate(
         self, csr_pem: bytes, identity: Identity, hosts: list[str], now: float, validity_s: int
@@ -176,7 +178,7 @@ class CatalogManager:
         """A node's certificate for its CSR: subject the service user, SANs the node's hosts."""
         if not self.may_sign_certificate(identity):
             raise KuduNotAuthorized(
-                f"{identity.describe()} may not have a certificate signed: authentication is required"
+                f"{identity.describe()} may not have a certificate signed: only authenticated servers may"
             )
         authority = self.cert_authority()
         if authority is None:

@@ -59,8 +59,9 @@ class Master(Node):
         self._bg: set[asyncio.Task[None]] = set()
         self._reports_term = -1  # the term in which this master last asked tservers for full reports
         self.catalog_manager = CatalogManager(self)
-        self.catalog_manager.require_authentication = config.values.get("rpc_authentication") == "required"
+        self.catalog_manager.sign_for_unauthenticated = config.values.get("rpc_authentication") == "disabled"
         self._ipki_failures = 0
+        self._unsigned_warned = False
         # Registered before the RPC port opens, so a tserver's first heartbeat never finds no method.
         serve(self.rpc_server, "Master", self.methods())
 
@@ -319,10 +320,13 @@ class Master(Node):
         if req.csr_pem is None or authority is None:
             return UNSET, UNSET
         if not cm.may_sign_certificate(ctx.identity):
-            log.warning(
-                "not signing a certificate for an unauthenticated tserver",
-                extra={"ts": req.uuid, "caller": ctx.identity.describe()},
-            )
+            if not self._unsigned_warned:
+                self._unsigned_warned = True
+                log.warning(
+                    "not signing certificates for unauthenticated tservers: they keep self-signed ones "
+                    "(encrypted, not proved) until they authenticate (logged once)",
+                    extra={"ts": req.uuid, "caller": ctx.identity.describe()},
+                )
             return UNSET, UNSET
         host = parse_hostport(req.ts.rpc_address)[0]
         cert = cm.sign_certificate(
