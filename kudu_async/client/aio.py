@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from kudu_async.client.core import DEFAULT_ADMIN_TIMEOUT_MS, DEFAULT_RPC_TIMEOUT_MS, ClientCore
 from kudu_async.client.meta_cache import MasterClient, MetaCache, TabletLocation, parse_master_addresses
-from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
+from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security, client_tls
 from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.scanner import AsyncScanner, AsyncScanTokenBuilder, ScanToken
 from kudu_async.client.schema_builder import Partitioning
@@ -25,6 +25,7 @@ from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNot
 from kudu_async.common.retry import Deadline
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
+from kudu_async.security.tls import ClientTls
 
 DEFAULT_PORT = 7051
 __all__ = ["DEFAULT_ADMIN_TIMEOUT_MS", "DEFAULT_PORT", "DEFAULT_RPC_TIMEOUT_MS", "AsyncClient", "connect"]
@@ -63,9 +64,13 @@ class AsyncClient:
     """A connection to one cluster; safe to share between tasks of one event loop."""
 
     def __init__(
-        self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
+        self,
+        masters: Sequence[str],
+        admin_timeout_ms: int | None = None,
+        rpc_timeout_ms: int | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
-        self.core = ClientCore(masters, admin_timeout_ms, rpc_timeout_ms)
+        self.core = ClientCore(masters, admin_timeout_ms, rpc_timeout_ms, tls)
         self._closed = False
         self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()  # their flushers stop on close()
 
@@ -309,7 +314,12 @@ async def connect(
     """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments. A security
     option the client cannot honour is refused (``check_security``), never ignored."""
     check_security(encryption_policy, require_authentication, None, jwt, trusted_certificates)
-    client = AsyncClient(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
+    client = AsyncClient(
+        master_addresses(host, port),
+        admin_timeout_ms,
+        rpc_timeout_ms,
+        client_tls(encryption_policy, trusted_certificates),
+    )
     try:
         await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))
     except KuduBadStatus:

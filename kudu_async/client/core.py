@@ -20,11 +20,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kudu_async.client.meta_cache import MasterClient, MetaCache
+from kudu_async.client.options import client_tls
 from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.table import Table
 from kudu_async.common.errors import KuduNotFound, KuduNotTheLeader, KuduTimedOut
 from kudu_async.common.retry import RETRYABLE, Backoff, BackoffPolicy, Deadline, leader_hint
 from kudu_async.rpc.client import RpcClient
+from kudu_async.security.tls import ClientTls
 
 DEFAULT_ADMIN_TIMEOUT_MS = 30_000
 DEFAULT_RPC_TIMEOUT_MS = 10_000
@@ -37,14 +39,20 @@ class ClientCore:
     """One client's shared services; used from its event loop only."""
 
     def __init__(
-        self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
+        self,
+        masters: Sequence[str],
+        admin_timeout_ms: int | None = None,
+        rpc_timeout_ms: int | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
+        """``tls``: when connections are encrypted (``client.options.client_tls``); default: the
+        OPTIONAL policy, trusting no CA."""
         self.admin_timeout_ms = admin_timeout_ms or DEFAULT_ADMIN_TIMEOUT_MS
         self.rpc_timeout_ms = rpc_timeout_ms or DEFAULT_RPC_TIMEOUT_MS
         self.client_id = uuid.uuid4().hex
         self._seq = itertools.count(1)
         self.write_ids = WriteRequestIds(self.client_id)
-        self.rpc = RpcClient(f"client-{self.client_id[:8]}")
+        self.rpc = RpcClient(f"client-{self.client_id[:8]}", tls=tls if tls is not None else client_tls())
         self.masters = MasterClient(self.rpc, masters, self.rpc_timeout_ms / 1000.0)
         self.meta = MetaCache(self.masters)
         self._latest_ts = 0

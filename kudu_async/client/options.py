@@ -1,5 +1,5 @@
-"""kudu-python's client-wide constants and ``TimeDelta``, and the check of the security options its
-``connect``/``Client`` take."""
+"""kudu-python's client-wide constants and ``TimeDelta``, and the security options its
+``connect``/``Client`` take: checked, and turned into the client's TLS policy."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib.util
 from typing import Any
 
 from kudu_async.common.errors import KuduInvalidArgument, KuduNotSupported
+from kudu_async.security import tls
 
 # Decimal columns need no optional native support here; pandas is optional (Scanner.to_pandas needs it).
 CLIENT_SUPPORTS_DECIMAL = True
@@ -16,10 +17,12 @@ CLIENT_SUPPORTS_PANDAS = importlib.util.find_spec("pandas") is not None
 INCLUSIVE_BOUND = "inclusive"
 EXCLUSIVE_BOUND = "exclusive"
 
-# Encryption policies of connect()/Client(). The RPC layer has no TLS: only OPTIONAL can be kept.
-ENCRYPTION_OPTIONAL = "optional"
-ENCRYPTION_REQUIRED_REMOTE = "required_remote"
-ENCRYPTION_REQUIRED = "required"
+# Encryption policies of connect()/Client(), as kudu-python's: OPTIONAL encrypts when the server can (not
+# on loopback unless the server requires it), REQUIRED_REMOTE refuses a remote server without TLS,
+# REQUIRED refuses any server without TLS.
+ENCRYPTION_OPTIONAL = tls.POLICY_OPTIONAL
+ENCRYPTION_REQUIRED_REMOTE = tls.POLICY_REQUIRED_REMOTE
+ENCRYPTION_REQUIRED = tls.POLICY_REQUIRED
 _ENCRYPTION_POLICIES = (ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED_REMOTE, ENCRYPTION_REQUIRED)
 
 
@@ -36,23 +39,46 @@ def check_security(
         raise KuduInvalidArgument(
             f"encryption_policy must be one of {', '.join(_ENCRYPTION_POLICIES)}, not {encryption_policy!r}"
         )
-    if encryption_policy != ENCRYPTION_OPTIONAL:
-        raise KuduNotSupported(
-            f"encryption_policy {encryption_policy!r}: RPC encryption is not available in kudu_async; "
-            "only ENCRYPTION_OPTIONAL (no encryption) can be used"
-        )
+    if trusted_certificates:
+        tls.trusted_bundle(_certificate_list(trusted_certificates))
     asked = [
         name
         for name, value in (
             ("require_authentication", require_authentication),
             ("sasl_protocol_name", sasl_protocol_name),
             ("jwt", jwt),
-            ("trusted_certificates", trusted_certificates),
         )
         if value
     ]
     if asked:
         raise KuduNotSupported(f"{', '.join(asked)}: authentication is not available in kudu_async")
+
+
+def _certificate_list(trusted_certificates: Any) -> list[str | bytes]:
+    if isinstance(trusted_certificates, str | bytes):
+        return [trusted_certificates]
+    try:
+        items = list(trusted_certificates)
+    except TypeError:
+        raise KuduInvalidArgument(
+            f"trusted_certificates must be PEM text, a file path or a list of them, not {trusted_certificates!r:.60}"
+        ) from None
+    for item in items:
+        if not isinstance(item, str | bytes):
+            raise KuduInvalidArgument(f"trusted_certificates: {item!r:.60} is neither PEM text nor a file path")
+    return items
+
+
+def client_tls(encryption_policy: str = ENCRYPTION_OPTIONAL, trusted_certificates: Any = None) -> tls.ClientTls:
+    """The client's TLS policy. With ``trusted_certificates`` (the cluster's CA certificate, e.g. from the
+    master's /ipki-ca-cert, as PEM text or file paths) every server's certificate must verify against
+    them; without, connections are encrypted but the servers are not proved."""
+    if encryption_policy not in _ENCRYPTION_POLICIES:
+        raise KuduInvalidArgument(
+            f"encryption_policy must be one of {', '.join(_ENCRYPTION_POLICIES)}, not {encryption_policy!r}"
+        )
+    trusted = tls.trusted_bundle(_certificate_list(trusted_certificates)) if trusted_certificates else None
+    return tls.ClientTls(encryption_policy, tls.client_context(trusted))
 
 
 class TimeDelta:

@@ -20,8 +20,8 @@ from typing import Any, Self, TypeVar
 import pyarrow as pa
 import uvloop
 
-from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.aio import connect as aio_connect
+from kudu_async.client.aio import master_addresses
 from kudu_async.client.batcher import Buffered, KuduError
 from kudu_async.client.meta_cache import TabletServer
 from kudu_async.client.options import ENCRYPTION_OPTIONAL, check_security
@@ -118,15 +118,20 @@ class Client:
             raise ValueError("Client() needs at least one master address ('host:port')")
         self._loop = _LoopThread("kudu-client")
         try:
-            self._async = self._loop.run(self._connect(masters, admin_timeout_ms, rpc_timeout_ms))
+            self._async = self._loop.run(
+                aio_connect(
+                    list(masters),
+                    None,
+                    admin_timeout_ms,
+                    rpc_timeout_ms,
+                    encryption_policy=encryption_policy,
+                    trusted_certificates=trusted_certificates,
+                )
+            )
         except BaseException:
             self._loop.stop()
             raise
         _open_clients.add(self)
-
-    @staticmethod
-    async def _connect(masters: Sequence[str], admin_ms: int | None, rpc_ms: int | None) -> AsyncClient:
-        return await aio_connect(list(masters), None, admin_ms, rpc_ms)
 
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return self._loop.run(coro)

@@ -43,6 +43,7 @@ from kudu_async.common.errors import (
     KuduConfigurationError,
     KuduIllegalState,
     KuduInvalidArgument,
+    KuduNotAuthorized,
     KuduNotFound,
     KuduNotSupported,
     KuduServiceUnavailable,
@@ -63,6 +64,7 @@ from kudu_async.master.sys_catalog import (
     delete,
     encode_ops,
     put,
+    put_ca,
     request,
 )
 from kudu_async.master.ts_manager import TSManager
@@ -79,6 +81,7 @@ from kudu_async.security.authz_policy import (
     privileges_for,
     qualified_name,
 )
+from kudu_async.security.ca import CA_COMMON_NAME, SERVICE_USER, CertAuthority
 from kudu_async.security.identity import Identity
 from kudu_async.server.config import NodeConfig
 
@@ -194,6 +197,54 @@ class CatalogManager:
         self._replace_hints: dict[str, str] = {}  # tablet -> the voter its new learner is to replace
         self._excess_since: dict[str, tuple[int, float]] = {}  # over-replicated tablet -> (config index, since)
         self._learner_since: dict[tuple[str, str], float] = {}  # (tablet, learner) -> first seen in its config
+        # Whether unauthenticated callers may have a CSR signed: only with authentication disabled, where
+        # no identity is proved and a certificate proves nothing more. Otherwise a certificate naming the
+        # service user would let whoever asked authenticate as the service.
+        self.sign_for_unauthenticated = False
+        self._ca: CertAuthority | None = None  # the catalog's CA, parsed once
+
+    # --- the cluster CA (IPKI) -------------------------------------------------------------------------
+
+    def cert_authority(self) -> CertAuthority | None:
+        """The cluster's CA from the catalog (any master holds it once the first leader wrote it)."""
+        cat = self.master.catalog
+        record = None if cat is None else cat.ca
+        if record is None:
+            return None
+        if self._ca is None or self._ca.cert_pem != record.cert_pem:
+            self._ca = CertAuthority(record.cert_pem, record.key_pem)
+        return self._ca
+
+    async def ensure_cert_authority(self, now: float, validity_s: int) -> None:
+        """Leader only: create the cluster's CA on first start and store it in the catalog."""
+        cat = self.master.catalog
+        if cat is None or cat.ca is not None:
+            return
+        authority = CertAuthority.create(now, validity_s)
+        try:
+            await self._write([put_ca(authority.cert_pem, authority.key_pem)])
+        except CatalogConflict:  # another leader's CA won the race: it is the one
+            return
+        log.info("cluster CA created", extra={"subject": CA_COMMON_NAME, "expires_unix": round(now + validity_s)})
+
+    def may_sign_certificate(self, identity: Identity) -> bool:
+        """Whether to sign a CSR for this caller: an authenticated one (a server's service JWT, or the
+        certificate it is renewing); which users are servers (the service ACL) is the RPC layer's check
+        before the handler."""
+        return identity.authenticated or self.sign_for_unauthenticated
+
+    def sign_certificate(
+        self, csr_pem: bytes, identity: Identity, hosts: list[str], now: float, validity_s: int
+    ) -> bytes:
+        """A node's certificate for its CSR: subject the service user, SANs the node's hosts."""
+        if not self.may_sign_certificate(identity):
+            raise KuduNotAuthorized(
+                f"{identity.describe()} may not have a certificate signed: only authenticated servers may"
+            )
+        authority = self.cert_authority()
+        if authority is None:
+            raise KuduServiceUnavailable("the cluster CA does not exist yet; ask again later")
+        return authority.sign(csr_pem, SERVICE_USER, hosts, now, validity_s)
 
     # --- catalog access -------------------------------------------------------------------------------
 

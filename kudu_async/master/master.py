@@ -3,6 +3,10 @@
 Every tserver heartbeats every master (``Master/TSHeartbeat``). Each master keeps its own in-memory
 ``TSManager``: registrations and liveness on all masters, tablet reports processed by the catalog leader
 only (as in Kudu, where followers answer ``leader: false`` and a new leader asks for full reports).
+
+The cluster's CA (Kudu's IPKI) lives in the sys catalog: the first leader creates it; every master signs
+its own certificate with it once it holds it, and the leader signs the CSRs tservers send with their
+heartbeats. Its certificate is served at ``/ipki-ca-cert`` (PEM; also ``-pem`` and ``-der``).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.messages import UNSET, Empty, Method, ServiceTable, convert, serve, to_builtins
 from kudu_async.rpc.server import CallContext
+from kudu_async.security import ca
 from kudu_async.security.authz_policy import PolicyHolder
 from kudu_async.server.admin import json_response, node_as
-from kudu_async.server.config import NodeConfig
+from kudu_async.server.config import NodeConfig, parse_hostport
 from kudu_async.server.node import Node
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,9 @@ class Master(Node):
             except (OSError, KuduInvalidArgument) as e:
                 raise KuduConfigurationError(f"--authz-policy-file: {e}") from None
         self.catalog_manager = CatalogManager(self, DdlAuthorizer(self.acls, self.authz_policy, self.audit))
+        self.catalog_manager.sign_for_unauthenticated = config.values.get("rpc_authentication") == "disabled"
+        self._ipki_failures = 0
+        self._unsigned_warned = False
         # Registered before the RPC port opens, so a tserver's first heartbeat never finds no method.
         serve(self.rpc_server, "Master", self.methods())
 
@@ -219,6 +227,29 @@ class Master(Node):
         while True:
             await asyncio.sleep(0.2)
             self.check_leadership()
+            try:
+                await self._ipki_tick()
+                self._ipki_failures = 0
+            except KuduBadStatus as e:
+                self._ipki_failures += 1
+                if self._ipki_failures == 1:
+                    log.warning("cluster CA work failed; retrying", extra={"error": str(e)})
+
+    async def _ipki_tick(self) -> None:
+        """The leader creates the cluster CA once; every master signs its own certificate with it (it holds
+        the CA key through the catalog) when it has none or its own expires soon."""
+        now = time.time()
+        cm = self.catalog_manager
+        if self.catalog is not None and self.catalog.ca is None and self.is_catalog_leader():
+            await cm.ensure_cert_authority(now, self.config.ipki_ca_cert_expiration_seconds)
+        authority = cm.cert_authority()
+        csr = self.certificate_request(now) if authority is not None else None
+        if authority is None or csr is None:
+            return
+        cert = authority.sign(
+            csr, ca.SERVICE_USER, self.tls_hosts, now, self.config.ipki_server_cert_expiration_seconds
+        )
+        self.accept_certificate(cert, authority.cert_pem)
 
     def check_leadership(self) -> bool:
         """Whether this master is the ready catalog leader. In each term it leads, before anything acts on
@@ -326,7 +357,10 @@ class Master(Node):
             return msg.TSHeartbeatResponse(leader=leader, master_uuid=self.uuid)
         if req.report is not None and tsm.process_report(req.uuid, req.report, now):
             self.catalog_manager.reports_arrived()
+        cert_pem, ca_pem = self._sign_for(req, ctx)
         return msg.TSHeartbeatResponse(
+            cert_pem=cert_pem,
+            ca_cert_pem=ca_pem,
             leader=leader,
             master_uuid=self.uuid,
             needs_full_report=tsm.needs_full_report(req.uuid),
@@ -335,6 +369,33 @@ class Master(Node):
             if self.config.enable_table_write_limit
             else UNSET,
         )
+
+    def _sign_for(self, req: msg.TSHeartbeatRequest, ctx: CallContext) -> tuple[Any, Any]:
+        """The tserver's certificate for the CSR of its heartbeat and the CA certificate (UNSET, UNSET
+        without a CSR, or when this caller may not have one: then it keeps its self-signed one)."""
+        cm = self.catalog_manager
+        authority = cm.cert_authority()
+        if req.csr_pem is None or authority is None:
+            return UNSET, UNSET
+        if not cm.may_sign_certificate(ctx.identity):
+            if not self._unsigned_warned:
+                self._unsigned_warned = True
+                log.warning(
+                    "not signing certificates for unauthenticated tservers: they keep self-signed ones "
+                    "(encrypted, not proved) until they authenticate (logged once)",
+                    extra={"ts": req.uuid, "caller": ctx.identity.describe()},
+                )
+            return UNSET, UNSET
+        host = parse_hostport(req.ts.rpc_address)[0]
+        cert = cm.sign_certificate(
+            req.csr_pem,
+            ctx.identity,
+            sorted({host, "127.0.0.1"}),
+            time.time(),
+            self.config.ipki_server_cert_expiration_seconds,
+        )
+        log.info("signed a tserver certificate", extra={"ts": req.uuid, "caller": ctx.identity.describe()})
+        return cert, authority.cert_pem
 
     async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:
         """Leader discovery for clients and tools: any master answers with what it knows."""
@@ -452,6 +513,8 @@ class Master(Node):
         app.router.add_get("/api/v1/masters", _masters_page)
         app.router.add_get("/api/v1/tables", _tables_page)
         app.router.add_get("/api/v1/tables/{name}", _table_page)
+        for path in ("/ipki-ca-cert", "/ipki-ca-cert-pem", "/ipki-ca-cert-der"):
+            app.router.add_get(path, _ipki_ca_cert_page)
 
     def role_status(self) -> dict[str, Any]:
         ds = self.ts_manager.descriptors(time.monotonic())
@@ -510,3 +573,18 @@ async def _table_page(request: web.Request) -> web.Response:
     tablets = [to_builtins(cm.location(cm.tablets[tid])) for tid in t.tablet_ids if tid in cm.tablets]
     record = {k: v for k, v in to_builtins(t).items() if k != "tablet_ids"}
     return json_response({**record, "tablets": tablets})
+
+
+async def _ipki_ca_cert_page(request: web.Request) -> web.Response:
+    """``GET /ipki-ca-cert`` and ``/ipki-ca-cert-pem``: the cluster CA's certificate, PEM; ``/ipki-ca-cert-der``:
+    DER. What clients pass as their trusted certificates. 503 until the first leader created the CA."""
+    master = node_as(request, Master)
+    authority = master.catalog_manager.cert_authority()
+    if authority is None:
+        return web.json_response(
+            {"code": "SERVICE_UNAVAILABLE", "message": "the cluster CA does not exist yet (no leader master so far)"},
+            status=503,
+        )
+    if request.path.endswith("-der"):
+        return web.Response(body=authority.cert_der, content_type="application/pkix-cert")
+    return web.Response(body=authority.cert_pem, content_type="application/x-pem-file")

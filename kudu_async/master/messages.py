@@ -175,12 +175,19 @@ class Report(Message, frozen=True):
             raise _Bad("removed", f"{sorted(both)[:5]} also reported as present")
 
 
+# A PEM CSR for an ECDSA P-256 key is ~500 bytes; this leaves room for any sane one and no more.
+MAX_CSR_BYTES = 8192
+
+
 class TSHeartbeatRequest(Message, frozen=True):
     ts: TSInfo
     register: bool
     report: Report | None
     num_live_tablets: NonNegInt
     leader_count: NonNegInt
+    # A PEM certificate signing request: the tserver wants a certificate from the cluster's CA (it has
+    # none, or its own expires soon); the leader answers with ``cert_pem`` and ``ca_cert_pem``.
+    csr_pem: Annotated[bytes, msgspec.Meta(max_length=MAX_CSR_BYTES)] | None = None
 
     def __post_init__(self) -> None:
         self.ts.check()
@@ -209,6 +216,9 @@ class TSHeartbeatResponse(Message, frozen=True):
     # Tables at their disk size or row count limit: their tablets refuse inserts and updates. Sent only
     # while the limits are enforced (absent: none is limited).
     write_limited_tables: list[str] | Unset = UNSET
+    # The signed certificate for the request's ``csr_pem`` and the CA certificate it chains to (PEM).
+    cert_pem: bytes | Unset = UNSET
+    ca_cert_pem: bytes | Unset = UNSET
 
 
 # --- DDL ---------------------------------------------------------------------------------------------------

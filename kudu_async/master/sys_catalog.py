@@ -27,6 +27,10 @@ The request ids (``requests``, id -> {method, digest, result, time}) make DDL re
 leader answers a retry from here instead of applying it again. The newest ``max_requests`` are kept, the
 oldest (by log order, so every master drops the same ones) forgotten.
 
+The cluster's CA (``CaRecord``: its certificate and private key, PEM; Kudu's IPKI) is one more entry
+(``["ca", record]``), written once by the first leader; every master holds it, so a new leader signs
+with the same CA. A second CA entry is refused like any conflicting batch.
+
 The ids of deleted tablet records are remembered too (``deleted_tablets``, the newest ``max_deleted``):
 a replica a tserver still reports (a CreateTablet that landed after the deletion, a tserver that was
 down) is of a tablet that will never exist again, so the leader has it deleted. Tablet ids are never
@@ -155,6 +159,13 @@ class RequestRecord(msgspec.Struct, frozen=True):
     index: int | Unset = UNSET
 
 
+class CaRecord(msgspec.Struct, frozen=True):
+    """The cluster CA's certificate and (unencrypted, as Kudu keeps it in its catalog) private key, PEM."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+
 Record = TableRecord | TabletRecord
 
 
@@ -191,7 +202,13 @@ class Request(msgspec.Struct, frozen=True, array_like=True, tag="request"):
     entry: RequestRecord
 
 
-Op = PutTable | PutTablet | Delete | Request
+class PutCa(msgspec.Struct, frozen=True, array_like=True, tag="ca"):
+    """``["ca", record]``"""
+
+    record: CaRecord
+
+
+Op = PutTable | PutTablet | Delete | Request | PutCa
 
 
 class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
@@ -202,16 +219,17 @@ class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
     record: msgspec.Raw
 
 
-class _Snapshot(msgspec.Struct):
+class _Snapshot(msgspec.Struct, omit_defaults=True):
     index: int
     tables: dict[str, TableRecord]
     tablets: dict[str, TabletRecord]
     requests: list[tuple[str, RequestRecord]]  # oldest first
     deleted_tablets: list[tuple[str, int]]  # oldest first
+    ca: CaRecord | None = None
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request])
+_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request | PutCa])
 _TABLE = msgspec.msgpack.Decoder(TableRecord)
 _TABLET = msgspec.msgpack.Decoder(TabletRecord)
 _SNAPSHOT = msgspec.msgpack.Decoder(_Snapshot)
@@ -231,6 +249,10 @@ def delete(kind: Kind, record_id: str) -> Delete:
 def request(request_id: str, entry: RequestRecord) -> Request:
     """Record one DDL's outcome under its client request id."""
     return Request(request_id, entry)
+
+
+def put_ca(cert_pem: bytes, key_pem: bytes) -> PutCa:
+    return PutCa(CaRecord(cert_pem, key_pem))
 
 
 def encode_ops(ops: Sequence[Op]) -> bytes:
@@ -282,6 +304,7 @@ class SysCatalogStateMachine:
         self.tablets: dict[str, TabletRecord] = {}
         self.requests: dict[str, RequestRecord] = {}  # request id -> outcome, oldest first (log order)
         self.deleted_tablets: dict[str, int] = {}  # tablet id -> index of its deletion, oldest first
+        self.ca: CaRecord | None = None
         self.applied_index = 0
         self.conflicts = 0  # batches refused since start (this master)
         self._snapshot_index = 0
@@ -304,6 +327,7 @@ class SysCatalogStateMachine:
         self.tables, self.tablets = doc.tables, doc.tablets
         self.requests = dict(doc.requests)
         self.deleted_tablets = dict(doc.deleted_tablets)
+        self.ca = doc.ca
         self.applied_index = self._snapshot_index = doc.index
 
     def conflict(self, ops: Sequence[Op]) -> str | None:
@@ -317,6 +341,9 @@ class SysCatalogStateMachine:
                 requests.add(op.request_id)
             elif isinstance(op, Delete):
                 staged[(op.kind, op.record_id)] = None
+            elif isinstance(op, PutCa):
+                if self.ca is not None:
+                    return "the cluster CA exists already"
             else:
                 reason = self._put_conflict(op, staged)
                 if reason is not None:
@@ -369,6 +396,8 @@ class SysCatalogStateMachine:
         for op in ops:
             if isinstance(op, Request):
                 self.requests[op.request_id] = msgspec.structs.replace(op.entry, index=index)
+            elif isinstance(op, PutCa):
+                self.ca = op.record
             elif isinstance(op, PutTable):
                 self.tables[op.record_id] = msgspec.structs.replace(op.record, rev=index)
             elif isinstance(op, PutTablet):
@@ -399,6 +428,7 @@ class SysCatalogStateMachine:
                 self.tablets,
                 list(self.requests.items()),
                 list(self.deleted_tablets.items()),
+                self.ca,
             )
         )
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)

@@ -11,6 +11,11 @@ handle enforces the deadline. Calls the server provably
 did not process (GOAWAY beyond them, REFUSED_STREAM) are retried on a fresh connection within the
 deadline, so a peer's graceful restart is invisible to callers. Calls are never retried otherwise: the
 layers above know which of their calls are idempotent.
+
+Encryption (``RpcClient.tls``, security/tls.py) is decided when a connection opens: TLS with ALPN h2 or
+cleartext h2c, per the client's policy and the peer's address. A server that requires TLS answers a
+cleartext connection with GOAWAY(INADEQUATE_SECURITY); its calls were not processed, so they go again,
+over TLS, and that peer is reached over TLS from then on.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 from typing import Any
 
 from kudu_async.common.errors import (
@@ -42,9 +48,11 @@ from kudu_async.rpc.connection import (
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.protocol import RpcProtocol
 from kudu_async.security.identity import AUTHORIZATION_HEADER, USER_HEADER
+from kudu_async.security.tls import ALPN_H2, ClientTls
 
 log = logging.getLogger("kudu_async.rpc")
 
+INADEQUATE_SECURITY = 0xC  # HTTP/2's error code for "use TLS" (RFC 9113 section 7)
 DEFAULT_MAX_QUEUED_PER_PEER = 10_000
 _MAX_ATTEMPTS = 3
 
@@ -61,6 +69,9 @@ class _ClientProtocol(RpcProtocol):
         self.addr = addr
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.done: asyncio.Future[None] = self.loop.create_future()
+        self.lost_reason: Exception | None = None
+        self.answered = False  # the server's first bytes arrived, or the connection ended
+        self.first_answer: asyncio.Future[None] | None = None  # for someone waiting for ``answered``
 
     @property
     def usable(self) -> bool:
@@ -137,6 +148,8 @@ class _ClientProtocol(RpcProtocol):
             self.flush()
             self.abort_connection()
             return
+        if not self.answered:
+            self._answered()
         for call in finished:
             fut = call.waiter
             if not fut.done():
@@ -154,10 +167,21 @@ class _ClientProtocol(RpcProtocol):
             else:
                 self._wake_waiters()
         if not self.rpc.usable:
+            if self.rpc.terminated_code == INADEQUATE_SECURITY:
+                self.client._peer_requires_tls(self.addr)
             self.client._forget(self)
+
+    def _answered(self) -> None:
+        self.answered = True
+        fut = self.first_answer
+        self.first_answer = None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.lost_reason = exc
+        self._answered()
         self.fail(self.rpc.connection_lost(exc))
         self.client._forget(self)
         self._wake_waiters()
@@ -187,9 +211,14 @@ class RpcClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_queued_per_peer: int = DEFAULT_MAX_QUEUED_PER_PEER,
         window: int = DEFAULT_WINDOW,
+        tls: ClientTls | None = None,
     ) -> None:
         self.node_name = node_name
         self.faults = faults
+        # When connections are encrypted; None: never (a peer requiring TLS is then unreachable). May be
+        # replaced at any time (the node got a new certificate): later connections use it.
+        self.tls = tls
+        self._refused_clear: set[str] = set()  # peers that require TLS, when this client has none
         self.max_response_bytes = max_response_bytes
         self.max_queued_per_peer = max_queued_per_peer
         self.window = window
@@ -289,6 +318,14 @@ class RpcClient:
         ``None`` when the connection stopped taking calls meanwhile (try another)."""
         if conn is None or not conn.usable:
             conn = await self._connect(addr, deadline, timeout_s)
+            if conn.lost and conn.rpc.terminated_code == INADEQUATE_SECURITY:
+                return None  # the server wants TLS: the next attempt knows it (or says this client has none)
+            if conn.lost:  # between connecting and this call's turn: no call would ever be answered on it
+                why = f": {conn.lost_reason}" if conn.lost_reason else ""
+                raise KuduNetworkError(
+                    f"connection to {addr} closed right after it was made{why} (over TLS, how a server refuses a "
+                    "client certificate its CA did not sign)"
+                )
         try:
             if not conn.has_slot():
                 await conn.wait_slot(deadline)
@@ -343,13 +380,38 @@ class RpcClient:
             host, port = codec.parse_addr(addr)
         except ValueError as e:
             raise KuduNetworkError(str(e)) from None
+        tls = self.tls
+        if tls is None and addr in self._refused_clear:
+            raise KuduNetworkError(
+                f"{addr} accepts only TLS connections (its --rpc-encryption is required) and this client does "
+                "not encrypt"
+            )
+        ctx = tls.context if tls is not None and tls.wants_tls(addr, host) else None
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await loop.create_connection(lambda: _ClientProtocol(self, addr), host, port)
+            _, proto = await loop.create_connection(lambda: _ClientProtocol(self, addr), host, port, ssl=ctx)
+        except (ssl.SSLError, ConnectionResetError) as e:
+            if self._m_failures is not None:
+                self._m_failures.increment()
+            if tls is None or ctx is None or not tls.tls_failed(addr, host):
+                raise KuduNetworkError(
+                    f"TLS connection to {addr} failed ({e}): the server does not offer TLS (--rpc-encryption "
+                    "disabled) or its certificate did not verify against the trusted CA certificates"
+                ) from None
+            log.info("TLS to %s failed (%s); it is reached in cleartext (encryption policy optional)", addr, e)
+            return await self._open(addr)
         except OSError as e:
             if self._m_failures is not None:
                 self._m_failures.increment()
             raise KuduNetworkError(f"cannot connect to {addr}: {e.strerror or e}") from None
+        if ctx is None and tls is not None and not await self._cleartext_accepted(proto, addr):
+            return await self._open(addr)
+        if ctx is not None:
+            ssl_object = proto.transport.get_extra_info("ssl_object") if proto.transport is not None else None
+            alpn = None if ssl_object is None else ssl_object.selected_alpn_protocol()
+            if alpn != ALPN_H2:
+                proto.abort_connection()
+                raise KuduNetworkError(f"TLS connection to {addr} did not negotiate ALPN h2 (got {alpn!r})")
         if self._closed:
             proto.close_connection()
             raise KuduIllegalState("RpcClient is closed")
@@ -358,6 +420,30 @@ class RpcClient:
         self._conns[addr] = proto
         self._all.add(proto)
         return proto
+
+    async def _cleartext_accepted(self, proto: _ClientProtocol, addr: str) -> bool:
+        """Before a cleartext connection of a TLS-capable client carries a call: wait for the server's
+        first frames (one round trip, at connect only), so that a server requiring TLS says so
+        (GOAWAY INADEQUATE_SECURITY) before any call data went out in clear. False: reconnect over TLS."""
+        if not proto.answered:  # the answer may have been read already (uvloop reads in the same turn)
+            fut = proto.first_answer = proto.loop.create_future()
+            await fut
+        tls = self.tls
+        if proto.rpc.terminated_code == INADEQUATE_SECURITY and tls is not None:
+            tls.require_tls_for(addr)
+            proto.close_connection()
+            return False
+        if proto.lost:
+            raise KuduNetworkError(f"connection to {addr} closed by the server before it answered")
+        return True
+
+    def _peer_requires_tls(self, addr: str) -> None:
+        """``addr`` refused a cleartext connection: reach it over TLS from now on, if this client can."""
+        if self.tls is not None:
+            log.info("%s requires TLS; reconnecting over TLS", addr)
+            self.tls.require_tls_for(addr)
+        else:
+            self._refused_clear.add(addr)
 
     def _forget(self, conn: _ClientProtocol) -> None:
         if self._conns.get(conn.addr) is conn:

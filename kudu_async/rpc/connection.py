@@ -731,6 +731,7 @@ class ClientConnection(_Endpoint):
         self.max_response_bytes = max_response_bytes
         self.calls: dict[int, Call] = {}
         self.usable = True  # takes new calls
+        self.terminated_code: int | None = None  # the error code of the server's GOAWAY, once one came
         self._events: list[Call] = []
 
     def has_slot(self) -> bool:
@@ -836,6 +837,7 @@ class ClientConnection(_Endpoint):
 
     def _on_terminated(self, ev: jh2.events.ConnectionTerminated) -> None:
         self.usable = False
+        self.terminated_code = ev.error_code
         last = ev.last_stream_id if ev.last_stream_id is not None else 0
         graceful = ev.error_code in (0, NO_ERROR, None)
         for sid in [s for s in self.calls if s > last or not graceful]:

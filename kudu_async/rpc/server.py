@@ -12,6 +12,12 @@ Deadlines: ``x-deadline-ms`` is the caller's remaining time when it sent the cal
 it from the arrival of the request headers, refuses to start a handler whose deadline already passed,
 and cancels a running handler at the deadline, answering TIMED_OUT.
 
+Encryption (``RpcServer.tls``, security/tls.py): with TLS on, one port serves TLS and cleartext alike,
+told apart by the connection's first byte (a TLS ClientHello starts with 0x16, an h2c client with its
+preface), peeked before the connection is handed to the protocol; under ``required`` a cleartext
+connection gets an HTTP/2 GOAWAY with INADEQUATE_SECURITY (so the client learns to use TLS) and is
+closed. All of it happens once, at accept: a call on an established connection costs the same.
+
 Queues are bounded per service (``max_inflight_per_service``): an overloaded service answers
 SERVICE_UNAVAILABLE at once so that callers back off, as Kudu's service queues do.
 
@@ -23,11 +29,18 @@ right learns NOT_AUTHORIZED and nothing about the method's input rules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+import jh2.config
+import jh2.connection
+import jh2.errors
 
 from kudu_async.common.errors import (
     KuduBadStatus,
@@ -55,11 +68,30 @@ from kudu_async.rpc.connection import (
     Service,
 )
 from kudu_async.rpc.faults import FaultInjector
-from kudu_async.rpc.protocol import RpcProtocol
+from kudu_async.rpc.protocol import RpcProtocol, peer_name
 from kudu_async.security.acl import REQUIREMENTS, Acls, Requires
 from kudu_async.security.identity import ANONYMOUS, Authenticator, Identity, TlsPeer, claimed_identity
+from kudu_async.security.tls import ALPN_H2, ServerTls, peer_of
 
 log = logging.getLogger("kudu_async.rpc")
+
+# A connection must send its first byte, and finish its TLS handshake, within this long.
+HANDSHAKE_TIMEOUT_S = 10.0
+# Connections accepted and not yet past their first byte / handshake; more are closed at once.
+MAX_PENDING_HANDSHAKES = 256
+
+
+# What a server requiring TLS answers a cleartext HTTP/2 client: its SETTINGS, then GOAWAY (last stream
+# 0, INADEQUATE_SECURITY, "TLS required"), so the client knows to reconnect over TLS.
+def _tls_required_goaway() -> bytes:
+    h2 = jh2.connection.H2Connection(jh2.config.H2Configuration(client_side=False))
+    h2.initiate_connection()
+    h2.close_connection(error_code=jh2.errors.ErrorCodes.INADEQUATE_SECURITY, additional_data=b"TLS required")
+    data: bytes = h2.data_to_send()
+    return data
+
+
+_TLS_REQUIRED_GOAWAY = _tls_required_goaway()
 
 
 @dataclass(slots=True)
@@ -173,6 +205,14 @@ class _ServerProtocol(RpcProtocol):
         self.server = server
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            if ssl_object.selected_alpn_protocol() != ALPN_H2:
+                log.warning("TLS client %s did not negotiate ALPN h2; closing the connection", peer_name(transport))
+                cast(asyncio.Transport, transport).abort()
+                self.lost = True
+                return
+            self.tls_peer = peer_of(ssl_object)
         super().connection_made(transport)
         self.server._connection_opened(self)
 
@@ -196,13 +236,16 @@ class _ServerProtocol(RpcProtocol):
         self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is None:  # refused in connection_made
+            return
         self.lost = True
         self.rpc.connection_lost()
         self.server._connection_closed(self)
 
 
 class RpcServer:
-    """Serves registered ``Service/Method`` handlers over HTTP/2 cleartext (prior knowledge)."""
+    """Serves registered ``Service/Method`` handlers over HTTP/2: cleartext (prior knowledge), or TLS with
+    ALPN h2 as ``tls`` allows."""
 
     def __init__(
         self,
@@ -230,6 +273,12 @@ class RpcServer:
         self.on_denied: DenialHook | None = None
         self._denied_logged_at = -DENIAL_LOG_INTERVAL_S
         self._denied_unlogged = 0
+        # What connections may be (--rpc-encryption); None serves cleartext only. Set before start; its
+        # context may be replaced at any time (a new certificate), later connections use it.
+        self.tls: ServerTls | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
         self._metrics = metrics
         self._router = Router(metrics, max_body_bytes)
         self._connections: set[_ServerProtocol] = set()
@@ -315,11 +364,86 @@ class RpcServer:
         """Listen on host:port (0 picks a free port; read it from ``.port``)."""
         if self._server is not None:
             raise KuduIllegalState("RpcServer already started")
+        if self._listener is not None:
+            raise KuduIllegalState("RpcServer already started")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerProtocol(self), host, port, backlog=1024)
-        sock = self._server.sockets[0].getsockname()
+        if self.tls is None or self.tls.mode == "disabled":
+            self._server = await loop.create_server(lambda: _ServerProtocol(self), host, port, backlog=1024)
+            sock = self._server.sockets[0].getsockname()
+        else:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            if not infos:
+                raise KuduInvalidArgument(f"cannot resolve {host!r} to listen on")
+            family, _, _, _, sockaddr = infos[0]
+            listener = socket.create_server(sockaddr[:2], family=family, backlog=1024)
+            listener.setblocking(False)
+            self._listener = listener
+            sock = listener.getsockname()
+            self._acceptor = loop.create_task(self._accept_loop(listener), name="rpc-accept")
         self.host, self.port = sock[0], sock[1]
         self._sweeper = loop.call_later(1.0, self._sweep)
+
+    # --- accepting with TLS -------------------------------------------------------------------------------
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except asyncio.CancelledError:
+                raise
+            except OSError as e:  # out of descriptors, or a connection reset while queued: keep serving
+                log.warning("accepting an RPC connection failed: %s", e)
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._pending) >= MAX_PENDING_HANDSHAKES or self._stopping is not None:
+                conn.close()
+                continue
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = loop.create_task(self._handshake(conn))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _handshake(self, conn: socket.socket) -> None:
+        """Wait for the connection's first byte, then serve it as TLS, cleartext, or refuse it."""
+        loop = asyncio.get_running_loop()
+        tls = self.tls
+        assert tls is not None
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            conn.close()
+            return
+        where = f"{peer[0]}:{peer[1]}"
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                first = await _peek_first_byte(loop, conn)
+                if first is None:
+                    conn.close()
+                    return
+                decision = tls.accepts(first)
+                if decision == "refuse":
+                    log.warning(
+                        "refused a cleartext RPC connection from %s: this server requires TLS "
+                        "(--rpc-encryption=required)",
+                        where,
+                    )
+                    await _refuse_cleartext(loop, conn)
+                    return
+                ctx = tls.context if decision == "tls" else None
+                await loop.connect_accepted_socket(
+                    lambda: _ServerProtocol(self),
+                    conn,
+                    ssl=ctx,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if ctx else None,
+                )
+        except TimeoutError:
+            log.info("RPC connection from %s sent nothing or did not finish its TLS handshake in time; closed", where)
+            _hang_up(conn)
+        except (ssl.SSLError, OSError) as e:
+            log.warning("TLS handshake with RPC client %s failed: %s", where, e)
+            _hang_up(conn)
 
     def _sweep(self) -> None:
         """Once a second: time out requests stuck half-uploaded past their deadline (slow or dead peers)."""
@@ -334,13 +458,22 @@ class RpcServer:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let running calls finish for up to ``grace_s``, then cancel and close."""
-        if self._server is None or self._stopping is not None:
+        if (self._server is None and self._listener is None) or self._stopping is not None:
             return
         loop = asyncio.get_running_loop()
         self._stopping = loop.create_future()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        self._server.close()
+        if self._server is not None:
+            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+            for task in list(self._pending):
+                task.cancel()
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
         # No GOAWAY yet: h2 moves a connection that received one to CLOSED and then rejects the answers
         # still to come. New streams are refused instead (REFUSED_STREAM: the client knows it may retry
         # them elsewhere), running calls finish, and GOAWAY goes out with the close.
@@ -354,7 +487,8 @@ class RpcServer:
             await asyncio.gather(*leftovers, return_exceptions=True)
         for proto in list(self._connections):
             proto.close_connection()
-        await self._server.wait_closed()
+        if self._server is not None:
+            await self._server.wait_closed()
         # Let connection_lost run for the transports just closed.
         for _ in range(3):
             if not self._connections:
@@ -520,3 +654,53 @@ class RpcServer:
             rpc.respond_error(req, err)
         if not proto.lost:
             proto.schedule_flush()
+
+
+async def _peek_first_byte(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> int | None:
+    """The connection's first byte, left in the socket for the protocol to read; None when the peer closed."""
+    while True:
+        try:
+            data = conn.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(conn.fileno(), _set_done, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(conn.fileno())
+            continue
+        return data[0] if data else None
+
+
+def _hang_up(conn: socket.socket) -> None:
+    """End a connection now. A failed TLS transport may still hold the socket (uvloop closes it
+    gracefully, waiting on a peer that waits on us); shutdown ends the TCP connection regardless."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    conn.close()
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def _refuse_cleartext(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+    """Answer a cleartext client of a TLS-only server with GOAWAY(INADEQUATE_SECURITY) and close. What the
+    client sent is read to its end first (briefly), so the close is a FIN the client reads after the
+    GOAWAY rather than a reset that could overtake it."""
+    try:
+        await loop.sock_sendall(conn, _TLS_REQUIRED_GOAWAY)
+        conn.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                received = 0
+                while received < 1 << 20:
+                    chunk = await loop.sock_recv(conn, 65536)
+                    if not chunk:
+                        break
+                    received += len(chunk)
+    except OSError as e:
+        log.debug("closing a refused cleartext connection: %s", e)
+    finally:
+        conn.close()

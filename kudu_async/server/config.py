@@ -17,6 +17,8 @@ from typing import Any
 
 from kudu_async.common.errors import KuduConfigurationError, KuduInvalidArgument
 from kudu_async.security.acl import Acl
+from kudu_async.security.ca import DEFAULT_CA_VALIDITY_S, DEFAULT_RENEW_BEFORE_S, DEFAULT_SERVER_VALIDITY_S
+from kudu_async.security.tls import DEFAULT_CIPHERS, ENCRYPTION_MODES, TLS_VERSIONS
 
 ROLES = ("master", "tserver")
 DEFAULT_RPC_PORT = {"master": 7051, "tserver": 7050}
@@ -230,6 +232,82 @@ FLAGS: tuple[Flag, ...] = (
         _to_int,
         1000,
         "Calls in flight per service before new ones get SERVICE_UNAVAILABLE.",
+        check=_positive,
+    ),
+    Flag(
+        "rpc_encryption",
+        _to_str,
+        "optional",
+        "RPC encryption (TLS, ALPN h2): disabled = cleartext only; optional = TLS when the peer asks for it "
+        "(this node encrypts its own remote connections; loopback ones per rpc_encrypt_loopback_connections); "
+        "required = TLS on every connection, loopback too, cleartext clients refused. Kudu's default.",
+        choices=ENCRYPTION_MODES,
+    ),
+    Flag(
+        "rpc_encrypt_loopback_connections",
+        _to_bool,
+        False,
+        "Encrypt this node's own connections to loopback peers under rpc_encryption=optional (false as Kudu: "
+        "only a local root could read them).",
+    ),
+    Flag(
+        "rpc_tls_min_protocol",
+        _to_str,
+        "TLSv1.2",
+        "Oldest TLS version accepted or offered, TLSv1.2 or TLSv1.3 (Kudu's default TLSv1.2).",
+        choices=tuple(TLS_VERSIONS),
+    ),
+    Flag(
+        "rpc_tls_ciphers",
+        _to_str,
+        DEFAULT_CIPHERS,
+        "OpenSSL cipher list for TLS 1.2 (default: ECDHE key exchange with AES-GCM or ChaCha20 only). TLS 1.3 "
+        "uses OpenSSL's suites, all AEAD; Python's ssl module cannot narrow them, so --rpc-tls-ciphersuites "
+        "does not exist.",
+    ),
+    Flag(
+        "rpc_certificate_file",
+        _to_str,
+        "",
+        "PEM certificate this node presents instead of one from the masters' CA (with rpc_private_key_file and "
+        "rpc_ca_certificate_file; default: none, the IPKI issues one).",
+    ),
+    Flag("rpc_private_key_file", _to_str, "", "Unencrypted PEM private key of rpc_certificate_file (default: none)."),
+    Flag(
+        "rpc_ca_certificate_file",
+        _to_str,
+        "",
+        "PEM CA certificate(s) peers' certificates are verified against with rpc_certificate_file (default: none).",
+    ),
+    Flag(
+        "webserver_certificate_file",
+        _to_str,
+        "",
+        "PEM certificate for HTTPS on the admin server (with webserver_private_key_file). Default none: HTTP, "
+        "or HTTPS with the node's RPC certificate when rpc_encryption=required.",
+    ),
+    Flag(
+        "webserver_private_key_file", _to_str, "", "Unencrypted PEM key of webserver_certificate_file (default: none)."
+    ),
+    Flag(
+        "ipki_ca_cert_expiration_seconds",
+        _to_int,
+        DEFAULT_CA_VALIDITY_S,
+        "Validity of the CA certificate the leader master creates on first start (Kudu's default, 10 years).",
+        check=_positive,
+    ),
+    Flag(
+        "ipki_server_cert_expiration_seconds",
+        _to_int,
+        DEFAULT_SERVER_VALIDITY_S,
+        "Validity of the node certificates the master's CA signs (Kudu's default, 10 years).",
+        check=_positive,
+    ),
+    Flag(
+        "ipki_server_cert_renew_before_seconds",
+        _to_int,
+        DEFAULT_RENEW_BEFORE_S,
+        "A node asks the master for a new certificate once its own expires within this long (default 30 days).",
         check=_positive,
     ),
     Flag(
@@ -650,8 +728,21 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         values["rpc_bind"] = f"127.0.0.1:{DEFAULT_RPC_PORT[role]}"
     if not values["http_bind"]:
         values["http_bind"] = f"127.0.0.1:{DEFAULT_HTTP_PORT[role]}"
+    _check_tls_files(values)
     _resolve_memory(values, sources)
     return NodeConfig(values, sources)
+
+
+def _check_tls_files(values: dict[str, Any]) -> None:
+    """Certificate flags come in complete sets: half a set is a mistake to name, not to guess around."""
+    rpc = ("rpc_certificate_file", "rpc_private_key_file", "rpc_ca_certificate_file")
+    given = [n for n in rpc if values[n]]
+    if given and len(given) != len(rpc):
+        missing = ", ".join("--" + n.replace("_", "-") for n in rpc if not values[n])
+        raise KuduConfigurationError(f"{missing} must be given too: the RPC certificate flags go together")
+    web = ("webserver_certificate_file", "webserver_private_key_file")
+    if bool(values[web[0]]) != bool(values[web[1]]):
+        raise KuduConfigurationError("--webserver-certificate-file and --webserver-private-key-file go together")
 
 
 # Share of the memory limit the block cache takes unless given, and its ceiling (Kudu's default size).

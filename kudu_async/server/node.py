@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from typing import Any, cast
 import pyarrow as pa
 from aiohttp import web
 
-from kudu_async.common.errors import KuduIllegalState, KuduNotAuthorized
+from kudu_async.common.errors import KuduConfigurationError, KuduIllegalState, KuduInvalidArgument, KuduNotAuthorized
 from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
@@ -33,6 +34,7 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.messages import Method, serve
 from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.security import ca, tls
 from kudu_async.security.acl import Acls
 from kudu_async.security.audit import AuditLog, audit_line
 from kudu_async.server import messages as msg
@@ -190,6 +192,7 @@ class Node:
             max_parallel_opens=config.tablet_bootstrap_parallelism,
         )
         self.raft.register_rpc(self.rpc_server)
+        self._setup_tls()
         self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
@@ -197,6 +200,132 @@ class Node:
         self._stopping = asyncio.Event()
         self._releaser: asyncio.Task[None] | None = None
         self._register_generic_service()
+
+    # --- TLS ------------------------------------------------------------------------------------------
+
+    def _setup_tls(self) -> None:
+        """The node's certificate and the RPC server's and client's TLS per --rpc-encryption: the operator's
+        certificate files when given (then peers are verified against their CA from the start), else a
+        self-signed certificate (encryption without proof) until the masters' CA signs one."""
+        cfg = self.config
+        self.tls_options = tls.TlsOptions(cfg.rpc_tls_min_protocol, cfg.rpc_tls_ciphers)
+        self.tls_hosts = sorted({cfg.rpc_hostport[0], "127.0.0.1"} - {"0.0.0.0", "::", ""})
+        # What this node presents, the CA certificates it trusts, and whether a CA signed ``rpc_cert``.
+        self.rpc_cert: ca.CertKey | None = None
+        self.trusted_ca_pem: bytes | None = None
+        self.cert_signed = False
+        self.operator_certs = bool(cfg.rpc_certificate_file)
+        self._http_ssl: ssl.SSLContext | None = None
+        self._http_follows_rpc_cert = False
+        self._pending_csr: tuple[bytes, bytes] | None = None  # (key, CSR) waiting for the CA's signature
+        try:
+            if self.operator_certs:
+                self.rpc_cert, self.trusted_ca_pem = ca.load_pem_files(
+                    cfg.rpc_certificate_file, cfg.rpc_private_key_file, cfg.rpc_ca_certificate_file
+                )
+                self.cert_signed = True
+            elif cfg.rpc_encryption != "disabled":
+                self.rpc_cert = ca.self_signed(ca.SERVICE_USER, self.tls_hosts, time.time())
+            self._apply_tls()
+        except KuduInvalidArgument as e:
+            raise KuduConfigurationError(str(e)) from None
+
+    def _apply_tls(self) -> None:
+        mode = self.config.rpc_encryption
+        if mode == "disabled" or self.rpc_cert is None:
+            self.rpc_server.tls = None
+            self.rpc_client.tls = None
+            return
+        server_ctx = tls.server_context(self.rpc_cert, self.trusted_ca_pem, self.tls_options)
+        if self.rpc_server.tls is None:
+            self.rpc_server.tls = tls.ServerTls(mode, server_ctx)
+        else:
+            self.rpc_server.tls.context = server_ctx
+        # A node verifies the servers it calls once it trusts a CA and every node is expected to hold a
+        # certificate from it: with operator-given files from the start; with the IPKI a peer may still
+        # hold only its self-signed one (a tserver before its first heartbeat), so peers are proved by
+        # the client certificates they present instead (the servers' CERT_OPTIONAL check above).
+        verify = self.trusted_ca_pem if self.operator_certs else None
+        client_ctx = tls.client_context(verify, self.rpc_cert if self.cert_signed else None, self.tls_options)
+        self.rpc_client.tls = tls.ClientTls(
+            tls.POLICY_REQUIRED if mode == "required" else tls.POLICY_OPTIONAL,
+            client_ctx,
+            encrypt_loopback=self.config.rpc_encrypt_loopback_connections,
+        )
+
+    def _http_tls_context(self) -> ssl.SSLContext | None:
+        """HTTPS for the admin server: the operator's --webserver-certificate-file, else the node's RPC
+        certificate when RPC encryption is required (kept current as the node's certificate changes)."""
+        cfg = self.config
+        own: ca.CertKey | None = None
+        if cfg.webserver_certificate_file:
+            try:
+                own = ca.CertKey(
+                    Path(cfg.webserver_certificate_file).read_bytes(), Path(cfg.webserver_private_key_file).read_bytes()
+                )
+            except OSError as e:
+                raise KuduConfigurationError(
+                    f"--webserver-certificate-file / --webserver-private-key-file: {e}"
+                ) from None
+        elif cfg.rpc_encryption == "required" and self.rpc_cert is not None:
+            own = self.rpc_cert
+            self._http_follows_rpc_cert = True
+        if own is None:
+            return None
+        try:
+            self._http_ssl = tls.http_server_context(own, self.tls_options)
+        except KuduInvalidArgument as e:
+            raise KuduConfigurationError(f"admin HTTPS: {e}") from None
+        return self._http_ssl
+
+    @property
+    def http_scheme(self) -> str:
+        return "https" if self._http_ssl is not None else "http"
+
+    def install_certificate(self, own: ca.CertKey, ca_pem: bytes) -> None:
+        """Present ``own`` (signed by the CA of ``ca_pem``) and trust that CA from now on; connections
+        already open keep what they negotiated."""
+        if self.operator_certs:
+            raise KuduIllegalState("this node uses the operator's certificate files (--rpc-certificate-file)")
+        self.rpc_cert, self.trusted_ca_pem, self.cert_signed = own, ca_pem, True
+        self._apply_tls()
+        if self._http_ssl is not None and self._http_follows_rpc_cert:
+            tls.load_cert_key(self._http_ssl, own)  # later HTTPS handshakes present it
+        log.info(
+            "node certificate installed",
+            extra={"subject": ca.SERVICE_USER, "expires_unix": round(ca.not_after(own.cert_pem))},
+        )
+
+    def certificate_request(self, now: float) -> bytes | None:
+        """A CSR to send the masters while this node needs a certificate (the same one until it is
+        signed, so every heartbeat does not make a key), else None."""
+        if not self.certificate_renewal_due(now):
+            return None
+        if self._pending_csr is None:
+            key_pem = ca.key_to_pem(ca.generate_key())
+            self._pending_csr = (key_pem, ca.make_csr(key_pem, ca.SERVICE_USER, self.tls_hosts))
+        return self._pending_csr[1]
+
+    def accept_certificate(self, cert_pem: bytes, ca_pem: bytes) -> None:
+        """Install the certificate the masters' CA signed for this node's pending CSR, after checking that
+        it is for this node's key and chains to ``ca_pem``."""
+        if self._pending_csr is None:
+            return  # an answer to a CSR already served (another master's, or a retried heartbeat)
+        key_pem = self._pending_csr[0]
+        cert = ca.load_certificate(cert_pem, "certificate from the master")
+        ca.check_key_matches(cert, ca.load_private_key(key_pem), "certificate from the master")
+        if not ca.CertAuthority.chains_to(cert_pem, ca_pem):
+            raise KuduInvalidArgument("certificate from the master is not signed by the CA certificate it came with")
+        self._pending_csr = None
+        self.install_certificate(ca.CertKey(cert_pem, key_pem), ca_pem)
+
+    def certificate_renewal_due(self, now: float) -> bool:
+        """Whether to ask the masters' CA for a certificate (none yet, or the one held expires soon)."""
+        if self.operator_certs or self.config.rpc_encryption == "disabled":
+            return False
+        if not self.cert_signed or self.rpc_cert is None:
+            return True
+        return ca.renewal_due(self.rpc_cert.cert_pem, now, self.config.ipki_server_cert_renew_before_seconds)
 
     # --- role hooks -----------------------------------------------------------------------------------
 
@@ -229,7 +358,9 @@ class Node:
         http_host, http_port = self.config.http_hostport
         self._http_runner = web.AppRunner(build_admin_app(self, self.admin_auth), access_log=None, handle_signals=False)
         await self._http_runner.setup()
-        site = web.TCPSite(self._http_runner, http_host, http_port, reuse_address=True)
+        site = web.TCPSite(
+            self._http_runner, http_host, http_port, reuse_address=True, ssl_context=self._http_tls_context()
+        )
         await site.start()
         addresses = self._http_runner.addresses  # resolves port 0 to the bound port
         if addresses:

@@ -212,13 +212,19 @@ def client_for(options: Any) -> Client:
     """This process's client for the cluster named by the options (created once; closed at exit, as every
     sync client left open is)."""
     timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000)
-    key = (tuple(_masters(options)), timeout)
+    policy = (_opt(options, "kudu.encryptionPolicy", "optional") or "optional").lower()
+    key = (tuple(_masters(options)), timeout, policy)
     with _clients_lock:
         c = _clients.get(key)
         if c is None:
             from kudu_async.client.sync import connect
 
-            c = connect(list(key[0]), admin_timeout_ms=timeout, rpc_timeout_ms=min(timeout or 10_000, 10_000))
+            c = connect(
+                list(key[0]),
+                admin_timeout_ms=timeout,
+                rpc_timeout_ms=min(timeout or 10_000, 10_000),
+                encryption_policy=policy,
+            )
             _clients[key] = c
         return c
 

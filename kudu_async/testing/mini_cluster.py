@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,11 @@ from typing import Any
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _LIVE_CLUSTERS: weakref.WeakSet[MiniCluster] = weakref.WeakSet()
+# The cluster's own admin pages over HTTPS: encrypted, not verified (a node presents a self-signed
+# certificate until the masters' CA signs one; tests that check the chain fetch /ipki-ca-cert).
+_HTTPS = ssl.create_default_context()
+_HTTPS.check_hostname = False
+_HTTPS.verify_mode = ssl.CERT_NONE
 
 
 class MiniClusterError(RuntimeError):
@@ -54,6 +60,7 @@ class NodeProcess:
     proc: subprocess.Popen[bytes] | None = None
     uuid: str = ""
     paused: bool = False
+    https: bool = False  # the admin server speaks HTTPS (rpc_encryption=required)
 
     @property
     def name(self) -> str:
@@ -69,7 +76,7 @@ class NodeProcess:
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.http_address}"
+        return f"{'https' if self.https else 'http'}://{self.http_address}"
 
     @property
     def log_path(self) -> Path:
@@ -104,11 +111,19 @@ class MiniCluster:
         start_timeout_s: float = 30.0,
         ports: Sequence[tuple[int, int]] | None = None,
         authz_policy: Mapping[str, Any] | None = None,
+        encryption: str | None = None,
     ) -> None:
         """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked.
         ``authz_policy`` (the map a policy file holds, see ``security/authz_policy.py``) is written to
         ``authz_policy_path`` and given to the masters as ``--authz-policy-file``; edit that file to change
-        the policy of the running cluster."""
+        the policy of the running cluster. ``encryption`` sets every node's --rpc-encryption ("required": TLS
+        on every connection, loopback too, certificates from the masters' CA, admin pages over HTTPS); None
+        leaves the nodes' default."""
+        if encryption is not None and encryption not in ("disabled", "optional", "required"):
+            raise ValueError(f"encryption must be disabled, optional or required, got {encryption!r}")
+        self.encryption = encryption
+        if encryption is not None:
+            extra_flags = ["--rpc-encryption", encryption, *extra_flags]
         if num_masters not in (1, 3, 5):
             raise ValueError(f"num_masters must be 1, 3 or 5, got {num_masters}")
         if num_tservers < 0:
@@ -132,12 +147,17 @@ class MiniCluster:
         def port() -> int:
             return next(fixed) if fixed is not None else self._fresh_port()
 
+        https = encryption == "required"
         self.masters = [
-            NodeProcess("master", i, self.base_dir / f"master-{i}", port(), port(), [*extra_flags, *master_flags])
+            NodeProcess(
+                "master", i, self.base_dir / f"master-{i}", port(), port(), [*extra_flags, *master_flags], https=https
+            )
             for i in range(num_masters)
         ]
         self.tservers = [
-            NodeProcess("tserver", i, self.base_dir / f"tserver-{i}", port(), port(), list(self._tserver_flags))
+            NodeProcess(
+                "tserver", i, self.base_dir / f"tserver-{i}", port(), port(), list(self._tserver_flags), https=https
+            )
             for i in range(num_tservers)
         ]
         _LIVE_CLUSTERS.add(self)
@@ -184,6 +204,7 @@ class MiniCluster:
             self._fresh_port(),
             self._fresh_port(),
             [*self._tserver_flags, *extra_flags],
+            https=self.encryption == "required",
         )
         self.tservers.append(n)
         self._spawn(n)
@@ -261,7 +282,9 @@ class MiniCluster:
                     f"stderr: {self._stderr_tail(n)}\nlog:\n{n.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(self._http_request(f"{n.http_url}/api/v1/status"), timeout=1.0) as resp:
+                with urllib.request.urlopen(
+                    self._http_request(f"{n.http_url}/api/v1/status"), timeout=1.0, context=_HTTPS
+                ) as resp:
                     n.uuid = json.loads(resp.read())["uuid"]
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
@@ -354,7 +377,9 @@ class MiniCluster:
     def http_get(self, n: NodeProcess | str, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         n = self._resolve(n)
         try:
-            with urllib.request.urlopen(self._http_request(f"{n.http_url}{path}"), timeout=timeout_s) as resp:
+            with urllib.request.urlopen(
+                self._http_request(f"{n.http_url}{path}"), timeout=timeout_s, context=_HTTPS
+            ) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()

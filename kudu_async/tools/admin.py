@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.client.options import ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED, ENCRYPTION_REQUIRED_REMOTE, client_tls
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.common.retry import Deadline
 from kudu_async.rpc.client import RpcClient
@@ -31,6 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kudu-admin", description="Administer a kudu_async cluster.", parents=[common])
     p.add_argument("--masters", default="127.0.0.1:7051", help="comma-separated master RPC addresses")
     p.add_argument("--timeout-ms", type=int, default=30_000, help="deadline of each operation [30000]")
+    p.add_argument(
+        "--encryption-policy",
+        choices=(ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED_REMOTE, ENCRYPTION_REQUIRED),
+        default=os.environ.get("KUDU_ENCRYPTION_POLICY", ENCRYPTION_OPTIONAL),
+        help="TLS to the cluster: optional (when the server can), required_remote, required "
+        "[env KUDU_ENCRYPTION_POLICY; optional]",
+    )
+    p.add_argument(
+        "--trusted-certificates",
+        default=os.environ.get("KUDU_TRUSTED_CERTIFICATES", ""),
+        metavar="FILE[,FILE]",
+        help="PEM files of the CA certificates the servers' certificates must verify against, e.g. the "
+        "master's /ipki-ca-cert [env KUDU_TRUSTED_CERTIFICATES; none: encrypt without verifying]",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     sub = p.add_subparsers(dest="area", required=True)
 
@@ -174,14 +190,15 @@ def _add_perf_commands(pf: Any, cmd: _Cmd) -> None:
 
 async def _run(args: argparse.Namespace) -> _Result:
     """(result, text renderer or None for JSON only, exit status)."""
+    tls = client_tls(args.encryption_policy, [f for f in args.trusted_certificates.split(",") if f] or None)
     if args.area == "node":
-        rpc = RpcClient(node_name="kudu-admin")
+        rpc = RpcClient(node_name="kudu-admin", tls=tls)
         try:
             method = "Ping" if args.command == "ping" else "GetStatus"
             return await rpc.call(args.address, "Generic", method, {}, timeout_s=args.timeout_ms / 1000), None, 0
         finally:
             await rpc.close()
-    client = AsyncClient(master_addresses(args.masters.split(","), None), admin_timeout_ms=args.timeout_ms)
+    client = AsyncClient(master_addresses(args.masters.split(","), None), admin_timeout_ms=args.timeout_ms, tls=tls)
     try:
         if args.area == "tablet":
             return await _tablet_command(client, args), None, 0
@@ -286,7 +303,11 @@ async def _table_scan(client: AsyncClient, args: argparse.Namespace) -> _Result:
 async def _table_copy(client: AsyncClient, args: argparse.Namespace) -> _Result:
     dst = None
     if args.dst_masters:
-        dst = AsyncClient(master_addresses(args.dst_masters.split(","), None), admin_timeout_ms=args.timeout_ms)
+        dst = AsyncClient(
+            master_addresses(args.dst_masters.split(","), None),
+            admin_timeout_ms=args.timeout_ms,
+            tls=client_tls(args.encryption_policy, [f for f in args.trusted_certificates.split(",") if f] or None),
+        )
     try:
         options = table_tool.CopyOptions(
             create_table=args.create_table,

@@ -16,6 +16,9 @@ Failures back off exponentially with jitter (capped at ``max_backoff_s``) and ar
 An unexpected exception (a bug, or ``reports``/``ts_info`` raising) is logged with its traceback and the
 per-master loop is restarted after the same backoff; it never dies silently and never spins.
 
+While the tserver wants a certificate from the cluster's CA (``csr`` returns a CSR), every heartbeat
+carries it; the leader's answer with ``cert_pem`` and ``ca_cert_pem`` goes to ``on_certificate``.
+
 The leader master's ``tablets_to_delete`` go to ``on_delete``, each in its own task so slow tablet work
 never delays a heartbeat; their exceptions are logged, not fatal.
 """
@@ -120,7 +123,7 @@ class HeartbeatOptions:
 class Heartbeater:
     """Registers with and heartbeats every master; see the module docstring for the protocol."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one keyword per tserver hook the heartbeats feed
         self,
         rpc_client: RpcClient,
         master_addresses: Sequence[str],
@@ -131,6 +134,8 @@ class Heartbeater:
         *,
         tablet_counts: Callable[[], tuple[int, int]] | None = None,
         on_write_limits: Callable[[frozenset[str]], None] | None = None,
+        csr: Callable[[], bytes | None] | None = None,
+        on_certificate: Callable[[bytes, bytes], None] | None = None,
     ) -> None:
         """``tablet_counts`` returns (num_live_tablets, leader_count); without it they are counted from
         ``reports(None)`` each heartbeat (states not failed/stopped/deleted; role LEADER).
@@ -146,6 +151,8 @@ class Heartbeater:
         self.on_delete = on_delete
         self.tablet_counts = tablet_counts
         self.on_write_limits = on_write_limits
+        self.csr = csr
+        self.on_certificate = on_certificate
         self.interval_s = options.interval_s
         self.rpc_timeout_s = options.rpc_timeout_s
         self.max_backoff_s = max(options.max_backoff_s, options.interval_s)
@@ -324,6 +331,9 @@ class Heartbeater:
             "num_live_tablets": num_live,
             "leader_count": leaders,
         }
+        csr = self.csr() if self.csr is not None else None
+        if csr is not None:
+            request["csr_pem"] = csr
         if report is not None:
             m.seq += 1  # never reuse a seq, even if this call fails: the master drops seq <= last applied
         resp = _check_response(
@@ -355,8 +365,20 @@ class Heartbeater:
         if resp["leader"]:
             if self.on_write_limits is not None:
                 self.on_write_limits(frozenset(resp.get("write_limited_tables", ())))
+            if "cert_pem" in resp and self.on_certificate is not None:
+                self._take_certificate(m, resp)
             self._dispatch_callbacks(m, resp)
         return asap
+
+    def _take_certificate(self, m: _MasterState, resp: dict[str, Any]) -> None:
+        cert, ca_cert = resp.get("cert_pem"), resp.get("ca_cert_pem")
+        if not isinstance(cert, bytes) or not isinstance(ca_cert, bytes):
+            raise _BadAnswer("TSHeartbeat answer: cert_pem and ca_cert_pem must both be PEM bytes")
+        assert self.on_certificate is not None
+        try:
+            self.on_certificate(cert, ca_cert)
+        except KuduBadStatus as e:  # a certificate this node cannot use: keep the one it has, ask again
+            log.error("certificate from the master refused", extra={"master": m.address, "error": str(e)})
 
     def _dispatch_callbacks(self, m: _MasterState, resp: dict[str, Any]) -> None:
         """Hand the leader's requests to the tablet manager, each in its own task.

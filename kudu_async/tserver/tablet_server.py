@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -120,6 +121,8 @@ class TabletServer(Node):
             options=HeartbeatOptions(interval_s=cfg.heartbeat_interval_ms / 1000.0),
             tablet_counts=self._tablet_counts,
             on_write_limits=self._set_write_limits,
+            csr=lambda: self.certificate_request(time.time()),
+            on_certificate=self.accept_certificate,
         )
         self.tablets.on_change = self.heartbeater.mark_dirty
 

@@ -4,7 +4,10 @@ The server runs in a separate process (multiprocessing, spawn) and the client in
 uvloop, over loopback, as two nodes of a cluster would. Every phase is bounded by a call count and a
 time limit, so the script ends in well under a minute. One line per figure::
 
-    python scripts/bench/rpc.py [--seconds 5] [--mib-calls 400]
+    python scripts/bench/rpc.py [--seconds 5] [--mib-calls 400] [--tls]
+
+``--tls`` runs the same over TLS (the server with rpc_encryption=required and a self-signed certificate,
+the client requiring encryption): the cost of encryption per call and per MiB.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import contextlib
 
 from kudu_async.rpc import CallContext, RpcClient, RpcServer
+from kudu_async.security import ca, tls
 
 
 def _install_uvloop() -> str:
@@ -36,8 +40,11 @@ def _install_uvloop() -> str:
     return "uvloop"
 
 
-async def _serve(pipe: Connection) -> None:
+async def _serve(pipe: Connection, use_tls: bool) -> None:
     server = RpcServer(node_name="bench-server")
+    if use_tls:
+        own = ca.self_signed("kudu", ["127.0.0.1"], time.time())
+        server.tls = tls.ServerTls("required", tls.server_context(own, None))
 
     async def ping(req: Any, ctx: CallContext) -> Any:
         return req
@@ -64,7 +71,7 @@ async def _serve(pipe: Connection) -> None:
     await server.stop(1.0)
 
 
-def _server_main(pipe: Connection, profile: str) -> None:
+def _server_main(pipe: Connection, profile: str, use_tls: bool) -> None:
     _install_uvloop()
     if profile:
         from pyinstrument import Profiler
@@ -72,7 +79,7 @@ def _server_main(pipe: Connection, profile: str) -> None:
         prof = Profiler(interval=0.0005)
         prof.start()
     with contextlib.suppress(EOFError):
-        asyncio.run(_serve(pipe))
+        asyncio.run(_serve(pipe, use_tls))
     if profile:
         prof.stop()
         with open(profile, "w") as f:
@@ -124,9 +131,10 @@ def _pct(lat: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p / 100.0))] * 1000.0
 
 
-async def _bench(port: int, seconds: float, mib_calls: int, only: str) -> None:
+async def _bench(port: int, seconds: float, mib_calls: int, only: str, use_tls: bool) -> None:
     addr = f"127.0.0.1:{port}"
-    client = RpcClient("bench-client")
+    policy = tls.ClientTls(tls.POLICY_REQUIRED, tls.client_context(None)) if use_tls else None
+    client = RpcClient("bench-client", tls=policy)
     await client.call(addr, "Generic", "Ping", {})  # connect
     ping_body = {"seq": 1}
     for conc in (1, 64):
@@ -160,6 +168,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="time limit per measured phase (default 5)")
     ap.add_argument("--mib-calls", type=int, default=1000, help="max 1 MiB calls per phase (default 1000)")
     ap.add_argument("--only", default="", help="run one phase: ping1, ping64, upload, echo")
+    ap.add_argument("--tls", action="store_true", help="TLS on the connection (default: cleartext h2c)")
     ap.add_argument("--profile-client", default="", help="write a pyinstrument text profile of the client here")
     ap.add_argument("--profile-server", default="", help="write a pyinstrument text profile of the server here")
     args = ap.parse_args()
@@ -168,20 +177,23 @@ def main() -> None:
     loop_name = _install_uvloop()
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_server_main, args=(child, args.profile_server), daemon=True)
+    proc = ctx.Process(target=_server_main, args=(child, args.profile_server, args.tls), daemon=True)
     proc.start()
     try:
         if not parent.poll(30):
             raise SystemExit("server process did not start within 30 s")
         port = parent.recv()
-        print(f"rpc bench: server pid {proc.pid} on 127.0.0.1:{port}, loop={loop_name}, cores={os.cpu_count()}")
+        print(
+            f"rpc bench: server pid {proc.pid} on 127.0.0.1:{port}, loop={loop_name}, cores={os.cpu_count()}, "
+            f"{'TLS' if args.tls else 'cleartext'}"
+        )
         prof = None
         if args.profile_client:
             from pyinstrument import Profiler
 
             prof = Profiler(interval=0.0005)
             prof.start()
-        asyncio.run(_bench(port, args.seconds, args.mib_calls, args.only))
+        asyncio.run(_bench(port, args.seconds, args.mib_calls, args.only, args.tls))
         if prof is not None:
             prof.stop()
             with open(args.profile_client, "w") as f:

@@ -69,8 +69,6 @@ def test_an_unknown_kudu_option_is_an_error_naming_it_and_the_known_ones() -> No
     ("opts", "refused"),
     [
         ({"kudu.requireAuthentication": "true"}, "require_authentication"),
-        ({"kudu.encryptionPolicy": "required"}, "encryption"),
-        ({"kudu.encryptionPolicy": "REQUIRED_REMOTE"}, "encryption"),
         ({"kudu.saslProtocolName": "other"}, "sasl_protocol_name"),
         ({"kudu.jwt": "header.payload.sig"}, "jwt"),
     ],
@@ -86,6 +84,13 @@ def test_security_options_at_their_defaults_are_accepted() -> None:
     source.check_options(
         {"kudu.requireAuthentication": "false", "kudu.encryptionPolicy": "optional", "kudu.saslProtocolName": "kudu"}
     )
+
+
+def test_every_kudu_encryption_policy_is_accepted_and_others_refused() -> None:
+    for policy in ("required", "REQUIRED_REMOTE", "optional"):
+        source.check_options({"kudu.encryptionPolicy": policy})
+    with pytest.raises(kudu.KuduInvalidArgument, match="encryption_policy must be one of"):
+        source.check_options({"kudu.encryptionPolicy": "sometimes"})
 
 
 def test_operation_spellings_and_ignore_duplicate_rows() -> None:
@@ -289,8 +294,8 @@ def test_kudu_context_round_trip(spark: Any, spark_cluster: MiniCluster) -> None
     assert proj.columns == ["name"] and proj.count() == 107
     kc.deleteTable("kc")
     assert not kc.tableExists("kc")
-    with pytest.raises(kudu.KuduNotSupported, match="encryption"):
-        KuduContext(spark_cluster.master_addresses, spark, encryptionPolicy="required")
+    # Encryption required: TLS to a cluster that offers it (optional, the default) works the same.
+    assert not KuduContext(spark_cluster.master_addresses, spark, encryptionPolicy="required").tableExists("kc")
 
 
 def test_kudu_context_repartition_gives_one_sorted_partition_per_tablet(spark: Any, spark_cluster: MiniCluster) -> None:

@@ -26,6 +26,7 @@ from kudu_async.master.sys_catalog import (
     delete,
     encode_ops,
     put,
+    put_ca,
     request,
 )
 
@@ -286,3 +287,17 @@ def test_snapshot_with_records_never_stamped_by_an_entry_is_an_error(tmp_path: P
     )
     with pytest.raises(KuduCorruption, match="records without 'rev'"):
         SysCatalogStateMachine(tmp_path, None).load()
+
+
+async def test_the_cluster_ca_is_written_once_and_survives_a_snapshot(cat: Catalog, tmp_path: Path) -> None:
+    first = put_ca(b"cert-1", b"key-1")
+    assert await cat.apply(first) == {"index": 1}
+    assert cat.sm.ca is not None and cat.sm.ca.cert_pem == b"cert-1"
+    # A second CA (another leader's, racing) is refused whole: the first one stays the cluster's.
+    result = await cat.apply(put_ca(b"cert-2", b"key-2"), put(table("t1", "a")))
+    assert result["conflict"] == "the cluster CA exists already"
+    assert cat.sm.ca.cert_pem == b"cert-1" and "t1" not in cat.sm.tables
+    await cat.sm.snapshot()
+    again = SysCatalogStateMachine(tmp_path, None)
+    again.load()
+    assert again.ca == cat.sm.ca

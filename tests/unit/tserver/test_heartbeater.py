@@ -437,3 +437,44 @@ async def test_a_change_is_reported_at_once_not_at_the_next_interval_and_a_burst
     await asyncio.sleep(0.3)
     assert len(master.requests) == 2  # acknowledged: no further early heartbeat
     assert hb.status()[0]["pending_dirty"] == 0
+
+
+async def test_a_csr_goes_with_heartbeats_until_the_leader_signs_it(
+    master: FakeMaster, client: RpcClient, tablets: Tablets
+) -> None:
+    wanted = [b"csr-pem"]
+    got: list[tuple[bytes, bytes]] = []
+
+    def take(cert: bytes, ca_cert: bytes) -> None:
+        got.append((cert, ca_cert))
+        wanted.clear()  # the node has its certificate: no CSR any more
+
+    master.leader = False  # a follower does not sign: the CSR keeps coming
+    hb = Heartbeater(
+        client,
+        [master.address],
+        ts_info,
+        tablets.reports,
+        tablets.on_delete,
+        HeartbeatOptions(interval_s=INTERVAL_S),
+        csr=lambda: wanted[0] if wanted else None,
+        on_certificate=take,
+    )
+    await hb.start()
+    try:
+        await wait_until(lambda: len(master.requests) >= 2, what="2 heartbeats")
+        assert all(r["csr_pem"] == b"csr-pem" for r in master.requests) and got == []
+        master.leader = True
+        master.always = {"cert_pem": b"cert", "ca_cert_pem": b"ca"}
+        await wait_until(lambda: got != [], what="the certificate")
+        assert got == [(b"cert", b"ca")]
+        n = len(master.requests)
+        await wait_until(lambda: len(master.requests) >= n + 2, what="2 more heartbeats")
+        assert all("csr_pem" not in r for r in master.requests[n + 1 :])
+        # A malformed certificate answer is a failed heartbeat, not a crash.
+        wanted.append(b"csr-again")
+        master.always = {"cert_pem": "not bytes", "ca_cert_pem": b"ca"}
+        await wait_until(lambda: hb.status()[0]["consecutive_failures"] > 0, what="a refused answer")
+        assert "cert_pem and ca_cert_pem must both be PEM bytes" in str(hb.status()[0]["last_error"])
+    finally:
+        await hb.stop()
