@@ -20,7 +20,7 @@ from typing import Any, cast
 import pyarrow as pa
 from aiohttp import web
 
-from kudu_async.common.errors import KuduIllegalState
+from kudu_async.common.errors import KuduConfigurationError, KuduIllegalState
 from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
@@ -31,8 +31,12 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.messages import Method, serve
 from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.security.authn import ServerAuthenticator, bearer_header
+from kudu_async.security.jwt_auth import MAX_JWKS_BYTES, MAX_JWT_BYTES, JwtVerifier
+from kudu_async.security.tokens import TokenVerifier
 from kudu_async.server import messages as msg
 from kudu_async.server.admin import build_admin_app, process_memory
+from kudu_async.server.authn_shell import JwksFetcher, WatchedFile, read_service_jwt
 from kudu_async.server.config import NodeConfig, format_hostport
 from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
@@ -163,6 +167,7 @@ class Node:
             max_parallel_opens=config.tablet_bootstrap_parallelism,
         )
         self.raft.register_rpc(self.rpc_server)
+        self._setup_authentication()
         self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
@@ -170,6 +175,58 @@ class Node:
         self._stopping = asyncio.Event()
         self._releaser: asyncio.Task[None] | None = None
         self._register_generic_service()
+
+    # --- authentication ---------------------------------------------------------------------------------
+
+    def _setup_authentication(self) -> None:
+        """The verifiers and the authenticator every call goes through, and this node's own credentials."""
+        cfg = self.config
+        # The public halves of the token-signing keys: from the catalog on a master, heartbeats on a tserver.
+        self.token_verifier = TokenVerifier()
+        self.jwt_verifier: JwtVerifier | None = None
+        self._watchers: list[WatchedFile | JwksFetcher] = []
+        period = float(cfg.jwks_update_frequency_s)
+        if cfg.enable_jwt_token_auth:
+            if not cfg.jwks_file_path and not cfg.jwks_url:
+                raise KuduConfigurationError("--enable-jwt-token-auth needs --jwks-file-path or --jwks-url")
+            self.jwt_verifier = JwtVerifier(
+                issuer=cfg.jwt_issuer, audience=cfg.jwt_audience, username_claim=cfg.jwt_username_claim
+            )
+            if cfg.jwks_file_path:
+                jwks = WatchedFile(cfg.jwks_file_path, MAX_JWKS_BYTES, self._jwks_changed, period, self.io_executor)
+                jwks.load_now()
+                self._watchers.append(jwks)
+            else:
+                self._watchers.append(JwksFetcher(cfg.jwks_url, self.jwt_verifier, period, self._forget_verdicts))
+        service_users = cfg.service_users
+        self.authenticator = ServerAuthenticator(
+            mode=cfg.rpc_authentication,
+            token_verifier=self.token_verifier,
+            jwt_verifier=self.jwt_verifier,
+            # Users show tablet servers the authn token the master issued them; JWTs there are the servers'.
+            jwt_users=service_users if self.role == "tserver" else None,
+        )
+        if cfg.rpc_authentication != "disabled":
+            self.rpc_server.authenticator = self.authenticator
+        self.service_user = service_users[0]
+        self.service_jwt: str | None = None
+        self.rpc_client.set_credentials(self.service_user, None)
+        if cfg.service_jwt_file:
+            own = WatchedFile(cfg.service_jwt_file, MAX_JWT_BYTES, self._service_jwt_changed, period, self.io_executor)
+            own.load_now()
+            self._watchers.append(own)
+
+    def _jwks_changed(self, data: bytes) -> None:
+        assert self.jwt_verifier is not None
+        self.jwt_verifier.set_jwks(data)
+        self._forget_verdicts()
+
+    def _forget_verdicts(self) -> None:
+        self.authenticator.forget()
+
+    def _service_jwt_changed(self, data: bytes) -> None:
+        self.service_jwt = read_service_jwt(data)
+        self.rpc_client.set_credentials(self.service_user, bearer_header(self.service_jwt))
 
     # --- role hooks -----------------------------------------------------------------------------------
 
@@ -196,6 +253,8 @@ class Node:
         rpc_host, rpc_port = self.config.rpc_hostport
         await self.rpc_server.start(rpc_host, rpc_port)
         self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
+        for w in self._watchers:
+            w.start()
         await self.on_start()
         self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
         await self.raft.start(background=self.open_replicas_in_background)
@@ -227,6 +286,8 @@ class Node:
             if self._http_runner is not None:
                 await self._http_runner.cleanup()
             await self.rpc_client.close()
+            for w in self._watchers:
+                await w.stop()
             self.io_executor.shutdown(wait=True)
             await self.loop_lag.stop()
         log.info("node stopped")
