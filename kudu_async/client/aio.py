@@ -63,9 +63,17 @@ class AsyncClient:
     """A connection to one cluster; safe to share between tasks of one event loop."""
 
     def __init__(
-        self, masters: Sequence[str], admin_timeout_ms: int | None = None, rpc_timeout_ms: int | None = None
+        self,
+        masters: Sequence[str],
+        admin_timeout_ms: int | None = None,
+        rpc_timeout_ms: int | None = None,
+        *,
+        jwt: str | None = None,
+        require_authentication: bool = False,
     ) -> None:
-        self.core = ClientCore(masters, admin_timeout_ms, rpc_timeout_ms)
+        self.core = ClientCore(
+            masters, admin_timeout_ms, rpc_timeout_ms, jwt=jwt, require_authentication=require_authentication
+        )
         self._closed = False
         self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()  # their flushers stop on close()
 
@@ -309,9 +317,16 @@ async def connect(
     """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments. A security
     option the client cannot honour is refused (``check_security``), never ignored."""
     check_security(encryption_policy, require_authentication, None, jwt, trusted_certificates)
-    client = AsyncClient(master_addresses(host, port), admin_timeout_ms, rpc_timeout_ms)
+    client = AsyncClient(
+        master_addresses(host, port),
+        admin_timeout_ms,
+        rpc_timeout_ms,
+        jwt=jwt,
+        require_authentication=require_authentication,
+    )
     try:
         await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))
+        await client.core.authenticate()
     except KuduBadStatus:
         await client.close()
         raise

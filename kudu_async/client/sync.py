@@ -118,15 +118,19 @@ class Client:
             raise ValueError("Client() needs at least one master address ('host:port')")
         self._loop = _LoopThread("kudu-client")
         try:
-            self._async = self._loop.run(self._connect(masters, admin_timeout_ms, rpc_timeout_ms))
+            self._async = self._loop.run(
+                self._connect(masters, admin_timeout_ms, rpc_timeout_ms, jwt, require_authentication)
+            )
         except BaseException:
             self._loop.stop()
             raise
         _open_clients.add(self)
 
     @staticmethod
-    async def _connect(masters: Sequence[str], admin_ms: int | None, rpc_ms: int | None) -> AsyncClient:
-        return await aio_connect(list(masters), None, admin_ms, rpc_ms)
+    async def _connect(
+        masters: Sequence[str], admin_ms: int | None, rpc_ms: int | None, jwt: str | None, require_authn: bool
+    ) -> AsyncClient:
+        return await aio_connect(list(masters), None, admin_ms, rpc_ms, require_authentication=require_authn, jwt=jwt)
 
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return self._loop.run(coro)

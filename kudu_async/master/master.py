@@ -268,6 +268,7 @@ class Master(Node):
             return msg.TSHeartbeatResponse(leader=leader, master_uuid=self.uuid)
         if req.report is not None and tsm.process_report(req.uuid, req.report, now):
             self.catalog_manager.reports_arrived()
+        tsks = self.catalog_manager.tsks_newer_than(req.tsk_seq, time.time())
         return msg.TSHeartbeatResponse(
             leader=leader,
             master_uuid=self.uuid,
@@ -276,14 +277,21 @@ class Master(Node):
             write_limited_tables=self.catalog_manager.write_limited_tables()
             if self.config.enable_table_write_limit
             else UNSET,
+            tsks=UNSET if tsks is None else tsks,
         )
 
     async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:
-        """Leader discovery for clients and tools: any master answers with what it knows."""
-        return convert(
-            {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(), "masters": self.masters()},
-            msg.ConnectToMasterResponse,
-        )
+        """Leader discovery for clients and tools: any master answers with what it knows. The leader also
+        gives a caller that proved who it is (a JWT or a client certificate) an authn token, which tablet
+        servers verify on their own (Kudu's ConnectToMaster does the same); a caller that showed a token
+        gets none: it renews with the credentials it got the first one with."""
+        leader = self.is_catalog_leader()
+        answer: dict[str, Any] = {"leader": leader, "uuid": self.uuid, **self.leader_info(), "masters": self.masters()}
+        if leader and ctx.identity.authn in ("jwt", "cert"):
+            token, expire = self.catalog_manager.sign_authn_token(ctx.identity.user, time.time())
+            answer["authn_token"] = token
+            answer["authn_token_expire_unix"] = expire
+        return convert(answer, msg.ConnectToMasterResponse)
 
     # --- DDL and locations (leader only) ---------------------------------------------------------------
 

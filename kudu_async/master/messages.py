@@ -181,6 +181,8 @@ class TSHeartbeatRequest(Message, frozen=True):
     report: Report | None
     num_live_tablets: NonNegInt
     leader_count: NonNegInt
+    # The newest token-signing key the tserver knows (-1: none): the leader sends newer public halves.
+    tsk_seq: int = -1
 
     def __post_init__(self) -> None:
         self.ts.check()
@@ -209,6 +211,8 @@ class TSHeartbeatResponse(Message, frozen=True):
     # Tables at their disk size or row count limit: their tablets refuse inserts and updates. Sent only
     # while the limits are enforced (absent: none is limited).
     write_limited_tables: list[str] | Unset = UNSET
+    # The public halves of the token-signing keys, when the tserver's tsk_seq is behind the leader's.
+    tsks: list[dict[str, Any]] | Unset = UNSET
 
 
 # --- DDL ---------------------------------------------------------------------------------------------------
@@ -429,6 +433,10 @@ class ConnectToMasterResponse(Message, frozen=True):
     leader_address: str | None
     term: int
     masters: list[MasterEntry]
+    # The leader's answer to a caller authenticated by a JWT or a certificate: a signed authn token to show
+    # tablet servers and masters from now on, and when it expires (unix seconds).
+    authn_token: bytes | Unset = UNSET
+    authn_token_expire_unix: float | Unset = UNSET
 
 
 class ListMastersResponse(Message, frozen=True):

@@ -111,6 +111,7 @@ class TabletServer(Node):
             tablet_counts=self._tablet_counts,
             on_write_limits=self._set_write_limits,
         )
+        self.heartbeater.token_verifier = self.token_verifier
         self.tablets.on_change = self.heartbeater.mark_dirty
 
     async def on_start(self) -> None:
