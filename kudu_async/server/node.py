@@ -192,12 +192,6 @@ class Node:
             self.jwt_verifier = JwtVerifier(
                 issuer=cfg.jwt_issuer, audience=cfg.jwt_audience, username_claim=cfg.jwt_username_claim
             )
-            if cfg.jwks_file_path:
-                jwks = WatchedFile(cfg.jwks_file_path, MAX_JWKS_BYTES, self._jwks_changed, period, self.io_executor)
-                jwks.load_now()
-                self._watchers.append(jwks)
-            else:
-                self._watchers.append(JwksFetcher(cfg.jwks_url, self.jwt_verifier, period, self._forget_verdicts))
         service_users = cfg.service_users
         self.authenticator = ServerAuthenticator(
             mode=cfg.rpc_authentication,
@@ -208,6 +202,13 @@ class Node:
         )
         if cfg.rpc_authentication != "disabled":
             self.rpc_server.authenticator = self.authenticator
+        if self.jwt_verifier is not None:
+            if cfg.jwks_file_path:
+                jwks = WatchedFile(cfg.jwks_file_path, MAX_JWKS_BYTES, self._jwks_changed, period, self.io_executor)
+                jwks.load_now()
+                self._watchers.append(jwks)
+            else:
+                self._watchers.append(JwksFetcher(cfg.jwks_url, self.jwt_verifier, period, self._forget_verdicts))
         self.service_user = service_users[0]
         self.service_jwt: str | None = None
         self.rpc_client.set_credentials(self.service_user, None)
@@ -352,6 +353,14 @@ class Node:
             "is_leader": None,
             # Objects kept out of the cycle collector since start-up, and its runs per generation.
             "gc": {"frozen_objects": gc.get_freeze_count(), "collections": [g["collections"] for g in gc.get_stats()]},
+            # The newest token-signing key this node verifies with (-1: none yet), and the authenticator's cache.
+            "authn": {
+                "mode": self.config.rpc_authentication,
+                "tsk_seq": self.token_verifier.max_seq,
+                "jwks_keys": None if self.jwt_verifier is None else len(self.jwt_verifier.key_ids()),
+                "cache_hits": self.authenticator.hits,
+                "cache_misses": self.authenticator.misses,
+            },
             **self.role_status(),
         }
 

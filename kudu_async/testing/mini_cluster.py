@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kudu_async.testing.jwks import TestIssuer
+
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _LIVE_CLUSTERS: weakref.WeakSet[MiniCluster] = weakref.WeakSet()
 
@@ -92,7 +94,7 @@ class NodeProcess:
 class MiniCluster:
     """Start ``num_masters`` masters and ``num_tservers`` tablet servers as real processes."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the options of a test cluster, each a keyword with a default
         self,
         num_masters: int = 1,
         num_tservers: int = 3,
@@ -102,15 +104,24 @@ class MiniCluster:
         tserver_flags: Sequence[str] = (),
         start_timeout_s: float = 30.0,
         ports: Sequence[tuple[int, int]] | None = None,
+        jwks: bool = False,
     ) -> None:
-        """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked."""
+        """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked.
+
+        ``jwks``: JWT authentication on every node, with a JWKS holding a signing key made here (see
+        ``mint_jwt``) and a service JWT for the servers' own calls; add ``--rpc-authentication=required``
+        to ``extra_flags`` to refuse callers without credentials."""
         if num_masters not in (1, 3, 5):
             raise ValueError(f"num_masters must be 1, 3 or 5, got {num_masters}")
         if num_tservers < 0:
             raise ValueError(f"num_tservers must be >= 0, got {num_tservers}")
-        self._tserver_flags = [*extra_flags, *tserver_flags]
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.jwt_issuer: TestIssuer | None = None
+        if jwks:
+            self.jwt_issuer = TestIssuer()
+            extra_flags = [*self._jwks_flags(self.jwt_issuer), *extra_flags]
+        self._tserver_flags = [*extra_flags, *tserver_flags]
         self.start_timeout_s = start_timeout_s
         if ports is not None and len(ports) != num_masters + num_tservers:
             raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
@@ -129,6 +140,27 @@ class MiniCluster:
             for i in range(num_tservers)
         ]
         _LIVE_CLUSTERS.add(self)
+
+    # --- JWT authentication ---------------------------------------------------------------------------
+
+    def _jwks_flags(self, issuer: TestIssuer) -> list[str]:
+        jwks_path = self.base_dir / "jwks.json"
+        jwks_path.write_bytes(issuer.jwks())
+        service_jwt = self.base_dir / "service.jwt"
+        service_jwt.write_text(issuer.mint("kudu", ttl_s=30 * 86_400.0) + "\n")
+        return [
+            "--enable-jwt-token-auth=true",
+            f"--jwks-file-path={jwks_path}",
+            f"--jwt-issuer={issuer.issuer}",
+            f"--jwt-audience={issuer.audience}",
+            f"--service-jwt-file={service_jwt}",
+        ]
+
+    def mint_jwt(self, user: str, ttl_s: float = 3600.0, **claims: Any) -> str:
+        """A JWT for ``user`` the cluster's nodes accept (``claims`` add or override: ``iss="x"``, ``aud=None``)."""
+        if self.jwt_issuer is None:
+            raise MiniClusterError("this cluster was started without jwks=True: it has no JWT signing key")
+        return self.jwt_issuer.mint(user, ttl_s=ttl_s, **claims)
 
     # --- addresses ------------------------------------------------------------------------------------
 
