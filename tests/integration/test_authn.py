@@ -6,6 +6,7 @@ do not interrupt a writer; a master failover keeps the keys."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import kudu_async as kudu
 from kudu_async.rpc.client import RpcClient
 from kudu_async.security.authn import kudu_token_header
 from kudu_async.testing import MiniCluster
+from kudu_async.tools import admin
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +161,21 @@ def test_a_master_failover_keeps_the_keys(cluster: MiniCluster) -> None:
             assert t.scanner().open().read_all_tuples() == [(1, "after failover")]
         finally:
             cluster.restart_node(leader)
+
+
+def test_kudu_admin_takes_a_jwt_or_an_authn_token(
+    cluster: MiniCluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    masters = ["--masters", cluster.master_addresses]
+    assert admin.main([*masters, "table", "list"]) == 1
+    assert "authentication required" in capsys.readouterr().err
+    assert admin.main([*masters, "--jwt", cluster.mint_jwt("alice"), "--json", "table", "list"]) == 0
+    assert "authn_e2e" in capsys.readouterr().out
+    monkeypatch.setenv("KUDU_JWT", cluster.mint_jwt("alice"))
+    assert admin.main([*masters, "node", "ping", cluster.tservers[0].rpc_address]) == 0
+    monkeypatch.delenv("KUDU_JWT")
+    token = base64.b64encode(_fresh_token(cluster)).decode()
+    assert admin.main([*masters, "--authn-token", token, "node", "status", cluster.tservers[1].rpc_address]) == 0
+    capsys.readouterr()
+    assert admin.main([*masters, "--authn-token", "!!", "table", "list"]) == 2
+    assert "--authn-token must be the base64" in capsys.readouterr().err
