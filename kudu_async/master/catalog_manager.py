@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import random
 import re
 import time
@@ -71,7 +72,7 @@ from kudu_async.master.sys_catalog import (
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.messages import UNSET, to_builtins
-from kudu_async.security.tokens import TokenSigner, TokenSigningKey, TokenVerifier
+from kudu_async.security.tokens import MAX_VERIFICATION_KEYS, TokenSigner, TokenSigningKey, TokenVerifier
 from kudu_async.server.config import NodeConfig
 
 log = logging.getLogger(__name__)
@@ -142,11 +143,21 @@ class CatalogManager:
         self._learner_since: dict[tuple[str, str], float] = {}  # (tablet, learner) -> first seen in its config
         cfg = master.config
         rotation = float(cfg.tsk_rotation_seconds)
+        longest = max(cfg.authn_token_validity_seconds, cfg.authz_token_validity_seconds)
+        alive = math.ceil((rotation + longest) / rotation) + 1
+        if alive > MAX_VERIFICATION_KEYS:
+            least = math.ceil(longest / (MAX_VERIFICATION_KEYS - 2))
+            # Every node keeps at most that many verification keys: tokens of the oldest would stop verifying.
+            raise KuduConfigurationError(
+                f"--tsk-rotation-seconds={cfg.tsk_rotation_seconds} is too short for tokens valid "
+                f"{longest}s: {alive} token-signing keys would be alive at once, at most "
+                f"{MAX_VERIFICATION_KEYS} can be (set it to at least {least})"
+            )
         # The keys in the catalog: every master holds them (a new leader signs with the same keys) and
         # verifies with their public halves (master.token_verifier); only the leader makes new ones.
         self.token_signer = TokenSigner(
             rotation_s=rotation,
-            max_validity_s=float(max(cfg.authn_token_validity_seconds, cfg.authz_token_validity_seconds)),
+            max_validity_s=float(longest),
             propagation_s=min(TSK_PROPAGATION_S, rotation / 2),
         )
         self._tsk_seqs: set[int] = set()  # catalog keys already handed to the signer and verifier

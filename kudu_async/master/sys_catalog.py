@@ -48,6 +48,7 @@ import msgspec
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 from kudu_async.fs.io_util import atomic_write_bytes
 from kudu_async.master.messages import TabletPartition
+from kudu_async.security.tokens import MAX_VERIFICATION_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,9 @@ SNAPSHOT_FILE = "sys-catalog.snapshot"
 MAX_REMEMBERED_REQUESTS = 10_000
 MAX_REMEMBERED_DELETED_TABLETS = 100_000
 # Token-signing keys kept: a key lives for a rotation period plus the longest token validity, so a handful
-# are alive at once; older ones have expired.
-MAX_TSKS = 16
+# are alive at once (the masters refuse a rotation period so short that more would be: see
+# CatalogManager); older ones have expired.
+MAX_TSKS = MAX_VERIFICATION_KEYS
 DEAD_TABLE_STATES = ("DELETING", "DELETED")
 
 Kind = Literal["table", "tablet"]

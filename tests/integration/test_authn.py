@@ -36,6 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
             "--rpc-authentication=required",
             f"--tsk-rotation-seconds={ROTATION_S}",
             f"--authn-token-validity-seconds={AUTHN_VALIDITY_S}",
+            f"--authz-token-validity-seconds={AUTHN_VALIDITY_S}",
             "--heartbeat-interval-ms=300",
         ],
     )
