@@ -120,10 +120,12 @@ class ServerAuthenticator:
         try:
             token = self.token_verifier.verify(raw, "authn", now)
         except UnknownSigningKey as e:
-            if _key_seq(raw) > self.token_verifier.max_seq:
+            seq = _key_seq(raw)
+            if seq > self.token_verifier.max_seq:
                 # Signed by a key newer than any this node has heard of: it arrives with the next heartbeat.
                 raise KuduServiceUnavailable(f"{e}; this node has not received it yet, retry") from None
-            raise
+            # Older keys leave a verifier only when they expire, and every token expires with its key.
+            raise KuduNotAuthorized(f"authn token expired (its token-signing key {seq} has)") from None
         user = token.claims.get("user")
         if not isinstance(user, str) or not user:
             raise KuduNotAuthorized("authn token names no user")

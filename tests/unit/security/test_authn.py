@@ -90,6 +90,15 @@ def test_a_token_of_a_key_not_yet_received_asks_for_a_retry(issuer: TestIssuer) 
     tok = newer.sign("authn", {"user": "bob"}, T0 + 210, 30.0)  # key seq 2: unknown here
     with pytest.raises(KuduServiceUnavailable, match="retry"):
         auth.authenticate(kudu_token_header(tok), "x", None)
+    # A token of a key the verifier dropped (keys leave when they expire) is an expired one: the client renews.
+    assert auth.token_verifier is not None
+    old = TokenSigner(rotation_s=100.0, max_validity_s=50.0)
+    old.add(old.new_key(T0))
+    token = old.sign("authn", {"user": "bob"}, T0, 30.0)
+    auth.token_verifier.add(newer.verification_keys(T0))
+    auth.token_verifier.drop_expired(T0 + 200)  # key 0 gone, 1 and 2 stay
+    with pytest.raises(KuduNotAuthorized, match="authn token expired"):
+        auth.authenticate(kudu_token_header(token), "x", None)
 
 
 def test_tservers_take_jwts_of_service_users_only(issuer: TestIssuer) -> None:
