@@ -484,8 +484,8 @@ FLAGS: tuple[Flag, ...] = (
         "jwks_url",
         _to_str,
         "",
-        "An http(s) URL serving the JSON Web Key Set (used when --jwks-file-path is empty); fetched at start and "
-        "every --jwks-update-frequency-s.",
+        "An http(s) URL serving the JSON Web Key Set (instead of --jwks-file-path); fetched at start and every "
+        "--jwks-update-frequency-s, its TLS certificate verified.",
         check=lambda v: None if not v or v.startswith(("http://", "https://")) else "must be an http(s) URL",
     ),
     Flag(
@@ -500,13 +500,14 @@ FLAGS: tuple[Flag, ...] = (
         "jwt_issuer",
         _to_str,
         "",
-        "The 'iss' every accepted JWT must carry (default empty: the issuer is not checked).",
+        "The 'iss' every accepted JWT must carry (default empty: the issuer is not checked; set it in production).",
     ),
     Flag(
         "jwt_audience",
         _to_str,
         "",
-        "The 'aud' every accepted JWT must include (default empty: the audience is not checked).",
+        "The 'aud' every accepted JWT must include (default empty: the audience is not checked; set it in "
+        "production, or a token issued for another service is accepted).",
     ),
     Flag(
         "jwt_username_claim",

@@ -189,6 +189,8 @@ class Node:
         if cfg.enable_jwt_token_auth:
             if not cfg.jwks_file_path and not cfg.jwks_url:
                 raise KuduConfigurationError("--enable-jwt-token-auth needs --jwks-file-path or --jwks-url")
+            if cfg.jwks_file_path and cfg.jwks_url:
+                raise KuduConfigurationError("set either --jwks-file-path or --jwks-url, not both (as Kudu)")
             self.jwt_verifier = JwtVerifier(
                 issuer=cfg.jwt_issuer, audience=cfg.jwt_audience, username_claim=cfg.jwt_username_claim
             )
