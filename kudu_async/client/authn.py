@@ -19,7 +19,7 @@ from typing import Any
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotAuthorized, KuduTimedOut
 from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.rpc.client import RpcClient
-from kudu_async.security.authn import bearer_header, kudu_token_header
+from kudu_async.security.identity import bearer_header, kudu_token_header
 
 log = logging.getLogger(__name__)
 

@@ -23,25 +23,25 @@ from collections.abc import Callable, Collection
 import msgpack
 
 from kudu_async.common.errors import KuduNotAuthorized, KuduServiceUnavailable
-from kudu_async.security.identity import MAX_USER_NAME, Identity, TlsPeer, claimed_identity
+from kudu_async.security.identity import (
+    BEARER,
+    KUDU_TOKEN,
+    MAX_USER_NAME,
+    Identity,
+    TlsPeer,
+    bearer_header,
+    claimed_identity,
+    kudu_token_header,
+)
 from kudu_async.security.jwt_auth import JwtVerifier
 from kudu_async.security.tokens import TokenVerifier, UnknownSigningKey
 
-BEARER = b"Bearer "
-KUDU_TOKEN = b"KuduToken "
+__all__ = ["AUTHENTICATION_MODES", "ServerAuthenticator", "bearer_header", "kudu_token_header"]
+
 AUTHENTICATION_MODES = ("disabled", "optional", "required")
 DEFAULT_CACHE_ENTRIES = 4096
 # A cached credential is checked again at least this often (a JWKS change or a dropped key takes effect).
 MAX_CACHE_AGE_S = 300.0
-
-
-def kudu_token_header(token: bytes) -> bytes:
-    """The ``authorization`` value that carries an authn token."""
-    return KUDU_TOKEN + base64.b64encode(token)
-
-
-def bearer_header(jwt: str) -> bytes:
-    return BEARER + jwt.encode()
 
 
 class ServerAuthenticator:

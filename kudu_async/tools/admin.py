@@ -23,7 +23,7 @@ from kudu_async.client.authn import os_user
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.common.retry import Deadline
 from kudu_async.rpc.client import RpcClient
-from kudu_async.security.authn import kudu_token_header
+from kudu_async.security.identity import kudu_token_header
 from kudu_async.tools import ksck, loadgen, rebalancer_tool, replica_util, table_tool
 
 WRITE_TYPES = ("insert", "insert_ignore", "upsert", "upsert_ignore")
