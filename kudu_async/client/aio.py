@@ -69,8 +69,13 @@ class AsyncClient:
         admin_timeout_ms: int | None = None,
         rpc_timeout_ms: int | None = None,
         tls: ClientTls | None = None,
+        *,
+        jwt: str | None = None,
+        require_authentication: bool = False,
     ) -> None:
-        self.core = ClientCore(masters, admin_timeout_ms, rpc_timeout_ms, tls)
+        self.core = ClientCore(
+            masters, admin_timeout_ms, rpc_timeout_ms, tls, jwt=jwt, require_authentication=require_authentication
+        )
         self._closed = False
         self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()  # their flushers stop on close()
 
@@ -319,9 +324,12 @@ async def connect(
         admin_timeout_ms,
         rpc_timeout_ms,
         client_tls(encryption_policy, trusted_certificates),
+        jwt=jwt,
+        require_authentication=require_authentication,
     )
     try:
         await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))
+        await client.core.authenticate()
     except KuduBadStatus:
         await client.close()
         raise

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from kudu_async.client.authn import AuthnRpcClient, ClientCredentials
 from kudu_async.client.meta_cache import MasterClient, MetaCache
 from kudu_async.client.options import client_tls
 from kudu_async.client.retry import WriteRequestIds
@@ -44,6 +45,9 @@ class ClientCore:
         admin_timeout_ms: int | None = None,
         rpc_timeout_ms: int | None = None,
         tls: ClientTls | None = None,
+        *,
+        jwt: str | None = None,
+        require_authentication: bool = False,
     ) -> None:
         """``tls``: when connections are encrypted (``client.options.client_tls``); default: the
         OPTIONAL policy, trusting no CA."""
@@ -52,8 +56,16 @@ class ClientCore:
         self.client_id = uuid.uuid4().hex
         self._seq = itertools.count(1)
         self.write_ids = WriteRequestIds(self.client_id)
-        self.rpc = RpcClient(f"client-{self.client_id[:8]}", tls=tls if tls is not None else client_tls())
+        name = f"client-{self.client_id[:8]}"
+        # A client with credentials keeps its authn token fresh on every call; one without pays nothing.
+        rpc_tls = tls if tls is not None else client_tls()
+        self.rpc = AuthnRpcClient(name, tls=rpc_tls) if jwt is not None else RpcClient(name, tls=rpc_tls)
         self.masters = MasterClient(self.rpc, masters, self.rpc_timeout_ms / 1000.0)
+        self.credentials = ClientCredentials(
+            self.rpc, list(self.masters.addresses), jwt=jwt, require_authentication=require_authentication
+        )
+        if isinstance(self.rpc, AuthnRpcClient):
+            self.rpc.credentials = self.credentials
         self.meta = MetaCache(self.masters)
         self._latest_ts = 0
 
@@ -64,7 +76,13 @@ class ClientCore:
         """A DDL request id: the same for every attempt of one request, new for the next request."""
         return f"{self.client_id}:{next(self._seq)}"
 
+    async def authenticate(self) -> None:
+        """Get the authn token now (at connect), so a refused JWT is an error of ``connect``."""
+        if self.credentials.uses_tokens:
+            await self.credentials.before_call(self.admin_timeout_ms / 1000.0)
+
     async def close(self) -> None:
+        await self.credentials.close()
         await self.rpc.close()
 
     # --- timestamps (client-propagated consistency) --------------------------------------------------

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduInvalidArgument,
+    KuduNotAuthorized,
     KuduNotTheLeader,
     KuduTimedOut,
 )
@@ -106,6 +107,8 @@ class MasterClient:
                 r: dict[str, Any] = await self.rpc.call(addr, "Master", "ConnectToMaster", {}, timeout_s=timeout)
                 self._errors.pop(addr, None)
                 return r
+            except KuduNotAuthorized:
+                raise  # the masters refuse this client's credentials: asking again will not change that
             except KuduBadStatus as e:
                 # An attempt cut short by the operation's own deadline says nothing new about the master:
                 # its timeout must not hide what an earlier attempt learnt (e.g. connection refused).

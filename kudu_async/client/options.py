@@ -34,24 +34,20 @@ def check_security(
     trusted_certificates: Any = None,
 ) -> None:
     """Refuse, naming it, any security option the client cannot honour: a connection that was asked to be
-    encrypted or authenticated must not go out in the clear."""
+    encrypted or authenticated must not go out in the clear. ``jwt`` and ``require_authentication`` are
+    honoured (``client/authn.py``); their values are checked there."""
     if encryption_policy not in _ENCRYPTION_POLICIES:
         raise KuduInvalidArgument(
             f"encryption_policy must be one of {', '.join(_ENCRYPTION_POLICIES)}, not {encryption_policy!r}"
         )
     if trusted_certificates:
         tls.trusted_bundle(_certificate_list(trusted_certificates))
-    asked = [
-        name
-        for name, value in (
-            ("require_authentication", require_authentication),
-            ("sasl_protocol_name", sasl_protocol_name),
-            ("jwt", jwt),
-        )
-        if value
-    ]
-    if asked:
-        raise KuduNotSupported(f"{', '.join(asked)}: authentication is not available in kudu_async")
+    if sasl_protocol_name:
+        raise KuduNotSupported("sasl_protocol_name: Kerberos (SASL) is not supported by kudu_async; use a JWT")
+    if not isinstance(require_authentication, bool):
+        raise KuduInvalidArgument(f"require_authentication must be True or False, not {require_authentication!r}")
+    if jwt is not None and not isinstance(jwt, str):
+        raise KuduInvalidArgument(f"jwt must be a string, not {type(jwt).__name__}")
 
 
 def _certificate_list(trusted_certificates: Any) -> list[str | bytes]:

@@ -126,6 +126,8 @@ class Client:
                     rpc_timeout_ms,
                     encryption_policy=encryption_policy,
                     trusted_certificates=trusted_certificates,
+                    require_authentication=require_authentication,
+                    jwt=jwt,
                 )
             )
         except BaseException:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
+import math
 import random
 import re
 import time
@@ -61,10 +63,12 @@ from kudu_async.master.sys_catalog import (
     SysCatalogStateMachine,
     TableRecord,
     TabletRecord,
+    TskRecord,
     delete,
     encode_ops,
     put,
     put_ca,
+    put_tsk,
     request,
 )
 from kudu_async.master.ts_manager import TSManager
@@ -81,8 +85,9 @@ from kudu_async.security.authz_policy import (
     privileges_for,
     qualified_name,
 )
-from kudu_async.security.ca import CA_COMMON_NAME, SERVICE_USER, CertAuthority
+from kudu_async.security.ca import CA_COMMON_NAME, CertAuthority
 from kudu_async.security.identity import Identity
+from kudu_async.security.tokens import MAX_VERIFICATION_KEYS, TokenSigner, TokenSigningKey, TokenVerifier
 from kudu_async.server.config import NodeConfig
 
 log = logging.getLogger(__name__)
@@ -101,6 +106,9 @@ TRIM_GRACE_S = 5.0  # an over-replicated tablet without a replace hint is trimme
 REGISTRATION_GRACE_S = 10.0
 MAX_DDL_PLANS = 8  # a DDL is planned again after a conflicting write at most this often
 MAX_PURGES_PER_PASS = 16  # expired soft-deleted tables turned DELETING per background pass
+# Longest a new token-signing key waits before it signs, for heartbeats to carry its public half to every
+# tserver (shorter with a short rotation period: half of it).
+TSK_PROPAGATION_S = 60.0
 
 
 class CatalogConflict(KuduAborted):
@@ -118,6 +126,8 @@ class CatalogHost(Protocol):
     config: NodeConfig
     rpc_client: RpcClient
     ts_manager: TSManager
+    token_verifier: TokenVerifier
+    acls: Acls
 
     @property
     def catalog(self) -> SysCatalogStateMachine | None: ...
@@ -197,6 +207,26 @@ class CatalogManager:
         self._replace_hints: dict[str, str] = {}  # tablet -> the voter its new learner is to replace
         self._excess_since: dict[str, tuple[int, float]] = {}  # over-replicated tablet -> (config index, since)
         self._learner_since: dict[tuple[str, str], float] = {}  # (tablet, learner) -> first seen in its config
+        cfg = master.config
+        rotation = float(cfg.tsk_rotation_seconds)
+        longest = max(cfg.authn_token_validity_seconds, cfg.authz_token_validity_seconds)
+        alive = math.ceil((rotation + longest) / rotation) + 1
+        if alive > MAX_VERIFICATION_KEYS:
+            least = math.ceil(longest / (MAX_VERIFICATION_KEYS - 2))
+            # Every node keeps at most that many verification keys: tokens of the oldest would stop verifying.
+            raise KuduConfigurationError(
+                f"--tsk-rotation-seconds={cfg.tsk_rotation_seconds} is too short for tokens valid "
+                f"{longest}s: {alive} token-signing keys would be alive at once, at most "
+                f"{MAX_VERIFICATION_KEYS} can be (set it to at least {least})"
+            )
+        # The keys in the catalog: every master holds them (a new leader signs with the same keys) and
+        # verifies with their public halves (master.token_verifier); only the leader makes new ones.
+        self.token_signer = TokenSigner(
+            rotation_s=rotation,
+            max_validity_s=float(longest),
+            propagation_s=min(TSK_PROPAGATION_S, rotation / 2),
+        )
+        self._tsk_seqs: set[int] = set()  # catalog keys already handed to the signer and verifier
         # Whether unauthenticated callers may have a CSR signed: only with authentication disabled, where
         # no identity is proved and a certificate proves nothing more. Otherwise a certificate naming the
         # service user would let whoever asked authenticate as the service.
@@ -244,7 +274,7 @@ class CatalogManager:
         authority = self.cert_authority()
         if authority is None:
             raise KuduServiceUnavailable("the cluster CA does not exist yet; ask again later")
-        return authority.sign(csr_pem, SERVICE_USER, hosts, now, validity_s)
+        return authority.sign(csr_pem, self.master.acls.service_user, hosts, now, validity_s)
 
     # --- catalog access -------------------------------------------------------------------------------
 
@@ -764,12 +794,14 @@ class CatalogManager:
             with contextlib.suppress(TimeoutError):  # a pass every 0.5 s, or at once when DDL arrives
                 await asyncio.wait_for(self._wake.wait(), 0.5)
             self._wake.clear()
+            self.sync_tsks(time.time())
             if not self.master.check_leadership():
                 self._leader_since = None
                 continue
             if self._leader_since is None:
                 self._leader_since = time.monotonic()
             try:
+                await self.rotate_tsks(time.time())
                 await self.process_once()
             except KuduBadStatus as e:
                 log.info("catalog work deferred", extra={"error": str(e)})
@@ -777,6 +809,67 @@ class CatalogManager:
                 log.exception("catalog background work failed; retrying")
             finally:
                 self._notify_pass()
+
+    # --- token-signing keys --------------------------------------------------------------------------
+
+    def sync_tsks(self, wall_now: float) -> None:
+        """Hand the catalog's new token-signing keys to the signer and their public halves to this master's
+        verifier; forget expired ones."""
+        cat = self.master.catalog
+        if cat is not None:
+            for seq, rec in cat.tsks.items():
+                if seq in self._tsk_seqs or rec.expire <= wall_now:
+                    continue
+                key = TokenSigningKey.from_record(
+                    {"seq": rec.seq, "private": rec.private, "activate": rec.activate, "expire": rec.expire}
+                )
+                self.token_signer.add(key)
+                self.master.token_verifier.add([key.verification_key()])
+                self._tsk_seqs.add(seq)
+        self.token_signer.drop_expired(wall_now)
+        self.master.token_verifier.drop_expired(wall_now)
+
+    async def rotate_tsks(self, wall_now: float) -> None:
+        """The leader's key rotation: when no key signs, or none waits to take over, make one, write it to
+        the catalog, and only then sign with it (a key the other masters could lose never signs)."""
+        self.sync_tsks(wall_now)
+        if not self.token_signer.next_key_needed(wall_now):
+            return
+        key = self.token_signer.new_key(wall_now)
+        cat = self.master.catalog
+        newest = max(cat.tsks, default=-1) if cat is not None else -1
+        if key.seq <= newest:  # the catalog still holds expired keys the signer has forgotten: seqs never repeat
+            key = dataclasses.replace(key, seq=newest + 1)
+        try:
+            await self._write([put_tsk(TskRecord(key.seq, key.private_raw, key.activate_unix, key.expire_unix))])
+        except CatalogConflict as e:  # another leader's key took the seq: the next pass sees it
+            log.info("token-signing key not written", extra={"seq": key.seq, "error": str(e)})
+            return
+        log.info(
+            "token-signing key made",
+            extra={"seq": key.seq, "activate_unix": key.activate_unix, "expire_unix": key.expire_unix},
+        )
+        self.sync_tsks(wall_now)
+
+    def tsks_newer_than(self, seq: int, wall_now: float) -> list[dict[str, Any]] | None:
+        """The public halves of the live keys, for a tserver that knows keys up to ``seq`` only (None if none
+        is newer)."""
+        if self.token_verifier_max_seq() <= seq:
+            return None
+        return [k.to_record() for k in self.token_signer.verification_keys(wall_now)]
+
+    def token_verifier_max_seq(self) -> int:
+        return max(self._tsk_seqs, default=-1)
+
+    def sign_authn_token(self, user: str, wall_now: float) -> tuple[bytes, float]:
+        """An authn token for ``user`` and its expiry; SERVICE_UNAVAILABLE until the first key is written."""
+        if self.token_signer.signing_key(wall_now) is None:
+            raise KuduServiceUnavailable("no token-signing key is active yet on this master; retry shortly")
+        validity = float(self.master.config.authn_token_validity_seconds)
+        token = self.token_signer.sign("authn", {"user": user}, wall_now, validity)
+        key = self.token_signer.signing_key(wall_now)
+        assert key is not None
+        return token, min(wall_now + validity, key.expire_unix)
 
     async def process_once(self) -> None:
         """One pass: create CREATING tablets, push a new schema to ALTERING tables' tablet leaders,

@@ -39,7 +39,6 @@ from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.messages import UNSET, Empty, Method, ServiceTable, convert, serve, to_builtins
 from kudu_async.rpc.server import CallContext
-from kudu_async.security import ca
 from kudu_async.security.authz_policy import PolicyHolder
 from kudu_async.server.admin import json_response, node_as
 from kudu_async.server.config import NodeConfig, parse_hostport
@@ -247,7 +246,7 @@ class Master(Node):
         if authority is None or csr is None:
             return
         cert = authority.sign(
-            csr, ca.SERVICE_USER, self.tls_hosts, now, self.config.ipki_server_cert_expiration_seconds
+            csr, self.acls.service_user, self.tls_hosts, now, self.config.ipki_server_cert_expiration_seconds
         )
         self.accept_certificate(cert, authority.cert_pem)
 
@@ -358,6 +357,7 @@ class Master(Node):
         if req.report is not None and tsm.process_report(req.uuid, req.report, now):
             self.catalog_manager.reports_arrived()
         cert_pem, ca_pem = self._sign_for(req, ctx)
+        tsks = self.catalog_manager.tsks_newer_than(req.tsk_seq, time.time())
         return msg.TSHeartbeatResponse(
             cert_pem=cert_pem,
             ca_cert_pem=ca_pem,
@@ -368,6 +368,7 @@ class Master(Node):
             write_limited_tables=self.catalog_manager.write_limited_tables()
             if self.config.enable_table_write_limit
             else UNSET,
+            tsks=UNSET if tsks is None else tsks,
         )
 
     def _sign_for(self, req: msg.TSHeartbeatRequest, ctx: CallContext) -> tuple[Any, Any]:
@@ -398,11 +399,17 @@ class Master(Node):
         return cert, authority.cert_pem
 
     async def _rpc_connect_to_master(self, req: Empty, ctx: CallContext) -> msg.ConnectToMasterResponse:
-        """Leader discovery for clients and tools: any master answers with what it knows."""
-        return convert(
-            {"leader": self.is_catalog_leader(), "uuid": self.uuid, **self.leader_info(), "masters": self.masters()},
-            msg.ConnectToMasterResponse,
-        )
+        """Leader discovery for clients and tools: any master answers with what it knows. The leader also
+        gives a caller that proved who it is (a JWT or a client certificate) an authn token, which tablet
+        servers verify on their own (Kudu's ConnectToMaster does the same); a caller that showed a token
+        gets none: it renews with the credentials it got the first one with."""
+        leader = self.is_catalog_leader()
+        answer: dict[str, Any] = {"leader": leader, "uuid": self.uuid, **self.leader_info(), "masters": self.masters()}
+        if leader and ctx.identity.authn in ("jwt", "cert"):
+            token, expire = self.catalog_manager.sign_authn_token(ctx.identity.user, time.time())
+            answer["authn_token"] = token
+            answer["authn_token_expire_unix"] = expire
+        return convert(answer, msg.ConnectToMasterResponse)
 
     # --- DDL and locations (leader only) ---------------------------------------------------------------
 

@@ -188,6 +188,8 @@ class TSHeartbeatRequest(Message, frozen=True):
     # A PEM certificate signing request: the tserver wants a certificate from the cluster's CA (it has
     # none, or its own expires soon); the leader answers with ``cert_pem`` and ``ca_cert_pem``.
     csr_pem: Annotated[bytes, msgspec.Meta(max_length=MAX_CSR_BYTES)] | None = None
+    # The newest token-signing key the tserver knows (-1: none): the leader sends newer public halves.
+    tsk_seq: int = -1
 
     def __post_init__(self) -> None:
         self.ts.check()
@@ -219,6 +221,8 @@ class TSHeartbeatResponse(Message, frozen=True):
     # The signed certificate for the request's ``csr_pem`` and the CA certificate it chains to (PEM).
     cert_pem: bytes | Unset = UNSET
     ca_cert_pem: bytes | Unset = UNSET
+    # The public halves of the token-signing keys, when the tserver's tsk_seq is behind the leader's.
+    tsks: list[dict[str, Any]] | Unset = UNSET
 
 
 # --- DDL ---------------------------------------------------------------------------------------------------
@@ -439,6 +443,10 @@ class ConnectToMasterResponse(Message, frozen=True):
     leader_address: str | None
     term: int
     masters: list[MasterEntry]
+    # The leader's answer to a caller authenticated by a JWT or a certificate: a signed authn token to show
+    # tablet servers and masters from now on, and when it expires (unix seconds).
+    authn_token: bytes | Unset = UNSET
+    authn_token_expire_unix: float | Unset = UNSET
 
 
 class ListMastersResponse(Message, frozen=True):

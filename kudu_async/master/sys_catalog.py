@@ -1,11 +1,12 @@
 """The sys catalog: every table and tablet record, in one Raft group replicated across the masters.
 
-Entries are batches of record changes (``put``/``delete`` of a ``table`` or ``tablet`` record by id, and
-``request``: the result of one client DDL under its request id), applied in log order to in-memory maps
-on every master: those maps are the leader's caches, changed only by committed entries, so a new leader
-already holds them. Every ``snapshot_every`` entries (and on close) the maps are written atomically to
-``sys-catalog.snapshot`` with the index they include; that index is the state machine's durable index,
-so the WAL below it can be collected and a restart replays only the entries after it.
+Entries are batches of record changes (``put``/``delete`` of a ``table`` or ``tablet`` record by id,
+``request``: the result of one client DDL under its request id, and ``tsk``: a token-signing key), applied
+in log order to in-memory maps on every master: those maps are the leader's caches, changed only by
+committed entries, so a new leader already holds them. Every ``snapshot_every`` entries (and on close) the
+maps are written atomically to ``sys-catalog.snapshot`` with the index they include; that index is the
+state machine's durable index, so the WAL below it can be collected and a restart replays only the
+entries after it.
 
 Records are typed (``TableRecord``, ``TabletRecord``, ``RequestRecord``: frozen msgspec structs, never
 changed in place; a writer puts a ``msgspec.structs.replace`` copy). Entries and the snapshot are plain
@@ -51,6 +52,7 @@ import msgspec
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 from kudu_async.fs.io_util import atomic_write_bytes
 from kudu_async.master.messages import TabletPartition
+from kudu_async.security.tokens import MAX_VERIFICATION_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,10 @@ KIND = "sys_catalog"
 SNAPSHOT_FILE = "sys-catalog.snapshot"
 MAX_REMEMBERED_REQUESTS = 10_000
 MAX_REMEMBERED_DELETED_TABLETS = 100_000
+# Token-signing keys kept: a key lives for a rotation period plus the longest token validity, so a handful
+# are alive at once (the masters refuse a rotation period so short that more would be: see
+# CatalogManager); older ones have expired.
+MAX_TSKS = MAX_VERIFICATION_KEYS
 DEAD_TABLE_STATES = ("DELETING", "DELETED")
 
 Kind = Literal["table", "tablet"]
@@ -149,6 +155,16 @@ class TabletRecord(msgspec.Struct, frozen=True):
     rev: int | Unset = UNSET
 
 
+class TskRecord(msgspec.Struct, frozen=True):
+    """A token-signing key with its private half (``security.tokens.TokenSigningKey``'s record), so that a
+    new leader master signs with the keys whose public halves every node already has."""
+
+    seq: int
+    private: bytes
+    activate: float
+    expire: float
+
+
 class RequestRecord(msgspec.Struct, frozen=True):
     """The outcome of one DDL under its client request id; ``index`` is set by the entry that stores it."""
 
@@ -208,7 +224,13 @@ class PutCa(msgspec.Struct, frozen=True, array_like=True, tag="ca"):
     record: CaRecord
 
 
-Op = PutTable | PutTablet | Delete | Request | PutCa
+class PutTsk(msgspec.Struct, frozen=True, array_like=True, tag="tsk"):
+    """``["tsk", record]``: keep a token-signing key (the newest ``max_tsks`` are kept)."""
+
+    record: TskRecord
+
+
+Op = PutTable | PutTablet | Delete | Request | PutCa | PutTsk
 
 
 class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
@@ -226,10 +248,11 @@ class _Snapshot(msgspec.Struct, omit_defaults=True):
     requests: list[tuple[str, RequestRecord]]  # oldest first
     deleted_tablets: list[tuple[str, int]]  # oldest first
     ca: CaRecord | None = None
+    tsks: list[TskRecord] = msgspec.field(default_factory=list)  # by seq
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request | PutCa])
+_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request | PutCa | PutTsk])
 _TABLE = msgspec.msgpack.Decoder(TableRecord)
 _TABLET = msgspec.msgpack.Decoder(TabletRecord)
 _SNAPSHOT = msgspec.msgpack.Decoder(_Snapshot)
@@ -253,6 +276,10 @@ def request(request_id: str, entry: RequestRecord) -> Request:
 
 def put_ca(cert_pem: bytes, key_pem: bytes) -> PutCa:
     return PutCa(CaRecord(cert_pem, key_pem))
+
+
+def put_tsk(record: TskRecord) -> PutTsk:
+    return PutTsk(record)
 
 
 def encode_ops(ops: Sequence[Op]) -> bytes:
@@ -305,6 +332,7 @@ class SysCatalogStateMachine:
         self.requests: dict[str, RequestRecord] = {}  # request id -> outcome, oldest first (log order)
         self.deleted_tablets: dict[str, int] = {}  # tablet id -> index of its deletion, oldest first
         self.ca: CaRecord | None = None
+        self.tsks: dict[int, TskRecord] = {}  # token-signing keys by seq
         self.applied_index = 0
         self.conflicts = 0  # batches refused since start (this master)
         self._snapshot_index = 0
@@ -328,6 +356,7 @@ class SysCatalogStateMachine:
         self.requests = dict(doc.requests)
         self.deleted_tablets = dict(doc.deleted_tablets)
         self.ca = doc.ca
+        self.tsks = {t.seq: t for t in doc.tsks}
         self.applied_index = self._snapshot_index = doc.index
 
     def conflict(self, ops: Sequence[Op]) -> str | None:
@@ -335,6 +364,10 @@ class SysCatalogStateMachine:
         staged: dict[tuple[str, str], Record | None] = {}  # what the batch's earlier ops left
         requests: set[str] = set()
         for op in ops:
+            if isinstance(op, PutTsk):
+                if op.record.seq in self.tsks:
+                    return f"token-signing key {op.record.seq} already exists"
+                continue
             if isinstance(op, Request):
                 if op.request_id in self.requests or op.request_id in requests:
                     return f"request id {op.request_id!r} was already applied"
@@ -394,7 +427,11 @@ class SysCatalogStateMachine:
 
     def _apply(self, index: int, ops: list[Op]) -> None:
         for op in ops:
-            if isinstance(op, Request):
+            if isinstance(op, PutTsk):
+                self.tsks[op.record.seq] = op.record
+                while len(self.tsks) > MAX_TSKS:
+                    del self.tsks[min(self.tsks)]
+            elif isinstance(op, Request):
                 self.requests[op.request_id] = msgspec.structs.replace(op.entry, index=index)
             elif isinstance(op, PutCa):
                 self.ca = op.record
@@ -429,6 +466,7 @@ class SysCatalogStateMachine:
                 list(self.requests.items()),
                 list(self.deleted_tablets.items()),
                 self.ca,
+                [self.tsks[k] for k in sorted(self.tsks)],
             )
         )
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)

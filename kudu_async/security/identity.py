@@ -9,6 +9,7 @@ authorization check can refuse it where it must.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -16,6 +17,9 @@ from typing import Literal, Protocol
 USER_HEADER = b"x-kudu-user"
 # "Bearer <JWT>" or "KuduToken <base64 of a signed authn token>".
 AUTHORIZATION_HEADER = b"authorization"
+# The two schemes of the authorization header.
+BEARER = b"Bearer "
+KUDU_TOKEN = b"KuduToken "
 # Longest user name accepted: names appear in logs, ACLs and tokens.
 MAX_USER_NAME = 256
 
@@ -64,3 +68,13 @@ class Authenticator(Protocol):
 def claimed_identity(claimed_user: str) -> Identity:
     """The identity of a call that proved nothing: the name it gave, unauthenticated."""
     return Identity(claimed_user[:MAX_USER_NAME], "none")
+
+
+def kudu_token_header(token: bytes) -> bytes:
+    """The ``authorization`` value that carries an authn token."""
+    return KUDU_TOKEN + base64.b64encode(token)
+
+
+def bearer_header(jwt: str) -> bytes:
+    """The ``authorization`` value that carries a JWT."""
+    return BEARER + jwt.encode()

@@ -647,6 +647,95 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "tablet_bootstrap_parallelism", _to_int, 4, "Tablets opened (log replayed) at once on start.", check=_positive
     ),
+    # --- authentication ----------------------------------------------------------------------------------
+    Flag(
+        "rpc_authentication",
+        _to_str,
+        "optional",
+        "Whether callers must authenticate (a JWT, an authn token or a client certificate). Default optional as "
+        "Kudu's: a caller without credentials acts as the (unauthenticated) user it names; required refuses it, "
+        "on loopback too; disabled ignores credentials.",
+        choices=("disabled", "optional", "required"),
+    ),
+    Flag(
+        "enable_jwt_token_auth",
+        _to_bool,
+        False,
+        "Accept JWT bearer tokens checked against --jwks-file-path or --jwks-url (default false as Kudu's: "
+        "no JWKS is configured by default). Masters take users' JWTs and issue authn tokens for them; tablet "
+        "servers take JWTs of the service users only (--service-acl).",
+    ),
+    Flag(
+        "jwks_file_path",
+        _to_str,
+        "",
+        "A JSON Web Key Set file whose keys sign accepted JWTs; read again when it changes.",
+    ),
+    Flag(
+        "jwks_url",
+        _to_str,
+        "",
+        "An http(s) URL serving the JSON Web Key Set (instead of --jwks-file-path); fetched at start and every "
+        "--jwks-update-frequency-s, its TLS certificate verified.",
+        check=lambda v: None if not v or v.startswith(("http://", "https://")) else "must be an http(s) URL",
+    ),
+    Flag(
+        "jwks_update_frequency_s",
+        _to_int,
+        60,
+        "How often the JWKS file is checked for a change or the JWKS URL fetched again (default 60 s: a key "
+        "added by the issuer is taken within a minute).",
+        check=_positive,
+    ),
+    Flag(
+        "jwt_issuer",
+        _to_str,
+        "",
+        "The 'iss' every accepted JWT must carry (default empty: the issuer is not checked; set it in production).",
+    ),
+    Flag(
+        "jwt_audience",
+        _to_str,
+        "",
+        "The 'aud' every accepted JWT must include (default empty: the audience is not checked; set it in "
+        "production, or a token issued for another service is accepted).",
+    ),
+    Flag(
+        "jwt_username_claim",
+        _to_str,
+        "sub",
+        "The JWT claim that names the user (default 'sub', the standard subject claim).",
+        check=lambda v: None if v else "must not be empty",
+    ),
+    Flag(
+        "service_jwt_file",
+        _to_str,
+        "",
+        "A file holding a JWT whose subject is a service user: a server sends it on its calls to other servers "
+        "until it holds a CA-signed certificate (standing in for Kudu's Kerberos keytab); read again when it "
+        "changes. Default empty: servers give their service user name, unauthenticated.",
+    ),
+    Flag(
+        "tsk_rotation_seconds",
+        _to_int,
+        86_400,
+        "How long a token-signing key signs before the next one takes over (default 1 day as Kudu's).",
+        check=_positive,
+    ),
+    Flag(
+        "authn_token_validity_seconds",
+        _to_int,
+        7 * 86_400,
+        "How long an authn token the master issues is valid (default 7 days as Kudu's); clients renew it.",
+        check=_positive,
+    ),
+    Flag(
+        "authz_token_validity_seconds",
+        _to_int,
+        300,
+        "How long an authz token the master issues is valid (default 5 minutes as Kudu's).",
+        check=_positive,
+    ),
 )
 FLAGS_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 
@@ -675,6 +764,11 @@ class NodeConfig:
     @property
     def masters(self) -> list[str]:
         return parse_master_addresses(self.values["master_addresses"])
+
+    @property
+    def service_users(self) -> list[str]:
+        """The users of ``--service-acl``: who the servers act as."""
+        return [u.strip() for u in self.values["service_acl"].split(",") if u.strip()]
 
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {k: {"value": v, "source": self.sources.get(k, "default")} for k, v in sorted(self.values.items())}

@@ -37,8 +37,12 @@ from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.security import ca, tls
 from kudu_async.security.acl import Acls
 from kudu_async.security.audit import AuditLog, audit_line
+from kudu_async.security.authn import ServerAuthenticator, bearer_header
+from kudu_async.security.jwt_auth import MAX_JWKS_BYTES, MAX_JWT_BYTES, JwtVerifier
+from kudu_async.security.tokens import TokenVerifier
 from kudu_async.server import messages as msg
 from kudu_async.server.admin import AdminAuth, build_admin_app, process_memory
+from kudu_async.server.authn_shell import JwksFetcher, WatchedFile, read_service_jwt
 from kudu_async.server.config import NodeConfig, format_hostport
 from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
@@ -163,8 +167,6 @@ class Node:
         )
         self.rpc_server.acls = self.acls
         self.rpc_server.on_denied = self._audit_denial
-        # A server calls its peers as the service user.
-        self.rpc_client.set_credentials(self.acls.service_user, None)
         self.audit_log = AuditLog(audit_log_path(config, fs.root), max_bytes=config.audit_log_max_size_mb * 1024 * 1024)
         self.admin_auth = AdminAuth.from_config(config, self.acls)
         self.io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="io")
@@ -193,6 +195,7 @@ class Node:
         )
         self.raft.register_rpc(self.rpc_server)
         self._setup_tls()
+        self._setup_authentication()
         self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
@@ -225,7 +228,7 @@ class Node:
                 )
                 self.cert_signed = True
             elif cfg.rpc_encryption != "disabled":
-                self.rpc_cert = ca.self_signed(ca.SERVICE_USER, self.tls_hosts, time.time())
+                self.rpc_cert = ca.self_signed(self.acls.service_user, self.tls_hosts, time.time())
             self._apply_tls()
         except KuduInvalidArgument as e:
             raise KuduConfigurationError(str(e)) from None
@@ -293,7 +296,7 @@ class Node:
             tls.load_cert_key(self._http_ssl, own)  # later HTTPS handshakes present it
         log.info(
             "node certificate installed",
-            extra={"subject": ca.SERVICE_USER, "expires_unix": round(ca.not_after(own.cert_pem))},
+            extra={"subject": self.acls.service_user, "expires_unix": round(ca.not_after(own.cert_pem))},
         )
 
     def certificate_request(self, now: float) -> bytes | None:
@@ -303,7 +306,7 @@ class Node:
             return None
         if self._pending_csr is None:
             key_pem = ca.key_to_pem(ca.generate_key())
-            self._pending_csr = (key_pem, ca.make_csr(key_pem, ca.SERVICE_USER, self.tls_hosts))
+            self._pending_csr = (key_pem, ca.make_csr(key_pem, self.acls.service_user, self.tls_hosts))
         return self._pending_csr[1]
 
     def accept_certificate(self, cert_pem: bytes, ca_pem: bytes) -> None:
@@ -326,6 +329,62 @@ class Node:
         if not self.cert_signed or self.rpc_cert is None:
             return True
         return ca.renewal_due(self.rpc_cert.cert_pem, now, self.config.ipki_server_cert_renew_before_seconds)
+
+    # --- authentication ---------------------------------------------------------------------------------
+
+    def _setup_authentication(self) -> None:
+        """The verifiers and the authenticator every call goes through, and this node's own credentials."""
+        cfg = self.config
+        # The public halves of the token-signing keys: from the catalog on a master, heartbeats on a tserver.
+        self.token_verifier = TokenVerifier()
+        self.jwt_verifier: JwtVerifier | None = None
+        self._watchers: list[WatchedFile | JwksFetcher] = []
+        period = float(cfg.jwks_update_frequency_s)
+        if cfg.enable_jwt_token_auth:
+            if not cfg.jwks_file_path and not cfg.jwks_url:
+                raise KuduConfigurationError("--enable-jwt-token-auth needs --jwks-file-path or --jwks-url")
+            if cfg.jwks_file_path and cfg.jwks_url:
+                raise KuduConfigurationError("set either --jwks-file-path or --jwks-url, not both (as Kudu)")
+            self.jwt_verifier = JwtVerifier(
+                issuer=cfg.jwt_issuer, audience=cfg.jwt_audience, username_claim=cfg.jwt_username_claim
+            )
+        service_users = cfg.service_users
+        self.authenticator = ServerAuthenticator(
+            mode=cfg.rpc_authentication,
+            token_verifier=self.token_verifier,
+            jwt_verifier=self.jwt_verifier,
+            # Users show tablet servers the authn token the master issued them; JWTs there are the servers'.
+            jwt_users=service_users if self.role == "tserver" else None,
+        )
+        if cfg.rpc_authentication != "disabled":
+            self.rpc_server.authenticator = self.authenticator
+        if self.jwt_verifier is not None:
+            if cfg.jwks_file_path:
+                jwks = WatchedFile(cfg.jwks_file_path, MAX_JWKS_BYTES, self._jwks_changed, period, self.io_executor)
+                jwks.load_now()
+                self._watchers.append(jwks)
+            else:
+                self._watchers.append(JwksFetcher(cfg.jwks_url, self.jwt_verifier, period, self._forget_verdicts))
+        # A server calls its peers as the service user.
+        self.service_user = self.acls.service_user
+        self.service_jwt: str | None = None
+        self.rpc_client.set_credentials(self.service_user, None)
+        if cfg.service_jwt_file:
+            own = WatchedFile(cfg.service_jwt_file, MAX_JWT_BYTES, self._service_jwt_changed, period, self.io_executor)
+            own.load_now()
+            self._watchers.append(own)
+
+    def _jwks_changed(self, data: bytes) -> None:
+        assert self.jwt_verifier is not None
+        self.jwt_verifier.set_jwks(data)
+        self._forget_verdicts()
+
+    def _forget_verdicts(self) -> None:
+        self.authenticator.forget()
+
+    def _service_jwt_changed(self, data: bytes) -> None:
+        self.service_jwt = read_service_jwt(data)
+        self.rpc_client.set_credentials(self.service_user, bearer_header(self.service_jwt))
 
     # --- role hooks -----------------------------------------------------------------------------------
 
@@ -352,6 +411,8 @@ class Node:
         rpc_host, rpc_port = self.config.rpc_hostport
         await self.rpc_server.start(rpc_host, rpc_port)
         self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
+        for w in self._watchers:
+            w.start()
         await self.on_start()
         self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
         await self.raft.start(background=self.open_replicas_in_background)
@@ -385,6 +446,8 @@ class Node:
             if self._http_runner is not None:
                 await self._http_runner.cleanup()
             await self.rpc_client.close()
+            for w in self._watchers:
+                await w.stop()
             self.io_executor.shutdown(wait=True)
             await self.loop_lag.stop()
             await asyncio.to_thread(self.audit_log.close)
@@ -464,6 +527,14 @@ class Node:
             "is_leader": None,
             # Objects kept out of the cycle collector since start-up, and its runs per generation.
             "gc": {"frozen_objects": gc.get_freeze_count(), "collections": [g["collections"] for g in gc.get_stats()]},
+            # The newest token-signing key this node verifies with (-1: none yet), and the authenticator's cache.
+            "authn": {
+                "mode": self.config.rpc_authentication,
+                "tsk_seq": self.token_verifier.max_seq,
+                "jwks_keys": None if self.jwt_verifier is None else len(self.jwt_verifier.key_ids()),
+                "cache_hits": self.authenticator.hits,
+                "cache_misses": self.authenticator.misses,
+            },
             **self.role_status(),
         }
 

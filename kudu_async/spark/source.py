@@ -38,7 +38,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduInvalidArgument
+from kudu_async.common.errors import KuduAlreadyPresent, KuduBadStatus, KuduInvalidArgument, KuduNotAuthorized
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -110,9 +110,13 @@ KUDU_SPARK_OPTIONS: dict[str, Option] = {
     "kudu.repartition.sort": Option("bool", True, "also sort by primary key when repartitioning"),
     "kudu.handleSchemaDrift": Option("bool", False, "add DataFrame columns missing from the table (nullable)"),
     "kudu.saslProtocolName": Option("str", "kudu", "SASL protocol name (authentication is not available)"),
-    "kudu.requireAuthentication": Option("bool", False, "require authentication (not available: refused)"),
+    "kudu.requireAuthentication": Option(
+        "bool", False, "refuse to go on without authenticated credentials (kudu.jwt): the connect fails instead"
+    ),
     "kudu.encryptionPolicy": Option("str", "optional", "optional, required_remote or required (only optional)"),
-    "kudu.jwt": Option("str", None, "a JSON Web Token to authenticate with (not available: refused)"),
+    "kudu.jwt": Option(
+        "str", None, "a JSON Web Token to authenticate with: the masters check it and issue an authn token"
+    ),
 }
 OWN_OPTIONS: dict[str, Option] = {
     "kudu.operationTimeoutMs": Option("int", 30_000, "timeout of admin and write operations"),
@@ -158,6 +162,11 @@ def check_options(options: Any) -> None:
         )
     except KuduBadStatus as e:
         raise type(e)(f"kudu source security options: {e.message}") from None
+    if _bool_opt(options, "kudu.requireAuthentication") and _opt(options, "kudu.jwt") is None:
+        raise KuduNotAuthorized(
+            "kudu source security options: kudu.requireAuthentication needs credentials to authenticate with "
+            "(give kudu.jwt)"
+        )
 
 
 def _opt(options: Any, key: str, default: str | None = None) -> str | None:
@@ -213,7 +222,10 @@ def client_for(options: Any) -> Client:
     sync client left open is)."""
     timeout = _int_opt(options, "kudu.operationTimeoutMs", 30_000)
     policy = (_opt(options, "kudu.encryptionPolicy", "optional") or "optional").lower()
-    key = (tuple(_masters(options)), timeout, policy)
+    jwt = _opt(options, "kudu.jwt")
+    require_authn = bool(_bool_opt(options, "kudu.requireAuthentication"))
+    # Credentials are part of the key: two users of one cluster in one process each get their own client.
+    key = (tuple(_masters(options)), timeout, policy, jwt, require_authn)
     with _clients_lock:
         c = _clients.get(key)
         if c is None:
@@ -224,6 +236,8 @@ def client_for(options: Any) -> Client:
                 admin_timeout_ms=timeout,
                 rpc_timeout_ms=min(timeout or 10_000, 10_000),
                 encryption_policy=policy,
+                require_authentication=require_authn,
+                jwt=jwt,
             )
             _clients[key] = c
         return c

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kudu_async.testing.jwks import TestIssuer
+
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _LIVE_CLUSTERS: weakref.WeakSet[MiniCluster] = weakref.WeakSet()
 # The cluster's own admin pages over HTTPS: encrypted, not verified (a node presents a self-signed
@@ -112,13 +114,18 @@ class MiniCluster:
         ports: Sequence[tuple[int, int]] | None = None,
         authz_policy: Mapping[str, Any] | None = None,
         encryption: str | None = None,
+        jwks: bool = False,
     ) -> None:
         """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked.
         ``authz_policy`` (the map a policy file holds, see ``security/authz_policy.py``) is written to
         ``authz_policy_path`` and given to the masters as ``--authz-policy-file``; edit that file to change
         the policy of the running cluster. ``encryption`` sets every node's --rpc-encryption ("required": TLS
         on every connection, loopback too, certificates from the masters' CA, admin pages over HTTPS); None
-        leaves the nodes' default."""
+        leaves the nodes' default.
+
+        ``jwks``: JWT authentication on every node, with a JWKS holding a signing key made here (see
+        ``mint_jwt``) and a service JWT for the servers' own calls; add ``--rpc-authentication=required``
+        to ``extra_flags`` to refuse callers without credentials."""
         if encryption is not None and encryption not in ("disabled", "optional", "required"):
             raise ValueError(f"encryption must be disabled, optional or required, got {encryption!r}")
         self.encryption = encryption
@@ -128,7 +135,6 @@ class MiniCluster:
             raise ValueError(f"num_masters must be 1, 3 or 5, got {num_masters}")
         if num_tservers < 0:
             raise ValueError(f"num_tservers must be >= 0, got {num_tservers}")
-        self._tserver_flags = [*extra_flags, *tserver_flags]
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="kudu-mini-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
         # (user, password) for the admin pages of nodes started with --webserver-password-file.
@@ -138,6 +144,11 @@ class MiniCluster:
             self.authz_policy_path = self.base_dir / "authz-policy.json"
             self.authz_policy_path.write_text(json.dumps(authz_policy, indent=1))
             master_flags = [*master_flags, f"--authz-policy-file={self.authz_policy_path}"]
+        self.jwt_issuer: TestIssuer | None = None
+        if jwks:
+            self.jwt_issuer = TestIssuer()
+            extra_flags = [*self._jwks_flags(self.jwt_issuer), *extra_flags]
+        self._tserver_flags = [*extra_flags, *tserver_flags]
         self.start_timeout_s = start_timeout_s
         if ports is not None and len(ports) != num_masters + num_tservers:
             raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
@@ -161,6 +172,27 @@ class MiniCluster:
             for i in range(num_tservers)
         ]
         _LIVE_CLUSTERS.add(self)
+
+    # --- JWT authentication ---------------------------------------------------------------------------
+
+    def _jwks_flags(self, issuer: TestIssuer) -> list[str]:
+        jwks_path = self.base_dir / "jwks.json"
+        jwks_path.write_bytes(issuer.jwks())
+        service_jwt = self.base_dir / "service.jwt"
+        service_jwt.write_text(issuer.mint("kudu", ttl_s=30 * 86_400.0) + "\n")
+        return [
+            "--enable-jwt-token-auth=true",
+            f"--jwks-file-path={jwks_path}",
+            f"--jwt-issuer={issuer.issuer}",
+            f"--jwt-audience={issuer.audience}",
+            f"--service-jwt-file={service_jwt}",
+        ]
+
+    def mint_jwt(self, user: str, ttl_s: float = 3600.0, **claims: Any) -> str:
+        """A JWT for ``user`` the cluster's nodes accept (``claims`` add or override: ``iss="x"``, ``aud=None``)."""
+        if self.jwt_issuer is None:
+            raise MiniClusterError("this cluster was started without jwks=True: it has no JWT signing key")
+        return self.jwt_issuer.mint(user, ttl_s=ttl_s, **claims)
 
     # --- addresses ------------------------------------------------------------------------------------
 

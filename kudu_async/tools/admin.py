@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import json
 import os
 import sys
@@ -17,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.client.authn import os_user
 from kudu_async.client.options import ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED, ENCRYPTION_REQUIRED_REMOTE, client_tls
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.common.retry import Deadline
 from kudu_async.rpc.client import RpcClient
+from kudu_async.security.identity import kudu_token_header
+from kudu_async.security.tls import ClientTls
 from kudu_async.tools import ksck, loadgen, rebalancer_tool, replica_util, table_tool
 
 WRITE_TYPES = ("insert", "insert_ignore", "upsert", "upsert_ignore")
@@ -48,6 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
         "master's /ipki-ca-cert [env KUDU_TRUSTED_CERTIFICATES; none: encrypt without verifying]",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--jwt",
+        default=os.environ.get("KUDU_JWT") or None,
+        help="a JWT to authenticate with: the masters check it and issue an authn token [$KUDU_JWT]",
+    )
+    p.add_argument(
+        "--authn-token",
+        default=os.environ.get("KUDU_AUTHN_TOKEN") or None,
+        help="an authn token (base64) the masters issued, shown as is until it expires [$KUDU_AUTHN_TOKEN]",
+    )
     sub = p.add_subparsers(dest="area", required=True)
 
     def area(name: str, help_text: str) -> Any:
@@ -190,21 +205,50 @@ def _add_perf_commands(pf: Any, cmd: _Cmd) -> None:
 
 async def _run(args: argparse.Namespace) -> _Result:
     """(result, text renderer or None for JSON only, exit status)."""
-    tls = client_tls(args.encryption_policy, [f for f in args.trusted_certificates.split(",") if f] or None)
-    if args.area == "node":
+    tls = _tls(args)
+    if args.area == "node" and args.jwt is None:
         rpc = RpcClient(node_name="kudu-admin", tls=tls)
+        rpc.set_credentials(os_user(), None if args.authn_token is None else _token_header(args.authn_token))
         try:
             method = "Ping" if args.command == "ping" else "GetStatus"
             return await rpc.call(args.address, "Generic", method, {}, timeout_s=args.timeout_ms / 1000), None, 0
         finally:
             await rpc.close()
-    client = AsyncClient(master_addresses(args.masters.split(","), None), admin_timeout_ms=args.timeout_ms, tls=tls)
+    client = _client(args.masters, args)
     try:
+        await client.core.authenticate()
+        if args.area == "node":  # with a JWT: the authn token it got from the masters goes to the node
+            method = "Ping" if args.command == "ping" else "GetStatus"
+            reply = await client.rpc.call(args.address, "Generic", method, {}, timeout_s=args.timeout_ms / 1000)
+            return reply, None, 0
         if args.area == "tablet":
             return await _tablet_command(client, args), None, 0
         return await _cluster_command(client, args)
     finally:
         await client.close()
+
+
+def _token_header(b64: str) -> bytes:
+    try:
+        return kudu_token_header(base64.b64decode(b64, validate=True))
+    except (binascii.Error, ValueError):
+        raise ValueError("--authn-token must be the base64 of an authn token") from None
+
+
+def _tls(args: argparse.Namespace) -> ClientTls:
+    """The command line's encryption policy and trusted certificates."""
+    return client_tls(args.encryption_policy, [f for f in args.trusted_certificates.split(",") if f] or None)
+
+
+def _client(masters: str, args: argparse.Namespace) -> AsyncClient:
+    """A client with the command line's credentials (a JWT, an authn token, or the OS user's name) and
+    encryption policy."""
+    client = AsyncClient(
+        master_addresses(masters.split(","), None), admin_timeout_ms=args.timeout_ms, tls=_tls(args), jwt=args.jwt
+    )
+    if args.jwt is None and args.authn_token is not None:
+        client.rpc.set_credentials(os_user(), _token_header(args.authn_token))
+    return client
 
 
 # (result, text renderer or None for JSON only, exit status)
@@ -303,11 +347,7 @@ async def _table_scan(client: AsyncClient, args: argparse.Namespace) -> _Result:
 async def _table_copy(client: AsyncClient, args: argparse.Namespace) -> _Result:
     dst = None
     if args.dst_masters:
-        dst = AsyncClient(
-            master_addresses(args.dst_masters.split(","), None),
-            admin_timeout_ms=args.timeout_ms,
-            tls=client_tls(args.encryption_policy, [f for f in args.trusted_certificates.split(",") if f] or None),
-        )
+        dst = _client(args.dst_masters, args)
     try:
         options = table_tool.CopyOptions(
             create_table=args.create_table,

@@ -38,6 +38,7 @@ from typing import Any
 from kudu_async.common.errors import KuduBadStatus, KuduIllegalState, KuduInvalidArgument, KuduRemoteError
 from kudu_async.common.retry import BackoffPolicy
 from kudu_async.rpc.client import RpcClient
+from kudu_async.security.tokens import TokenVerificationKey, TokenVerifier
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,13 @@ def _check_response(resp: Any) -> dict[str, Any]:
     limited = resp.get("write_limited_tables", [])
     if not isinstance(limited, list) or not all(isinstance(t, str) for t in limited):
         raise _BadAnswer("TSHeartbeat answer: write_limited_tables must be a list of table ids")
+    tsks = resp.get("tsks", [])
+    if not isinstance(tsks, list):
+        raise _BadAnswer("TSHeartbeat answer: tsks must be a list of token verification keys")
+    try:
+        resp["tsks"] = [TokenVerificationKey.from_record(k) for k in tsks]
+    except KuduInvalidArgument as e:
+        raise _BadAnswer(f"TSHeartbeat answer: {e}") from None
     return resp
 
 
@@ -139,7 +147,9 @@ class Heartbeater:
     ) -> None:
         """``tablet_counts`` returns (num_live_tablets, leader_count); without it they are counted from
         ``reports(None)`` each heartbeat (states not failed/stopped/deleted; role LEADER).
-        ``on_write_limits`` gets the leader's ids of the tables at a write limit with each of its answers."""
+        ``on_write_limits`` gets the leader's ids of the tables at a write limit with each of its answers.
+        ``token_verifier`` (set after construction) gets the public halves of the leader's token-signing
+        keys as they are made."""
         addrs = list(master_addresses)
         if not addrs:
             raise KuduInvalidArgument("Heartbeater needs at least one master address")
@@ -153,6 +163,7 @@ class Heartbeater:
         self.on_write_limits = on_write_limits
         self.csr = csr
         self.on_certificate = on_certificate
+        self.token_verifier: TokenVerifier | None = None
         self.interval_s = options.interval_s
         self.rpc_timeout_s = options.rpc_timeout_s
         self.max_backoff_s = max(options.max_backoff_s, options.interval_s)
@@ -331,9 +342,7 @@ class Heartbeater:
             "num_live_tablets": num_live,
             "leader_count": leaders,
         }
-        csr = self.csr() if self.csr is not None else None
-        if csr is not None:
-            request["csr_pem"] = csr
+        self._add_security_fields(request)
         if report is not None:
             m.seq += 1  # never reuse a seq, even if this call fails: the master drops seq <= last applied
         resp = _check_response(
@@ -363,12 +372,27 @@ class Heartbeater:
             asap = not full  # send it now rather than a second later (only once: the next one is full)
             m.needs_full = True
         if resp["leader"]:
-            if self.on_write_limits is not None:
-                self.on_write_limits(frozenset(resp.get("write_limited_tables", ())))
-            if "cert_pem" in resp and self.on_certificate is not None:
-                self._take_certificate(m, resp)
-            self._dispatch_callbacks(m, resp)
+            self._take_leader_answer(m, resp)
         return asap
+
+    def _add_security_fields(self, request: dict[str, Any]) -> None:
+        """A CSR while this node wants a certificate; the newest token-signing key it knows."""
+        csr = self.csr() if self.csr is not None else None
+        if csr is not None:
+            request["csr_pem"] = csr
+        if self.token_verifier is not None:
+            request["tsk_seq"] = self.token_verifier.max_seq
+
+    def _take_leader_answer(self, m: _MasterState, resp: dict[str, Any]) -> None:
+        """What only the leader sends: verification keys, write limits, a certificate, tablet requests."""
+        if self.token_verifier is not None and resp["tsks"]:
+            self.token_verifier.add(resp["tsks"])
+            self.token_verifier.drop_expired(time.time())
+        if self.on_write_limits is not None:
+            self.on_write_limits(frozenset(resp.get("write_limited_tables", ())))
+        if "cert_pem" in resp and self.on_certificate is not None:
+            self._take_certificate(m, resp)
+        self._dispatch_callbacks(m, resp)
 
     def _take_certificate(self, m: _MasterState, resp: dict[str, Any]) -> None:
         cert, ca_cert = resp.get("cert_pem"), resp.get("ca_cert_pem")

@@ -124,6 +124,7 @@ class TabletServer(Node):
             csr=lambda: self.certificate_request(time.time()),
             on_certificate=self.accept_certificate,
         )
+        self.heartbeater.token_verifier = self.token_verifier
         self.tablets.on_change = self.heartbeater.mark_dirty
 
     async def on_start(self) -> None:

@@ -4,10 +4,13 @@ The server runs in a separate process (multiprocessing, spawn) and the client in
 uvloop, over loopback, as two nodes of a cluster would. Every phase is bounded by a call count and a
 time limit, so the script ends in well under a minute. One line per figure::
 
-    python scripts/bench/rpc.py [--seconds 5] [--mib-calls 400] [--tls]
+    python scripts/bench/rpc.py [--seconds 5] [--mib-calls 400] [--tls] [--authn off|none|token]
 
 ``--tls`` runs the same over TLS (the server with rpc_encryption=required and a self-signed certificate,
 the client requiring encryption): the cost of encryption per call and per MiB.
+``--authn``: the server's authenticator (security/authn.py) on every call: ``off`` none installed,
+``none`` installed and the client gives only a user name (a default cluster), ``token`` the client shows
+an authn token (verified once, then answered from the authenticator's cache).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import contextlib
 
 from kudu_async.rpc import CallContext, RpcClient, RpcServer
 from kudu_async.security import ca, tls
+from kudu_async.security.authn import ServerAuthenticator, kudu_token_header
+from kudu_async.security.tokens import TokenSigner, TokenSigningKey, TokenVerifier
 
 
 def _install_uvloop() -> str:
@@ -40,11 +45,14 @@ def _install_uvloop() -> str:
     return "uvloop"
 
 
-async def _serve(pipe: Connection, use_tls: bool) -> None:
+async def _serve(pipe: Connection, use_tls: bool, authn: str, key: TokenSigningKey | None) -> None:
     server = RpcServer(node_name="bench-server")
     if use_tls:
         own = ca.self_signed("kudu", ["127.0.0.1"], time.time())
         server.tls = tls.ServerTls("required", tls.server_context(own, None))
+    if authn != "off":
+        verifier = TokenVerifier([key.verification_key()] if key is not None else [])
+        server.authenticator = ServerAuthenticator(mode="optional", token_verifier=verifier)
 
     async def ping(req: Any, ctx: CallContext) -> Any:
         return req
@@ -71,7 +79,7 @@ async def _serve(pipe: Connection, use_tls: bool) -> None:
     await server.stop(1.0)
 
 
-def _server_main(pipe: Connection, profile: str, use_tls: bool) -> None:
+def _server_main(pipe: Connection, profile: str, use_tls: bool, authn: str, key: TokenSigningKey | None) -> None:
     _install_uvloop()
     if profile:
         from pyinstrument import Profiler
@@ -79,7 +87,7 @@ def _server_main(pipe: Connection, profile: str, use_tls: bool) -> None:
         prof = Profiler(interval=0.0005)
         prof.start()
     with contextlib.suppress(EOFError):
-        asyncio.run(_serve(pipe, use_tls))
+        asyncio.run(_serve(pipe, use_tls, authn, key))
     if profile:
         prof.stop()
         with open(profile, "w") as f:
@@ -131,10 +139,13 @@ def _pct(lat: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p / 100.0))] * 1000.0
 
 
-async def _bench(port: int, seconds: float, mib_calls: int, only: str, use_tls: bool) -> None:
+async def _bench(
+    port: int, seconds: float, mib_calls: int, only: str, use_tls: bool, authorization: bytes | None
+) -> None:
     addr = f"127.0.0.1:{port}"
     policy = tls.ClientTls(tls.POLICY_REQUIRED, tls.client_context(None)) if use_tls else None
     client = RpcClient("bench-client", tls=policy)
+    client.set_credentials("bench", authorization)
     await client.call(addr, "Generic", "Ping", {})  # connect
     ping_body = {"seq": 1}
     for conc in (1, 64):
@@ -169,6 +180,7 @@ def main() -> None:
     ap.add_argument("--mib-calls", type=int, default=1000, help="max 1 MiB calls per phase (default 1000)")
     ap.add_argument("--only", default="", help="run one phase: ping1, ping64, upload, echo")
     ap.add_argument("--tls", action="store_true", help="TLS on the connection (default: cleartext h2c)")
+    ap.add_argument("--authn", choices=("off", "none", "token"), default="off", help="the server's authenticator")
     ap.add_argument("--profile-client", default="", help="write a pyinstrument text profile of the client here")
     ap.add_argument("--profile-server", default="", help="write a pyinstrument text profile of the server here")
     args = ap.parse_args()
@@ -177,7 +189,14 @@ def main() -> None:
     loop_name = _install_uvloop()
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_server_main, args=(child, args.profile_server, args.tls), daemon=True)
+    key: TokenSigningKey | None = None
+    authorization: bytes | None = None
+    if args.authn == "token":
+        signer = TokenSigner(rotation_s=3600.0, max_validity_s=3600.0)
+        key = signer.new_key(time.time())
+        signer.add(key)
+        authorization = kudu_token_header(signer.sign("authn", {"user": "bench"}, time.time(), 3600.0))
+    proc = ctx.Process(target=_server_main, args=(child, args.profile_server, args.tls, args.authn, key), daemon=True)
     proc.start()
     try:
         if not parent.poll(30):
@@ -185,7 +204,7 @@ def main() -> None:
         port = parent.recv()
         print(
             f"rpc bench: server pid {proc.pid} on 127.0.0.1:{port}, loop={loop_name}, cores={os.cpu_count()}, "
-            f"{'TLS' if args.tls else 'cleartext'}"
+            f"{'TLS' if args.tls else 'cleartext'}, authn={args.authn}"
         )
         prof = None
         if args.profile_client:
@@ -193,7 +212,7 @@ def main() -> None:
 
             prof = Profiler(interval=0.0005)
             prof.start()
-        asyncio.run(_bench(port, args.seconds, args.mib_calls, args.only, args.tls))
+        asyncio.run(_bench(port, args.seconds, args.mib_calls, args.only, args.tls, authorization))
         if prof is not None:
             prof.stop()
             with open(args.profile_client, "w") as f:

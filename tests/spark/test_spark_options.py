@@ -68,9 +68,7 @@ def test_an_unknown_kudu_option_is_an_error_naming_it_and_the_known_ones() -> No
 @pytest.mark.parametrize(
     ("opts", "refused"),
     [
-        ({"kudu.requireAuthentication": "true"}, "require_authentication"),
         ({"kudu.saslProtocolName": "other"}, "sasl_protocol_name"),
-        ({"kudu.jwt": "header.payload.sig"}, "jwt"),
     ],
 )
 def test_security_options_asking_for_more_than_the_cluster_gives_are_refused(
@@ -78,6 +76,12 @@ def test_security_options_asking_for_more_than_the_cluster_gives_are_refused(
 ) -> None:
     with pytest.raises(kudu.KuduNotSupported, match=f"kudu source security options: .*{refused}"):
         source.check_options(opts)
+
+
+def test_authentication_options() -> None:
+    with pytest.raises(kudu.KuduNotAuthorized, match=r"kudu\.requireAuthentication needs credentials"):
+        source.check_options({"kudu.requireAuthentication": "true"})
+    source.check_options({"kudu.requireAuthentication": "true", "kudu.jwt": "header.payload.sig"})
 
 
 def test_security_options_at_their_defaults_are_accepted() -> None:
@@ -153,7 +157,7 @@ def test_unknown_and_unavailable_options_fail_reads_and_writes(spark: Any, spark
     df = spark.createDataFrame([(1, "x", 1)], SCHEMA)
     with pytest.raises(SPARK_ERRORS, match=r"unknown option kudu\.ignorenul"):
         _write(df, spark_cluster, "opt_errors", "upsert", **{"kudu.ignoreNul": "true"})
-    with pytest.raises(SPARK_ERRORS, match="authentication is not available"):
+    with pytest.raises(SPARK_ERRORS, match=r"kudu\.requireAuthentication needs credentials"):
         _write(df, spark_cluster, "opt_errors", "upsert", **{"kudu.requireAuthentication": "true"})
     with pytest.raises(SPARK_ERRORS, match=r"kudu\.repartition needs the whole DataFrame.*KuduContext"):
         _write(df, spark_cluster, "opt_errors", "upsert", **{"kudu.repartition": "true"})

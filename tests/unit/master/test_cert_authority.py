@@ -12,14 +12,18 @@ from kudu_async.common.errors import KuduNotAuthorized, KuduServiceUnavailable
 from kudu_async.master.catalog_manager import CatalogManager
 from kudu_async.master.sys_catalog import SysCatalogStateMachine, encode_ops, put_ca
 from kudu_async.security import ca
+from kudu_async.security.acl import Acls
 from kudu_async.security.identity import Identity
+from kudu_async.server.config import load_config
 
 
 class _Host:
-    """What CatalogManager reads for the CA: the catalog."""
+    """What CatalogManager reads for the CA: the catalog, the flags, who the service user is."""
 
     def __init__(self, catalog: SysCatalogStateMachine) -> None:
         self.catalog = catalog
+        self.config = load_config(["--role", "master", "--data-dir", "unused"], {})
+        self.acls = Acls.open()
 
 
 async def test_only_authenticated_callers_get_a_certificate_from_the_catalogs_ca(tmp_path: Path) -> None:

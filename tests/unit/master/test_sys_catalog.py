@@ -15,6 +15,7 @@ from msgspec.structs import replace
 from kudu_async.common.errors import KuduCorruption, KuduInvalidArgument
 from kudu_async.master.messages import TabletPartition
 from kudu_async.master.sys_catalog import (
+    MAX_TSKS,
     Op,
     PutTable,
     PutTablet,
@@ -22,11 +23,13 @@ from kudu_async.master.sys_catalog import (
     SysCatalogStateMachine,
     TableRecord,
     TabletRecord,
+    TskRecord,
     decode_ops,
     delete,
     encode_ops,
     put,
     put_ca,
+    put_tsk,
     request,
 )
 
@@ -301,3 +304,16 @@ async def test_the_cluster_ca_is_written_once_and_survives_a_snapshot(cat: Catal
     again = SysCatalogStateMachine(tmp_path, None)
     again.load()
     assert again.ca == cat.sm.ca
+
+
+async def test_token_signing_keys_are_kept_bounded_and_survive_the_snapshot(tmp_path: Path) -> None:
+    cat = Catalog(tmp_path, snapshot_every=1000)
+    for seq in range(MAX_TSKS + 2):
+        assert await cat.apply(put_tsk(TskRecord(seq, bytes(32), 1.0, 2.0))) == {"index": seq + 1}
+    assert sorted(cat.sm.tsks) == list(range(2, MAX_TSKS + 2))  # the oldest go, by seq on every master alike
+    refused = await cat.apply(put_tsk(TskRecord(5, bytes(32), 1.0, 2.0)))
+    assert refused["conflict"] == "token-signing key 5 already exists"
+    await cat.sm.snapshot()
+    again = SysCatalogStateMachine(tmp_path, None)
+    again.load()
+    assert again.tsks == cat.sm.tsks

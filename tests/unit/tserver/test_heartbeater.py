@@ -14,6 +14,7 @@ import pytest
 from kudu_async.common.errors import KuduInvalidArgument, KuduServiceUnavailable
 from kudu_async.rpc import RpcClient, RpcServer
 from kudu_async.rpc.server import CallContext
+from kudu_async.security.tokens import TokenSigner, TokenVerifier
 from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
 
 INTERVAL_S = 0.05
@@ -478,3 +479,24 @@ async def test_a_csr_goes_with_heartbeats_until_the_leader_signs_it(
         assert "cert_pem and ca_cert_pem must both be PEM bytes" in str(hb.status()[0]["last_error"])
     finally:
         await hb.stop()
+
+
+async def test_the_leaders_token_verification_keys_reach_the_verifier(
+    master: FakeMaster, make_hb: HeartbeaterFactory
+) -> None:
+    signer = TokenSigner(rotation_s=100.0, max_validity_s=50.0)
+    now = time.time()
+    signer.add(signer.new_key(now))
+    signer.add(signer.new_key(now))
+    master.always = {"tsks": [k.to_record() for k in signer.verification_keys(now)]}
+    hb = await make_hb([master.address])
+    verifier = TokenVerifier()
+    hb.token_verifier = verifier
+    await wait_until(lambda: verifier.max_seq == 1, what="the keys")
+    assert [k.seq for k in verifier.keys()] == [0, 1]  # noqa: SIM118 - the verifier's list of keys
+    # Every heartbeat says which keys the tserver has, so the leader sends only newer ones.
+    await wait_until(lambda: master.requests[-1].get("tsk_seq") == 1, what="a heartbeat naming key 1")
+    master.always = {"tsks": [{"seq": 9, "public": b"short"}]}  # malformed: the whole answer is refused
+    await wait_until(lambda: hb.status()[0]["last_error"] is not None, what="the refusal")
+    assert "token verification key" in hb.status()[0]["last_error"]
+    assert verifier.max_seq == 1
