@@ -215,3 +215,11 @@ class AuthnRpcClient(RpcClient):
                 raise
             await creds.after_expired(timeout_s)
             return await super().call(addr, service, method, request, timeout_s)
+
+
+AUTHZ_TOKEN_STALE = "authz token expired"
+
+
+def authz_token_stale(err: KuduNotAuthorized) -> bool:
+    """A tablet server refused a table's authz token for its age (not for what it grants): get a new one."""
+    return AUTHZ_TOKEN_STALE in str(err)

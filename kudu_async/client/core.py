@@ -19,12 +19,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from kudu_async.client.authn import AuthnRpcClient, ClientCredentials
+from kudu_async.client.authn import AuthnRpcClient, ClientCredentials, authz_token_stale
 from kudu_async.client.meta_cache import MasterClient, MetaCache
 from kudu_async.client.options import client_tls
 from kudu_async.client.retry import WriteRequestIds
 from kudu_async.client.table import Table
-from kudu_async.common.errors import KuduNotFound, KuduNotTheLeader, KuduTimedOut
+from kudu_async.common.errors import KuduNotAuthorized, KuduNotFound, KuduNotTheLeader, KuduTimedOut
 from kudu_async.common.retry import RETRYABLE, Backoff, BackoffPolicy, Deadline, leader_hint
 from kudu_async.rpc.client import RpcClient
 from kudu_async.security.tls import ClientTls
@@ -139,6 +139,20 @@ class ClientCore:
         """``TabletServer/method`` on the tablet's leader: follows NOT_THE_LEADER hints, tries the other
         replicas, refreshes locations when none answers, backs off between rounds, all within ``deadline``.
         Raises NOT_FOUND (details TABLET_NOT_FOUND) when the tablet is no longer part of the table."""
+        try:
+            return await self._call_leader(table, tablet_id, method, req, deadline)
+        except KuduNotAuthorized as e:
+            if not authz_token_stale(e):
+                raise
+            # The table's authz token expired, or its signing key did: a new one from the master, then again.
+            await self.reload_table(table, deadline)
+            return await self._call_leader(table, tablet_id, method, req, deadline)
+
+    async def _call_leader(
+        self, table: Table, tablet_id: str, method: str, req: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
+        if table.authz_token is not None:
+            req = {**req, "authz_token": table.authz_token}
         last: BaseException | None = None
         refresh = False
         while True:

@@ -21,11 +21,18 @@ from typing import Any, Protocol, Self, TypeVar
 import msgpack
 import pyarrow as pa
 
+from kudu_async.client.authn import authz_token_stale
 from kudu_async.client.core import ClientCore
 from kudu_async.client.meta_cache import Tablet, TabletLocation
 from kudu_async.client.table import Predicate, Table
 from kudu_async.common.clock import make_timestamp
-from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound, KuduNotTheLeader
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduInvalidArgument,
+    KuduNotAuthorized,
+    KuduNotFound,
+    KuduNotTheLeader,
+)
 from kudu_async.common.key_encoding import encode_key, encode_keys
 from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.retry import REPLICA_RETRYABLE, Deadline, leader_hint
@@ -360,6 +367,7 @@ class AsyncScanner(ScanConfig):
         """One batch from tablet ``t``; None when it has no more. Reopens elsewhere on failure when allowed."""
         last: BaseException | None = None
         tried: set[str] = set()
+        renewed = False
         while True:
             deadline.left(last)
             try:
@@ -376,6 +384,12 @@ class AsyncScanner(ScanConfig):
                     timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000),
                 )
                 return self._take_reply(reply)
+            except KuduNotAuthorized as e:
+                if renewed or self._tablet_open or not authz_token_stale(e):
+                    raise
+                renewed = True  # the table's authz token expired: a new one from the master, then again
+                last = e
+                await self.client.reload_table(self.table, deadline)
             except REPLICA_RETRYABLE as e:
                 last = e
                 if self._tablet_open and not self.fault_tolerant and self._returned_from_tablet:
@@ -464,6 +478,8 @@ class AsyncScanner(ScanConfig):
         seen = self.client.latest_observed_timestamp()
         if seen:
             req["propagated_timestamp"] = seen
+        if self.table.authz_token is not None:
+            req["authz_token"] = self.table.authz_token
         self._server = addr
         reply = await self.client.rpc.call(
             addr, "TabletServer", "Scan", req, timeout_s=deadline.rpc_timeout(self.client.rpc_timeout_ms / 1000)

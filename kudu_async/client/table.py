@@ -246,6 +246,10 @@ class Table:
         self.schema_version: int = int(info.get("schema_version", 0))
         self.partition_schema = PartitionSchema.from_dict(self.schema, info.get("partition_schema") or {})
         self.num_replicas: int = int(info.get("num_replicas", 0))
+        # The caller's privileges on the table, signed by the leader master: shown to the tablet servers
+        # with every write and new scan (they check it when access control is enforced).
+        token = info.get("authz_token")
+        self.authz_token: bytes | None = token if isinstance(token, bytes) else None
         self.info = info
 
     @property

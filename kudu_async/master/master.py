@@ -474,7 +474,20 @@ class Master(Node):
     async def _rpc_get_table_schema(self, req: msg.TableRef, ctx: CallContext) -> msg.GetTableSchemaResponse:
         await self.confirm_catalog_read(ctx)
         self._check_metadata(ctx, req.name, req.table_id)
-        return convert(self.catalog_manager.get_table_schema(req), msg.GetTableSchemaResponse)
+        schema = self.catalog_manager.get_table_schema(req)
+        token = self._authz_token(ctx, schema["table_id"], schema["name"])
+        if token is not None:
+            schema = {**schema, "authz_token": token}
+        return convert(schema, msg.GetTableSchemaResponse)
+
+    def _authz_token(self, ctx: CallContext, table_id: str, name: str) -> bytes | None:
+        """The caller's privileges on a table, signed for the tablet servers (Kudu's authz token); None
+        while no token-signing key is active (a leader that just started)."""
+        cm = self.catalog_manager
+        if cm.token_signer.signing_key(time.time()) is None:
+            return None
+        claims = cm.authz.token_claims(ctx.identity, table_id, name)
+        return cm.token_signer.sign("authz", claims, time.time(), float(self.config.authz_token_validity_seconds))
 
     async def _rpc_get_table_locations(
         self, req: msg.GetTableLocationsRequest, ctx: CallContext

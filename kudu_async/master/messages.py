@@ -373,6 +373,8 @@ class GetTableSchemaResponse(Message, frozen=True):
     owner: str | None
     comment: str | None
     create_table_done: bool
+    # The caller's privileges on the table, signed by the leader master, for the tablet servers.
+    authz_token: bytes | Unset = UNSET
 
 
 class ReplicaLocation(Message, frozen=True):

@@ -39,7 +39,7 @@ MAX_VERIFICATION_KEYS = 64
 
 
 class UnknownSigningKey(KuduNotAuthorized):
-    """A token signed with a key this node has not learned yet: a caller may retry once keys arrive."""
+    """A token signed with a key newer than any this node knows: a caller may retry once keys arrive."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +174,9 @@ class TokenVerifier:
             raise KuduNotAuthorized(f"malformed {kind} token")
         entry = self._keys.get(seq)
         if entry is None:
+            if seq <= self.max_seq:
+                # Older keys leave a verifier only when they expire, and every token expires with its key.
+                raise KuduNotAuthorized(f"{kind} token expired (its token-signing key {seq} has)")
             raise UnknownSigningKey(f"{kind} token signed by unknown token-signing key {seq}")
         key, pub = entry
         try:

@@ -343,6 +343,14 @@ FLAGS: tuple[Flag, ...] = (
         check=_service_acl,
     ),
     Flag(
+        "tserver_enforce_access_control",
+        _to_bool,
+        False,
+        "Tablet servers: refuse writes and scans without an authz token from the leader master naming the "
+        "privileges they need (Kudu's flag; default false as Kudu, where the masters' fine-grained "
+        "authorization turns it on). Set it with --authz-policy-file on the masters.",
+    ),
+    Flag(
         "authz_policy_file",
         _to_str,
         "",

@@ -13,6 +13,7 @@ import msgspec
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.consensus.raft_manager import GROUP_ID_RE
 from kudu_async.rpc.messages import UNSET, Message, NonEmptyStr, NonNegInt, Unset
+from kudu_async.security.tokens import MAX_TOKEN_BYTES
 from kudu_async.tserver.result_tracker import MAX_CLIENT_ID_LEN, RequestId
 
 MAX_BATCH_BYTES = 16 * 1024 * 1024
@@ -95,6 +96,8 @@ class WriteRequest(Message, frozen=True):
     schema_version: NonNegInt = 0
     request_id: WriteRequestId | None = None
     propagated_timestamp: NonNegInt | None = None
+    # The table's authz token from the leader master (checked when --tserver-enforce-access-control).
+    authz_token: Annotated[bytes, msgspec.Meta(max_length=MAX_TOKEN_BYTES)] | None = None
 
 
 class RowErrorMsg(Message, frozen=True):
@@ -136,6 +139,7 @@ class ScanRequest(Message, frozen=True):
     # answers SERVICE_UNAVAILABLE (retried elsewhere or later) instead of refusing a new column.
     min_schema_version: NonNegInt | None = None
     propagated_timestamp: NonNegInt | None = None
+    authz_token: Annotated[bytes, msgspec.Meta(max_length=MAX_TOKEN_BYTES)] | None = None
 
 
 class ScanResponse(Message, frozen=True):
@@ -161,6 +165,7 @@ class SplitKeyRangeRequest(Message, frozen=True):
     start_primary_key: bytes | None = None
     stop_primary_key: bytes | None = None
     columns: list[str] | None = None
+    authz_token: Annotated[bytes, msgspec.Meta(max_length=MAX_TOKEN_BYTES)] | None = None
 
 
 class KeyRangeMsg(Message, frozen=True):
@@ -189,6 +194,7 @@ class ScannerKeepAliveResponse(Message, frozen=True):
 class ChecksumRequest(Message, frozen=True):
     tablet_id: NonEmptyStr
     snapshot_ts: NonNegInt | None = None
+    authz_token: Annotated[bytes, msgspec.Meta(max_length=MAX_TOKEN_BYTES)] | None = None
 
 
 class ChecksumResponse(Message, frozen=True):

@@ -16,6 +16,8 @@ from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.common.row_conversion import OpType
 from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.security.authz_policy import check_table_access, check_write
+from kudu_async.security.tokens import TokenVerifier, UnknownSigningKey
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
 from kudu_async.tserver.scanners import CallCost, Scanner, ScannerManager
@@ -33,6 +35,23 @@ class TabletService:
         self._clock_update = clock_update
         # Ids of the tables the leader master says reached a write limit (from its heartbeat answers).
         self.write_limited_tables: frozenset[str] = frozenset()
+        # Set with --tserver-enforce-access-control: every write and scan shows an authz token it verifies.
+        self.token_verifier: TokenVerifier | None = None
+
+    def _claims(self, token: bytes | None, replica: TabletReplica, ctx: CallContext) -> dict[str, Any] | None:
+        """The verified claims of a call's authz token when access control is enforced, else None."""
+        if self.token_verifier is None:
+            return None
+        if token is None:
+            raise KuduNotAuthorized(
+                f"{ctx.identity.describe()} is not authorized on tablet {replica.tablet_id}: no authz token "
+                "(ask the leader master for the table's schema)",
+                {"user": ctx.identity.user, "tablet_id": replica.tablet_id},
+            )
+        try:
+            return self.token_verifier.verify(token, "authz", time.time()).claims
+        except UnknownSigningKey as e:  # the next heartbeat brings the key
+            raise KuduServiceUnavailable(f"{e}; this tablet server has not received it yet, retry") from None
 
     def methods(self) -> ServiceTable:
         """The ``TabletServer`` protocol: each method with its request and response messages."""
@@ -78,6 +97,9 @@ class TabletService:
 
     async def write(self, req: m.WriteRequest, ctx: CallContext) -> m.WriteResponse:
         replica = self.manager.get(req.tablet_id)
+        claims = self._claims(req.authz_token, replica, ctx)
+        if claims is not None:
+            check_write(claims, str(replica.info.get("table_id")), req.op_types)
         if self.write_limited_tables and replica.info.get("table_id") in self.write_limited_tables:
             _check_write_privileges(req.op_types)
         op = decode_write_op(req.rows, req.op_types, req.set_columns)
@@ -101,6 +123,12 @@ class TabletService:
             raise KuduInvalidArgument("'tablet_id': missing (a new scan names its tablet)", {"field": "tablet_id"})
         replica = self.manager.get(req.tablet_id)
         spec = _scan_spec(replica, req)
+        claims = self._claims(req.authz_token, replica, ctx)
+        if claims is not None:
+            read = spec.projection if spec.projection is not None else replica.tablet.info.names
+            check_table_access(
+                claims, str(replica.info.get("table_id")), "SELECT", [*read, *(p.column for p in spec.predicates)]
+            )
         if req.propagated_timestamp is not None:
             self._clock_update(req.propagated_timestamp)
         self.scanners.check_capacity()
@@ -142,6 +170,9 @@ class TabletService:
         """Chunks of the tablet's key range for scan tokens of about a size (the rowsets' block index, read
         in a worker)."""
         replica = self.manager.get(req.tablet_id)
+        claims = self._claims(req.authz_token, replica, ctx)
+        if claims is not None:
+            check_table_access(claims, str(replica.info.get("table_id")), "SELECT", req.columns or ())
         ranges = await asyncio.get_running_loop().run_in_executor(
             self.manager.executor,
             replica.tablet.split_key_range,
@@ -159,6 +190,9 @@ class TabletService:
 
     async def checksum(self, req: m.ChecksumRequest, ctx: CallContext) -> m.ChecksumResponse:
         replica = self.manager.get(req.tablet_id)
+        claims = self._claims(req.authz_token, replica, ctx)
+        if claims is not None:  # a checksum reads every column
+            check_table_access(claims, str(replica.info.get("table_id")), "SELECT", replica.tablet.info.names)
         return m.ChecksumResponse(**await replica.checksum(req.snapshot_ts, ctx.time_left()))
 
     async def list_tablets(self, req: m.ListTabletsRequest, ctx: CallContext) -> m.ListTabletsResponse:

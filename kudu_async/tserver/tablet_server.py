@@ -109,6 +109,8 @@ class TabletServer(Node):
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
         self.memory.root.child("scanners", gauge=self.scanners.buffered_bytes)
         self.service = TabletService(self.tablets, self.scanners, self.clock.update)
+        if self.config.tserver_enforce_access_control:
+            self.service.token_verifier = self.token_verifier
         self.service.register_rpc(self.rpc_server)
         self.tablets.copy_source.register_rpc(self.rpc_server)
         self._poll_task: asyncio.Task[None] | None = None

@@ -74,3 +74,13 @@ def test_unpickling_the_spark_writer_does_not_import_the_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (no packages under tests/): two files of one name make the
+    whole run stop at collection, which only a full run finds."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    for p in sorted(tests.rglob("test_*.py")):
+        assert p.name not in seen, f"{p} and {seen[p.name]} share a basename"
+        seen[p.name] = p
