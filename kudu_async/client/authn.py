@@ -98,7 +98,7 @@ class ClientCredentials:
         # Only the token requests carry the JWT: every other call shows the token.
         self._jwt_rpc: RpcClient | None = None
         if self.jwt is not None:
-            self._jwt_rpc = RpcClient(rpc.node_name + "-authn", max_response_bytes=rpc.max_response_bytes)
+            self._jwt_rpc = RpcClient(rpc.node_name + "-authn", max_response_bytes=rpc.max_response_bytes, tls=rpc.tls)
             self._jwt_rpc.set_credentials(self.user, bearer_header(self.jwt))
             # Until a token arrives (or when the master issues none: authentication disabled), the JWT.
             rpc.set_credentials(self.user, bearer_header(self.jwt))

@@ -535,6 +535,12 @@ class Node:
                 "cache_hits": self.authenticator.hits,
                 "cache_misses": self.authenticator.misses,
             },
+            # What this node presents on RPC: whether a CA (the cluster's, or the operator's) signed it.
+            "tls": {
+                "encryption": self.config.rpc_encryption,
+                "certificate_signed": self.cert_signed,
+                "operator_certificates": self.operator_certs,
+            },
             **self.role_status(),
         }
 

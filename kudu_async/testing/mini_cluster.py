@@ -115,6 +115,7 @@ class MiniCluster:
         authz_policy: Mapping[str, Any] | None = None,
         encryption: str | None = None,
         jwks: bool = False,
+        secure: bool = False,
     ) -> None:
         """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked.
         ``authz_policy`` (the map a policy file holds, see ``security/authz_policy.py``) is written to
@@ -125,7 +126,19 @@ class MiniCluster:
 
         ``jwks``: JWT authentication on every node, with a JWKS holding a signing key made here (see
         ``mint_jwt``) and a service JWT for the servers' own calls; add ``--rpc-authentication=required``
-        to ``extra_flags`` to refuse callers without credentials."""
+        to ``extra_flags`` to refuse callers without credentials.
+
+        ``secure``: everything at once, as a production cluster runs: TLS required on every connection
+        (node certificates from the masters' CA, which the servers' service JWT entitles them to),
+        authentication required (JWTs from ``mint_jwt``, then authn tokens), ``admin`` the superuser, and
+        with ``authz_policy`` the tablet servers enforce the authz tokens of every write and scan."""
+        if secure:
+            encryption = "required"
+            jwks = True
+            extra_flags = ["--rpc-authentication=required", "--superuser-acl=admin", *extra_flags]
+            if authz_policy is not None:
+                tserver_flags = ["--tserver-enforce-access-control=true", *tserver_flags]
+        self.secure = secure
         if encryption is not None and encryption not in ("disabled", "optional", "required"):
             raise ValueError(f"encryption must be disabled, optional or required, got {encryption!r}")
         self.encryption = encryption
