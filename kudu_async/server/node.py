@@ -38,6 +38,7 @@ from kudu_async.security import ca, tls
 from kudu_async.security.acl import Acls
 from kudu_async.security.audit import AuditLog, audit_line
 from kudu_async.security.authn import ServerAuthenticator, bearer_header
+from kudu_async.security.identity import Identity
 from kudu_async.security.jwt_auth import MAX_JWKS_BYTES, MAX_JWT_BYTES, JwtVerifier
 from kudu_async.security.tokens import TokenVerifier
 from kudu_async.server import messages as msg
@@ -196,6 +197,12 @@ class Node:
         self.raft.register_rpc(self.rpc_server)
         self._setup_tls()
         self._setup_authentication()
+        if self.jwt_verifier is not None and (
+            config.webserver_password_file or config.rpc_authentication == "required"
+        ):
+            # With security on, the admin pages want a user too: a JWT (``authorization: Bearer ...``), or
+            # the password file's users.
+            self.admin_auth.bearer = self._admin_bearer
         self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
         self.rpc_address = config.rpc_bind
         self.http_address = config.http_bind
@@ -373,6 +380,11 @@ class Node:
             own = WatchedFile(cfg.service_jwt_file, MAX_JWT_BYTES, self._service_jwt_changed, period, self.io_executor)
             own.load_now()
             self._watchers.append(own)
+
+    def _admin_bearer(self, token: str) -> Identity:
+        """The user of a JWT shown to the admin pages."""
+        assert self.jwt_verifier is not None
+        return Identity(self.jwt_verifier.verify(token, time.time()).user, "jwt")
 
     def _jwks_changed(self, data: bytes) -> None:
         assert self.jwt_verifier is not None

@@ -130,8 +130,9 @@ class MiniCluster:
 
         ``secure``: everything at once, as a production cluster runs: TLS required on every connection
         (node certificates from the masters' CA, which the servers' service JWT entitles them to),
-        authentication required (JWTs from ``mint_jwt``, then authn tokens), ``admin`` the superuser, and
-        with ``authz_policy`` the tablet servers enforce the authz tokens of every write and scan."""
+        authentication required (JWTs from ``mint_jwt``, then authn tokens; the admin pages too, which
+        ``http_get`` reaches as ``admin``, the superuser), and with ``authz_policy`` the tablet servers
+        enforce the authz tokens of every write and scan."""
         if secure:
             encryption = "required"
             jwks = True
@@ -417,6 +418,8 @@ class MiniCluster:
         if self.http_auth is not None:
             user, password = self.http_auth
             headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        elif self.secure:  # the superuser's JWT: pages need a user when authentication is required
+            headers["authorization"] = "Bearer " + self.mint_jwt("admin", ttl_s=300.0)
         return urllib.request.Request(url, headers=headers)
 
     def http_get(self, n: NodeProcess | str, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:

@@ -82,3 +82,31 @@ def test_a_client_trusting_only_the_cluster_ca_works_through_every_node(cluster:
             anon.list_tables()
         finally:
             anon.close()
+
+
+def test_admin_pages_want_a_jwt_and_healthz_stays_open(cluster: MiniCluster) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    url = cluster.masters[0].http_url
+    assert url.startswith("https://")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+
+    def get(path: str, token: str | None) -> int:
+        req = urllib.request.Request(url + path)
+        if token is not None:
+            req.add_header("authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    assert get("/healthz", None) == 200
+    assert get("/api/v1/status", None) == 401
+    assert get("/api/v1/status", "not.a.jwt") == 401
+    assert get("/api/v1/status", cluster.mint_jwt("alice")) == 200
+    assert get("/api/v1/status", cluster.mint_jwt("alice", ttl_s=-60.0)) == 401
