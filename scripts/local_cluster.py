@@ -3,15 +3,22 @@
 
 Prints every node's RPC and HTTP address; Ctrl-C (or SIGTERM) stops the nodes cleanly. Data lives in
 the directory given by --data-dir (default ./local-cluster), so a restart keeps the nodes' identities.
+
+``--secure`` starts it as production runs: TLS required with the cluster's own CA, authentication
+required (JWTs checked against a JWKS made here), a table privilege policy enforced on every write and
+scan (``alice`` holds ALL on every table; ``admin`` is the superuser). It writes ``ca.pem`` (the CA to
+trust), ``alice.jwt`` and ``admin.jwt`` (valid for a day) into the data directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,6 +36,7 @@ def main() -> int:
         action="store_true",
         help="pick free ports instead of Kudu's defaults (master 7051/8051, tservers 7050/8050, 7150/8150, ...)",
     )
+    ap.add_argument("--secure", action="store_true", help="TLS, authentication and authorization on (see above)")
     ap.add_argument("--exit-after-start", action="store_true", help="stop again once healthy (smoke test)")
     args = ap.parse_args()
 
@@ -38,7 +46,16 @@ def main() -> int:
     ports = None
     if not args.random_ports:
         ports = [(7051, 8051)] + [(7050 + 100 * i, 8050 + 100 * i) for i in range(args.tservers)]
-    cluster = MiniCluster(num_masters=1, num_tservers=args.tservers, base_dir=data_dir, ports=ports)
+    policy = {"grant": [{"users": ["alice"], "tables": ["*"], "privileges": ["ALL"]}]} if args.secure else None
+    cluster = MiniCluster(
+        num_masters=1,
+        num_tservers=args.tservers,
+        base_dir=data_dir,
+        ports=ports,
+        secure=args.secure,
+        authz_policy=policy,
+        extra_flags=["--user-acl=alice,admin"] if args.secure else (),
+    )
     print(f"starting 1 master + {args.tservers} tablet servers, data in {data_dir}", flush=True)
     try:
         cluster.start()
@@ -48,6 +65,8 @@ def main() -> int:
     for line in cluster.describe():
         print(line, flush=True)
     print(f"masters: {cluster.master_addresses}", flush=True)
+    if args.secure:
+        _write_credentials(cluster, data_dir)
 
     stop = threading.Event()
     if not args.exit_after_start:
@@ -63,6 +82,23 @@ def main() -> int:
     cluster.shutdown()
     print("cluster stopped", flush=True)
     return 0
+
+
+def _write_credentials(cluster: MiniCluster, data_dir: Path) -> None:
+    """The CA certificate to trust (once the leader master made it) and a day's JWTs for alice and admin."""
+    deadline = time.monotonic() + 30
+    status, pem = cluster.http_get(cluster.masters[0], "/ipki-ca-cert")
+    while status != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status, pem = cluster.http_get(cluster.masters[0], "/ipki-ca-cert")
+    if status != 200:
+        raise MiniClusterError(f"the cluster CA certificate is not available: HTTP {status}")
+    (data_dir / "ca.pem").write_bytes(pem)
+    for user in ("alice", "admin"):
+        path = data_dir / f"{user}.jwt"
+        path.write_text(cluster.mint_jwt(user, ttl_s=86_400.0))
+        os.chmod(path, 0o600)
+    print(f"secured: trust {data_dir / 'ca.pem'}; JWTs in {data_dir}/alice.jwt and admin.jwt", flush=True)
 
 
 if __name__ == "__main__":
