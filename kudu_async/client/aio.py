@@ -306,7 +306,7 @@ class AsyncClient:
         return await self.core.call_tablet_leader(table, tablet_id, method, req, deadline)
 
 
-async def connect(
+async def connect(  # noqa: PLR0913 - kudu-python's arguments, and a client certificate
     host: str | Sequence[str] = "127.0.0.1",
     port: int | Sequence[int] | None = DEFAULT_PORT,
     admin_timeout_ms: int | None = None,
@@ -315,6 +315,7 @@ async def connect(
     encryption_policy: str = ENCRYPTION_OPTIONAL,
     jwt: str | None = None,
     trusted_certificates: Any = None,
+    client_certificate: Any = None,
 ) -> AsyncClient:
     """Connect (and check that a leader master answers) - kudu-python's ``connect`` arguments. A security
     option the client cannot honour is refused (``check_security``), never ignored."""
@@ -323,7 +324,7 @@ async def connect(
         master_addresses(host, port),
         admin_timeout_ms,
         rpc_timeout_ms,
-        client_tls(encryption_policy, trusted_certificates),
+        client_tls(encryption_policy, trusted_certificates, client_certificate),
         jwt=jwt,
         require_authentication=require_authentication,
     )

@@ -82,15 +82,17 @@ class ClientCredentials:
         user: str | None = None,
         jwt: str | None = None,
         require_authentication: bool = False,
+        certificate: bool = False,
     ) -> None:
         self.rpc = rpc
         self.masters = masters
         self.user = os_user() if user is None else user
         self.jwt = check_jwt(jwt)
         self.require_authentication = require_authentication
-        if require_authentication and self.jwt is None:
+        if require_authentication and self.jwt is None and not certificate:
             raise KuduNotAuthorized(
-                "require_authentication: this client has no credentials to authenticate with (give jwt=...)"
+                "require_authentication: this client has no credentials to authenticate with "
+                "(give jwt=... or client_certificate=...)"
             )
         self.token: bytes | None = None
         self.decision = TokenDecision()

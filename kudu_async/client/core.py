@@ -62,7 +62,11 @@ class ClientCore:
         self.rpc = AuthnRpcClient(name, tls=rpc_tls) if jwt is not None else RpcClient(name, tls=rpc_tls)
         self.masters = MasterClient(self.rpc, masters, self.rpc_timeout_ms / 1000.0)
         self.credentials = ClientCredentials(
-            self.rpc, list(self.masters.addresses), jwt=jwt, require_authentication=require_authentication
+            self.rpc,
+            list(self.masters.addresses),
+            jwt=jwt,
+            require_authentication=require_authentication,
+            certificate=rpc_tls.presents_certificate,
         )
         if isinstance(self.rpc, AuthnRpcClient):
             self.rpc.credentials = self.credentials

@@ -65,16 +65,27 @@ def _certificate_list(trusted_certificates: Any) -> list[str | bytes]:
     return items
 
 
-def client_tls(encryption_policy: str = ENCRYPTION_OPTIONAL, trusted_certificates: Any = None) -> tls.ClientTls:
+def client_tls(
+    encryption_policy: str = ENCRYPTION_OPTIONAL, trusted_certificates: Any = None, client_certificate: Any = None
+) -> tls.ClientTls:
     """The client's TLS policy. With ``trusted_certificates`` (the cluster's CA certificate, e.g. from the
     master's /ipki-ca-cert, as PEM text or file paths) every server's certificate must verify against
-    them; without, connections are encrypted but the servers are not proved."""
+    them; without, connections are encrypted but the servers are not proved. ``client_certificate``
+    (``(certificate, key)``, PEM text or paths; signed by a CA the servers trust, its subject's CN the
+    user) authenticates the client on every connection, which is then always TLS, loopback too."""
     if encryption_policy not in _ENCRYPTION_POLICIES:
         raise KuduInvalidArgument(
             f"encryption_policy must be one of {', '.join(_ENCRYPTION_POLICIES)}, not {encryption_policy!r}"
         )
     trusted = tls.trusted_bundle(_certificate_list(trusted_certificates)) if trusted_certificates else None
-    return tls.ClientTls(encryption_policy, tls.client_context(trusted))
+    if client_certificate is None:
+        return tls.ClientTls(encryption_policy, tls.client_context(trusted))
+    if not isinstance(client_certificate, tuple | list) or len(client_certificate) != 2:
+        raise KuduInvalidArgument("client_certificate must be a (certificate, private key) pair of PEM texts or paths")
+    own = tls.user_certificate(client_certificate[0], client_certificate[1])
+    return tls.ClientTls(
+        encryption_policy, tls.client_context(trusted, own), encrypt_loopback=True, presents_certificate=True
+    )
 
 
 class TimeDelta:

@@ -101,7 +101,7 @@ def _close_open_clients() -> None:
 class Client:
     """kudu-python's ``Client`` (blocking). Thread-safe; close it (or use ``with``) when done."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - kudu-python's arguments, and a client certificate
         self,
         addr_or_addrs: str | Sequence[str],
         admin_timeout_ms: int | None = None,
@@ -111,7 +111,10 @@ class Client:
         encryption_policy: str = ENCRYPTION_OPTIONAL,
         jwt: str | None = None,
         trusted_certificates: Any = None,
+        client_certificate: Any = None,
     ) -> None:
+        """kudu-python's arguments, plus ``client_certificate``: a ``(certificate, key)`` pair (PEM text or
+        paths) that authenticates the client by TLS (see ``client.options.client_tls``)."""
         check_security(encryption_policy, require_authentication, sasl_protocol_name, jwt, trusted_certificates)
         masters = [addr_or_addrs] if isinstance(addr_or_addrs, str) else list(addr_or_addrs)
         if not masters:
@@ -128,6 +131,7 @@ class Client:
                     trusted_certificates=trusted_certificates,
                     require_authentication=require_authentication,
                     jwt=jwt,
+                    client_certificate=client_certificate,
                 )
             )
         except BaseException:
@@ -521,7 +525,7 @@ class ScanTokenBuilder(ScanConfig):
         return self._client._run(b.build())
 
 
-def connect(
+def connect(  # noqa: PLR0913 - kudu-python's arguments, and a client certificate
     host: str | Sequence[str] = "127.0.0.1",
     port: int | Sequence[int] | None = 7051,
     admin_timeout_ms: int | None = None,
@@ -530,6 +534,7 @@ def connect(
     encryption_policy: str = ENCRYPTION_OPTIONAL,
     jwt: str | None = None,
     trusted_certificates: Any = None,
+    client_certificate: Any = None,
 ) -> Client:
     """kudu-python's ``connect``: one host and port, lists of both, or ``"host:port"`` strings."""
     return Client(
@@ -540,4 +545,5 @@ def connect(
         encryption_policy=encryption_policy,
         jwt=jwt,
         trusted_certificates=trusted_certificates,
+        client_certificate=client_certificate,
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import cast
 
 from kudu_async.common.errors import KuduInvalidArgument
-from kudu_async.security.ca import CertKey, load_certificates
+from kudu_async.security.ca import CertKey, check_key_matches, load_certificate, load_certificates, load_private_key
 from kudu_async.security.identity import TlsPeer
 
 ALPN_H2 = "h2"
@@ -185,6 +185,8 @@ class ClientTls:
     policy: str
     context: ssl.SSLContext
     encrypt_loopback: bool = False
+    # The context presents a user's certificate: it is the client's credential (authn "cert").
+    presents_certificate: bool = False
     _tls_only: set[str] = field(default_factory=set)
     _clear_only: set[str] = field(default_factory=set)
 
@@ -218,22 +220,33 @@ class ClientTls:
         return True
 
 
+def pem_or_file(item: str | bytes, what: str) -> bytes:
+    """PEM given as text or bytes, or the path of a PEM file."""
+    if isinstance(item, bytes):
+        return item
+    if "-----BEGIN" in item:
+        return item.encode("ascii")
+    try:
+        return Path(item).read_bytes()
+    except OSError as e:
+        raise KuduInvalidArgument(
+            f"{what} {item!r}: neither PEM text nor a readable file ({e.strerror or e})"
+        ) from None
+
+
+def user_certificate(cert: str | bytes, key: str | bytes) -> CertKey:
+    """A user's certificate and private key (PEM text or paths), checked to belong together."""
+    cert_pem = pem_or_file(cert, "client certificate")
+    key_pem = pem_or_file(key, "client certificate key")
+    check_key_matches(load_certificate(cert_pem, "client certificate"), load_private_key(key_pem), "client certificate")
+    return CertKey(cert_pem, key_pem)
+
+
 def trusted_bundle(items: Sequence[str | bytes]) -> bytes:
     """Join trusted CA certificates given as PEM text or paths of PEM files into one checked bundle."""
     parts: list[bytes] = []
     for item in items:
-        data: bytes
-        if isinstance(item, bytes):
-            data = item
-        elif "-----BEGIN" in item:
-            data = item.encode("ascii")
-        else:
-            try:
-                data = Path(item).read_bytes()
-            except OSError as e:
-                raise KuduInvalidArgument(
-                    f"trusted certificate {item!r}: neither PEM text nor a readable file ({e.strerror or e})"
-                ) from None
+        data = pem_or_file(item, "trusted certificate")
         load_certificates(data, f"trusted certificate {item!r:.60}")
         parts.append(data if data.endswith(b"\n") else data + b"\n")
     return b"".join(parts)

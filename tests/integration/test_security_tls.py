@@ -18,8 +18,10 @@ import pytest
 from cryptography import x509
 
 import kudu_async as kudu
-from kudu_async.common.errors import KuduNetworkError
+from kudu_async.client.schema_builder import Partitioning
+from kudu_async.common.errors import KuduNetworkError, KuduNotAuthorized, KuduTimedOut
 from kudu_async.rpc import RpcClient
+from kudu_async.schema import SchemaBuilder
 from kudu_async.security import ca, tls
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.mini_cluster import NodeProcess
@@ -228,3 +230,55 @@ def test_operator_certificates_keep_a_node_of_another_ca_out(tmp_path: Path) -> 
         time.sleep(1.0)  # a few more heartbeat periods: it never registers
         registered = [t["uuid"] for t in c.http_json(c.masters[0], "/api/v1/tservers")]
         assert registered == [ok.uuid] and intruder.uuid not in registered
+
+
+def test_a_user_certificate_authenticates_the_client(tmp_path: Path) -> None:
+    """Authentication by client certificate: with the operator's CA, a user whose certificate it signed
+    (subject CN = the user) is that user on every node; without one, or with another CA's, refused."""
+    now = time.time()
+    authority, other = ca.CertAuthority.create(now), ca.CertAuthority.create(now)
+
+    def cert(by: ca.CertAuthority, cn: str, name: str) -> tuple[str, str]:
+        key = ca.key_to_pem(ca.generate_key())
+        signed = by.sign(ca.make_csr(key, cn, []), cn, ["127.0.0.1"], now, 3600)
+        return _write(tmp_path / f"{name}.crt", signed), _write(tmp_path / f"{name}.key", key)
+
+    node_cert, node_key = cert(authority, "kudu", "node")
+    ca_file = _write(tmp_path / "ca.crt", authority.cert_pem)
+    node_flags = ["--rpc-certificate-file", node_cert, "--rpc-private-key-file", node_key]
+    c = MiniCluster(
+        1,
+        1,
+        base_dir=tmp_path / "cluster",
+        encryption="required",
+        extra_flags=[*node_flags, "--rpc-ca-certificate-file", ca_file, "--rpc-authentication=required"],
+    )
+    with c:
+        wait_for(lambda: len(c.http_json(c.masters[0], "/api/v1/tservers")) == 1 or None, 20.0, "the tserver")
+        masters = c.master_addresses.split(",")
+        alice = kudu.connect(
+            masters,
+            client_certificate=cert(authority, "alice", "alice"),
+            trusted_certificates=[ca_file],
+            require_authentication=True,
+        )
+        try:
+            b = SchemaBuilder()
+            b.add_column("key").type("int64").nullable(False).primary_key()
+            table = alice.create_table("by_cert", b.build(), Partitioning().add_hash_partitions(["key"], 2), 1)
+            s = alice.new_session()
+            for k in range(10):
+                s.apply(table.new_insert({"key": k}))
+            s.flush()
+            assert len(alice.table("by_cert").scanner().open().read_all_tuples()) == 10
+            # The master saw the certificate's user: its audit log names alice, authenticated by "cert".
+            audit = c.masters[0].log_path.parent / "audit.log"
+            wait_for(lambda: '"user": "alice", "authn": "cert"' in audit.read_text() or None, 10.0, "alice's audit")
+        finally:
+            alice.close()
+        with pytest.raises(KuduNotAuthorized):  # no credentials
+            kudu.connect(masters, admin_timeout_ms=3000).list_tables()
+        with pytest.raises((KuduNotAuthorized, KuduNetworkError, KuduTimedOut)):  # another CA's: no handshake
+            kudu.connect(
+                masters, admin_timeout_ms=3000, client_certificate=cert(other, "mallory", "mallory")
+            ).list_tables()
