@@ -346,9 +346,9 @@ class ParquetBase:
 
     # -- blocks ------------------------------------------------------------------------------------
 
-    def _decode(self, rg: int, file_cols: list[str]) -> pa.Table:
+    def _decode(self, rg: int, file_cols: list[str], cache_footer: bool = True) -> pa.Table:
         try:
-            pf = self.footer()
+            pf = self.footer(fill_cache=cache_footer)
             with self._lock:  # one decode at a time through the shared reader
                 return pf.read_row_group(rg, columns=file_cols, use_threads=False)
         except (pa.ArrowException, OSError) as e:
@@ -375,7 +375,9 @@ class ParquetBase:
                 got[c] = fill(self.info.arrow.field(i), self.info.read_default(i), n)
         if missing:
             srcs = [self.src[c] for c in missing]
-            t = self._decode(rg, [s for s in srcs if s is not None])
+            # Warming the cache (make_room False) leaves the footer out: lookups in the blocks it warms
+            # need none, and it would take room meant for blocks.
+            t = self._decode(rg, [s for s in srcs if s is not None], cache_footer=make_room)
             charge_miss(t.nbytes)
             if t.num_rows != n:
                 raise KuduCorruption(f"cannot read block {self.path}: row group {rg} has {t.num_rows} rows, not {n}")
