@@ -27,6 +27,10 @@ The request ids (``requests``, id -> {method, digest, result, time}) make DDL re
 leader answers a retry from here instead of applying it again. The newest ``max_requests`` are kept, the
 oldest (by log order, so every master drops the same ones) forgotten.
 
+Operators' tablet-server states (``tserver_states``, uuid -> ``TServerStateRecord``: MAINTENANCE_MODE) live
+here too, so a new leader master keeps honouring them; ``ts_state`` sets or clears one (no ``rev``: the
+operation states the wanted outcome, so applying it twice is harmless).
+
 The ids of deleted tablet records are remembered too (``deleted_tablets``, the newest ``max_deleted``):
 a replica a tserver still reports (a CreateTablet that landed after the deletion, a tserver that was
 down) is of a tablet that will never exist again, so the leader has it deleted. Tablet ids are never
@@ -157,6 +161,15 @@ class RequestRecord(msgspec.Struct, frozen=True):
 
 Record = TableRecord | TabletRecord
 
+TServerState = Literal["MAINTENANCE_MODE"]
+
+
+class TServerStateRecord(msgspec.Struct, frozen=True):
+    """An operator-set state of one tablet server, since ``since`` (unix time)."""
+
+    state: TServerState
+    since: float
+
 
 # --- operations: an entry is a list of them, each a list on the wire ------------------------------------
 
@@ -191,7 +204,14 @@ class Request(msgspec.Struct, frozen=True, array_like=True, tag="request"):
     entry: RequestRecord
 
 
-Op = PutTable | PutTablet | Delete | Request
+class SetTServerState(msgspec.Struct, frozen=True, array_like=True, tag="ts_state"):
+    """``["ts_state", uuid, record or None]``: None clears the tserver's state."""
+
+    uuid: str
+    record: TServerStateRecord | None
+
+
+Op = PutTable | PutTablet | Delete | Request | SetTServerState
 
 
 class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
@@ -202,16 +222,17 @@ class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
     record: msgspec.Raw
 
 
-class _Snapshot(msgspec.Struct):
+class _Snapshot(msgspec.Struct, omit_defaults=True):
     index: int
     tables: dict[str, TableRecord]
     tablets: dict[str, TabletRecord]
     requests: list[tuple[str, RequestRecord]]  # oldest first
     deleted_tablets: list[tuple[str, int]]  # oldest first
+    tserver_states: dict[str, TServerStateRecord] = {}
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request])
+_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request | SetTServerState])
 _TABLE = msgspec.msgpack.Decoder(TableRecord)
 _TABLET = msgspec.msgpack.Decoder(TabletRecord)
 _SNAPSHOT = msgspec.msgpack.Decoder(_Snapshot)
@@ -231,6 +252,11 @@ def delete(kind: Kind, record_id: str) -> Delete:
 def request(request_id: str, entry: RequestRecord) -> Request:
     """Record one DDL's outcome under its client request id."""
     return Request(request_id, entry)
+
+
+def set_tserver_state(uuid: str, record: TServerStateRecord | None) -> SetTServerState:
+    """Set (or, with None, clear) the operator-set state of tserver ``uuid``."""
+    return SetTServerState(uuid, record)
 
 
 def encode_ops(ops: Sequence[Op]) -> bytes:
@@ -282,6 +308,7 @@ class SysCatalogStateMachine:
         self.tablets: dict[str, TabletRecord] = {}
         self.requests: dict[str, RequestRecord] = {}  # request id -> outcome, oldest first (log order)
         self.deleted_tablets: dict[str, int] = {}  # tablet id -> index of its deletion, oldest first
+        self.tserver_states: dict[str, TServerStateRecord] = {}  # tserver uuid -> its operator-set state
         self.applied_index = 0
         self.conflicts = 0  # batches refused since start (this master)
         self._snapshot_index = 0
@@ -304,6 +331,7 @@ class SysCatalogStateMachine:
         self.tables, self.tablets = doc.tables, doc.tablets
         self.requests = dict(doc.requests)
         self.deleted_tablets = dict(doc.deleted_tablets)
+        self.tserver_states = dict(doc.tserver_states)
         self.applied_index = self._snapshot_index = doc.index
 
     def conflict(self, ops: Sequence[Op]) -> str | None:
@@ -317,6 +345,8 @@ class SysCatalogStateMachine:
                 requests.add(op.request_id)
             elif isinstance(op, Delete):
                 staged[(op.kind, op.record_id)] = None
+            elif isinstance(op, SetTServerState):
+                continue
             else:
                 reason = self._put_conflict(op, staged)
                 if reason is not None:
@@ -373,6 +403,11 @@ class SysCatalogStateMachine:
                 self.tables[op.record_id] = msgspec.structs.replace(op.record, rev=index)
             elif isinstance(op, PutTablet):
                 self.tablets[op.record_id] = msgspec.structs.replace(op.record, rev=index)
+            elif isinstance(op, SetTServerState):
+                if op.record is None:
+                    self.tserver_states.pop(op.uuid, None)
+                else:
+                    self.tserver_states[op.uuid] = op.record
             elif op.kind == "table":
                 self.tables.pop(op.record_id, None)
             elif self.tablets.pop(op.record_id, None) is not None:
@@ -399,6 +434,7 @@ class SysCatalogStateMachine:
                 self.tablets,
                 list(self.requests.items()),
                 list(self.deleted_tablets.items()),
+                self.tserver_states,
             )
         )
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)

@@ -22,11 +22,13 @@ from kudu_async.master.sys_catalog import (
     SysCatalogStateMachine,
     TableRecord,
     TabletRecord,
+    TServerStateRecord,
     decode_ops,
     delete,
     encode_ops,
     put,
     request,
+    set_tserver_state,
 )
 
 
@@ -286,3 +288,24 @@ def test_snapshot_with_records_never_stamped_by_an_entry_is_an_error(tmp_path: P
     )
     with pytest.raises(KuduCorruption, match="records without 'rev'"):
         SysCatalogStateMachine(tmp_path, None).load()
+
+
+async def test_tserver_states_are_set_cleared_and_kept_by_the_snapshot(tmp_path: Path) -> None:
+    cat = Catalog(tmp_path, snapshot_every=1000)
+    maint = TServerStateRecord("MAINTENANCE_MODE", 2.5)
+    assert await cat.apply(set_tserver_state("ts-a", maint), set_tserver_state("ts-b", maint)) == {"index": 1}
+    assert await cat.apply(set_tserver_state("ts-b", None)) == {"index": 2}
+    await cat.apply(set_tserver_state("ts-c", None))  # clearing a state never set is harmless
+    assert cat.sm.tserver_states == {"ts-a": maint}
+    await cat.sm.snapshot()
+    doc = msgpack.unpackb((tmp_path / "sys-catalog.snapshot").read_bytes())
+    assert doc["tserver_states"] == {"ts-a": {"state": "MAINTENANCE_MODE", "since": 2.5}}
+    again = SysCatalogStateMachine(tmp_path, None)
+    again.load()
+    assert again.tserver_states == {"ts-a": maint}
+
+
+def test_tserver_state_operations_are_checked_before_replication() -> None:
+    assert decode_ops(encode_ops([set_tserver_state("ts-a", None)])) == [set_tserver_state("ts-a", None)]
+    with pytest.raises(KuduInvalidArgument, match=re.escape("Invalid enum value 'DRAINING'")):
+        encode_ops([set_tserver_state("ts-a", TServerStateRecord(cast(Any, "DRAINING"), 1.0))])
