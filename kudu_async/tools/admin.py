@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="set the state of a uuid the leader master has not heard from",
     )
+    c = cmd(
+        ts,
+        "quiesce",
+        "start: the tserver hands its leaderships to other replicas, stands for no election and refuses new "
+        "scans; stop: undo it; status: its leaders and open scanners",
+    )
+    c.add_argument("action", choices=("start", "stop", "status"), help="what to do")
+    c.add_argument("address", help="the tablet server's RPC address host:port")
     _add_table_commands(area("table", "tables"), cmd)
     _add_tablet_commands(
         area("tablet", "tablet replicas (Raft groups); servers come from the master unless --servers is given"), cmd
@@ -263,6 +271,20 @@ async def _tserver_state(client: AsyncClient, args: argparse.Namespace) -> _Resu
     )
 
 
+async def _tserver_quiesce(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    reply = await client.rpc.call(
+        args.address, "TabletServer", "Quiesce", {"action": args.action}, timeout_s=args.timeout_ms / 1000
+    )
+    return (
+        reply,
+        lambda r: (
+            f"{args.address}: {'quiescing' if r['quiescing'] else 'not quiescing'}, {r['num_leaders']} leaders, "
+            f"{r['num_active_scanners']} active scanners"
+        ),
+        0,
+    )
+
+
 async def _loadgen(client: AsyncClient, args: argparse.Namespace) -> _Result:
     opts = loadgen.LoadgenOptions(
         rows=args.rows,
@@ -351,6 +373,7 @@ _COMMANDS: dict[tuple[str, str], Callable[[AsyncClient, argparse.Namespace], Awa
     ("master", "list"): _masters,
     ("tserver", "list"): _tservers,
     ("tserver", "state"): _tserver_state,
+    ("tserver", "quiesce"): _tserver_quiesce,
     ("perf", "loadgen"): _loadgen,
     ("table", "list"): _table_list,
     ("table", "describe"): _table_describe,

@@ -18,6 +18,7 @@ from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
+from kudu_async.tserver.quiesce import Quiescer
 from kudu_async.tserver.scanners import CallCost, Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager, tree_bytes
 from kudu_async.tserver.tablet_replica import TabletReplica
@@ -33,6 +34,11 @@ class TabletService:
         self._clock_update = clock_update
         # Ids of the tables the leader master says reached a write limit (from its heartbeat answers).
         self.write_limited_tables: frozenset[str] = frozenset()
+        self.quiescer = Quiescer(
+            manager.node_uuid,
+            lambda: [r.raft for r in manager.replicas.values() if r.raft is not None],
+            lambda: len(scanners.scanners),
+        )
 
     def methods(self) -> ServiceTable:
         """The ``TabletServer`` protocol: each method with its request and response messages."""
@@ -62,6 +68,7 @@ class TabletService:
             "GetTabletStats": Method(
                 m.GetTabletStatsRequest, m.GetTabletStatsResponse, self.get_tablet_stats, requires="user"
             ),
+            "Quiesce": Method(m.QuiesceRequest, m.QuiesceResponse, self.quiesce, requires="superuser"),
         }
 
     def register_rpc(self, server: RpcServer) -> None:
@@ -101,6 +108,12 @@ class TabletService:
             raise KuduInvalidArgument("'tablet_id': missing (a new scan names its tablet)", {"field": "tablet_id"})
         replica = self.manager.get(req.tablet_id)
         spec = _scan_spec(replica, req)
+        if self.quiescer.quiescing and not (spec.read_mode == READ_LATEST and _leads(replica)):
+            # Another replica serves it (READ_LATEST only the leader can, so a leader not yet replaced does).
+            raise KuduServiceUnavailable(
+                f"tablet server {self.manager.node_uuid} is quiescing: scan another replica",
+                {"error": "QUIESCING"},
+            )
         if req.propagated_timestamp is not None:
             self._clock_update(req.propagated_timestamp)
         self.scanners.check_capacity()
@@ -178,6 +191,14 @@ class TabletService:
         version = await replica.alter_schema(req.schema, req.schema_version, ctx.time_left())
         return m.AlterSchemaResponse(schema_version=version)
 
+    async def quiesce(self, req: m.QuiesceRequest, ctx: CallContext) -> m.QuiesceResponse:
+        """Kudu's ``tserver quiesce start|stop|status``."""
+        if req.action == "start":
+            self.quiescer.start()
+        elif req.action == "stop":
+            await self.quiescer.stop()
+        return m.QuiesceResponse(**self.quiescer.status())
+
     async def flush_tablet(self, req: m.FlushTabletRequest, ctx: CallContext) -> m.FlushTabletResponse:
         """Operator/test tool: flush a tablet's memory stores now (as the maintenance manager would)."""
         replica = self.manager.get(req.tablet_id)
@@ -203,6 +224,11 @@ class TabletService:
             memrowset_rows=st["mrs_rows"],
             disk_rowsets=len(st["rowsets"]),
         )
+
+
+def _leads(replica: TabletReplica) -> bool:
+    r = replica.raft
+    return r is not None and r.raft is not None and r.raft.is_leader
 
 
 def _scan_spec(replica: TabletReplica, req: m.ScanRequest) -> ScanSpec:

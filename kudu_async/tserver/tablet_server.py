@@ -150,6 +150,7 @@ class TabletServer(Node):
                 log.exception("tablet state poll failed; continuing")
 
     async def on_stop(self) -> None:
+        await self.service.quiescer.close()
         await self.heartbeater.stop()
         if self._poll_task is not None:
             self._poll_task.cancel()
