@@ -192,6 +192,7 @@ class Node:
         self.http_address = config.http_bind
         self._http_runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self._signal: signal.Signals | None = None  # the signal that ended run_until_signalled
         self._releaser: asyncio.Task[None] | None = None
         self._register_generic_service()
 
@@ -269,10 +270,17 @@ class Node:
         gc.collect()
         gc.freeze()
         await self._stopping.wait()
+        if self._signal is signal.SIGTERM:
+            await self.before_graceful_stop()
         await self.stop()
+
+    async def before_graceful_stop(self) -> None:
+        """What a role does on SIGTERM before it stops (a tserver hands its leaderships away); SIGINT
+        stops at once."""
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("received %s", sig.name)
+        self._signal = sig
         self._stopping.set()
 
     def remeasure_baseline(self) -> None:

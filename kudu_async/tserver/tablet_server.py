@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -148,6 +149,23 @@ class TabletServer(Node):
                 self.tablets.poll_changes()
             except Exception:
                 log.exception("tablet state poll failed; continuing")
+
+    async def before_graceful_stop(self) -> None:
+        """Quiesce (leaderships away, no new scans) for at most --graceful-shutdown-timeout-ms."""
+        timeout_s = self.config.graceful_shutdown_timeout_ms / 1000.0
+        if timeout_s <= 0:
+            return
+        started = time.monotonic()
+        leaders, scanners = await self.service.quiescer.drain(timeout_s)
+        log.info(
+            "quiesced before stopping",
+            extra={
+                "seconds": round(time.monotonic() - started, 3),
+                "leaders_left": leaders,
+                "scanners_left": scanners,
+                "leader_transfers": self.service.quiescer.transfers_started,
+            },
+        )
 
     async def on_stop(self) -> None:
         await self.service.quiescer.close()
