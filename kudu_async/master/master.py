@@ -464,6 +464,8 @@ class Master(Node):
         self, req: msg.ChangeTServerStateRequest, ctx: CallContext
     ) -> msg.ChangeTServerStateResponse:
         """Enter or exit maintenance mode, recorded in the replicated catalog (a new leader keeps it)."""
+        if not req.uuid.isprintable():
+            raise KuduInvalidArgument("'uuid': not a plausible tserver uuid", {"field": "uuid"})
         self.require_leader()
         entering = req.change == "ENTER_MAINTENANCE_MODE"
         known = req.uuid in self.catalog_manager.tserver_states() or self.ts_manager.registration(req.uuid) is not None
