@@ -23,12 +23,16 @@ from kudu_async.consensus.raft import RaftNode
 log = logging.getLogger(__name__)
 
 # A follower not heard from for this long is no successor: it may be down, and a transfer to it would
-# stall writes until the transfer times out.
-MAX_SUCCESSOR_SILENCE_MS = 3000
+# stall writes until the transfer times out. The tserver passes two Raft heartbeat periods instead.
+MAX_SUCCESSOR_SILENCE_MS = 1000
 
 
 def successor(
-    peers: Sequence[Mapping[str, Any]], self_uuid: str, last_index: int, avoid: Iterable[str] = ()
+    peers: Sequence[Mapping[str, Any]],
+    self_uuid: str,
+    last_index: int,
+    avoid: Iterable[str] = (),
+    max_silence_ms: int = MAX_SUCCESSOR_SILENCE_MS,
 ) -> str | None:
     """The voter to hand leadership to: among the other voters heard from recently, the one whose log
     matches furthest (one fully caught up gets TimeoutNow at once), ties to the most recently heard.
@@ -47,7 +51,7 @@ def successor(
             or p.get("member_type") != "VOTER"
             or not isinstance(match, int)
             or not isinstance(silent, int)
-            or silent > MAX_SUCCESSOR_SILENCE_MS
+            or silent > max_silence_ms
         ):
             continue
         key = (min(match, last_index), -silent, uuid)
@@ -76,11 +80,13 @@ class Quiescer:
         replicas: Callable[[], Iterable[QuiescedReplica]],
         active_scans: Callable[[], int],
         interval_s: float = 0.2,
+        max_silence_ms: int = MAX_SUCCESSOR_SILENCE_MS,
     ) -> None:
         self.uuid = uuid
         self._replicas = replicas
         self._active_scans = active_scans
         self.interval_s = interval_s
+        self.max_silence_ms = max_silence_ms
         self.quiescing = False
         self.transfers_started = 0
         self._task: asyncio.Task[None] | None = None
@@ -173,7 +179,9 @@ class Quiescer:
                 continue
             leaders += 1
             st = r.status()
-            peer = successor(st.get("peers", ()), self.uuid, int(st.get("last_log_index", 0)))
+            peer = successor(
+                st.get("peers", ()), self.uuid, int(st.get("last_log_index", 0)), max_silence_ms=self.max_silence_ms
+            )
             if peer is None:
                 continue
             movable += 1

@@ -18,7 +18,7 @@ from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
-from kudu_async.tserver.quiesce import Quiescer
+from kudu_async.tserver.quiesce import MAX_SUCCESSOR_SILENCE_MS, Quiescer
 from kudu_async.tserver.scanners import CallCost, Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager, tree_bytes
 from kudu_async.tserver.tablet_replica import TabletReplica
@@ -28,7 +28,13 @@ SERVICE = "TabletServer"
 
 
 class TabletService:
-    def __init__(self, manager: TabletManager, scanners: ScannerManager, clock_update: Callable[[int], Any]) -> None:
+    def __init__(
+        self,
+        manager: TabletManager,
+        scanners: ScannerManager,
+        clock_update: Callable[[int], Any],
+        successor_silence_ms: int = MAX_SUCCESSOR_SILENCE_MS,
+    ) -> None:
         self.manager = manager
         self.scanners = scanners
         self._clock_update = clock_update
@@ -38,6 +44,7 @@ class TabletService:
             manager.node_uuid,
             lambda: [r.raft for r in manager.replicas.values() if r.raft is not None],
             lambda: len(scanners.scanners),
+            max_silence_ms=successor_silence_ms,
         )
 
     def methods(self) -> ServiceTable:

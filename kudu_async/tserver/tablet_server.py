@@ -98,7 +98,10 @@ class TabletServer(Node):
         self.tablets = TabletManager(self.uuid, self.fs.root, node, options, limits, lambda: self.rpc_address)
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
         self.memory.root.child("scanners", gauge=self.scanners.buffered_bytes)
-        self.service = TabletService(self.tablets, self.scanners, self.clock.update)
+        # A quiescing leader's successor must have answered within two Raft heartbeats: it is up.
+        self.service = TabletService(
+            self.tablets, self.scanners, self.clock.update, successor_silence_ms=2 * cfg.raft_heartbeat_interval_ms
+        )
         self.service.register_rpc(self.rpc_server)
         self.tablets.copy_source.register_rpc(self.rpc_server)
         self._poll_task: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ def peer(uuid: str, match: int | None, silent_ms: int | None = 10, member_type: 
 def test_the_most_caught_up_recently_heard_voter_succeeds() -> None:
     peers = [peer("a", 100), peer("b", 90), peer("c", 100, silent_ms=400)]
     assert successor(peers, "a", 100) == "c"
+    assert successor(peers, "a", 100, max_silence_ms=300) == "b"
     assert successor([*peers, peer("d", 100, silent_ms=5)], "a", 100) == "d"  # ties: heard from last
 
 
