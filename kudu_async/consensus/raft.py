@@ -371,6 +371,8 @@ class RaftNode:
         self._conf_pending = 0  # index of the newest config entry (or the no-op) that must commit first
         self._transferee: str | None = None
         self._transfer_elapsed = 0
+        # Set by a quiescing host: never stand for election (timeouts, campaign(), TimeoutNow); votes as usual.
+        self.quiescing = False
         self._lease_void_until = 0  # after a TimeoutNow a forced election may bypass stickiness
         self._read_seq = 0
         self._pending_reads: deque[tuple[int, bytes, int]] = deque()  # (seq, ctx, index)
@@ -643,7 +645,7 @@ class RaftNode:
                 self._hb_elapsed = (node_tick - 1) % self.opts.heartbeat_ticks  # _tick_leader adds one
             return self._tick_leader()
         self._elapsed += 1
-        if self._elapsed >= self._timeout and self._promotable():
+        if self._elapsed >= self._timeout and self._may_campaign():
             if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
                 self._failed_elections += 1
             self._campaign(pre_vote=self.opts.pre_vote, forced=False)
@@ -769,7 +771,7 @@ class RaftNode:
         enabled): brand-new peers hold no stickiness and grant it, while peers that follow a live leader
         refuse it, so asking again while no leader is known here cannot depose one elected meanwhile.
         A no-op on a leader or a non-voter."""
-        if self.role is Role.LEADER or not self._promotable():
+        if self.role is Role.LEADER or not self._may_campaign():
             return
         self._campaign(pre_vote=self.opts.pre_vote, forced=False)
 
@@ -932,7 +934,7 @@ class RaftNode:
             self._handle_vote_request(m)
         elif isinstance(m, VoteResponse):
             self._handle_vote_response(m)
-        elif isinstance(m, TimeoutNow) and self._promotable() and self.role is not Role.LEADER:
+        elif isinstance(m, TimeoutNow) and self._may_campaign() and self.role is not Role.LEADER:
             self._campaign(pre_vote=False, forced=True)
 
     def _step_newer_term(self, m: Message) -> bool:
@@ -979,6 +981,9 @@ class RaftNode:
 
     def _promotable(self) -> bool:
         return self.id in self.config.voters
+
+    def _may_campaign(self) -> bool:
+        return self._promotable() and not self.quiescing
 
     def _in_lease(self) -> bool:
         if self.role is Role.LEADER:

@@ -63,6 +63,8 @@ from kudu_async.master.sys_catalog import (
     SysCatalogStateMachine,
     TableRecord,
     TabletRecord,
+    TServerState,
+    TServerStateRecord,
     TskRecord,
     delete,
     encode_ops,
@@ -70,6 +72,7 @@ from kudu_async.master.sys_catalog import (
     put_ca,
     put_tsk,
     request,
+    set_tserver_state,
 )
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.client import RpcClient
@@ -287,6 +290,23 @@ class CatalogManager:
     def tablets(self) -> dict[str, TabletRecord]:
         cat = self.master.catalog
         return {} if cat is None else cat.tablets
+
+    def tserver_states(self) -> dict[str, TServerStateRecord]:
+        """Tserver uuid -> its operator-set state (MAINTENANCE_MODE), as the replicated catalog holds it."""
+        cat = self.master.catalog
+        return {} if cat is None else dict(cat.tserver_states)
+
+    async def change_tserver_state(self, uuid: str, state: TServerState | None, timeout_s: float) -> bool:
+        """Set (or, with None, clear) a tserver's state in the catalog; False if it already was so."""
+        self.master.require_leader()
+        current = self.tserver_states().get(uuid)
+        if (current.state if current is not None else None) == state:
+            return False
+        record = None if state is None else TServerStateRecord(state, time.time())
+        await self._write([set_tserver_state(uuid, record)], timeout_s)
+        log.info("tserver state changed", extra={"ts_uuid": uuid, "state": state or "NONE"})
+        self._wake.set()
+        return True
 
     async def _write(self, ops: list[Op], timeout_s: float = 30.0) -> None:
         """Replicate one batch; CatalogConflict (ABORTED) if it was planned on a catalog that changed."""
@@ -1088,6 +1108,7 @@ class CatalogManager:
             load=self._replica_counts(sorted(usable)),
             fresh_excess=self._fresh_excess(views, now),
             stuck_learners=self._stuck_learners(views, now, failed_after),
+            maintenance=frozenset(self.tserver_states()),
         )
         in_flight_adds = sum(1 for op, _, _ in self._rerep_busy.values() if op == rereplication.ADD_LEARNER)
         for action in rereplication.plan(views, cluster, rereplication.MAX_CONCURRENT_REREPLICATIONS, in_flight_adds):

@@ -25,6 +25,7 @@ from kudu_async.common.errors import (
     KuduConfigurationError,
     KuduIllegalState,
     KuduInvalidArgument,
+    KuduNotFound,
     KuduNotTheLeader,
     KuduTimedOut,
 )
@@ -88,6 +89,12 @@ class Master(Node):
             ),
             "ListTabletServers": Method(
                 Empty, msg.ListTabletServersResponse, self._rpc_list_tablet_servers, requires="user"
+            ),
+            "ChangeTServerState": Method(
+                msg.ChangeTServerStateRequest,
+                msg.ChangeTServerStateResponse,
+                self._rpc_change_tserver_state,
+                requires="superuser",
             ),
             "ConnectToMaster": Method(Empty, msg.ConnectToMasterResponse, self._rpc_connect_to_master, requires="any"),
             "ListMasters": Method(Empty, msg.ListMastersResponse, self._rpc_list_masters, requires="user"),
@@ -523,12 +530,40 @@ class Master(Node):
         return convert({"masters": self.masters()}, msg.ListMastersResponse)
 
     async def _rpc_list_tablet_servers(self, req: Empty, ctx: CallContext) -> msg.ListTabletServersResponse:
-        return msg.ListTabletServersResponse(servers=self.ts_manager.descriptors(time.monotonic()))
+        return msg.ListTabletServersResponse(servers=self.tserver_descriptors())
+
+    def tserver_descriptors(self) -> list[dict[str, Any]]:
+        """Every registered tserver with its operator-set state (NONE or MAINTENANCE_MODE)."""
+        states = self.catalog_manager.tserver_states()
+        out = self.ts_manager.descriptors(time.monotonic())
+        for d in out:
+            rec = states.get(d["uuid"])
+            d["state"] = "NONE" if rec is None else rec.state
+        return out
+
+    async def _rpc_change_tserver_state(
+        self, req: msg.ChangeTServerStateRequest, ctx: CallContext
+    ) -> msg.ChangeTServerStateResponse:
+        """Enter or exit maintenance mode, recorded in the replicated catalog (a new leader keeps it)."""
+        if not req.uuid.isprintable():
+            raise KuduInvalidArgument("'uuid': not a plausible tserver uuid", {"field": "uuid"})
+        self.require_leader()
+        entering = req.change == "ENTER_MAINTENANCE_MODE"
+        known = req.uuid in self.catalog_manager.tserver_states() or self.ts_manager.registration(req.uuid) is not None
+        if entering and not known and not req.allow_missing_tserver:
+            raise KuduNotFound(
+                f"tserver {req.uuid} has not registered with the leader master; "
+                "pass allow_missing_tserver to set its state anyway"
+            )
+        state: sys_catalog.TServerState | None = "MAINTENANCE_MODE" if entering else None
+        changed = await self.catalog_manager.change_tserver_state(req.uuid, state, ctx.time_left(30.0))
+        return msg.ChangeTServerStateResponse(uuid=req.uuid, state=state or "NONE", changed=changed)
 
     # --- admin and status -----------------------------------------------------------------------------
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/api/v1/tservers", _tservers_page)
+        app.router.add_get("/tablet-servers", _tservers_page)
         app.router.add_get("/api/v1/leader", _leader_page)
         app.router.add_get("/api/v1/masters", _masters_page)
         app.router.add_get("/api/v1/tables", _tables_page)
@@ -551,9 +586,10 @@ class Master(Node):
 
 
 async def _tservers_page(request: web.Request) -> web.Response:
-    """``GET /api/v1/tservers``: every registered tserver (live and dead), sorted by uuid."""
+    """``GET /api/v1/tservers`` (and Kudu's ``/tablet-servers``): every registered tserver (live and dead),
+    sorted by uuid, with its operator-set state."""
     master = node_as(request, Master)
-    return web.json_response(master.ts_manager.descriptors(time.monotonic()))
+    return web.json_response(master.tserver_descriptors())
 
 
 async def _leader_page(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -459,3 +459,21 @@ class ListTabletServersResponse(Message, frozen=True):
     """Every registered tserver, live or dead (the ``/api/v1/tservers`` map of each)."""
 
     servers: list[dict[str, Any]]
+
+
+class ChangeTServerStateRequest(Message, frozen=True):
+    """Put a tserver in maintenance mode or take it out (Kudu's ``kudu tserver state``).
+
+    ``allow_missing_tserver``: accept a uuid no master has heard from (a server not started yet)."""
+
+    uuid: Id
+    change: Literal["ENTER_MAINTENANCE_MODE", "EXIT_MAINTENANCE_MODE"]
+    allow_missing_tserver: bool = False
+
+
+class ChangeTServerStateResponse(Message, frozen=True):
+    """``changed``: False when the tserver already was in the state asked for."""
+
+    uuid: str
+    state: str
+    changed: bool

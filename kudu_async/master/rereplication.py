@@ -37,6 +37,11 @@ while the server was down, or a FAILED replica that was replaced) gets ``DeleteT
 ``cas_config_index`` (the tserver refuses if its replica knows a newer config).
 
 No config change is planned for a tablet without a confirmed live leader.
+
+A server an operator put in maintenance mode (``ClusterView.maintenance``) is never counted failed, however
+long it is silent: its voters stay healthy, so none of its replicas is replaced, and no new replica is placed
+on it. A replica that reports FAILED on it is still unhealthy (maintenance is about the server's absence,
+not about broken replicas).
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ class ClusterView:
     # (tablet, server) of learners in the config for longer than the failure timeout whose replica is
     # neither RUNNING nor COPYING: their copies keep failing.
     stuck_learners: frozenset[tuple[str, str]] = frozenset()
+    # Servers in maintenance mode: never failed, never a target for a new replica.
+    maintenance: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,9 @@ def plan(
 
 
 def unhealthy(t: TabletView, cluster: ClusterView, uuid: str) -> bool:
-    return uuid in cluster.failed or t.replica_states.get(uuid) == FAILED
+    if t.replica_states.get(uuid) == FAILED:
+        return True
+    return uuid in cluster.failed and uuid not in cluster.maintenance
 
 
 def _tombstones(t: TabletView, cluster: ClusterView) -> list[Tombstone]:
@@ -268,6 +277,7 @@ def _placement(t: TabletView, cluster: ClusterView, load: Mapping[str, int]) -> 
         if u not in t.members
         and t.replica_states.get(u, TOMBSTONED) == TOMBSTONED
         and u not in cluster.failed
+        and u not in cluster.maintenance
         and cluster.addresses.get(u)
     ]
     if not candidates:

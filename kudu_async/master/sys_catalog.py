@@ -32,6 +32,10 @@ The cluster's CA (``CaRecord``: its certificate and private key, PEM; Kudu's IPK
 (``["ca", record]``), written once by the first leader; every master holds it, so a new leader signs
 with the same CA. A second CA entry is refused like any conflicting batch.
 
+Operators' tablet-server states (``tserver_states``, uuid -> ``TServerStateRecord``: MAINTENANCE_MODE) live
+here too, so a new leader master keeps honouring them; ``ts_state`` sets or clears one (no ``rev``: the
+operation states the wanted outcome, so applying it twice is harmless).
+
 The ids of deleted tablet records are remembered too (``deleted_tablets``, the newest ``max_deleted``):
 a replica a tserver still reports (a CreateTablet that landed after the deletion, a tserver that was
 down) is of a tablet that will never exist again, so the leader has it deleted. Tablet ids are never
@@ -184,6 +188,15 @@ class CaRecord(msgspec.Struct, frozen=True):
 
 Record = TableRecord | TabletRecord
 
+TServerState = Literal["MAINTENANCE_MODE"]
+
+
+class TServerStateRecord(msgspec.Struct, frozen=True):
+    """An operator-set state of one tablet server, since ``since`` (unix time)."""
+
+    state: TServerState
+    since: float
+
 
 # --- operations: an entry is a list of them, each a list on the wire ------------------------------------
 
@@ -230,7 +243,14 @@ class PutTsk(msgspec.Struct, frozen=True, array_like=True, tag="tsk"):
     record: TskRecord
 
 
-Op = PutTable | PutTablet | Delete | Request | PutCa | PutTsk
+class SetTServerState(msgspec.Struct, frozen=True, array_like=True, tag="ts_state"):
+    """``["ts_state", uuid, record or None]``: None clears the tserver's state."""
+
+    uuid: str
+    record: TServerStateRecord | None
+
+
+Op = PutTable | PutTablet | Delete | Request | PutCa | PutTsk | SetTServerState
 
 
 class _RawPut(msgspec.Struct, frozen=True, array_like=True, tag="put"):
@@ -249,10 +269,11 @@ class _Snapshot(msgspec.Struct, omit_defaults=True):
     deleted_tablets: list[tuple[str, int]]  # oldest first
     ca: CaRecord | None = None
     tsks: list[TskRecord] = msgspec.field(default_factory=list)  # by seq
+    tserver_states: dict[str, TServerStateRecord] = {}
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request | PutCa | PutTsk])
+_OPS = msgspec.msgpack.Decoder(list[_RawPut | Delete | Request | PutCa | PutTsk | SetTServerState])
 _TABLE = msgspec.msgpack.Decoder(TableRecord)
 _TABLET = msgspec.msgpack.Decoder(TabletRecord)
 _SNAPSHOT = msgspec.msgpack.Decoder(_Snapshot)
@@ -280,6 +301,11 @@ def put_ca(cert_pem: bytes, key_pem: bytes) -> PutCa:
 
 def put_tsk(record: TskRecord) -> PutTsk:
     return PutTsk(record)
+
+
+def set_tserver_state(uuid: str, record: TServerStateRecord | None) -> SetTServerState:
+    """Set (or, with None, clear) the operator-set state of tserver ``uuid``."""
+    return SetTServerState(uuid, record)
 
 
 def encode_ops(ops: Sequence[Op]) -> bytes:
@@ -333,6 +359,7 @@ class SysCatalogStateMachine:
         self.deleted_tablets: dict[str, int] = {}  # tablet id -> index of its deletion, oldest first
         self.ca: CaRecord | None = None
         self.tsks: dict[int, TskRecord] = {}  # token-signing keys by seq
+        self.tserver_states: dict[str, TServerStateRecord] = {}  # tserver uuid -> its operator-set state
         self.applied_index = 0
         self.conflicts = 0  # batches refused since start (this master)
         self._snapshot_index = 0
@@ -357,6 +384,7 @@ class SysCatalogStateMachine:
         self.deleted_tablets = dict(doc.deleted_tablets)
         self.ca = doc.ca
         self.tsks = {t.seq: t for t in doc.tsks}
+        self.tserver_states = dict(doc.tserver_states)
         self.applied_index = self._snapshot_index = doc.index
 
     def conflict(self, ops: Sequence[Op]) -> str | None:
@@ -377,6 +405,8 @@ class SysCatalogStateMachine:
             elif isinstance(op, PutCa):
                 if self.ca is not None:
                     return "the cluster CA exists already"
+            elif isinstance(op, SetTServerState):
+                continue
             else:
                 reason = self._put_conflict(op, staged)
                 if reason is not None:
@@ -439,6 +469,11 @@ class SysCatalogStateMachine:
                 self.tables[op.record_id] = msgspec.structs.replace(op.record, rev=index)
             elif isinstance(op, PutTablet):
                 self.tablets[op.record_id] = msgspec.structs.replace(op.record, rev=index)
+            elif isinstance(op, SetTServerState):
+                if op.record is None:
+                    self.tserver_states.pop(op.uuid, None)
+                else:
+                    self.tserver_states[op.uuid] = op.record
             elif op.kind == "table":
                 self.tables.pop(op.record_id, None)
             elif self.tablets.pop(op.record_id, None) is not None:
@@ -467,6 +502,7 @@ class SysCatalogStateMachine:
                 list(self.deleted_tablets.items()),
                 self.ca,
                 [self.tsks[k] for k in sorted(self.tsks)],
+                self.tserver_states,
             )
         )
         await asyncio.get_running_loop().run_in_executor(self.executor, atomic_write_bytes, str(self.path), data)

@@ -408,6 +408,16 @@ FLAGS: tuple[Flag, ...] = (
         "Default 0: off.",
         check=_non_negative,
     ),
+    Flag(
+        "graceful_shutdown_timeout_ms",
+        _to_int,
+        5000,
+        "On SIGTERM a tablet server first quiesces: it hands its leaderships to up-to-date followers and "
+        "lets open scans finish, waiting at most this long before it stops (default 5000: a transfer takes "
+        "a few heartbeats, and a stop by a supervisor or MiniCluster must not hang on an abandoned "
+        "scanner). 0 stops at once, as SIGINT does.",
+        check=_non_negative,
+    ),
     Flag("raft_heartbeat_interval_ms", _to_int, 500, "Raft leader heartbeat period.", check=_positive),
     Flag(
         "leader_failure_max_missed_heartbeat_periods",

@@ -208,6 +208,7 @@ class Node:
         self.http_address = config.http_bind
         self._http_runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self._signal: signal.Signals | None = None  # the signal that ended run_until_signalled
         self._releaser: asyncio.Task[None] | None = None
         self._register_generic_service()
 
@@ -483,7 +484,13 @@ class Node:
         await self._stopping.wait()
         if watch is not None:
             watch.cancel()
+        if self._signal is signal.SIGTERM:
+            await self.before_graceful_stop()
         await self.stop()
+
+    async def before_graceful_stop(self) -> None:
+        """What a role does on SIGTERM before it stops (a tserver hands its leaderships away); SIGINT
+        stops at once."""
 
     async def _stop_without_parent(self, parent_pid: int) -> None:
         """A killed parent leaves the node to init (or a subreaper): stop then, as on SIGTERM."""
@@ -496,6 +503,7 @@ class Node:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("received %s", sig.name)
+        self._signal = sig
         self._stopping.set()
 
     def remeasure_baseline(self) -> None:

@@ -389,14 +389,17 @@ class MiniCluster:
         n.paused = False
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Stop every node this cluster started (SIGTERM, then SIGKILL for stragglers)."""
+        """Stop every node this cluster started (SIGINT, then SIGKILL for stragglers).
+
+        SIGINT, not SIGTERM: on SIGTERM a tserver first hands its leaderships to its peers, which cannot
+        take them while they stop too; ``stop_node`` keeps SIGTERM's graceful stop."""
         running = [n for n in self.nodes if n.is_running()]
         for n in running:
             assert n.proc is not None
             if n.paused:
                 n.proc.send_signal(signal.SIGCONT)
                 n.paused = False
-            n.proc.send_signal(signal.SIGTERM)
+            n.proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + timeout_s
         for n in running:
             assert n.proc is not None

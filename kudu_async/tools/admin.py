@@ -76,7 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     ms = area("master", "the masters")
     cmd(ms, "list", "every master: uuid, address, role")
     ts = area("tserver", "the tablet servers")
-    cmd(ts, "list", "every tablet server the leader master knows: uuid, address, liveness, replicas")
+    cmd(ts, "list", "every tablet server the leader master knows: uuid, address, liveness, state, replicas")
+    c = cmd(
+        ts,
+        "state",
+        "enter_maintenance: the master does not re-replicate the tserver's replicas however long it is down "
+        "(a planned restart); exit_maintenance: normal failure handling again",
+    )
+    c.add_argument("change", choices=sorted(_STATE_CHANGES), help="the state change")
+    c.add_argument("uuid", help="the tablet server's uuid")
+    c.add_argument(
+        "--allow-missing-tserver",
+        "--allow_missing_tserver",
+        action="store_true",
+        help="set the state of a uuid the leader master has not heard from",
+    )
+    c = cmd(
+        ts,
+        "quiesce",
+        "start: the tserver hands its leaderships to other replicas, stands for no election and refuses new "
+        "scans; stop: undo it; status: its leaders and open scanners",
+    )
+    c.add_argument("action", choices=("start", "stop", "status"), help="what to do")
+    c.add_argument("address", help="the tablet server's RPC address host:port")
     _add_table_commands(area("table", "tables"), cmd)
     _add_tablet_commands(
         area("tablet", "tablet replicas (Raft groups); servers come from the master unless --servers is given"), cmd
@@ -292,6 +314,38 @@ async def _tservers(client: AsyncClient, args: argparse.Namespace) -> _Result:
     return await client.list_tablet_servers(), _render_tservers, 0
 
 
+_STATE_CHANGES = {"enter_maintenance": "ENTER_MAINTENANCE_MODE", "exit_maintenance": "EXIT_MAINTENANCE_MODE"}
+
+
+async def _tserver_state(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    req = {
+        "uuid": args.uuid,
+        "change": _STATE_CHANGES[args.change],
+        "allow_missing_tserver": args.allow_missing_tserver,
+    }
+    deadline = Deadline(args.timeout_ms / 1000, f"tserver state {args.change} {args.uuid}")
+    reply = await client.masters.call("ChangeTServerState", req, deadline)
+    return (
+        reply,
+        lambda r: f"tserver {r['uuid']}: {r['state']}" + ("" if r["changed"] else " (unchanged)"),
+        0,
+    )
+
+
+async def _tserver_quiesce(client: AsyncClient, args: argparse.Namespace) -> _Result:
+    reply = await client.rpc.call(
+        args.address, "TabletServer", "Quiesce", {"action": args.action}, timeout_s=args.timeout_ms / 1000
+    )
+    return (
+        reply,
+        lambda r: (
+            f"{args.address}: {'quiescing' if r['quiescing'] else 'not quiescing'}, {r['num_leaders']} leaders, "
+            f"{r['num_active_scanners']} active scanners"
+        ),
+        0,
+    )
+
+
 async def _loadgen(client: AsyncClient, args: argparse.Namespace) -> _Result:
     opts = loadgen.LoadgenOptions(
         rows=args.rows,
@@ -379,6 +433,8 @@ _COMMANDS: dict[tuple[str, str], Callable[[AsyncClient, argparse.Namespace], Awa
     ("cluster", "rebalance"): _rebalance,
     ("master", "list"): _masters,
     ("tserver", "list"): _tservers,
+    ("tserver", "state"): _tserver_state,
+    ("tserver", "quiesce"): _tserver_quiesce,
     ("perf", "loadgen"): _loadgen,
     ("table", "list"): _table_list,
     ("table", "describe"): _table_describe,
@@ -444,11 +500,13 @@ def _render_masters(rows: list[dict[str, Any]]) -> str:
 
 
 def _render_tservers(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'uuid':<34} {'rpc address':<22} {'http address':<22} {'state':<5} replicas leaders  heartbeat"]
+    lines = [
+        f"{'uuid':<34} {'rpc address':<22} {'http address':<22} {'live':<5} {'state':<16} replicas leaders  heartbeat"
+    ]
     for t in rows:
         lines.append(
             f"{t['uuid']:<34} {t['rpc_address']:<22} {t.get('http_address') or '-':<22} "
-            f"{'LIVE' if t.get('live') else 'DEAD':<5} {t.get('num_replicas', 0):>8} "
+            f"{'LIVE' if t.get('live') else 'DEAD':<5} {t.get('state', 'NONE'):<16} {t.get('num_replicas', 0):>8} "
             f"{t.get('num_leaders', 0):>7}  {t.get('last_heartbeat_age_s')} s ago"
         )
     return "\n".join(lines)

@@ -6,7 +6,7 @@ need the tablet (a column in its schema, its schema version) stay in the handler
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -263,3 +263,17 @@ class GetTabletStatsResponse(Message, frozen=True):
     delta_memstore_bytes: int
     memrowset_rows: int
     disk_rowsets: int
+
+
+class QuiesceRequest(Message, frozen=True):
+    """``start``: move leaderships away, stand for no election, refuse new scans; ``stop``: undo it;
+    ``status``: only report."""
+
+    action: Literal["start", "stop", "status"]
+
+
+class QuiesceResponse(Message, frozen=True):
+    quiescing: bool
+    num_leaders: int
+    num_active_scanners: int
+    leader_transfers_started: int

@@ -20,6 +20,7 @@ from kudu_async.security.authz_policy import check_table_access, check_write
 from kudu_async.security.tokens import TokenVerifier, UnknownSigningKey
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
+from kudu_async.tserver.quiesce import MAX_SUCCESSOR_SILENCE_MS, Quiescer
 from kudu_async.tserver.scanners import CallCost, Scanner, ScannerManager
 from kudu_async.tserver.tablet_manager import TabletManager, tree_bytes
 from kudu_async.tserver.tablet_replica import TabletReplica
@@ -29,7 +30,13 @@ SERVICE = "TabletServer"
 
 
 class TabletService:
-    def __init__(self, manager: TabletManager, scanners: ScannerManager, clock_update: Callable[[int], Any]) -> None:
+    def __init__(
+        self,
+        manager: TabletManager,
+        scanners: ScannerManager,
+        clock_update: Callable[[int], Any],
+        successor_silence_ms: int = MAX_SUCCESSOR_SILENCE_MS,
+    ) -> None:
         self.manager = manager
         self.scanners = scanners
         self._clock_update = clock_update
@@ -37,6 +44,12 @@ class TabletService:
         self.write_limited_tables: frozenset[str] = frozenset()
         # Set with --tserver-enforce-access-control: every write and scan shows an authz token it verifies.
         self.token_verifier: TokenVerifier | None = None
+        self.quiescer = Quiescer(
+            manager.node_uuid,
+            lambda: [r.raft for r in manager.replicas.values() if r.raft is not None],
+            lambda: len(scanners.scanners),
+            max_silence_ms=successor_silence_ms,
+        )
 
     def _claims(self, token: bytes | None, replica: TabletReplica, ctx: CallContext) -> dict[str, Any] | None:
         """The verified claims of a call's authz token when access control is enforced, else None."""
@@ -81,6 +94,7 @@ class TabletService:
             "GetTabletStats": Method(
                 m.GetTabletStatsRequest, m.GetTabletStatsResponse, self.get_tablet_stats, requires="user"
             ),
+            "Quiesce": Method(m.QuiesceRequest, m.QuiesceResponse, self.quiesce, requires="superuser"),
         }
 
     def register_rpc(self, server: RpcServer) -> None:
@@ -123,6 +137,12 @@ class TabletService:
             raise KuduInvalidArgument("'tablet_id': missing (a new scan names its tablet)", {"field": "tablet_id"})
         replica = self.manager.get(req.tablet_id)
         spec = _scan_spec(replica, req)
+        if self.quiescer.quiescing and not (spec.read_mode == READ_LATEST and _leads(replica)):
+            # Another replica serves it (READ_LATEST only the leader can, so a leader not yet replaced does).
+            raise KuduServiceUnavailable(
+                f"tablet server {self.manager.node_uuid} is quiescing: scan another replica",
+                {"error": "QUIESCING"},
+            )
         claims = self._claims(req.authz_token, replica, ctx)
         if claims is not None:
             read = spec.projection if spec.projection is not None else replica.tablet.info.names
@@ -212,6 +232,14 @@ class TabletService:
         version = await replica.alter_schema(req.schema, req.schema_version, ctx.time_left())
         return m.AlterSchemaResponse(schema_version=version)
 
+    async def quiesce(self, req: m.QuiesceRequest, ctx: CallContext) -> m.QuiesceResponse:
+        """Kudu's ``tserver quiesce start|stop|status``."""
+        if req.action == "start":
+            self.quiescer.start()
+        elif req.action == "stop":
+            await self.quiescer.stop()
+        return m.QuiesceResponse(**self.quiescer.status())
+
     async def flush_tablet(self, req: m.FlushTabletRequest, ctx: CallContext) -> m.FlushTabletResponse:
         """Operator/test tool: flush a tablet's memory stores now (as the maintenance manager would)."""
         replica = self.manager.get(req.tablet_id)
@@ -237,6 +265,11 @@ class TabletService:
             memrowset_rows=st["mrs_rows"],
             disk_rowsets=len(st["rowsets"]),
         )
+
+
+def _leads(replica: TabletReplica) -> bool:
+    r = replica.raft
+    return r is not None and r.raft is not None and r.raft.is_leader
 
 
 def _scan_spec(replica: TabletReplica, req: m.ScanRequest) -> ScanSpec:

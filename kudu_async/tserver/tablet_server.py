@@ -108,7 +108,10 @@ class TabletServer(Node):
         self.tablets = TabletManager(self.uuid, self.fs.root, node, options, limits, lambda: self.rpc_address)
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
         self.memory.root.child("scanners", gauge=self.scanners.buffered_bytes)
-        self.service = TabletService(self.tablets, self.scanners, self.clock.update)
+        # A quiescing leader's successor must have answered within two Raft heartbeats: it is up.
+        self.service = TabletService(
+            self.tablets, self.scanners, self.clock.update, successor_silence_ms=2 * cfg.raft_heartbeat_interval_ms
+        )
         if self.config.tserver_enforce_access_control:
             self.service.token_verifier = self.token_verifier
         self.service.register_rpc(self.rpc_server)
@@ -171,7 +174,25 @@ class TabletServer(Node):
             except Exception:
                 log.exception("tablet state poll failed; continuing")
 
+    async def before_graceful_stop(self) -> None:
+        """Quiesce (leaderships away, no new scans) for at most --graceful-shutdown-timeout-ms."""
+        timeout_s = self.config.graceful_shutdown_timeout_ms / 1000.0
+        if timeout_s <= 0:
+            return
+        started = time.monotonic()
+        leaders, scanners = await self.service.quiescer.drain(timeout_s)
+        log.info(
+            "quiesced before stopping",
+            extra={
+                "seconds": round(time.monotonic() - started, 3),
+                "leaders_left": leaders,
+                "scanners_left": scanners,
+                "leader_transfers": self.service.quiescer.transfers_started,
+            },
+        )
+
     async def on_stop(self) -> None:
+        await self.service.quiescer.close()
         await self.heartbeater.stop()
         if self._poll_task is not None:
             self._poll_task.cancel()

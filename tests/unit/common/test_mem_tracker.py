@@ -105,7 +105,7 @@ def test_node_total_is_cached_for_refresh_s() -> None:
         calls[0] += 1
         return 50 * MiB
 
-    mem = NodeMemory(100 * MiB, refresh_s=0.01, clock=lambda: now[0])
+    mem = NodeMemory(100 * MiB, refresh_s=0.01, clock=lambda: now[0], timer=lambda: 0.0)
     mem.root.child("MemRowSet", gauge=gauge)
     assert mem.consumption() == 50 * MiB and calls[0] == 1
     now[0] += 0.005
@@ -189,7 +189,7 @@ def test_rejection_probability_rises_linearly_from_soft_to_hard() -> None:
 def test_admission_refuses_by_probability_and_names_the_figures() -> None:
     draw = [0.0]
     used = {"MemRowSets": 300 * MiB, "block": 300 * MiB}
-    mem = NodeMemory(1000 * MiB, soft_percentage=80, clock=ticking(), rand=lambda: draw[0])
+    mem = NodeMemory(1000 * MiB, soft_percentage=80, clock=ticking(), rand=lambda: draw[0], timer=lambda: 0.0)
     t = mem.root.child("tablet-a", kind="tablets")
     t.child("MemRowSet", gauge=lambda: used["MemRowSets"], kind="MemRowSets")
     t.child("DeltaMemStores", gauge=lambda: 0)
@@ -216,7 +216,7 @@ def test_admission_refuses_by_probability_and_names_the_figures() -> None:
 def test_a_running_flush_counts_once() -> None:
     """The store being flushed is in its tablet's MemRowSet tracker and in the flush's working memory:
     the projection adds only what the biggest store holds beyond the working memory already counted."""
-    mem = NodeMemory(1000 * MiB, clock=ticking())
+    mem = NodeMemory(1000 * MiB, clock=ticking(), timer=lambda: 0.0)
     store = [300 * MiB]
     mem.root.child("tablet-a", kind="tablets").child("MemRowSet", gauge=lambda: store[0], kind="MemRowSets")
     work = mem.root.child("maintenance")

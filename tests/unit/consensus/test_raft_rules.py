@@ -576,6 +576,36 @@ def test_leadership_transfer_blocks_proposals_and_aborts_after_timeout() -> None
     a.propose(b"x")  # transfer abandoned, leader takes writes again
 
 
+def test_quiescing_replica_stands_for_no_election_but_votes() -> None:
+    net = Net()
+    net.elect("a")
+    b = net["b"]
+    b.quiescing = True
+    net.cut = {"a"}  # the leader is gone: b's timer runs out again and again
+    net.tick(["b"], times=4 * ET)
+    b.campaign()
+    net.deliver()
+    assert b.role is Role.FOLLOWER
+    net.tick(["c"], times=2 * ET)  # c runs; quiescing b still grants its vote
+    net.deliver()
+    assert net["c"].is_leader and b.leader == "c"
+
+
+def test_quiescing_replica_ignores_timeout_now_and_the_transfer_lapses() -> None:
+    net = Net()
+    a = net.elect("a")
+    _replicated(net, "a")
+    net["c"].quiescing = True
+    a.transfer_leadership("c")
+    net.handle("a")
+    net.deliver()
+    assert a.is_leader and not net["c"].is_leader
+    net.tick(["a", "b", "c"], times=ET)
+    net.deliver()
+    assert a.is_leader
+    a.propose(b"x")  # the transfer lapsed: the leader takes writes again
+
+
 def test_step_down_makes_leader_follower_in_same_term() -> None:
     net = Net()
     a = net.elect("a")

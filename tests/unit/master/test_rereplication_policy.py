@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from kudu_async.master.rereplication import (
@@ -261,3 +262,25 @@ def test_the_catalog_manager_calls_a_learner_stuck_only_after_the_timeout_and_ne
     # t1's learner left the config and a new one came: its clock starts again.
     assert cm._stuck_learners(views(("t1", "e", None)), 402.0, 300.0) == frozenset()
     assert cm._stuck_learners(views(("t1", "e", None)), 703.0, 300.0) == frozenset({("t1", "e")})
+
+
+def in_maintenance(view: ClusterView, *servers: str) -> ClusterView:
+    return replace(view, maintenance=frozenset(servers))
+
+
+def test_voters_on_a_server_in_maintenance_are_not_replaced_however_long_it_is_down() -> None:
+    down = cluster(live=("a", "b", "d", "e"), failed=("c",))
+    assert only(plan([tablet()], down)).op == ADD_LEARNER  # without maintenance: replaced
+    assert plan([tablet()], in_maintenance(down, "c")) == []
+
+
+def test_maintenance_does_not_hide_a_failed_replica() -> None:
+    broken = tablet(states={"c": "FAILED"})
+    step = only(plan([broken], in_maintenance(cluster(live=SERVERS, failed=()), "c")))
+    assert step.op == ADD_LEARNER and step.replacing == "c"
+
+
+def test_no_new_replica_is_placed_on_a_server_in_maintenance() -> None:
+    view = in_maintenance(cluster(load={"a": 1, "b": 1, "d": 0, "e": 5}), "d")
+    step = only(plan([tablet()], view))
+    assert step.op == ADD_LEARNER and step.peer == "e"

@@ -23,6 +23,7 @@ from kudu_async.master.sys_catalog import (
     SysCatalogStateMachine,
     TableRecord,
     TabletRecord,
+    TServerStateRecord,
     TskRecord,
     decode_ops,
     delete,
@@ -31,6 +32,7 @@ from kudu_async.master.sys_catalog import (
     put_ca,
     put_tsk,
     request,
+    set_tserver_state,
 )
 
 
@@ -317,3 +319,24 @@ async def test_token_signing_keys_are_kept_bounded_and_survive_the_snapshot(tmp_
     again = SysCatalogStateMachine(tmp_path, None)
     again.load()
     assert again.tsks == cat.sm.tsks
+
+
+async def test_tserver_states_are_set_cleared_and_kept_by_the_snapshot(tmp_path: Path) -> None:
+    cat = Catalog(tmp_path, snapshot_every=1000)
+    maint = TServerStateRecord("MAINTENANCE_MODE", 2.5)
+    assert await cat.apply(set_tserver_state("ts-a", maint), set_tserver_state("ts-b", maint)) == {"index": 1}
+    assert await cat.apply(set_tserver_state("ts-b", None)) == {"index": 2}
+    await cat.apply(set_tserver_state("ts-c", None))  # clearing a state never set is harmless
+    assert cat.sm.tserver_states == {"ts-a": maint}
+    await cat.sm.snapshot()
+    doc = msgpack.unpackb((tmp_path / "sys-catalog.snapshot").read_bytes())
+    assert doc["tserver_states"] == {"ts-a": {"state": "MAINTENANCE_MODE", "since": 2.5}}
+    again = SysCatalogStateMachine(tmp_path, None)
+    again.load()
+    assert again.tserver_states == {"ts-a": maint}
+
+
+def test_tserver_state_operations_are_checked_before_replication() -> None:
+    assert decode_ops(encode_ops([set_tserver_state("ts-a", None)])) == [set_tserver_state("ts-a", None)]
+    with pytest.raises(KuduInvalidArgument, match=re.escape("Invalid enum value 'DRAINING'")):
+        encode_ops([set_tserver_state("ts-a", TServerStateRecord(cast(Any, "DRAINING"), 1.0))])
