@@ -421,7 +421,7 @@ class MiniCluster:
         if self.http_auth is not None:
             user, password = self.http_auth
             headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        elif self.secure:  # the superuser's JWT: pages need a user when authentication is required
+        elif self.jwt_issuer is not None:  # a JWT: pages need a user when authentication is required
             headers["authorization"] = "Bearer " + self.mint_jwt("admin", ttl_s=300.0)
         return urllib.request.Request(url, headers=headers)
 
