@@ -98,7 +98,11 @@ class KV:
     async def wait_converged(self, expected_count: int | None = None, timeout_s: float = 20.0) -> dict:
         deadline = time.monotonic() + timeout_s
         while True:
-            dumps = [await self.dump(ts) for ts in self.cluster.tservers]
+            try:
+                dumps = [await self.dump(ts) for ts in self.cluster.tservers]
+            except KuduServiceUnavailable:
+                # A restarted tserver opens its replicas in the background: "still opening" means not yet.
+                dumps = []
             digests = {d["digest"] for d in dumps}
             if len(digests) == 1 and (expected_count is None or dumps[0]["count"] == expected_count):
                 return dumps[0]
