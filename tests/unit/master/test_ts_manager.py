@@ -336,8 +336,9 @@ async def master_node(tmp_path: Path) -> AsyncIterator[Master]:
     node = Master(config, fs)
     await node.start()
     deadline = time.monotonic() + 10
-    while not node.is_catalog_leader():  # a lone master creates its catalog and elects itself at once
-        assert time.monotonic() < deadline, "single master never led its catalog"
+    # a lone master creates its catalog and elects itself at once, then writes its first token-signing key
+    while not node.is_catalog_leader() or node.catalog_manager.token_verifier_max_seq() < 0:
+        assert time.monotonic() < deadline, "single master never led its catalog and wrote a token-signing key"
         await asyncio.sleep(0.02)
     yield node
     await node.stop()
@@ -362,6 +363,7 @@ async def test_service_registration_reports_and_reregistration(master_node: Mast
     resp = await hb(report=report(0, [tablet("t1")], full=True))  # unknown and not registering
     assert resp["needs_reregister"] is True and master_node.ts_manager.descriptors(0.0) == []
     resp = await hb(register=True, report=report(0, [tablet("t1")]))  # incremental right after registering
+    assert [k["seq"] for k in resp.pop("tsks")] == [0]  # a tserver that knows no key is sent the public halves
     assert resp == {
         "leader": True,
         "master_uuid": master_node.uuid,
