@@ -1,0 +1,16 @@
+"""``kudu``: the operator's command line with Kudu's syntax (``kudu table list <master_addresses>``).
+
+Verbs live in one module per area, named after Kudu's verb groups; importing them registers their verbs with
+:mod:`kudu_async.tools.cli.framework`, which builds the parser and prints results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kudu_async.tools.cli import framework
+from kudu_async.tools.cli import master as _master  # noqa: F401  (registers its verbs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return framework.run(argv)
