@@ -17,8 +17,8 @@ import struct
 import numpy as np
 import xxhash
 
-BITS_PER_KEY = 10
-NUM_PROBES = 7
+BITS_PER_KEY = 16
+NUM_PROBES = 11
 _HEADER = struct.Struct("<QI")
 WORD_HASH = 1 << 16  # flag in the header's probe count field: the filter is over word_hash
 _MASK = (1 << 64) - 1
