@@ -36,6 +36,9 @@ MAX_REFRESH_INTERVAL_S = 0.25
 # hard limit when its flush starts.
 STORE_TRACKER_IDS = frozenset({"MemRowSet", "DeltaMemStores"})
 WORKING_TRACKER_ID = "maintenance"
+# The root's child for what the process holds beyond every tracker's count (allocator caches, Python
+# objects, libraries' buffers): the node's total is the process's, as Kudu's root reads its allocator's.
+UNTRACKED_TRACKER_ID = "untracked"
 
 
 def format_bytes(n: float) -> str:
@@ -216,6 +219,22 @@ class NodeMemory:
         self._refreshed_at = -float("inf")
         self._interval = refresh_s
         self._lock = threading.Lock()
+        self._process: Gauge | None = None
+        self._untracked_tracker: MemTracker | None = None
+        self._untracked = 0
+        self._tracked = 0
+
+    def track_process(self, anonymous_bytes: Gauge) -> None:
+        """Make the node's total the process's anonymous memory whenever that is more than the trackers
+        count: the difference shows as the root's ``untracked`` child and counts for pressure and admission,
+        so memory the trackers miss (allocator caches kept after frees, temporaries of background work,
+        Python objects) cannot carry the process past its limit unseen."""
+        self._process = anonymous_bytes
+        self._untracked_tracker = self.root.child(UNTRACKED_TRACKER_ID, gauge=lambda: self._untracked)
+
+    def tracked(self) -> int:
+        """The trackers' own total at the last refresh, without the untracked remainder."""
+        return self._tracked
 
     def consumption(self) -> int:
         """The node's tracked total, at most ``refresh_s`` old."""
@@ -234,7 +253,16 @@ class NodeMemory:
             flat = self.root.subtree()
             self._flat = (gen, flat)
         owns = [t.own() for t in flat]
-        total = sum(owns)
+        ut = self._untracked_tracker
+        if ut is not None and self._process is not None:
+            i = next(j for j, t in enumerate(flat) if t is ut)
+            owns[i] = 0
+            self._tracked = sum(owns)
+            self._untracked = max(0, self._process() - self._tracked)
+            owns[i] = self._untracked
+            total = self._tracked + self._untracked
+        else:
+            total = self._tracked = sum(owns)
         root = self.root
         if total > root._peak:
             root._peak = total

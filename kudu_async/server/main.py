@@ -16,7 +16,7 @@ from kudu_async.common.errors import KuduBadStatus, KuduConfigurationError
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.server.config import NodeConfig, load_config
 from kudu_async.server.logs import setup_logging
-from kudu_async.server.node import Node
+from kudu_async.server.node import Node, tune_malloc
 
 ROLE_CLASSES = {
     "master": "kudu_async.master.master:Master",
@@ -36,6 +36,7 @@ async def _run(config: NodeConfig, fs: FsManager) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    tune_malloc()
     try:
         config = load_config(argv)
     except KuduConfigurationError as e:

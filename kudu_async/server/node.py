@@ -70,6 +70,38 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 _MALLOC_TRIM = _load_malloc_trim()
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+# Allocator settings for a node (numpy temporaries and Python objects go through glibc's malloc; Arrow
+# buffers through its own pool). Fewer arenas: each thread that allocates (flush, compaction, prepare and
+# I/O workers) otherwise gets an arena of its own that keeps its freed memory. Fixed mmap and trim
+# thresholds: glibc otherwise raises its mmap threshold up to 32 MiB after the first large free, after
+# which large temporaries come from the heap and stay there as holes.
+MALLOC_ARENA_MAX = 4
+MALLOC_MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+MALLOC_TRIM_THRESHOLD_BYTES = 16 * 1024 * 1024
+
+
+def tune_malloc() -> bool:
+    """Apply the node's allocator settings (before any thread starts); False where the C library is not
+    glibc. An operator's ``MALLOC_ARENA_MAX`` etc. in the environment win over these."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    for param, env, value in (
+        (_M_ARENA_MAX, "MALLOC_ARENA_MAX", MALLOC_ARENA_MAX),
+        (_M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", MALLOC_MMAP_THRESHOLD_BYTES),
+        (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", MALLOC_TRIM_THRESHOLD_BYTES),
+    ):
+        if env not in os.environ:
+            mallopt(param, value)
+    return True
+
 
 def release_freed_memory() -> None:
     """Give freed memory back to the OS: Arrow's pool (mimalloc) returns its unused pages and glibc's
@@ -131,6 +163,7 @@ class Node:
         # so that the limit covers the process and not only its data.
         self.baseline_bytes = process_memory()["anonymous_bytes"]
         self.memory.root.child("baseline", gauge=lambda: self.baseline_bytes)
+        self.memory.track_process(lambda: process_memory()["anonymous_bytes"])
         self.server_metrics.gauge(
             "memory_anonymous",
             "Anonymous resident memory of the process (heap, not file pages)",
@@ -509,18 +542,21 @@ class Node:
     def remeasure_baseline(self) -> None:
         """Count what start-up work loaded since the node was built (libraries imported on first use) in
         the baseline: the process's anonymous memory less what the other trackers count, if more."""
-        others = self.memory.refresh() - self.baseline_bytes
+        self.memory.refresh()
+        others = self.memory.tracked() - self.baseline_bytes
         self.baseline_bytes = max(self.baseline_bytes, process_memory()["anonymous_bytes"] - others)
 
     async def _release_freed(self) -> None:
         """Hand freed memory back to the OS once a flush, a compaction or a scan has freed enough of it:
         the tracked total fell, or the process's untracked part grew (temporaries of background work)."""
         loop = asyncio.get_running_loop()
-        high = self.memory.refresh()
+        self.memory.refresh()
+        high = self.memory.tracked()
         untracked_after = process_memory()["anonymous_bytes"] - high
         while True:
             await asyncio.sleep(RELEASE_CHECK_S)
-            tracked = self.memory.refresh()
+            self.memory.refresh()
+            tracked = self.memory.tracked()
             high = max(high, tracked)
             untracked = process_memory()["anonymous_bytes"] - tracked
             if high - tracked < RELEASE_AFTER_FREED_BYTES and untracked - untracked_after < RELEASE_AFTER_FREED_BYTES:
