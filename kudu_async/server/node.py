@@ -12,6 +12,7 @@ import ctypes
 import gc
 import logging
 import os
+import resource
 import signal
 import ssl
 import time
@@ -113,6 +114,30 @@ def release_freed_memory() -> None:
         _MALLOC_TRIM(0)
 
 
+class AnonymousMemory:
+    """The process's anonymous resident bytes (resident minus file-backed and shared pages of
+    ``/proc/self/statm``), read through one open descriptor: the memory limit reads it on the write path,
+    where opening the file each time cost a profile's 1 %. 0 where there is no procfs."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = -1
+        self._page = resource.getpagesize()
+
+    def __call__(self) -> int:
+        if self._fd < 0:
+            return 0
+        fields = os.pread(self._fd, 256, 0).split()
+        return (int(fields[1]) - int(fields[2])) * self._page
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
 def audit_log_path(config: NodeConfig, data_root: Path) -> Path:
     """``--audit-log-file``, else ``audit.log`` beside ``--log-file``, else under the data directory's logs."""
     if config.audit_log_file:
@@ -163,7 +188,8 @@ class Node:
         # so that the limit covers the process and not only its data.
         self.baseline_bytes = process_memory()["anonymous_bytes"]
         self.memory.root.child("baseline", gauge=lambda: self.baseline_bytes)
-        self.memory.track_process(lambda: process_memory()["anonymous_bytes"])
+        self._anonymous_memory = AnonymousMemory()
+        self.memory.track_process(self._anonymous_memory)
         self.server_metrics.gauge(
             "memory_anonymous",
             "Anonymous resident memory of the process (heap, not file pages)",
@@ -491,6 +517,7 @@ class Node:
             await self.raft.stop()
             if self._http_runner is not None:
                 await self._http_runner.cleanup()
+            self._anonymous_memory.close()
             await self.rpc_client.close()
             for w in self._watchers:
                 await w.stop()
