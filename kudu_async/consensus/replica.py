@@ -101,7 +101,7 @@ class ReplicaOptions:
     # Also look for log to collect this often (ticks) without new entries: a flush that made the
     # state machine durable frees the segments behind it even when writes have stopped.
     gc_check_ticks: int = 50
-    commit_save_interval_s: float = 1.0
+    commit_save_interval_s: float = 10.0
 
 
 @dataclass
