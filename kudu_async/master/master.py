@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from kudu_async.common.errors import (
@@ -422,6 +423,8 @@ class Master(Node):
 
     async def _rpc_create_table(self, req: msg.CreateTableRequest, ctx: CallContext) -> msg.TableIdResponse:
         self.catalog_manager.authz.check(ctx, "CREATE", req.name, "create")
+        if req.owner is None and ctx.identity.user:  # Kudu: a table without a given owner is its creator's
+            req = msgspec.structs.replace(req, owner=ctx.identity.user)
         return convert(await self.catalog_manager.create_table(req, ctx.time_left(30.0)), msg.TableIdResponse)
 
     async def _rpc_is_create_table_done(

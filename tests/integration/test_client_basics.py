@@ -17,6 +17,7 @@ import pytest
 
 import kudu_async as kudu
 import kudu_async.aio
+from kudu_async.client.authn import os_user
 from kudu_async.testing import MiniCluster
 
 pytestmark = pytest.mark.integration
@@ -316,6 +317,10 @@ def test_owner_and_comment_are_kept_and_altered(client: kudu.Client) -> None:
             "owned2", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=1, owner="o" * 129
         )
     client.delete_table("owned")
+    # without an owner the table is its creator's, as in Kudu
+    t = client.create_table("owned3", _schema(), kudu.Partitioning().add_hash_partitions(["key"], 2), n_replicas=1)
+    assert t.owner == os_user() and client.table("owned3").owner == os_user()
+    client.delete_table("owned3")
 
 
 def test_a_program_exiting_with_unflushed_operations_is_told(cluster: MiniCluster, client: kudu.Client) -> None:
