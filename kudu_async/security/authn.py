@@ -20,9 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 
-import msgpack
-
-from kudu_async.common.errors import KuduNotAuthorized, KuduServiceUnavailable
+from kudu_async.common.errors import KuduNotAuthorized
 from kudu_async.security.identity import (
     BEARER,
     KUDU_TOKEN,
@@ -34,7 +32,7 @@ from kudu_async.security.identity import (
     kudu_token_header,
 )
 from kudu_async.security.jwt_auth import JwtVerifier
-from kudu_async.security.tokens import TokenVerifier, UnknownSigningKey
+from kudu_async.security.tokens import TokenVerifier
 
 __all__ = ["AUTHENTICATION_MODES", "ServerAuthenticator", "bearer_header", "kudu_token_header"]
 
@@ -117,15 +115,7 @@ class ServerAuthenticator:
             raw = base64.b64decode(b64, validate=True)
         except (binascii.Error, ValueError):
             raise KuduNotAuthorized("authn token is not valid base64") from None
-        try:
-            token = self.token_verifier.verify(raw, "authn", now)
-        except UnknownSigningKey as e:
-            seq = _key_seq(raw)
-            if seq > self.token_verifier.max_seq:
-                # Signed by a key newer than any this node has heard of: it arrives with the next heartbeat.
-                raise KuduServiceUnavailable(f"{e}; this node has not received it yet, retry") from None
-            # Older keys leave a verifier only when they expire, and every token expires with its key.
-            raise KuduNotAuthorized(f"authn token expired (its token-signing key {seq} has)") from None
+        token = self.token_verifier.verify_or_retry(raw, "authn", now)
         user = token.claims.get("user")
         if not isinstance(user, str) or not user:
             raise KuduNotAuthorized("authn token names no user")
@@ -148,12 +138,3 @@ class ServerAuthenticator:
         if verified.expire_unix is not None:
             valid_until = min(valid_until, verified.expire_unix)
         return Identity(verified.user[:MAX_USER_NAME], "jwt"), valid_until
-
-
-def _key_seq(token: bytes) -> int:
-    """The key sequence number a token names (-1 when unreadable); read only to tell "not yet" from "never"."""
-    try:
-        _, seq, _ = msgpack.unpackb(token, raw=False)
-    except (ValueError, TypeError, msgpack.UnpackException):
-        return -1
-    return seq if isinstance(seq, int) else -1

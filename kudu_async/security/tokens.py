@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument, KuduNotAuthorized
+from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument, KuduNotAuthorized, KuduServiceUnavailable
 
 TokenKind = Literal["authn", "authz"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("authn", "authz")
@@ -195,6 +195,15 @@ class TokenVerifier:
         if now >= exp or now >= key.expire_unix:
             raise KuduNotAuthorized(f"{kind} token expired")
         return VerifiedToken(kind, claims, float(iat), float(exp), seq)
+
+    def verify_or_retry(self, token: bytes, kind: TokenKind, now: float) -> VerifiedToken:
+        """:meth:`verify` for a server answering a call: a token signed by a key newer than any this node
+        knows is SERVICE_UNAVAILABLE (the key arrives with the next heartbeat; the caller retries), every
+        other failure NOT_AUTHORIZED."""
+        try:
+            return self.verify(token, kind, now)
+        except UnknownSigningKey as e:
+            raise KuduServiceUnavailable(f"{e}; this node has not received it yet, retry") from None
 
 
 class TokenSigner:

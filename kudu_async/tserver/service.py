@@ -17,7 +17,7 @@ from kudu_async.common.row_conversion import OpType
 from kudu_async.rpc.messages import Method, ServiceTable, serve
 from kudu_async.rpc.server import CallContext, RpcServer
 from kudu_async.security.authz_policy import check_table_access, check_write
-from kudu_async.security.tokens import TokenVerifier, UnknownSigningKey
+from kudu_async.security.tokens import TokenVerifier
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, READ_LATEST, ScanSpec, TabletScanner
 from kudu_async.tserver import messages as m
 from kudu_async.tserver.quiesce import MAX_SUCCESSOR_SILENCE_MS, Quiescer
@@ -61,10 +61,7 @@ class TabletService:
                 "(ask the leader master for the table's schema)",
                 {"user": ctx.identity.user, "tablet_id": replica.tablet_id},
             )
-        try:
-            return self.token_verifier.verify(token, "authz", time.time()).claims
-        except UnknownSigningKey as e:  # the next heartbeat brings the key
-            raise KuduServiceUnavailable(f"{e}; this tablet server has not received it yet, retry") from None
+        return self.token_verifier.verify_or_retry(token, "authz", time.time()).claims
 
     def methods(self) -> ServiceTable:
         """The ``TabletServer`` protocol: each method with its request and response messages."""
