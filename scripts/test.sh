@@ -6,4 +6,5 @@ scripts/setup.sh
 .venv/bin/ruff check --no-cache kudu_async tests scripts
 .venv/bin/ruff format --check --no-cache kudu_async tests scripts
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers, each taking whole files (a module's shared cluster stays in one worker).
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"
