@@ -1,7 +1,8 @@
 """Nodes bound to wildcards (0.0.0.0, [::]) are known everywhere by their advertised addresses: in the
 masters' tserver list, the Raft configs and table locations the client gets, the master list, the nodes'
 status, and the names of the certificates the masters' CA signs (a client checking host names accepts
-them). Loopback aliases (127.0.0.2-4) stand in for hosts, so this runs on any Linux machine."""
+them). Loopback aliases (127.0.0.2-4) stand in for hosts, so this runs on any Linux machine; one tserver
+is bound to and known by the IPv6 literal [::1] where the machine has IPv6 loopback."""
 
 from __future__ import annotations
 
@@ -18,11 +19,25 @@ from kudu_async.testing import MiniCluster, NodePlacement
 
 pytestmark = pytest.mark.integration
 
+
+def _has_ipv6_loopback() -> bool:
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+V6 = _has_ipv6_loopback()
 PLACEMENTS = [
     NodePlacement("127.0.0.2", bind="0.0.0.0"),  # the master
     NodePlacement("127.0.0.1", bind="::", advertised="localhost"),  # IPv4 and IPv6, known by a name
     NodePlacement("127.0.0.3", bind="0.0.0.0"),
-    NodePlacement("127.0.0.4", bind="0.0.0.0"),
+    # Bound to, and so known by, an IPv6 literal: '[::1]:port' in registrations, Raft configs, locations.
+    NodePlacement("::1") if V6 else NodePlacement("127.0.0.4", bind="0.0.0.0"),
 ]
 
 
@@ -46,17 +61,6 @@ def _wait(what: str, check: object, timeout_s: float = 20.0) -> None:
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-def _has_ipv6_loopback() -> bool:
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 def test_wildcard_bound_nodes_are_known_by_their_advertised_addresses(cluster: MiniCluster) -> None:
     master = cluster.masters[0]
     assert master.rpc_address.startswith("127.0.0.2:")
@@ -64,7 +68,7 @@ def test_wildcard_bound_nodes_are_known_by_their_advertised_addresses(cluster: M
         st = cluster.http_json(n, "/api/v1/status")
         assert (st["rpc_address"], st["http_address"]) == (n.rpc_address, n.http_address)
         assert st["rpc_addresses"] == [n.rpc_address] and st["http_addresses"] == [n.http_address]
-        bind = "[::]" if n.placement.bind == "::" else "0.0.0.0"
+        bind = {"::": "[::]", "": n.rpc_address.rpartition(":")[0]}.get(n.placement.bind, n.placement.bind)
         assert st["bound_rpc_addresses"] == [f"{bind}:{n.rpc_port}"]
         assert st["bound_http_addresses"] == [f"{bind}:{n.http_port}"]
 
@@ -95,7 +99,7 @@ def test_wildcard_bound_nodes_are_known_by_their_advertised_addresses(cluster: M
         assert sorted(r[0] for r in table.scanner().open().read_all_tuples()) == list(range(200))
         tokens = table.scan_token_builder().build()
         hosts = {r.ts().hostname() for t in tokens for r in t.tablet().replicas()}
-        assert hosts == {"localhost", "127.0.0.3", "127.0.0.4"}
+        assert hosts == {"localhost", "127.0.0.3", "::1" if V6 else "127.0.0.4"}
 
 
 def test_certificates_carry_the_advertised_names(cluster: MiniCluster) -> None:
@@ -112,11 +116,11 @@ def test_certificates_carry_the_advertised_names(cluster: MiniCluster) -> None:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
     ctx.set_alpn_protocols(["h2"])
     assert ctx.check_hostname
-    targets = [(n.placement.host, n.rpc_port) for n in cluster.nodes]
-    if _has_ipv6_loopback():
-        targets.append(("::1", cluster.tservers[0].rpc_port))  # the [::]-bound node over IPv6 (as 'localhost')
-    for host, port in targets:
-        name = "localhost" if host == "::1" else host
+    # (where to connect, port, the name to check)
+    targets = [(n.placement.host, n.rpc_port, n.placement.host) for n in cluster.nodes]
+    if V6:
+        targets.append(("::1", cluster.tservers[0].rpc_port, "localhost"))  # the [::]-bound node over IPv6
+    for host, port, name in targets:
         with (
             socket.create_connection((host, port), timeout=5.0) as raw,
             ctx.wrap_socket(raw, server_hostname=name) as s,
