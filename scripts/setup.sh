@@ -18,3 +18,10 @@ fi
 # path of the venv's interpreters (driver and Spark workers) so that format("kudu") needs no register().
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$PWD/kudu_async/spark/autoreg" > "$site/kudu_async_spark_autoreg.pth"
+# The network-namespace test drives iproute2's `ip` as root: install it where it is missing and apt can
+# (the test skips, saying why, where namespaces cannot be made).
+if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  if ! { apt-get install -y -q iproute2 >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q iproute2 >/dev/null; }; }; then
+    echo "setup.sh: could not install iproute2; tests/integration/test_network_namespaces.py will skip" >&2
+  fi
+fi

@@ -669,7 +669,7 @@ class ScanToken:
 
     def hosts(self) -> list[str]:
         """Replica hosts, for locality preferences (Spark)."""
-        return sorted({r.rpc_address.rpartition(":")[0] for r in self.location.replicas})
+        return sorted({r.rpc_address.rpartition(":")[0].strip("[]") for r in self.location.replicas})
 
     def __repr__(self) -> str:
         return f"ScanToken({self.table.name}, tablet={self.location.tablet_id})"

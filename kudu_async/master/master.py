@@ -395,11 +395,13 @@ class Master(Node):
                     extra={"ts": req.uuid, "caller": ctx.identity.describe()},
                 )
             return UNSET, UNSET
-        host = parse_hostport(req.ts.rpc_address)[0]
+        # The names the tserver gives others (its RPC and admin addresses' hosts), so that a client checking
+        # host names against the certificate accepts it at the address the master hands out.
+        hosts = {parse_hostport(req.ts.rpc_address)[0], parse_hostport(req.ts.http_address)[0], "127.0.0.1"}
         cert = cm.sign_certificate(
             req.csr_pem,
             ctx.identity,
-            sorted({host, "127.0.0.1"}),
+            sorted(hosts),
             time.time(),
             self.config.ipki_server_cert_expiration_seconds,
         )

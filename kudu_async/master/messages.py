@@ -16,7 +16,7 @@ import msgspec
 from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.partition import Partition
 from kudu_async.rpc.messages import UNSET, Message, NonNegInt, Unset
-from kudu_async.server.config import parse_hostport
+from kudu_async.server.config import is_wildcard, parse_hostport
 
 MAX_ID_CHARS = 256  # uuids and tablet ids are 32 hex chars; anything this long is garbage, not an id
 MAX_TEXT_CHARS = 4096  # error messages, versions, states
@@ -56,9 +56,11 @@ def _check_hostport(v: str, path: str, good: set[str]) -> None:
     if v in good:
         return
     try:
-        parse_hostport(v)
+        host, _ = parse_hostport(v)
     except ValueError as e:
         raise _Bad(path, str(e)) from None
+    if is_wildcard(host):
+        raise _Bad(path, f"{v!r} is a wildcard, not an address others can reach (the node needs an advertised address)")
     good.add(v)
 
 

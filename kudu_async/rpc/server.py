@@ -243,6 +243,17 @@ class _ServerProtocol(RpcProtocol):
         self.server._connection_closed(self)
 
 
+def dual_stack_listener(host: str, port: int) -> socket.socket | None:
+    """A listening socket for ``::`` that takes IPv4 connections too, as a C server binding ``[::]`` gets
+    on Linux (asyncio's own sockets would be IPv6-only); None for any other host, or where the system
+    has no dual-stack sockets (then ``::`` means IPv6 only)."""
+    if host.strip("[]") != "::" or not socket.has_dualstack_ipv6():
+        return None
+    listener = socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=1024)
+    listener.setblocking(False)
+    return listener
+
+
 class RpcServer:
     """Serves registered ``Service/Method`` handlers over HTTP/2: cleartext (prior knowledge), or TLS with
     ALPN h2 as ``tls`` allows."""
@@ -367,15 +378,23 @@ class RpcServer:
         if self._listener is not None:
             raise KuduIllegalState("RpcServer already started")
         loop = asyncio.get_running_loop()
+        host = host.strip("[]")
+        dual = dual_stack_listener(host, port)
         if self.tls is None or self.tls.mode == "disabled":
-            self._server = await loop.create_server(lambda: _ServerProtocol(self), host, port, backlog=1024)
+            if dual is not None:
+                self._server = await loop.create_server(lambda: _ServerProtocol(self), sock=dual, backlog=1024)
+            else:
+                self._server = await loop.create_server(lambda: _ServerProtocol(self), host, port, backlog=1024)
             sock = self._server.sockets[0].getsockname()
         else:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-            if not infos:
-                raise KuduInvalidArgument(f"cannot resolve {host!r} to listen on")
-            family, _, _, _, sockaddr = infos[0]
-            listener = socket.create_server(sockaddr[:2], family=family, backlog=1024)
+            if dual is not None:
+                listener = dual
+            else:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+                if not infos:
+                    raise KuduInvalidArgument(f"cannot resolve {host!r} to listen on")
+                family, _, _, _, sockaddr = infos[0]
+                listener = socket.create_server(sockaddr[:2], family=family, backlog=1024)
             listener.setblocking(False)
             self._listener = listener
             sock = listener.getsockname()

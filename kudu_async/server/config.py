@@ -8,7 +8,9 @@ operator never has to guess which of the three sources to fix.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,10 @@ def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int
         host, sep, rest = text[1:].partition("]")
         if not sep:
             raise ValueError(f"unterminated '[' in {text!r}")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"unexpected {rest!r} after ']' in {text!r}")
+        if not _is_ipv6(host):
+            raise ValueError(f"{host!r} is neither an IP address nor a host name (brackets hold an IPv6 address)")
         port_text = rest[1:] if rest.startswith(":") else ""
     elif text.count(":") == 1:
         host, port_text = text.split(":")
@@ -53,8 +59,79 @@ def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int
     return host, int(port_text)
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 6
+    except ValueError:
+        return False
+
+
 def format_hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# A DNS name: dot-separated labels of letters, digits, '-' and '_' (container runtimes use '_' in names).
+_HOSTNAME_RE = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
+
+
+def check_host(host: str) -> None:
+    """Raise ValueError unless ``host`` is an IP literal or a DNS name."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if len(host) > 253 or not _HOSTNAME_RE.fullmatch(host):
+        raise ValueError(f"{host!r} is neither an IP address nor a host name")
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` (bare or bracketed) is an any-address (0.0.0.0, ::): bindable, never reachable."""
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return not host
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """A bind flag's ``host:port``: an IP (``0.0.0.0`` or ``[::]`` for every interface) or a host name."""
+    host, port = parse_hostport(text)
+    check_host(host)
+    return host, port
+
+
+def parse_advertised_addresses(text: str) -> list[tuple[str, int | None]]:
+    """An ``--*-advertised-addresses`` list: comma-separated ``host[:port]``, no wildcard, no port 0, no
+    repeats; a missing port is None (the node fills in the port it bound)."""
+    out: list[tuple[str, int | None]] = []
+    for part in text.split(","):
+        if not part.strip():
+            raise ValueError(f"empty entry in {text!r}")
+        host, port = parse_hostport(part, -1)
+        check_host(host)
+        if is_wildcard(host):
+            raise ValueError(f"{part.strip()!r} is a wildcard: advertise an address other hosts can reach")
+        if port == 0:
+            raise ValueError(f"{part.strip()!r}: port 0 cannot be advertised")
+        entry = (host, None if port < 0 else port)
+        if entry in out:
+            raise ValueError(f"{part.strip()!r} is listed twice")
+        out.append(entry)
+    return out
+
+
+def advertised_addresses(flag: str, bound_host: str, bound_port: int, fqdn: str | None) -> list[str]:
+    """The ``host:port`` list a node bound at ``bound_host:bound_port`` gives others, the one that names it
+    first: the advertised-addresses ``flag`` (a host without a port takes the bound port), else the bound
+    address, else (bound to a wildcard) ``fqdn``, the machine's name, as Kudu does."""
+    if flag:
+        return [format_hostport(h, bound_port if p is None else p) for h, p in parse_advertised_addresses(flag)]
+    if not is_wildcard(bound_host):
+        return [format_hostport(bound_host, bound_port)]
+    if not fqdn:
+        raise ValueError(f"bound to the wildcard {bound_host!r} and no host name to advertise instead")
+    return [format_hostport(fqdn, bound_port)]
 
 
 def _to_int(v: Any) -> int:
@@ -151,11 +228,21 @@ def _at_least_minus_one(v: int) -> str | None:
     return None if v >= -1 else "must be >= 0, or -1 for the default"
 
 
-def _hostport_or_empty(v: str) -> str | None:
+def _bind_or_empty(v: str) -> str | None:
     if not v:
         return None
     try:
-        parse_hostport(v)
+        parse_bind_address(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _advertised_or_empty(v: str) -> str | None:
+    if not v:
+        return None
+    try:
+        parse_advertised_addresses(v)
     except ValueError as e:
         return str(e)
     return None
@@ -193,6 +280,9 @@ def parse_master_addresses(text: str) -> list[str]:
         if not part.strip():
             raise ValueError(f"empty entry in master list {text!r}")
         host, port = parse_hostport(part, DEFAULT_RPC_PORT["master"])
+        check_host(host)
+        if is_wildcard(host):
+            raise ValueError(f"{part.strip()!r} is a wildcard, not an address a master can be reached at")
         out.append(format_hostport(host, port))
     if len(set(out)) != len(out):
         raise ValueError(f"duplicate address in master list {text!r}")
@@ -206,15 +296,41 @@ FLAGS: tuple[Flag, ...] = (
         "rpc_bind",
         _to_str,
         "",
-        "RPC address host:port (default 127.0.0.1:7051 master, :7050 tserver).",
-        check=_hostport_or_empty,
+        "RPC address host:port to listen on: an IP, a host name, or 0.0.0.0 / [::] for every interface ([::] "
+        "takes IPv4 too). Default 127.0.0.1:7051 master, :7050 tserver: reachable from this machine only "
+        "until set, unlike Kudu's 0.0.0.0; a node bound to a wildcard names itself by "
+        "--rpc-advertised-addresses.",
+        check=_bind_or_empty,
     ),
     Flag(
         "http_bind",
         _to_str,
         "",
-        "Admin HTTP address host:port (default 127.0.0.1:8051 master, :8050 tserver).",
-        check=_hostport_or_empty,
+        "Admin HTTP address host:port to listen on, as --rpc-bind (Kudu's --webserver-interface and "
+        "--webserver-port in one). Default 127.0.0.1:8051 master, :8050 tserver.",
+        check=_bind_or_empty,
+    ),
+    Flag(
+        "rpc_advertised_addresses",
+        _to_str,
+        "",
+        "Comma-separated host[:port] list this node gives masters, peers and clients as its RPC address (Kudu's "
+        "flag), for a node behind NAT, in a container, or bound to a wildcard. The first names the node "
+        "everywhere (registration, Raft configs, the master list, table locations, status pages); all go in "
+        "its certificate's names. A host without a port takes the bound port. Default empty: the --rpc-bind "
+        "address, or when that is a wildcard the machine's fully qualified name, as Kudu (a name other hosts "
+        "resolve on a well-run network or a compose network; a node that finds only a loopback name logs a "
+        "warning naming this flag).",
+        check=_advertised_or_empty,
+    ),
+    Flag(
+        "webserver_advertised_addresses",
+        _to_str,
+        "",
+        "Comma-separated host[:port] list this node gives others as its admin HTTP address (Kudu's flag; the "
+        "first is the one the masters list and pages link to), as --rpc-advertised-addresses. Default empty: "
+        "the --http-bind address, or the machine's fully qualified name when that is a wildcard.",
+        check=_advertised_or_empty,
     ),
     Flag(
         "master_addresses",
@@ -778,6 +894,17 @@ class NodeConfig:
     @property
     def http_hostport(self) -> tuple[str, int]:
         return parse_hostport(self.values["http_bind"])
+
+    def advertised_hosts(self) -> list[str]:
+        """Every host name or IP this node is known by before it binds (the advertised ones, the bound
+        hosts that are not wildcards): the names its certificate carries."""
+        hosts = [
+            h
+            for flag in ("rpc_advertised_addresses", "webserver_advertised_addresses")
+            for h, _ in (parse_advertised_addresses(self.values[flag]) if self.values[flag] else [])
+        ]
+        hosts += [h for h, _ in (self.rpc_hostport, self.http_hostport) if not is_wildcard(h)]
+        return list(dict.fromkeys(hosts))
 
     @property
     def masters(self) -> list[str]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import ipaddress
 import logging
 import os
 import resource
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -34,7 +36,7 @@ from kudu_async.fs.fs_manager import FsManager
 from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.faults import FaultInjector
 from kudu_async.rpc.messages import Method, serve
-from kudu_async.rpc.server import CallContext, RpcServer
+from kudu_async.rpc.server import CallContext, RpcServer, dual_stack_listener
 from kudu_async.security import ca, tls
 from kudu_async.security.acl import Acls
 from kudu_async.security.audit import AuditLog, audit_line
@@ -45,7 +47,7 @@ from kudu_async.security.tokens import TokenVerifier
 from kudu_async.server import messages as msg
 from kudu_async.server.admin import AdminAuth, build_admin_app, process_memory
 from kudu_async.server.authn_shell import JwksFetcher, WatchedFile, read_service_jwt
-from kudu_async.server.config import NodeConfig, format_hostport
+from kudu_async.server.config import NodeConfig, advertised_addresses, format_hostport, is_wildcard
 from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
 
@@ -136,6 +138,20 @@ class AnonymousMemory:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def machine_name() -> tuple[str, bool]:
+    """This machine's fully qualified name (its host name's canonical name, as Kudu's GetFQDN; the bare
+    host name when the resolver knows no better) and whether that name resolves to loopback addresses
+    only. Blocks on the resolver: run it off the event loop."""
+    host = socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_CANONNAME)
+    except OSError:
+        return host, False  # unresolvable here; peers may still resolve it (their DNS, a hosts file)
+    name = next((canon for *_, canon, _ in infos if canon), host)
+    loopback_only = bool(infos) and all(ipaddress.ip_address(str(sa[0]).split("%")[0]).is_loopback for *_, sa in infos)
+    return name, loopback_only
 
 
 def audit_log_path(config: NodeConfig, data_root: Path) -> Path:
@@ -263,8 +279,12 @@ class Node:
             # the password file's users.
             self.admin_auth.bearer = self._admin_bearer
         self.memory.root.child("rpc", gauge=lambda: self.rpc_server.buffered_bytes() + self.rpc_client.buffered_bytes())
-        self.rpc_address = config.rpc_bind
-        self.http_address = config.http_bind
+        # Where this node listens, and the addresses it gives others (the first names it: registration,
+        # Raft configs, the master list, table locations, status pages); all known once start() binds.
+        self.bound_rpc_address = self.rpc_address = config.rpc_bind
+        self.bound_http_address = self.http_address = config.http_bind
+        self.rpc_addresses = [self.rpc_address]
+        self.http_addresses = [self.http_address]
         self._http_runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self._signal: signal.Signals | None = None  # the signal that ended run_until_signalled
@@ -279,7 +299,9 @@ class Node:
         self-signed certificate (encryption without proof) until the masters' CA signs one."""
         cfg = self.config
         self.tls_options = tls.TlsOptions(cfg.rpc_tls_min_protocol, cfg.rpc_tls_ciphers)
-        self.tls_hosts = sorted({cfg.rpc_hostport[0], "127.0.0.1"} - {"0.0.0.0", "::", ""})
+        # The names this node's certificate carries: every name it is known by (the machine's name joins
+        # them at start when it binds a wildcard without an advertised address), and loopback.
+        self.tls_hosts = sorted({*cfg.advertised_hosts(), "127.0.0.1"})
         # What this node presents, the CA certificates it trusts, and whether a CA signed ``rpc_cert``.
         self.rpc_cert: ca.CertKey | None = None
         self.trusted_ca_pem: bytes | None = None
@@ -480,29 +502,69 @@ class Node:
 
     async def start(self) -> None:
         self.loop_lag.start()
-        rpc_host, rpc_port = self.config.rpc_hostport
+        cfg = self.config
+        rpc_host, rpc_port = cfg.rpc_hostport
+        http_host, http_port = cfg.http_hostport
+        fqdn: str | None = None
+        if (is_wildcard(rpc_host) and not cfg.rpc_advertised_addresses) or (
+            is_wildcard(http_host) and not cfg.webserver_advertised_addresses
+        ):
+            fqdn = await self._machine_name()
         await self.rpc_server.start(rpc_host, rpc_port)
-        self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
+        self.bound_rpc_address = format_hostport(rpc_host, self.rpc_server.port)
+        self.rpc_addresses = advertised_addresses(cfg.rpc_advertised_addresses, rpc_host, self.rpc_server.port, fqdn)
+        self.rpc_address = self.rpc_addresses[0]
+        # Until the admin server binds (after the replicas open), the configured port stands in for it.
+        self.http_addresses = advertised_addresses(cfg.webserver_advertised_addresses, http_host, http_port, fqdn)
+        self.http_address = self.http_addresses[0]
         for w in self._watchers:
             w.start()
         await self.on_start()
         self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
         await self.raft.start(background=self.open_replicas_in_background)
-        http_host, http_port = self.config.http_hostport
         self._http_runner = web.AppRunner(build_admin_app(self, self.admin_auth), access_log=None, handle_signals=False)
         await self._http_runner.setup()
-        site = web.TCPSite(
-            self._http_runner, http_host, http_port, reuse_address=True, ssl_context=self._http_tls_context()
-        )
+        dual = dual_stack_listener(http_host, http_port)
+        site: web.BaseSite
+        if dual is not None:
+            site = web.SockSite(self._http_runner, dual, ssl_context=self._http_tls_context())
+        else:
+            site = web.TCPSite(
+                self._http_runner, http_host, http_port, reuse_address=True, ssl_context=self._http_tls_context()
+            )
         await site.start()
         addresses = self._http_runner.addresses  # resolves port 0 to the bound port
-        if addresses:
-            self.http_address = format_hostport(http_host, addresses[0][1])
+        bound_http_port = addresses[0][1] if addresses else http_port
+        self.bound_http_address = format_hostport(http_host, bound_http_port)
+        self.http_addresses = advertised_addresses(cfg.webserver_advertised_addresses, http_host, bound_http_port, fqdn)
+        self.http_address = self.http_addresses[0]
         log.info(
             "node started",
-            extra={"rpc_address": self.rpc_address, "http_address": self.http_address, "version": __version__},
+            extra={
+                "rpc_address": self.rpc_address,
+                "http_address": self.http_address,
+                "bound_rpc_address": self.bound_rpc_address,
+                "bound_http_address": self.bound_http_address,
+                "version": __version__,
+            },
         )
         await self.on_started()
+
+    async def _machine_name(self) -> str:
+        """The name a node bound to a wildcard without an advertised address gives others: the machine's
+        fully qualified name, as Kudu. It joins the certificate's names; a name that resolves to loopback
+        only is kept (a one-machine cluster works with it) with a warning, since other hosts cannot use it."""
+        name, loopback_only = await asyncio.get_running_loop().run_in_executor(self.io_executor, machine_name)
+        if name not in self.tls_hosts:
+            self.tls_hosts = sorted({*self.tls_hosts, name})
+        if loopback_only:
+            log.warning(
+                "bound to a wildcard, this node names itself by the machine's name %r, which resolves to "
+                "loopback addresses only: other hosts cannot reach it; set --rpc-advertised-addresses and "
+                "--webserver-advertised-addresses to a name or address they can",
+                name,
+            )
+        return name
 
     async def stop(self) -> None:
         grace = self.config.shutdown_grace_ms / 1000.0
@@ -604,6 +666,11 @@ class Node:
             "name": self.name,
             "rpc_address": self.rpc_address,
             "http_address": self.http_address,
+            # Kudu's names: the addresses given to others (first: the ones above), and those bound.
+            "rpc_addresses": self.rpc_addresses,
+            "http_addresses": self.http_addresses,
+            "bound_rpc_addresses": [self.bound_rpc_address],
+            "bound_http_addresses": [self.bound_http_address],
             "version": __version__,
             "start_time_unix": self.started_at,
             "uptime_s": round(time.monotonic() - self._started_mono, 3),

@@ -1,6 +1,8 @@
 """MiniCluster: real multi-process clusters on 127.0.0.1 for tests, benchmarks and the local demo.
 
-Each node is a separate ``kudu-node`` OS process with its own data directory and free loopback ports.
+Each node is a separate ``kudu-node`` OS process with its own data directory and free loopback ports,
+unless a ``NodePlacement`` puts it elsewhere: another loopback address, a wildcard bind with an advertised
+name, or a network namespace of its own (``ip netns exec``), as nodes on separate hosts.
 The cluster only ever signals the processes it started, by PID, and cleans them up at interpreter exit
 too, so a failing test never leaves nodes behind or touches anyone else's processes.
 """
@@ -49,9 +51,38 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where a node runs when not on 127.0.0.1. ``address``: the IP this harness reaches the node's admin
+    pages at, and the node's own address unless ``advertised`` names it otherwise (a host name, say);
+    ``bind``: the host it listens on (default ``address``; ``0.0.0.0`` or ``::`` for every interface);
+    ``netns``: the network namespace it runs in (``ip netns exec``, as root; the caller makes it)."""
+
+    address: str
+    bind: str = ""
+    advertised: str = ""
+    netns: str = ""
+
+    @property
+    def host(self) -> str:
+        """The name the cluster knows the node by."""
+        return self.advertised or self.address
+
+    @property
+    def bind_host(self) -> str:
+        return self.bind or self.address
+
+
+LOOPBACK = NodePlacement("127.0.0.1")
+
+
 @dataclass
 class NodeProcess:
-    """One node of the cluster; keeps its ports and directory across restarts."""
+    """One node of the cluster; keeps its ports, placement and directory across restarts."""
 
     role: str
     index: int
@@ -63,6 +94,7 @@ class NodeProcess:
     uuid: str = ""
     paused: bool = False
     https: bool = False  # the admin server speaks HTTPS (rpc_encryption=required)
+    placement: NodePlacement = LOOPBACK
 
     @property
     def name(self) -> str:
@@ -70,15 +102,36 @@ class NodeProcess:
 
     @property
     def rpc_address(self) -> str:
-        return f"127.0.0.1:{self.rpc_port}"
+        """The RPC address the cluster knows the node by (its advertised one)."""
+        return _hostport(self.placement.host, self.rpc_port)
 
     @property
     def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        """The admin address the node gives others (its advertised one)."""
+        return _hostport(self.placement.host, self.http_port)
 
     @property
     def http_url(self) -> str:
-        return f"{'https' if self.https else 'http'}://{self.http_address}"
+        """Where this harness reaches the admin pages (the placement's IP, which it can route to)."""
+        return f"{'https' if self.https else 'http'}://{_hostport(self.placement.address, self.http_port)}"
+
+    def placement_flags(self) -> list[str]:
+        """The bind flags, and the advertised ones when the node binds other than what it is known by."""
+        p = self.placement
+        flags = [
+            "--rpc-bind",
+            _hostport(p.bind_host, self.rpc_port),
+            "--http-bind",
+            _hostport(p.bind_host, self.http_port),
+        ]
+        if p.bind_host != p.host:
+            flags += [
+                "--rpc-advertised-addresses",
+                self.rpc_address,
+                "--webserver-advertised-addresses",
+                self.http_address,
+            ]
+        return flags
 
     @property
     def log_path(self) -> Path:
@@ -116,6 +169,7 @@ class MiniCluster:
         encryption: str | None = None,
         jwks: bool = False,
         secure: bool = False,
+        placements: Sequence[NodePlacement] | None = None,
     ) -> None:
         """``ports``, if given, fixes (rpc, http) per node, masters first; otherwise free ports are picked.
         ``authz_policy`` (the map a policy file holds, see ``security/authz_policy.py``) is written to
@@ -132,7 +186,12 @@ class MiniCluster:
         (node certificates from the masters' CA, which the servers' service JWT entitles them to),
         authentication required (JWTs from ``mint_jwt``, then authn tokens; the admin pages too, which
         ``http_get`` reaches as ``admin``, the superuser), and with ``authz_policy`` the tablet servers
-        enforce the authz tokens of every write and scan."""
+        enforce the authz tokens of every write and scan.
+
+        ``placements``, if given, places each node (masters first; see ``NodePlacement``), e.g. bound to
+        0.0.0.0 and advertised at 127.0.0.2, or in a network namespace of its own; otherwise every node
+        listens on 127.0.0.1. Free ports are then picked on every interface (namespaced nodes may be given
+        fixed ``ports`` instead: each namespace has ports of its own)."""
         if secure:
             encryption = "required"
             jwks = True
@@ -166,6 +225,11 @@ class MiniCluster:
         self.start_timeout_s = start_timeout_s
         if ports is not None and len(ports) != num_masters + num_tservers:
             raise ValueError(f"ports: need {num_masters + num_tservers} (rpc, http) pairs, got {len(ports)}")
+        if placements is not None and len(placements) != num_masters + num_tservers:
+            raise ValueError(f"placements: need {num_masters + num_tservers}, got {len(placements)}")
+        where = list(placements) if placements is not None else [LOOPBACK] * (num_masters + num_tservers)
+        # Ports free on every interface when a node binds beyond 127.0.0.1.
+        self._port_host = "127.0.0.1" if placements is None else "0.0.0.0"
         self._used_ports: set[int] = {p for pair in ports for p in pair} if ports is not None else set()
         fixed = iter(p for pair in ports for p in pair) if ports is not None else None
 
@@ -175,13 +239,27 @@ class MiniCluster:
         https = encryption == "required"
         self.masters = [
             NodeProcess(
-                "master", i, self.base_dir / f"master-{i}", port(), port(), [*extra_flags, *master_flags], https=https
+                "master",
+                i,
+                self.base_dir / f"master-{i}",
+                port(),
+                port(),
+                [*extra_flags, *master_flags],
+                https=https,
+                placement=where[i],
             )
             for i in range(num_masters)
         ]
         self.tservers = [
             NodeProcess(
-                "tserver", i, self.base_dir / f"tserver-{i}", port(), port(), list(self._tserver_flags), https=https
+                "tserver",
+                i,
+                self.base_dir / f"tserver-{i}",
+                port(),
+                port(),
+                list(self._tserver_flags),
+                https=https,
+                placement=where[num_masters + i],
             )
             for i in range(num_tservers)
         ]
@@ -238,10 +316,12 @@ class MiniCluster:
             raise
         return self
 
-    def add_tserver(self, extra_flags: Sequence[str] = (), wait: bool = True) -> NodeProcess:
+    def add_tserver(
+        self, extra_flags: Sequence[str] = (), wait: bool = True, placement: NodePlacement = LOOPBACK
+    ) -> NodeProcess:
         """Start one more tablet server (the next index, fresh ports and data directory, the cluster's
-        tserver flags plus ``extra_flags``), as an operator adds a machine to a running cluster. It
-        registers with the masters by its own heartbeats; callers wait for that if they need it."""
+        tserver flags plus ``extra_flags``, at ``placement``), as an operator adds a machine to a running
+        cluster. It registers with the masters by its own heartbeats; callers wait for that if they need it."""
         index = max((t.index for t in self.tservers), default=-1) + 1
         n = NodeProcess(
             "tserver",
@@ -251,6 +331,7 @@ class MiniCluster:
             self._fresh_port(),
             [*self._tserver_flags, *extra_flags],
             https=self.encryption == "required",
+            placement=placement,
         )
         self.tservers.append(n)
         self._spawn(n)
@@ -261,7 +342,7 @@ class MiniCluster:
     def _fresh_port(self) -> int:
         """A free loopback port no node of this cluster was given."""
         while True:
-            p = free_port()
+            p = free_port(self._port_host)
             if p not in self._used_ports:
                 self._used_ports.add(p)
                 return p
@@ -273,7 +354,10 @@ class MiniCluster:
         self.shutdown()
 
     def _command(self, n: NodeProcess) -> list[str]:
+        # ``ip netns exec`` enters the namespace and execs the node: the pid stays the node's own.
+        netns = ["ip", "netns", "exec", n.placement.netns] if n.placement.netns else []
         return [
+            *netns,
             # -P: not the caller's working directory first on sys.path, so the node runs the code of
             # this MiniCluster's repository (on PYTHONPATH), never another checkout the caller sits in.
             sys.executable,
@@ -284,10 +368,7 @@ class MiniCluster:
             n.role,
             "--data-dir",
             str(n.data_dir),
-            "--rpc-bind",
-            n.rpc_address,
-            "--http-bind",
-            n.http_address,
+            *n.placement_flags(),
             "--master-addresses",
             self.master_addresses,
             "--node-name",

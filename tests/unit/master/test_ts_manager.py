@@ -240,6 +240,8 @@ _DELETE = object()
         ("ts.uuid", "u" * 1000, "ts.uuid"),
         ("ts.rpc_address", "nohost", "ts.rpc_address"),
         ("ts.http_address", "h:99999", "ts.http_address"),
+        ("ts.rpc_address", "0.0.0.0:7050", "ts.rpc_address"),
+        ("ts.http_address", "[::]:8050", "ts.http_address"),
         ("ts.version", None, "ts.version"),
         ("ts.start_time", "yesterday", "ts.start_time"),
         ("ts.start_time", float("nan"), "ts.start_time"),
