@@ -141,7 +141,7 @@ class ClientCredentials:
         backoff = Backoff(TOKEN_FETCH_BACKOFF)
         last = ""
         while True:
-            for addr in self.masters:
+            for addr in list(self.masters):  # a copy: the list follows the masters the leader lists
                 try:
                     r = await self._jwt_rpc.call(
                         addr, "Master", "ConnectToMaster", {}, timeout_s=max(0.05, min(5.0, end - loop.time()))

@@ -63,7 +63,7 @@ class ClientCore:
         self.masters = MasterClient(self.rpc, masters, self.rpc_timeout_ms / 1000.0)
         self.credentials = ClientCredentials(
             self.rpc,
-            list(self.masters.addresses),
+            self.masters.addresses,  # the same list: it follows the masters the leader lists
             jwt=jwt,
             require_authentication=require_authentication,
             certificate=rpc_tls.presents_certificate,
@@ -86,6 +86,7 @@ class ClientCore:
             await self.credentials.before_call(self.admin_timeout_ms / 1000.0)
 
     async def close(self) -> None:
+        await self.masters.close()
         await self.credentials.close()
         await self.rpc.close()
 

@@ -37,6 +37,10 @@ FEW_DISTINCT_KEYS = 256  # up to this many distinct partition keys in a batch, a
 log = logging.getLogger(__name__)
 
 LOCATION_TTL_S = 300.0
+# A client that calls the leader master asks it for the list of masters again once the list it holds is
+# this old (one ConnectToMaster, in the background): a master added since is known before the ones the
+# client knew are gone.
+MASTER_LIST_REFRESH_S = 5.0
 
 
 def parse_master_addresses(addresses: Sequence[str]) -> list[str]:
@@ -54,7 +58,12 @@ def parse_master_addresses(addresses: Sequence[str]) -> list[str]:
 
 
 class MasterClient:
-    """Calls on the leader master, finding it (and re-finding it after a failover) by itself."""
+    """Calls on the leader master, finding it (and re-finding it after a failover) by itself.
+
+    The leader's ``ConnectToMaster`` answer lists every master of the cluster: ``addresses`` follows it (in
+    place, so whoever shares the list sees it too), so masters added or removed while the client runs are
+    found without a new client. The list is asked for again, in the background, by a call to the leader
+    once it is ``MASTER_LIST_REFRESH_S`` old."""
 
     def __init__(self, rpc: RpcClient, addresses: Sequence[str], rpc_timeout_s: float) -> None:
         self.rpc = rpc
@@ -62,6 +71,8 @@ class MasterClient:
         self.rpc_timeout_s = rpc_timeout_s
         self.leader: str | None = None
         self._errors: dict[str, str] = {}  # why each master did not answer, for the timeout message
+        self._listed_at = time.monotonic()
+        self._refresh: asyncio.Task[None] | None = None
 
     async def call(self, method: str, req: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         last: BaseException | None = None
@@ -74,6 +85,7 @@ class MasterClient:
                         addr, "Master", method, req, timeout_s=deadline.rpc_timeout(self.rpc_timeout_s)
                     )
                     self.leader = addr
+                    self._maybe_refresh(addr)
                     return reply
                 except KuduNotTheLeader as e:
                     last = e
@@ -84,6 +96,45 @@ class MasterClient:
             else:
                 last = self._no_leader()
             await deadline.backoff(last)
+
+    def _maybe_refresh(self, leader: str) -> None:
+        if time.monotonic() - self._listed_at < MASTER_LIST_REFRESH_S or (
+            self._refresh is not None and not self._refresh.done()
+        ):
+            return
+        self._listed_at = time.monotonic()
+        self._refresh = asyncio.get_running_loop().create_task(self._refresh_list(leader))
+
+    async def _refresh_list(self, leader: str) -> None:
+        try:
+            ans = await self.rpc.call(leader, "Master", "ConnectToMaster", {}, timeout_s=min(self.rpc_timeout_s, 3.0))
+        except KuduBadStatus:
+            return  # the next call that finds the leader lists the masters again
+        if isinstance(ans, dict) and ans.get("leader"):
+            self._follow_masters(leader, ans.get("masters"))
+
+    async def close(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            await asyncio.gather(self._refresh, return_exceptions=True)
+
+    def _follow_masters(self, leader: str, masters: Any) -> None:
+        """Take the leader's list of masters as the ones to ask from now on (the leader kept first if the
+        list names it otherwise); a malformed list is ignored."""
+        if not isinstance(masters, list):
+            return
+        self._listed_at = time.monotonic()
+        try:
+            listed = parse_master_addresses(
+                [m["rpc_address"] for m in masters if isinstance(m, dict) and m.get("rpc_address")]
+            )
+        except (KuduInvalidArgument, KeyError, TypeError):
+            return
+        if leader not in listed:
+            listed.insert(0, leader)
+        if set(listed) != set(self.addresses):
+            log.info("the masters changed", extra={"before": list(self.addresses), "after": listed})
+            self.addresses[:] = listed
 
     def _no_leader(self) -> KuduNotTheLeader:
         why = "; ".join(f"{a}: {e}" for a, e in self._errors.items())
@@ -118,10 +169,11 @@ class MasterClient:
 
         answers = await asyncio.gather(*(ask(a) for a in self.addresses))
         hints: list[str] = []
-        for addr, ans in zip(self.addresses, answers, strict=True):
+        for addr, ans in zip(list(self.addresses), answers, strict=True):
             if ans is None:
                 continue
             if ans.get("leader"):
+                self._follow_masters(addr, ans.get("masters"))
                 self.leader = addr
                 return addr
             if ans.get("leader_address") in self.addresses:

@@ -64,3 +64,25 @@ class GetStateRequest(Message, frozen=True):
     """One replica's status (``group``), or every replica's (``{"replicas": [...]}``) without it."""
 
     group: str | None = None
+
+
+class UnsafeChangeConfigRequest(Message, frozen=True):
+    """Kudu's UnsafeChangeConfig: force a replica's config to ``peers`` (uuids of members of its committed
+    config; this server's among the voters). ``dest_uuid``, when given, must be this server's uuid;
+    ``caller_id`` names who asks, for the log."""
+
+    tablet_id: NonEmptyStr
+    peers: list[NonEmptyStr]
+    dest_uuid: str | None = None
+    caller_id: str | None = None
+
+
+class UnsafeChangeConfigResponse(Message, frozen=True):
+    """The forced config: the index of its entry, the replica's term and role once that entry is durable."""
+
+    tablet_id: str
+    config_index: int
+    term: int
+    role: str
+    voters: list[str]
+    learners: list[str]

@@ -8,9 +8,10 @@ lets ``tests/sim`` check Raft's safety properties on thousands of seeded runs.
 Inputs: :meth:`RaftNode.tick`, :meth:`~RaftNode.step`, :meth:`~RaftNode.propose`,
 :meth:`~RaftNode.persisted`, :meth:`~RaftNode.applied`, :meth:`~RaftNode.propose_config_change`,
 :meth:`~RaftNode.step_down`, :meth:`~RaftNode.transfer_leadership`, :meth:`~RaftNode.read_index`,
-:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot`, :meth:`~RaftNode.log_read` (plus
-``propose_batch`` for many payloads at once). Views: ``role``, ``term``, ``leader``, ``commit``,
-``config``, ``lease_valid()``, ``retention_index()``, ``peer_state(peer)``.
+:meth:`~RaftNode.compact`, :meth:`~RaftNode.install_snapshot`, :meth:`~RaftNode.log_read`,
+:meth:`~RaftNode.unsafe_change_config` (plus ``propose_batch`` for many payloads at once). Views: ``role``,
+``term``, ``leader``, ``commit``, ``config``, ``committed_config()``, ``lease_valid()``,
+``retention_index()``, ``peer_state(peer)``.
 
 Output: after inputs the caller takes one :class:`Ready` with :meth:`RaftNode.ready` and handles it
 under this **ordering contract** (the asyncio driver and the WAL follow it):
@@ -42,6 +43,12 @@ not hit this (a write id carried in ``Ready`` and echoed by ``persisted`` would 
 Kudu specifics kept on purpose: on a log mismatch the leader jumps the follower back to its reported
 committed index; a commit needs a majority of voters holding the entry *durably*, which need not
 include the leader; a config takes effect when appended (one change at a time).
+
+A leader never steps down for a newer term heard from a server outside its config: such a server was
+removed (it has not heard of its removal and campaigns), or it is one of the members an operator forced
+out with ``unsafe_change_config`` (two of them can still elect each other under the old config). Members'
+newer terms still depose it, and a leader that loses its members steps down by check-quorum, so ignoring
+those messages costs no liveness, and dropping a message is always safe in Raft.
 """
 
 from __future__ import annotations
@@ -498,6 +505,16 @@ class RaftNode:
     def snapshot_meta(self) -> SnapshotMeta:
         return SnapshotMeta(self._log.snapshot_index, self._log.snapshot_term, self._snap_config)
 
+    def committed_config(self) -> Config:
+        """The config of the newest CONFIG entry at or below the commit index (Kudu's committed config;
+        ``config`` may be newer: a config takes effect when appended)."""
+        cfg = self._snap_config
+        for idx, c in self._configs:
+            if idx > self.commit:
+                break
+            cfg = c
+        return cfg
+
     # --- the Ready batch ------------------------------------------------------------------------------
 
     def has_ready(self) -> bool:
@@ -796,6 +813,42 @@ class RaftNode:
         else:
             self._send_append(peer, pr)
 
+    def unsafe_change_config(self, keep: frozenset[str], addresses: Mapping[str, str] | None = None) -> int:
+        """Force the config to the members of the committed config named in ``keep`` (Kudu's
+        UnsafeChangeConfig), for a group that lost its majority: nothing commits without one, so no
+        config change can be replicated. Returns the index of the CONFIG entry written.
+
+        Members keep their kind (voter or learner); this replica must stay a voter. As Kudu does, the entry
+        is written as if a new leader of the next term had sent it: at the current term + 1, after the
+        last entry of the log (uncommitted entries stay and commit under the new config), so no leader of
+        an older term can write over it. The replica then campaigns at once: alone in the config it wins
+        outright and its no-op commits everything before it. Unsafe: entries a lost majority committed
+        that this log lacks are gone, and the members forced out must never serve again (the master
+        deletes their replicas when they report).
+
+        ``addresses`` (uuid -> address) are stored in the entry like ``propose_config_change``'s."""
+        base = self.committed_config()
+        unknown = sorted(keep - base.members)
+        if unknown:
+            raise KuduInvalidArgument(
+                f"{', '.join(unknown)} not in the committed config of {self.group} "
+                f"(voters {sorted(base.voters)}, learners {sorted(base.learners)})"
+            )
+        new = Config(base.voters & keep, base.learners & keep)
+        if self.id not in new.voters:
+            raise KuduInvalidArgument(
+                f"this replica {self.id} must be a voter of the new config of {self.group}, "
+                f"which would be voters {sorted(new.voters)}, learners {sorted(new.learners)}"
+            )
+        self._become_follower(self.term + 1, None)
+        entry = Entry(self.term, self._log.last_index() + 1, CONFIG, new.encode(addresses))
+        self._log.append([entry])
+        self._out_entries.append(entry)
+        self._config_appended(entry)
+        if self._may_campaign():
+            self._campaign(pre_vote=self.opts.pre_vote, forced=False)
+        return entry.index
+
     def read_index(self, ctx: bytes, *, use_lease: bool = False) -> None:
         """Ask for a linearizable read point; the answer arrives as a ``ReadState`` in a later Ready.
 
@@ -916,6 +969,8 @@ class RaftNode:
         if m.group != self.group:
             raise KuduInvalidArgument(f"message for group {m.group!r} stepped into group {self.group!r}")
         if m.term > self.term:
+            if self.role is Role.LEADER and m.src not in self.config.members:
+                return  # a removed (or forced-out) server's newer term: see the module docstring
             if not self._step_newer_term(m):
                 return
         elif m.term < self.term:

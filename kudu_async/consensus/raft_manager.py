@@ -98,6 +98,14 @@ class RaftManager:
             "ChangeConfig": Method(
                 cm.ChangeConfigRequest, cm.ChangeConfigResponse, self._rpc_change_config, requires="service"
             ),
+            # An operator's last resort for a group that lost its majority (``kudu remote_replica
+            # unsafe_change_config``): it may lose committed writes, so only a superuser may ask.
+            "UnsafeChangeConfig": Method(
+                cm.UnsafeChangeConfigRequest,
+                cm.UnsafeChangeConfigResponse,
+                self._rpc_unsafe_change_config,
+                requires="superuser",
+            ),
         }
 
     def register_rpc(self, server: RpcServer) -> None:
@@ -345,6 +353,35 @@ class RaftManager:
         remaining = ctx.remaining()
         index = await replica.change_config(op, peer, address, 30.0 if remaining is None else max(0.05, remaining))
         return cm.ChangeConfigResponse(**replica.leader_hint(), config_index=index)
+
+    async def _rpc_unsafe_change_config(
+        self, request: cm.UnsafeChangeConfigRequest, ctx: CallContext
+    ) -> cm.UnsafeChangeConfigResponse:
+        """Force one replica's config (see ``RaftNode.unsafe_change_config``); every check is made before
+        anything changes: the replica exists here, the uuids are distinct members of its committed config
+        and this server stays a voter."""
+        if request.dest_uuid is not None and request.dest_uuid != self.node_uuid:
+            raise KuduInvalidArgument(
+                f"'dest_uuid': this server is {self.node_uuid}, not {request.dest_uuid}", {"field": "dest_uuid"}
+            )
+        peers = request.peers
+        if not peers:
+            raise KuduInvalidArgument("'peers': name at least this server's uuid", {"field": "peers"})
+        if len(set(peers)) != len(peers):
+            raise KuduInvalidArgument(f"'peers': a uuid is named twice in {peers}", {"field": "peers"})
+        if self.node_uuid not in peers:
+            raise KuduInvalidArgument(
+                f"'peers' must include this server {self.node_uuid}: the replica asked becomes the new config's leader",
+                {"field": "peers"},
+            )
+        replica = self.get(request.tablet_id)
+        log.warning(
+            "unsafe config change requested",
+            extra={"group": request.tablet_id, "peers": peers, "caller": request.caller_id or ctx.identity.describe()},
+        )
+        remaining = ctx.remaining()
+        out = await replica.unsafe_change_config(frozenset(peers), 10.0 if remaining is None else max(0.05, remaining))
+        return cm.UnsafeChangeConfigResponse(tablet_id=request.tablet_id, **out)
 
     async def _rpc_get_state(self, request: cm.GetStateRequest, ctx: CallContext) -> dict[str, Any]:
         if request.group is None:

@@ -457,6 +457,38 @@ class RaftReplica:
             raise KuduTimedOut(f"config change on {self.group} did not commit within {timeout_s:.1f}s") from None
         return index
 
+    async def unsafe_change_config(self, keep: frozenset[str], timeout_s: float = 10.0) -> dict[str, Any]:
+        """Force this replica's config to the members of its committed config named in ``keep`` (see
+        ``RaftNode.unsafe_change_config``); returns once the new config's entry and term are durable, so
+        the change survives a restart. The answer names the entry's index, the term and the role now."""
+        raft = self._require_running()
+        before = raft.committed_config()
+        addresses = {u: self.peers[u] for u in sorted(keep & before.members) if u in self.peers}
+        index = raft.unsafe_change_config(keep, addresses)
+        log.warning(
+            "UNSAFE config change forced on this replica",
+            extra={
+                "group": self.group,
+                "old_voters": sorted(before.voters),
+                "new_voters": sorted(raft.config.voters),
+                "index": index,
+                "term": raft.log.term_at(index),
+            },
+        )
+        self._wake.set()
+        await self.wait_for(
+            lambda r: r.state is not ReplicaState.RUNNING or (r.raft is not None and r.raft.stable_index >= index),
+            timeout_s,
+        )
+        raft = self._require_running()
+        return {
+            "config_index": index,
+            "term": raft.term,
+            "role": raft.role.value,
+            "voters": sorted(raft.config.voters),
+            "learners": sorted(raft.config.learners),
+        }
+
     async def wait_for(self, predicate: Callable[[RaftReplica], bool], timeout_s: float) -> None:
         """Wait until ``predicate(self)`` holds after some Ready (role, commit ... changes)."""
         if predicate(self):

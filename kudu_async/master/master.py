@@ -24,18 +24,17 @@ from aiohttp import web
 from kudu_async.common.errors import (
     KuduBadStatus,
     KuduConfigurationError,
-    KuduIllegalState,
     KuduInvalidArgument,
     KuduNotFound,
     KuduNotTheLeader,
     KuduTimedOut,
 )
-from kudu_async.common.retry import Backoff, BackoffPolicy
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import messages as msg
 from kudu_async.master import sys_catalog
 from kudu_async.master.catalog_manager import CatalogManager, DdlAuthorizer
+from kudu_async.master.membership import MasterMembership, catalog_summary
 from kudu_async.master.messages import MAX_DDL_WAIT_MS
 from kudu_async.master.sys_catalog import SysCatalogStateMachine
 from kudu_async.master.ts_manager import TSManager
@@ -52,7 +51,6 @@ DDL_WAIT_DEFAULT_S = MAX_DDL_WAIT_MS / 1000  # an Is*Done caller without a deadl
 # Longest a catalog read waits for a heartbeat round confirming leadership (an election timeout and a half:
 # by then a leader cut off from the majority has stepped down).
 CATALOG_READ_CONFIRM_S = 2.0
-CATALOG_PEER_BACKOFF = BackoffPolicy(initial_s=0.1, max_s=5.0)  # first start: waiting for the other masters
 
 
 class Master(Node):
@@ -79,8 +77,10 @@ class Master(Node):
         self.catalog_manager.sign_for_unauthenticated = config.values.get("rpc_authentication") == "disabled"
         self._ipki_failures = 0
         self._unsigned_warned = False
+        self.membership = MasterMembership(self)
         # Registered before the RPC port opens, so a tserver's first heartbeat never finds no method.
         serve(self.rpc_server, "Master", self.methods())
+        self.membership.copy_source.register_rpc(self.rpc_server)
 
     def methods(self) -> ServiceTable:
         """The ``Master`` protocol: each method with its request and response messages."""
@@ -130,6 +130,20 @@ class Master(Node):
                 self._rpc_get_tablet_locations,
                 requires="user",
             ),
+            # Membership of the masters' Raft config (``kudu master add|remove``): operators only.
+            "AddMaster": Method(
+                msg.AddMasterRequest, msg.AddMasterResponse, self.membership.add_master, requires="superuser"
+            ),
+            "RemoveMaster": Method(
+                msg.RemoveMasterRequest, msg.RemoveMasterResponse, self.membership.remove_master, requires="superuser"
+            ),
+            # The leader asks a master it added to copy the catalog from it.
+            "StartCatalogCopy": Method(
+                msg.StartCatalogCopyRequest,
+                msg.StartCatalogCopyResponse,
+                self.membership.start_catalog_copy,
+                requires="service",
+            ),
         }
 
     def _catalog_log_bytes(self) -> int:
@@ -174,6 +188,9 @@ class Master(Node):
         sm.path.parent.mkdir(parents=True, exist_ok=True)
         sm.load()
 
+    async def on_start(self) -> None:
+        await self.membership.start()
+
     async def on_started(self) -> None:
         if sys_catalog.GROUP not in self.raft.replicas:
             self._spawn(self._create_catalog(), "create-sys-catalog")
@@ -193,6 +210,7 @@ class Master(Node):
 
     async def on_stop(self) -> None:
         await self.catalog_manager.stop()
+        await self.membership.stop()
         for t in [*self._tasks, *self._bg]:
             t.cancel()
         await asyncio.gather(*self._tasks, *self._bg, return_exceptions=True)
@@ -200,40 +218,19 @@ class Master(Node):
             await self.catalog.snapshot()
 
     async def _create_catalog(self) -> None:
-        """First start: learn every master's uuid (they all must answer), then create the catalog group
-        with all of them as voters. Every master computes the same initial config."""
-        peers: dict[str, str] = {}
-        backoff = Backoff(CATALOG_PEER_BACKOFF)
-        for addr in self.config.masters:
-            if addr == self.rpc_address or len(self.config.masters) == 1:  # a lone master is this one
-                peers[self.uuid] = self.rpc_address
-                continue
-            while True:
-                try:
-                    st = await self.rpc_client.call(addr, "Generic", "GetStatus", {}, timeout_s=2.0)
-                    if st.get("role") != "master" or not isinstance(st.get("uuid"), str):
-                        raise KuduIllegalState(f"{addr} is not a master: {st.get('role')!r}")
-                    peers[st["uuid"]] = addr
-                    break
-                except KuduBadStatus as e:
-                    if backoff.ceiling() >= 2.0:
-                        log.warning(
-                            "waiting for master to answer before creating the catalog",
-                            extra={"master": addr, "error": str(e)},
-                        )
-                    await asyncio.sleep(backoff.next_delay())
-        if self.uuid not in peers:
-            raise KuduIllegalState(
-                f"this master's address {self.rpc_address} is not in --master-addresses {self.config.masters}"
-            )
-        if sys_catalog.GROUP not in self.raft.replicas:
-            await self.raft.create_replica(sys_catalog.GROUP, sys_catalog.KIND, peers)
-            log.info("sys catalog created", extra={"masters": sorted(peers)})
+        """First start: create the catalog group with every master of ``--master-addresses`` as a voter
+        (each master of a new cluster computes the same config), unless the masters already run one that
+        this master is to join (``membership.first_start_peers``)."""
+        peers = await self.membership.first_start_peers()
+        if peers is None or sys_catalog.GROUP in self.raft.replicas:
+            return
+        await self.raft.create_replica(sys_catalog.GROUP, sys_catalog.KIND, peers)
+        log.info("sys catalog created", extra={"masters": sorted(peers)})
 
     async def _watch_leadership(self) -> None:
         while True:
             await asyncio.sleep(0.2)
-            self.check_leadership()
+            self.membership.tick(self.check_leadership())
             try:
                 await self._ipki_tick()
                 self._ipki_failures = 0
@@ -306,21 +303,28 @@ class Master(Node):
         return {"leader_uuid": hint["leader"], "leader_address": hint["leader_address"], "term": hint["term"]}
 
     def masters(self) -> list[dict[str, Any]]:
+        """Every member of the catalog's Raft config with its role (LEADER, FOLLOWER, LEARNER: a master
+        being added) and member type; without a catalog here, ``--master-addresses`` with roles UNKNOWN."""
         r = self.catalog_replica()
         if r is None or r.raft is None:
             return [
                 {"uuid": self.uuid if a == self.rpc_address else None, "rpc_address": a, "role": "UNKNOWN"}
                 for a in self.config.masters
             ]
-        leader = r.raft.leader
-        return [
-            {
-                "uuid": u,
-                "rpc_address": a,
-                "role": "LEADER" if u == leader else "FOLLOWER" if u in r.raft.config.voters else "LEARNER",
-            }
-            for u, a in sorted(r.peers.items(), key=lambda kv: kv[1])
-        ]
+        raft = r.raft
+        leader = raft.leader
+        out = []
+        for u in raft.config.members:
+            voter = u in raft.config.voters
+            out.append(
+                {
+                    "uuid": u,
+                    "rpc_address": r.peers.get(u) or (self.rpc_address if u == self.uuid else ""),
+                    "role": "LEADER" if u == leader else "FOLLOWER" if voter else "LEARNER",
+                    "member_type": "VOTER" if voter else "NON_VOTER",
+                }
+            )
+        return sorted(out, key=lambda e: e["rpc_address"])
 
     def require_leader(self) -> None:
         """Only the catalog leader answers clients; others say who leads."""
@@ -377,6 +381,7 @@ class Master(Node):
             if self.config.enable_table_write_limit
             else UNSET,
             tsks=UNSET if tsks is None else tsks,
+            master_addresses=[e["rpc_address"] for e in self.masters() if e["rpc_address"]],
         )
 
     def _sign_for(self, req: msg.TSHeartbeatRequest, ctx: CallContext) -> tuple[Any, Any]:
@@ -587,6 +592,10 @@ class Master(Node):
             **self.leader_info(),
             "ddl_request_ids_remembered": 0 if cat is None else len(cat.requests),
             "catalog_writes_refused": 0 if cat is None else cat.conflicts,
+            # This master's catalog replica (None: it holds none, e.g. it waits to be added), and its part in
+            # master membership changes.
+            "catalog": catalog_summary(self.catalog_replica()),
+            **self.membership.status(),
         }
 
 

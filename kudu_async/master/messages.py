@@ -225,6 +225,9 @@ class TSHeartbeatResponse(Message, frozen=True):
     ca_cert_pem: bytes | Unset = UNSET
     # The public halves of the token-signing keys, when the tserver's tsk_seq is behind the leader's.
     tsks: list[dict[str, Any]] | Unset = UNSET
+    # The leader's answer: the RPC address of every master in the catalog's Raft config, so tservers
+    # heartbeat masters added (and stop heartbeating masters removed) without a restart.
+    master_addresses: list[str] | Unset = UNSET
 
 
 # --- DDL ---------------------------------------------------------------------------------------------------
@@ -435,7 +438,8 @@ class GetTabletLocationsResponse(Message, frozen=True):
 class MasterEntry(Message, frozen=True):
     uuid: str | None
     rpc_address: str
-    role: str
+    role: str  # LEADER, FOLLOWER, LEARNER (a master being added) or UNKNOWN (no catalog here)
+    member_type: str | Unset = UNSET  # VOTER or NON_VOTER, as Kudu's ListMasters
 
 
 class ConnectToMasterResponse(Message, frozen=True):
@@ -479,3 +483,69 @@ class ChangeTServerStateResponse(Message, frozen=True):
     uuid: str
     state: str
     changed: bool
+
+
+# --- master membership --------------------------------------------------------------------------------------
+
+
+def _check_address(value: str, field: str) -> None:
+    try:
+        host, port = parse_hostport(value)
+    except ValueError as e:
+        raise KuduInvalidArgument(f"'{field}': {e}", {"field": field}) from None
+    if not host or port <= 0:
+        raise KuduInvalidArgument(f"'{field}': expected host:port with a port, got {value!r}", {"field": field})
+
+
+class AddMasterRequest(Message, frozen=True):
+    """Add the master serving at ``rpc_address`` (started with an empty data directory) to the catalog's
+    Raft config: as a learner, filled by a copy of the catalog, promoted to voter once caught up."""
+
+    rpc_address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
+
+    def __post_init__(self) -> None:
+        _check_address(self.rpc_address, "rpc_address")
+
+
+class AddMasterResponse(Message, frozen=True):
+    """``already_present``: that master was a member already (the add is idempotent); ``member_type`` is
+    what it is now (NON_VOTER until its copy has caught up and the leader promotes it)."""
+
+    uuid: str
+    rpc_address: str
+    member_type: str
+    config_index: int
+    already_present: bool = False
+
+
+class RemoveMasterRequest(Message, frozen=True):
+    """Remove the master at ``rpc_address`` (``master_uuid`` tells apart masters sharing an address)."""
+
+    rpc_address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
+    master_uuid: Id | None = None
+
+    def __post_init__(self) -> None:
+        _check_address(self.rpc_address, "rpc_address")
+
+
+class RemoveMasterResponse(Message, frozen=True):
+    uuid: str
+    rpc_address: str
+    config_index: int
+
+
+class StartCatalogCopyRequest(Message, frozen=True):
+    """Sent by the leader master to a master it added whose catalog is missing or behind its log: copy
+    the catalog from ``source_address`` (the leader, in ``caller_term``)."""
+
+    source_uuid: Id
+    source_address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
+    caller_term: NonNegInt
+
+    def __post_init__(self) -> None:
+        _check_address(self.source_address, "source_address")
+
+
+class StartCatalogCopyResponse(Message, frozen=True):
+    started: bool
+    reason: str | Unset = UNSET

@@ -339,6 +339,29 @@ class MiniCluster:
             self.wait_healthy(n)
         return n
 
+    def plan_masters(self, count: int) -> list[NodeProcess]:
+        """Make ``count`` more masters (next indexes, fresh ports and data directories) part of the cluster,
+        not started: ``master_addresses`` names them from now on, so each starts (``restart_node``) with the
+        full list as ``kudu master add`` wants, and joins once that verb adds it."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        extra = list(self.masters[0].extra_flags) if self.masters else []
+        planned = []
+        for _ in range(count):
+            index = max((m.index for m in self.masters), default=-1) + 1
+            n = NodeProcess(
+                "master",
+                index,
+                self.base_dir / f"master-{index}",
+                self._fresh_port(),
+                self._fresh_port(),
+                list(extra),
+                https=self.encryption == "required",
+            )
+            self.masters.append(n)
+            planned.append(n)
+        return planned
+
     def _fresh_port(self) -> int:
         """A free loopback port no node of this cluster was given."""
         while True:

@@ -21,6 +21,10 @@ carries it; the leader's answer with ``cert_pem`` and ``ca_cert_pem`` goes to ``
 
 The leader master's ``tablets_to_delete`` go to ``on_delete``, each in its own task so slow tablet work
 never delays a heartbeat; their exceptions are logged, not fatal.
+
+The leader's answer also lists every master of the catalog's Raft config (``master_addresses``): a master
+added there gets its own heartbeat task (registration and a full report first), and one removed loses
+its task, so masters join and leave without a tserver restart.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class _MasterState:
     master_uuid: str | None = None
     task: asyncio.Task[None] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)  # mark_dirty since the last report
+    retired: bool = False  # no longer a master of the cluster: its loop ends
 
 
 class _BadAnswer(KuduRemoteError):
@@ -100,6 +105,9 @@ def _check_response(resp: Any) -> dict[str, Any]:
                 f"TSHeartbeat answer: tablets_to_delete[{i}] needs tablet_id, reason and "
                 f"delete_type in {DELETE_TYPES}: {item!r:.200}"
             )
+    masters = resp.get("master_addresses", [])
+    if not isinstance(masters, list) or not all(isinstance(a, str) and a for a in masters):
+        raise _BadAnswer("TSHeartbeat answer: master_addresses must be a list of addresses")
     limited = resp.get("write_limited_tables", [])
     if not isinstance(limited, list) or not all(isinstance(t, str) for t in limited):
         raise _BadAnswer("TSHeartbeat answer: write_limited_tables must be a list of table ids")
@@ -168,6 +176,7 @@ class Heartbeater:
         self.rpc_timeout_s = options.rpc_timeout_s
         self.max_backoff_s = max(options.max_backoff_s, options.interval_s)
         self._masters = [_MasterState(a) for a in addrs]
+        self._retired: list[_MasterState] = []  # removed masters whose loop may still be finishing a call
         self._gen = itertools.count(1)
         self._started = False
         self._stopping = False
@@ -204,7 +213,7 @@ class Heartbeater:
     async def stop(self) -> None:
         """Cancel every master's task and running callbacks, and wait for them (in-flight calls are abandoned)."""
         self._stopping = True
-        running = [(m.address, m.task) for m in self._masters if m.task is not None]
+        running = [(m.address, m.task) for m in [*self._masters, *self._retired] if m.task is not None]
         running += [("callback", t) for t in self._callback_tasks]
         for _, t in running:
             t.cancel()
@@ -212,8 +221,12 @@ class Heartbeater:
         for (what, _), r in zip(running, results, strict=True):
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 log.error("heartbeat task ended with an error", extra={"task": what, "error": repr(r)})
-        for m in self._masters:
+        for m in [*self._masters, *self._retired]:
             m.task = None
+
+    def master_addresses(self) -> list[str]:
+        """The masters heartbeated now (the configured ones, then as the leader lists them)."""
+        return [m.address for m in self._masters]
 
     def status(self) -> list[dict[str, Any]]:
         """Per master, for ``/api/v1/status``: is it hearing from us, and is it the leader."""
@@ -261,7 +274,7 @@ class Heartbeater:
 
     async def _supervise(self, m: _MasterState) -> None:
         """Run the master's loop; restart it (after backoff) if it fails unexpectedly."""
-        while not self._stopping:
+        while not self._stopping and not m.retired:
             try:
                 await self._run(m)
             except asyncio.CancelledError:
@@ -272,7 +285,7 @@ class Heartbeater:
 
     async def _run(self, m: _MasterState) -> None:
         loop = asyncio.get_running_loop()
-        while not self._stopping:
+        while not self._stopping and not m.retired:
             started = loop.time()
             try:
                 asap = await self._heartbeat(m)
@@ -384,7 +397,10 @@ class Heartbeater:
             request["tsk_seq"] = self.token_verifier.max_seq
 
     def _take_leader_answer(self, m: _MasterState, resp: dict[str, Any]) -> None:
-        """What only the leader sends: verification keys, write limits, a certificate, tablet requests."""
+        """What only the leader sends: verification keys, write limits, a certificate, tablet requests,
+        the masters' addresses."""
+        if resp.get("master_addresses"):
+            self._follow_masters(resp["master_addresses"])
         if self.token_verifier is not None and resp["tsks"]:
             self.token_verifier.add(resp["tsks"])
             self.token_verifier.drop_expired(time.time())
@@ -393,6 +409,35 @@ class Heartbeater:
         if "cert_pem" in resp and self.on_certificate is not None:
             self._take_certificate(m, resp)
         self._dispatch_callbacks(m, resp)
+
+    def _follow_masters(self, addresses: list[str]) -> None:
+        """Heartbeat exactly the masters the leader lists: start a loop for each new one, end the loop of
+        each one no longer listed (a call it has in flight finishes or times out)."""
+        wanted = list(dict.fromkeys(addresses))
+        current = {m.address: m for m in self._masters}
+        if set(wanted) == set(current) or self._stopping:
+            return
+        log.info("the masters changed", extra={"before": sorted(current), "after": wanted})
+        loop = asyncio.get_running_loop()
+        kept: list[_MasterState] = []
+        for address in wanted:
+            m = current.get(address)
+            if m is None:
+                m = _MasterState(address)
+                m.task = loop.create_task(self._supervise(m), name=f"heartbeat {address}")
+            kept.append(m)
+        for address, m in current.items():
+            if address not in wanted:
+                m.retired = True
+                m.changed.set()
+                self._retired.append(m)
+                if m.task is not None:
+                    m.task.add_done_callback(functools.partial(self._forget_retired, m))
+        self._masters = kept
+
+    def _forget_retired(self, m: _MasterState, task: asyncio.Task[None]) -> None:
+        if m in self._retired:
+            self._retired.remove(m)
 
     def _take_certificate(self, m: _MasterState, resp: dict[str, Any]) -> None:
         cert, ca_cert = resp.get("cert_pem"), resp.get("ca_cert_pem")

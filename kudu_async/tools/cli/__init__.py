@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from kudu_async.tools.cli import framework
 from kudu_async.tools.cli import master as _master  # noqa: F401  (registers its verbs)
+from kudu_async.tools.cli import master_membership as _master_membership  # noqa: F401  (registers its verbs)
+from kudu_async.tools.cli import unsafe as _unsafe  # noqa: F401  (registers its verbs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

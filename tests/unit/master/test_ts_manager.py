@@ -372,6 +372,7 @@ async def test_service_registration_reports_and_reregistration(master_node: Mast
         "needs_reregister": False,
         "needs_full_report": True,
         "tablets_to_delete": [],
+        "master_addresses": [addr],  # every master of the catalog's config, so tservers follow changes
     }
     assert master_node.ts_manager.tablets() == []
     resp = await hb(report=report(1, [tablet("t1")], full=True))
