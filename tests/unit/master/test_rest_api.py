@@ -17,14 +17,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from kudu_async.common import types as T
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotAuthorized, KuduNotTheLeader
 from kudu_async.common.schema import Schema
 from kudu_async.master import messages as msg
 from kudu_async.master import rest_api as ra
 from kudu_async.master import rest_bodies as rb
+from kudu_async.rpc.messages import Method, ServiceTable
+from kudu_async.rpc.server import CallContext
 from kudu_async.security.acl import Acls
 from kudu_async.security.identity import Identity
 from kudu_async.server.admin import AdminAuth, build_admin_app, checks_own_privileges
+from kudu_async.server.config import NodeConfig
 
 # Kudu's own REST test table (rest_catalog-test.cc), as its POST body.
 KUDU_TABLE = {
@@ -436,3 +439,149 @@ async def test_a_page_that_checks_its_callers_needs_a_user_not_a_superuser(admin
     assert (await admin.post("/plain", headers=as_("admin"))).status == 200
     assert (await admin.post("/own", headers=as_("eve"))).status == 403  # outside the user ACL
     assert (await admin.post("/own")).status == 401
+
+
+# --- the handlers over a master's service: the RPC server's checks, errors, audit lines --------------------
+
+
+class _Master:
+    """The parts of a master the REST API uses; its service has the two methods these tests call."""
+
+    uuid = "m-1"
+    http_address = "127.0.0.1:8051"
+    http_scheme = "http"
+    rpc_client = None
+    catalog_manager = None
+
+    def __init__(self, authentication: str, leads: bool = True) -> None:
+        self.config = NodeConfig(
+            {"rpc_authentication": authentication, "rest_catalog_default_request_timeout_ms": 1000}
+        )
+        self.acls = Acls.from_flags(
+            user_acl="alice",
+            superuser_acl="admin",
+            service_acl="kudu",
+            authentication_required=authentication == "required",
+        )
+        self.leads = leads
+        self.audited: list[dict[str, Any]] = []
+        self.contexts: list[CallContext] = []
+
+    def methods(self) -> ServiceTable:
+        return {
+            "ListTables": Method(msg.ListTablesRequest, msg.ListTablesResponse, self._list, requires="user"),
+            "CreateTable": Method(msg.CreateTableRequest, msg.TableIdResponse, self._create, requires="user"),
+        }
+
+    async def _list(self, req: msg.ListTablesRequest, ctx: CallContext) -> msg.ListTablesResponse:
+        self.contexts.append(ctx)
+        if not self.leads:
+            raise KuduNotTheLeader("master m-1 is not the catalog leader", self.leader_info())
+        return msg.ListTablesResponse(tables=[msg.TableEntry(name="t", table_id="ab" * 16, state="RUNNING")])
+
+    async def _create(self, req: msg.CreateTableRequest, ctx: CallContext) -> msg.TableIdResponse:
+        self.contexts.append(ctx)
+        raise KuduNotAuthorized(
+            f"{ctx.identity.describe()} is not authorized to create table {req.name}", {"table": req.name}
+        )
+
+    def is_catalog_leader(self) -> bool:
+        return self.leads
+
+    def leader_info(self) -> dict[str, Any]:
+        return {"leader_uuid": self.uuid if self.leads else None, "leader_address": None, "term": 1}
+
+    def audit(self, line: dict[str, Any]) -> None:
+        self.audited.append(line)
+
+
+class _RestNode(_Node):
+    def __init__(self, master: _Master) -> None:
+        super().__init__()
+        self.master = master
+
+    def add_admin_routes(self, app: web.Application) -> None:
+        ra.add_routes(app, self.master)  # type: ignore[arg-type]
+
+
+async def _rest_client(master: _Master, auth: AdminAuth) -> TestClient[Any, Any]:
+    client = TestClient(TestServer(build_admin_app(_RestNode(master), auth)))  # type: ignore[arg-type]
+    await client.start_server()
+    return client
+
+
+async def test_open_pages_do_not_open_the_catalog_when_rpcs_need_authentication() -> None:
+    master = _Master("required")
+    client = await _rest_client(master, AdminAuth(Acls.open(), None))
+    try:
+        r = await client.get("/api/v1/tables")
+        body = await r.json()
+        assert r.status == 403 and body["code"] == "NOT_AUTHORIZED" and "authenticated" in body["error"]
+        assert master.contexts == []  # refused before the handler, as the RPC server refuses
+        [line] = master.audited
+        assert (line["method"], line["allowed"], line["user"]) == ("REST/ListTables", False, "")
+    finally:
+        await client.close()
+
+
+async def test_the_methods_acl_applies_and_an_allowed_caller_reaches_the_handler() -> None:
+    master = _Master("optional")
+    client = await _rest_client(master, AdminAuth(Acls.open(), None))
+    try:
+        r = await client.get("/api/v1/tables")  # anonymous: outside --user-acl alice
+        assert r.status == 403 and "requires a user" in (await r.json())["error"]
+    finally:
+        await client.close()
+    master = _Master("required")
+    acls = Acls.from_flags(user_acl="alice", superuser_acl="admin", service_acl="kudu", authentication_required=True)
+    client = await _rest_client(master, AdminAuth(acls, None, bearer=lambda token: Identity(token, "jwt")))
+    try:
+        r = await client.get("/api/v1/tables", headers={"authorization": "Bearer alice"})
+        assert r.status == 200 and await r.json() == {"tables": [{"table_id": "ab" * 16, "table_name": "t"}]}
+        [ctx] = master.contexts
+        assert (ctx.identity, ctx.full_method, ctx.deadline is not None) == (
+            Identity("alice", "jwt"),
+            "REST/ListTables",
+            True,
+        )
+        # The handler's privilege refusal: 403 in Kudu's shape, audited.
+        r = await client.post("/api/v1/tables", json=KUDU_TABLE, headers={"authorization": "Bearer alice"})
+        body = await r.json()
+        assert (
+            r.status == 403 and body["error"] == body["message"] == "alice is not authorized to create table test_table"
+        )
+        assert master.audited[-1]["object"] == "test_table" and master.audited[-1]["allowed"] is False
+        # Refused before any handler: no such method, no body, not JSON, not JSON at all.
+        cases: list[tuple[str, bytes | None, str | None, int]] = [
+            ("DELETE", None, None, 405),
+            ("POST", None, None, 411),
+            ("POST", b"name=t", "application/x-www-form-urlencoded", 415),
+            ("POST", b"{", "application/json", 400),
+        ]
+        for method, data, content_type, status in cases:
+            headers = {"authorization": "Bearer alice"}
+            if content_type is not None:
+                headers["content-type"] = content_type
+            r = await client.request(method, "/api/v1/tables", headers=headers, data=data)
+            assert r.status == status, (method, status, await r.text())
+            assert (await r.json())["error"]
+        assert len(master.contexts) == 2
+    finally:
+        await client.close()
+
+
+async def test_a_master_that_does_not_lead_answers_503() -> None:
+    master = _Master("optional", leads=False)
+    client = await _rest_client(master, AdminAuth(Acls.open(), None))
+    master.acls = Acls.open()
+    try:
+        r = await client.get("/api/v1/tables")
+        body = await r.json()
+        assert r.status == 503 and body["code"] == "NOT_THE_LEADER" and "leader" not in body  # none known
+        r = await client.get("/api/v1/leader")
+        assert r.status == 503 and (await r.json())["error"] == "No leader master found"
+        master.leads = True
+        r = await client.get("/api/v1/leader")
+        assert r.status == 200 and await r.json() == {"leader": "http://127.0.0.1:8051"}
+    finally:
+        await client.close()
