@@ -634,7 +634,9 @@ class RestApi:
     async def answer(self, request: web.Request, ops: Mapping[str, Operation]) -> web.StreamResponse:
         op = ops.get(request.method)
         if op is None:
-            return error_response(405, "METHOD_NOT_ALLOWED", "Method not allowed", {"allowed": sorted(ops)})
+            refused = error_response(405, "METHOD_NOT_ALLOWED", "Method not allowed", {"allowed": sorted(ops)})
+            refused.headers["Allow"] = ", ".join(sorted(ops))
+            return refused
         try:
             return await op(request)
         except _HttpError as e:
@@ -903,9 +905,9 @@ def openapi_spec() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
         (*rb.REQUEST_TYPES, *rb.RESPONSE_TYPES), ref_template="#/components/schemas/{name}"
     )
-    for schema in components.values():  # docstrings as one line each, without their indentation
+    for schema in components.values():  # docstrings as one line each, without indentation or reST quoting
         if "description" in schema:
-            schema["description"] = " ".join(schema["description"].split())
+            schema["description"] = " ".join(schema["description"].split()).replace("``", "`")
     return {
         "openapi": "3.0.3",
         "info": {

@@ -175,14 +175,20 @@ class TableIdentifier(Body, frozen=True):
 
 
 class AddColumn(Body, frozen=True):
+    """ADD_COLUMN: a new non-key column, nullable or with a default."""
+
     schema: ColumnSchema
 
 
 class DropColumn(Body, frozen=True):
+    """DROP_COLUMN: a non-key column by name."""
+
     name: Name
 
 
 class RenameColumn(Body, frozen=True):
+    """RENAME_COLUMN: a column's new name."""
+
     old_name: Name
     new_name: Name
 
@@ -202,6 +208,8 @@ class ColumnSchemaDelta(Body, frozen=True):
 
 
 class AlterColumn(Body, frozen=True):
+    """ALTER_COLUMN: what changes of one column."""
+
     delta: ColumnSchemaDelta
 
 
@@ -245,6 +253,8 @@ class AlterTableRequest(Body, frozen=True):
 
 
 class TableInfo(Body, frozen=True):
+    """One table of the list."""
+
     table_id: Annotated[str, Meta(pattern=TABLE_ID_PATTERN)]
     table_name: str
 
