@@ -567,7 +567,8 @@ class Master(Node):
         app.router.add_get("/api/v1/masters", _masters_page)
         app.router.add_get("/api/v1/catalog/tables", _tables_page)
         app.router.add_get("/api/v1/catalog/tables/{name}", _table_page)
-        rest_api.add_routes(app, self)
+        if self.config.enable_rest_api:
+            rest_api.add_routes(app, self)
         for path in ("/ipki-ca-cert", "/ipki-ca-cert-pem", "/ipki-ca-cert-der"):
             app.router.add_get(path, _ipki_ca_cert_page)
 

@@ -444,6 +444,14 @@ FLAGS: tuple[Flag, ...] = (
         check=_non_negative,
     ),
     Flag(
+        "enable_rest_api",
+        _to_bool,
+        True,
+        "Master: serve Kudu's REST catalog API (/api/v1/leader, /api/v1/tables, /api/v1/spec, /api/docs). "
+        "Default true (Kudu's is false): its DDL runs the master's RPCs as the page's user, under the same "
+        "ACLs and table privileges, so it opens nothing the RPC port does not.",
+    ),
+    Flag(
         "rest_catalog_default_request_timeout_ms",
         _to_int,
         30000,

@@ -336,6 +336,12 @@ def test_no_leader_answers_503(cluster: MiniCluster, api: Api) -> None:
     err = api.expect(503, leader, "GET", "/api/v1/leader")
     assert err["error"] == "No leader master found"
     api.expect(503, leader, "GET", "/api/v1/tables")
+    # A master started with --enable-rest-api=false serves none of it.
+    off = next(m for m in cluster.masters if m is not leader)
+    off.extra_flags.append("--enable-rest-api=false")
+    cluster.restart_node(off)
+    assert [api.raw(off, "GET", p)[0] for p in ("/api/v1/leader", "/api/v1/tables", "/api/v1/spec")] == [404] * 3
+    assert api.raw(off, "GET", "/api/v1/status")[0] == 200
 
 
 def test_every_documented_answer_was_seen() -> None:
