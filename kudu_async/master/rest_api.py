@@ -294,18 +294,35 @@ def schema_in(s: rb.TableSchema) -> dict[str, Any]:
     return schema
 
 
-def _column_ref(ref: rb.ColumnIdentifier, names: list[str], path: str) -> str:
-    """A partition column by name, or by id (a new table's columns get ids 0, 1, ... in order)."""
+def _column_ref(ref: rb.ColumnIdentifier, by_id: Mapping[int, str], path: str) -> str:
+    """A partition column by name, or by its id (``by_id``: a new table's columns get ids 0, 1, ... in
+    order; an existing table's are the master's)."""
     if (ref.id is UNSET) == (ref.name is UNSET):
         raise _bad(path, "name the column by 'name' or by 'id' (one of them)")
     if ref.id is not UNSET:
-        if ref.id >= len(names):
+        if ref.id not in by_id:
             raise _bad(f"{path}.id", f"no column has id {ref.id}")
-        return names[ref.id]
+        return by_id[ref.id]
     assert ref.name is not UNSET
-    if ref.name not in names:
+    if ref.name not in by_id.values():
         raise _bad(f"{path}.name", f"no column named {ref.name!r}")
     return ref.name
+
+
+def _hash_in(hashes: list[rb.HashBucketSchema], by_id: Mapping[int, str], path: str) -> list[dict[str, Any]]:
+    """Hash dimensions as the catalog's partition schema holds them."""
+    return [
+        {
+            "columns": [_column_ref(c, by_id, f"{path}[{i}].columns[{j}]") for j, c in enumerate(h.columns)],
+            "num_buckets": h.num_buckets,
+            "seed": h.seed,
+        }
+        for i, h in enumerate(hashes)
+    ]
+
+
+def _ids_of_new(schema: Mapping[str, Any]) -> dict[int, str]:
+    return {i: c["name"] for i, c in enumerate(schema["columns"])}
 
 
 def partition_in(p: rb.PartitionSchema, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -313,38 +330,32 @@ def partition_in(p: rb.PartitionSchema, schema: Mapping[str, Any]) -> dict[str, 
     if p.custom_hash_schema_ranges is not UNSET and p.custom_hash_schema_ranges:
         raise _bad(
             "partition_schema.custom_hash_schema_ranges",
-            "ranges with their own hash schema need encoded bounds, which the REST API does not take; "
-            "use the kudu tool or a client",
+            "ranges with their own hash schema take encoded bounds there: give each of 'range_bounds' its "
+            "'hash_schema' instead",
         )
-    names = [c["name"] for c in schema["columns"]]
-    dims = [
-        {
-            "columns": [
-                _column_ref(c, names, f"partition_schema.hash_schema[{i}].columns[{j}]")
-                for j, c in enumerate(h.columns)
-            ],
-            "num_buckets": h.num_buckets,
-            "seed": h.seed,
-        }
-        for i, h in enumerate(p.hash_schema or [])
-    ]
+    by_id = _ids_of_new(schema)
+    dims = _hash_in(p.hash_schema or [], by_id, "partition_schema.hash_schema")
     if p.range_schema is UNSET:
-        ranges = names[: schema["num_key_columns"]]
+        ranges = [c["name"] for c in schema["columns"][: schema["num_key_columns"]]]
     else:
         ranges = [
-            _column_ref(c, names, f"partition_schema.range_schema.columns[{j}]")
+            _column_ref(c, by_id, f"partition_schema.range_schema.columns[{j}]")
             for j, c in enumerate(p.range_schema.columns)
         ]
     return {"hash_dimensions": dims, "range_columns": ranges}
 
 
-def _bound_in(b: rb.RangeBound | rb.RangePartition) -> dict[str, Any]:
-    return {
+def _bound_in(b: rb.RangeBound | rb.RangePartition, by_id: Mapping[int, str], path: str) -> dict[str, Any]:
+    """A range partition as the catalog's requests take it, with its own hash schema if it has one."""
+    out: dict[str, Any] = {
         "lower": b.lower,
         "upper": b.upper,
         "lower_bound_type": b.lower_bound_type,
         "upper_bound_type": b.upper_bound_type,
     }
+    if b.hash_schema is not UNSET:
+        out["hash_dimensions"] = _hash_in(b.hash_schema, by_id, f"{path}.hash_schema")
+    return out
 
 
 def create_request(body: rb.CreateTableRequest, user: str) -> msg.CreateTableRequest:
@@ -358,13 +369,17 @@ def create_request(body: rb.CreateTableRequest, user: str) -> msg.CreateTableReq
         raise _bad("extra_configs", "table extra configuration is not supported")
     schema = schema_in(body.schema)
     pschema = partition_in(body.partition_schema, schema)
+    ranges = None
+    if body.range_bounds is not UNSET:
+        by_id = _ids_of_new(schema)
+        ranges = [_bound_in(b, by_id, f"range_bounds[{i}]") for i, b in enumerate(body.range_bounds)]
     owner = body.owner if body.owner is not UNSET else user
     return msg.CreateTableRequest(
         name=body.name,
         schema=schema,
         partition_schema=pschema,
         num_replicas=body.num_replicas,
-        range_bounds=[_bound_in(b) for b in body.range_bounds] if body.range_bounds is not UNSET else None,
+        range_bounds=ranges,
         split_rows=list(body.split_rows) if body.split_rows is not UNSET else None,
         owner=owner or None,
         comment=body.comment if body.comment is not UNSET else None,
@@ -435,7 +450,10 @@ def step_in(s: rb.AlterTableStep, path: str, columns: Mapping[str, Mapping[str, 
             f"{path}.{field}.range_bounds",
             "encoded row operations are not taken over REST: give 'lower' and 'upper' as JSON rows",
         )
-    return [{"type": kind, **_bound_in(payload)}]
+    if kind == "DROP_RANGE_PARTITION" and payload.hash_schema is not UNSET:
+        raise _bad(f"{path}.{field}.hash_schema", "a range to drop is found by its bounds alone")
+    by_id = {int(c["id"]): name for name, c in columns.items() if c.get("id") is not None}
+    return [{"type": kind, **_bound_in(payload, by_id, f"{path}.{field}")}]
 
 
 def _follow(columns: dict[str, Mapping[str, Any]], steps: list[dict[str, Any]]) -> None:

@@ -144,12 +144,14 @@ class PartitionSchema(Body, frozen=True):
 
 
 class RangeBound(Body, frozen=True):
-    """A range partition by its bounds as JSON rows; a missing bound is unbounded on that side."""
+    """A range partition by its bounds as JSON rows (a missing bound is unbounded on that side), with its own
+    hash schema if it has one (Kudu's custom hash schema of a range)."""
 
     lower: Row | None = None
     upper: Row | None = None
     lower_bound_type: BoundType = "inclusive"
     upper_bound_type: BoundType = "exclusive"
+    hash_schema: Annotated[list[HashBucketSchema], Meta(min_length=1)] | UnsetType = UNSET
 
 
 class CreateTableRequest(Body, frozen=True):
@@ -214,12 +216,14 @@ class AlterColumn(Body, frozen=True):
 
 
 class RangePartition(Body, frozen=True):
-    """A range partition step's bounds as JSON rows (Kudu's encoded ``range_bounds`` are refused)."""
+    """A range partition step's bounds as JSON rows (Kudu's encoded ``range_bounds`` are refused); an added
+    range may have its own hash schema (a dropped one is found by its bounds)."""
 
     lower: Row | None = None
     upper: Row | None = None
     lower_bound_type: BoundType = "inclusive"
     upper_bound_type: BoundType = "exclusive"
+    hash_schema: Annotated[list[HashBucketSchema], Meta(min_length=1)] | UnsetType = UNSET
     range_bounds: Any | UnsetType = UNSET
 
 

@@ -276,6 +276,26 @@ def test_get_alter_and_delete_a_table(cluster: MiniCluster, api: Api) -> None:
     assert status == 405 and json.loads(body)["error"] == "Method not allowed"
 
 
+def test_range_partitions_with_their_own_hash_schemas(cluster: MiniCluster, api: Api) -> None:
+    leader = _leader(cluster)
+    body = _table_body("rest_r")
+    body["partition_schema"]["range_schema"] = {"columns": [{"name": "key"}]}
+    hashed = [{"columns": [{"name": "key"}], "num_buckets": 3}]
+    body["range_bounds"] = [{"lower": {"key": 0}, "upper": {"key": 100}, "hash_schema": hashed}]
+    table_id = api.expect(201, leader, "POST", "/api/v1/tables", body=body)["id"]
+
+    def tablets() -> int:
+        return len(cluster.http_json(leader, "/api/v1/catalog/tables/rest_r")["tablets"])
+
+    assert tablets() == 3
+    steps = [
+        {"type": "ADD_RANGE_PARTITION", "add_range_partition": {"lower": {"key": 100}, "upper": {"key": 200}}},
+        {"type": "DROP_RANGE_PARTITION", "drop_range_partition": {"lower": {"key": 0}, "upper": {"key": 100}}},
+    ]
+    api.expect(200, leader, "PUT", f"/api/v1/tables/{table_id}", body={"alter_schema_steps": steps})
+    assert tablets() == 2  # the table's own hash schema: 2 buckets
+
+
 def test_followers_answer_503_naming_the_leader(cluster: MiniCluster, api: Api) -> None:
     leader = _leader(cluster)
     table_id = api.expect(201, leader, "POST", "/api/v1/tables", body=_table_body("rest_f"))["id"]

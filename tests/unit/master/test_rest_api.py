@@ -291,6 +291,26 @@ def test_kudus_alter_steps_become_the_catalogs() -> None:
     ]
 
 
+def test_ranges_with_their_own_hash_schema() -> None:
+    hashed = [{"columns": [{"name": "key"}], "num_buckets": 3, "seed": 1}]
+    req = _create(_with(range_bounds=[{"lower": {"key": 0}, "upper": {"key": 10}, "hash_schema": hashed}]))
+    assert req.range_bounds is not None
+    assert req.range_bounds[0]["hash_dimensions"] == [{"columns": ["key"], "num_buckets": 3, "seed": 1}]
+    table = _schema_response(req, "ab" * 16)  # column ids 0 (key) and 1 (int_val)
+    by_id = [{"columns": [{"id": 0}], "num_buckets": 2}]
+    step = {"type": "ADD_RANGE_PARTITION", "add_range_partition": {"lower": {"key": 10}, "hash_schema": by_id}}
+    [added] = (
+        ra.alter_request(ra.parse_body({"alter_schema_steps": [step]}, rb.AlterTableRequest), table).alter_schema_steps
+        or []
+    )
+    assert added["hash_dimensions"] == [{"columns": ["key"], "num_buckets": 2, "seed": 0}]
+    with pytest.raises(KuduInvalidArgument, match="no column has id 7"):
+        _create(_with(range_bounds=[{"hash_schema": [{"columns": [{"id": 7}], "num_buckets": 2}]}]))
+    drop = {"type": "DROP_RANGE_PARTITION", "drop_range_partition": {"lower": {"key": 10}, "hash_schema": by_id}}
+    with pytest.raises(KuduInvalidArgument, match="bounds alone"):
+        ra.alter_request(ra.parse_body({"alter_schema_steps": [drop]}, rb.AlterTableRequest), table)
+
+
 BAD_ALTERS: list[tuple[dict[str, Any], str, str]] = [
     ({"table": {"table_name": "other"}}, "table.table_name", "not the name"),
     ({"table": {"table_id": "cd" * 16}}, "table.table_id", "not the path's"),
