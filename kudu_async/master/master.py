@@ -32,7 +32,7 @@ from kudu_async.common.errors import (
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import messages as msg
-from kudu_async.master import sys_catalog
+from kudu_async.master import rest_api, sys_catalog
 from kudu_async.master.catalog_manager import CatalogManager, DdlAuthorizer
 from kudu_async.master.membership import MasterMembership, catalog_summary
 from kudu_async.master.messages import MAX_DDL_WAIT_MS
@@ -574,10 +574,11 @@ class Master(Node):
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/api/v1/tservers", _tservers_page)
         app.router.add_get("/tablet-servers", _tservers_page)
-        app.router.add_get("/api/v1/leader", _leader_page)
         app.router.add_get("/api/v1/masters", _masters_page)
-        app.router.add_get("/api/v1/tables", _tables_page)
-        app.router.add_get("/api/v1/tables/{name}", _table_page)
+        app.router.add_get("/api/v1/catalog/tables", _tables_page)
+        app.router.add_get("/api/v1/catalog/tables/{name}", _table_page)
+        if self.config.enable_rest_api:
+            rest_api.add_routes(app, self)
         for path in ("/ipki-ca-cert", "/ipki-ca-cert-pem", "/ipki-ca-cert-der"):
             app.router.add_get(path, _ipki_ca_cert_page)
 
@@ -590,6 +591,8 @@ class Master(Node):
             "num_dead_tservers": len(ds) - live,
             "is_leader": self.is_catalog_leader(),
             **self.leader_info(),
+            # This master's web address as other masters hand it out (Kudu's /api/v1/leader).
+            "http_url": f"{self.http_scheme}://{self.http_address}",
             "ddl_request_ids_remembered": 0 if cat is None else len(cat.requests),
             "catalog_writes_refused": 0 if cat is None else cat.conflicts,
             # This master's catalog replica (None: it holds none, e.g. it waits to be added), and its part in
@@ -606,12 +609,6 @@ async def _tservers_page(request: web.Request) -> web.Response:
     return web.json_response(master.tserver_descriptors())
 
 
-async def _leader_page(request: web.Request) -> web.Response:
-    """``GET /api/v1/leader``: the catalog leader as this master knows it."""
-    master = node_as(request, Master)
-    return web.json_response(master.leader_info())
-
-
 async def _masters_page(request: web.Request) -> web.Response:
     """``GET /api/v1/masters``: uuid, RPC address and Raft role of every master."""
     master = node_as(request, Master)
@@ -619,7 +616,8 @@ async def _masters_page(request: web.Request) -> web.Response:
 
 
 async def _tables_page(request: web.Request) -> web.Response:
-    """``GET /api/v1/tables``: every table in the catalog (any master; followers may lag)."""
+    """``GET /api/v1/catalog/tables``: every table record in this master's catalog, whatever its state
+    (any master; followers may lag). Kudu's ``/api/v1/tables`` is the leader's list (``rest_api.py``)."""
     master = node_as(request, Master)
     tables = [
         {
@@ -636,7 +634,7 @@ async def _tables_page(request: web.Request) -> web.Response:
 
 
 async def _table_page(request: web.Request) -> web.Response:
-    """``GET /api/v1/tables/{name}``: schema, partitioning and each tablet with its replicas and leader."""
+    """``GET /api/v1/catalog/tables/{name}``: the table record, and each tablet with its replicas and leader."""
     master = node_as(request, Master)
     cm = master.catalog_manager
     t = cm.find_table(request.match_info["name"])

@@ -320,9 +320,20 @@ AUTH_KEY: web.AppKey[AdminAuth] = web.AppKey("auth")
 IDENTITY_KEY: web.RequestKey[Identity] = web.RequestKey("identity", Identity)
 
 
+_OWN_CHECKS = "_admin_checks_own_privileges"
+
+
+def checks_own_privileges(handler: Handler) -> Handler:
+    """Mark a page whose state changes check the caller themselves (the REST catalog API, by the table
+    privileges of the RPCs it runs): the middleware then asks only for a user, not a superuser."""
+    setattr(handler, _OWN_CHECKS, True)
+    return handler
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Require credentials for every page but the open ones, and a superuser for state changes."""
+    """Require credentials for every page but the open ones, and a superuser for state changes (a user
+    for the pages that check their callers' privileges themselves)."""
     auth = request.app[AUTH_KEY]
     if not auth.enabled or request.path in OPEN_PATHS:
         return await handler(request)
@@ -341,7 +352,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         body = e.to_dict()
         headers = {"WWW-Authenticate": 'Basic realm="kudu_async", charset="UTF-8"'} if e.http_status == 401 else {}
         return web.json_response(body, status=e.http_status, headers=headers)
-    needs: Requires = "user" if request.method in READ_METHODS else "superuser"
+    own_checks = getattr(request.match_info.handler, _OWN_CHECKS, False)
+    needs: Requires = "user" if request.method in READ_METHODS or own_checks else "superuser"
     if not auth.acls.allowed(identity, needs):
         reason = f"{identity.describe()} is not authorized to {what}: it requires a {needs}"
         node.audit(audit_line(identity=identity, client=client, method="HTTP", obj=what, allowed=False, reason=reason))

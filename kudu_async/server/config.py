@@ -502,7 +502,8 @@ FLAGS: tuple[Flag, ...] = (
         _to_str,
         "",
         "htpasswd file (bcrypt entries, 'htpasswd -B') guarding the admin pages with HTTP basic auth; "
-        "/healthz stays open and pages that change state need a superuser. Default empty: open pages. "
+        "/healthz stays open and pages that change state need a superuser (the REST catalog API's: the table "
+        "privileges of its RPCs). Default empty: open pages. "
         "There is no --webserver-require-spnego: Kerberos is not supported; use this file (or TLS client "
         "certificates) instead.",
     ),
@@ -557,6 +558,22 @@ FLAGS: tuple[Flag, ...] = (
         "Master: a DeleteTable that names no reserve time keeps the table SOFT_DELETED (recallable) this many "
         "seconds before purging it. Default 0: delete at once, as Kudu does (soft deletion is opt-in).",
         check=_non_negative,
+    ),
+    Flag(
+        "enable_rest_api",
+        _to_bool,
+        True,
+        "Master: serve Kudu's REST catalog API (/api/v1/leader, /api/v1/tables, /api/v1/spec, /api/docs). "
+        "Default true (Kudu's is false): its DDL runs the master's RPCs as the page's user, under the same "
+        "ACLs and table privileges, so it opens nothing the RPC port does not.",
+    ),
+    Flag(
+        "rest_catalog_default_request_timeout_ms",
+        _to_int,
+        30000,
+        "Master: how long a REST create or alter (/api/v1/tables) waits for the DDL to finish before it answers "
+        "500 (the table exists; poll it). Default 30000, Kudu's: a create of many tablets finishes well within.",
+        check=_positive,
     ),
     Flag(
         "enable_table_write_limit",

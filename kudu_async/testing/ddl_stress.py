@@ -453,9 +453,9 @@ class DdlStress:
             await asyncio.sleep(0.2)
 
     async def _catalog_tables(self) -> list[dict[str, Any]]:
-        """Every table record on the leader, whatever its state (``/api/v1/tables``)."""
+        """Every table record on the leader, whatever its state (``/api/v1/catalog/tables``)."""
         node = await self._leader_node()
-        doc = await asyncio.to_thread(self.cluster.http_json, node, "/api/v1/tables")
+        doc = await asyncio.to_thread(self.cluster.http_json, node, "/api/v1/catalog/tables")
         return list(doc["tables"])
 
     async def _verify(self, admin: LeaderMasterClient) -> None:
@@ -532,10 +532,10 @@ class DdlStress:
         node = await self._leader_node()
         for t in busy:
             try:
-                doc = await asyncio.to_thread(self.cluster.http_json, node, f"/api/v1/tables/{t['name']}")
+                doc = await asyncio.to_thread(self.cluster.http_json, node, f"/api/v1/catalog/tables/{t['name']}")
             except Exception as e:
                 doc = f"unavailable: {e}"
-            out.append(f"leader {node.name} /api/v1/tables/{t['name']}: {doc}")
+            out.append(f"leader {node.name} /api/v1/catalog/tables/{t['name']}: {doc}")
         for ts in self.cluster.tservers:
             try:
                 reply = await self.rpc.call(ts.rpc_address, "TabletServer", "ListTablets", {}, timeout_s=10.0)

@@ -235,7 +235,7 @@ async def test_fuzz_every_method_as_unauthenticated_and_unprivileged_callers(
     def state() -> Any:
         replicas = cluster.http_json(cluster.tservers[0], "/api/v1/raft")["replicas"]
         return (
-            cluster.http_json(cluster.masters[0], "/api/v1/tables"),
+            cluster.http_json(cluster.masters[0], "/api/v1/catalog/tables"),
             [cluster.http_json(n, "/api/v1/varz") for n in cluster.nodes],
             sorted(
                 (r["group"], r["state"], [(p["uuid"], p["member_type"]) for p in r.get("peers", [])]) for r in replicas

@@ -56,7 +56,7 @@ async def test_three_masters_elect_one_catalog_leader_and_fail_over(mini_cluster
     assert sorted(m["role"] for m in masters) == ["FOLLOWER", "FOLLOWER", "LEADER"]
     assert {m["rpc_address"] for m in masters} == {m.rpc_address for m in cluster.masters}
     for m in cluster.masters:
-        assert cluster.http_json(m.name, "/api/v1/leader")["leader_uuid"] == leader["uuid"]
+        assert cluster.http_json(m.name, "/api/v1/status")["leader_uuid"] == leader["uuid"]
     # Only the leader processes the tserver's tablet reports; followers say so in their answers.
     victim = next(m for m in cluster.masters if m.uuid == leader["uuid"])
     cluster.kill_node(victim.name)

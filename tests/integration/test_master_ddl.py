@@ -117,7 +117,7 @@ async def test_create_locate_write_read_restart_and_delete(mini_cluster_factory,
     assert [t["name"] for t in listed["tables"]] == ["metrics"]
     schema = await master_call(cluster, rpc, "GetTableSchema", {"name": "metrics"})
     assert Schema.from_dict(schema["schema"]) == SCHEMA and schema["create_table_done"]
-    leader_http = cluster.http_json(cluster.masters[0].name, "/api/v1/tables")
+    leader_http = cluster.http_json(cluster.masters[0].name, "/api/v1/catalog/tables")
     assert [t["name"] for t in leader_http["tables"]] == ["metrics"]
     # Every master restarts: the catalog survives; locations come back from the tservers' reports.
     for m in cluster.masters:

@@ -254,7 +254,7 @@ def test_admin_endpoints_answer_bad_paths_and_parameters_without_a_server_error(
         for path in cluster.http_json(node, "/")["paths"]:
             values = BAD_PATH_VALUES if "{" in path else [""]
             for v in values:
-                concrete = path.replace("{name}", v).replace("{tablet_id}", v)
+                concrete = path.replace("{name}", v).replace("{tablet_id}", v).replace("{table_id}", v)
                 for query in ["", *(f"?{k}={v or 'x%00'}" for k in QUERY_PARAMS)]:
                     requests += 1
                     url = f"{node.http_url}{concrete}{query}"
