@@ -424,9 +424,10 @@ FLAGS: tuple[Flag, ...] = (
         "exit_with_parent_pid",
         _to_int,
         0,
-        "Stop the node (as on SIGTERM) once the process with this pid is no longer its parent. Test harnesses "
-        "(kudu_async.testing.MiniCluster) set it, so that nodes never outlive a test run that was killed. "
-        "Default 0: off.",
+        "Stop the node (as on SIGTERM) once the process with this pid exits. Test harnesses "
+        "(kudu_async.testing.MiniCluster) set it to their own pid, so that nodes never outlive a test run that "
+        "was killed, and a node scripts/rolling_restart.py starts again keeps watching the same harness, "
+        "though the script is its parent. Default 0: off.",
         check=_non_negative,
     ),
     Flag(

@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 # ``release_freed_memory``), checked every RELEASE_CHECK_S.
 RELEASE_AFTER_FREED_BYTES = 32 * 1024 * 1024
 RELEASE_CHECK_S = 0.5
-# How often a node started with --exit-with-parent-pid checks that its parent is still there.
+# How often a node started with --exit-with-parent-pid checks that the process is still there, where the
+# kernel offers no pidfd to wait on.
 PARENT_CHECK_S = 1.0
 
 
@@ -86,6 +87,16 @@ def release_freed_memory() -> None:
     pa.default_memory_pool().release_unused()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now holds the pid
+        return True
+    return True
 
 
 def audit_log_path(config: NodeConfig, data_root: Path) -> Path:
@@ -487,7 +498,7 @@ class Node:
         gc.freeze()
         watch = None
         if self.config.exit_with_parent_pid:
-            watch = asyncio.create_task(self._stop_without_parent(self.config.exit_with_parent_pid))
+            watch = asyncio.create_task(self._stop_when_gone(self.config.exit_with_parent_pid))
         await self._stopping.wait()
         if watch is not None:
             watch.cancel()
@@ -499,13 +510,30 @@ class Node:
         """What a role does on SIGTERM before it stops (a tserver hands its leaderships away); SIGINT
         stops at once."""
 
-    async def _stop_without_parent(self, parent_pid: int) -> None:
-        """A killed parent leaves the node to init (or a subreaper): stop then, as on SIGTERM."""
-        while True:
-            await asyncio.sleep(PARENT_CHECK_S)
-            if os.getppid() != parent_pid:
-                break
-        log.warning("parent process %d is gone; stopping", parent_pid)
+    async def _stop_when_gone(self, pid: int) -> None:
+        """Stop, as on SIGTERM, once the process ``pid`` exits: the harness that started the node, its parent
+        unless a rolling restart started it again. Waited on through a pidfd (a reused pid never keeps the
+        node up); without one, polled."""
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            fd = -1  # already gone
+        except OSError:  # no pidfd on this kernel: poll
+            while True:
+                await asyncio.sleep(PARENT_CHECK_S)
+                if not _process_exists(pid):
+                    break
+            fd = -1
+        if fd >= 0:
+            gone = asyncio.Event()
+            loop.add_reader(fd, gone.set)
+            try:
+                await gone.wait()
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+        log.warning("process %d (--exit-with-parent-pid) is gone; stopping", pid)
         self._stopping.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
