@@ -99,6 +99,28 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
+async def wait_process_exit(pid: int) -> None:
+    """Return once process ``pid`` (any process, not only a child) has exited: waited on through a pidfd, so
+    a reused pid never keeps the wait going; polled where the kernel has no pidfd."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already gone
+    except OSError:
+        while True:
+            await asyncio.sleep(PARENT_CHECK_S)
+            if not _process_exists(pid):
+                return
+    loop = asyncio.get_running_loop()
+    gone = asyncio.Event()
+    loop.add_reader(fd, gone.set)
+    try:
+        await gone.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 def audit_log_path(config: NodeConfig, data_root: Path) -> Path:
     """``--audit-log-file``, else ``audit.log`` beside ``--log-file``, else under the data directory's logs."""
     if config.audit_log_file:
@@ -512,27 +534,8 @@ class Node:
 
     async def _stop_when_gone(self, pid: int) -> None:
         """Stop, as on SIGTERM, once the process ``pid`` exits: the harness that started the node, its parent
-        unless a rolling restart started it again. Waited on through a pidfd (a reused pid never keeps the
-        node up); without one, polled."""
-        loop = asyncio.get_running_loop()
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            fd = -1  # already gone
-        except OSError:  # no pidfd on this kernel: poll
-            while True:
-                await asyncio.sleep(PARENT_CHECK_S)
-                if not _process_exists(pid):
-                    break
-            fd = -1
-        if fd >= 0:
-            gone = asyncio.Event()
-            loop.add_reader(fd, gone.set)
-            try:
-                await gone.wait()
-            finally:
-                loop.remove_reader(fd)
-                os.close(fd)
+        unless a rolling restart started it again."""
+        await wait_process_exit(pid)
         log.warning("process %d (--exit-with-parent-pid) is gone; stopping", pid)
         self._stopping.set()
 
