@@ -118,7 +118,9 @@ async def _set_flag(ctx: Context, a: argparse.Namespace, role: str) -> Result:
 def _set_text(resp: dict[str, Any]) -> str:
     text = f"{resp['flag']}: {resp['old_value']!r} -> {resp['value']!r}"
     if resp.get("forced"):
-        text += " (forced: the flag is not runtime-settable; the node may not act on the new value)"
+        text += (
+            " (forced, which may be unsafe: the flag is not runtime-settable; the node may not act on the new value)"
+        )
     return text
 
 
