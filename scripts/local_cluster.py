@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Start a local kudu_async cluster (1 master + 3 tablet servers on 127.0.0.1) and keep it up.
+"""Start a local kudu_async cluster (1 master + 3 tablet servers on 127.0.0.1 by default) and keep it up.
 
 Prints every node's RPC and HTTP address; Ctrl-C (or SIGTERM) stops the nodes cleanly. Data lives in
 the directory given by --data-dir (default ./local-cluster), so a restart keeps the nodes' identities.
+``--masters 3`` starts three masters. The nodes' command lines are kept in <data-dir>/cluster.json, which
+``scripts/rolling_restart.py --manifest`` reads to restart the running cluster one node at a time.
 
 ``--secure`` starts it as production runs: TLS required with the cluster's own CA, authentication
 required (JWTs checked against a JWKS made here), a table privilege policy enforced on every write and
@@ -29,6 +31,7 @@ from kudu_async.testing import MiniCluster, MiniClusterError
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default="local-cluster", help="cluster data directory [./local-cluster]")
+    ap.add_argument("--masters", type=int, default=1, choices=(1, 3, 5), help="number of masters [1]")
     ap.add_argument("--tservers", type=int, default=3, help="number of tablet servers [3]")
     ap.add_argument("--fresh", action="store_true", help="wipe the data directory first")
     ap.add_argument(
@@ -45,10 +48,11 @@ def main() -> int:
         shutil.rmtree(data_dir)
     ports = None
     if not args.random_ports:
-        ports = [(7051, 8051)] + [(7050 + 100 * i, 8050 + 100 * i) for i in range(args.tservers)]
+        masters = [(7051 + 100 * i, 8051 + 100 * i) for i in range(args.masters)]
+        ports = masters + [(7050 + 100 * i, 8050 + 100 * i) for i in range(args.tservers)]
     policy = {"grant": [{"users": ["alice"], "tables": ["*"], "privileges": ["ALL"]}]} if args.secure else None
     cluster = MiniCluster(
-        num_masters=1,
+        num_masters=args.masters,
         num_tservers=args.tservers,
         base_dir=data_dir,
         ports=ports,
@@ -56,7 +60,7 @@ def main() -> int:
         authz_policy=policy,
         extra_flags=["--user-acl=alice,admin"] if args.secure else (),
     )
-    print(f"starting 1 master + {args.tservers} tablet servers, data in {data_dir}", flush=True)
+    print(f"starting {args.masters} master(s) + {args.tservers} tablet servers, data in {data_dir}", flush=True)
     try:
         cluster.start()
     except MiniClusterError as e:
@@ -74,7 +78,9 @@ def main() -> int:
             signal.signal(sig, lambda *_: stop.set())
         print("cluster is up; press Ctrl-C to stop", flush=True)
         while not stop.wait(1.0):
-            dead = [n.name for n in cluster.nodes if not n.is_running()]
+            # scripts/rolling_restart.py restarts nodes through <data-dir>/cluster.json: not a crash.
+            restarting = cluster.adopt_restarted()
+            dead = [n.name for n in cluster.nodes if not n.is_running() and n.name not in restarting]
             if dead:
                 print(f"node(s) exited unexpectedly: {', '.join(dead)}; see their node.log", file=sys.stderr)
                 break

@@ -789,6 +789,10 @@ class CatalogManager:
                 counts[leader] += 1
         return counts
 
+    def tserver_address(self, ts_uuid: str) -> str:
+        """The RPC address a tserver registered with ("" if unknown)."""
+        return self._address(ts_uuid)
+
     def _address(self, ts_uuid: str) -> str:
         reg = self.master.ts_manager.registration(ts_uuid)
         return str(reg["rpc_address"]) if reg else ""
@@ -1198,6 +1202,45 @@ class CatalogManager:
             leader,
             {u: str(r.get("state")) for u, r in replicas.items()},
             hint,
+        )
+
+    # --- what the auto-rebalancer reads and does (its rounds are in auto_rebalancer.py) --------------------
+
+    def running_tablet_views(self, now: float) -> list[tuple[TableRecord, str, TabletView | None]]:
+        """(table, tablet id, reported view or None) of every RUNNING tablet of every live table."""
+        out: list[tuple[TableRecord, str, TabletView | None]] = []
+        for table in self.tables.values():
+            if not table.live:
+                continue
+            for tid in table.tablet_ids:
+                rec = self.tablets.get(tid)
+                if rec is not None and rec.state == "RUNNING":
+                    out.append((table, tid, self._tablet_view(rec, table.num_replicas, now)))
+        return out
+
+    def config_change_in_flight(self, tablet_id: str) -> bool:
+        """Whether a config change the master sent for this tablet is not yet in the reports."""
+        return tablet_id in self._rerep_busy
+
+    def start_replica_move(self, view: TabletView, src: str, dst: str, reason: str, now: float) -> None:
+        """Move a replica the way re-replication replaces one: ``dst`` joins as a learner marked as replacing
+        ``src``; once its copy runs it is promoted, and the excess voter removed is ``src`` (the trim follows
+        the replace hint). ``src`` must not lead the tablet (a leader is never trimmed)."""
+        if view.leader is None or view.leader == src:
+            raise KuduIllegalState(f"tablet {view.tablet_id}: a replica move needs a leader other than {src}")
+        self._change_config(
+            ChangeConfig(
+                view.tablet_id,
+                rereplication.ADD_LEARNER,
+                dst,
+                view.config_index,
+                view.leader,
+                view.peers.get(view.leader) or self._address(view.leader),
+                reason,
+                address=self._address(dst),
+                replacing=src,
+            ),
+            now,
         )
 
     def _change_config(self, action: ChangeConfig, now: float) -> None:

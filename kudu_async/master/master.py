@@ -33,6 +33,7 @@ from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import messages as msg
 from kudu_async.master import rest_api, sys_catalog
+from kudu_async.master.auto_rebalancer import AutoRebalancer
 from kudu_async.master.catalog_manager import CatalogManager, DdlAuthorizer
 from kudu_async.master.membership import MasterMembership, catalog_summary
 from kudu_async.master.messages import MAX_DDL_WAIT_MS
@@ -59,6 +60,10 @@ class Master(Node):
     def __init__(self, config: NodeConfig, fs: FsManager) -> None:
         super().__init__(config, fs)
         self.ts_manager = TSManager(config.tserver_unresponsive_timeout_ms / 1000.0)
+        config.on_change(
+            "tserver_unresponsive_timeout_ms",
+            lambda ms: setattr(self.ts_manager, "unresponsive_timeout_s", ms / 1000.0),
+        )
         self.catalog: SysCatalogStateMachine | None = None
         self.raft.register_kind(sys_catalog.KIND, self._open_catalog)
         catalog = self.memory.root.child("tablet-sys_catalog", kind="tablets")
@@ -75,6 +80,7 @@ class Master(Node):
                 raise KuduConfigurationError(f"--authz-policy-file: {e}") from None
         self.catalog_manager = CatalogManager(self, DdlAuthorizer(self.acls, self.authz_policy, self.audit))
         self.catalog_manager.sign_for_unauthenticated = config.values.get("rpc_authentication") == "disabled"
+        self.auto_rebalancer = AutoRebalancer(self, self.server_metrics)
         self._ipki_failures = 0
         self._unsigned_warned = False
         self.membership = MasterMembership(self)
@@ -198,6 +204,7 @@ class Master(Node):
         if self.config.authz_policy_file:
             self._spawn(self._watch_policy(), "authz-policy")
         self.catalog_manager.start()
+        self.auto_rebalancer.start()
 
     def spawn_background(self, coro: Any) -> None:
         """Run a short background job (a tserver RPC for the catalog); cancelled on stop."""
@@ -209,6 +216,7 @@ class Master(Node):
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
 
     async def on_stop(self) -> None:
+        await self.auto_rebalancer.stop()
         await self.catalog_manager.stop()
         await self.membership.stop()
         for t in [*self._tasks, *self._bg]:
@@ -363,7 +371,7 @@ class Master(Node):
                 # Unknown (this master restarted) or restarted/moved without registering: ask for a
                 # registration and ignore the rest, so nothing is attributed to a stale identity.
                 return msg.TSHeartbeatResponse(leader=leader, master_uuid=self.uuid, needs_reregister=True)
-        tsm.heartbeat(req.uuid, now, req.num_live_tablets, req.leader_count)
+        tsm.heartbeat(req.uuid, now, req.num_live_tablets, req.leader_count, req.quiescing)
         if not leader:
             return msg.TSHeartbeatResponse(leader=leader, master_uuid=self.uuid)
         if req.report is not None and tsm.process_report(req.uuid, req.report, now):
@@ -599,6 +607,7 @@ class Master(Node):
             # master membership changes.
             "catalog": catalog_summary(self.catalog_replica()),
             **self.membership.status(),
+            "auto_rebalancer": self.auto_rebalancer.status(),
         }
 
 

@@ -192,6 +192,8 @@ class TSHeartbeatRequest(Message, frozen=True):
     csr_pem: Annotated[bytes, msgspec.Meta(max_length=MAX_CSR_BYTES)] | None = None
     # The newest token-signing key the tserver knows (-1: none): the leader sends newer public halves.
     tsk_seq: int = -1
+    # The tserver is quiescing (handing its leaderships away): the auto-rebalancer leaves it alone.
+    quiescing: bool = False
 
     def __post_init__(self) -> None:
         self.ts.check()

@@ -64,6 +64,7 @@ class _TServer:
     last_seq: int = -1  # seq of the last report applied since this registration
     num_live_tablets: int = 0
     leader_count: int = 0
+    quiescing: bool = False  # as its last heartbeat said
     tablets: set[str] = field(default_factory=set)  # tablets this tserver reported a replica of
 
 
@@ -133,7 +134,12 @@ class TSManager:
         known.last_seq = -1  # a restarted tserver numbers its reports from scratch
 
     def heartbeat(
-        self, uuid: str, now: float, num_live_tablets: int | None = None, leader_count: int | None = None
+        self,
+        uuid: str,
+        now: float,
+        num_live_tablets: int | None = None,
+        leader_count: int | None = None,
+        quiescing: bool | None = None,
     ) -> bool:
         """Note that ``uuid`` is alive; False if it never registered here (it must register first)."""
         ts = self._ts.get(uuid)
@@ -144,7 +150,13 @@ class TSManager:
             ts.num_live_tablets = num_live_tablets
         if leader_count is not None:
             ts.leader_count = leader_count
+        if quiescing is not None:
+            ts.quiescing = quiescing
         return True
+
+    def quiescing_tservers(self) -> set[str]:
+        """Uuids of the tservers whose last heartbeat said they are quiescing."""
+        return {u for u, ts in self._ts.items() if ts.quiescing}
 
     def registration(self, uuid: str) -> dict[str, Any] | None:
         """What ``uuid`` registered with (uuid, addresses, version, start_time), or None if unknown."""
@@ -209,6 +221,7 @@ class TSManager:
             # As the tserver counts them in its heartbeats (every master knows them, not only the leader).
             "num_replicas": ts.num_live_tablets,
             "num_leaders": ts.leader_count,
+            "quiescing": ts.quiescing,
             # Replicas in this master's directory (only the leader processes reports).
             "num_reported_replicas": len(ts.tablets),
             "awaiting_full_report": ts.needs_full_report,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import re
 import tomllib
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kudu_async.common.errors import KuduConfigurationError, KuduInvalidArgument
+from kudu_async.common.errors import KuduConfigurationError, KuduIllegalState, KuduInvalidArgument, KuduNotFound
 from kudu_async.security.acl import Acl
 from kudu_async.security.ca import DEFAULT_CA_VALIDITY_S, DEFAULT_RENEW_BEFORE_S, DEFAULT_SERVER_VALIDITY_S
 from kudu_async.security.tls import DEFAULT_CIPHERS, ENCRYPTION_MODES, TLS_VERSIONS
@@ -26,6 +27,14 @@ ROLES = ("master", "tserver")
 DEFAULT_RPC_PORT = {"master": 7051, "tserver": 7050}
 DEFAULT_HTTP_PORT = {"master": 8051, "tserver": 8050}
 ENV_PREFIX = "KUDU_"
+
+# Kudu's flag tags that matter here. ``runtime``: the running node re-reads the flag (or is told of a new
+# value), so ``Generic/SetFlag`` may change it; ``unsafe``: for tests or emergencies only.
+RUNTIME = "runtime"
+UNSAFE = "unsafe"
+FLAG_TAGS = (RUNTIME, UNSAFE)
+
+log = logging.getLogger(__name__)
 
 
 def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
@@ -175,6 +184,11 @@ class Flag:
     help: str
     check: Callable[[Any], str | None] | None = None
     choices: tuple[str, ...] | None = None
+    tags: frozenset[str] = frozenset()
+
+    @property
+    def runtime(self) -> bool:
+        return RUNTIME in self.tags
 
     @property
     def cli(self) -> str:
@@ -198,6 +212,10 @@ class Flag:
             if problem:
                 raise KuduConfigurationError(f"{self.cli} ({source}): bad value {raw!r}: {problem}")
         return value
+
+
+_RT = frozenset({RUNTIME})
+_UNSAFE = frozenset({UNSAFE})
 
 
 def _positive(v: float) -> str | None:
@@ -340,7 +358,7 @@ FLAGS: tuple[Flag, ...] = (
         check=_master_list,
     ),
     Flag("node_name", _to_str, "", "Name used in logs and fault-injection rules (default: the uuid)."),
-    Flag("log_level", _to_str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    Flag("log_level", _to_str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"), tags=_RT),
     Flag("log_file", _to_str, "", "Write logs here instead of stderr."),
     Flag("rpc_max_message_bytes", _to_int, 64 * 1024 * 1024, "Largest RPC body accepted or sent.", check=_positive),
     Flag(
@@ -431,6 +449,7 @@ FLAGS: tuple[Flag, ...] = (
         _to_bool,
         False,
         "Accept Generic/SetFaults to drop or delay RPCs between named nodes (tests only).",
+        tags=_UNSAFE,
     ),
     Flag(
         "user_acl",
@@ -515,14 +534,17 @@ FLAGS: tuple[Flag, ...] = (
         "stall of a few ms is seen whole; the probe costs about 3 percent of a core).",
         check=_positive,
     ),
-    Flag("shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.", check=_non_negative),
+    Flag(
+        "shutdown_grace_ms", _to_int, 3000, "How long in-flight RPCs may run on SIGTERM.", check=_non_negative, tags=_RT
+    ),
     Flag(
         "exit_with_parent_pid",
         _to_int,
         0,
-        "Stop the node (as on SIGTERM) once the process with this pid is no longer its parent. Test harnesses "
-        "(kudu_async.testing.MiniCluster) set it, so that nodes never outlive a test run that was killed. "
-        "Default 0: off.",
+        "Stop the node (as on SIGTERM) once the process with this pid exits. Test harnesses "
+        "(kudu_async.testing.MiniCluster) set it to their own pid, so that nodes never outlive a test run that "
+        "was killed, and a node scripts/rolling_restart.py starts again keeps watching the same harness, "
+        "though the script is its parent. Default 0: off.",
         check=_non_negative,
     ),
     Flag(
@@ -534,6 +556,7 @@ FLAGS: tuple[Flag, ...] = (
         "a few heartbeats, and a stop by a supervisor or MiniCluster must not hang on an abandoned "
         "scanner). 0 stops at once, as SIGINT does.",
         check=_non_negative,
+        tags=_RT,
     ),
     Flag("raft_heartbeat_interval_ms", _to_int, 500, "Raft leader heartbeat period.", check=_positive),
     Flag(
@@ -550,6 +573,7 @@ FLAGS: tuple[Flag, ...] = (
         60000,
         "Master: a tserver silent for this long counts as dead (no new replicas are placed on it).",
         check=_positive,
+        tags=_RT,
     ),
     Flag(
         "default_deleted_table_reserve_seconds",
@@ -558,6 +582,7 @@ FLAGS: tuple[Flag, ...] = (
         "Master: a DeleteTable that names no reserve time keeps the table SOFT_DELETED (recallable) this many "
         "seconds before purging it. Default 0: delete at once, as Kudu does (soft deletion is opt-in).",
         check=_non_negative,
+        tags=_RT,
     ),
     Flag(
         "enable_rest_api",
@@ -582,6 +607,7 @@ FLAGS: tuple[Flag, ...] = (
         "Master: enforce per-table disk size and row count limits (inserts and updates refused once a table "
         "reaches --table_write_limit_ratio of a limit). Default false, as in Kudu, where the feature is "
         "experimental; AlterTable refuses to set limits while it is off.",
+        tags=_RT,
     ),
     Flag(
         "table_disk_size_limit",
@@ -590,6 +616,7 @@ FLAGS: tuple[Flag, ...] = (
         "Master: the disk size limit in bytes given to new tables when --enable_table_write_limit is set. "
         "Default -1: none.",
         check=_limit,
+        tags=_RT,
     ),
     Flag(
         "table_row_count_limit",
@@ -598,6 +625,7 @@ FLAGS: tuple[Flag, ...] = (
         "Master: the live row count limit given to new tables when --enable_table_write_limit is set. "
         "Default -1: none.",
         check=_limit,
+        tags=_RT,
     ),
     Flag(
         "table_write_limit_ratio",
@@ -606,6 +634,34 @@ FLAGS: tuple[Flag, ...] = (
         "Master: writes stop when a table reaches this fraction of a limit (default 0.95, Kudu's: the figures "
         "come from periodic tablet reports, so the last writes before a stop may pass the limit a little).",
         check=_ratio,
+        tags=_RT,
+    ),
+    Flag(
+        "auto_rebalancing_enabled",
+        _to_bool,
+        False,
+        "Master: the leader master moves replicas between tablet servers until every table, and the cluster, "
+        "is balanced (the plan of 'kudu cluster rebalance'; tservers in maintenance mode or quiescing are left "
+        "alone). Default false as Kudu's: moves cost copies, so an operator turns it on.",
+        tags=_RT,
+    ),
+    Flag(
+        "auto_rebalancing_interval_seconds",
+        _to_int,
+        30,
+        "Master: pause between the auto-rebalancer's rounds, each of which plans, starts its moves and waits for "
+        "them (default 30 s as Kudu's: a freshly moved replica is reported before the next plan is made).",
+        check=_positive,
+        tags=_RT,
+    ),
+    Flag(
+        "auto_rebalancing_max_moves_per_server",
+        _to_int,
+        1,
+        "Master: most replica moves of one auto-rebalancing round touching any one tablet server, as source or "
+        "destination (default 1 as Kudu's: a move is a tablet copy, which takes the server's disk and network).",
+        check=_positive,
+        tags=_RT,
     ),
     Flag(
         "update_tablet_stats_interval_ms",
@@ -622,6 +678,7 @@ FLAGS: tuple[Flag, ...] = (
         "Master: the replicas of a tserver "
         "silent for this long count as failed and are re-replicated elsewhere (Kudu's 3-4-3 scheme).",
         check=_positive,
+        tags=_RT,
     ),
     Flag(
         "raft_tick_interval_ms",
@@ -675,7 +732,13 @@ FLAGS: tuple[Flag, ...] = (
         check=_positive,
     ),
     Flag("io_threads", _to_int, 8, "Threads for blocking disk work (fsync, file writes).", check=_positive),
-    Flag("enable_test_kv", _to_bool, False, "Host the replicated test key-value service TestKV (tests only)."),
+    Flag(
+        "enable_test_kv",
+        _to_bool,
+        False,
+        "Host the replicated test key-value service TestKV (tests only).",
+        tags=_UNSAFE,
+    ),
     # --- memory: one limit for everything the node holds ---
     Flag(
         "memory_limit_mb",
@@ -794,7 +857,7 @@ FLAGS: tuple[Flag, ...] = (
         "Writes in flight per tablet before SERVICE_UNAVAILABLE.",
         check=_positive,
     ),
-    Flag("scanner_ttl_ms", _to_int, 60_000, "Idle scanners expire after this long.", check=_positive),
+    Flag("scanner_ttl_ms", _to_int, 60_000, "Idle scanners expire after this long.", check=_positive, tags=_RT),
     Flag(
         "tablet_bootstrap_parallelism", _to_int, 4, "Tablets opened (log replayed) at once on start.", check=_positive
     ),
@@ -897,6 +960,8 @@ class NodeConfig:
 
     values: dict[str, Any]
     sources: dict[str, str] = field(default_factory=dict)
+    # flag -> what to tell when set_runtime changes it (see on_change)
+    watchers: dict[str, list[Callable[[Any], None]]] = field(default_factory=dict, repr=False)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -935,6 +1000,41 @@ class NodeConfig:
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {k: {"value": v, "source": self.sources.get(k, "default")} for k, v in sorted(self.values.items())}
 
+    def on_change(self, name: str, fn: Callable[[Any], None]) -> None:
+        """Call ``fn(new_value)`` whenever ``set_runtime`` changes flag ``name``: for code that copied the
+        value at start (a logger's level, a timeout held by an object) rather than reading the config."""
+        if name not in FLAGS_BY_NAME:
+            raise KuduInvalidArgument(f"no flag named {name!r}")
+        self.watchers.setdefault(name, []).append(fn)
+
+    def set_runtime(self, name: str, raw: str, force: bool = False) -> tuple[Any, Any]:
+        """Change one flag of the running node (Kudu's SetFlag); returns (old value, new value).
+
+        Refused, with nothing changed: an unknown flag (KuduNotFound), a value the flag's type or check
+        rejects (KuduInvalidArgument), a flag without the ``runtime`` tag unless ``force`` (KuduIllegalState:
+        the node may never look at the new value, or act on half of it)."""
+        flag = FLAGS_BY_NAME.get(name.replace("-", "_"))
+        if flag is None:
+            raise KuduNotFound(f"no flag named {name!r}", {"flag": name})
+        if not flag.runtime and not force:
+            raise KuduIllegalState(
+                f"flag {flag.name} is not runtime-settable: the running node does not re-read it (restart the "
+                "node with the new value, or pass -force to set it anyway, which may be unsafe)",
+                {"flag": flag.name},
+            )
+        try:
+            value = flag.convert(raw, "SetFlag")
+        except KuduConfigurationError as e:
+            raise KuduInvalidArgument(e.message, {"flag": flag.name}) from None
+        old = self.values.get(flag.name)
+        for fn in self.watchers.get(flag.name, []):
+            fn(value)
+        self.values[flag.name] = value
+        self.sources[flag.name] = "runtime"
+        if not flag.runtime:
+            log.warning("flag %s is not runtime-settable and was forced: the node may not act on it", flag.name)
+        return old, value
+
 
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -942,6 +1042,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         description="Run one kudu_async cluster node (master or tablet server).",
         epilog=f"Every flag can also be set as {ENV_PREFIX}<FLAG_NAME> in the environment or as "
         "flag_name = value in the --config TOML file. Precedence: command line > environment > file. "
+        "Flags tagged 'runtime' can be changed on a running node too ('kudu tserver set_flag', "
+        "'kudu master set_flag'). "
         "Kudu's --webserver-require-spnego does not exist: Kerberos/SPNEGO is not supported; the admin pages "
         "take HTTP basic auth against --webserver-password-file.",
         argument_default=argparse.SUPPRESS,
@@ -949,7 +1051,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of flag values (default: none).")
     for f in FLAGS:
         default = "required" if f.default is None else repr(f.default)
-        p.add_argument(f.cli, dest=f.name, metavar=f.name.upper(), help=f"{f.help} [default: {default}; env {f.env}]")
+        tags = f"; tags: {', '.join(sorted(f.tags))}" if f.tags else ""
+        p.add_argument(
+            f.cli, dest=f.name, metavar=f.name.upper(), help=f"{f.help} [default: {default}; env {f.env}{tags}]"
+        )
     return p
 
 

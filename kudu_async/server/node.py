@@ -26,7 +26,14 @@ from typing import Any, cast
 import pyarrow as pa
 from aiohttp import web
 
-from kudu_async.common.errors import KuduConfigurationError, KuduIllegalState, KuduInvalidArgument, KuduNotAuthorized
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduConfigurationError,
+    KuduIllegalState,
+    KuduInvalidArgument,
+    KuduNotAuthorized,
+    KuduNotFound,
+)
 from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.metrics import MetricEntity, MetricRegistry
 from kudu_async.consensus.raft import RaftOptions
@@ -47,7 +54,15 @@ from kudu_async.security.tokens import TokenVerifier
 from kudu_async.server import messages as msg
 from kudu_async.server.admin import AdminAuth, build_admin_app, process_memory
 from kudu_async.server.authn_shell import JwksFetcher, WatchedFile, read_service_jwt
-from kudu_async.server.config import NodeConfig, advertised_addresses, format_hostport, is_wildcard
+from kudu_async.server.config import (
+    FLAG_TAGS,
+    FLAGS,
+    FLAGS_BY_NAME,
+    NodeConfig,
+    advertised_addresses,
+    format_hostport,
+    is_wildcard,
+)
 from kudu_async.server.loop_lag import LoopLagProbe
 from kudu_async.version import __version__
 
@@ -57,7 +72,8 @@ log = logging.getLogger(__name__)
 # ``release_freed_memory``), checked every RELEASE_CHECK_S.
 RELEASE_AFTER_FREED_BYTES = 32 * 1024 * 1024
 RELEASE_CHECK_S = 0.5
-# How often a node started with --exit-with-parent-pid checks that its parent is still there.
+# How often a node started with --exit-with-parent-pid checks that the process is still there, where the
+# kernel offers no pidfd to wait on.
 PARENT_CHECK_S = 1.0
 
 
@@ -152,6 +168,38 @@ def machine_name() -> tuple[str, bool]:
     name = next((canon for *_, canon, _ in infos if canon), host)
     loopback_only = bool(infos) and all(ipaddress.ip_address(str(sa[0]).split("%")[0]).is_loopback for *_, sa in infos)
     return name, loopback_only
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now holds the pid
+        return True
+    return True
+
+
+async def wait_process_exit(pid: int) -> None:
+    """Return once process ``pid`` (any process, not only a child) has exited: waited on through a pidfd, so
+    a reused pid never keeps the wait going; polled where the kernel has no pidfd."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already gone
+    except OSError:
+        while True:
+            await asyncio.sleep(PARENT_CHECK_S)
+            if not _process_exists(pid):
+                return
+    loop = asyncio.get_running_loop()
+    gone = asyncio.Event()
+    loop.add_reader(fd, gone.set)
+    try:
+        await gone.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 def audit_log_path(config: NodeConfig, data_root: Path) -> Path:
@@ -602,7 +650,7 @@ class Node:
         gc.freeze()
         watch = None
         if self.config.exit_with_parent_pid:
-            watch = asyncio.create_task(self._stop_without_parent(self.config.exit_with_parent_pid))
+            watch = asyncio.create_task(self._stop_when_gone(self.config.exit_with_parent_pid))
         await self._stopping.wait()
         if watch is not None:
             watch.cancel()
@@ -614,13 +662,11 @@ class Node:
         """What a role does on SIGTERM before it stops (a tserver hands its leaderships away); SIGINT
         stops at once."""
 
-    async def _stop_without_parent(self, parent_pid: int) -> None:
-        """A killed parent leaves the node to init (or a subreaper): stop then, as on SIGTERM."""
-        while True:
-            await asyncio.sleep(PARENT_CHECK_S)
-            if os.getppid() != parent_pid:
-                break
-        log.warning("parent process %d is gone; stopping", parent_pid)
+    async def _stop_when_gone(self, pid: int) -> None:
+        """Stop, as on SIGTERM, once the process ``pid`` exits: the harness that started the node, its parent
+        unless a rolling restart started it again."""
+        await wait_process_exit(pid)
+        log.warning("process %d (--exit-with-parent-pid) is gone; stopping", pid)
         self._stopping.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
@@ -736,8 +782,11 @@ class Node:
                 "SetFaults": Method(
                     msg.SetFaultsRequest, msg.SetFaultsResponse, self._rpc_set_faults, requires="superuser"
                 ),
+                "GetFlags": Method(msg.GetFlagsRequest, msg.GetFlagsResponse, self._rpc_get_flags, requires="user"),
+                "SetFlag": Method(msg.SetFlagRequest, msg.SetFlagResponse, self._rpc_set_flag, requires="superuser"),
             },
         )
+        self.config.on_change("log_level", lambda level: logging.getLogger().setLevel(level))
 
     async def _rpc_ping(self, request: msg.PingRequest, ctx: CallContext) -> msg.PingResponse:
         return msg.PingResponse()
@@ -751,3 +800,88 @@ class Node:
         self.faults.set_rules(request.rules)
         log.warning("fault injection rules set", extra={"rules": repr(self.faults.rules())})
         return msg.SetFaultsResponse(rules=self.faults.rules())
+
+    async def _rpc_get_flags(self, request: msg.GetFlagsRequest, ctx: CallContext) -> msg.GetFlagsResponse:
+        return msg.GetFlagsResponse(flags=flag_infos(self.config, request))
+
+    async def _rpc_set_flag(self, request: msg.SetFlagRequest, ctx: CallContext) -> msg.SetFlagResponse:
+        """Change a flag of the running node; the change (or its refusal) is logged and audited."""
+        what = f"flag {request.flag}={request.value!r}" + (" (forced)" if request.force else "")
+        try:
+            old, new = self.config.set_runtime(request.flag, request.value, request.force)
+        except KuduBadStatus as e:
+            self.audit(
+                audit_line(
+                    identity=ctx.identity,
+                    client=ctx.remote,
+                    method=ctx.full_method,
+                    obj=what,
+                    allowed=False,
+                    reason=e.message,
+                )
+            )
+            raise
+        flag = FLAGS_BY_NAME[request.flag.replace("-", "_")]
+        log.warning(
+            "flag changed at runtime",
+            extra={
+                "flag": flag.name,
+                "old_value": flag_text(old),
+                "new_value": flag_text(new),
+                "forced": not flag.runtime,
+                "by": ctx.identity.describe(),
+            },
+        )
+        self.audit(
+            audit_line(
+                identity=ctx.identity,
+                client=ctx.remote,
+                method=ctx.full_method,
+                obj=what,
+                allowed=True,
+                reason=f"{flag_text(old)} -> {flag_text(new)}",
+            )
+        )
+        return msg.SetFlagResponse(
+            flag=flag.name, old_value=flag_text(old), value=flag_text(new), forced=not flag.runtime
+        )
+
+
+def flag_text(value: Any) -> str:
+    """A flag value as gflags prints it (booleans lower-case; an unset required flag as empty)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def flag_infos(config: NodeConfig, request: msg.GetFlagsRequest) -> list[msg.FlagInfo]:
+    """The flags a GetFlags request asks for, sorted by name; an unknown name or tag is refused."""
+    for t in request.tags:
+        if t not in FLAG_TAGS:
+            raise KuduInvalidArgument(f"unknown flag tag {t!r} (known: {', '.join(FLAG_TAGS)})", {"tag": t})
+    if request.flags:
+        names = [n.replace("-", "_") for n in request.flags]
+        unknown = [n for n in names if n not in FLAGS_BY_NAME]
+        if unknown:
+            raise KuduNotFound(f"no flag named {', '.join(map(repr, unknown))}", {"flags": unknown})
+        chosen = [FLAGS_BY_NAME[n] for n in sorted(set(names))]
+    else:
+        chosen = [
+            f
+            for f in sorted(FLAGS, key=lambda f: f.name)
+            if (request.all_flags or config.values.get(f.name) != f.default) and set(request.tags) <= f.tags
+        ]
+    return [
+        msg.FlagInfo(
+            name=f.name,
+            value=flag_text(config.values.get(f.name)),
+            default=flag_text(f.default),
+            tags=sorted(f.tags),
+            is_default=config.values.get(f.name) == f.default,
+            source=config.sources.get(f.name, "default"),
+            help=f.help,
+        )
+        for f in chosen
+    ]

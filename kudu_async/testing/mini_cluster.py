@@ -5,6 +5,10 @@ unless a ``NodePlacement`` puts it elsewhere: another loopback address, a wildca
 name, or a network namespace of its own (``ip netns exec``), as nodes on separate hosts.
 The cluster only ever signals the processes it started, by PID, and cleans them up at interpreter exit
 too, so a failing test never leaves nodes behind or touches anyone else's processes.
+
+Every node's command line and pid are kept in ``<base_dir>/cluster.json`` (``testing/node_manifest.py``),
+so ``scripts/rolling_restart.py`` can restart the nodes of a running MiniCluster from outside; the cluster
+takes the nodes it started again back with ``adopt_restarted`` (and signals them through a pidfd).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kudu_async.testing import node_manifest
 from kudu_async.testing.jwks import TestIssuer
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +96,8 @@ class NodeProcess:
     http_port: int
     extra_flags: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    # The process when another tool (a rolling restart) started it again: not our child.
+    adopted: node_manifest.AdoptedProcess | None = None
     uuid: str = ""
     paused: bool = False
     https: bool = False  # the admin server speaks HTTPS (rpc_encryption=required)
@@ -139,10 +146,32 @@ class NodeProcess:
 
     @property
     def pid(self) -> int | None:
+        if self.adopted is not None:
+            return self.adopted.pid
         return self.proc.pid if self.proc is not None else None
 
     def is_running(self) -> bool:
+        if self.adopted is not None:
+            return self.adopted.alive()
         return self.proc is not None and self.proc.poll() is None
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the node's process if it runs (never a process that took over its pid)."""
+        if self.adopted is not None:
+            self.adopted.send_signal(sig)
+        elif self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Wait for the process to exit: its exit status, None for an adopted one (not our child, its status
+        cannot be read); raises subprocess.TimeoutExpired if it still runs after ``timeout_s``."""
+        if self.adopted is not None:
+            if not self.adopted.wait(timeout_s):
+                raise subprocess.TimeoutExpired(str(self.adopted.pid), timeout_s)
+            return None
+        if self.proc is None:
+            return None
+        return self.proc.wait(timeout_s)
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -404,13 +433,16 @@ class MiniCluster:
             *n.extra_flags,
         ]
 
+    def _node_env(self) -> dict[str, str]:
+        """What a node's environment adds to the caller's: this repository first on the path."""
+        path = os.pathsep.join(p for p in (str(_REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        return {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
     def _spawn(self, n: NodeProcess) -> None:
         if n.is_running():
             raise MiniClusterError(f"{n.name} is already running (pid {n.pid})")
         n.data_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
+        env = {**os.environ, **self._node_env()}
         stderr_path = n.data_dir / "stderr.log"
         with stderr_path.open("ab") as err:
             n.proc = subprocess.Popen(
@@ -421,21 +453,97 @@ class MiniCluster:
                 env=env,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us, not the nodes directly
             )
+        if n.adopted is not None:
+            n.adopted.close()
+            n.adopted = None
         n.paused = False
+        self.write_manifest()
+
+    # --- the node manifest (for tools that restart nodes from outside) ----------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.base_dir / node_manifest.MANIFEST_NAME
+
+    def write_manifest(self) -> None:
+        """Every node's command line, environment and pid in ``manifest_path``. A node whose process here
+        is not running keeps the pid (and restart mark) a rolling restart wrote for it."""
+        env = self._node_env()
+
+        def make(old: dict[str, Any] | None) -> dict[str, Any]:
+            theirs = {e["name"]: e for e in old["nodes"]} if old is not None else {}
+            nodes = []
+            for n in self.nodes:
+                entry: dict[str, Any] = {
+                    "name": n.name,
+                    "role": n.role,
+                    "uuid": n.uuid,
+                    "rpc_address": n.rpc_address,
+                    "http_address": n.http_url,
+                    "data_dir": str(n.data_dir),
+                    "log": str(n.log_path),
+                    "stderr": str(n.data_dir / "stderr.log"),
+                    "pid": n.pid or 0,
+                    "argv": self._command(n),
+                    "env": env,
+                }
+                other = theirs.get(n.name)
+                if other is not None and not n.is_running():
+                    entry["pid"] = other["pid"]
+                    if "restarting_by" in other:
+                        entry["restarting_by"] = other["restarting_by"]
+                nodes.append(entry)
+            return {
+                "version": node_manifest.MANIFEST_VERSION,
+                "master_addresses": self.master_addresses,
+                "owner_pid": os.getpid(),
+                "nodes": nodes,
+            }
+
+        node_manifest.rewrite_manifest(self.manifest_path, make)
+
+    def adopt_restarted(self) -> set[str]:
+        """Take back the nodes another tool started again (their pid in the manifest is not ours); the names
+        of those being restarted right now (their old process may be gone, the new one not started yet)."""
+        if not self.manifest_path.exists():
+            return set()
+        restarting = set()
+        for entry in node_manifest.read_manifest(self.manifest_path)["nodes"]:
+            try:
+                n = self.node(entry["name"])
+            except KeyError:
+                continue
+            by = entry.get("restarting_by")
+            if isinstance(by, int) and by != os.getpid() and node_manifest.process_alive(by):
+                restarting.add(n.name)
+                continue
+            pid = entry["pid"]
+            if pid and pid != n.pid and node_manifest.process_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    adopted = node_manifest.AdoptedProcess(pid)
+                    if n.adopted is not None:
+                        n.adopted.close()
+                    n.adopted = adopted
+                    n.paused = False
+        return restarting
 
     def wait_healthy(self, n: NodeProcess, timeout_s: float | None = None) -> None:
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         while time.monotonic() < deadline:
-            if n.proc is not None and n.proc.poll() is not None:
+            if (n.proc is not None or n.adopted is not None) and not n.is_running():
+                code = n.proc.returncode if n.adopted is None and n.proc is not None else "unknown"
                 raise MiniClusterError(
-                    f"{n.name} exited with code {n.proc.returncode} while starting.\n"
+                    f"{n.name} exited with code {code} while starting.\n"
                     f"stderr: {self._stderr_tail(n)}\nlog:\n{n.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(
                     self._http_request(f"{n.http_url}/api/v1/status"), timeout=1.0, context=_HTTPS
                 ) as resp:
-                    n.uuid = json.loads(resp.read())["uuid"]
+                    uuid = json.loads(resp.read())["uuid"]
+                    if uuid != n.uuid:
+                        n.uuid = uuid
+                        self.write_manifest()
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
                 time.sleep(0.05)
@@ -449,26 +557,27 @@ class MiniCluster:
             return ""
 
     def stop_node(self, n: NodeProcess | str, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM and wait for a clean exit; returns the exit code (kill -9 after the timeout)."""
+        """SIGTERM and wait for a clean exit; returns the exit code (None for a node another tool started
+        again, whose code cannot be read; kill -9 after the timeout)."""
         n = self._resolve(n)
-        if n.proc is None or n.proc.poll() is not None:
-            return n.proc.returncode if n.proc is not None else None
+        if not n.is_running():
+            return n.proc.returncode if n.adopted is None and n.proc is not None else None
         if n.paused:
             self.resume_node(n)
-        n.proc.send_signal(signal.SIGTERM)
+        n.send_signal(signal.SIGTERM)
         try:
-            return n.proc.wait(timeout_s)
+            return n.wait_exit(timeout_s)
         except subprocess.TimeoutExpired:
-            n.proc.kill()
-            n.proc.wait()
+            n.send_signal(signal.SIGKILL)
+            n.wait_exit(timeout_s)
             raise MiniClusterError(f"{n.name} did not stop within {timeout_s}s of SIGTERM; killed") from None
 
     def kill_node(self, n: NodeProcess | str) -> None:
         """kill -9: the node gets no chance to flush or sync anything."""
         n = self._resolve(n)
-        if n.proc is not None and n.proc.poll() is None:
-            n.proc.kill()
-            n.proc.wait()
+        if n.is_running():
+            n.send_signal(signal.SIGKILL)
+            n.wait_exit(30.0)
         n.paused = False
 
     def restart_node(self, n: NodeProcess | str, wait: bool = True) -> None:
@@ -482,14 +591,13 @@ class MiniCluster:
 
     def pause_node(self, n: NodeProcess | str) -> None:
         n = self._resolve(n)
-        if n.proc is not None and n.proc.poll() is None:
-            n.proc.send_signal(signal.SIGSTOP)
+        if n.is_running():
+            n.send_signal(signal.SIGSTOP)
             n.paused = True
 
     def resume_node(self, n: NodeProcess | str) -> None:
         n = self._resolve(n)
-        if n.proc is not None and n.proc.poll() is None:
-            n.proc.send_signal(signal.SIGCONT)
+        n.send_signal(signal.SIGCONT)
         n.paused = False
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
@@ -497,21 +605,22 @@ class MiniCluster:
 
         SIGINT, not SIGTERM: on SIGTERM a tserver first hands its leaderships to its peers, which cannot
         take them while they stop too; ``stop_node`` keeps SIGTERM's graceful stop."""
+        with contextlib.suppress(node_manifest.ManifestError):
+            self.adopt_restarted()  # nodes a rolling restart started again are ours to stop too
         running = [n for n in self.nodes if n.is_running()]
         for n in running:
-            assert n.proc is not None
             if n.paused:
-                n.proc.send_signal(signal.SIGCONT)
+                n.send_signal(signal.SIGCONT)
                 n.paused = False
-            n.proc.send_signal(signal.SIGINT)
+            n.send_signal(signal.SIGINT)
         deadline = time.monotonic() + timeout_s
         for n in running:
-            assert n.proc is not None
             try:
-                n.proc.wait(max(0.0, deadline - time.monotonic()))
+                n.wait_exit(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                n.proc.kill()
-                n.proc.wait()
+                n.send_signal(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    n.wait_exit(10.0)
         _LIVE_CLUSTERS.discard(self)
 
     def _resolve(self, n: NodeProcess | str) -> NodeProcess:

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
 from kudu_async.client.aio import AsyncClient
+from kudu_async.common import rebalance as rb
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.common.retry import Deadline
 from kudu_async.tools import ksck, replica_util
-from kudu_async.tools import rebalance as rb
 from kudu_async.tools.table_tool import Progress
 
 DEFAULT_MAX_MOVES_PER_SERVER = 5  # Kudu's --max_moves_per_server

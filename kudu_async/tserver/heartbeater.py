@@ -152,10 +152,12 @@ class Heartbeater:
         on_write_limits: Callable[[frozenset[str]], None] | None = None,
         csr: Callable[[], bytes | None] | None = None,
         on_certificate: Callable[[bytes, bytes], None] | None = None,
+        quiescing: Callable[[], bool] | None = None,
     ) -> None:
         """``tablet_counts`` returns (num_live_tablets, leader_count); without it they are counted from
         ``reports(None)`` each heartbeat (states not failed/stopped/deleted; role LEADER).
         ``on_write_limits`` gets the leader's ids of the tables at a write limit with each of its answers.
+        ``quiescing`` says whether the tserver is quiescing (sent so the auto-rebalancer leaves it alone).
         ``token_verifier`` (set after construction) gets the public halves of the leader's token-signing
         keys as they are made."""
         addrs = list(master_addresses)
@@ -171,6 +173,7 @@ class Heartbeater:
         self.on_write_limits = on_write_limits
         self.csr = csr
         self.on_certificate = on_certificate
+        self.quiescing = quiescing
         self.token_verifier: TokenVerifier | None = None
         self.interval_s = options.interval_s
         self.rpc_timeout_s = options.rpc_timeout_s
@@ -355,6 +358,8 @@ class Heartbeater:
             "num_live_tablets": num_live,
             "leader_count": leaders,
         }
+        if self.quiescing is not None and self.quiescing():
+            request["quiescing"] = True
         self._add_security_fields(request)
         if report is not None:
             m.seq += 1  # never reuse a seq, even if this call fails: the master drops seq <= last applied

@@ -107,6 +107,7 @@ class TabletServer(Node):
         )
         self.tablets = TabletManager(self.uuid, self.fs.root, node, options, limits, lambda: self.rpc_address)
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
+        cfg.on_change("scanner_ttl_ms", lambda ms: setattr(self.scanners, "ttl_s", ms / 1000.0))
         self.memory.root.child("scanners", gauge=self.scanners.buffered_bytes)
         # A quiescing leader's successor must have answered within two Raft heartbeats: it is up.
         self.service = TabletService(
@@ -128,6 +129,7 @@ class TabletServer(Node):
             on_write_limits=self._set_write_limits,
             csr=lambda: self.certificate_request(time.time()),
             on_certificate=self.accept_certificate,
+            quiescing=lambda: self.service.quiescer.quiescing,
         )
         self.heartbeater.token_verifier = self.token_verifier
         self.tablets.on_change = self.heartbeater.mark_dirty

@@ -16,9 +16,10 @@ import pytest
 
 import kudu_async as kudu
 from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.common import rebalance
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.waits import wait_for
-from kudu_async.tools import ksck, rebalance, rebalancer_tool, replica_util
+from kudu_async.tools import ksck, rebalancer_tool, replica_util
 from tests.integration.admin_cli import admin as _admin
 from tests.integration.admin_cli import admin_json as _admin_json
 from tests.integration.admin_cli import create_kv_table

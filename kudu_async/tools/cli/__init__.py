@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kudu_async.tools.cli import flags as _flags  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import framework
 from kudu_async.tools.cli import master as _master  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import master_membership as _master_membership  # noqa: F401  (registers its verbs)

@@ -92,6 +92,18 @@ def test_registered_tserver_is_live_until_the_unresponsive_timeout(m: TSManager)
     assert not m.is_live("nobody", 0.0)
 
 
+def test_a_heartbeat_says_whether_the_tserver_is_quiescing(m: TSManager) -> None:
+    m.register(ts_info("ts-a"), now=1.0)
+    m.register(ts_info("ts-b", 7060), now=1.0)
+    assert m.quiescing_tservers() == set() and describe(m, "ts-a", 1.0)["quiescing"] is False
+    assert m.heartbeat("ts-a", 2.0, quiescing=True)
+    assert m.quiescing_tservers() == {"ts-a"} and describe(m, "ts-a", 2.0)["quiescing"] is True
+    assert m.heartbeat("ts-a", 3.0)  # a heartbeat that does not say keeps the last word
+    assert m.quiescing_tservers() == {"ts-a"}
+    assert m.heartbeat("ts-a", 4.0, quiescing=False)
+    assert m.quiescing_tservers() == set()
+
+
 def test_heartbeat_from_unknown_uuid_is_refused_and_changes_nothing(m: TSManager) -> None:
     assert m.heartbeat("ts-x", 1.0) is False
     assert m.descriptors(1.0) == [] and m.needs_full_report("ts-x")

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from kudu_async.tools import rebalance as rb
-from kudu_async.tools.rebalance import Placement, Tablet
+from kudu_async.common import rebalance as rb
+from kudu_async.common.rebalance import Placement, Tablet
 
 A, B, C, D, E = "ts-a", "ts-b", "ts-c", "ts-d", "ts-e"
 

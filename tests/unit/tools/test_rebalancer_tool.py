@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from kudu_async.common import rebalance as rb
 from kudu_async.common.errors import KuduIllegalState
 from kudu_async.common.retry import Deadline
 from kudu_async.tools import ksck
-from kudu_async.tools import rebalance as rb
 from kudu_async.tools import rebalancer_tool as rt
 from tests.unit.tools.ksck_layouts import ADDR, A, B, C, D
 from tests.unit.tools.ksck_layouts import location as _loc

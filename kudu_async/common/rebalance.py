@@ -1,8 +1,9 @@
-"""The rebalancing plan of ``kudu-admin cluster rebalance``: which replicas to move and which leaderships
-to hand over so that every live tablet server carries its share. Sans-IO: a :class:`Placement` (servers,
-tablets, the servers holding each tablet's voters, its leader) in, a list of :class:`Move` or
-:class:`LeaderTransfer` out, deterministic (ties are broken by uuid and tablet id). The asyncio shell that
-gathers the placement and carries the plan out is ``rebalancer_tool``.
+"""The rebalancing plan of ``kudu cluster rebalance`` and of the master's auto-rebalancer: which replicas to
+move and which leaderships to hand over so that every live tablet server carries its share. Sans-IO: a
+:class:`Placement` (servers, tablets, the servers holding each tablet's voters, its leader) in, a list of
+:class:`Move` or :class:`LeaderTransfer` out, deterministic (ties are broken by uuid and tablet id). It lives
+in ``common`` so that both shells plan with it: ``tools/rebalancer_tool`` (the CLI, which gathers the
+placement from ksck) and ``master/auto_rebalancer`` (which gathers it from the leader master's catalog).
 
 Replicas, in Kudu's order: first each table on its own (the replicas of one table spread so that no
 balanced server holds two more than another), then the cluster as a whole (replicas of every table in

@@ -1,0 +1,186 @@
+"""Runtime flags and the master's auto-rebalancer on one 1-master cluster: ``kudu ... get_flags|set_flag|
+set_flag_for_all`` change what a running node does (and refuse what it cannot), and the auto-rebalancer,
+off by default, evens out the replicas once it is switched on at runtime after two tservers joined."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kudu_async as kudu
+from kudu_async.testing import MiniCluster
+from kudu_async.tools.cli import main as kudu_cli
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
+    c = MiniCluster(
+        num_masters=1,
+        num_tservers=3,
+        base_dir=Path(tmp_path_factory.mktemp("flags")),
+        master_flags=["--auto-rebalancing-interval-seconds", "1", "--auto-rebalancing-max-moves-per-server", "2"],
+        tserver_flags=["--heartbeat-interval-ms", "300"],
+    )
+    try:
+        yield c.start()
+    finally:
+        c.shutdown()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = kudu_cli(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def create_table(cluster: MiniCluster, name: str, buckets: int, rows: int) -> None:
+    with kudu.connect(cluster.master_addresses.split(",")) as client:
+        b = kudu.schema_builder()
+        b.add_column("key").type(kudu.int64).nullable(False).primary_key()
+        b.add_column("v", type_=kudu.string)
+        t = client.create_table(
+            name, b.build(), kudu.Partitioning().add_hash_partitions(["key"], buckets), n_replicas=3
+        )
+        s = client.new_session()
+        for i in range(rows):
+            s.apply(t.new_insert({"key": i, "v": f"v{i}"}))
+        s.flush()
+
+
+def wait_until(what: str, timeout_s: float, check: Any) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s}s (last: {got!r})"
+        time.sleep(0.3)
+
+
+def test_get_flags_and_set_flag_on_a_tserver(cluster: MiniCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    ts = cluster.tservers[0]
+    code, out, _ = run(
+        capsys, "tserver", "get_flags", ts.rpc_address, "-flag_tags=runtime", "-all_flags", "-format=json"
+    )
+    assert code == 0
+    flags = {f["flag"]: f for f in json.loads(out)}
+    assert {"scanner_ttl_ms", "log_level", "graceful_shutdown_timeout_ms"} <= set(flags)
+    assert flags["scanner_ttl_ms"] == {
+        "flag": "scanner_ttl_ms",
+        "value": "60000",
+        "default value?": True,
+        "tags": "runtime",
+    }
+
+    code, out, _ = run(capsys, "tserver", "set_flag", ts.rpc_address, "scanner_ttl_ms", "45000")
+    assert code == 0 and "scanner_ttl_ms: '60000' -> '45000'" in out
+    status, varz = cluster.http_get(ts, "/varz")
+    assert status == 200 and "--scanner_ttl_ms=45000" in varz.decode()
+    code, out, _ = run(capsys, "tserver", "get_flags", ts.rpc_address, "-flags=scanner_ttl_ms", "-format=json")
+    assert json.loads(out) == [{"flag": "scanner_ttl_ms", "value": "45000", "default value?": False, "tags": "runtime"}]
+    # The change is logged and audited.
+    assert any(
+        '"flag changed at runtime"' in line and "scanner_ttl_ms" in line
+        for line in ts.log_path.read_text().splitlines()
+    )
+    audit = [json.loads(line) for line in (ts.data_dir / "audit.log").read_text().splitlines()]
+    assert any("SetFlag" in a["method"] and a["allowed"] and "60000 -> 45000" in a["reason"] for a in audit)
+
+
+def test_set_flag_refuses_what_a_running_node_cannot_take(
+    cluster: MiniCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ts = cluster.tservers[1]
+    code, _, err = run(capsys, "tserver", "set_flag", ts.rpc_address, "heartbeat_interval_ms", "200")
+    assert code == 1 and "heartbeat_interval_ms is not runtime-settable" in err and "-force" in err
+    code, _, err = run(capsys, "tserver", "set_flag", ts.rpc_address, "no_such_flag", "1")
+    assert code == 1 and "no flag named 'no_such_flag'" in err
+    code, _, err = run(capsys, "tserver", "set_flag", ts.rpc_address, "scanner_ttl_ms", "soon")
+    assert code == 1 and "bad value 'soon'" in err
+    code, _, err = run(capsys, "tserver", "set_flag", ts.rpc_address, "scanner_ttl_ms", "-5")
+    assert code == 1 and "must be > 0" in err
+    code, out, _ = run(capsys, "tserver", "set_flag", ts.rpc_address, "heartbeat_interval_ms", "300", "-force")
+    assert code == 0 and "forced" in out
+    code, out, _ = run(
+        capsys, "tserver", "get_flags", ts.rpc_address, "-flags=heartbeat_interval_ms,rpc_bind", "-format=json"
+    )
+    assert [f["flag"] for f in json.loads(out)] == ["heartbeat_interval_ms", "rpc_bind"]
+    audit = [json.loads(line) for line in (ts.data_dir / "audit.log").read_text().splitlines()]
+    assert any("SetFlag" in a["method"] and not a["allowed"] and "not runtime-settable" in a["reason"] for a in audit)
+
+
+def test_set_flag_for_all_changes_what_the_masters_do(cluster: MiniCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    create_table(cluster, "reserve", buckets=2, rows=10)
+    code, out, _ = run(
+        capsys, "master", "set_flag_for_all", cluster.master_addresses, "default_deleted_table_reserve_seconds", "3600"
+    )
+    assert code == 0, out
+    with kudu.connect(cluster.master_addresses.split(",")) as client:
+        client.delete_table("reserve")  # kept SOFT_DELETED now: recallable
+        assert client.list_soft_deleted_tables() == ["reserve"]
+    code, _, _ = run(
+        capsys, "master", "set_flag", cluster.masters[0].rpc_address, "default_deleted_table_reserve_seconds", "0"
+    )
+    assert code == 0
+    with kudu.connect(cluster.master_addresses.split(",")) as client:
+        client.delete_table("reserve")  # a soft-deleted table is deleted at once
+        wait_until("the table purged", 10, lambda: client.list_soft_deleted_tables() == [])
+    code, out, _ = run(
+        capsys, "tserver", "set_flag_for_all", cluster.master_addresses, "log_level", "LOUD", "-format=json"
+    )
+    rows = json.loads(out)
+    assert code == 1 and len(rows) == 3 and all("expected one of DEBUG" in r["error"] for r in rows)
+
+
+def replicas_per_tserver(cluster: MiniCluster, table: str) -> Counter[str]:
+    counts: Counter[str] = Counter({t.uuid: 0 for t in cluster.tservers})
+    with kudu.connect(cluster.master_addresses.split(",")) as client:
+        for token in client.table(table).scan_token_builder().build():
+            counts.update(r.ts().uuid() for r in token.tablet().replicas())
+    return counts
+
+
+def test_auto_rebalancer_is_off_by_default_and_evens_replicas_once_on(
+    cluster: MiniCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_table(cluster, "skewed", buckets=3, rows=300)
+    added = [cluster.add_tserver(), cluster.add_tserver()]
+    new = {t.uuid for t in added}
+    wait_until(
+        "5 live tservers",
+        15,
+        lambda: sum(d["live"] for d in cluster.http_json(cluster.masters[0], "/api/v1/tservers")) == 5,
+    )
+    time.sleep(3.0)  # three auto-rebalancing intervals: nothing moves while the flag is off
+    before = replicas_per_tserver(cluster, "skewed")
+    assert sum(before.values()) == 9 and all(before[u] == 0 for u in new), before
+    assert cluster.http_json(cluster.masters[0], "/api/v1/status")["auto_rebalancer"]["enabled"] is False
+
+    code, _, _ = run(capsys, "master", "set_flag", cluster.masters[0].rpc_address, "auto_rebalancing_enabled", "true")
+    assert code == 0
+
+    def balanced() -> Counter[str] | None:
+        c = replicas_per_tserver(cluster, "skewed")
+        return c if sum(c.values()) == 9 and max(c.values()) - min(c.values()) <= 1 else None
+
+    after = wait_until("replicas evened out", 90, balanced)
+    assert all(after[u] >= 1 for u in new), after
+    status = wait_until(
+        "the auto-rebalancer says balanced",
+        15,
+        lambda: (
+            (s := cluster.http_json(cluster.masters[0], "/api/v1/status")["auto_rebalancer"])["state"] == "balanced"
+            and s
+        ),
+    )
+    assert status["replica_moves_started"] >= 3  # 3,3,3,0,0 -> 2,2,2,2,1
+    with kudu.connect(cluster.master_addresses.split(",")) as client:
+        assert len(client.table("skewed").scanner().open().read_all_tuples()) == 300
