@@ -131,9 +131,16 @@ async def test_client_deadline_expires_and_server_cancels_the_handler(
     server: RpcServer, client: RpcClient, service: TestService, metrics: MetricEntity
 ) -> None:
     t0 = time.monotonic()
+    # A deadline long enough that the handler starts even on a loaded host (one that passes while the call
+    # still waits in the queue is the next test's case), and the call runs past it.
+    call = asyncio.ensure_future(client.call(server.address, "Test", "Sleep", 30, timeout_s=2.0))
+    for _ in range(200):
+        if service.started:
+            break
+        await asyncio.sleep(0.01)
     with pytest.raises(KuduTimedOut, match="Test/Sleep"):
-        await client.call(server.address, "Test", "Sleep", 30, timeout_s=0.3)
-    assert time.monotonic() - t0 < 5.0
+        await call
+    assert time.monotonic() - t0 < 10.0
     for _ in range(200):
         if service.cancelled:
             break
