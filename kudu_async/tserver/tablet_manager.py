@@ -298,7 +298,11 @@ class TabletManager:
             )
 
     async def delete_tablet(
-        self, tablet_id: str, delete_type: str = "DELETED", cas_config_index: int | None = None
+        self,
+        tablet_id: str,
+        delete_type: str = "DELETED",
+        cas_config_index: int | None = None,
+        reason: str | None = None,
     ) -> dict[str, Any]:
         """DELETED removes everything; TOMBSTONED keeps the Raft metadata. Idempotent."""
         check_group_id(tablet_id)
@@ -318,7 +322,7 @@ class TabletManager:
         if delete_type == "TOMBSTONED" and replica is None and tablet_id in self.raft.tombstoned:
             return {"tablet_id": tablet_id, "deleted": False}
         await self._remove(tablet_id, tombstone=delete_type == "TOMBSTONED")
-        log.info("tablet deleted", extra={"tablet": tablet_id, "delete_type": delete_type})
+        log.info("tablet deleted", extra={"tablet": tablet_id, "delete_type": delete_type, "reason": reason})
         return {"tablet_id": tablet_id, "deleted": True}
 
     def _track_memory(self, group: str, tablet: Tablet) -> None:
@@ -447,7 +451,8 @@ class TabletManager:
                 )
         return out
 
-    def list_tablets(self) -> list[dict[str, Any]]:
+    def list_tablets(self, *, with_schema: bool = False) -> list[dict[str, Any]]:
+        """Every replica's report with its table and partition; ``with_schema`` adds an open replica's schema."""
         out = []
         for rep in self.reports(None):
             r = self.replicas.get(rep["tablet_id"])
@@ -458,6 +463,8 @@ class TabletManager:
                     "partition": r.info.get("partition"),
                     "schema_version": r.tablet.schema_version,
                 }
+                if with_schema:
+                    rep["schema"] = r.tablet.schema_dict()
             out.append(rep)
         return out
 

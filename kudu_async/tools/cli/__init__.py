@@ -12,6 +12,7 @@ from kudu_async.tools.cli import framework
 from kudu_async.tools.cli import fs as _fs  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import local_replica as _local_replica  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import master as _master  # noqa: F401  (registers its verbs)
+from kudu_async.tools.cli import remote_replica as _remote_replica  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import wal as _wal  # noqa: F401  (registers its verbs)
 
 
