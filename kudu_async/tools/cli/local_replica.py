@@ -15,9 +15,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNotFound
+from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduInvalidArgument, KuduNotFound
 from kudu_async.consensus.log import SegmentReader, wal_segment_paths
-from kudu_async.fs.tablet_metadata import TabletMetadata
+from kudu_async.fs.tablet_metadata import METADATA_FILE, TabletMetadata
 from kudu_async.tablet.offline import rowset_rows, tablet_info
 from kudu_async.tools.cli.framework import (
     Context,
@@ -47,9 +47,13 @@ def _tablet_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _needs_meta(r: LocalReplica) -> TabletMetadata:
-    if r.meta is None:
-        raise KuduNotFound(f"tablet {r.tablet_id} has no readable tablet metadata: {r.meta_error or 'tombstoned'}")
-    return r.meta
+    if r.meta is not None:
+        return r.meta
+    if r.tombstoned:
+        raise KuduNotFound(f"tablet {r.tablet_id} is tombstoned: its storage is gone")
+    if (r.tablet_dir / METADATA_FILE).exists():
+        raise KuduCorruption(f"tablet {r.tablet_id}: {r.meta_error}")
+    raise KuduNotFound(f"tablet {r.tablet_id} has no tablet metadata: {r.meta_error}")
 
 
 # --- list, data_size ----------------------------------------------------------------------------------------

@@ -346,3 +346,24 @@ def test_a_directory_another_process_holds_is_refused(node: Node, capsys: pytest
             break
         time.sleep(0.05)
     assert code == 0
+
+
+def test_damaged_files_are_corruption_naming_them(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    fs = f"-fs_wal_dir={node.root}"
+    meta = LocalDataDir.open(node.root, "test", lock=False).replica(TABLET).meta
+    assert meta is not None
+    base = node.tablet_dir / "data" / f"{meta.rowsets[0].base_block}.blk"
+    chunk = pq.ParquetFile(base).metadata.row_group(0).column(0)
+    _flip(base, chunk.data_page_offset + chunk.total_compressed_size - 1)
+    code, _, err = kudu(capsys, "local_replica", "dump", "rowset", TABLET, fs)
+    assert code == 1 and f"CORRUPTION: cannot read block {base}" in err and "Traceback" not in err
+    (node.tablet_dir / "tablet-meta.json").write_text("garbage")
+    code, out, _ = kudu(capsys, "local_replica", "list", fs, "-list_detail", "-format=json")
+    [row] = json.loads(out)
+    assert row["state"] == "FAILED" and "tablet-meta.json: tablet metadata unreadable" in row["error"]
+    code, _, err = kudu(capsys, "local_replica", "dump", "block_ids", TABLET, fs)
+    assert code == 1 and f"CORRUPTION: tablet {TABLET}: {node.tablet_dir / 'tablet-meta.json'}" in err
+    (node.root / "consensus" / TABLET / "cmeta").write_bytes(b"kcmeta1\n\0\0\0\0garbage")
+    code, out, _ = kudu(capsys, "fs", "check", fs)
+    assert code == 1 and "consensus metadata: " in out and "checksum mismatch" in out
+    assert "tablet metadata unreadable" in out
