@@ -41,6 +41,7 @@ TABLETS_DIR = "tablets"
 CMETA_FILE = "cmeta"
 WAL_DIR = "wal"
 BLOCKS_DIR = "data"
+COPY_STAGING_DIR = "copy-staging"
 
 
 @dataclass
@@ -246,6 +247,18 @@ class LocalDataDir:
                 delete_replica_files(r.consensus_dir, tombstone=True)
         return r
 
+    def copy_staging(self, tablet_id: str) -> Path:
+        """A fresh directory name for a tablet copy into this directory (the tablet manager's staging place)."""
+        return self.root / COPY_STAGING_DIR / f"{check_group_id(tablet_id)}.{time.time_ns() // 1_000_000}"
+
+    def install_copy(self, tablet_id: str, staging: Path) -> None:
+        """Put a fetched copy of ``tablet_id`` in place of whatever is here of it (a tombstone, nothing)."""
+        try:
+            install_copied_replica(staging, self.tablets_root / tablet_id, self.consensus_root / tablet_id)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging)
+
     def set_term(self, tablet_id: str, term: int) -> tuple[int, Path]:
         """Raise a replica's current term (its vote cleared), as Kudu's ``cmeta set_term``; the old record
         is kept beside it. Returns (old term, backup path)."""
@@ -345,6 +358,21 @@ class LocalDataDir:
         for p in r.wal_dir.iterdir():
             if p.name.endswith(TMP_SUFFIX):
                 rep.temp_files.append(str(p))
+
+
+def install_copied_replica(staging: Path, tablet_dir: Path, consensus_dir: Path) -> None:
+    """Move a verified tablet copy (``staging/tablet``, ``staging/consensus``) into place, replacing what
+    was there: storage first, consensus last (its presence means "replica"), each rename made durable."""
+    for old in (tablet_dir, consensus_dir):
+        if old.exists():
+            shutil.rmtree(old)
+    tablet_dir.parent.mkdir(parents=True, exist_ok=True)
+    consensus_dir.parent.mkdir(parents=True, exist_ok=True)
+    (staging / "consensus" / WAL_DIR).mkdir(parents=True, exist_ok=True)
+    os.replace(staging / "tablet", tablet_dir)
+    fsync_dir(str(tablet_dir.parent))
+    os.replace(staging / "consensus", consensus_dir)
+    fsync_dir(str(consensus_dir.parent))
 
 
 def partition_text(partition: Any) -> str:

@@ -44,11 +44,11 @@ from kudu_async.common.schema import Schema
 from kudu_async.consensus.raft_manager import RaftManager, check_group_id
 from kudu_async.consensus.replica import RaftReplica
 from kudu_async.consensus.tablet_copy import CopyManifest, TabletCopySource, fetch_tablet_copy, link_or_copy
-from kudu_async.fs.io_util import fsync_dir
 from kudu_async.fs.tablet_metadata import metadata_path
 from kudu_async.rpc.client import RpcClient
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import Tablet, TabletOptions
+from kudu_async.tserver.local_replicas import install_copied_replica
 from kudu_async.tserver.messages import CreateTabletRequest
 from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.tablet_replica import ReplicaServices, TabletReplica, TabletState, WriteLimits
@@ -576,18 +576,10 @@ class TabletManager:
         _rmtree(tdir)
 
     def _install(self, tablet_id: str, staging: Path) -> None:
-        """Move a verified copy into place: storage first, consensus last (its presence means "replica")."""
+        """Move a verified copy into place (see :func:`install_copied_replica`)."""
         tdir = self.tablet_dir(tablet_id)
-        cdir = self.raft.replica_dir(tablet_id)
         self._remove_storage(tdir)
-        _rmtree(cdir)
-        tdir.parent.mkdir(parents=True, exist_ok=True)
-        cdir.parent.mkdir(parents=True, exist_ok=True)
-        (staging / "consensus" / "wal").mkdir(parents=True, exist_ok=True)
-        os.replace(staging / "tablet", tdir)
-        fsync_dir(str(tdir.parent))
-        os.replace(staging / "consensus", cdir)
-        fsync_dir(str(cdir.parent))
+        install_copied_replica(staging, tdir, self.raft.replica_dir(tablet_id))
 
     async def _copy_manifest(self, group: str, extra: dict[str, Any], session_dir: Path) -> CopyManifest:
         """Source side: a consistent image of ``group`` hard-linked into ``session_dir``."""

@@ -136,15 +136,26 @@ def test_offline_verbs_on_a_stopped_tserver(cluster: MiniCluster, capsys: pytest
         assert {r["tablet-id"] for r in json.loads(out)} == set(tablets)
 
         rows = 0
+        per_tablet = {}
         for t in tablets:
             code, out, err = kudu(capsys, "local_replica", "dump", "rowset", t, fs, "-dump_metadata=false")
             assert code == 0, err
-            rows += len(out.splitlines())
+            per_tablet[t] = len(out.splitlines())
+            rows += per_tablet[t]
             code, out, _ = kudu(capsys, "local_replica", "cmeta", "print_replica_uuids", t, fs)
             assert sorted(out.split("peers: ")[1].split()) == sorted(n.uuid for n in cluster.tservers)
         assert rows == ROWS
         code, out, _ = kudu(capsys, "local_replica", "dump", "wals", tablets[0], fs, "-print_entries=id")
         assert code == 0 and "REPLICATE NO_OP" in out and "REPLICATE WRITE_OP" in out
+        copied_rows = per_tablet[tablets[0]]
+        # A replica replaced offline: tombstoned, then copied in from a running server.
+        code, out, err = kudu(capsys, "local_replica", "delete", tablets[0], fs)
+        assert code == 0 and "tombstoned" in out, err
+        source = cluster.tservers[0].rpc_address
+        code, out, err = kudu(capsys, "local_replica", "copy_from_remote", tablets[0], source, fs)
+        assert code == 0 and out.startswith(f"{tablets[0]}: copied from {source}"), err
+        code, _, err = kudu(capsys, "local_replica", "copy_from_remote", tablets[0], source, fs)
+        assert code == 1 and "delete it first" in err
         segment = sorted(Path(ts.data_dir, "consensus", tablets[0], "wal").glob("wal-*"))[0]
         # The console entry, as an operator runs it (it starts while the node restarts: wal dump reads a
         # segment file on its own, whatever the node appends meanwhile is at most a torn tail to it).
@@ -161,3 +172,5 @@ def test_offline_verbs_on_a_stopped_tserver(cluster: MiniCluster, capsys: pytest
     wait_for(lambda: _all_running(cluster), 30, "the restarted tablet server's replicas running")
     code, out, err = kudu(capsys, "remote_replica", "check", *(n.rpc_address for n in cluster.tservers))
     assert code == 0, err
+    code, out, err = kudu(capsys, "remote_replica", "dump", ts.rpc_address, tablets[0])
+    assert code == 0 and len(out.splitlines()) == copied_rows, err

@@ -2,7 +2,8 @@
 
 Every verb takes the directory's lock first, so it refuses a directory a running node holds (naming the
 node's pid) and the node cannot start while a verb edits it. Kudu's verbs here: ``list``, ``delete``,
-``data_size``, ``cmeta print_replica_uuids|set_term``, and the ``dump`` verbs that map onto kudu_async's
+``data_size``, ``copy_from_remote``, ``cmeta print_replica_uuids|set_term``, and the ``dump`` verbs that map
+onto kudu_async's
 storage: ``block_ids``, ``data_dirs``, ``meta`` (the tablet metadata and consensus metadata as stored),
 ``rowset`` (rows as they are now, deltas applied) and ``wals`` (every WAL segment, as ``kudu wal dump``).
 """
@@ -10,13 +11,15 @@ storage: ``block_ids``, ``data_dirs``, ``meta`` (the tablet metadata and consens
 from __future__ import annotations
 
 import argparse
+import asyncio
 import fnmatch
 import json
 from collections.abc import Iterator
 from typing import Any
 
-from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduInvalidArgument, KuduNotFound
+from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduIllegalState, KuduInvalidArgument, KuduNotFound
 from kudu_async.consensus.log import SegmentReader, wal_segment_paths
+from kudu_async.consensus.tablet_copy import fetch_tablet_copy
 from kudu_async.fs.tablet_metadata import METADATA_FILE, TabletMetadata
 from kudu_async.tablet.offline import rowset_rows, tablet_info
 from kudu_async.tools.cli.framework import (
@@ -27,10 +30,12 @@ from kudu_async.tools.cli.framework import (
     csv_list,
     flag,
     group,
+    progress,
     rows_result,
     verb,
 )
-from kudu_async.tools.cli.local_fs import add_fs_flags, with_dir
+from kudu_async.tools.cli.local_fs import add_fs_flags, data_dir, with_dir
+from kudu_async.tools.cli.remote_replica import tserver_address
 from kudu_async.tools.cli.wal import add_print_flags, dump_segment, print_lines, print_mode
 from kudu_async.tserver.local_replicas import LocalDataDir, LocalReplica, partition_text
 
@@ -186,6 +191,64 @@ async def local_delete(ctx: Context, a: argparse.Namespace) -> Result:
     deleted = await with_dir(a, TOOL, lambda d: _delete(d, a))
     how = "deleted (no tombstone)" if a.clean_unsafe else "tombstoned"
     return Result(data=deleted, text="\n".join(f"{tid}: {how}" for tid in deleted))
+
+
+# --- copy_from_remote ---------------------------------------------------------------------------------------
+
+
+def _copy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tablet_ids", help="comma-separated list of tablet identifiers")
+    p.add_argument("source", help="RPC address of the tablet server to copy from, host[:port]")
+    add_fs_flags(p)
+
+
+@verb(
+    "local_replica",
+    "copy_from_remote",
+    help="Copy tablet replicas from a remote server into this stopped node's directory",
+    args=_copy_args,
+    masters=False,
+)
+async def copy_from_remote(ctx: Context, a: argparse.Namespace) -> Result:
+    """Through the tablet copy the servers use (a session on the source, checksummed chunks), into the
+    directory's staging place, then moved in as the tablet manager installs a copy. A tablet with a live
+    replica here is refused: delete it first (a tombstone is replaced)."""
+    ids = sorted(set(csv_list(a.tablet_ids, "tablet_ids") or []))
+    if not ids:
+        raise UsageError("no tablet identifiers provided")
+    source = tserver_address(a.source)
+    root = data_dir(a)
+    d = await asyncio.to_thread(LocalDataDir.open, root, TOOL)
+    done: list[str] = []
+    try:
+        present = set(await asyncio.to_thread(d.replica_ids))
+        for tid in ids:
+            if tid in present and not (await asyncio.to_thread(d.replica, tid)).tombstoned:
+                raise KuduIllegalState(
+                    f"tablet {tid} has a replica in {root}: delete it first (kudu local_replica delete)"
+                )
+        rpc = ctx.rpc()
+        for tid in ids:
+            staging = d.copy_staging(tid)
+            with progress(None, f"copying {tid}") as bar:
+                meta = await fetch_tablet_copy(
+                    rpc,
+                    source,
+                    tid,
+                    staging,
+                    timeout_s=ctx.timeout_s,
+                    progress=lambda got, total: _bar_to(bar, got, total),
+                )
+            await asyncio.to_thread(d.install_copy, tid, staging)
+            done.append(f"{tid}: copied from {source} ({meta.get('bytes')} bytes)")
+    finally:
+        await asyncio.to_thread(d.close)
+    return Result(data=done, text="\n".join(done))
+
+
+def _bar_to(bar: Any, got: int, total: int) -> None:
+    bar.total = total
+    bar.update(got - bar.n)
 
 
 # --- cmeta --------------------------------------------------------------------------------------------------
