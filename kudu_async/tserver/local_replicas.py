@@ -247,6 +247,32 @@ class LocalDataDir:
                 delete_replica_files(r.consensus_dir, tombstone=True)
         return r
 
+    def locate_block(self, block_id: str) -> tuple[str, Path] | None:
+        """(tablet id, path) of the block file named ``block_id``, referenced or not; None if no tablet has it."""
+        name = f"{block_id}.blk"
+        if "/" in block_id or block_id in ("", ".", ".."):
+            raise KuduInvalidArgument(f"{block_id!r} is not a block id")
+        if self.tablets_root.is_dir():
+            for tdir in sorted(self.tablets_root.iterdir()):
+                path = tdir / BLOCKS_DIR / name
+                if path.is_file():
+                    return tdir.name, path
+        return None
+
+    def tree(self) -> Iterator[tuple[int, str, int | None]]:
+        """(depth, name, bytes or None for a directory) of everything under the directory, sorted."""
+
+        def walk(d: Path, depth: int) -> Iterator[tuple[int, str, int | None]]:
+            for p in sorted(d.iterdir()):
+                if p.is_dir() and not p.is_symlink():
+                    yield depth, p.name + "/", None
+                    yield from walk(p, depth + 1)
+                else:
+                    yield depth, p.name, p.lstat().st_size
+
+        yield 0, str(self.root) + "/", None
+        yield from walk(self.root, 1)
+
     def copy_staging(self, tablet_id: str) -> Path:
         """A fresh directory name for a tablet copy into this directory (the tablet manager's staging place)."""
         return self.root / COPY_STAGING_DIR / f"{check_group_id(tablet_id)}.{time.time_ns() // 1_000_000}"

@@ -6,15 +6,18 @@ Arrow IPC and bloom structure), every WAL segment's frame checksums; it lists or
 between writing blocks and committing the metadata naming them) and temporary files, which ``-repair``
 removes. Exit status 1 while any problem remains. ``list`` prints the tablets, rowsets and blocks with
 Kudu's ``-columns``: of Kudu's fields, the ones kudu_async's storage has (a block is one file, so the
-``cfile-*`` fields describe the block's file).
+``cfile-*`` fields describe the block's file). ``locate_block``, ``dump tree`` and ``dump block`` (the raw
+bytes of a block file) complete Kudu's read-only ``fs`` verbs; ``format`` and ``update_dirs`` have no
+counterpart (a node creates its directory on first start, and has one).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from kudu_async.common.errors import KuduInvalidArgument
+from kudu_async.common.errors import KuduInvalidArgument, KuduNotFound
 from kudu_async.tools.cli.framework import (
     Context,
     Result,
@@ -229,3 +232,55 @@ def _uuid_args(p: argparse.ArgumentParser) -> None:
 async def fs_dump_uuid(ctx: Context, a: argparse.Namespace) -> Result:
     uuid = await with_dir(a, TOOL, lambda d: d.instance.uuid)
     return Result(data=uuid, text=uuid)
+
+
+# --- locate_block, dump tree, dump block ------------------------------------------------------------------
+
+
+def _locate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("block_ids", help="comma-separated block ids (as fs list prints them)")
+    add_fs_flags(p)
+
+
+@verb("fs", "locate_block", help="Find the file where each block is stored", args=_locate_args, masters=False)
+async def fs_locate_block(ctx: Context, a: argparse.Namespace) -> Result:
+    ids = csv_list(a.block_ids, "block_ids") or []
+    if not ids:
+        raise UsageError("no block ids provided")
+    found = await with_dir(a, TOOL, lambda d: {b: d.locate_block(b) for b in ids})
+    missing = [b for b, where in found.items() if where is None]
+    lines = [f"{b}\ttablet {where[0]}\t{where[1]}" for b, where in found.items() if where is not None]
+    if missing:
+        lines.extend(f"{b}\tnot found" for b in missing)
+    return Result(text="\n".join(lines), status=1 if missing else 0)
+
+
+def _tree_args(p: argparse.ArgumentParser) -> None:
+    add_fs_flags(p)
+
+
+@verb("fs", "dump", "tree", help="Dump the tree of a Kudu filesystem", args=_tree_args, masters=False)
+async def fs_dump_tree(ctx: Context, a: argparse.Namespace) -> Result:
+    entries = await with_dir(a, TOOL, lambda d: list(d.tree()))
+    lines = [f"{'  ' * depth}{name}" + ("" if size is None else f" ({size} bytes)") for depth, name, size in entries]
+    return Result(text="\n".join(lines))
+
+
+def _block_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("block_id", help="block identifier (as fs list prints it)")
+    add_fs_flags(p)
+
+
+@verb("fs", "dump", "block", help="Dump the binary contents of a data block", args=_block_args, masters=False)
+async def fs_dump_block(ctx: Context, a: argparse.Namespace) -> Result:
+    def run(d: LocalDataDir) -> None:
+        where = d.locate_block(a.block_id)
+        if where is None:
+            raise KuduNotFound(f"block {a.block_id} is in no tablet of {d.root}")
+        with open(where[1], "rb") as f:
+            while chunk := f.read(1 << 20):  # 1 MiB at a time in memory, whatever the block's size
+                sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+    await with_dir(a, TOOL, run)
+    return Result(text="")

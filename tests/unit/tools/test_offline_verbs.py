@@ -367,3 +367,24 @@ def test_damaged_files_are_corruption_naming_them(node: Node, capsys: pytest.Cap
     code, out, _ = kudu(capsys, "fs", "check", fs)
     assert code == 1 and "consensus metadata: " in out and "checksum mismatch" in out
     assert "tablet metadata unreadable" in out
+
+
+def test_fs_locate_block_and_dump_tree(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    fs = f"-fs_wal_dir={node.root}"
+    meta = LocalDataDir.open(node.root, "test", lock=False).replica(TABLET).meta
+    assert meta is not None
+    block = meta.rowsets[0].base_block
+    path = node.tablet_dir / "data" / f"{block}.blk"
+    code, out, err = kudu(capsys, "fs", "locate_block", f"{block},0-nothing-00000001", fs)
+    assert code == 1, err
+    assert out.splitlines() == [f"{block}\ttablet {TABLET}\t{path}", "0-nothing-00000001\tnot found"]
+    code, out, _ = kudu(capsys, "fs", "dump", "tree", fs)
+    assert code == 0 and out.startswith(f"{node.root}/\n") and f"      {block}.blk ({path.stat().st_size} bytes)" in out
+
+
+def test_fs_dump_block_writes_the_file_as_is(node: Node, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    meta = LocalDataDir.open(node.root, "test", lock=False).replica(TABLET).meta
+    assert meta is not None
+    path = node.tablet_dir / "data" / f"{meta.rowsets[0].bloom_block}.blk"
+    assert main(["fs", "dump", "block", meta.rowsets[0].bloom_block, f"-fs_wal_dir={node.root}"]) == 0
+    assert capsysbinary.readouterr().out == path.read_bytes()
