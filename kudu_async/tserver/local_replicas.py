@@ -106,6 +106,7 @@ class FsCheckReport:
     wal_entries: int = 0
     orphaned_blocks: list[tuple[str, str, int, str]] = field(default_factory=list)  # (tablet, block, bytes, path)
     temp_files: list[str] = field(default_factory=list)
+    unfinished_copies: list[str] = field(default_factory=list)  # copy-staging dirs a killed node left
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -305,14 +306,25 @@ class LocalDataDir:
     def check(self, *, repair: bool = False, progress: Callable[[int], None] | None = None) -> FsCheckReport:
         """Every replica's metadata readable, every block its tablet metadata names present and intact
         (Parquet page checksums, IPC and bloom structure), every WAL segment's checksums; orphaned blocks
-        and temporary files listed and, with ``repair``, removed. ``progress(n)`` after each replica."""
+        and temporary files listed and, with ``repair``, removed, as are the staging directories of tablet
+        copies a node was killed in the middle of (nothing else removes those). ``progress(n)`` after each
+        replica."""
         rep = FsCheckReport(self.instance.uuid, self.instance.role)
         for r in self.replicas():
             rep.replicas += 1
             self._check_replica(r, rep)
             if progress is not None:
                 progress(1)
+        staging = self.root / COPY_STAGING_DIR
+        if staging.is_dir():
+            rep.unfinished_copies = sorted(str(p) for p in staging.iterdir())
         if repair:
+            for path in rep.unfinished_copies:
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                rep.repaired.append(f"removed unfinished tablet copy {path}")
             dirs = set()
             for tid, b, _, path in rep.orphaned_blocks:
                 os.unlink(path)

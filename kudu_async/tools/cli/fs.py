@@ -1,14 +1,15 @@
-"""``kudu fs check|list|dump uuid``: a STOPPED node's data directory (``-fs_wal_dir``).
+"""``kudu fs check|list|locate_block|dump uuid|tree|block``: a STOPPED node's data directory (``-fs_wal_dir``).
 
 ``check`` verifies what a node would trip over when it starts: every replica's consensus and tablet
 metadata readable, every block the tablet metadata names present and intact (Parquet page checksums,
 Arrow IPC and bloom structure), every WAL segment's frame checksums; it lists orphaned blocks (a crash
-between writing blocks and committing the metadata naming them) and temporary files, which ``-repair``
-removes. Exit status 1 while any problem remains. ``list`` prints the tablets, rowsets and blocks with
-Kudu's ``-columns``: of Kudu's fields, the ones kudu_async's storage has (a block is one file, so the
-``cfile-*`` fields describe the block's file). ``locate_block``, ``dump tree`` and ``dump block`` (the raw
-bytes of a block file) complete Kudu's read-only ``fs`` verbs; ``format`` and ``update_dirs`` have no
-counterpart (a node creates its directory on first start, and has one).
+between writing blocks and committing the metadata naming them), temporary files and the staging
+directories of tablet copies a killed node left, which ``-repair`` removes. Exit status 1 while any problem
+remains. ``list`` prints the tablets, rowsets and blocks with Kudu's ``-columns``: of Kudu's fields, the
+ones kudu_async's storage has (a block is one file, so the ``cfile-*`` fields describe the block's file).
+``locate_block``, ``dump tree`` and ``dump block`` (the raw bytes of a block file) complete Kudu's
+read-only ``fs`` verbs; ``format`` and ``update_dirs`` have no counterpart (a node creates its directory on
+first start, and has one).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def render_check(rep: FsCheckReport) -> str:
         f"{sum(1 for r in rep.repaired if 'orphaned block' in r)} repaired",
         f"Total temporary files: {len(rep.temp_files)}, "
         f"{sum(1 for r in rep.repaired if 'temporary file' in r)} repaired",
+        f"Total unfinished tablet copies: {len(rep.unfinished_copies)}, "
+        f"{sum(1 for r in rep.repaired if 'unfinished tablet copy' in r)} repaired",
     ]
     if rep.orphaned_blocks and not rep.repaired:
         lines.append("Orphaned blocks (run with -repair to remove them):")
@@ -79,6 +82,9 @@ def render_check(rep: FsCheckReport) -> str:
     if rep.temp_files and not rep.repaired:
         lines.append("Temporary files (run with -repair to remove them):")
         lines.extend(f"  {t}" for t in rep.temp_files)
+    if rep.unfinished_copies and not rep.repaired:
+        lines.append("Unfinished tablet copies (run with -repair to remove them):")
+        lines.extend(f"  {t}" for t in rep.unfinished_copies)
     if rep.repaired:
         lines.append("Repaired:")
         lines.extend(f"  {r}" for r in rep.repaired)
@@ -93,7 +99,8 @@ def render_check(rep: FsCheckReport) -> str:
 
 def check_failed(rep: FsCheckReport) -> bool:
     """Errors, or orphans and temporary files left in place."""
-    return bool(rep.errors) or (not rep.repaired and bool(rep.orphaned_blocks or rep.temp_files))
+    leftovers = rep.orphaned_blocks or rep.temp_files or rep.unfinished_copies
+    return bool(rep.errors) or (not rep.repaired and bool(leftovers))
 
 
 @verb("fs", "check", help="Check a Kudu filesystem for inconsistencies", args=_check_args, masters=False)

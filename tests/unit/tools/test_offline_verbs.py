@@ -388,3 +388,14 @@ def test_fs_dump_block_writes_the_file_as_is(node: Node, capsysbinary: pytest.Ca
     path = node.tablet_dir / "data" / f"{meta.rowsets[0].bloom_block}.blk"
     assert main(["fs", "dump", "block", meta.rowsets[0].bloom_block, f"-fs_wal_dir={node.root}"]) == 0
     assert capsysbinary.readouterr().out == path.read_bytes()
+
+
+def test_fs_check_removes_a_killed_nodes_unfinished_tablet_copy(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    fs = f"-fs_wal_dir={node.root}"
+    staging = node.root / "copy-staging" / f"{'b' * 32}.1795772582849"
+    (staging / "tablet").mkdir(parents=True)
+    (staging / "tablet" / "tablet-meta.json").write_text("{}")
+    code, out, _ = kudu(capsys, "fs", "check", fs)
+    assert code == 1 and "Total unfinished tablet copies: 1, 0 repaired" in out and str(staging) in out
+    code, out, _ = kudu(capsys, "fs", "check", fs, "-repair")
+    assert code == 0 and f"removed unfinished tablet copy {staging}" in out and not staging.exists()
