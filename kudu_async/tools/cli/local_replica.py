@@ -3,9 +3,9 @@
 Every verb takes the directory's lock first, so it refuses a directory a running node holds (naming the
 node's pid) and the node cannot start while a verb edits it. Kudu's verbs here: ``list``, ``delete``,
 ``data_size``, ``copy_from_remote``, ``cmeta print_replica_uuids|set_term``, and the ``dump`` verbs that map
-onto kudu_async's
-storage: ``block_ids``, ``data_dirs``, ``meta`` (the tablet metadata and consensus metadata as stored),
-``rowset`` (rows as they are now, deltas applied) and ``wals`` (every WAL segment, as ``kudu wal dump``).
+onto kudu_async's storage: ``block_ids``, ``data_dirs``, ``meta`` (the tablet metadata and consensus
+metadata as stored), ``rowset`` (rows as they are now, deltas applied) and ``wals`` (every WAL segment, as
+``kudu wal dump``).
 """
 
 from __future__ import annotations
