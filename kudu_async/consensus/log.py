@@ -28,7 +28,7 @@ import os
 import struct
 import threading
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -583,6 +583,84 @@ class Log:
             for fd in self._read_fds.values():
                 os.close(fd)
             self._read_fds.clear()
+
+
+_CODEC_NAMES = {cid: name for name, (cid, _) in WAL_CODECS.items()}
+
+
+def wal_segment_paths(directory: str | os.PathLike[str]) -> list[Path]:
+    """A WAL directory's segment files, oldest first (what ``Log.open`` reads)."""
+    d = Path(directory)
+    return sorted(p for p in d.iterdir() if p.name.startswith("wal-") and not p.name.endswith(".tmp"))
+
+
+@dataclass(frozen=True)
+class SegmentFrame:
+    """One frame of a segment as stored: where it starts, its codec, its size on disk and its entries."""
+
+    offset: int
+    codec: str
+    stored_bytes: int
+    entries: list[LogEntry]
+
+
+class SegmentReader:
+    """Reads one WAL segment file on its own, for the offline tools (``kudu wal dump``, ``fs check``):
+    header, then each frame with its checksums verified, in file order (entries a later frame truncates
+    are still shown: the file is append-only, truncation is logical).
+
+    Damage is KuduCorruption naming the file and the frame's offset, except at the end of the newest
+    segment (``is_last``), where a frame no valid frame follows is a torn write that recovery cuts off:
+    iteration stops there and :attr:`torn_tail` says where and why. The whole file is read into memory:
+    a segment is at most ``--log-segment-size-mb`` plus one frame."""
+
+    def __init__(self, path: str | os.PathLike[str], *, is_last: bool = True) -> None:
+        self.path = Path(path)
+        self.is_last = is_last
+        try:
+            self._data = self.path.read_bytes()
+        except OSError as e:
+            raise KuduNotFound(f"cannot read WAL segment {self.path}: {e.strerror or e}") from e
+        self.size = len(self._data)
+        if self.size < _HEADER.size:
+            raise KuduCorruption(
+                f"WAL segment {self.path} is corrupt at offset 0: {self.size} bytes, too short for its "
+                f"{_HEADER.size}-byte header"
+            )
+        magic, self.seqno = _HEADER.unpack_from(self._data, 0)
+        if magic != SEGMENT_MAGIC:
+            raise KuduCorruption(f"WAL segment {self.path} is corrupt at offset 0: bad magic {magic!r}")
+        if self.path.name.startswith("wal-") and self.path.name[4:].isdigit() and int(self.path.name[4:]) != self.seqno:
+            raise KuduCorruption(
+                f"WAL segment {self.path} is corrupt at offset 0: its header says segment {self.seqno}"
+            )
+        self.torn_tail: tuple[int, str] | None = None
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return {"magic": SEGMENT_MAGIC.decode(), "seqno": self.seqno, "header_bytes": _HEADER.size}
+
+    def frames(self) -> Iterator[SegmentFrame]:
+        data, off = self._data, _HEADER.size
+        while off < len(data):
+            problem = Log._frame_problem(data, off)
+            if problem is not None:
+                if self.is_last and Log._is_tail(data, off):
+                    self.torn_tail = (off, problem)
+                    return
+                raise KuduCorruption(f"WAL segment {self.path} is corrupt at offset {off}: {problem}")
+            word = _FRAME.unpack_from(data, off)[0]
+            length, codec_id = word & _LENGTH_MASK, word >> _CODEC_SHIFT
+            payload = data[off + _FRAME.size : off + _FRAME.size + length]
+            batch = _decode_batch(codec_id, payload, f"WAL segment {self.path} offset {off}")
+            try:
+                if not isinstance(batch, list):
+                    raise TypeError(f"a frame holds a list of entries, not {type(batch).__name__}")
+                entries = [LogEntry(int(e[0]), int(e[1]), e[2], bytes(e[3])) for e in batch]
+            except (TypeError, ValueError, IndexError, KeyError) as e:
+                raise KuduCorruption(f"WAL segment {self.path} is corrupt at offset {off}: malformed entry: {e}") from e
+            yield SegmentFrame(off, _CODEC_NAMES.get(codec_id, str(codec_id)), _FRAME.size + length, entries)
+            off += _FRAME.size + length
 
 
 def _decode_batch(codec_id: int, payload: bytes, where: str) -> list[Any]:

@@ -240,7 +240,7 @@ class RaftManager:
             await replica.close()
             self._split_log_cache_budget()
         d = self.replica_dir(group)
-        await asyncio.get_running_loop().run_in_executor(self.executor, _delete_replica_files, d, tombstone)
+        await asyncio.get_running_loop().run_in_executor(self.executor, delete_replica_files, d, tombstone)
         if tombstone:
             self.tombstoned.add(group)
         else:
@@ -392,7 +392,7 @@ class RaftManager:
 TOMBSTONE_FILE = "TOMBSTONED"
 
 
-def _delete_replica_files(d: Path, tombstone: bool) -> None:
+def delete_replica_files(d: Path, tombstone: bool) -> None:
     if not d.exists():
         return
     if not tombstone:

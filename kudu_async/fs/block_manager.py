@@ -12,12 +12,13 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import pyarrow as pa
 
 from kudu_async.fs.block_cache import BlockCache, EvictCallback
-from kudu_async.fs.io_util import atomic_write_with, fsync_dir, remove_stale_temp_files
+from kudu_async.fs.io_util import TMP_SUFFIX, atomic_write_with, fsync_dir, remove_stale_temp_files
 
 BLOCK_SUFFIX = ".blk"
 
@@ -115,3 +116,44 @@ class BlockManager:
             orphans = [o for o in orphans if o.split("-", 1)[1].startswith(prefixes)]
         self.delete_blocks(orphans)
         return orphans
+
+
+@dataclass
+class BlockDirCheck:
+    """One block directory against the blocks its metadata names (``kudu fs check``)."""
+
+    directory: str
+    live: int = 0
+    live_bytes: int = 0
+    missing: list[str] = field(default_factory=list)
+    orphans: list[tuple[str, int]] = field(default_factory=list)  # (block id, bytes)
+    temp_files: list[str] = field(default_factory=list)
+
+    def path_of(self, block_id: str) -> str:
+        return os.path.join(self.directory, block_id + BLOCK_SUFFIX)
+
+
+def check_block_dir(directory: str, live: set[str]) -> BlockDirCheck:
+    """Which of ``live`` are missing from ``directory``, which blocks there nothing names (orphans: a crash
+    between writing blocks and committing the metadata naming them) and the temporary files a crash left.
+    Reads the directory only; a missing directory holds no blocks."""
+    out = BlockDirCheck(directory)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        names = []
+    present: dict[str, int] = {}
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.endswith(BLOCK_SUFFIX):
+            present[name[: -len(BLOCK_SUFFIX)]] = os.stat(path).st_size
+        elif name.endswith(TMP_SUFFIX):
+            out.temp_files.append(path)
+    for b in sorted(live):
+        if b in present:
+            out.live += 1
+            out.live_bytes += present[b]
+        else:
+            out.missing.append(b)
+    out.orphans = sorted((b, size) for b, size in present.items() if b not in live)
+    return out

@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     fs = FsManager(config.data_dir, config.role)
     try:
-        meta = fs.open_or_create()
+        meta = fs.open_or_create(lock=True)
     except KuduBadStatus as e:
         print(f"kudu-node: cannot start: {e}", file=sys.stderr)
         return 1

@@ -51,6 +51,7 @@ class DeleteTabletRequest(Message, frozen=True):
     tablet_id: NonEmptyStr
     delete_type: NonEmptyStr = "DELETED"
     cas_config_index: int | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=1024)] | None = None  # why, for the server's log (Kudu's)
 
 
 class DeleteTabletResponse(Message, frozen=True):
@@ -204,7 +205,7 @@ class ChecksumResponse(Message, frozen=True):
 
 
 class ListTabletsRequest(Message, frozen=True):
-    pass
+    need_schema_info: bool = False  # Kudu's field: each open replica's schema too (``remote_replica list``)
 
 
 class ListTabletsResponse(Message, frozen=True):

@@ -103,7 +103,7 @@ class TabletService:
 
     async def delete_tablet(self, req: m.DeleteTabletRequest, ctx: CallContext) -> m.DeleteTabletResponse:
         self.scanners.close_tablet(req.tablet_id)
-        out = await self.manager.delete_tablet(req.tablet_id, req.delete_type, req.cas_config_index)
+        out = await self.manager.delete_tablet(req.tablet_id, req.delete_type, req.cas_config_index, req.reason)
         return m.DeleteTabletResponse(tablet_id=out["tablet_id"], deleted=out["deleted"])
 
     async def write(self, req: m.WriteRequest, ctx: CallContext) -> m.WriteResponse:
@@ -213,7 +213,7 @@ class TabletService:
         return m.ChecksumResponse(**await replica.checksum(req.snapshot_ts, ctx.time_left()))
 
     async def list_tablets(self, req: m.ListTabletsRequest, ctx: CallContext) -> m.ListTabletsResponse:
-        return m.ListTabletsResponse(tablets=self.manager.list_tablets())
+        return m.ListTabletsResponse(tablets=self.manager.list_tablets(with_schema=req.need_schema_info))
 
     async def get_safe_time(self, req: m.GetSafeTimeRequest, ctx: CallContext) -> m.GetSafeTimeResponse:
         replica = self.manager.get(req.tablet_id)

@@ -44,11 +44,11 @@ from kudu_async.common.schema import Schema
 from kudu_async.consensus.raft_manager import RaftManager, check_group_id
 from kudu_async.consensus.replica import RaftReplica
 from kudu_async.consensus.tablet_copy import CopyManifest, TabletCopySource, fetch_tablet_copy, link_or_copy
-from kudu_async.fs.io_util import fsync_dir
 from kudu_async.fs.tablet_metadata import metadata_path
 from kudu_async.rpc.client import RpcClient
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import Tablet, TabletOptions
+from kudu_async.tserver.local_replicas import install_copied_replica
 from kudu_async.tserver.messages import CreateTabletRequest
 from kudu_async.tserver.scanners import BatchedHandOff
 from kudu_async.tserver.tablet_replica import ReplicaServices, TabletReplica, TabletState, WriteLimits
@@ -298,7 +298,11 @@ class TabletManager:
             )
 
     async def delete_tablet(
-        self, tablet_id: str, delete_type: str = "DELETED", cas_config_index: int | None = None
+        self,
+        tablet_id: str,
+        delete_type: str = "DELETED",
+        cas_config_index: int | None = None,
+        reason: str | None = None,
     ) -> dict[str, Any]:
         """DELETED removes everything; TOMBSTONED keeps the Raft metadata. Idempotent."""
         check_group_id(tablet_id)
@@ -318,7 +322,7 @@ class TabletManager:
         if delete_type == "TOMBSTONED" and replica is None and tablet_id in self.raft.tombstoned:
             return {"tablet_id": tablet_id, "deleted": False}
         await self._remove(tablet_id, tombstone=delete_type == "TOMBSTONED")
-        log.info("tablet deleted", extra={"tablet": tablet_id, "delete_type": delete_type})
+        log.info("tablet deleted", extra={"tablet": tablet_id, "delete_type": delete_type, "reason": reason})
         return {"tablet_id": tablet_id, "deleted": True}
 
     def _track_memory(self, group: str, tablet: Tablet) -> None:
@@ -447,7 +451,8 @@ class TabletManager:
                 )
         return out
 
-    def list_tablets(self) -> list[dict[str, Any]]:
+    def list_tablets(self, *, with_schema: bool = False) -> list[dict[str, Any]]:
+        """Every replica's report with its table and partition; ``with_schema`` adds an open replica's schema."""
         out = []
         for rep in self.reports(None):
             r = self.replicas.get(rep["tablet_id"])
@@ -458,6 +463,8 @@ class TabletManager:
                     "partition": r.info.get("partition"),
                     "schema_version": r.tablet.schema_version,
                 }
+                if with_schema:
+                    rep["schema"] = r.tablet.schema_dict()
             out.append(rep)
         return out
 
@@ -569,18 +576,10 @@ class TabletManager:
         _rmtree(tdir)
 
     def _install(self, tablet_id: str, staging: Path) -> None:
-        """Move a verified copy into place: storage first, consensus last (its presence means "replica")."""
+        """Move a verified copy into place (see :func:`install_copied_replica`)."""
         tdir = self.tablet_dir(tablet_id)
-        cdir = self.raft.replica_dir(tablet_id)
         self._remove_storage(tdir)
-        _rmtree(cdir)
-        tdir.parent.mkdir(parents=True, exist_ok=True)
-        cdir.parent.mkdir(parents=True, exist_ok=True)
-        (staging / "consensus" / "wal").mkdir(parents=True, exist_ok=True)
-        os.replace(staging / "tablet", tdir)
-        fsync_dir(str(tdir.parent))
-        os.replace(staging / "consensus", cdir)
-        fsync_dir(str(cdir.parent))
+        install_copied_replica(staging, tdir, self.raft.replica_dir(tablet_id))
 
     async def _copy_manifest(self, group: str, extra: dict[str, Any], session_dir: Path) -> CopyManifest:
         """Source side: a consistent image of ``group`` hard-linked into ``session_dir``."""

@@ -38,8 +38,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "client": frozenset({"common", "rpc", "security"}),
     "spark": frozenset({"common", "client"}),
     # Administration also speaks to a node's services the client does not wrap (Consensus, Generic), as
-    # Kudu's CLI does: through the RPC client, never through the roles' code.
-    "tools": frozenset({"common", "rpc", "client", "security"}),
+    # Kudu's CLI does: through the RPC client. The offline verbs (local_replica, wal, fs) read a stopped
+    # node's files with the readers of the layers that write them (fs, consensus, tablet, and the tserver's
+    # WAL entry forms and data directory layout), as Kudu's tool links its fs, log and tablet code.
+    "tools": frozenset({"common", "rpc", "client", "security", "fs", "consensus", "tablet", "tserver"}),
     "testing": frozenset(
         {"common", "rpc", "fs", "consensus", "tablet", "server", "tserver", "master", "client", "", "security"}
     ),

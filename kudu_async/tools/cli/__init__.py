@@ -10,9 +10,13 @@ from collections.abc import Sequence
 
 from kudu_async.tools.cli import flags as _flags  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import framework
+from kudu_async.tools.cli import fs as _fs  # noqa: F401  (registers its verbs)
+from kudu_async.tools.cli import local_replica as _local_replica  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import master as _master  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import master_membership as _master_membership  # noqa: F401  (registers its verbs)
+from kudu_async.tools.cli import remote_replica as _remote_replica  # noqa: F401  (registers its verbs)
 from kudu_async.tools.cli import unsafe as _unsafe  # noqa: F401  (registers its verbs)
+from kudu_async.tools.cli import wal as _wal  # noqa: F401  (registers its verbs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
