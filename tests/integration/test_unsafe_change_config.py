@@ -59,7 +59,7 @@ def test_a_tablet_that_lost_its_majority_is_forced_back_and_re_replicated(
         t = client.create_table("lost", b.build(), kudu.Partitioning().set_range_partition_columns([]), n_replicas=3)
         _write(client, t, 0, 100, 30_000)
 
-        (tablet,) = c.http_json(c.masters[0], "/api/v1/tables/lost")["tablets"]
+        (tablet,) = c.http_json(c.masters[0], "/api/v1/catalog/tables/lost")["tablets"]
         survivor = next(ts for ts in c.tservers if ts.uuid == tablet["replicas"][0]["uuid"])
         for ts in c.tservers:
             if ts is not survivor:
@@ -86,7 +86,7 @@ def test_a_tablet_that_lost_its_majority_is_forced_back_and_re_replicated(
         added = {c.add_tserver(TSERVER_FLAGS).uuid, c.add_tserver(TSERVER_FLAGS).uuid}
 
         def replicated() -> bool:
-            (loc,) = c.http_json(c.masters[0], "/api/v1/tables/lost")["tablets"]
+            (loc,) = c.http_json(c.masters[0], "/api/v1/catalog/tables/lost")["tablets"]
             voters = {r["uuid"] for r in loc["replicas"] if r["role"] in ("LEADER", "FOLLOWER")}
             return voters == {survivor.uuid, *added} and len(loc["replicas"]) == 3
 
