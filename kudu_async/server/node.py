@@ -46,6 +46,7 @@ from kudu_async.server.admin import AdminAuth, build_admin_app, process_memory
 from kudu_async.server.authn_shell import JwksFetcher, WatchedFile, read_service_jwt
 from kudu_async.server.config import NodeConfig, format_hostport
 from kudu_async.server.loop_lag import LoopLagProbe
+from kudu_async.server.startup import StartupProgress, process_age_s
 from kudu_async.version import __version__
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Node:
     open_replicas_in_background = False
 
     def __init__(self, config: NodeConfig, fs: FsManager) -> None:
+        self.startup = StartupProgress(process_age_s())
         self.config = config
         self.fs = fs
         self.uuid = fs.uuid
@@ -422,13 +424,19 @@ class Node:
     async def start(self) -> None:
         self.loop_lag.start()
         rpc_host, rpc_port = self.config.rpc_hostport
+        self.startup.begin("rpc")
         await self.rpc_server.start(rpc_host, rpc_port)
+        self.startup.end("rpc")
         self.rpc_address = format_hostport(rpc_host, self.rpc_server.port)
         for w in self._watchers:
             w.start()
+        self.startup.begin("services")
         await self.on_start()
+        self.startup.end("services")
         self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
+        self.startup.begin("replicas")  # ends on /startup once the raft manager says all are open
         await self.raft.start(background=self.open_replicas_in_background)
+        self.startup.begin("web")
         http_host, http_port = self.config.http_hostport
         self._http_runner = web.AppRunner(build_admin_app(self, self.admin_auth), access_log=None, handle_signals=False)
         await self._http_runner.setup()
@@ -439,6 +447,7 @@ class Node:
         addresses = self._http_runner.addresses  # resolves port 0 to the bound port
         if addresses:
             self.http_address = format_hostport(http_host, addresses[0][1])
+        self.startup.end("web")
         log.info(
             "node started",
             extra={"rpc_address": self.rpc_address, "http_address": self.http_address, "version": __version__},
