@@ -28,7 +28,7 @@ from kudu_async.master.sys_catalog import TableRecord
 from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.messages import to_builtins
 from kudu_async.server.config import NodeConfig
-from kudu_async.server.webui import render, svg
+from kudu_async.server.webui import pages, render, svg
 
 
 class WebMaster(Protocol):
@@ -62,19 +62,6 @@ _IMPALA_TYPES = {
     "unixtime_micros": "TIMESTAMP",
     "date": "DATE",
 }
-
-
-# Impala's names of Kudu's encodings and compressions.
-_IMPALA_ENCODINGS = {
-    "auto": "AUTO_ENCODING",
-    "plain": "PLAIN_ENCODING",
-    "prefix": "PREFIX_ENCODING",
-    "group_varint": "GROUP_VARINT",
-    "rle": "RLE",
-    "dict": "DICT_ENCODING",
-    "bit_shuffle": "BIT_SHUFFLE",
-}
-_IMPALA_COMPRESSIONS = {"default": "DEFAULT_COMPRESSION", "none": "NO_COMPRESSION"}
 
 
 def impala_type(c: ColumnSchema) -> str:
@@ -183,9 +170,9 @@ def impala_create_table(
         if c.default is not None:
             parts.append(f"DEFAULT {sql_literal(c.default)}")
         if c.encoding:
-            parts.append(f"ENCODING {_IMPALA_ENCODINGS.get(c.encoding, c.encoding.upper())}")
+            parts.append(f"ENCODING {pages.encoding_name(c.encoding)}")
         if c.compression:
-            parts.append(f"COMPRESSION {_IMPALA_COMPRESSIONS.get(c.compression, c.compression.upper())}")
+            parts.append(f"COMPRESSION {pages.compression_name(c.compression)}")
         if c.block_size:
             parts.append(f"BLOCK_SIZE {c.block_size}")
         if c.comment:
@@ -248,22 +235,8 @@ def partition_schema_text(ps: PartitionSchema) -> str:
 
 
 def column_rows(schema: Schema) -> list[dict[str, Any]]:
-    """The schema table of Kudu's table and tablet pages."""
-    keys = set(schema.key_names)
-    return [
-        {
-            "name": c.name,
-            "id": c.id,
-            "type": c.type_label,
-            "key": c.name in keys,
-            "nullable": c.nullable,
-            "encoding": c.encoding or "AUTO_ENCODING",
-            "compression": c.compression or "DEFAULT_COMPRESSION",
-            "default": None if c.default is None else sql_literal(c.default),
-            "comment": c.comment or "",
-        }
-        for c in schema.columns
-    ]
+    """The schema table of Kudu's table page (defaults as SQL literals)."""
+    return pages.schema_rows(schema, sql_literal)
 
 
 def tablet_rows(

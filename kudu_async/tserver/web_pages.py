@@ -17,7 +17,7 @@ from aiohttp import web
 from kudu_async.common.clock import physical_micros
 from kudu_async.common.mem_tracker import NodeMemory
 from kudu_async.common.schema import Schema
-from kudu_async.server.webui import render, svg
+from kudu_async.server.webui import pages, render, svg
 from kudu_async.tablet.compaction_policy import RowSetExtent, data_shares
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tserver.scanners import ScannerManager
@@ -84,23 +84,6 @@ def transaction_rows(writes: Sequence[Mapping[str, Any]], now_unix: float) -> li
     return sorted(out, key=lambda w: -w["in_flight_s"])
 
 
-def _column_rows(schema_dict: Mapping[str, Any]) -> list[dict[str, Any]]:
-    schema = Schema.from_dict(schema_dict)
-    keys = set(schema.key_names)
-    return [
-        {
-            "name": c.name,
-            "id": c.id,
-            "type": c.type_label,
-            "key": c.name in keys,
-            "nullable": c.nullable,
-            "encoding": c.encoding or "AUTO_ENCODING",
-            "compression": c.compression or "DEFAULT_COMPRESSION",
-        }
-        for c in schema.columns
-    ]
-
-
 def _partition_text(partition: Any) -> str:
     if not isinstance(partition, Mapping):
         return ""
@@ -139,7 +122,7 @@ def add_routes(app: web.Application, ts: WebTabletServer) -> None:
             "status": status,
             "summary": tablet_summary(status),
             "trackers": [] if tracker is None else tracker.rows(),
-            "columns": _column_rows(status["schema"]),
+            "columns": pages.schema_rows(Schema.from_dict(status["schema"])),
             "partition_text": _partition_text(status.get("partition")),
         }
         return render.page(request, "tablet.html", context, f"Tablet {r.tablet_id}", json_body=status)

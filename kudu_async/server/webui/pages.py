@@ -11,9 +11,11 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from kudu_async.common.schema import Schema
 
 # Tasks listed on /threadz and /stacks at most: a node with thousands of replicas has thousands of tasks,
 # and the page is made on the event loop.
@@ -218,3 +220,44 @@ def startup_replicas(
     live = [r for r in rows if r["state"] != "TOMBSTONED"]
     waiting = sum(1 for r in live if r["state"] in ("BOOTSTRAPPING", "INITIALIZING"))
     return {"total": len(live), "opened": len(live) - waiting, "opening": waiting, "replicas": rows}
+
+
+# Kudu's names of its encodings and compressions, as its pages and Impala's DDL spell them.
+ENCODING_NAMES = {
+    "auto": "AUTO_ENCODING",
+    "plain": "PLAIN_ENCODING",
+    "prefix": "PREFIX_ENCODING",
+    "group_varint": "GROUP_VARINT",
+    "rle": "RLE",
+    "dict": "DICT_ENCODING",
+    "bit_shuffle": "BIT_SHUFFLE",
+}
+COMPRESSION_NAMES = {"default": "DEFAULT_COMPRESSION", "none": "NO_COMPRESSION"}
+
+
+def encoding_name(encoding: str | None) -> str:
+    return ENCODING_NAMES.get(encoding or "auto", str(encoding).upper())
+
+
+def compression_name(compression: str | None) -> str:
+    return COMPRESSION_NAMES.get(compression or "default", str(compression).upper())
+
+
+def schema_rows(schema: Schema, default_text: Callable[[Any], str] = repr) -> list[dict[str, Any]]:
+    """The schema table of Kudu's table and tablet pages: each column's id, type, key and nullability,
+    encoding, compression, default (as ``default_text`` writes it) and comment."""
+    keys = set(schema.key_names)
+    return [
+        {
+            "name": c.name,
+            "id": c.id,
+            "type": c.type_label,
+            "key": c.name in keys,
+            "nullable": c.nullable,
+            "encoding": encoding_name(c.encoding),
+            "compression": compression_name(c.compression),
+            "default": None if c.default is None else default_text(c.default),
+            "comment": c.comment or "",
+        }
+        for c in schema.columns
+    ]

@@ -70,6 +70,14 @@ def test_create_table_without_ranges_and_with_a_range_of_its_own_hash() -> None:
     assert "PARTITION BY" not in wp.impala_create_table("t", simple, nothing, [(b"", b"")], 1, MASTERS)
 
 
+def test_schema_rows_use_kudus_names() -> None:
+    rows = {r["name"]: r for r in wp.column_rows(SCHEMA)}
+    assert rows["host"]["key"] and not rows["value"]["key"] and rows["value"]["default"] == "0.5"
+    assert (rows["price"]["encoding"], rows["price"]["compression"]) == ("PLAIN_ENCODING", "LZ4")
+    assert (rows["code"]["encoding"], rows["code"]["compression"]) == ("AUTO_ENCODING", "DEFAULT_COMPRESSION")
+    assert rows["price"]["type"] == "decimal(10,2)" and rows["value"]["comment"] == "it's measured"
+
+
 def test_literals() -> None:
     assert wp.sql_literal("a'b\\c") == "'a\\'b\\\\c'"
     assert wp.sql_literal(True) == "true" and wp.sql_literal(b"\x01\xff") == "'\\x01\\xff'"
