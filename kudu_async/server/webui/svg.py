@@ -113,6 +113,10 @@ def rowset_layout(boxes: Sequence[RowSetBox], width: int = 960, box_h: int = 22)
     }
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def table_colours(table_names: Sequence[str]) -> dict[str, str]:
     """One fill per table, by its place in name order (stable across pages of one cluster)."""
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(set(table_names)))}
@@ -157,19 +161,22 @@ def cluster_view(
             )
             x += w
             total += count
-        texts.append({"x": round(x + 6, 1), "y": y + 15, "text": f"{total} replicas", "size": 11})
+        texts.append({"x": round(x + 6, 1), "y": y + 15, "text": _count(total, "replica"), "size": 11})
         lead = leaders.get(uuid, 0)
         lw = lead / most * span
         rects.append(
-            {"x": label_w, "y": y + 23, "w": round(lw, 1), "h": 8, "fill": LEADER_FILL, "tip": f"{lead} leaders"}
+            {"x": label_w, "y": y + 23, "w": round(lw, 1), "h": 8, "fill": LEADER_FILL, "tip": _count(lead, "leader")}
         )
-        texts.append({"x": round(label_w + lw + 6, 1), "y": y + 31, "text": f"{lead} leaders", "size": 10})
+        texts.append({"x": round(label_w + lw + 6, 1), "y": y + 31, "text": _count(lead, "leader"), "size": 10})
     legend_y = top + len(tservers) * row_h + 8
     x = 0
     for table, fill in sorted(colours.items()):
+        step = 24 + 7 * len(table)
+        if x and x + step > width:  # the legend wraps onto another line
+            x, legend_y = 0, legend_y + 18
         rects.append({"x": x, "y": legend_y, "w": 12, "h": 12, "fill": fill})
         texts.append({"x": x + 16, "y": legend_y + 11, "text": table, "size": 11})
-        x += 24 + 7 * len(table)
+        x += step
     return {
         "title": f"replicas and leaders of {len(tservers)} tablet servers",
         "width": width,

@@ -179,6 +179,12 @@ def test_cluster_view_scales_bars_to_the_busiest_server() -> None:
     assert sum(r["w"] for r in bars if r["tip"].endswith("on a")) == pytest.approx(960 - 250 - 70, abs=0.2)
     assert any(t.get("href") == "http://x/" for t in view["texts"])
     assert any(t["text"] == "2 replicas" for t in view["texts"])
+    assert any(t["text"] == "1 leader" for t in view["texts"])
+    many = svg.table_colours([f"table_{i:03d}" for i in range(40)])
+    wide = svg.cluster_view([], {}, {}, many)
+    legend = [r for r in wide["rects"] if r["w"] == 12]
+    assert len(legend) == 40 and all(r["x"] + 87 <= 960 for r in legend)  # 87: one entry's width
+    assert len({r["y"] for r in legend}) == 4 and wide["height"] == max(r["y"] for r in legend) + 24
 
 
 # --- the admin app of a real node (built, not started: no sockets) ----------------------------------------
