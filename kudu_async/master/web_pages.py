@@ -10,16 +10,11 @@ follower's may lag the leader's, which the pages say.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from kudu_async.common import types as T
-from kudu_async.common.errors import KuduCorruption
-from kudu_async.common.key_encoding import decode_values
 from kudu_async.common.partition import PartitionSchema
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.master.catalog_manager import CatalogManager
@@ -29,6 +24,15 @@ from kudu_async.master.ts_manager import TSManager
 from kudu_async.rpc.messages import to_builtins
 from kudu_async.server.config import NodeConfig
 from kudu_async.server.webui import pages, render, svg
+from kudu_async.server.webui.sql import (
+    hash_text,
+    partition_schema_text,
+    partition_text,
+    quote_ident,
+    range_bounds,
+    range_text,
+    sql_literal,
+)
 
 
 class WebMaster(Protocol):
@@ -76,79 +80,12 @@ def impala_type(c: ColumnSchema) -> str:
     return base if c.nested_type is None else f"ARRAY<{base}>"
 
 
-def sql_literal(v: Any) -> str:
-    """A value as an Impala SQL literal (strings quoted with backslash escapes, bytes as ``\\x`` escapes,
-    timestamps as UTC ``'YYYY-MM-DD HH:MM:SS[.ffffff]'``, dates as ``'YYYY-MM-DD'``)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(v, bytes):
-        return "'" + "".join(f"\\x{b:02x}" for b in v) + "'"
-    if isinstance(v, dt.datetime):
-        utc = v.astimezone(dt.UTC) if v.tzinfo is not None else v
-        return "'" + utc.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + "'"
-    if isinstance(v, dt.date):
-        return f"'{v.isoformat()}'"
-    if isinstance(v, int | float | decimal.Decimal):
-        return str(v)
-    return sql_literal(str(v))
-
-
-def quote_ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def impala_table_name(name: str) -> str:
     """Kudu's Impala tables are named ``impala::db.table``; others map to a table of the same name."""
     if name.startswith("impala::") and "." in name:
         db, _, table = name[len("impala::") :].partition(".")
         return f"{quote_ident(db)}.{quote_ident(table)}"
     return quote_ident(name)
-
-
-def _readable(c: ColumnSchema, v: Any) -> Any:
-    """A key value as the column's type shows it (encoded keys decode timestamps as microseconds)."""
-    if c.scalar_type is T.UNIXTIME_MICROS and isinstance(v, int):
-        try:
-            return T.micros_to_datetime(v)
-        except OverflowError:  # outside years 1-9999: the number is all there is to show
-            return v
-    return v
-
-
-def _bound_text(cols: Sequence[ColumnSchema], values: tuple[Any, ...]) -> str:
-    shown = [sql_literal(_readable(c, v)) for c, v in zip(cols, values, strict=False)]
-    return shown[0] if len(shown) == 1 else "(" + ", ".join(shown) + ")"
-
-
-def range_bounds(ps: PartitionSchema, start: bytes, end: bytes) -> tuple[str | None, str | None]:
-    """A range partition's lower and upper bound as SQL values (None: unbounded); a bound that is not a
-    whole key (an exclusive lower or inclusive upper bound given as such) as its encoded hex."""
-    cols = ps.range_columns
-
-    def one(key: bytes) -> str | None:
-        if not key:
-            return None
-        try:
-            return _bound_text(cols, decode_values(cols, key, allow_prefix=True))
-        except KuduCorruption:
-            return f"0x{key.hex()}"
-
-    return one(start), one(end)
-
-
-def range_text(lo: str | None, hi: str | None) -> str:
-    """Impala's spelling of one range partition."""
-    if lo is None and hi is None:
-        return "PARTITION UNBOUNDED"
-    left = "" if lo is None else f"{lo} <= "
-    right = "" if hi is None else f" < {hi}"
-    return f"PARTITION {left}VALUES{right}"
-
-
-def _hash_text(dims: Sequence[Any]) -> list[str]:
-    return [f"HASH ({', '.join(d.columns)}) PARTITIONS {d.num_buckets}" for d in dims]
 
 
 def impala_create_table(
@@ -181,13 +118,13 @@ def impala_create_table(
     unique = "" if schema.auto_incrementing_index is None else "NON UNIQUE "
     lines.append(f"  {unique}PRIMARY KEY ({', '.join(quote_ident(k) for k in schema.user_key_names)})")
     out = [f"CREATE TABLE {impala_table_name(name)} (", ",\n".join(lines), ")"]
-    partitioning = _hash_text(ps.hash_dimensions)
+    partitioning = hash_text(ps.hash_dimensions)
     bounds = [range_bounds(ps, lo, hi) for lo, hi in sorted(set(ranges))]
     if ps.range_schema.columns and bounds and bounds != [(None, None)]:
         items = []
         for (lo_key, _), (lo, hi) in zip(sorted(set(ranges)), bounds, strict=True):
             own = ps.hash_dimensions_for(lo_key)
-            extra = "" if own == ps.hash_dimensions else " " + " ".join(_hash_text(own))
+            extra = "" if own == ps.hash_dimensions else " " + " ".join(hash_text(own))
             items.append(f"  {range_text(lo, hi)}{extra}")
         cols = ", ".join(quote_ident(c) for c in ps.range_schema.columns)
         partitioning.append(f"RANGE ({cols}) (\n" + ",\n".join(items) + "\n)")
@@ -212,23 +149,6 @@ def impala_external_table(name: str, master_addresses: Sequence[str]) -> str:
         f"  'kudu.table_name' = {sql_literal(name)},\n"
         f"  'kudu.master_addresses' = {sql_literal(','.join(master_addresses))}\n);"
     )
-
-
-def partition_text(ps: PartitionSchema, hash_buckets: Sequence[int], start: bytes, end: bytes) -> str:
-    """One tablet's partition as Kudu names it: ``HASH (a) PARTITION 1, RANGE (k) PARTITION 0 <= VALUES < 9``."""
-    dims = ps.hash_dimensions_for(start)
-    parts = [f"HASH ({', '.join(d.columns)}) PARTITION {b}" for d, b in zip(dims, hash_buckets, strict=False)]
-    if ps.range_schema.columns:
-        lo, hi = range_bounds(ps, start, end)
-        parts.append(f"RANGE ({', '.join(ps.range_schema.columns)}) {range_text(lo, hi)}")
-    return ", ".join(parts) or "the whole table"
-
-
-def partition_schema_text(ps: PartitionSchema) -> str:
-    parts = _hash_text(ps.hash_dimensions)
-    if ps.range_schema.columns:
-        parts.append(f"RANGE ({', '.join(ps.range_schema.columns)})")
-    return ",\n".join(parts) or "one tablet (no hash or range partitioning)"
 
 
 # --- page data ----------------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from kudu_async.common.clock import physical_micros
+from kudu_async.common.errors import KuduInvalidArgument
 from kudu_async.common.mem_tracker import NodeMemory
+from kudu_async.common.partition import PartitionSchema
 from kudu_async.common.schema import Schema
-from kudu_async.server.webui import pages, render, svg
+from kudu_async.server.webui import pages, render, sql, svg
 from kudu_async.tablet.compaction_policy import RowSetExtent, data_shares
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tserver.scanners import ScannerManager
@@ -84,13 +86,31 @@ def transaction_rows(writes: Sequence[Mapping[str, Any]], now_unix: float) -> li
     return sorted(out, key=lambda w: -w["in_flight_s"])
 
 
-def _partition_text(partition: Any) -> str:
-    if not isinstance(partition, Mapping):
+def partition_description(info: Mapping[str, Any], schema: Schema) -> str:
+    """A replica's partition as Kudu names it (``HASH (k) PARTITION 1, RANGE (k) PARTITION ...``), from
+    the table's partition schema and the tablet's partition its creation recorded."""
+    partition, ps_dict = info.get("partition"), info.get("partition_schema")
+    if not isinstance(partition, Mapping) or not isinstance(ps_dict, Mapping):
         return ""
-    buckets = partition.get("hash_buckets") or []
-    start, end = partition.get("partition_key_start", b""), partition.get("partition_key_end", b"")
-    hexed = [bytes(k).hex() if isinstance(k, bytes | bytearray) else str(k) for k in (start, end)]
-    return f"hash buckets {list(buckets)}, partition keys [{hexed[0] or '-inf'}, {hexed[1] or '+inf'})"
+    buckets = [int(b) for b in partition.get("hash_buckets", [])]
+    start, end = bytes(partition.get("range_key_start", b"")), bytes(partition.get("range_key_end", b""))
+    try:
+        ps = PartitionSchema.from_dict(schema, ps_dict)
+    except KuduInvalidArgument:  # a partition column renamed since: the recorded schema names the old one
+        return f"hash buckets {buckets}, range keys [{start.hex() or '-inf'}, {end.hex() or '+inf'})"
+    return sql.partition_text(ps, buckets, start, end)
+
+
+def _partitions(tablets: TabletManager) -> dict[str, str]:
+    """Each open replica's partition text (the schema parsed once per table and schema version)."""
+    schemas: dict[tuple[str, int], Schema] = {}
+    out = {}
+    for tid, r in list(tablets.replicas.items()):
+        key = (str(r.info.get("table_id")), r.tablet.schema_version)
+        if key not in schemas:
+            schemas[key] = Schema.from_dict(r.tablet.schema_dict())
+        out[tid] = partition_description(r.info, schemas[key])
+    return out
 
 
 # --- handlers ------------------------------------------------------------------------------------------------
@@ -110,7 +130,7 @@ def add_routes(app: web.Application, ts: WebTabletServer) -> None:
         context = {
             "tablets": rows,
             "states": [{"state": s, "count": n} for s, n in sorted(states.items())],
-            "partitions": {r["tablet_id"]: _partition_text(r.get("partition")) for r in rows},
+            "partitions": _partitions(ts.tablets),
         }
         return render.page(request, "tablets.html", context, "Tablets", json_body={"tablets": rows})
 
@@ -123,7 +143,7 @@ def add_routes(app: web.Application, ts: WebTabletServer) -> None:
             "summary": tablet_summary(status),
             "trackers": [] if tracker is None else tracker.rows(),
             "columns": pages.schema_rows(Schema.from_dict(status["schema"])),
-            "partition_text": _partition_text(status.get("partition")),
+            "partition_text": partition_description(r.info, Schema.from_dict(status["schema"])),
         }
         return render.page(request, "tablet.html", context, f"Tablet {r.tablet_id}", json_body=status)
 

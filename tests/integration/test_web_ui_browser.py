@@ -220,7 +220,7 @@ def test_tserver_pages_in_a_browser(cluster: MiniCluster, browser: Any, table_id
         v.visit(base + "/", "home")
         assert ts.uuid in v.text() and "Masters (heartbeats)" in v.text()
         v.visit(base + "/tablets", "tablets")
-        assert TABLE in v.text() and tablet_id in v.text()
+        assert TABLE in v.text() and tablet_id in v.text() and "RANGE (key) PARTITION 0 <= VALUES < 300" in v.text()
         v.page.click(f"a:text('{tablet_id}')")
         assert v.page.url.endswith(f"/tablet?id={tablet_id}")
         v.visit(base + f"/tablet?id={tablet_id}", "tablet")

@@ -10,7 +10,7 @@ from kudu_async.common.partition import HashDimension, PartitionSchema, RangeWit
 from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.master import web_pages as wp
 from kudu_async.master.messages import ReplicaLocation, TabletLocation, TabletPartition
-from kudu_async.server.webui import render, svg
+from kudu_async.server.webui import render, sql, svg
 
 SCHEMA = Schema(
     [
@@ -79,11 +79,11 @@ def test_schema_rows_use_kudus_names() -> None:
 
 
 def test_literals() -> None:
-    assert wp.sql_literal("a'b\\c") == "'a\\'b\\\\c'"
-    assert wp.sql_literal(True) == "true" and wp.sql_literal(b"\x01\xff") == "'\\x01\\xff'"
-    assert wp.sql_literal(dt.date(2026, 1, 2)) == "'2026-01-02'"
-    assert wp.sql_literal(dt.datetime(2026, 1, 2, 3, 4, 5, 60, tzinfo=dt.UTC)) == "'2026-01-02 03:04:05.00006'"
-    assert wp.quote_ident("a`b") == "`a``b`" and wp.impala_table_name("plain") == "`plain`"
+    assert sql.sql_literal("a'b\\c") == "'a\\'b\\\\c'"
+    assert sql.sql_literal(True) == "true" and sql.sql_literal(b"\x01\xff") == "'\\x01\\xff'"
+    assert sql.sql_literal(dt.date(2026, 1, 2)) == "'2026-01-02'"
+    assert sql.sql_literal(dt.datetime(2026, 1, 2, 3, 4, 5, 60, tzinfo=dt.UTC)) == "'2026-01-02 03:04:05.00006'"
+    assert sql.quote_ident("a`b") == "`a``b`" and wp.impala_table_name("plain") == "`plain`"
 
 
 def _location(tid: str, bucket: int, lo: dt.datetime | None, hi: dt.datetime | None, leader: str) -> TabletLocation:
@@ -139,7 +139,7 @@ def test_table_and_tserver_pages_render_from_their_data() -> None:
             "num_replicas": 3,
             "created_at": 1_700_000_000,
             "columns": wp.column_rows(SCHEMA),
-            "partition_schema_text": wp.partition_schema_text(PS),
+            "partition_schema_text": sql.partition_schema_text(PS),
             "tablet_rows": rows,
             "tablet_states": [{"state": "RUNNING", "count": 1}],
             "replica_distribution": wp.replica_distribution(rows),

@@ -7,7 +7,10 @@ import struct
 
 import pytest
 
+from kudu_async.common import types as T
 from kudu_async.common.clock import make_timestamp
+from kudu_async.common.partition import HashDimension, PartitionSchema
+from kudu_async.common.schema import ColumnSchema, Schema
 from kudu_async.server.webui import render, svg
 from kudu_async.tserver import web_pages as wp
 
@@ -31,6 +34,20 @@ def test_rowsets_are_boxes_over_their_share_of_the_data() -> None:
     levels = dict(zip([b.id for b in boxes], svg.pack_levels(boxes), strict=True))
     assert levels[1] == levels[2] != levels[3]
     assert wp.rowset_boxes([]) == []
+
+
+def test_a_replicas_partition_as_kudu_names_it() -> None:
+    schema = Schema([ColumnSchema("k", T.INT64, nullable=False), ColumnSchema("v", T.STRING)], 1)
+    ps = PartitionSchema(schema, [HashDimension(["k"], 3)], ["k"])
+    lo, hi = ps.encode_range_key({"k": 0}), ps.encode_range_key({"k": 100})
+    info = {
+        "partition_schema": ps.to_dict(),
+        "partition": {"hash_buckets": [2], "range_key_start": lo, "range_key_end": hi},
+    }
+    assert wp.partition_description(info, schema) == "HASH (k) PARTITION 2, RANGE (k) PARTITION 0 <= VALUES < 100"
+    renamed = Schema([ColumnSchema("key", T.INT64, nullable=False), ColumnSchema("v", T.STRING)], 1)
+    assert wp.partition_description(info, renamed) == f"hash buckets [2], range keys [{lo.hex()}, {hi.hex()})"
+    assert wp.partition_description({}, schema) == ""
 
 
 def test_in_flight_writes_longest_first() -> None:
