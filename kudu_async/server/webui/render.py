@@ -96,7 +96,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.3f}"
     if isinstance(value, str | int):
         return str(value)
     return to_json(value)

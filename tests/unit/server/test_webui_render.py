@@ -46,6 +46,9 @@ def test_formatting_filters() -> None:
     assert env.filters["bytes"](3 * 1024 * 1024) == "3 MiB"
     assert env.filters["bytes"](-1) == "" and env.filters["bytes"](None) == ""
     assert env.filters["cell"]({"a": [1, 2]}) == '{"a": [1, 2]}' and env.filters["cell"](True) == "true"
+    assert (
+        env.filters["cell"](0.000123456789) == "0.000123457" and env.filters["cell"](1795770000.5) == "1795770000.500"
+    )
 
 
 def test_templates_escape_what_they_show() -> None:
