@@ -13,6 +13,15 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+# The web UI's browser test (tests/integration/test_web_ui_browser.py) drives Debian's Chromium through
+# Playwright (never Playwright's own browser downloads). Installed when missing and this runs as root (CI
+# does); elsewhere the test skips and says why.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing Debian's chromium for the web UI's browser test" >&2
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-liberation; } >/dev/null; then
+    echo "setup: could not install chromium; the browser test fails under CI and skips elsewhere" >&2
+  fi
+fi
 # PySpark finds data sources to register by itself with pkgutil.iter_modules(), which cannot see modules
 # that an editable install serves through an import hook; put the directory of pyspark_kudu_async on the
 # path of the venv's interpreters (driver and Spark workers) so that format("kudu") needs no register().

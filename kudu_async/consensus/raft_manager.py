@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 import shutil
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -74,6 +75,7 @@ class RaftManager:
         self.unknown_group_messages = 0
         self.max_parallel_opens = max_parallel_opens
         self.opening: set[str] = set()  # on disk, not open yet: never report those as missing
+        self.reopened_at: float | None = None  # monotonic time the replicas on disk at start were all open
         self.tombstoned: set[str] = set()
         self._open_task: asyncio.Task[None] | None = None
         self.transport.on_missing = self._peer_missing_groups
@@ -138,6 +140,7 @@ class RaftManager:
                 await self.open_existing(d.name)
 
         await asyncio.gather(*(one(d) for d in dirs if d.name not in self.tombstoned))
+        self.reopened_at = time.monotonic()
         log.info("replicas reopened", extra={"count": len(self.replicas), "tombstoned": len(self.tombstoned)})
 
     async def open_existing(self, group: str) -> RaftReplica | None:

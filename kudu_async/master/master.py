@@ -32,7 +32,7 @@ from kudu_async.common.errors import (
 from kudu_async.consensus.replica import RaftReplica, ReplicaState
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master import messages as msg
-from kudu_async.master import rest_api, sys_catalog
+from kudu_async.master import rest_api, sys_catalog, web_pages
 from kudu_async.master.auto_rebalancer import AutoRebalancer
 from kudu_async.master.catalog_manager import CatalogManager, DdlAuthorizer
 from kudu_async.master.membership import MasterMembership, catalog_summary
@@ -580,8 +580,8 @@ class Master(Node):
     # --- admin and status -----------------------------------------------------------------------------
 
     def add_admin_routes(self, app: web.Application) -> None:
+        web_pages.add_routes(app, self)
         app.router.add_get("/api/v1/tservers", _tservers_page)
-        app.router.add_get("/tablet-servers", _tservers_page)
         app.router.add_get("/api/v1/masters", _masters_page)
         app.router.add_get("/api/v1/catalog/tables", _tables_page)
         app.router.add_get("/api/v1/catalog/tables/{name}", _table_page)
@@ -612,8 +612,8 @@ class Master(Node):
 
 
 async def _tservers_page(request: web.Request) -> web.Response:
-    """``GET /api/v1/tservers`` (and Kudu's ``/tablet-servers``): every registered tserver (live and dead),
-    sorted by uuid, with its operator-set state."""
+    """``GET /api/v1/tservers``: every registered tserver (live and dead), sorted by uuid, with its
+    operator-set state (Kudu's ``/tablet-servers`` page answers the same as its JSON)."""
     master = node_as(request, Master)
     return web.json_response(master.tserver_descriptors())
 

@@ -1,7 +1,8 @@
-"""The admin HTTP app (aiohttp) both roles serve: Kudu's paths plus a JSON API for tools and curl.
+"""The admin HTTP app (aiohttp) both roles serve: Kudu's paths as HTML pages for browsers, and as JSON
+for tools and curl (``server/webui/render.py`` says which a request gets).
 
 Roles add their own routes through ``Node.add_admin_routes``. Every error is JSON with a code and a
-message, like RPC errors, so scripts handle both the same way.
+message, like RPC errors, so scripts handle both the same way; a browser gets the same as a page.
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ from typing import Any, Protocol, TypeVar
 import bcrypt
 from aiohttp import web
 
-from kudu_async.common.errors import KuduBadStatus, KuduConfigurationError, KuduIllegalState, KuduNotAuthorized
+from kudu_async.common.errors import (
+    KuduBadStatus,
+    KuduConfigurationError,
+    KuduIllegalState,
+    KuduNotAuthorized,
+    KuduNotFound,
+)
 from kudu_async.common.metrics import MetricRegistry
 from kudu_async.consensus.raft_manager import RaftManager
 from kudu_async.security.acl import Acls, Requires
 from kudu_async.security.audit import audit_line
 from kudu_async.security.identity import MAX_USER_NAME, Identity
-from kudu_async.server.config import NodeConfig
+from kudu_async.server.config import FLAGS, NodeConfig
+from kudu_async.server.startup import StartupProgress
+from kudu_async.server.webui import pages, render
 from kudu_async.version import __version__
 
 log = logging.getLogger(__name__)
@@ -43,7 +52,16 @@ class AdminNode(Protocol):
     def role(self) -> str: ...
 
     @property
+    def uuid(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
     def config(self) -> NodeConfig: ...
+
+    @property
+    def startup(self) -> StartupProgress: ...
 
     @property
     def metrics(self) -> MetricRegistry: ...
@@ -93,20 +111,28 @@ def json_error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"code": code, "message": message}, status=status)
 
 
+def _error(request: web.Request, status: int, body: dict[str, Any]) -> web.Response:
+    """An error as JSON, or as a page for a browser (both name the code and what was wrong)."""
+    if render.wants_html(request):
+        return render.error_html(request, status, str(body.get("code", "ERROR")), str(body.get("message", "")))
+    return web.json_response(body, status=status)
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map every failure to a JSON error body; the node itself keeps serving."""
+    """Map every failure to an error answer; the node itself keeps serving."""
     try:
         return await handler(request)
     except KuduBadStatus as e:
-        return web.json_response(e.to_dict(), status=e.http_status)
+        return _error(request, e.http_status, e.to_dict())
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        return json_error(e.status, e.reason.upper().replace(" ", "_"), f"{request.method} {request.path}: {e.reason}")
+        code = e.reason.upper().replace(" ", "_")
+        return _error(request, e.status, {"code": code, "message": f"{request.method} {request.path}: {e.reason}"})
     except Exception as e:
         log.exception("admin handler %s failed", request.path)
-        return json_error(500, "RUNTIME_ERROR", f"{type(e).__name__}: {e}")
+        return _error(request, 500, {"code": "RUNTIME_ERROR", "message": f"{type(e).__name__}: {e}"})
 
 
 def csv_param(request: web.Request, name: str) -> list[str]:
@@ -131,14 +157,22 @@ async def varz_json(request: web.Request) -> web.Response:
     return web.json_response({"flags": _node(request).config.to_json()})
 
 
-async def varz_text(request: web.Request) -> web.Response:
+async def varz(request: web.Request) -> web.Response:
+    """Kudu's flags page: a table for browsers, ``{"flags": ...}`` when JSON is asked for (``?raw``,
+    ``Accept: application/json``), else ``--flag=value`` lines as Kudu's text form."""
+    config = _node(request).config
+    if render.wants_html(request):
+        rows = pages.flag_rows(config.values, config.sources, FLAGS)
+        return render.page(request, "varz.html", {"flags": rows}, "Flags")
+    if render.asks_for_json(request):
+        return render.json_answer({"flags": config.to_json()})
     lines = []
-    for name, v in sorted(_node(request).config.values.items()):
+    for name, v in sorted(config.values.items()):
         if v is None:
             continue
         text = ("true" if v else "false") if isinstance(v, bool) else str(v)
         lines.append(f"--{name}={text}")
-    return web.Response(text="\n".join(lines) + "\n")
+    return web.Response(text="\n".join(lines) + "\n", headers={"Vary": "Accept"})
 
 
 async def version(request: web.Request) -> web.Response:
@@ -178,9 +212,11 @@ async def mem_trackers(request: web.Request) -> web.Response:
     """Kudu's tracker table as a JSON list of {id, parent, limit, current, peak}; ``?nested=1`` gives the
     same tree with each tracker's children inside it."""
     node = _node(request)
-    if request.query.get("nested", "") in ("1", "true"):
-        return web.json_response(node.mem_trackers_nested())
-    return web.json_response(node.mem_trackers())
+    rows = node.mem_trackers()
+    nested = request.query.get("nested", "") in ("1", "true")
+    context = {"trackers": pages.mem_tracker_rows(rows), "process": process_memory()}
+    body = node.mem_trackers_nested() if nested else rows
+    return render.page(request, "mem_trackers.html", context, "Memory", json_body=body)
 
 
 async def raft_status(request: web.Request) -> web.Response:
@@ -195,9 +231,70 @@ async def raft_status(request: web.Request) -> web.Response:
 
 
 async def home(request: web.Request) -> web.Response:
+    """The node's overview (role, uuid, version, uptime, leader) and every page it serves."""
     node = _node(request)
     paths = sorted({r.resource.canonical for r in request.app.router.routes() if r.resource is not None})
-    return web.json_response({"status": node.status(), "paths": paths})
+    st = node.status()
+    body = {"status": st, "paths": paths}
+    context = {
+        **body,
+        "pages": request.app[render.NAV_KEY],
+        "query_pages": request.app[render.QUERY_PAGES_KEY],
+        "uptime_s": st.get("uptime_s"),
+    }
+    return render.page(request, "home.html", context, "Home", json_body=body)
+
+
+async def threadz(request: web.Request) -> web.Response:
+    """Kudu's thread groups, with the event loop's tasks beside the threads; ``?group=`` lists one group."""
+    group = render.query_param(request, "group")
+    threads = await asyncio.to_thread(pages.threads)
+    groups = pages.thread_groups(threads)
+    if group is not None and group != "all":
+        if group not in {g["group"] for g in groups}:
+            raise KuduNotFound(f"thread group {group!r} not found on this node", {"parameter": "group"})
+        threads = [t for t in threads if t["group"] == group]
+    tasks, num_tasks = pages.tasks()
+    body = {"groups": groups, "threads": threads, "tasks": tasks, "num_tasks": num_tasks, "group": group}
+    return render.page(request, "threadz.html", body, "Threads")
+
+
+async def stacks(request: web.Request) -> web.Response:
+    """Every thread's and task's stack, as text (Kudu's /stacks); as data when JSON is asked for."""
+    if render.asks_for_json(request):
+        return render.json_answer(pages.stacks_json())
+    return web.Response(text=pages.stacks_text(), headers={"Vary": "Accept"})
+
+
+async def logs(request: web.Request) -> web.Response:
+    """The last lines of the node's log file (``?lines=``, default DEFAULT_LOG_LINES)."""
+    n = render.int_param(request, "lines", pages.DEFAULT_LOG_LINES, 1, pages.MAX_LOG_LINES)
+    path = _node(request).config.log_file or None
+    lines: list[str] = []
+    message = None
+    if path is None:
+        message = "this node logs to stderr (started without --log-file): nothing to show here"
+    else:
+        try:
+            lines = await asyncio.to_thread(pages.tail_lines, path, n)
+        except OSError as e:
+            message = f"cannot read the log file {path}: {e.strerror or e}"
+    body = {"log_file": path, "lines": lines, "message": message}
+    context = {**body, "rows": [pages.parse_log_line(line) for line in lines], "requested": n}
+    return render.page(request, "logs.html", context, "Logs", json_body=body)
+
+
+async def startup(request: web.Request) -> web.Response:
+    """Kudu's start-up progress: each step's time, and how many replicas are open of how many."""
+    node = _node(request)
+    raft = node.raft
+    if raft.reopened_at is not None:
+        node.startup.end_if_running("replicas", raft.reopened_at)
+    body = {
+        "steps": node.startup.steps(),
+        "replicas": pages.startup_replicas(raft.status(), raft.opening, raft.tombstoned),
+    }
+    return render.page(request, "startup.html", body, "Startup")
 
 
 # --- authentication --------------------------------------------------------------------------------------
@@ -367,21 +464,43 @@ def build_admin_app(node: AdminNode, auth: AdminAuth | None = None) -> web.Appli
     app = web.Application(middlewares=[error_middleware, auth_middleware], client_max_size=1024 * 1024)
     app[AUTH_KEY] = auth if auth is not None else AdminAuth(Acls.open(), None)
     app[NODE_KEY] = node
+    app[render.NODE_INFO_KEY] = {"role": node.role, "uuid": node.uuid, "name": node.name}
+    app[render.NAV_KEY] = []
+    app[render.QUERY_PAGES_KEY] = {}
     r = app.router
     r.add_get("/", home)
     r.add_get("/healthz", healthz)
     r.add_get("/version", version)
-    r.add_get("/varz", varz_text)
+    r.add_get("/varz", varz)
     r.add_get("/rpcz", rpcz)
     r.add_get("/metrics", metrics_json)
     r.add_get("/jsonmetricz", metrics_json)
     r.add_get("/metrics_prometheus", metrics_prometheus)
     r.add_get("/mem-trackers", mem_trackers)
+    r.add_get("/threadz", threadz)
+    r.add_get("/stacks", stacks)
+    r.add_get("/logs", logs)
+    r.add_get("/startup", startup)
+    r.add_get(render.CSS_PATH, render.css)
     r.add_get("/api/v1/status", status)
     r.add_get("/api/v1/varz", varz_json)
     r.add_get("/api/v1/raft", raft_status)
     node.add_admin_routes(app)
+    for path, label in COMMON_NAV:
+        render.add_nav(app, path, label)
     return app
+
+
+# The pages of every node in the nav bar, after the role's own.
+COMMON_NAV = (
+    ("/mem-trackers", "Memory"),
+    ("/threadz", "Threads"),
+    ("/logs", "Logs"),
+    ("/varz", "Flags"),
+    ("/startup", "Startup"),
+    ("/stacks", "Stacks"),
+    ("/metrics", "Metrics"),
+)
 
 
 def process_memory() -> dict[str, Any]:

@@ -64,6 +64,7 @@ from kudu_async.server.config import (
     is_wildcard,
 )
 from kudu_async.server.loop_lag import LoopLagProbe
+from kudu_async.server.startup import StartupProgress, process_age_s
 from kudu_async.version import __version__
 
 log = logging.getLogger(__name__)
@@ -222,6 +223,7 @@ class Node:
     open_replicas_in_background = False
 
     def __init__(self, config: NodeConfig, fs: FsManager) -> None:
+        self.startup = StartupProgress(process_age_s())
         self.config = config
         self.fs = fs
         self.uuid = fs.uuid
@@ -558,7 +560,9 @@ class Node:
             is_wildcard(http_host) and not cfg.webserver_advertised_addresses
         ):
             fqdn = await self._machine_name()
+        self.startup.begin("rpc")
         await self.rpc_server.start(rpc_host, rpc_port)
+        self.startup.end("rpc")
         self.bound_rpc_address = format_hostport(rpc_host, self.rpc_server.port)
         self.rpc_addresses = advertised_addresses(cfg.rpc_advertised_addresses, rpc_host, self.rpc_server.port, fqdn)
         self.rpc_address = self.rpc_addresses[0]
@@ -567,9 +571,13 @@ class Node:
         self.http_address = self.http_addresses[0]
         for w in self._watchers:
             w.start()
+        self.startup.begin("services")
         await self.on_start()
+        self.startup.end("services")
         self._releaser = asyncio.get_running_loop().create_task(self._release_freed(), name="memory-release")
+        self.startup.begin("replicas")  # ends on /startup once the raft manager says all are open
         await self.raft.start(background=self.open_replicas_in_background)
+        self.startup.begin("web")
         self._http_runner = web.AppRunner(build_admin_app(self, self.admin_auth), access_log=None, handle_signals=False)
         await self._http_runner.setup()
         dual = dual_stack_listener(http_host, http_port)
@@ -586,6 +594,7 @@ class Node:
         self.bound_http_address = format_hostport(http_host, bound_http_port)
         self.http_addresses = advertised_addresses(cfg.webserver_advertised_addresses, http_host, bound_http_port, fqdn)
         self.http_address = self.http_addresses[0]
+        self.startup.end("web")
         log.info(
             "node started",
             extra={

@@ -85,6 +85,16 @@ def _widths(mins: np.ndarray, maxs: np.ndarray, sizes: np.ndarray) -> tuple[np.n
     return below, upto, np.maximum(upto - below, 0.0)
 
 
+def data_shares(extents: list[RowSetExtent]) -> list[tuple[float, float]]:
+    """Each rowset's key range in data space: (share of the data below its min key, share at or below
+    its max key). The rowset layout picture draws each rowset over this interval."""
+    if not extents:
+        return []
+    mins, maxs = _key_points(extents)
+    below, upto, _ = _widths(mins, maxs, np.array([max(1, e.size) for e in extents], dtype=np.float64))
+    return list(zip(below.tolist(), upto.tolist(), strict=True))
+
+
 def max_height(extents: list[RowSetExtent]) -> int:
     """Most rowsets whose (inclusive) key ranges cover one key."""
     events = sorted([(e.min_key, 0) for e in extents] + [(e.max_key, 1) for e in extents])

@@ -702,6 +702,29 @@ class TabletReplica:
         with contextlib.suppress(KuduBadStatus):
             self._abort_stale_pending()
 
+    def in_flight_writes(self) -> list[dict[str, Any]]:
+        """The writes this leader prepared and has not applied yet (Kudu's in-flight ops of
+        ``/transactions``): term and hybrid timestamp, state, rows by kind, bytes."""
+        out = []
+        for (term, ts), prepared in list(self._pending.items()):
+            outcome = prepared.outcome()
+            out.append(
+                {
+                    "tablet_id": self.tablet_id,
+                    "term": term,
+                    "timestamp": ts,
+                    "state": prepared.state,
+                    "rows": prepared.op.rows.num_rows,
+                    "inserts": outcome.inserted,
+                    "updates": outcome.updated,
+                    "deletes": outcome.deleted,
+                    "row_errors": len(prepared.errors),
+                    "bytes": prepared.op.rows.nbytes,
+                    "schema_version": prepared.schema_version,
+                }
+            )
+        return out
+
     def report(self) -> dict[str, Any]:
         """The tablet report the heartbeater sends to masters."""
         r = self.raft

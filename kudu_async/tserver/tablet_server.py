@@ -24,6 +24,7 @@ from kudu_async.server.config import parse_master_addresses
 from kudu_async.server.node import Node
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
 from kudu_async.tablet.tablet import TabletOptions
+from kudu_async.tserver import web_pages
 from kudu_async.tserver.heartbeater import Heartbeater, HeartbeatOptions
 from kudu_async.tserver.maintenance_pool import MaintenanceProcessPool
 from kudu_async.tserver.replicated_kv import ReplicatedKVService
@@ -251,6 +252,7 @@ class TabletServer(Node):
         }
 
     def add_admin_routes(self, app: web.Application) -> None:
+        web_pages.add_routes(app, self)
         app.router.add_get("/api/v1/tablets", _tablets)
         app.router.add_get("/api/v1/tablets/{tablet_id}", _tablet)
         app.router.add_get("/api/v1/maintenance", _maintenance)

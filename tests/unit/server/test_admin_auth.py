@@ -20,6 +20,8 @@ from kudu_async.server.admin import AdminAuth, build_admin_app, parse_htpasswd
 
 class _Node:
     role = "tserver"
+    uuid = "ts-uuid"
+    name = "ts-0"
 
     def __init__(self) -> None:
         self.audited: list[dict[str, Any]] = []
