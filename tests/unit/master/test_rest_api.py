@@ -421,6 +421,8 @@ def test_answers_decode_as_the_documents_types() -> None:
 
 class _Node:
     role = "master"
+    uuid = "master-uuid"
+    name = "master-0"
 
     def __init__(self) -> None:
         self.audited: list[dict[str, Any]] = []
