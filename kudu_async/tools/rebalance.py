@@ -1,4 +1,4 @@
-"""The rebalancing plan of ``kudu-admin cluster rebalance``: which replicas to move and which leaderships
+"""The rebalancing plan of ``kudu cluster rebalance``: which replicas to move and which leaderships
 to hand over so that every live tablet server carries its share. Sans-IO: a :class:`Placement` (servers,
 tablets, the servers holding each tablet's voters, its leader) in, a list of :class:`Move` or
 :class:`LeaderTransfer` out, deterministic (ties are broken by uuid and tablet id). The asyncio shell that
