@@ -160,7 +160,7 @@ async def table_list(ctx: Context, a: argparse.Namespace) -> Result:
     else:
         names = await client.list_tables()
     names = [n for n in names if not patterns or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    detail = bool(columns) or a.show_table_info or a.list_tablets or a.list_table_output_format != "pretty"
+    detail = bool(columns) or a.show_table_info or a.list_tablets
     if a.soft_deleted_only or not detail:
         tables: list[dict[str, Any]] = [{"name": n} for n in names]
     else:
