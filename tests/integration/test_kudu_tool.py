@@ -180,6 +180,37 @@ def test_table_commands(cluster: MiniCluster, tmp_path: Path) -> None:
     assert kudu_tool(cluster, "table", "list").stdout.split() == ["events"]
 
 
+def test_parse_metrics_reads_a_nodes_metrics(cluster: MiniCluster, tmp_path: Path) -> None:
+    """``diagnose parse_metrics`` over diagnostics-log lines made of a tablet server's own ``/metrics``."""
+
+    def inserted(entities: list[dict[str, Any]]) -> int:
+        return sum(
+            m["value"] for e in entities if e["type"] == "tablet" for m in e["metrics"] if m["name"] == "rows_inserted"
+        )
+
+    snaps = {ts.name: json.loads(cluster.http_get(ts, "/metrics")[1]) for ts in cluster.tservers}
+    ts = max(cluster.tservers, key=lambda t: inserted(snaps[t.name]))
+    first, second = snaps[ts.name], json.loads(cluster.http_get(ts, "/metrics")[1])
+    expected = inserted(second)
+    assert expected > 0  # the events table's rows
+    log = tmp_path / "diag.log"
+    log.write_text(
+        f"I0101 00:00:01.000000 metrics 1000000 {json.dumps(first)}\n"
+        f"I0101 00:00:03.000000 metrics 3000000 {json.dumps(second)}\n"
+    )
+    out = kudu_tool(
+        cluster,
+        "diagnose",
+        "parse_metrics",
+        str(log),
+        "-simple_metrics=tablet.rows_inserted:ins",
+        "-rate_metrics=tablet.rows_inserted:rate",
+    ).stdout.splitlines()
+    assert out[0] == "timestamp\tins\trate"
+    assert out[2].split("\t")[:2] == ["3000000", str(expected)]
+    assert float(out[2].split("\t")[2]) == (expected - inserted(first)) / 2
+
+
 def test_bad_input_is_named(cluster: MiniCluster, tmp_path: Path) -> None:
     r = kudu_tool(cluster, "table", "scan", "events", "-predicates", '[">=", "nope", 1]', ok=False)
     assert r.returncode == 1 and "column 'nope' is not in table events" in r.stderr
