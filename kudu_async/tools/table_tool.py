@@ -358,7 +358,7 @@ class ScanOptions:
     columns: Sequence[str] | None = None
     predicates: str | None = None
     tablets: Sequence[str] | None = None
-    num_threads: int = 16
+    num_threads: int = 2  # Kudu's -num_threads
     fault_tolerant: bool = False
     fill_cache: bool = True
     scan_batch_size: int = -1  # bytes; negative: the server's default

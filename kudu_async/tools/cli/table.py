@@ -624,7 +624,7 @@ def scan_flags(p: argparse.ArgumentParser) -> None:
         help='Kudu\'s JSON predicates, e.g. \'["AND", [">=", "key", 5], ["IN", "c", [1, 2]], ["NULL", "d"]]\'',
     )
     flag(p, "tablets", metavar="TABLET_ID[,...]", help="only these tablets [all]")
-    flag(p, "num_threads", type=int, default=16, help="tablets scanned at once [16]")
+    flag(p, "num_threads", type=int, default=2, help="tablets scanned at once (concurrent scanners) [2]")
     flag(p, "fault_tolerant", type=bool, help="resumable scans, in key order per tablet [false]")
     flag(p, "fill_cache", type=bool, default=True, help="let the scan fill the block cache [true]")
     flag(p, "scan_batch_size", type=int, default=-1, help="batch size in bytes; -1: the server's default [-1]")
