@@ -526,6 +526,8 @@ class CatalogManager:
             meta["owner"] = _owner(req.new_owner)
         if req.new_comment is not UNSET:
             meta["comment"] = _comment(req.new_comment)
+        if req.num_replicas is not None and req.num_replicas != t.num_replicas:
+            meta["num_replicas"] = self._new_replication_factor(req.num_replicas)
         schema = Schema.from_dict(t.schema)
         alter = _Alter(
             schema=schema,
@@ -557,6 +559,14 @@ class CatalogManager:
         )
         return [put(table), *(put(r) for r in alter.new_tablets)], {"table_id": t.id, "schema_version": version}
 
+    def _new_replication_factor(self, n: int) -> int:
+        """A table's new replication factor: odd, at most MAX_REPLICAS and no more than the live tablet
+        servers (the master's re-replication adds or trims each tablet's voters to it afterwards)."""
+        if isinstance(n, bool) or n < 1 or n > MAX_REPLICAS or n % 2 == 0:
+            raise KuduInvalidArgument(f"illegal replication factor {n}: it must be odd and 1..{MAX_REPLICAS}")
+        self._require_live(n, self._placement().live, "for the new replication factor")
+        return n
+
     def _plan_set_limits(self, t: TableRecord, req: msg.AlterTableRequest) -> Plan:
         """Kudu's table limits: -1 removes one, a value >= 0 sets it; only with --enable_table_write_limit
         and never together with another alteration."""
@@ -569,6 +579,7 @@ class CatalogManager:
             or req.new_owner is not UNSET
             or req.new_comment is not UNSET
             or req.alter_schema_steps
+            or req.num_replicas is not None
         ):
             raise KuduConfigurationError("altering table limit cannot be combined with other alterations")
         changes: dict[str, Any] = {}
@@ -636,6 +647,36 @@ class CatalogManager:
             and (not name_filter or name_filter in t.name)
         ]
         return {"tables": sorted(out, key=lambda t: t["name"])}
+
+    def list_in_flight_tables(self) -> dict[str, Any]:
+        """Kudu's ListInFlightTables: the tables being created or altered, and how many of their tablets
+        are still being created (or still lack the new schema at their leader)."""
+        self.master.require_leader()
+        out = []
+        for t in self.tables.values():
+            if t.state not in ("CREATING", "ALTERING"):
+                continue
+            busy = 0
+            for tid in t.tablet_ids:
+                rec = self.tablets.get(tid)
+                if rec is None:
+                    continue
+                if rec.state == "CREATING":
+                    busy += 1
+                elif t.state == "ALTERING":
+                    leader = self.master.ts_manager.leader_of(tid)
+                    have = self.master.ts_manager.tablet_replicas(tid).get(leader or "", {}).get("schema_version", -1)
+                    busy += int(leader is None or have < t.schema_version)
+            out.append(
+                {
+                    "table_id": t.id,
+                    "name": t.name,
+                    "state": t.state,
+                    "num_tablets": len(t.tablet_ids),
+                    "num_tablets_in_flight": busy,
+                }
+            )
+        return {"tables": sorted(out, key=lambda x: x["name"])}
 
     def get_table_schema(self, req: msg.TableRef) -> dict[str, Any]:
         self.master.require_leader()

@@ -103,6 +103,12 @@ class Master(Node):
                 self._rpc_change_tserver_state,
                 requires="superuser",
             ),
+            "UnregisterTServer": Method(
+                msg.UnregisterTServerRequest,
+                msg.UnregisterTServerResponse,
+                self._rpc_unregister_tserver,
+                requires="superuser",
+            ),
             "ConnectToMaster": Method(Empty, msg.ConnectToMasterResponse, self._rpc_connect_to_master, requires="any"),
             "ListMasters": Method(Empty, msg.ListMastersResponse, self._rpc_list_masters, requires="user"),
             "CreateTable": Method(msg.CreateTableRequest, msg.TableIdResponse, self._rpc_create_table, requires="user"),
@@ -121,6 +127,9 @@ class Master(Node):
                 msg.TableRef, msg.GetTableStatisticsResponse, self._rpc_get_table_statistics, requires="user"
             ),
             "ListTables": Method(msg.ListTablesRequest, msg.ListTablesResponse, self._rpc_list_tables, requires="user"),
+            "ListInFlightTables": Method(
+                Empty, msg.ListInFlightTablesResponse, self._rpc_list_in_flight_tables, requires="user"
+            ),
             "GetTableSchema": Method(
                 msg.TableRef, msg.GetTableSchemaResponse, self._rpc_get_table_schema, requires="user"
             ),
@@ -496,6 +505,14 @@ class Master(Node):
             listed["tables"] = [t for t in listed["tables"] if authz.visible(ctx.identity, t["name"])]
         return convert(listed, msg.ListTablesResponse)
 
+    async def _rpc_list_in_flight_tables(self, req: Empty, ctx: CallContext) -> msg.ListInFlightTablesResponse:
+        await self.confirm_catalog_read(ctx)
+        listed = self.catalog_manager.list_in_flight_tables()
+        authz = self.catalog_manager.authz
+        if authz.applies_to(ctx.identity):
+            listed["tables"] = [t for t in listed["tables"] if authz.visible(ctx.identity, t["name"])]
+        return convert(listed, msg.ListInFlightTablesResponse)
+
     async def _rpc_get_table_schema(self, req: msg.TableRef, ctx: CallContext) -> msg.GetTableSchemaResponse:
         await self.confirm_catalog_read(ctx)
         self._check_metadata(ctx, req.name, req.table_id)
@@ -576,6 +593,15 @@ class Master(Node):
         state: sys_catalog.TServerState | None = "MAINTENANCE_MODE" if entering else None
         changed = await self.catalog_manager.change_tserver_state(req.uuid, state, ctx.time_left(30.0))
         return msg.ChangeTServerStateResponse(uuid=req.uuid, state=state or "NONE", changed=changed)
+
+    async def _rpc_unregister_tserver(
+        self, req: msg.UnregisterTServerRequest, ctx: CallContext
+    ) -> msg.UnregisterTServerResponse:
+        """Forget a tserver on this master (every master keeps its own registry: the tool asks each one)."""
+        if not req.uuid.isprintable():
+            raise KuduInvalidArgument("'uuid': not a plausible tserver uuid", {"field": "uuid"})
+        self.ts_manager.unregister(req.uuid, time.monotonic(), req.force_unregister_live_tserver)
+        return msg.UnregisterTServerResponse(uuid=req.uuid, unregistered=True)
 
     # --- admin and status -----------------------------------------------------------------------------
 

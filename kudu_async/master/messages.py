@@ -309,6 +309,8 @@ class AlterTableRequest(Message, frozen=True):
     # Kudu's per-table write limits: -1 removes the limit; they cannot be combined with other alterations.
     disk_size_limit: int | None = None
     row_count_limit: int | None = None
+    # Kudu's set_replication_factor: the master's re-replication then adds or trims replicas to match.
+    num_replicas: int | None = None
     request_id: Any = None
 
     def __post_init__(self) -> None:
@@ -358,6 +360,20 @@ class TableEntry(Message, frozen=True):
 
 class ListTablesResponse(Message, frozen=True):
     tables: list[TableEntry]
+
+
+class InFlightTable(Message, frozen=True):
+    table_id: str
+    name: str
+    state: str
+    num_tablets: int
+    num_tablets_in_flight: int
+
+
+class ListInFlightTablesResponse(Message, frozen=True):
+    """Kudu's ListInFlightTables: tables being created or altered."""
+
+    tables: list[InFlightTable]
 
 
 class GetTableStatisticsResponse(Message, frozen=True):
@@ -477,6 +493,19 @@ class ChangeTServerStateRequest(Message, frozen=True):
     uuid: Id
     change: Literal["ENTER_MAINTENANCE_MODE", "EXIT_MAINTENANCE_MODE"]
     allow_missing_tserver: bool = False
+
+
+class UnregisterTServerRequest(Message, frozen=True):
+    """Forget a tablet server (Kudu's ``kudu tserver unregister``); ``force_unregister_live_tserver``: even one
+    that still heartbeats (it registers again with its next heartbeat)."""
+
+    uuid: Id
+    force_unregister_live_tserver: bool = False
+
+
+class UnregisterTServerResponse(Message, frozen=True):
+    uuid: str
+    unregistered: bool
 
 
 class ChangeTServerStateResponse(Message, frozen=True):

@@ -28,9 +28,9 @@ this order (the first that applies is the tablet's step):
 4. More voters than the replication factor, all healthy (the failed server came back between the
    promotion and the eviction) -> trim: REMOVE the voter that was being replaced if known, else a
    non-leader voter whose replica is not RUNNING, else the one on the most loaded server. Without a
-   replace hint, only once the excess has lasted a few seconds (``ClusterView.fresh_excess``): a
-   ``kudu-admin`` replica move promotes its new replica and then removes the one it replaces, and the
-   master must not trim another voter in between.
+   replace hint, only once the excess has lasted a few seconds (``ClusterView.fresh_excess``): ``kudu
+   tablet change_config move_replica`` promotes its new replica and then removes the one it replaces, and
+   the master must not trim another voter in between.
 
 Independently, a live server that reports a replica of the tablet which is not in its config (removed
 while the server was down, or a FAILED replica that was replaced) gets ``DeleteTablet`` TOMBSTONED with

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument, KuduNotFound
 from kudu_async.master.messages import Report, TSHeartbeatRequest, TSInfo
 from kudu_async.rpc.messages import convert, to_builtins
 
@@ -187,6 +187,24 @@ class TSManager:
     def live_tservers(self, now: float) -> list[str]:
         """Uuids of the tservers heard from within the timeout, sorted (where new replicas may go)."""
         return sorted(u for u in self._ts if self.is_live(u, now))
+
+    def unregister(self, uuid: str, now: float, force_live: bool = False) -> None:
+        """Forget a tserver and its replicas in the directory (Kudu's UnregisterTServer: a decommissioned
+        server stops showing as dead). A live one is refused unless ``force_live``: it would register again
+        with its next heartbeat."""
+        ts = self._ts.get(uuid)
+        if ts is None:
+            raise KuduNotFound(f"tserver {uuid} is not registered with this master", {"uuid": uuid})
+        if self.is_live(uuid, now) and not force_live:
+            raise KuduIllegalState(
+                f"tserver {uuid} is live (heard from {now - ts.last_heartbeat:.1f} s ago); stop it first or "
+                "pass force_unregister_live_tserver",
+                {"uuid": uuid},
+            )
+        for tid in list(ts.tablets):
+            self._drop_replica(tid, ts)
+        del self._ts[uuid]
+        log.info("tserver unregistered", extra={"ts_uuid": uuid, "forced": force_live})
 
     def needs_full_report(self, uuid: str) -> bool:
         ts = self._ts.get(uuid)

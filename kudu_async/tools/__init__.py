@@ -1,1 +1,1 @@
-"""The kudu-admin CLI (ksck, tables, tablets, rebalance, loadgen); imports client, common, rpc (Consensus calls)."""
+"""The `kudu` command line (Kudu's tool: ksck, tables, tablets, rebalance, loadgen...); imports client, common, rpc."""

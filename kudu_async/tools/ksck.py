@@ -1,4 +1,4 @@
-"""``kudu-admin cluster ksck``: is the cluster healthy, and if not, what exactly is wrong.
+"""``kudu cluster ksck``: is the cluster healthy, and if not, what exactly is wrong.
 
 Two halves, as in the rest of the code base: :func:`collect` asks the cluster (the leader master's
 catalog, every master's and tserver's status, every live tserver's tablet reports, optionally a checksum
@@ -233,9 +233,14 @@ def _check_checksums(t: dict[str, Any], s: Snapshot, errors: list[str]) -> dict[
 
 
 async def collect(
-    client: AsyncClient, tables: list[str] | None = None, checksum: bool = False, timeout_s: float = 30.0
+    client: AsyncClient,
+    tables: list[str] | None = None,
+    checksum: bool = False,
+    timeout_s: float = 30.0,
+    tablets: list[str] | None = None,
 ) -> Snapshot:
-    """Ask the cluster for a :class:`Snapshot`. A server that does not answer is recorded, not fatal."""
+    """Ask the cluster for a :class:`Snapshot` (of ``tables`` and, within them, ``tablets``; None: all). A
+    server that does not answer is recorded, not fatal."""
     sem = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
     async def call(addr: str, service: str, method: str, req: dict[str, Any]) -> dict[str, Any]:
@@ -273,13 +278,11 @@ async def collect(
         locs = await client.masters.call(
             "GetTableLocations", {"table_id": schema["table_id"], "max_returned": 100_000}, deadline
         )
+        in_scope = [t for t in locs["tablets"] if tablets is None or t["tablet_id"] in tablets]
+        if tablets is not None and not in_scope:
+            continue
         infos.append(
-            {
-                "name": name,
-                "table_id": schema["table_id"],
-                "num_replicas": schema["num_replicas"],
-                "tablets": locs["tablets"],
-            }
+            {"name": name, "table_id": schema["table_id"], "num_replicas": schema["num_replicas"], "tablets": in_scope}
         )
     snap = Snapshot(masters, ts_list, ts_status, reports, infos)
     if checksum:

@@ -1,15 +1,17 @@
-"""``kudu-admin perf loadgen``: write N synthetic rows with K concurrent writers, report rows/s and the
-latency of each write batch. Like Kudu's ``kudu perf loadgen``, it creates a table of its own (hash
-partitioned, dropped afterwards unless ``--keep-auto-table``) or writes into a given one.
+"""``kudu perf loadgen``: write synthetic rows with concurrent writers, report rows/s and the latency of
+each write batch. Like Kudu's, it creates a table of its own (hash partitioned, dropped afterwards unless
+``-keep_auto_table``) or writes into the one ``-table_name`` names.
 
-Rows are generated column-wise with numpy/pyarrow (no per-row Python) and written with
-``apply_arrow``, or, with ``--row-mode``, one ``apply`` per row in FLUSH_AUTO_BACKGROUND, the way an
-application feeding single events would (much slower in Python: it measures the client, not the cluster).
+Rows are generated column-wise with numpy/pyarrow (no per-row Python) and written with ``apply_arrow`` in
+batches of ``-flush_per_n_rows``, or, with ``-flush_per_n_rows=0`` (Kudu's default), one ``apply`` per row in
+FLUSH_AUTO_BACKGROUND, the way an application feeding single events would (much slower in Python: it
+measures the client, not the cluster).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,42 +27,53 @@ from kudu_async.client.session import FLUSH_AUTO_BACKGROUND
 from kudu_async.client.table import Table
 from kudu_async.common import types as T
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
-from kudu_async.tools.table_tool import Progress
+from kudu_async.tools.progress import progress
 
 MAX_BATCH_ROWS = 1_000_000
+DEFAULT_BATCH_ROWS = 10_000  # -flush_per_n_rows: Arrow batches, the fast path of this client
 
 
 @dataclass
 class LoadgenOptions:
-    rows: int = 100_000
-    threads: int = 2
-    batch_rows: int = 10_000
-    table: str | None = None
-    buckets: int = 8
-    replicas: int = 1
-    string_len: int = 16
+    """Kudu's flags of ``perf loadgen`` (by their names)."""
+
+    num_threads: int = 2
+    num_rows_per_thread: int = 1000
+    flush_per_n_rows: int = DEFAULT_BATCH_ROWS  # 0: one apply per row, FLUSH_AUTO_BACKGROUND
+    table_name: str | None = None
+    table_num_hash_partitions: int = 8
+    table_num_replicas: int = 1
+    string_len: int = 32
     keep_auto_table: bool = False
-    row_mode: bool = False
-    key_start: int = 0
+    seq_start: int = 0
     run_scan: bool = False
     progress: bool = True
 
+    @property
+    def rows(self) -> int:
+        return self.num_threads * self.num_rows_per_thread
+
+    @property
+    def row_mode(self) -> bool:
+        return self.flush_per_n_rows == 0
+
     def check(self) -> None:
         for name, lo in (
-            ("rows", 1),
-            ("threads", 1),
-            ("batch_rows", 1),
-            ("buckets", 1),
-            ("replicas", 1),
+            ("num_threads", 1),
+            ("num_rows_per_thread", 1),
+            ("flush_per_n_rows", 0),
+            ("table_num_hash_partitions", 1),
+            ("table_num_replicas", 1),
             ("string_len", 0),
+            ("seq_start", 0),
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise KuduInvalidArgument(f"--{name.replace('_', '-')} must be an integer >= {lo}, got {v!r}")
-        if self.batch_rows > MAX_BATCH_ROWS:
-            raise KuduInvalidArgument(f"--batch-rows must be at most {MAX_BATCH_ROWS}")
-        if self.threads > 256:
-            raise KuduInvalidArgument("--threads must be at most 256")
+                raise KuduInvalidArgument(f"-{name} must be an integer >= {lo}, got {v!r}")
+        if self.flush_per_n_rows > MAX_BATCH_ROWS:
+            raise KuduInvalidArgument(f"-flush_per_n_rows must be at most {MAX_BATCH_ROWS}")
+        if self.num_threads > 256:
+            raise KuduInvalidArgument("-num_threads must be at most 256")
 
 
 def generate(table: Table, start: int, n: int, string_len: int) -> pa.RecordBatch:
@@ -114,16 +127,18 @@ def _width(kt: T.KuduType) -> int:
 
 async def run(client: AsyncClient, opts: LoadgenOptions) -> dict[str, Any]:
     opts.check()
-    auto = opts.table is None
-    name = opts.table or f"loadgen_auto_{uuid.uuid4().hex[:12]}"
+    auto = opts.table_name is None
+    name = opts.table_name or f"loadgen_auto_{uuid.uuid4().hex[:12]}"
     if auto:
         b = SchemaBuilder()
         b.add_column("key", type_="int64", nullable=False, primary_key=True)
         b.add_column("int_val", type_="int32", nullable=False)
         b.add_column("double_val", type_="double")
         b.add_column("string_val", type_="string")
-        part = Partitioning().add_hash_partitions(["key"], opts.buckets).set_range_partition_columns([])
-        table = await client.create_table(name, b.build(), part, n_replicas=opts.replicas)
+        part = (
+            Partitioning().add_hash_partitions(["key"], opts.table_num_hash_partitions).set_range_partition_columns([])
+        )
+        table = await client.create_table(name, b.build(), part, n_replicas=opts.table_num_replicas)
     else:
         table = await client.table(name)
     try:
@@ -133,15 +148,16 @@ async def run(client: AsyncClient, opts: LoadgenOptions) -> dict[str, Any]:
             try:
                 await client.delete_table(name)
             except KuduBadStatus as e:
-                print(f"kudu-admin: could not drop the auto-created table {name}: {e}")
+                print(f"kudu perf loadgen: could not drop the auto-created table {name}: {e}", file=sys.stderr)
 
 
 async def _load(client: AsyncClient, table: Table, opts: LoadgenOptions, auto: bool) -> dict[str, Any]:
-    per = [opts.rows // opts.threads + (1 if w < opts.rows % opts.threads else 0) for w in range(opts.threads)]
-    starts = [opts.key_start + sum(per[:w]) for w in range(opts.threads)]
+    per = [opts.num_rows_per_thread] * opts.num_threads
+    starts = [opts.seq_start + w * opts.num_rows_per_thread for w in range(opts.num_threads)]
     latencies: list[float] = []
     errors: list[str] = []
-    prog = Progress(f"loadgen {table.name}", total=opts.rows, enabled=opts.progress)
+    prog = progress(opts.rows, f"loadgen {table.name}", opts.progress)
+    written_by: list[int] = []  # rows each writer wrote
 
     async def writer(start: int, n: int) -> None:
         s = client.new_session(
@@ -150,7 +166,7 @@ async def _load(client: AsyncClient, table: Table, opts: LoadgenOptions, auto: b
         )
         done = 0
         while done < n:
-            k = min(opts.batch_rows, n - done)
+            k = min(opts.flush_per_n_rows or DEFAULT_BATCH_ROWS, n - done)
             batch = generate(table, start + done, k, opts.string_len)
             t0 = time.monotonic()
             try:
@@ -166,21 +182,22 @@ async def _load(client: AsyncClient, table: Table, opts: LoadgenOptions, auto: b
                 return
             latencies.append(time.monotonic() - t0)
             done += k
+            written_by.append(k)
             prog.update(k)
 
     t0 = time.monotonic()
     await asyncio.gather(*(writer(st, n) for st, n in zip(starts, per, strict=True) if n))
     took = time.monotonic() - t0
-    prog.finish()
+    prog.close()
     lat = np.array(latencies) * 1000.0 if latencies else np.zeros(1)
-    written = int(prog.done)
+    written = sum(written_by)
     out: dict[str, Any] = {
         "table": table.name,
         "auto_table": auto,
         "kept": (not auto) or opts.keep_auto_table,
         "rows": written,
-        "threads": opts.threads,
-        "batch_rows": opts.batch_rows,
+        "threads": opts.num_threads,
+        "batch_rows": opts.flush_per_n_rows,
         "mode": "row" if opts.row_mode else "arrow",
         "seconds": round(took, 3),
         "rows_per_s": round(written / took) if took > 0 else None,

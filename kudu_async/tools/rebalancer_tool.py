@@ -1,4 +1,4 @@
-"""``kudu-admin cluster rebalance``: gather the placement, refuse when moving is unsafe, carry out the
+"""``kudu cluster rebalance``: gather the placement, refuse when moving is unsafe, carry out the
 plan of ``rebalance`` (replica moves, then leader transfers) and report.
 
 The placement comes from ksck's snapshot (the leader master's tablet locations, every live tserver's own
@@ -8,9 +8,9 @@ change in flight (a non-voter, more voters than its replication factor). The too
 such a cluster and names the tablets; between rounds it waits (within the deadline) for the cluster to
 settle back to that state, since the master's view trails the replicas by a heartbeat.
 
-Work goes in rounds: plan, run the plan (moves concurrently, at most ``--max-moves-per-server`` in flight
+Work goes in rounds: plan, run the plan (moves concurrently, at most ``-max_moves_per_server`` in flight
 touching any one server, one at a time per tablet), look again, plan again, until the plan is empty,
-a round achieves nothing, or ``--max-run-time-sec`` runs out. A move is ``replica_util.move_replica``
+a round achieves nothing, or ``-max_run_time_sec`` runs out. A move is ``replica_util.move_replica``
 (add learner, tablet copy, promote, remove); a leader transfer is ``Consensus/TransferLeadership`` to a
 caught-up voter, confirmed by that voter's own state, with the plan's alternatives tried when it is
 refused or does not happen.
@@ -31,7 +31,7 @@ from kudu_async.common import rebalance as rb
 from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument
 from kudu_async.common.retry import Deadline
 from kudu_async.tools import ksck, replica_util
-from kudu_async.tools.table_tool import Progress
+from kudu_async.tools.progress import progress
 
 DEFAULT_MAX_MOVES_PER_SERVER = 5  # Kudu's --max_moves_per_server
 DEFAULT_MAX_RUN_TIME_S = 3600.0
@@ -57,13 +57,13 @@ class RebalanceOptions:
     def check(self) -> None:
         """Bad combinations are usage errors (ValueError: exit status 2)."""
         if self.leaders_only and self.replicas_only:
-            raise ValueError("--leaders-only and --replicas-only exclude each other")
+            raise ValueError("-leaders_only and -replicas_only exclude each other")
         if self.max_moves_per_server < 1:
-            raise ValueError(f"--max-moves-per-server must be >= 1, got {self.max_moves_per_server}")
+            raise ValueError(f"-max_moves_per_server must be >= 1, got {self.max_moves_per_server}")
         if self.max_run_time_s <= 0:
-            raise ValueError(f"--max-run-time-sec must be positive, got {self.max_run_time_s:g}")
+            raise ValueError(f"-max_run_time_sec must be positive, got {self.max_run_time_s:g}")
         if self.tables is not None and not self.tables:
-            raise ValueError("--tables names no table")
+            raise ValueError("-tables names no table")
 
 
 # --- snapshot -> placement (no I/O) ---------------------------------------------------------------------
@@ -89,7 +89,7 @@ def view_from_snapshot(snap: ksck.Snapshot, ignored: frozenset[str] = frozenset(
         u = d["uuid"]
         status = snap.tserver_status.get(u, {})
         if u in ignored:
-            excluded[u] = "ignored (--ignored-tservers)"
+            excluded[u] = "ignored (-ignored_tservers)"
         elif not d.get("live"):
             excluded[u] = "not live (the master has not heard from it)"
         elif u not in snap.reports or "error" in status:
@@ -127,7 +127,7 @@ class _Run:
 
     def __init__(self, client: AsyncClient, opts: RebalanceOptions) -> None:
         self.client, self.opts = client, opts
-        self.deadline = Deadline(opts.max_run_time_s, "cluster rebalance (--max-run-time-sec)")
+        self.deadline = Deadline(opts.max_run_time_s, "cluster rebalance (-max_run_time_sec)")
         self.out = opts.out if opts.out is not None else sys.stderr
         self.report: dict[str, Any] = {
             "dry_run": opts.dry_run,
@@ -156,7 +156,7 @@ class _Run:
             view = await self.look()
             if view.problems:
                 self.report["errors"].append(
-                    "--max-run-time-sec ran out with the cluster still settling (moves cut "
+                    "-max_run_time_sec ran out with the cluster still settling (moves cut "
                     "off leave their new replica to the master, which finishes the copy, "
                     "promotes it and trims the tablet): " + "; ".join(view.problems)
                 )
@@ -235,7 +235,7 @@ class _Run:
                 break
             if self.deadline.remaining() <= 0:
                 self.report["errors"].append(
-                    f"--max-run-time-sec ({self.deadline.timeout_s:g} s) ran out before "
+                    f"-max_run_time_sec ({self.deadline.timeout_s:g} s) ran out before "
                     f"{kind} round {rnd} ({len(plan)} planned)"
                 )
                 break
@@ -257,12 +257,12 @@ class _Run:
         for item in plan:
             if isinstance(item, rb.Move):
                 holders[item.tablet_id].add(item.dst)
-        prog = Progress(
+        prog = progress(
+            len(plan),
             f"rebalance: {kind} round {rnd}",
-            total=len(plan),
-            out=self.out,
-            enabled=self.opts.progress,
+            self.opts.progress,
             unit="moves" if kind == "replica" else "transfers",
+            out=self.out,
         )
 
         async def one(item: rb.Move | rb.LeaderTransfer) -> dict[str, Any]:
@@ -281,12 +281,12 @@ class _Run:
             one,
             self.deadline,
         )
-        prog.finish()
+        prog.close()
         out = []
         for item, res in zip(plan, results, strict=True):
             if res is None:
                 entry = _move_entry(item, "skipped") if isinstance(item, rb.Move) else _transfer_entry(item, "skipped")
-                entry["error"] = "not started: --max-run-time-sec ran out"
+                entry["error"] = "not started: -max_run_time_sec ran out"
                 res = entry
             out.append(res)
         return out
@@ -342,7 +342,7 @@ class _Run:
         tried: list[str] = []
         for u in cands:
             if self.deadline.remaining() <= 0:
-                tried.append(f"{u}: --max-run-time-sec ran out")
+                tried.append(f"{u}: -max_run_time_sec ran out")
                 break
             if peers.get(u, {}).get("member_type") != "VOTER":
                 tried.append(f"{u}: not a voter any more")
@@ -428,21 +428,21 @@ async def run_bounded(
 
 
 async def _check_names(client: AsyncClient, opts: RebalanceOptions) -> None:
-    """Every table in --tables and every uuid in --ignored-tservers must exist: a typo would otherwise
+    """Every table in -tables and every uuid in -ignored_tservers must exist: a typo would otherwise
     silently balance the wrong thing."""
     if opts.tables:
         known = set(await client.list_tables())
         unknown = [t for t in opts.tables if t not in known]
         if unknown:
             raise KuduInvalidArgument(
-                f"--tables: no table named {', '.join(repr(t) for t in unknown)} "
+                f"-tables: no table named {', '.join(repr(t) for t in unknown)} "
                 f"(tables: {', '.join(sorted(known)) or 'none'})"
             )
     if opts.ignored_tservers:
         known = {d["uuid"] for d in await client.list_tablet_servers()}
         unknown = sorted(opts.ignored_tservers - known)
         if unknown:
-            raise KuduInvalidArgument(f"--ignored-tservers: the master knows no tablet server {', '.join(unknown)}")
+            raise KuduInvalidArgument(f"-ignored_tservers: the master knows no tablet server {', '.join(unknown)}")
 
 
 def _move_entry(m: rb.Move, status: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Tablet replica operations shared by ``kudu-admin tablet ...`` and ``cluster rebalance`` (Kudu keeps
+"""Tablet replica operations shared by ``kudu tablet ...`` and ``cluster rebalance`` (Kudu keeps
 these in ``tools/tool_replica_util``): find a tablet's leader, change its Raft config one server at a time,
 move a replica (add learner, tablet copy, promote, remove the source) and hand leadership to a peer.
 

@@ -1,5 +1,5 @@
-"""``kudu-admin table ...``: list, describe, create (from Kudu's JSON table spec), delete, scan, copy,
-statistics. Everything goes through the public client (``kudu_async.client``), as a user's script would.
+"""The table verbs of ``kudu table ...``: describe, create (from Kudu's JSON table spec), scan, copy,
+statistics, locate_row. Everything goes through the public client (``kudu_async.client``), as a user's script would.
 
 The JSON formats are Kudu's own, so specs and predicates written for ``kudu table create`` /
 ``kudu table scan -predicates`` work unchanged:
@@ -22,7 +22,6 @@ import asyncio
 import datetime as dt
 import io
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,51 +36,13 @@ from kudu_async.client.meta_cache import TabletLocation
 from kudu_async.client.schema_builder import Partitioning, SchemaBuilder
 from kudu_async.client.table import OPERATIONS, Predicate, Table
 from kudu_async.common import types as T
-from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduInvalidArgument
+from kudu_async.common.errors import KuduBadStatus, KuduCorruption, KuduIllegalState, KuduInvalidArgument, KuduNotFound
 from kudu_async.common.key_encoding import decode_values
 from kudu_async.common.retry import Deadline
 from kudu_async.common.schema import ColumnSchema, Schema
+from kudu_async.tools.progress import progress
 
 COPY_BATCH_ROWS = 100_000  # rows per apply_arrow call of ``table copy``
-
-
-class Progress:
-    """Progress of a long command on stderr: redrawn in place on a terminal, a line every 5 s otherwise."""
-
-    def __init__(
-        self, what: str, total: int | None = None, out: IO[str] | None = None, enabled: bool = True, unit: str = "rows"
-    ) -> None:
-        self.what, self.total, self.enabled, self.unit = what, total, enabled, unit
-        self.out = out if out is not None else sys.stderr
-        self.tty = self.out.isatty()
-        self.t0 = time.monotonic()
-        self._last = self.t0
-        self.done = 0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if not self.enabled or now - self._last < (0.2 if self.tty else 5.0):
-            return
-        self._last = now
-        self._draw(now, end="\r" if self.tty else "\n")
-
-    def finish(self) -> None:
-        if self.enabled:
-            self._draw(time.monotonic(), end="\n")
-
-    def _draw(self, now: float, end: str) -> None:
-        took = max(now - self.t0, 1e-9)
-        of = ""
-        if self.total:
-            pct = 100.0 * self.done / self.total
-            width = 30
-            fill = int(width * min(1.0, self.done / self.total))
-            of = f" [{'#' * fill}{'.' * (width - fill)}] {pct:5.1f}% of {self.total:,}"
-        rate = self.done / took
-        shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2f}"
-        self.out.write(f"{self.what}: {self.done:,} {self.unit}{of}, {shown} {self.unit}/s{end}")
-        self.out.flush()
 
 
 # --- JSON table spec ------------------------------------------------------------------------------------
@@ -383,48 +344,183 @@ def render_describe(d: dict[str, Any]) -> str:
 
 # --- scan -----------------------------------------------------------------------------------------------
 
+SCAN_FORMATS = ("pretty", "csv", "json")
+MAX_SCAN_THREADS = 64
+# Kudu's -replica_selection values and the client's.
+REPLICA_SELECTIONS = {"CLOSEST": "closest_replica", "LEADER": "leader_only", "FIRST": "first_replica"}
 
-async def scan(
-    client: AsyncClient,
-    name: str,
-    columns: Sequence[str] | None,
-    predicates: str | None,
-    fmt: str,
-    limit: int | None,
-    out: IO[bytes],
-    progress: bool = True,
-) -> int:
-    """Stream the rows of ``name`` to ``out`` as CSV (with a header) or JSON Lines; returns the row count."""
+
+@dataclass(frozen=True, kw_only=True)
+class ScanOptions:
+    """Kudu's ``table scan`` / ``perf table_scan`` flags: which columns, rows and tablets, how many tablets at
+    once, and how the scanners read."""
+
+    columns: Sequence[str] | None = None
+    predicates: str | None = None
+    tablets: Sequence[str] | None = None
+    num_threads: int = 2  # Kudu's -num_threads
+    fault_tolerant: bool = False
+    fill_cache: bool = True
+    scan_batch_size: int = -1  # bytes; negative: the server's default
+    replica_selection: str = "CLOSEST"
+    limit: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_threads <= MAX_SCAN_THREADS:
+            raise KuduInvalidArgument(f"-num_threads must be 1..{MAX_SCAN_THREADS}, got {self.num_threads}")
+        if self.replica_selection.upper() not in REPLICA_SELECTIONS:
+            raise KuduInvalidArgument(
+                f"-replica_selection must be one of {', '.join(REPLICA_SELECTIONS)}, got {self.replica_selection!r}"
+            )
+        if self.limit is not None and self.limit < 0:
+            raise KuduInvalidArgument(f"-limit must be >= 0, got {self.limit}")
+
+
+async def scan_tablets(
+    client: AsyncClient, name: str, opts: ScanOptions, sink: Callable[[pa.Table], None]
+) -> dict[str, Any]:
+    """Scan ``name`` tablet by tablet, ``opts.num_threads`` tablets at once, handing every batch to ``sink``
+    (on the loop, in arrival order); returns the count and time of the whole scan and of each tablet."""
     table = await client.table(name)
-    sc = client.new_scanner(table)
-    if columns:
-        sc.set_projected_column_names(list(columns))
-    sc.add_predicates(parse_predicates(table, predicates))
-    if limit is not None:
-        sc.set_limit(limit)
-    sc.set_fault_tolerant()
-    prog = Progress(f"scan {name}", enabled=progress)
-    header = True
-    rows = 0
-    async for batch in sc.xbatches():
+    builder = client.new_scan_token_builder(table)
+    if opts.columns:
+        builder.set_projected_column_names(list(opts.columns))
+    builder.add_predicates(parse_predicates(table, opts.predicates))
+    if opts.fault_tolerant:
+        builder.set_fault_tolerant()
+    builder.set_cache_blocks(opts.fill_cache)
+    if opts.scan_batch_size >= 0:
+        builder.set_batch_size_bytes(opts.scan_batch_size)
+    builder.set_selection(REPLICA_SELECTIONS[opts.replica_selection.upper()])
+    tokens = await builder.build()
+    if opts.tablets:
+        known = {t.location.tablet_id for t in tokens}
+        unknown = [t for t in opts.tablets if t not in known]
+        if unknown:
+            raise KuduInvalidArgument(f"-tablets: table {name} has no tablet {', '.join(unknown)} to scan")
+        tokens = [t for t in tokens if t.location.tablet_id in opts.tablets]
+    prog = progress(None, f"scan {name}", opts.progress)
+    queue = list(reversed(tokens))
+    per_tablet: list[dict[str, Any]] = []
+    remaining: list[int | None] = [opts.limit]  # rows still wanted (None: all)
+    t0 = time.monotonic()
+
+    async def worker() -> None:
+        while queue and remaining[0] != 0:
+            tok = queue.pop()
+            sc = client.scanner_from_token(tok.serialize())
+            t1 = time.monotonic()
+            rows = 0
+            try:
+                async for batch in sc.xbatches():
+                    left = remaining[0]
+                    if left is not None:
+                        batch = batch.slice(0, left)
+                        remaining[0] = left - batch.num_rows
+                    if batch.num_rows:
+                        sink(batch)
+                        rows += batch.num_rows
+                        prog.update(batch.num_rows)
+                    if remaining[0] == 0:
+                        break
+            finally:
+                await sc.close()
+            per_tablet.append(
+                {"tablet_id": tok.location.tablet_id, "rows": rows, "seconds": round(time.monotonic() - t1, 3)}
+            )
+
+    # A limit is served in tablet order by one scanner at a time, so the first rows are the same each run.
+    workers = 1 if opts.limit is not None else min(opts.num_threads, max(1, len(tokens)))
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    prog.close()
+    return {
+        "table": name,
+        "rows": sum(t["rows"] for t in per_tablet),
+        "seconds": round(time.monotonic() - t0, 3),
+        "tablets": sorted(per_tablet, key=lambda t: t["tablet_id"]),
+    }
+
+
+def row_texts(batch: pa.Table) -> list[str]:
+    """Kudu's ``table scan`` row text, ``(int64 key=1, string v="a")``: for people (per-row Python)."""
+    names = batch.schema.names
+    labels = [_type_label(f.type) for f in batch.schema]
+    out = []
+    for rec in batch.to_pylist():
+        cells = [f"{lab} {n}={_row_value(rec[n])}" for lab, n in zip(labels, names, strict=True)]
+        out.append("(" + ", ".join(cells) + ")")
+    return out
+
+
+_ARROW_LABELS = (
+    (pa.types.is_timestamp, "unixtime_micros"),
+    (pa.types.is_date32, "date"),
+    (pa.types.is_string, "string"),
+    (pa.types.is_large_string, "string"),
+    (pa.types.is_binary, "binary"),
+    (pa.types.is_large_binary, "binary"),
+    (pa.types.is_boolean, "bool"),
+    (pa.types.is_float32, "float"),
+    (pa.types.is_float64, "double"),
+)
+
+
+def _type_label(t: pa.DataType) -> str:
+    """Kudu's name of a column's type, from its Arrow type."""
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision}, {t.scale})"
+    return next((label for test, label in _ARROW_LABELS if test(t)), str(t))
+
+
+def _row_value(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bytes):
+        return json.dumps(v.decode("utf-8", "backslashreplace"))
+    if isinstance(v, dt.datetime):
+        return v.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+async def scan(client: AsyncClient, name: str, opts: ScanOptions, fmt: str, out: IO[bytes]) -> dict[str, Any]:
+    """Stream the rows of ``name`` to ``out``: Kudu's row text and its ``Total count`` line (``pretty``), CSV
+    with a header (``csv``, the bulk format: Arrow's writer) or JSON Lines (``json``)."""
+    if fmt not in SCAN_FORMATS:
+        raise KuduInvalidArgument(f"-format must be one of {', '.join(SCAN_FORMATS)} for a scan, got {fmt!r}")
+    header = [True]
+
+    def sink(batch: pa.Table) -> None:
         if fmt == "csv":
             buf = io.BytesIO()
-            pacsv.write_csv(_csv_safe(batch), buf, pacsv.WriteOptions(include_header=header))
+            pacsv.write_csv(_csv_safe(batch), buf, pacsv.WriteOptions(include_header=header[0]))
             out.write(buf.getvalue())
-            header = False
-        else:
+            header[0] = False
+        elif fmt == "json":
             for rec in batch.to_pylist():  # JSON is for scripts and small scans; CSV is the bulk format
                 out.write(json.dumps(rec, default=_json_default).encode() + b"\n")
-        rows += batch.num_rows
-        prog.update(batch.num_rows)
-    if fmt == "csv" and header:  # an empty result still gets its header
+        else:
+            out.write("".join(line + "\n" for line in row_texts(batch)).encode())
+
+    res = await scan_tablets(client, name, opts, sink)
+    if fmt == "csv" and header[0]:  # an empty result still gets its header
+        table = await client.table(name)
+        sc = client.new_scanner(table)
+        if opts.columns:
+            sc.set_projected_column_names(list(opts.columns))
         buf = io.BytesIO()
         pacsv.write_csv(_csv_safe(sc.output_schema().empty_table()), buf)
         out.write(buf.getvalue())
+    if fmt == "pretty":
+        out.write(f"Total count {res['rows']} cost {res['seconds']} seconds\n".encode())
     out.flush()
-    prog.finish()
-    await sc.close()
-    return rows
+    return res
 
 
 def _csv_safe(t: pa.Table) -> pa.Table:
@@ -453,10 +549,11 @@ def _json_default(v: Any) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class CopyOptions:
-    """How ``copy`` writes: into a table it creates first or an existing one, with which write type,
-    which source rows (predicates in the ``scan`` syntax), and whether it shows progress."""
+    """How ``copy`` writes: into an existing table or, with ``create_table`` (Kudu's default), one it creates
+    like the source when it does not exist; with which write type, which source rows (predicates in the
+    ``scan`` syntax), and whether it shows progress."""
 
-    create_table: bool = False
+    create_table: bool = True
     write_type: str = "insert"
     predicates: str | None = None
     num_replicas: int | None = None  # of a table it creates (default: the source's)
@@ -480,7 +577,7 @@ async def copy(
     write_type = options.write_type
     target = dst_client or client
     table = await client.table(src)
-    if options.create_table:
+    if options.create_table and not await target.table_exists(dst):
         await _create_like(client, table, target, dst, options.num_replicas or table.num_replicas)
     out = await target.table(dst)
     missing = [c for c in table.schema.names if c not in out.schema]
@@ -490,7 +587,7 @@ async def copy(
     sc.add_predicates(parse_predicates(table, options.predicates))
     sc.set_fault_tolerant()
     session = target.new_session(timeout_ms=max(30_000, target.rpc_timeout_ms))
-    prog = Progress(f"copy {src} -> {dst}", enabled=options.progress)
+    prog = progress(None, f"copy {src} -> {dst}", options.progress)
     rows = 0
     t0 = time.monotonic()
     pending: list[pa.RecordBatch] = []
@@ -512,7 +609,7 @@ async def copy(
         await write(pending)
         rows += buffered
         prog.update(buffered)
-    prog.finish()
+    prog.close()
     await sc.close()
     took = time.monotonic() - t0
     return {
@@ -587,3 +684,47 @@ async def statistics(client: AsyncClient, name: str) -> dict[str, Any]:
         "replicas_unreachable": [f"{s['uuid']}: {s['error']}" for p in per for s in p["replicas"] if "error" in s],
         "tablets": per,
     }
+
+
+# --- locate_row -----------------------------------------------------------------------------------------
+
+
+async def locate_row(client: AsyncClient, name: str, key_json: str, check_existence: bool) -> dict[str, Any]:
+    """The tablet holding the row whose primary key is the JSON array ``key_json`` (equality predicates on
+    every key column, pruned to the one tablet they can match) and, with ``check_existence``, the row as
+    its leader has it (KuduNotFound when it does not exist)."""
+    table = await client.table(name)
+    try:
+        vals = json.loads(key_json)
+    except json.JSONDecodeError as e:
+        raise KuduInvalidArgument(f"the primary key is not valid JSON: {e}") from None
+    keys = table.schema.key_names
+    if not isinstance(vals, list):
+        raise KuduInvalidArgument(f"the primary key must be a JSON array of {len(keys)} value(s), e.g. [1]")
+    if len(vals) != len(keys):
+        raise KuduInvalidArgument(
+            f"wrong number of key columns specified: expected {len(keys)} but received {len(vals)}"
+        )
+    builder = client.new_scan_token_builder(table)
+    for col, v in zip(keys, vals, strict=True):
+        if v is None:
+            raise KuduInvalidArgument(f"key column '{col}' cannot be null")
+        builder.add_predicate(table[col] == json_value(table.schema.column(col), v))
+    builder.set_selection("leader_only")
+    tokens = await builder.build()
+    if not tokens:
+        raise KuduNotFound("row does not belong to any currently existing tablet")
+    if len(tokens) > 1:
+        raise KuduIllegalState(
+            f"all primary key columns specified but found {len(tokens)} matching tablets: "
+            + ", ".join(t.location.tablet_id for t in tokens)
+        )
+    out: dict[str, Any] = {"tablet_id": tokens[0].location.tablet_id}
+    if check_existence:
+        sc = client.scanner_from_token(tokens[0].serialize())
+        rows = [line async for batch in sc.xbatches() for line in row_texts(batch)]
+        await sc.close()
+        if not rows:
+            raise KuduNotFound("row does not exist")
+        out["row"] = "\n".join(rows)
+    return out

@@ -244,7 +244,7 @@ class TabletService:
         return m.FlushTabletResponse(last_flushed_log_index=replica.tablet.earliest_needed_log_index() - 1)
 
     async def get_tablet_stats(self, req: m.GetTabletStatsRequest, ctx: CallContext) -> m.GetTabletStatsResponse:
-        """Sizes of one replica for ``kudu-admin table statistics``: bytes on disk (files walked in an
+        """Sizes of one replica for ``kudu table statistics``: bytes on disk (files walked in an
         executor) and in memory. Row counts come from a snapshot ``Checksum``, which is exact."""
         tablet_id = req.tablet_id
         replica = self.manager.get(tablet_id)

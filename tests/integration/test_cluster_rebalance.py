@@ -1,8 +1,8 @@
-"""``kudu-admin cluster rebalance`` against a real cluster (one 1-master cluster for the module, tests in
+"""``kudu cluster rebalance`` against a real cluster (one 1-master cluster for the module, tests in
 order): a 6-tablet x 3-replica table with rows is created on 3 tablet servers and a 4th is added; bad
 names are refused; a dry run plans moves onto the new server and changes nothing; the rebalance moves
 replicas until every server holds 4 or 5, ksck is healthy and every row is still there; leaders piled on
-one server are spread again by ``--leaders-only``; a second run finds nothing to do; with a tablet server
+one server are spread again by ``-leaders_only``; a second run finds nothing to do; with a tablet server
 down it refuses to start."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from kudu_async.common import rebalance
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.waits import wait_for
 from kudu_async.tools import ksck, rebalancer_tool, replica_util
-from tests.integration.admin_cli import admin as _admin
-from tests.integration.admin_cli import admin_json as _admin_json
-from tests.integration.admin_cli import create_kv_table
+from tests.integration.kudu_cli import create_kv_table
+from tests.integration.kudu_cli import kudu_json as _admin_json
+from tests.integration.kudu_cli import kudu_tool as _admin
 
 pytestmark = pytest.mark.integration
 
@@ -69,24 +69,25 @@ def _row_count(cluster: MiniCluster) -> int:
 
 
 def test_bad_names_are_refused(cluster: MiniCluster) -> None:
-    r = _admin(cluster, "cluster", "rebalance", "--tables", "rebal,nope", ok=False)
-    assert r.returncode == 1 and "--tables: no table named 'nope'" in r.stderr
-    r = _admin(cluster, "cluster", "rebalance", "--ignored-tservers", "f" * 32, ok=False)
+    r = _admin(cluster, "cluster", "rebalance", "-tables", "rebal,nope", ok=False)
+    assert r.returncode == 1 and "-tables: no table named 'nope'" in r.stderr
+    r = _admin(cluster, "cluster", "rebalance", "-ignored_tservers", "f" * 32, ok=False)
     assert r.returncode == 1 and f"knows no tablet server {'f' * 32}" in r.stderr
-    r = _admin(cluster, "cluster", "rebalance", "--max-moves-per-server", "0", ok=False)
-    assert r.returncode == 2 and "--max-moves-per-server must be >= 1" in r.stderr
+    # Bad usage: Kudu's tool exits 1 with "Invalid argument".
+    r = _admin(cluster, "cluster", "rebalance", "-max_moves_per_server", "0", ok=False)
+    assert r.returncode == 1 and "Invalid argument: -max_moves_per_server must be >= 1" in r.stderr
 
 
 def test_dry_run_plans_moves_to_the_new_server_and_changes_nothing(cluster: MiniCluster) -> None:
     before = _view(cluster)
     new = cluster.tservers[3].uuid
     assert rebalance.replica_counts(before.placement)[1][new] == 0
-    plan = _admin_json(cluster, "cluster", "rebalance", "--dry-run")
+    plan = _admin_json(cluster, "cluster", "rebalance", "-report_only")
     assert plan["dry_run"] and plan["ok"] and not plan["already_balanced"]
     assert len(plan["replica_moves"]) == 4 and {m["to"] for m in plan["replica_moves"]} == {new}
     assert all(m["status"] == "planned" for m in plan["replica_moves"] + plan["leader_transfers"])
     assert sorted(plan["after"]["replicas"].values()) == [4, 4, 5, 5]
-    text = _admin(cluster, "cluster", "rebalance", "--dry-run").stdout
+    text = _admin(cluster, "cluster", "rebalance", "-report_only").stdout
     assert "nothing was changed" in text and "PLANNED" in text
     assert _view(cluster).placement == before.placement
 
@@ -117,7 +118,7 @@ def test_rebalance_moves_replicas_onto_the_new_server(cluster: MiniCluster) -> N
     th.start()
     t0 = time.monotonic()
     try:
-        rep = _admin_json(cluster, "cluster", "rebalance", "--max-moves-per-server", "2")
+        rep = _admin_json(cluster, "cluster", "rebalance", "-max_moves_per_server", "2")
     finally:
         took = time.monotonic() - t0
         stop.set()
@@ -132,7 +133,7 @@ def test_rebalance_moves_replicas_onto_the_new_server(cluster: MiniCluster) -> N
     counts = rebalance.replica_counts(view.placement)[1]
     assert sorted(counts.values()) == [4, 4, 5, 5], counts
     assert rebalance.spread(rebalance.leader_counts(view.placement)[1]) <= 1
-    report = _admin_json(cluster, "cluster", "ksck", "--checksum", "--tables", "rebal")
+    report = _admin_json(cluster, "cluster", "ksck", "-checksum_scan", "-tables", "rebal")
     assert report["ok"], report["errors"]
     assert report["tables"][0]["checksum"]["rows"] == ROWS + len(written)
     assert _row_count(cluster) == ROWS + len(written)
@@ -161,7 +162,7 @@ def test_leaders_piled_on_one_server_are_spread(cluster: MiniCluster) -> None:
     leaders = rebalance.leader_counts(piled.placement)[1]
     assert leaders[pile] >= 4 and rebalance.spread(leaders) >= 3, leaders
 
-    rep = _admin_json(cluster, "cluster", "rebalance", "--leaders-only")
+    rep = _admin_json(cluster, "cluster", "rebalance", "-leaders_only")
     assert rep["ok"] and rep["balanced"] and not rep["replica_moves"], rep
     assert all(x["from"] == pile for x in rep["leader_transfers"] if x["status"] == "done")
     after = _view(cluster)

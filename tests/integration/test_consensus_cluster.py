@@ -342,7 +342,7 @@ async def test_two_hundred_idle_replicas_cost_little_cpu(kv_cluster) -> None:
     assert share < 0.15, f"{share * 100:.1f}% of a core for {n} idle replicas"
 
 
-async def test_kudu_admin_steps_down_and_transfers_leadership(kv_cluster) -> None:
+async def test_kudu_tool_steps_down_and_transfers_leadership(kv_cluster) -> None:
     import json
     import subprocess
     import sys
@@ -355,23 +355,32 @@ async def test_kudu_admin_steps_down_and_transfers_leadership(kv_cluster) -> Non
 
     def admin(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "kudu_async.tools.admin", *args], capture_output=True, text=True, timeout=30
+            [sys.executable, "-m", "kudu_async.tools.cli", *args], capture_output=True, text=True, timeout=30
         )
 
+    masters = cluster.master_addresses
     r = await asyncio.get_running_loop().run_in_executor(
-        None, admin, "tablet", "transfer-leadership", GROUP, target.uuid, "--servers", servers
+        None,
+        admin,
+        "tablet",
+        "leader_step_down",
+        masters,
+        GROUP,
+        f"-new_leader_uuid={target.uuid}",
+        "-servers",
+        servers,
     )
     assert r.returncode == 0, r.stderr
     new = await kv.wait_leader(among=[target], timeout_s=10)
     assert new is target
     r = await asyncio.get_running_loop().run_in_executor(
-        None, admin, "tablet", "leader-step-down", GROUP, "--servers", servers
+        None, admin, "tablet", "leader_step_down", masters, GROUP, "-abrupt", "-servers", servers
     )
     assert r.returncode == 0, r.stderr
     state = json.loads(
         (
             await asyncio.get_running_loop().run_in_executor(
-                None, admin, "tablet", "raft-state", GROUP, "--servers", servers
+                None, admin, "tablet", "raft_state", masters, GROUP, "-servers", servers, "-format=json"
             )
         ).stdout
     )

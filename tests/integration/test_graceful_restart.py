@@ -18,7 +18,7 @@ import kudu_async as kudu
 from kudu_async.common.errors import KuduServiceUnavailable
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
-from tests.integration.admin_cli import admin, admin_json, create_kv_table
+from tests.integration.kudu_cli import create_kv_table, kudu_json, kudu_tool
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
 
 
 def leaders_on(cluster: MiniCluster, table: str, uuid: str) -> int:
-    described = admin_json(cluster, "table", "describe", table)
+    described = kudu_json(cluster, "table", "describe", table)
     return sum(1 for t in described["tablets"] for r in t["replicas"] if r["uuid"] == uuid and r["role"] == "LEADER")
 
 
@@ -66,22 +66,22 @@ def test_quiesce_moves_leaders_away_and_refuses_new_scans(cluster: MiniCluster) 
     create_kv_table(cluster, "quiesce", buckets=6, rows=600)
     ts = max(cluster.tservers, key=lambda t: (leaders_on(cluster, "quiesce", t.uuid), t.name))
     assert leaders_on(cluster, "quiesce", ts.uuid) > 0
-    before = admin_json(cluster, "tserver", "quiesce", "status", ts.rpc_address)
+    before = kudu_json(cluster, "tserver", "quiesce", "status", ts.rpc_address)
     assert not before["quiescing"] and before["num_leaders"] > 0
 
-    out = admin(cluster, "tserver", "quiesce", "start", ts.rpc_address).stdout
+    out = kudu_tool(cluster, "tserver", "quiesce", "start", ts.rpc_address).stdout
     assert "quiescing" in out
     status = wait_until(
         "leaders moved off the quiescing tserver",
         15,
-        lambda: (s := admin_json(cluster, "tserver", "quiesce", "status", ts.rpc_address))["num_leaders"] == 0 and s,
+        lambda: (s := kudu_json(cluster, "tserver", "quiesce", "status", ts.rpc_address))["num_leaders"] == 0 and s,
     )
     assert status["quiescing"] and status["leader_transfers_started"] >= before["num_leaders"]
     wait_until("the master sees no leader there", 10, lambda: leaders_on(cluster, "quiesce", ts.uuid) == 0)
     time.sleep(2.0)  # elections elsewhere (or none): a quiescing tserver never wins one back
-    assert admin_json(cluster, "tserver", "quiesce", "status", ts.rpc_address)["num_leaders"] == 0
+    assert kudu_json(cluster, "tserver", "quiesce", "status", ts.rpc_address)["num_leaders"] == 0
 
-    tablet = admin_json(cluster, "table", "describe", "quiesce")["tablets"][0]["tablet_id"]
+    tablet = kudu_json(cluster, "table", "describe", "quiesce")["tablets"][0]["tablet_id"]
     with pytest.raises(KuduServiceUnavailable, match="quiescing"):
         asyncio.run(scan_directly(ts.rpc_address, tablet))
     with kudu.connect(cluster.master_addresses.split(",")) as client:  # clients go to the other replicas
@@ -89,7 +89,7 @@ def test_quiesce_moves_leaders_away_and_refuses_new_scans(cluster: MiniCluster) 
         assert len(t.scanner().set_read_mode(kudu.READ_AT_SNAPSHOT).open().read_all_tuples()) == 600
         assert len(t.scanner().open().read_all_tuples()) == 600
 
-    stopped = admin_json(cluster, "tserver", "quiesce", "stop", ts.rpc_address)
+    stopped = kudu_json(cluster, "tserver", "quiesce", "stop", ts.rpc_address)
     assert not stopped["quiescing"]
 
 

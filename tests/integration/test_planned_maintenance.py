@@ -12,7 +12,7 @@ import pytest
 
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
-from tests.integration.admin_cli import admin, admin_json, create_kv_table
+from tests.integration.kudu_cli import create_kv_table, kudu_json, kudu_tool
 from tests.integration.test_rereplication import locations, master_call, wait_rereplicated
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ async def rpc() -> AsyncIterator[RpcClient]:
 
 
 def states(cluster: MiniCluster) -> dict[str, str]:
-    return {t["uuid"]: t["state"] for t in admin_json(cluster, "tserver", "list")}
+    return {t["uuid"]: t["state"] for t in kudu_json(cluster, "tserver", "list")}
 
 
 async def members(cluster: MiniCluster, rpc: RpcClient, name: str) -> list[set[str]]:
@@ -52,16 +52,16 @@ async def test_maintenance_mode_suppresses_re_replication_until_it_is_exited(
     victim = max(cluster.tservers, key=lambda ts: (sum(ts.uuid in m for m in before), ts.name))
     assert any(victim.uuid in m for m in before)
 
-    out = admin(cluster, "tserver", "state", "enter_maintenance", victim.uuid).stdout
+    out = kudu_tool(cluster, "tserver", "state", "enter_maintenance", victim.uuid).stdout
     assert "MAINTENANCE_MODE" in out
-    again = admin(cluster, "tserver", "state", "enter_maintenance", victim.uuid).stdout
+    again = kudu_tool(cluster, "tserver", "state", "enter_maintenance", victim.uuid).stdout
     assert "(unchanged)" in again
     assert states(cluster)[victim.uuid] == "MAINTENANCE_MODE"
-    assert "MAINTENANCE_MODE" in admin(cluster, "tserver", "list").stdout
+    assert "MAINTENANCE_MODE" in kudu_tool(cluster, "tserver", "list", "-columns=uuid,state").stdout
     assert {d["uuid"]: d["state"] for d in cluster.http_json(cluster.masters[0], "/tablet-servers")}[
         victim.uuid
     ] == "MAINTENANCE_MODE"
-    unknown = admin(cluster, "tserver", "state", "enter_maintenance", "no-such-tserver", ok=False)
+    unknown = kudu_tool(cluster, "tserver", "state", "enter_maintenance", "no-such-tserver", ok=False)
     assert unknown.returncode == 1 and "has not registered" in unknown.stderr
 
     cluster.kill_node(victim)
@@ -73,6 +73,6 @@ async def test_maintenance_mode_suppresses_re_replication_until_it_is_exited(
         assert await members(cluster, rpc, "maint") == before, "a replica of the tserver in maintenance was replaced"
         await asyncio.sleep(0.5)
 
-    out = admin(cluster, "tserver", "state", "exit_maintenance", victim.uuid).stdout
+    out = kudu_tool(cluster, "tserver", "state", "exit_maintenance", victim.uuid).stdout
     assert f"tserver {victim.uuid}: NONE" in out and "(unchanged)" not in out
     await wait_rereplicated(cluster, rpc, "maint", victim.uuid, timeout_s=45)

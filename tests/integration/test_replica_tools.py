@@ -19,7 +19,7 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.waits import wait_for
 from kudu_async.tools.cli import main
-from tests.integration.admin_cli import create_kv_table
+from tests.integration.kudu_cli import create_kv_table
 
 pytestmark = pytest.mark.integration
 

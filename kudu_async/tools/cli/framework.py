@@ -25,8 +25,9 @@ from kudu_async.client.authn import os_user
 from kudu_async.client.options import ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED, ENCRYPTION_REQUIRED_REMOTE, client_tls
 from kudu_async.common.errors import KuduBadStatus
 from kudu_async.rpc.client import RpcClient
-from kudu_async.security.identity import kudu_token_header
+from kudu_async.security.identity import bearer_header, kudu_token_header
 from kudu_async.security.tls import ClientTls
+from kudu_async.tools.progress import progress as progress  # the verbs' progress bars
 
 PROG = "kudu"
 FORMATS = ("pretty", "space", "tsv", "csv", "json")
@@ -117,8 +118,10 @@ def flag(p: argparse.ArgumentParser, name: str, **kw: Any) -> argparse.Action:
     return p.add_argument(*spellings(name), dest=dest, **kw)
 
 
-def add_format_flag(p: argparse.ArgumentParser, default: str = "pretty") -> None:
-    flag(p, "format", choices=FORMATS, default=default, help=f"output format: {', '.join(FORMATS)} [{default}]")
+def add_format_flag(
+    p: argparse.ArgumentParser, default: str = "pretty", choices: Sequence[str] = FORMATS, name: str = "format"
+) -> None:
+    flag(p, name, choices=choices, default=default, help=f"output format: {', '.join(choices)} [{default}]")
 
 
 def csv_list(text: str | None, what: str) -> list[str] | None:
@@ -129,6 +132,22 @@ def csv_list(text: str | None, what: str) -> list[str] | None:
     if not all(items):
         raise UsageError(f"{what}: empty item in {text!r}")
     return items
+
+
+def columns_list(text: str, known: Sequence[str]) -> list[str]:
+    """A ``-columns`` flag's value: known column names in the order given (``rpc_addresses`` taken for
+    ``rpc-addresses``, any case)."""
+    columns = [c.lower().replace("_addresses", "-addresses") for c in csv_list(text, "-columns") or []]
+    unknown = [c for c in columns if c not in known]
+    if unknown:
+        raise UsageError(f"-columns: unknown column(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return columns
+
+
+def add_columns_flag(p: argparse.ArgumentParser, known: Sequence[str], default: str) -> None:
+    """Kudu's ``-columns`` of a listing verb (read with :func:`columns_list`), and ``-format``."""
+    flag(p, "columns", default=default, help=f"comma-separated columns to print, of {', '.join(known)} [{default}]")
+    add_format_flag(p)
 
 
 # --- output ------------------------------------------------------------------------------------------------
@@ -171,12 +190,19 @@ def rows_result(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str
     return Result(data=list(rows), text=render_rows(rows, columns, fmt), status=status)
 
 
-def progress(total: int | None, desc: str, enabled: bool = True) -> Any:
-    """A progress bar on stderr for long work (tqdm; silent when stderr is not a terminal or ``enabled`` is
-    false). Use as a context manager; ``.update(n)``."""
-    from tqdm import tqdm  # imported here: only long-running verbs pay for it
+def object_result(obj: Any, fmt: str, render: Callable[[Any], str], status: int = 0) -> Result:
+    """One report (ksck's, a table's description): a JSON document under ``-format=json``, else ``render``'s
+    text for people."""
+    if fmt.startswith("json"):
+        text = json.dumps(obj, default=str, indent=2 if fmt == "json_pretty" else None)
+    else:
+        text = render(obj)
+    return Result(data=obj, text=text, status=status)
 
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not enabled or not sys.stderr.isatty(), unit="")
+
+def show_progress() -> bool:
+    """Progress lines only where a person watches (stderr is a terminal)."""
+    return sys.stderr.isatty()
 
 
 # --- the cluster connection -------------------------------------------------------------------------------
@@ -252,11 +278,19 @@ class Context:
         return c
 
     def rpc(self) -> RpcClient:
-        """A bare RPC client for verbs that talk to one node by address (``tserver status <addr>``)."""
+        """A bare RPC client for verbs that talk to one node by address (``tserver status <addr>``): it
+        presents the JWT (every node verifies it against the JWKS) or else the authn token."""
         r = RpcClient(node_name=PROG, tls=self.tls())
-        r.set_credentials(os_user(), self._token())
+        r.set_credentials(os_user(), bearer_header(self.args.jwt) if self.args.jwt else self._token())
         self._rpcs.append(r)
         return r
+
+    async def node_rpc(self) -> RpcClient:
+        """An RPC client for a verb that names one node: ``rpc()``, or, given -jwt and -master_addresses, the
+        client of those masters, which exchange the JWT for the authn token tablet servers take."""
+        if self.args.jwt and getattr(self.args, "master_addresses", None):
+            return (await self.client()).rpc
+        return self.rpc()
 
     async def close(self) -> None:
         for c in self._clients:
@@ -313,6 +347,15 @@ def build_parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         p = subparsers(path[:-1]).add_parser(path[-1], help=v.help, description=v.help)
         if v.masters:
             p.add_argument("master_addresses", help="comma-separated master RPC addresses host:port")
+        else:
+            flag(
+                p,
+                "master_addresses",
+                default=os.environ.get("KUDU_MASTER_ADDRESSES") or None,
+                metavar="HOST:PORT[,...]",
+                help="with -jwt: the masters that exchange it for the authn token a tablet server takes "
+                "(not a Kudu flag) [env KUDU_MASTER_ADDRESSES]",
+            )
         if v.add_args is not None:
             v.add_args(p)
         add_connection_flags(p)

@@ -7,7 +7,18 @@ from typing import Any
 
 from kudu_async.client.aio import AsyncClient
 from kudu_async.common.errors import KuduBadStatus
-from kudu_async.tools.cli.framework import Context, Result, add_format_flag, csv_list, flag, group, rows_result, verb
+from kudu_async.tools.cli.framework import (
+    Context,
+    Result,
+    add_columns_flag,
+    add_format_flag,
+    columns_list,
+    group,
+    object_result,
+    rows_result,
+    verb,
+)
+from kudu_async.tools.cli.tserver import render_status
 
 group("master", help="Operate on a Kudu Master")
 
@@ -47,20 +58,22 @@ async def master_rows(client: AsyncClient, timeout_s: float) -> list[dict[str, A
 
 
 def _list_args(p: argparse.ArgumentParser) -> None:
-    flag(
-        p,
-        "columns",
-        default=MASTER_DEFAULT_COLUMNS,
-        help=f"comma-separated columns to print, of {', '.join(MASTER_COLUMNS)} [{MASTER_DEFAULT_COLUMNS}]",
-    )
-    add_format_flag(p)
+    add_columns_flag(p, MASTER_COLUMNS, MASTER_DEFAULT_COLUMNS)
 
 
 @verb("master", "list", help="List masters in a Kudu cluster", args=_list_args)
 async def master_list(ctx: Context, a: argparse.Namespace) -> Result:
-    columns = csv_list(a.columns, "-columns") or []
-    unknown = [c for c in columns if c not in MASTER_COLUMNS]
-    if unknown:
-        raise ValueError(f"-columns: unknown column(s) {', '.join(unknown)}; known: {', '.join(MASTER_COLUMNS)}")
+    columns = columns_list(a.columns, MASTER_COLUMNS)
     client = await ctx.client()
     return rows_result(await master_rows(client, ctx.timeout_s), columns, a.format)
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("master_address", help="address of a Kudu Master of form 'hostname:port'")
+    add_format_flag(p, "json", ("pretty", "json"))
+
+
+@verb("master", "status", help="Get the status of a Kudu Master", args=_status_args, masters=False)
+async def master_status(ctx: Context, a: argparse.Namespace) -> Result:
+    st = await (await ctx.node_rpc()).call(a.master_address, "Generic", "GetStatus", {}, timeout_s=ctx.timeout_s)
+    return object_result(st, a.format, render_status)

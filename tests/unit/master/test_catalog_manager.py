@@ -655,3 +655,39 @@ async def test_limits_need_the_flag_stand_alone_and_stop_writes_near_the_limit(m
     await cm.alter_table(convert({"name": "t", "row_count_limit": -1}, AlterTableRequest), TIMEOUT_S)
     assert cm.get_table_statistics(TableRef(name="t")).row_count_limit == -1
     assert cm.write_limited_tables() == []
+
+
+async def test_replication_factor_changes_in_the_catalog_within_bounds(master: Master) -> None:
+    """Kudu's set_replication_factor: the table's factor changes; re-replication then follows it."""
+    cm = master.catalog_manager
+    await cm.create_table(convert(create_req("t", None, num_replicas=1), CreateTableRequest), TIMEOUT_S)
+    await make_running(cm, "t")
+    for bad in (2, 0, 9):
+        with pytest.raises(KuduInvalidArgument, match=f"illegal replication factor {bad}"):
+            await cm.alter_table(convert({"name": "t", "num_replicas": bad}, AlterTableRequest), TIMEOUT_S)
+    with pytest.raises(KuduInvalidArgument, match="not enough live tablet servers"):
+        await cm.alter_table(convert({"name": "t", "num_replicas": 5}, AlterTableRequest), TIMEOUT_S)
+    await cm.alter_table(convert({"name": "t", "num_replicas": 3}, AlterTableRequest), TIMEOUT_S)
+    t = cm.find_table("t")
+    assert (t.num_replicas, t.state, t.schema_version) == (3, "RUNNING", 0)  # no tablet is touched
+    assert cm.get_table_schema(TableRef(name="t"))["num_replicas"] == 3
+    master.config.values["enable_table_write_limit"] = True
+    with pytest.raises(KuduConfigurationError, match="cannot be combined"):
+        await cm.alter_table(convert({"name": "t", "num_replicas": 1, "row_count_limit": 5}, AlterTableRequest), 5)
+
+
+async def test_in_flight_tables_are_those_being_created_or_altered(master: Master) -> None:
+    cm = master.catalog_manager
+    await cm.create_table(convert(create_req("new", None), CreateTableRequest), TIMEOUT_S)
+    await cm.create_table(convert(create_req("done", None), CreateTableRequest), TIMEOUT_S)
+    await make_running(cm, "done")
+    listed = cm.list_in_flight_tables()["tables"]
+    assert [(t["name"], t["state"], t["num_tablets"], t["num_tablets_in_flight"]) for t in listed] == [
+        ("new", "CREATING", 2, 2)
+    ]
+    await cm.alter_table(convert(add_column("done", "c", None), AlterTableRequest), TIMEOUT_S)
+    listed = cm.list_in_flight_tables()["tables"]
+    assert [(t["name"], t["state"], t["num_tablets_in_flight"]) for t in listed] == [
+        ("done", "ALTERING", 2),  # no leader has reported the new schema
+        ("new", "CREATING", 2),
+    ]

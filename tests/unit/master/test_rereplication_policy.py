@@ -186,7 +186,7 @@ def test_extra_healthy_voter_is_trimmed_never_the_leader() -> None:
 
 
 def test_a_fresh_excess_is_left_to_the_operator_unless_the_master_knows_whom_it_replaces() -> None:
-    """kudu-admin's move promotes its new replica and then removes the source: the master waits."""
+    """the kudu tool's move promotes its new replica and then removes the source: the master waits."""
     from dataclasses import replace
 
     every = cluster(live=SERVERS, failed=(), load={"a": 9, "b": 1, "c": 5, "d": 2, "e": 0})

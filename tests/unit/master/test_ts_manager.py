@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
+from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument, KuduNotFound
 from kudu_async.fs.fs_manager import FsManager
 from kudu_async.master.master import Master
 from kudu_async.master.ts_manager import TSManager, parse_heartbeat_request
@@ -457,3 +457,19 @@ def test_silent_for_counts_from_the_last_heartbeat_and_is_none_for_strangers(m: 
     assert m.silent_for("ts-a", 403.5) == 303.5  # live or not, the clock runs until it is heard from again
     m.heartbeat("ts-a", 400.0)
     assert m.silent_for("ts-a", 403.5) == 3.5
+
+
+def test_unregister_forgets_a_dead_tserver_and_refuses_a_live_one_unless_forced(m: TSManager) -> None:
+    for u in ("ts-a", "ts-b"):
+        m.register(ts_info(u), now=1.0)
+    m.process_report("ts-a", report(1, [tablet("t1")], full=True), now=1.0)
+    m.process_report("ts-b", report(1, [tablet("t1"), tablet("t2")], full=True), now=1.0)
+    with pytest.raises(KuduIllegalState, match="tserver ts-b is live"):
+        m.unregister("ts-b", now=2.0)
+    m.unregister("ts-b", now=1.0 + TIMEOUT_S + 1)  # silent past the unresponsive timeout: dead
+    assert [d["uuid"] for d in m.descriptors(now=2.0)] == ["ts-a"]
+    assert set(m.tablet_replicas("t1")) == {"ts-a"} and m.tablets() == ["t1"]
+    m.unregister("ts-a", now=2.0, force_live=True)
+    assert m.descriptors(now=2.0) == [] and m.tablets() == []
+    with pytest.raises(KuduNotFound, match="tserver ts-a is not registered"):
+        m.unregister("ts-a", now=2.0)

@@ -1,4 +1,4 @@
-"""kudu-admin's JSON inputs: Kudu's table spec, Kudu's predicate lists, values by column type."""
+"""The kudu tool's JSON inputs: Kudu's table spec, Kudu's predicate lists, values by column type."""
 
 from __future__ import annotations
 

@@ -113,9 +113,9 @@ def test_nothing_starts_after_the_deadline() -> None:
 def test_bad_options_are_usage_errors() -> None:
     with pytest.raises(ValueError, match="exclude each other"):
         rt.RebalanceOptions(leaders_only=True, replicas_only=True).check()
-    with pytest.raises(ValueError, match="--max-moves-per-server"):
+    with pytest.raises(ValueError, match="-max_moves_per_server"):
         rt.RebalanceOptions(max_moves_per_server=0).check()
-    with pytest.raises(ValueError, match="--max-run-time-sec"):
+    with pytest.raises(ValueError, match="-max_run_time_sec"):
         rt.RebalanceOptions(max_run_time_s=0).check()
 
 
