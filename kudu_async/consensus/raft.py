@@ -137,11 +137,16 @@ class PeerState(enum.Enum):
 
 
 class ConfigChangeOp(enum.Enum):
-    """One-server-at-a-time membership changes (Kudu ADD_PEER / REMOVE_PEER / MODIFY_PEER)."""
+    """One-server-at-a-time membership changes (Kudu ADD_PEER / REMOVE_PEER / MODIFY_PEER).
+
+    ADD_LEARNER adds a learner on its way to voting (Kudu's NON_VOTER with ``promote``); ADD_NON_VOTER one
+    that stays a learner; DEMOTE makes a voter such a learner (Kudu's MODIFY_PEER to NON_VOTER)."""
 
     ADD_VOTER = "ADD_VOTER"
     ADD_LEARNER = "ADD_LEARNER"
+    ADD_NON_VOTER = "ADD_NON_VOTER"
     PROMOTE = "PROMOTE"
+    DEMOTE = "DEMOTE"
     REMOVE = "REMOVE"
 
 
@@ -747,16 +752,29 @@ class RaftNode:
                 f" (commit index {self.commit}); one change at a time"
             )
         cfg = self.config
-        voters, learners = set(cfg.voters), set(cfg.learners)
+        voters, learners, kept = set(cfg.voters), set(cfg.learners), set(cfg.kept_learners)
         if op is ConfigChangeOp.ADD_VOTER:
             if peer in cfg.voters:
                 raise KuduInvalidArgument(f"{peer} is already a voter of {self.group}")
             learners.discard(peer)
+            kept.discard(peer)
             voters.add(peer)
-        elif op is ConfigChangeOp.ADD_LEARNER:
+        elif op in (ConfigChangeOp.ADD_LEARNER, ConfigChangeOp.ADD_NON_VOTER):
             if peer in cfg.members:
                 raise KuduInvalidArgument(f"{peer} is already a member of {self.group}")
             learners.add(peer)
+            if op is ConfigChangeOp.ADD_NON_VOTER:
+                kept.add(peer)
+        elif op is ConfigChangeOp.DEMOTE:
+            if peer not in cfg.voters:
+                raise KuduInvalidArgument(f"{peer} is not a voter of {self.group}")
+            if peer == self.id:
+                raise KuduIllegalState(
+                    f"{peer} leads {self.group}: a leader is not demoted; transfer its leadership first"
+                )
+            voters.discard(peer)
+            learners.add(peer)
+            kept.add(peer)
         elif op is ConfigChangeOp.PROMOTE:
             if peer not in cfg.learners:
                 raise KuduInvalidArgument(f"{peer} is not a learner of {self.group}")
@@ -767,15 +785,17 @@ class RaftNode:
                     f" commit index is {self.commit}"
                 )
             learners.discard(peer)
+            kept.discard(peer)
             voters.add(peer)
         else:
             if peer not in cfg.members:
                 raise KuduInvalidArgument(f"{peer} is not a member of {self.group}")
             voters.discard(peer)
             learners.discard(peer)
+            kept.discard(peer)
             if not voters:
                 raise KuduInvalidArgument(f"removing {peer} would leave {self.group} without voters")
-        new = Config(frozenset(voters), frozenset(learners))
+        new = Config(frozenset(voters), frozenset(learners), frozenset(kept))
         index = self._log.last_index() + 1
         self._conf_pending = index
         self._append_own([Entry(self.term, index, CONFIG, new.encode(addresses))])
@@ -834,7 +854,7 @@ class RaftNode:
                 f"{', '.join(unknown)} not in the committed config of {self.group} "
                 f"(voters {sorted(base.voters)}, learners {sorted(base.learners)})"
             )
-        new = Config(base.voters & keep, base.learners & keep)
+        new = Config(base.voters & keep, base.learners & keep, base.kept_learners & keep)
         if self.id not in new.voters:
             raise KuduInvalidArgument(
                 f"this replica {self.id} must be a voter of the new config of {self.group}, "

@@ -344,7 +344,8 @@ class RaftManager:
         except ValueError:
             raise KuduInvalidArgument(f"'op' must be one of {[o.value for o in ConfigChangeOp]}") from None
         peer, address = request.peer, request.address
-        if op in (ConfigChangeOp.ADD_VOTER, ConfigChangeOp.ADD_LEARNER) and not address and peer not in replica.peers:
+        adding = (ConfigChangeOp.ADD_VOTER, ConfigChangeOp.ADD_LEARNER, ConfigChangeOp.ADD_NON_VOTER)
+        if op in adding and not address and peer not in replica.peers:
             raise KuduInvalidArgument(f"adding {peer} needs its 'address'")
         cas = request.cas_config_index
         raft = replica.raft

@@ -77,23 +77,36 @@ class Config:
 
     voters: frozenset[str]
     learners: frozenset[str] = frozenset()
+    # Learners that stay learners (Kudu's NON_VOTER without the ``promote`` attribute: read replicas an
+    # operator asked for, or a demoted voter); the others are on their way to becoming voters (a
+    # re-replication's new replica), which the master promotes once their copy runs.
+    kept_learners: frozenset[str] = frozenset()
 
     @property
     def members(self) -> frozenset[str]:
         """Everyone the leader replicates to."""
         return self.voters | self.learners
 
+    @property
+    def promotable_learners(self) -> frozenset[str]:
+        return self.learners - self.kept_learners
+
     def quorum(self) -> int:
         """Votes or durable acks needed: a strict majority of voters."""
         return len(self.voters) // 2 + 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"voters": sorted(self.voters), "learners": sorted(self.learners)}
+        d: dict[str, Any] = {"voters": sorted(self.voters), "learners": sorted(self.learners)}
+        if self.kept_learners:
+            d["kept_learners"] = sorted(self.kept_learners)
+        return d
 
     @staticmethod
     def from_dict(raw: Any) -> Config:
         try:
-            return Config(frozenset(map(str, raw["voters"])), frozenset(map(str, raw.get("learners", ()))))
+            learners = frozenset(map(str, raw.get("learners", ())))
+            kept = frozenset(map(str, raw.get("kept_learners", ()))) & learners
+            return Config(frozenset(map(str, raw["voters"])), learners, kept)
         except (TypeError, KeyError, AttributeError) as exc:
             raise KuduInvalidRequest(f"malformed raft config: expected voters/learners, got {raw!r:.100}") from exc
 

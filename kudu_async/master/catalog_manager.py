@@ -1228,7 +1228,8 @@ class CatalogManager:
             or not tsm.is_live(leader or "", now)
         ):
             leader = None
-        voters, non_voters = frozenset(cfg["voters"]), frozenset(cfg["non_voters"])
+        kept = frozenset(cfg.get("kept_non_voters") or ())
+        voters, non_voters = frozenset(cfg["voters"]), frozenset(cfg["non_voters"]) - kept
         hint = self._replace_hints.get(tid)
         if hint is not None and hint not in voters:
             del self._replace_hints[tid]  # the replaced voter is gone: done
@@ -1243,6 +1244,7 @@ class CatalogManager:
             leader,
             {u: str(r.get("state")) for u, r in replicas.items()},
             hint,
+            kept,
         )
 
     # --- what the auto-rebalancer reads and does (its rounds are in auto_rebalancer.py) --------------------

@@ -103,14 +103,19 @@ class RaftConfigReport(Message, frozen=True):
     voters: list[Id]
     non_voters: list[Id]
     peers: dict[Id, str]
+    kept_non_voters: list[Id] = msgspec.field(default_factory=list)  # non-voters that are not to be promoted
 
     def check(self, good: set[str]) -> None:
         _check_ids(self.voters, "voters")
         _check_ids(self.non_voters, "non_voters")
+        _check_ids(self.kept_non_voters, "kept_non_voters")
         if self.non_voters:
             both = set(self.voters) & set(self.non_voters)
             if both:
                 raise _Bad("", f"{sorted(both)} listed as voter and non-voter")
+        stray = set(self.kept_non_voters) - set(self.non_voters)
+        if stray:
+            raise _Bad("kept_non_voters", f"{sorted(stray)} are not non-voters")
         peers = self.peers
         for k, v in peers.items():
             _check_id(k, "peers key")

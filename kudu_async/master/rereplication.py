@@ -74,10 +74,13 @@ class TabletView:
     leader: str | None  # a live leader whose own report says it leads in the newest term
     replica_states: Mapping[str, str] = field(default_factory=dict)  # server -> state of its replica
     replace_hint: str | None = None  # the voter the current learner was added to replace, if known
+    # Learners that stay learners (an operator's NON_VOTER, a demoted voter): not in ``non_voters`` (the
+    # learners in flight, which the master promotes or drops), never promoted, never counted as voters.
+    kept_non_voters: frozenset[str] = frozenset()
 
     @property
     def members(self) -> frozenset[str]:
-        return self.voters | self.non_voters
+        return self.voters | self.non_voters | self.kept_non_voters
 
 
 @dataclass(frozen=True)

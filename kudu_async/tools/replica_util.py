@@ -91,14 +91,16 @@ async def change_config(
 async def add_replica(
     rpc: RpcClient, group: str, leader: str, peer: str, address: str, voter: bool, timeout_s: float
 ) -> dict[str, Any]:
-    """ADD_LEARNER (the leader has the new server copy the tablet), then, for a voter, PROMOTE it once
-    its log has caught up (the leader refuses before; the master may promote it first, which is fine)."""
+    """A learner the leader has the new server copy the tablet to: for a voter one on its way to voting
+    (ADD_LEARNER), then PROMOTEd once its log has caught up (the leader refuses before; the master may
+    promote it first, which is fine); for a NON_VOTER one that stays a learner (ADD_NON_VOTER)."""
     deadline = Deadline(timeout_s, f"adding {peer} to {group} as a learner")
+    op = "ADD_LEARNER" if voter else "ADD_NON_VOTER"
     last: BaseException | None = None
     while True:
         deadline.left(last)
         try:
-            first = await change_config(rpc, leader, group, "ADD_LEARNER", peer, address, deadline.rpc_timeout(10.0))
+            first = await change_config(rpc, leader, group, op, peer, address, deadline.rpc_timeout(10.0))
             break
         except KuduIllegalState as e:  # the previous change (or a new leader's no-op) is not committed yet
             last = e
@@ -106,6 +108,22 @@ async def add_replica(
     if not voter:
         return first
     return await promote_when_caught_up(rpc, leader, group, peer, deadline.left())
+
+
+async def demote(rpc: RpcClient, leader: str, group: str, peer: str, timeout_s: float) -> dict[str, Any]:
+    """Make the voter ``peer`` a NON_VOTER that stays one (DEMOTE), retried while the previous config
+    change is not committed; the leader refuses to demote itself."""
+    deadline = Deadline(timeout_s, f"demotion of {peer} of {group} to NON_VOTER")
+    last: BaseException | None = None
+    while True:
+        deadline.left(last)
+        try:
+            return await change_config(rpc, leader, group, "DEMOTE", peer, None, deadline.rpc_timeout(10.0))
+        except KuduIllegalState as e:
+            if "not committed yet" not in str(e):
+                raise
+            last = e
+            await deadline.backoff(e)
 
 
 async def promote_when_caught_up(

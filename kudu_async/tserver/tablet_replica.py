@@ -735,6 +735,7 @@ class TabletReplica:
                 "opid_index": raft.config_index,
                 "voters": sorted(raft.config.voters),
                 "non_voters": sorted(raft.config.learners),
+                "kept_non_voters": sorted(raft.config.kept_learners),
                 "peers": dict(r.peers),
             }
         return {

@@ -14,6 +14,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -498,20 +499,46 @@ def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
     r = kudu_tool(cluster, "tablet", "leader_step_down", tablet, "-abrupt", f"-new_leader_uuid={target}", ok=False)
     assert r.returncode == 1 and "exclude each other" in r.stderr
 
-    # add_replica NON_VOTER: the master promotes the caught-up learner and trims the tablet back to 3 voters.
+    # add_replica NON_VOTER: a NON_VOTER that stays one (Kudu's, without the promote attribute): its copy
+    # runs and the master leaves it a learner.
     spare = next(ts.uuid for ts in cluster.tservers if ts.uuid not in _voters(cluster, tablet))
     added = kudu_json(cluster, "tablet", "change_config", "add_replica", tablet, spare, "NON_VOTER")
     assert added["config_index"] > 0
+
+    def caught_up() -> bool:
+        lead = _leader(cluster, tablet)
+        mine = next(p for p in lead["peers"] if p["uuid"] == spare)
+        return mine["match_index"] is not None and mine["match_index"] >= lead["commit_index"]
+
+    wait_for(caught_up, 60, "the NON_VOTER's copy to catch up")
+    time.sleep(3.0)  # several of the master's re-replication passes
+    members = _voters(cluster, tablet)
+    assert members[spare] == "NON_VOTER" and list(members.values()).count("VOTER") == 3
+    leader = _leader(cluster, tablet)["leader"]
+    r = kudu_tool(cluster, "tablet", "change_config", "change_replica_type", tablet, leader, "NON_VOTER", ok=False)
+    assert r.returncode == 1 and "a leader is not demoted" in r.stderr
+    voter = next(u for u, t in members.items() if t == "VOTER" and u != leader)
+    r = kudu_tool(cluster, "tablet", "change_config", "change_replica_type", tablet, voter, "VOTER", ok=False)
+    assert r.returncode == 1 and "already a VOTER" in r.stderr
+    # The NON_VOTER made a VOTER: 4 voters for 3, so the master trims one.
+    kudu_json(cluster, "tablet", "change_config", "change_replica_type", tablet, spare, "VOTER")
     wait_for(
         lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and set(v.values()) == {"VOTER"},
         60,
-        "the master to promote the learner and trim the tablet back to 3 voters",
+        "the master to trim the tablet back to 3 voters",
     )
-    voter = next(iter(_voters(cluster, tablet)))
-    r = kudu_tool(cluster, "tablet", "change_config", "change_replica_type", tablet, voter, "VOTER", ok=False)
-    assert r.returncode == 1 and "already a VOTER" in r.stderr
-    r = kudu_tool(cluster, "tablet", "change_config", "change_replica_type", tablet, voter, "NON_VOTER", ok=False)
-    assert r.returncode == 1 and "not supported" in r.stderr
+    # A voter demoted: 2 voters for 3, so the master places a new one on the tserver without a replica;
+    # the demoted replica stays a NON_VOTER until removed.
+    leader = _leader(cluster, tablet)["leader"]
+    voter = next(u for u in _voters(cluster, tablet) if u != leader)
+    kudu_json(cluster, "tablet", "change_config", "change_replica_type", tablet, voter, "NON_VOTER")
+    wait_for(
+        lambda: (v := _voters(cluster, tablet)).get(voter) == "NON_VOTER" and list(v.values()).count("VOTER") == 3,
+        60,
+        "the demoted replica a NON_VOTER and a new voter placed",
+    )
+    kudu_json(cluster, "tablet", "change_config", "remove_replica", tablet, voter)
+    wait_for(lambda: voter not in _voters(cluster, tablet), 30, "the demoted replica removed")
 
     # The master's view and the removed replica learn of the trim a heartbeat or two later.
     wait_for(

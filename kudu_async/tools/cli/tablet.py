@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from kudu_async.client.aio import AsyncClient
-from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument, KuduNotSupported
+from kudu_async.common.errors import KuduIllegalState, KuduInvalidArgument
 from kudu_async.common.retry import Deadline
 from kudu_async.tools import replica_util
 from kudu_async.tools.cli.framework import (
@@ -105,7 +105,8 @@ def _type_args(p: argparse.ArgumentParser) -> None:
     "tablet",
     "change_config",
     "change_replica_type",
-    help="Change the type of an existing replica in a tablet's Raft configuration (NON_VOTER to VOTER)",
+    help="Change the type of an existing replica in a tablet's Raft configuration (a NON_VOTER stays one "
+    "until made a VOTER again)",
     args=_type_args,
 )
 async def change_replica_type(ctx: Context, a: argparse.Namespace) -> Result:
@@ -118,11 +119,13 @@ async def change_replica_type(ctx: Context, a: argparse.Namespace) -> Result:
     if current == a.replica_type:
         raise KuduIllegalState(f"the replica of {a.tablet_id} on {a.ts_uuid} is already a {current}")
     if a.replica_type == "NON_VOTER":
-        raise KuduNotSupported(
-            "turning a VOTER into a NON_VOTER is not supported: the Raft config changes of kudu_async are "
-            "ADD_VOTER, ADD_LEARNER, PROMOTE and REMOVE (no demotion); remove the replica and add it back "
-            "as a NON_VOTER instead"
-        )
+        if states[leader].get("leader") == a.ts_uuid:
+            raise KuduIllegalState(
+                f"{a.ts_uuid} leads {a.tablet_id}: a leader is not demoted; move its leadership first "
+                "(kudu tablet leader_step_down -new_leader_uuid=...)"
+            )
+        res = await replica_util.demote(client.rpc, leader, a.tablet_id, a.ts_uuid, ctx.timeout_s)
+        return object_result(res, a.format, _said(f"{a.ts_uuid} is now a NON_VOTER of {a.tablet_id}"))
     res = await replica_util.promote_when_caught_up(client.rpc, leader, a.tablet_id, a.ts_uuid, ctx.timeout_s)
     return object_result(res, a.format, _said(f"{a.ts_uuid} is now a VOTER of {a.tablet_id}"))
 

@@ -527,6 +527,50 @@ def test_learner_promoted_only_when_caught_up() -> None:
     assert net["l"].role is Role.FOLLOWER
 
 
+def test_a_demoted_voter_stays_a_learner_until_promoted_and_a_leader_is_not_demoted() -> None:
+    net = Net(learners=["l"])
+    a = net.elect("a")
+    _replicated(net, "a")
+    with pytest.raises(KuduIllegalState, match="a leader is not demoted"):
+        a.propose_config_change(ConfigChangeOp.DEMOTE, "a")
+    with pytest.raises(KuduInvalidArgument, match="not a voter"):
+        a.propose_config_change(ConfigChangeOp.DEMOTE, "l")
+    a.propose_config_change(ConfigChangeOp.DEMOTE, "b")
+    net.handle("a")
+    net.deliver()
+    cfg = net["b"].config
+    assert (cfg.voters, cfg.learners, cfg.kept_learners) == (frozenset("ac"), frozenset("bl"), frozenset("b"))
+    assert cfg.promotable_learners == frozenset("l") and net["b"].role is Role.LEARNER
+    assert Config.decode(cfg.encode()) == cfg  # the kept learners survive the CONFIG entry
+    net.tick(["a"], times=OPTS.heartbeat_ticks)
+    net.deliver()
+    a.propose_config_change(ConfigChangeOp.PROMOTE, "b")
+    net.handle("a")
+    net.deliver()
+    b = net["b"]  # read again: the same node, a new role
+    assert b.config.kept_learners == frozenset() and b.role is Role.FOLLOWER
+
+
+def test_a_non_voter_added_to_stay_is_kept_and_removal_forgets_it() -> None:
+    net = Net(learners=["l"])
+    a = net.elect("a")
+    a.propose_config_change(ConfigChangeOp.REMOVE, "l")
+    net.handle("a")
+    net.deliver()
+    a.propose_config_change(ConfigChangeOp.ADD_NON_VOTER, "l")
+    net.handle("a")
+    net.deliver()
+    assert a.config.kept_learners == frozenset("l") == a.config.learners
+    for _ in range(3):  # the re-added learner is probed and caught up
+        net.tick(["a"], times=OPTS.heartbeat_ticks)
+        net.deliver()
+    assert net["l"].config == a.config and net["l"].role is Role.LEARNER
+    a.propose_config_change(ConfigChangeOp.REMOVE, "l")
+    net.handle("a")
+    net.deliver()
+    assert a.config == Config(frozenset("abc"))
+
+
 def test_leader_steps_down_after_removing_itself_commits() -> None:
     net = Net()
     a = net.elect("a")

@@ -284,3 +284,19 @@ def test_no_new_replica_is_placed_on_a_server_in_maintenance() -> None:
     view = in_maintenance(cluster(load={"a": 1, "b": 1, "d": 0, "e": 5}), "d")
     step = only(plan([tablet()], view))
     assert step.op == ADD_LEARNER and step.peer == "e"
+
+
+def test_a_kept_non_voter_is_never_promoted_and_its_server_gets_no_second_replica() -> None:
+    """An operator's NON_VOTER (or a demoted voter) stays one: the master does not promote it, does not
+    wait on it as on a learner in flight, and places a missing voter on another server."""
+    live = cluster(live=SERVERS, failed=())
+    kept = replace(tablet(voters=("a", "b", "c")), kept_non_voters=frozenset({"d"}))
+    assert plan([kept], live) == []
+    # a voter demoted: 2 voters for 3, a new learner goes to the one server without a replica
+    demoted = replace(
+        tablet(voters=("a", "b"), states={"c": "RUNNING"}),
+        kept_non_voters=frozenset({"c"}),
+        peers={u: addr(u) for u in "abc"},
+    )
+    a = only(plan([demoted], live))
+    assert (a.op, a.peer) == (ADD_LEARNER, "d")  # c holds the demoted replica; d and e tie, the lower wins
