@@ -776,6 +776,7 @@ FLAGS: tuple[Flag, ...] = (
         64,
         "Flush a tablet's MemRowSet (or a DeltaMemStore) at this size (Kudu: 1024).",
         check=_positive,
+        tags=_RT,
     ),
     Flag(
         "memory_pressure_threshold_mb",
@@ -786,7 +787,7 @@ FLAGS: tuple[Flag, ...] = (
         "exceed the limit).",
         check=_non_negative,
     ),
-    Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive),
+    Flag("flush_threshold_secs", _to_int, 120, "Flush a MemRowSet this old even if small.", check=_positive, tags=_RT),
     Flag(
         "block_cache_capacity_mb",
         _to_int,

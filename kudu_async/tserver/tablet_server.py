@@ -107,6 +107,9 @@ class TabletServer(Node):
             memory=self.memory,
         )
         self.tablets = TabletManager(self.uuid, self.fs.root, node, options, limits, lambda: self.rpc_address)
+        # Runtime flags: every tablet shares ``options``, which the maintenance manager reads on each pass.
+        cfg.on_change("flush_threshold_mb", lambda mb: setattr(options, "flush_threshold_bytes", mb * 1024 * 1024))
+        cfg.on_change("flush_threshold_secs", functools.partial(_set_flush_age, options, self.maintenance))
         self.scanners = ScannerManager(self.io_executor, ttl_s=cfg.scanner_ttl_ms / 1000.0)
         cfg.on_change("scanner_ttl_ms", lambda ms: setattr(self.scanners, "ttl_s", ms / 1000.0))
         self.memory.root.child("scanners", gauge=self.scanners.buffered_bytes)
@@ -294,6 +297,11 @@ async def _scans(request: web.Request) -> web.Response:
     return json_response(
         {"scanners": ts.scanners.status(), "recent": ts.scanners.recent_scans(), "expired": ts.scanners.expired}
     )
+
+
+def _set_flush_age(options: TabletOptions, maintenance: MaintenanceManager, secs: int) -> None:
+    options.flush_threshold_secs = float(secs)
+    maintenance.flush_age_s = float(secs)
 
 
 def _check_fixed_memory(memory: NodeMemory, block_cache_bytes: int) -> None:

@@ -117,6 +117,37 @@ def test_set_flag_refuses_what_a_running_node_cannot_take(
     assert any("SetFlag" in a["method"] and not a["allowed"] and "not runtime-settable" in a["reason"] for a in audit)
 
 
+def test_flush_threshold_set_at_runtime_flushes_a_small_memrowset(
+    cluster: MiniCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """flush_threshold_mb is runtime (as in Kudu): at 1 MiB a MemRowSet of a few MiB is flushed, which at
+    the default (64 MiB) stays in memory."""
+    with kudu.connect(cluster.master_addresses.split(",")) as client:
+        b = kudu.schema_builder()
+        b.add_column("key").type(kudu.int64).nullable(False).primary_key()
+        b.add_column("v", type_=kudu.string)
+        t = client.create_table("flushy", b.build(), kudu.Partitioning().set_range_partition_columns([]), n_replicas=3)
+        [token] = t.scan_token_builder().build()
+        tablet = token.tablet().id()
+        s = client.new_session()
+        for i in range(3000):
+            s.apply(t.new_insert({"key": i, "v": "x" * 1000}))
+        s.flush()
+
+    def rowsets() -> int:
+        detail = cluster.http_json(cluster.tservers[0], f"/api/v1/tablets/{tablet}")
+        return len(detail["storage"]["rowsets"])
+
+    time.sleep(1.0)  # several maintenance passes at the default threshold
+    assert rowsets() == 0
+    code, out, _ = run(capsys, "tserver", "set_flag_for_all", cluster.master_addresses, "flush_threshold_mb", "1")
+    assert code == 0, out
+    try:
+        wait_until("the MemRowSet past 1 MiB flushed", 30, rowsets)
+    finally:
+        run(capsys, "tserver", "set_flag_for_all", cluster.master_addresses, "flush_threshold_mb", "64")
+
+
 def test_set_flag_for_all_changes_what_the_masters_do(cluster: MiniCluster, capsys: pytest.CaptureFixture[str]) -> None:
     create_table(cluster, "reserve", buckets=2, rows=10)
     code, out, _ = run(
