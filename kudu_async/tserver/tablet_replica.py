@@ -784,6 +784,7 @@ class TabletReplica:
             "schema": self.tablet.schema_dict(),
             "consensus": r.status() if r is not None else None,
             "pending_writes": len(self._pending),
+            "mvcc_in_flight": self.tablet.mvcc.in_flight(),
             "pending_write_bytes": self._pending_bytes,
             "max_applied_timestamp": self.max_applied_ts,
             "result_tracker": {**self.tracker.stats(), "writes_in_flight_tracked": len(self._inflight_requests)},

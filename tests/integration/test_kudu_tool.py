@@ -471,9 +471,15 @@ def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
 
     # remove: the master sees the tablet under-replicated and places a new replica (3-4-3).
     victim = next(u for u in after if u != _leader(cluster, tablet)["leader"])
-    kudu_json(cluster, "tablet", "change_config", "remove_replica", tablet, victim)
+    removed = kudu_json(cluster, "tablet", "change_config", "remove_replica", tablet, victim)["config_index"]
+
+    def re_replicated() -> bool:  # 3 voters again, by config changes after the removal (the new replica
+        lead = _leader(cluster, tablet)  # may land on the server just removed: the least loaded one)
+        v = {p["uuid"]: p["member_type"] for p in lead["peers"] if p["member_type"] != "NONE"}
+        return lead["config_index"] > removed and len(v) == 3 and set(v.values()) == {"VOTER"}
+
     wait_for(
-        lambda: (v := _voters(cluster, tablet)) and len(v) == 3 and victim not in v and set(v.values()) == {"VOTER"},
+        re_replicated,
         90,
         "the master to re-replicate after a remove",
     )
@@ -539,6 +545,16 @@ def test_tablet_commands_through_the_master(cluster: MiniCluster) -> None:
     )
     kudu_json(cluster, "tablet", "change_config", "remove_replica", tablet, voter)
     wait_for(lambda: voter not in _voters(cluster, tablet), 30, "the demoted replica removed")
+
+    def master_lists_it() -> bool:  # the master learns the new config from the leader's next report
+        (loc,) = [
+            x
+            for x in cluster.http_json(cluster.masters[0], "/api/v1/catalog/tables/moves")["tablets"]
+            if x["tablet_id"] == tablet
+        ]
+        return voter in json.dumps(loc)
+
+    wait_for(lambda: not master_lists_it(), 30, "the master's locations without the removed replica")
 
     # The master's view and the removed replica learn of the trim a heartbeat or two later.
     wait_for(
