@@ -20,6 +20,8 @@ RUNTIME_FLAGS = {
     "shutdown_grace_ms": "server/node.py Node.stop reads it when the node stops",
     "graceful_shutdown_timeout_ms": "tserver/tablet_server.py before_graceful_stop reads it on SIGTERM",
     "scanner_ttl_ms": "tserver: ScannerManager.ttl_s through on_change; the reaper reads it every pass",
+    "flush_threshold_mb": "tserver: the tablets' shared TabletOptions through on_change, read every maintenance pass",
+    "flush_threshold_secs": "tserver: TabletOptions and MaintenanceManager.flush_age_s through on_change",
     "tserver_unresponsive_timeout_ms": "master: TSManager.unresponsive_timeout_s through on_change",
     "follower_unavailable_considered_failed_sec": "master: catalog_manager._rereplicate reads it every pass",
     "default_deleted_table_reserve_seconds": "master: catalog_manager reads it on every DeleteTable",
