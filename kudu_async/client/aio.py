@@ -25,7 +25,6 @@ from kudu_async.common.errors import KuduBadStatus, KuduInvalidArgument, KuduNot
 from kudu_async.common.retry import Deadline
 from kudu_async.common.schema import Schema
 from kudu_async.rpc.client import RpcClient
-from kudu_async.security.tls import ClientTls
 
 DEFAULT_PORT = 7051
 __all__ = ["DEFAULT_ADMIN_TIMEOUT_MS", "DEFAULT_PORT", "DEFAULT_RPC_TIMEOUT_MS", "AsyncClient", "connect"]
@@ -61,21 +60,13 @@ def master_addresses(host: str | Sequence[str], port: int | Sequence[int] | None
 
 
 class AsyncClient:
-    """A connection to one cluster; safe to share between tasks of one event loop."""
+    """A connection to one cluster; safe to share between tasks of one event loop.
 
-    def __init__(
-        self,
-        masters: Sequence[str],
-        admin_timeout_ms: int | None = None,
-        rpc_timeout_ms: int | None = None,
-        tls: ClientTls | None = None,
-        *,
-        jwt: str | None = None,
-        require_authentication: bool = False,
-    ) -> None:
-        self.core = ClientCore(
-            masters, admin_timeout_ms, rpc_timeout_ms, tls, jwt=jwt, require_authentication=require_authentication
-        )
+    Built over a ``ClientCore`` (``AsyncClient(ClientCore(masters, ...))``), whose constructor takes the
+    client's settings; ``connect`` builds both from kudu-python's arguments."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self.core = core
         self._closed = False
         self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()  # their flushers stop on close()
 
@@ -321,12 +312,14 @@ async def connect(  # noqa: PLR0913 - kudu-python's arguments, and a client cert
     option the client cannot honour is refused (``check_security``), never ignored."""
     check_security(encryption_policy, require_authentication, None, jwt, trusted_certificates)
     client = AsyncClient(
-        master_addresses(host, port),
-        admin_timeout_ms,
-        rpc_timeout_ms,
-        client_tls(encryption_policy, trusted_certificates, client_certificate),
-        jwt=jwt,
-        require_authentication=require_authentication,
+        ClientCore(
+            master_addresses(host, port),
+            admin_timeout_ms,
+            rpc_timeout_ms,
+            client_tls(encryption_policy, trusted_certificates, client_certificate),
+            jwt=jwt,
+            require_authentication=require_authentication,
+        )
     )
     try:
         await client.core.masters.find_leader(client.core.admin_deadline("connecting to the leader master"))

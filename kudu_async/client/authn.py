@@ -198,25 +198,19 @@ class AuthnRpcClient(RpcClient):
 
     credentials: ClientCredentials | None = None
 
-    async def call(
-        self,
-        addr: str,
-        service: str,
-        method: str,
-        request: Any = None,
-        timeout_s: float = 10.0,
-    ) -> Any:
+    async def call(self, addr: str, service: str, method: str, request: Any = None, timeout_s: float = 10.0) -> Any:
+        """``RpcClient.call``, the token renewed before it when due; refused for an expired token, the
+        call is made once more after a renewal."""
         creds = self.credentials
-        if creds is None:
-            return await super().call(addr, service, method, request, timeout_s)
-        await creds.before_call(timeout_s)
+        if creds is not None:
+            await creds.before_call(timeout_s)
         try:
             return await super().call(addr, service, method, request, timeout_s)
         except KuduNotAuthorized as e:
-            if not is_token_expired(e):
+            if creds is None or not is_token_expired(e):
                 raise
             await creds.after_expired(timeout_s)
-            return await super().call(addr, service, method, request, timeout_s)
+        return await super().call(addr, service, method, request, timeout_s)
 
 
 AUTHZ_TOKEN_STALE = "authz token expired"

@@ -50,7 +50,6 @@ from kudu_async.rpc.client import RpcClient
 from kudu_async.rpc.messages import ServiceTable, convert
 from kudu_async.rpc.server import CallContext
 from kudu_async.security.acl import Acls
-from kudu_async.security.audit import audit_line
 from kudu_async.security.identity import ANONYMOUS
 from kudu_async.server.admin import IDENTITY_KEY, checks_own_privileges
 from kudu_async.server.config import NodeConfig
@@ -93,7 +92,7 @@ class RestMaster(Protocol):
 
     def leader_info(self) -> dict[str, Any]: ...
 
-    def audit(self, line: dict[str, Any]) -> None: ...
+    def audit_denial(self, ctx: CallContext, err: KuduNotAuthorized) -> None: ...
 
 
 class _HttpError(Exception):
@@ -696,17 +695,7 @@ class RestApi:
             self._admit(ctx, name)
             return await self.methods[name].handler(req, ctx)
         except KuduNotAuthorized as e:
-            obj = e.details.get("table") or e.details.get("object") or ctx.full_method
-            self.master.audit(
-                audit_line(
-                    identity=ctx.identity,
-                    client=ctx.remote,
-                    method=ctx.full_method,
-                    obj=str(obj),
-                    allowed=False,
-                    reason=e.message,
-                )
-            )
+            self.master.audit_denial(ctx, e)
             raise
 
     def _deadline(self) -> float:

@@ -292,7 +292,7 @@ class Node:
             authentication_required=config.values.get("rpc_authentication") == "required",
         )
         self.rpc_server.acls = self.acls
-        self.rpc_server.on_denied = self._audit_denial
+        self.rpc_server.on_denied = self.audit_denial
         self.audit_log = AuditLog(audit_log_path(config, fs.root), max_bytes=config.audit_log_max_size_mb * 1024 * 1024)
         self.admin_auth = AdminAuth.from_config(config, self.acls)
         self.io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="io")
@@ -762,9 +762,11 @@ class Node:
         """Append one authorization decision to the audit log (off the loop)."""
         self.audit_log.record(line)
 
-    def _audit_denial(self, ctx: CallContext, err: KuduNotAuthorized) -> None:
+    def audit_denial(self, ctx: CallContext, err: KuduNotAuthorized) -> None:
+        """Audit a call refused as ``err`` says: the RPC server's hook, and the REST API's for the calls it makes
+        as its page's user, so both write the same line."""
         obj = err.details.get("table") or err.details.get("object") or ctx.full_method
-        self.audit_log.record(
+        self.audit(
             audit_line(
                 identity=ctx.identity,
                 client=ctx.remote,

@@ -16,6 +16,7 @@ import pytest
 
 import kudu_async as kudu
 from kudu_async.client.aio import AsyncClient, master_addresses
+from kudu_async.client.core import ClientCore
 from kudu_async.common import rebalance
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.waits import wait_for
@@ -50,7 +51,7 @@ def _view(cluster: MiniCluster) -> rebalancer_tool.ClusterView:
     """The placement as the rebalancer sees it (fresh from the replicas' own reports)."""
 
     async def go() -> rebalancer_tool.ClusterView:
-        client = AsyncClient(master_addresses(cluster.master_addresses.split(","), None))
+        client = AsyncClient(ClientCore(master_addresses(cluster.master_addresses.split(","), None)))
         try:
             return rebalancer_tool.view_from_snapshot(await ksck.collect(client, ["rebal"]))
         finally:
@@ -146,7 +147,7 @@ def test_leaders_piled_on_one_server_are_spread(cluster: MiniCluster) -> None:
     pile = max(view.placement.servers, key=lambda u: (rebalance.replica_counts(view.placement)[1][u], u))
 
     async def pile_up() -> None:
-        client = AsyncClient(master_addresses(cluster.master_addresses.split(","), None))
+        client = AsyncClient(ClientCore(master_addresses(cluster.master_addresses.split(","), None)))
         try:
             for t in view.placement.tablets:
                 if pile in t.voters and t.leader != pile:

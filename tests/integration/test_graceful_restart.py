@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,8 @@ import kudu_async as kudu
 from kudu_async.common.errors import KuduServiceUnavailable
 from kudu_async.rpc.client import RpcClient
 from kudu_async.testing import MiniCluster
+from kudu_async.testing.waits import wait_for
+from kudu_async.testing.workload import WriteScanWorkload
 from tests.integration.kudu_cli import create_kv_table, kudu_json, kudu_tool
 
 pytestmark = pytest.mark.integration
@@ -42,16 +43,6 @@ def leaders_on(cluster: MiniCluster, table: str, uuid: str) -> int:
     return sum(1 for t in described["tablets"] for r in t["replicas"] if r["uuid"] == uuid and r["role"] == "LEADER")
 
 
-def wait_until(what: str, timeout_s: float, check: Any) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s}s (last: {got!r})"
-        time.sleep(0.2)
-
-
 async def scan_directly(address: str, tablet_id: str) -> Any:
     rpc = RpcClient("test-client")
     try:
@@ -71,13 +62,13 @@ def test_quiesce_moves_leaders_away_and_refuses_new_scans(cluster: MiniCluster) 
 
     out = kudu_tool(cluster, "tserver", "quiesce", "start", ts.rpc_address).stdout
     assert "quiescing" in out
-    status = wait_until(
-        "leaders moved off the quiescing tserver",
-        15,
+    status = wait_for(
         lambda: (s := kudu_json(cluster, "tserver", "quiesce", "status", ts.rpc_address))["num_leaders"] == 0 and s,
+        15,
+        "leaders moved off the quiescing tserver",
     )
     assert status["quiescing"] and status["leader_transfers_started"] >= before["num_leaders"]
-    wait_until("the master sees no leader there", 10, lambda: leaders_on(cluster, "quiesce", ts.uuid) == 0)
+    wait_for(lambda: leaders_on(cluster, "quiesce", ts.uuid) == 0, 10, "the master sees no leader there")
     time.sleep(2.0)  # elections elsewhere (or none): a quiescing tserver never wins one back
     assert kudu_json(cluster, "tserver", "quiesce", "status", ts.rpc_address)["num_leaders"] == 0
 
@@ -96,72 +87,21 @@ def test_quiesce_moves_leaders_away_and_refuses_new_scans(cluster: MiniCluster) 
 def test_sigterm_restart_under_load_fails_no_operation(cluster: MiniCluster) -> None:
     create_kv_table(cluster, "rolling", buckets=6, rows=0)
     ts = max(cluster.tservers, key=lambda t: (leaders_on(cluster, "rolling", t.uuid), t.name))
-    stop = threading.Event()
-    errors: list[str] = []
-    written = [0]
-    reads = [0]
-    slowest = [0.0]  # the longest flush of a batch, seconds
-
-    def writer() -> None:
-        with kudu.connect(cluster.master_addresses.split(",")) as client:
-            t = client.table("rolling")
-            s = client.new_session()
-            key = 0
-            while not stop.is_set():
-                try:
-                    for k in range(key, key + 50):
-                        s.apply(t.new_insert({"key": k, "v": f"v{k}"}))
-                    began = time.monotonic()
-                    s.flush()
-                    slowest[0] = max(slowest[0], time.monotonic() - began)
-                except Exception as e:
-                    errors.append(f"write of keys {key}..{key + 49}: {e!r}")
-                    return
-                if s.count_pending_errors():
-                    errors.append(f"write of keys {key}..{key + 49}: {s.get_pending_errors()[0]}")
-                    return
-                key += 50
-                written[0] = key
-
-    def reader() -> None:
-        with kudu.connect(cluster.master_addresses.split(",")) as client:
-            t = client.table("rolling")
-            while not stop.is_set():
-                floor = written[0]
-                try:
-                    n = len(t.scanner().open().read_all_tuples())
-                except Exception as e:
-                    errors.append(f"scan: {e!r}")
-                    return
-                if n < floor:
-                    errors.append(f"scan saw {n} rows after {floor} were acknowledged")
-                    return
-                reads[0] += 1
-
-    workers = [threading.Thread(target=writer), threading.Thread(target=reader)]
-    for w in workers:
-        w.start()
-    try:
-        wait_until("the workload started", 30, lambda: written[0] >= 500 and reads[0] >= 2)
+    with WriteScanWorkload(cluster.master_addresses.split(","), "rolling", batch_rows=50) as load:
+        load.wait("the workload started", rows=500, scans=2)
         started = time.monotonic()
         exit_code = cluster.stop_node(ts)  # SIGTERM: quiesce, then stop
         took = time.monotonic() - started
         assert exit_code == 0
         quiesced = [json.loads(line) for line in ts.log_path.read_text().splitlines() if "quiesced before" in line]
         assert quiesced and quiesced[-1]["leaders_left"] == 0 and quiesced[-1]["leader_transfers"] > 0, quiesced
-        mid = written[0]
+        mid = load.written
         cluster.restart_node(ts)
-        wait_until("writes went on after the restart", 30, lambda: written[0] >= mid + 500)
+        load.wait("writes went on after the restart", rows=mid + 500)
         time.sleep(1.0)
-    finally:
-        stop.set()
-        for w in workers:
-            w.join(60)
-    assert not errors, errors
+    assert not load.errors, load.errors
     print(
         f"\nSIGTERM stop of {ts.name} took {took:.2f}s ({quiesced[-1]['leader_transfers']} leaderships handed "
-        f"over); {written[0]} rows written, {reads[0]} scans, no error; slowest flush {slowest[0]:.2f}s"
+        f"over); {load.written} rows written, {load.scans} scans, no error; slowest write {load.slowest_write_s:.2f}s"
     )
-    with kudu.connect(cluster.master_addresses.split(",")) as client:
-        keys = sorted(r[0] for r in client.table("rolling").scanner().open().read_all_tuples())
-    assert keys == list(range(written[0]))
+    load.check_every_row()

@@ -7,7 +7,6 @@ notices it is out and stops serving."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 import kudu_async as kudu
 from kudu_async.testing import MiniCluster
 from kudu_async.testing.mini_cluster import NodeProcess
+from kudu_async.testing.waits import NOT_READY, wait_for
 from kudu_async.tools import cli
 
 pytestmark = pytest.mark.integration
@@ -28,20 +28,6 @@ def _schema() -> kudu.Schema:
     b.add_column("key").type(kudu.int64).nullable(False).primary_key()
     b.add_column("val", type_=kudu.string)
     return b.build()
-
-
-def _wait(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (kudu.KuduBadStatus, OSError, ValueError, KeyError) as e:
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not reached within {timeout_s}s (last: {last!r})")
 
 
 def _fill(client: kudu.Client, name: str, lo: int, hi: int) -> kudu.Table:
@@ -92,17 +78,22 @@ def test_masters_added_killed_and_removed_while_the_cluster_serves(
             assert {r["rpc-addresses"]: r["member_type"] for r in rows}[n.rpc_address] == "VOTER"
         uuids = {m.uuid for m in c.masters}
         for m in c.masters:  # every master holds the catalog with all three as voters
-            _wait(_sees(c, m, uuids), f"{m.name} seeing three voters")
+            wait_for(_sees(c, m, uuids), 20.0, f"{m.name} seeing three voters", retry_on=NOT_READY)
         # Adding a member again is harmless (Kudu's tool is idempotent too).
         assert cli.main(["master", "add", original.rpc_address, new[0].rpc_address, "-format=json"]) == 0
         capsys.readouterr()
         # The tablet server was started knowing the first master only: it heartbeats the new ones too.
         for m in new:
-            _wait(_status_is(c, m, "num_live_tservers", 1), f"the tserver at {m.name}")
+            wait_for(_status_is(c, m, "num_live_tservers", 1), 20.0, f"the tserver at {m.name}", retry_on=NOT_READY)
         t2 = _fill(client, "after_add", 0, 100)
         # The client was given the first master only: calling the leader, it learns the others.
         every = {m.rpc_address for m in c.masters}
-        _wait(lambda: client.list_tables() is not None and set(client.master_addrs) == every, "the client's masters")
+        wait_for(
+            lambda: client.list_tables() is not None and set(client.master_addrs) == every,
+            20.0,
+            "the client's masters",
+            retry_on=NOT_READY,
+        )
 
         c.kill_node(original)  # the leader of the catalog until now
         t3 = _fill(client, "after_kill", 0, 50)  # the client finds the new leader among masters it learnt
@@ -114,7 +105,7 @@ def test_masters_added_killed_and_removed_while_the_cluster_serves(
         assert rc == 0, out.err
         assert original.rpc_address not in out.out.split("\n\n")[0]
         for m in new:
-            _wait(_sees(c, m, {n.uuid for n in new}), f"{m.name} seeing two voters")
+            wait_for(_sees(c, m, {n.uuid for n in new}), 20.0, f"{m.name} seeing two voters", retry_on=NOT_READY)
         # Still healthy: DDL, writes and scans on every table, old and new.
         _fill(client, "after_remove", 0, 10)
         assert _keys(t) == list(range(100)) and _keys(t2) == list(range(100)) and _keys(t3) == list(range(50))
@@ -122,10 +113,11 @@ def test_masters_added_killed_and_removed_while_the_cluster_serves(
 
         # The removed master, started again with its old catalog, finds itself out and stops serving.
         c.restart_node(original)
-        _wait(
+        wait_for(
             lambda: c.http_json(original, "/api/v1/status")["removed_from_cluster"],
+            25.0,
             "the removed master noticing",
-            timeout_s=25.0,
+            retry_on=NOT_READY,
         )
         assert c.http_json(original, "/api/v1/status")["catalog"] is None
         leader = next(m for m in new if c.http_json(m, "/api/v1/status")["is_leader"])

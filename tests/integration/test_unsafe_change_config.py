@@ -6,8 +6,6 @@ after."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -15,25 +13,12 @@ import pytest
 
 import kudu_async as kudu
 from kudu_async.testing import MiniCluster
+from kudu_async.testing.waits import NOT_READY, wait_for
 from kudu_async.tools import cli
 
 pytestmark = pytest.mark.integration
 MASTER_FLAGS = ["--tserver-unresponsive-timeout-ms", "1500"]
 TSERVER_FLAGS = ["--heartbeat-interval-ms", "300"]
-
-
-def _wait(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (kudu.KuduBadStatus, OSError, ValueError, KeyError) as e:
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not reached within {timeout_s}s (last: {last!r})")
 
 
 def _write(client: kudu.Client, t: kudu.Table, lo: int, hi: int, timeout_ms: int) -> None:
@@ -90,7 +75,7 @@ def test_a_tablet_that_lost_its_majority_is_forced_back_and_re_replicated(
             voters = {r["uuid"] for r in loc["replicas"] if r["role"] in ("LEADER", "FOLLOWER")}
             return voters == {survivor.uuid, *added} and len(loc["replicas"]) == 3
 
-        _wait(replicated, "three voters on live servers", timeout_s=40.0)
+        wait_for(replicated, 40.0, "three voters on live servers", retry_on=NOT_READY)
         got = t.scanner().set_read_mode(kudu.READ_LATEST).open().to_arrow().column("key").to_pylist()
         assert sorted(got) == list(range(300))
         # Each new replica is running and has applied every entry the survivor (the leader) committed.
@@ -104,4 +89,4 @@ def test_a_tablet_that_lost_its_majority_is_forced_back_and_re_replicated(
                     return False
             return True
 
-        _wait(caught_up, "the new replicas applying every committed entry")
+        wait_for(caught_up, 30.0, "the new replicas applying every committed entry", retry_on=NOT_READY)

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from kudu_async.client.aio import AsyncClient, master_addresses
 from kudu_async.client.authn import os_user
+from kudu_async.client.core import ClientCore
 from kudu_async.client.options import ENCRYPTION_OPTIONAL, ENCRYPTION_REQUIRED, ENCRYPTION_REQUIRED_REMOTE, client_tls
 from kudu_async.common.errors import KuduBadStatus
 from kudu_async.rpc.client import RpcClient
@@ -268,7 +269,9 @@ class Context:
         addrs = masters if masters is not None else self.args.master_addresses
         hosts = csv_list(addrs, "master_addresses") or []
         c = AsyncClient(
-            master_addresses(hosts, None), admin_timeout_ms=self.args.timeout_ms, tls=self.tls(), jwt=self.args.jwt
+            ClientCore(
+                master_addresses(hosts, None), admin_timeout_ms=self.args.timeout_ms, tls=self.tls(), jwt=self.args.jwt
+            )
         )
         self._clients.append(c)
         token = self._token()

@@ -15,6 +15,7 @@ import pytest
 
 import kudu_async as kudu
 from kudu_async.client.aio import AsyncClient
+from kudu_async.client.core import ClientCore
 from kudu_async.client.meta_cache import ReplicaLocation, TabletLocation
 from kudu_async.client.scanner import TOKEN_VERSION, ScanConfig, ScanToken, snapshot_to_hybrid
 from kudu_async.client.table import Table
@@ -119,7 +120,7 @@ def _tablet() -> TabletLocation:
 
 @pytest.fixture
 async def offline_client() -> AsyncIterator[AsyncClient]:
-    c = AsyncClient(["127.0.0.1:1"])
+    c = AsyncClient(ClientCore(["127.0.0.1:1"]))
     yield c
     await c.close()
 
@@ -272,7 +273,7 @@ class FakeRpc:
 
 
 def _client_with(rpc: FakeRpc, masters: list[str]) -> AsyncClient:
-    c = AsyncClient(masters)
+    c = AsyncClient(ClientCore(masters))
     c.rpc = rpc  # type: ignore[assignment]
     c.masters.rpc = rpc  # type: ignore[assignment]
     return c

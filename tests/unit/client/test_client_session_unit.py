@@ -839,8 +839,9 @@ async def test_closing_the_client_stops_its_sessions_flushers_and_names_dropped_
     """A background session left open stops with its client (no flusher task left pending on a closed
     loop); as Kudu's client does, operations still buffered are dropped with a warning, not sent."""
     from kudu_async.client.aio import AsyncClient
+    from kudu_async.client.core import ClientCore
 
-    client = AsyncClient(["127.0.0.1:1"])  # never contacted: nothing is flushed
+    client = AsyncClient(ClientCore(["127.0.0.1:1"]))  # never contacted: nothing is flushed
     flushed = client.new_session(kudu.FLUSH_AUTO_BACKGROUND, flush_interval_ms=60_000)
     left = client.new_session(kudu.FLUSH_AUTO_BACKGROUND, flush_interval_ms=60_000)
     for k in range(3):

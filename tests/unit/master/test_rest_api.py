@@ -28,6 +28,7 @@ from kudu_async.security.acl import Acls
 from kudu_async.security.identity import Identity
 from kudu_async.server.admin import AdminAuth, build_admin_app, checks_own_privileges
 from kudu_async.server.config import NodeConfig
+from kudu_async.server.node import Node
 
 # Kudu's own REST test table (rest_catalog-test.cc), as its POST body.
 KUDU_TABLE = {
@@ -515,6 +516,9 @@ class _Master:
 
     def audit(self, line: dict[str, Any]) -> None:
         self.audited.append(line)
+
+    # The node's own refusal line, written through ``audit`` above: the tests check the line a master writes.
+    audit_denial = Node.audit_denial
 
 
 class _RestNode(_Node):
