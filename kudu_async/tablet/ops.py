@@ -57,3 +57,9 @@ class WriteResult:
     updated: int = 0
     deleted: int = 0
     ignored: int = 0
+
+
+class WouldBlock(Exception):
+    """A write step asked not to wait (run on an event loop) would have waited: on the component lock a
+    flush or compaction holds across its file writes, or on rowset data that may have to be read from
+    disk. Nothing was changed; the caller runs the step again in a worker."""

@@ -128,15 +128,23 @@ class Tablet:
     # -- writes (see write_path) -------------------------------------------------------------------
 
     def prepare_write(
-        self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
+        self,
+        op: WriteOp,
+        timestamp: int,
+        *,
+        replay: bool = False,
+        lock_timeout_s: float | None = None,
+        wait: bool = True,
     ) -> PreparedWrite:
         """Validate, lock and decide every row; register ``timestamp`` with MVCC (see :mod:`.write_path`).
-        ``replay``: skip rows whose key changed at or after ``timestamp`` (their effect is durable)."""
-        return self._writes.prepare(op, timestamp, replay=replay, lock_timeout_s=lock_timeout_s)
+        ``replay``: skip rows whose key changed at or after ``timestamp`` (their effect is durable).
+        ``wait`` False: raise :class:`WouldBlock` rather than wait for background work or disk."""
+        return self._writes.prepare(op, timestamp, replay=replay, lock_timeout_s=lock_timeout_s, wait=wait)
 
-    def apply_write(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
-        """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
-        res = self._writes.apply(prepared, log_index)
+    def apply_write(self, prepared: PreparedWrite, log_index: int, *, wait: bool = True) -> WriteResult:
+        """Apply a prepared op at its timestamp, commit it in MVCC and release its locks (``wait`` as
+        for :meth:`prepare_write`; refused, the write stays prepared)."""
+        res = self._writes.apply(prepared, log_index, wait=wait)
         if res.inserted or res.deleted:
             with self._live_rows_lock:
                 self._live_rows += res.inserted - res.deleted

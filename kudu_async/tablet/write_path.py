@@ -41,7 +41,7 @@ from kudu_async.tablet.delta_store import delta_chunk
 from kudu_async.tablet.diskrowset import DiskRowSet
 from kudu_async.tablet.key_arrays import KeyBatch
 from kudu_async.tablet.memrowset import MemRowSet
-from kudu_async.tablet.ops import OpType, RowError, WriteOp, WriteResult
+from kudu_async.tablet.ops import OpType, RowError, WouldBlock, WriteOp, WriteResult
 from kudu_async.tablet.schema_info import SchemaInfo
 
 # What a row of a batch does (WritePlan.kind); 0: nothing.
@@ -141,16 +141,32 @@ class WritePath:
         self.auto_increment = 0
         self._auto_increment_lock = threading.Lock()
 
+    def _lock_components(self, wait: bool) -> None:
+        """Take the component lock; without ``wait`` (on an event loop), refuse to wait for it."""
+        if not self._c.lock.acquire(blocking=wait):
+            raise WouldBlock(f"tablet {self._c.tablet_id}: the component lock is held by background work")
+
     def prepare(
-        self, op: WriteOp, timestamp: int, *, replay: bool = False, lock_timeout_s: float | None = None
+        self,
+        op: WriteOp,
+        timestamp: int,
+        *,
+        replay: bool = False,
+        lock_timeout_s: float | None = None,
+        wait: bool = True,
     ) -> PreparedWrite:
         """Validate, lock and decide every row; register ``timestamp`` with MVCC (see module doc).
 
         The write is validated against the schema current when it starts and records that version:
-        if an AlterSchema lands before it is applied, :meth:`apply_write` refuses it.
+        if an AlterSchema lands before it is applied, :meth:`apply_write` refuses it. Without ``wait``
+        (a small write on the event loop) it raises :class:`WouldBlock`, holding nothing, where it would
+        wait for the component lock or probe DiskRowSets; pass ``lock_timeout_s=0`` too.
         """
-        with self._c.lock:  # one consistent (schema, version) pair: an alter swaps both under this lock
+        self._lock_components(wait)  # one consistent (schema, version) pair: an alter swaps both under it
+        try:
             info, version = self._c.info, self._c.schema_version
+        finally:
+            self._c.lock.release()
         rows = op.rows
         if rows.schema.names != info.names:
             raise KuduInvalidArgument(f"write columns {rows.schema.names} do not match the schema columns {info.names}")
@@ -187,15 +203,20 @@ class WritePath:
             key_set, owner, self._c.options.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         )
         try:
-            with self._c.lock:
+            self._lock_components(wait)
+            try:
                 if self._c.schema_version != version:
                     raise KuduIllegalState(
                         f"tablet {self._c.tablet_id}: schema changed to version {self._c.schema_version} while "
                         f"preparing a write for version {version}"
                     )
+                if not wait and self._candidate_drs(kb):
+                    raise WouldBlock(f"tablet {self._c.tablet_id}: deciding the write probes DiskRowSets")
                 plan, ignored = self._decide(
                     op_types, kb, errors, timestamp, replay, distinct=key_set.n == n, upsert_imm=upsert_imm
                 )
+            finally:
+                self._c.lock.release()
             self._c.mvcc.start_op(timestamp)
         except BaseException:
             self._c.locks.release_all(owner)
@@ -557,21 +578,27 @@ class WritePath:
             return False
         return not any((m.rownums_of(kb) >= 0).any() for m in self._c.memrowsets() if len(m))
 
-    def apply(self, prepared: PreparedWrite, log_index: int) -> WriteResult:
-        """Apply a prepared op at its timestamp, commit it in MVCC and release its locks."""
+    def apply(self, prepared: PreparedWrite, log_index: int, *, wait: bool = True) -> WriteResult:
+        """Apply a prepared op at its timestamp, commit it in MVCC and release its locks. Without ``wait``
+        it raises :class:`WouldBlock`, with the write still prepared, where it would wait for the
+        component lock or look for rows a flush moved to disk since prepare."""
         if prepared.state != "prepared":
             raise KuduIllegalState(f"write is {prepared.state}, cannot apply")
         ts = prepared.timestamp
         res = WriteResult(ts, log_index, list(prepared.errors), ignored=prepared.ignored)
         current = prepared.schema_version
+        self._lock_components(wait)  # the schema is checked under the lock AlterSchema swaps it under
         try:
-            with self._c.lock:  # checked under the lock that AlterSchema swaps the schema under
-                current = self._c.schema_version
-                if current == prepared.schema_version:
-                    self._apply_locked(prepared, log_index, res)
-                    self._c.last_applied_index = max(self._c.last_applied_index, log_index)
-                    self._c.mvcc.commit_op(ts)
+            current = self._c.schema_version
+            if current == prepared.schema_version:
+                if not wait and any(st.retired for st in prepared.plan.stores):
+                    current = -1  # not applied: the write stays prepared
+                    raise WouldBlock(f"tablet {self._c.tablet_id}: rows of the write were flushed since prepare")
+                self._apply_locked(prepared, log_index, res)
+                self._c.last_applied_index = max(self._c.last_applied_index, log_index)
+                self._c.mvcc.commit_op(ts)
         finally:
+            self._c.lock.release()
             if current == prepared.schema_version:
                 prepared.state = "applied"
                 self._c.locks.release_all(prepared.owner)

@@ -19,7 +19,7 @@ from kudu_async.common.predicate import ColumnPredicate
 from kudu_async.tablet import compaction, diskrowset
 from kudu_async.tablet import rowset_maintenance as maintenance_mod
 from kudu_async.tablet.maintenance_manager import MaintenanceManager
-from kudu_async.tablet.ops import LoggedWrite, OpType, WriteOp
+from kudu_async.tablet.ops import LoggedWrite, OpType, WouldBlock, WriteOp
 from kudu_async.tablet.tablet import READ_AT_SNAPSHOT, ScanSpec, Tablet, TabletOptions
 from tests.unit.tablet.tablet_testkit import encode_key
 
@@ -164,6 +164,62 @@ def test_blocked_writer_proceeds_when_the_lock_holder_applies(h: Harness) -> Non
     th.join(5)
     assert codes(out[0]) == {}
     assert h.rows(projection=["i32"]) == [(99,)]
+
+
+class _HeldLock:
+    """The tablet's component lock held by another thread, as a flush holds it while it commits."""
+
+    def __init__(self, tablet: Tablet) -> None:
+        self._lock = tablet._c.lock
+        self._taken, self._release = threading.Event(), threading.Event()
+        self._th = threading.Thread(target=self._hold)
+
+    def _hold(self) -> None:
+        with self._lock:
+            self._taken.set()
+            self._release.wait(10)
+
+    def __enter__(self) -> None:
+        self._th.start()
+        assert self._taken.wait(5)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._release.set()
+        self._th.join(5)
+
+
+def test_a_write_that_may_not_wait_refuses_where_it_would_wait_and_holds_nothing(h: Harness) -> None:
+    with _HeldLock(h.tablet), pytest.raises(WouldBlock):
+        h.tablet.prepare_write(h.op([INS], [1]), h.clock.now(), lock_timeout_s=0, wait=False)
+    p = h.tablet.prepare_write(h.op([INS], [1]), h.clock.now(), lock_timeout_s=0, wait=False)
+    assert h.tablet.mvcc.in_flight() == [p.timestamp]  # the refused attempt registered nothing
+    with _HeldLock(h.tablet), pytest.raises(WouldBlock):
+        h.tablet.apply_write(p, 1, wait=False)
+    assert h.rows() == [] and p.state == "prepared"  # refused, still prepared: applied in a worker
+    res = h.tablet.apply_write(p, 1, wait=False)
+    assert res.inserted == 1 and len(h.rows()) == 1 and h.tablet.mvcc.in_flight() == []
+
+
+def test_a_write_that_may_not_wait_refuses_to_probe_disk_rowsets(h: Harness) -> None:
+    h.write([INS], [1])
+    assert h.tablet.flush_mrs()
+    with pytest.raises(WouldBlock):  # key 1 is in a DiskRowSet: deciding reads its key index
+        h.tablet.prepare_write(h.op([U], [1], i32=[5]), h.clock.now(), lock_timeout_s=0, wait=False)
+    h.write([U], [1], i32=[5])  # nothing was left locked
+    assert h.rows(projection=["i32"]) == [(5,)]
+    p = h.tablet.prepare_write(h.op([INS], [2]), h.clock.now(), lock_timeout_s=0, wait=False)  # past every rowset
+    h.tablet.apply_write(p, 3, wait=False)
+    assert [r[0] for r in h.rows()] == [1, 2]
+
+
+def test_a_write_that_may_not_wait_is_not_applied_where_a_flush_moved_its_rows(h: Harness) -> None:
+    h.write([INS], [1])
+    p = h.tablet.prepare_write(h.op([U], [1], i32=[7]), h.clock.now(), lock_timeout_s=0, wait=False)
+    assert h.tablet.flush_mrs()  # the row the update targets moved to disk since prepare
+    with pytest.raises(WouldBlock):
+        h.tablet.apply_write(p, 2, wait=False)
+    h.tablet.apply_write(p, 2)  # in a worker: finds the row again
+    assert h.rows(projection=["i32"]) == [(7,)]
 
 
 def test_scan_resumes_after_last_key_and_bounds_batches(h: Harness) -> None:
