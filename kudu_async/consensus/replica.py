@@ -91,6 +91,7 @@ class ReplicaState(enum.Enum):
 class ReplicaOptions:
     raft: RaftOptions = field(default_factory=RaftOptions)
     fsync: bool = True
+    use_fsync: bool = False  # fsync(2) instead of fdatasync(2) for WAL appends (LogOptions.use_fsync)
     segment_bytes: int = 8 * 1024 * 1024
     compression: str = "LZ4"  # the WAL's frame codec (log.WAL_CODECS)
     max_pending_proposals: int = 10_000
@@ -204,7 +205,9 @@ class RaftReplica:
         cmeta = ConsensusMetadata.load(self.cmeta_path)
         wal, report = Log.open(
             self.dir / "wal",
-            LogOptions(self.options.segment_bytes, self.options.fsync, self.options.compression),
+            LogOptions(
+                self.options.segment_bytes, self.options.fsync, self.options.compression, self.options.use_fsync
+            ),
         )
         self.wal = wal
         if report.truncated_tail_bytes:

@@ -310,6 +310,7 @@ class Node:
                     log_cache_bytes=config.log_cache_size_limit_mb * 1024 * 1024,
                 ),
                 fsync=config.log_force_fsync_all,
+                use_fsync=config.env_use_fsync,
                 segment_bytes=config.log_segment_size_mb * 1024 * 1024,
                 compression=config.log_compression_codec,
                 max_retained_segments=config.log_max_segments_to_retain,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,18 @@ def test_term_runs_name_each_run_of_equal_terms(tmp_path: Path) -> None:
     assert wal.term_runs(7, 7) == ([7], [4])
     with pytest.raises(KuduNotFound):
         wal.term_runs(0, 3)
+
+
+@pytest.mark.parametrize("use_fsync", [False, True])
+def test_appends_are_synced_with_fdatasync_unless_fsync_is_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use_fsync: bool
+) -> None:
+    wal, _ = Log.open(tmp_path / "wal", LogOptions(use_fsync=use_fsync))
+    calls: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, _n=name, _r=real: (calls.append(_n), _r(fd))[1])
+    wal.append([LogEntry(1, 1, 0, b"x")])
+    wal.sync()
+    assert calls == ["fsync" if use_fsync else "fdatasync"]
+    wal.close()
