@@ -21,7 +21,7 @@ from kudu_async.common.metrics import MetricEntity
 class LoopLagProbe:
     """Sleeps ``interval_s`` over and over on the running loop and keeps each wake's lateness (ms)."""
 
-    def __init__(self, interval_s: float = 0.001, window_s: float = 10.0) -> None:
+    def __init__(self, interval_s: float = 0.01, window_s: float = 10.0) -> None:
         if interval_s <= 0 or window_s <= 0:
             raise ValueError(f"loop lag probe: interval_s {interval_s} and window_s {window_s} must be positive")
         self.interval_s = interval_s
