@@ -192,25 +192,27 @@ def plan(
     slot = budget_bytes / KNAPSACK_SLOTS
     slots = np.ceil(sizes / slot).astype(np.int64)
     order = np.lexsort((mins, maxs))  # every rowset by max key, ties by min key
+    mins_ord, upto_ord = mins[order], upto[order]
     starts = np.unique(mins)
-    best_gain, best_set = min_improvement, list[int]()
+    best_gain, winner = min_improvement, None
     for b in range(0, len(starts), START_BLOCK):
         block = starts[b : b + START_BLOCK]
         heads = _prefix_heads(slots, value, mins, order, block)
         for i, a in enumerate(block.tolist()):
-            steps = np.flatnonzero(mins[order] >= a)
-            cand = order[steps]
+            steps = np.flatnonzero(mins_ord >= a)
             left = float(below[mins == a].min())
-            gains = heads[steps, i] - (upto[cand] - left)
+            gains = heads[steps, i] - (upto_ord[steps] - left)
             # The shortest prefix within a hair of the best: a rowset that adds as much span as width
             # (disjoint from the rest) and no credit only costs IO.
             j = int(np.flatnonzero(gains >= gains.max() - 1e-9)[0])
             if gains[j] > best_gain + 1e-9:
-                picked = [int(cand[x]) for x in _pick(slots[cand], value[cand], j)]
-                if len(picked) >= 2:
-                    best_gain, best_set = float(gains[j]), picked
-    if not best_set:
+                best_gain, winner = float(gains[j]), (order[steps], j)
+    if winner is None:
         return LayoutPlan(avg, top, (), 0.0, 0)
+    # One rowset alone gains at most its credit, below the minimum improvement (its span covers its
+    # width): any gain above that is a knapsack of two rowsets or more.
+    cand, j = winner
+    best_set = [int(cand[x]) for x in _pick(slots[cand], value[cand], j)]
     ids = tuple(sorted(extents[i].id for i in best_set))
     return LayoutPlan(avg, top, ids, best_gain, int(sum(extents[i].size for i in best_set)))
 
