@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -229,6 +230,11 @@ def test_ascending_small_rowsets_merge_to_target_size_then_stop() -> None:
     assert max_height(final) == 1
     assert len(final) <= math.ceil(1.5 * total / TARGET), sorted(e.size // MB for e in final)
     assert sum(e.size >= TARGET for e in final) >= total // TARGET // 2
+    # No two neighbours left that together would save more than MIN_IMPROVEMENT / tradeoff rowsets.
+    by_key = sorted(final, key=lambda e: e.min_key)
+    for x, y in itertools.pairwise(by_key):
+        saved = max(0.0, 1 - x.size / TARGET) + max(0.0, 1 - y.size / TARGET)
+        assert saved * SMALL_ROWSET_TRADEOFF <= MIN_IMPROVEMENT, (x, y)
     again = small(final)
     assert again.compact_ids == () and again.improvement == 0.0
 
