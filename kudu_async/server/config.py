@@ -238,6 +238,18 @@ def _percentage(v: float) -> str | None:
     return None if 0 < v <= 100 else "must be a percentage in (0, 100]"
 
 
+# Kudu's compaction_minimum_improvement: the tablet's compaction policy merges nothing that lowers the
+# average rowset height by less (kudu_async.tablet.compaction_policy.MIN_IMPROVEMENT, which server cannot
+# import).
+COMPACTION_MINIMUM_IMPROVEMENT = 0.01
+
+
+def _small_rowset_tradeoff(v: float) -> str | None:
+    if 0 <= v < COMPACTION_MINIMUM_IMPROVEMENT:
+        return None
+    return f"must be >= 0 and below the compaction minimum improvement {COMPACTION_MINIMUM_IMPROVEMENT:g}"
+
+
 def _nice(v: int) -> str | None:
     return None if 0 <= v <= 19 else "must be in [0, 19]"
 
@@ -851,6 +863,18 @@ FLAGS: tuple[Flag, ...] = (
         "Most base data one merging compaction reads (Kudu's tablet_compaction_budget_mb, default 128): "
         "bounds a compaction's memory (about twice its input) and its duration.",
         check=_positive,
+    ),
+    Flag(
+        "compaction_small_rowset_tradeoff",
+        _to_float,
+        0.009,
+        "Weight of a rowset a merging compaction saves against the average rowset height it removes (Kudu's "
+        "compaction_small_rowset_tradeoff, default 0.009 as Kudu): ascending keys write disjoint rowsets that "
+        "no height-based merge touches, and every scan pays per rowset; each rowset below "
+        "--budgeted-compaction-target-rowset-size-mb earns that weight times the share of it a merge saves. "
+        f"Must be >= 0 and below the minimum improvement of a compaction ({COMPACTION_MINIMUM_IMPROVEMENT:g}), "
+        "else rowsets just under the target size are merged over and over; 0 merges for height only.",
+        check=_small_rowset_tradeoff,
     ),
     Flag(
         "tablet_memory_limit_mb",

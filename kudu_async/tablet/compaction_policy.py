@@ -11,8 +11,14 @@ that lowers the height most: for every left bound (a rowset's min key) the rowse
 are added in order of their max key, and a 0/1 knapsack over the budget (sizes rounded up to 1/64 of it)
 keeps the widest subset of each prefix; its bound on the right is the prefix's last max key.
 
-Sorted keys never overlap: every set's widths add up to its span, the benefit is 0 and nothing is
-compacted. Pure functions over plain tuples; the result is cached per layout by the caller.
+Sorted keys never overlap: every set's widths add up to its span and no merge lowers the height, yet
+each load leaves rowsets smaller than the target size a flush or compaction writes, and every scan pays
+for each rowset (footer, key index, bloom filter, file handle). Kudu's small-rowset tradeoff: each rowset
+of ``s`` bytes below the target ``T`` adds ``tradeoff * (1 - s / T)`` to a merge's benefit, the share of
+itself the merge saves (n inputs of S bytes come out as about S / T rowsets). The tradeoff stays below the
+minimum improvement, so a merge of disjoint rowsets must save more than one rowset: every such merge
+lowers the rowset count, and rowsets at the target size earn nothing, so merging stops. Pure functions
+over plain tuples; the result is cached per layout by the caller.
 """
 
 from __future__ import annotations
@@ -21,8 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kudu_async.tablet.diskrowset import TARGET_ROWSET_BYTES
+
 KNAPSACK_SLOTS = 64
 MIN_IMPROVEMENT = 0.01  # Kudu's compaction_minimum_improvement: below it a merge is not worth its IO
+# Kudu's compaction_small_rowset_tradeoff: the weight of a rowset saved against height removed.
+SMALL_ROWSET_TRADEOFF = 0.009
+# Left bounds whose knapsacks are solved together: bounds the arrays at (rowsets x START_BLOCK) floats.
+START_BLOCK = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,36 +143,93 @@ def _pick(sizes: np.ndarray, widths: np.ndarray, upto_item: int) -> list[int]:
     return chosen[::-1]
 
 
-def plan(extents: list[RowSetExtent], budget_bytes: int, min_improvement: float = MIN_IMPROVEMENT) -> LayoutPlan:
-    """Heights of the layout and the merge within ``budget_bytes`` that lowers the average height most."""
+def check_small_rowset_tradeoff(tradeoff: float, min_improvement: float = MIN_IMPROVEMENT) -> None:
+    """Refuse a small-rowset weight that lets merges of disjoint rowsets pay for themselves: at or above
+    the minimum improvement, two rowsets a hair under the target size would be merged, and the merge's
+    outputs merged again, for ever."""
+    if not 0.0 <= tradeoff < min_improvement:
+        raise ValueError(
+            f"compaction_small_rowset_tradeoff must be in [0, {min_improvement:g}) (below "
+            f"compaction_minimum_improvement, else compactions loop), got {tradeoff!r}"
+        )
+
+
+def small_rowset_credit(sizes: np.ndarray, target_bytes: int, tradeoff: float) -> np.ndarray:
+    """Each rowset's share of the rowsets a merge saves, weighted by ``tradeoff``: merging rowsets of
+    sizes s_i into outputs of ``target_bytes`` leaves about sum(s_i) / target of them, so each input
+    saves ``1 - s_i / target`` (none at or above the target)."""
+    credit: np.ndarray = tradeoff * np.maximum(0.0, 1.0 - sizes / float(target_bytes))
+    return credit
+
+
+def plan(
+    extents: list[RowSetExtent],
+    budget_bytes: int,
+    min_improvement: float = MIN_IMPROVEMENT,
+    *,
+    small_rowset_tradeoff: float = 0.0,
+    target_rowset_bytes: int = TARGET_ROWSET_BYTES,
+) -> LayoutPlan:
+    """Heights of the layout and the merge within ``budget_bytes`` that lowers the average height most,
+    each rowset below ``target_rowset_bytes`` adding its :func:`small_rowset_credit` to a merge's benefit."""
     if not extents:
         return LayoutPlan(0.0, 0, (), 0.0, 0)
     if budget_bytes <= 0:
         raise ValueError(f"compaction budget must be positive, got {budget_bytes} bytes")
+    if target_rowset_bytes <= 0:
+        raise ValueError(f"target rowset size must be positive, got {target_rowset_bytes} bytes")
+    check_small_rowset_tradeoff(small_rowset_tradeoff, min_improvement)
     mins, maxs = _key_points(extents)
     sizes = np.array([max(1, e.size) for e in extents], dtype=np.float64)
     below, upto, width = _widths(mins, maxs, sizes)
     avg = float(width.sum())
     top = max_height(extents)
-    if top < 2:
+    credit = small_rowset_credit(sizes, target_rowset_bytes, small_rowset_tradeoff)
+    # Without overlaps no merge lowers the height: its benefit is at most the credit of its inputs.
+    if top < 2 and float(credit.sum()) <= min_improvement:
         return LayoutPlan(avg, top, (), 0.0, 0)
+    value = width + credit
     slot = budget_bytes / KNAPSACK_SLOTS
     slots = np.ceil(sizes / slot).astype(np.int64)
-    best_gain, best_set = min_improvement, list[int]()
-    for a in np.unique(mins):
-        cand = np.flatnonzero(mins >= a)
-        cand = cand[np.lexsort((mins[cand], maxs[cand]))]  # by max key, ties by min key
-        rows, _ = _knapsack(slots[cand], width[cand])
-        left = float(below[mins == a].min())
-        gains = rows[:, KNAPSACK_SLOTS] - (upto[cand] - left)
-        # The shortest prefix within a hair of the best: a rowset that adds as much span as width
-        # (disjoint from the rest) only costs IO.
-        j = int(np.flatnonzero(gains >= gains.max() - 1e-9)[0])
-        if gains[j] > best_gain + 1e-9:
-            picked = [int(cand[i]) for i in _pick(slots[cand], width[cand], j)]
-            if len(picked) >= 2:
-                best_gain, best_set = float(gains[j]), picked
-    if not best_set:
+    order = np.lexsort((mins, maxs))  # every rowset by max key, ties by min key
+    mins_ord, upto_ord = mins[order], upto[order]
+    starts = np.unique(mins)
+    best_gain, winner = min_improvement, None
+    for b in range(0, len(starts), START_BLOCK):
+        block = starts[b : b + START_BLOCK]
+        heads = _prefix_heads(slots, value, mins, order, block)
+        for i, a in enumerate(block.tolist()):
+            steps = np.flatnonzero(mins_ord >= a)
+            left = float(below[mins == a].min())
+            gains = heads[steps, i] - (upto_ord[steps] - left)
+            # The shortest prefix within a hair of the best: a rowset that adds as much span as width
+            # (disjoint from the rest) and no credit only costs IO.
+            j = int(np.flatnonzero(gains >= gains.max() - 1e-9)[0])
+            if gains[j] > best_gain + 1e-9:
+                best_gain, winner = float(gains[j]), (order[steps], j)
+    if winner is None:
         return LayoutPlan(avg, top, (), 0.0, 0)
+    # One rowset alone gains at most its credit, below the minimum improvement (its span covers its
+    # width): any gain above that is a knapsack of two rowsets or more.
+    cand, j = winner
+    best_set = [int(cand[x]) for x in _pick(slots[cand], value[cand], j)]
     ids = tuple(sorted(extents[i].id for i in best_set))
     return LayoutPlan(avg, top, ids, best_gain, int(sum(extents[i].size for i in best_set)))
+
+
+def _prefix_heads(
+    slots: np.ndarray, values: np.ndarray, mins: np.ndarray, order: np.ndarray, block: np.ndarray
+) -> np.ndarray:
+    """For every left bound in ``block`` (ascending) at once: the best total value within the whole
+    budget after each rowset of ``order`` is offered to the knapsacks of the bounds at or below its min
+    key (rows: rowsets in ``order``, columns: bounds). The same updates, value for value, as
+    :func:`_knapsack` run once per bound, in one array operation per rowset."""
+    best = np.zeros((len(block), KNAPSACK_SLOTS + 1), dtype=np.float64)
+    heads = np.empty((len(order), len(block)), dtype=np.float64)
+    reach = np.searchsorted(block, mins[order], side="right")  # bounds [0, reach) take the rowset
+    for step, (j, r) in enumerate(zip(order.tolist(), reach.tolist(), strict=True)):
+        s = int(slots[j])
+        if r and s <= KNAPSACK_SLOTS:
+            best[:r, s:] = np.maximum(best[:r, s:], best[:r, : KNAPSACK_SLOTS + 1 - s] + values[j])
+        heads[step] = best[:, KNAPSACK_SLOTS]
+    return heads

@@ -56,7 +56,8 @@ class Tablet:
         self.bm = components.bm
         self.mvcc = components.mvcc
         self.locks = components.locks  # the row locks a write holds from prepare to apply
-        self._layout: tuple[tuple[tuple[int, int], ...], LayoutPlan] | None = None  # (layout, its plan)
+        # (policy knobs and layout, its plan)
+        self._layout: tuple[tuple[tuple[int, float, int], tuple[tuple[int, int], ...]], LayoutPlan] | None = None
         # Live rows, counted from the stores once (see :meth:`count_live_rows`) and then kept by the
         # applied writes' results; flushes and compactions move rows without changing it.
         self._live_rows_lock = threading.Lock()
@@ -306,10 +307,17 @@ class Tablet:
         if not fresh and cached is not None:
             return cached[1]
         extents = [RowSetExtent(d.id, d.min_key, d.max_key, d.base_bytes()) for d in self.rowsets()]
-        sig = tuple((e.id, e.size) for e in extents)
+        o = self.options
+        knobs = (o.compaction_budget_bytes, o.compaction_small_rowset_tradeoff, o.target_rowset_bytes)
+        sig = (knobs, tuple((e.id, e.size) for e in extents))
         if cached is not None and cached[0] == sig:
             return cached[1]
-        layout = compaction_policy.plan(extents, self.options.compaction_budget_bytes)
+        layout = compaction_policy.plan(
+            extents,
+            o.compaction_budget_bytes,
+            small_rowset_tradeoff=o.compaction_small_rowset_tradeoff,
+            target_rowset_bytes=o.target_rowset_bytes,
+        )
         self._layout = (sig, layout)
         return layout
 

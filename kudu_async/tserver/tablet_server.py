@@ -88,6 +88,7 @@ class TabletServer(Node):
             flush_threshold_secs=float(cfg.flush_threshold_secs),
             target_rowset_bytes=cfg.budgeted_compaction_target_rowset_size_mb * 1024 * 1024,
             compaction_budget_bytes=cfg.tablet_compaction_budget_mb * 1024 * 1024,
+            compaction_small_rowset_tradeoff=cfg.compaction_small_rowset_tradeoff,
             history_max_age_sec=float(cfg.tablet_history_max_age_sec),
             sync=cfg.log_force_fsync_all,
             block_cache=self.block_cache,

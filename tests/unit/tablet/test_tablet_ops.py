@@ -360,7 +360,8 @@ def test_lookup_after_flush_uses_bloom_and_key_index(h: Harness) -> None:
 
 
 def test_maintenance_scores_memory_over_age_over_benefit(tmp_path: Any, schema: Any) -> None:
-    h = Harness(str(tmp_path / "t"), schema)
+    # Height-based merges only: with the small-rowset credit the tiny disjoint rowset would join the merge.
+    h = Harness(str(tmp_path / "t"), schema, compaction_small_rowset_tradeoff=0.0)
     mm = MaintenanceManager(memory_threshold_bytes=10**9, flush_age_s=120)
     h.write([INS] * 10, list(range(0, 20, 2)))
     h.tablet.flush_mrs()
