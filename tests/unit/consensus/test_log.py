@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -349,9 +350,18 @@ def test_appends_are_synced_with_fdatasync_unless_fsync_is_asked_for(
 ) -> None:
     wal, _ = Log.open(tmp_path / "wal", LogOptions(use_fsync=use_fsync))
     calls: list[str] = []
-    for name in ("fsync", "fdatasync"):
+
+    def counting(name: str) -> Callable[[int], None]:
         real = getattr(os, name)
-        monkeypatch.setattr(os, name, lambda fd, _n=name, _r=real: (calls.append(_n), _r(fd))[1])
+
+        def sync(fd: int) -> None:
+            calls.append(name)
+            real(fd)
+
+        return sync
+
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, counting(name))
     wal.append([LogEntry(1, 1, 0, b"x")])
     wal.sync()
     assert calls == ["fsync" if use_fsync else "fdatasync"]
