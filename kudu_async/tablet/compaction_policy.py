@@ -33,6 +33,8 @@ KNAPSACK_SLOTS = 64
 MIN_IMPROVEMENT = 0.01  # Kudu's compaction_minimum_improvement: below it a merge is not worth its IO
 # Kudu's compaction_small_rowset_tradeoff: the weight of a rowset saved against height removed.
 SMALL_ROWSET_TRADEOFF = 0.009
+# The tservers' default (flag compaction_small_rowset_tradeoff): off while merges read their inputs whole.
+DEFAULT_SMALL_ROWSET_TRADEOFF = 0.0
 # Left bounds whose knapsacks are solved together: bounds the arrays at (rowsets x START_BLOCK) floats.
 START_BLOCK = 256
 

@@ -21,7 +21,7 @@ from kudu_async.common.clock import HybridClock, timestamp_from_seconds_ago
 from kudu_async.fs.block_cache import BlockCache
 from kudu_async.fs.block_manager import BlockManager
 from kudu_async.fs.tablet_metadata import TabletMetadata
-from kudu_async.tablet.compaction_policy import SMALL_ROWSET_TRADEOFF
+from kudu_async.tablet.compaction_policy import DEFAULT_SMALL_ROWSET_TRADEOFF
 from kudu_async.tablet.diskrowset import TARGET_ROWSET_BYTES, DiskRowSet
 from kudu_async.tablet.lock_manager import LockManager
 from kudu_async.tablet.maintenance_worker import RowsetWriter
@@ -40,7 +40,7 @@ class TabletOptions:
     target_rowset_bytes: int = TARGET_ROWSET_BYTES  # budgeted_compaction_target_rowset_size
     compaction_budget_bytes: int = 128 * 1024 * 1024  # tablet_compaction_budget_mb: most input of one merge
     # compaction_small_rowset_tradeoff: what a merge earns per rowset it saves, against height removed
-    compaction_small_rowset_tradeoff: float = SMALL_ROWSET_TRADEOFF
+    compaction_small_rowset_tradeoff: float = DEFAULT_SMALL_ROWSET_TRADEOFF
     delta_minor_compact_max_files: int = 10  # tablet_delta_store_minor_compact_max (Kudu: 1000)
     delta_major_compact_min_ratio: float = 0.1  # tablet_delta_store_major_compact_min_ratio
     scan_batch_bytes: int = 1024 * 1024  # scanner_default_batch_size_bytes

@@ -14,6 +14,7 @@ from kudu_async.common.clock import HybridClock
 from kudu_async.common.errors import KuduConfigurationError
 from kudu_async.server.config import COMPACTION_MINIMUM_IMPROVEMENT, load_config
 from kudu_async.tablet.compaction_policy import (
+    DEFAULT_SMALL_ROWSET_TRADEOFF,
     MIN_IMPROVEMENT,
     SMALL_ROWSET_TRADEOFF,
     LayoutPlan,
@@ -298,7 +299,7 @@ def test_the_tradeoff_must_stay_below_the_minimum_improvement() -> None:
         plan(layout, 128 * MB, small_rowset_tradeoff=0.009, target_rowset_bytes=0)
     assert COMPACTION_MINIMUM_IMPROVEMENT == MIN_IMPROVEMENT
     base = ["--role", "tserver", "--data-dir", "/d"]
-    assert load_config(base, {}).compaction_small_rowset_tradeoff == SMALL_ROWSET_TRADEOFF
+    assert load_config(base, {}).compaction_small_rowset_tradeoff == DEFAULT_SMALL_ROWSET_TRADEOFF == 0
     assert load_config([*base, "--compaction-small-rowset-tradeoff", "0"], {}).compaction_small_rowset_tradeoff == 0
     for bad_text in ("0.01", "-0.1", "nan", "lots"):
         with pytest.raises(KuduConfigurationError, match="--compaction-small-rowset-tradeoff"):
@@ -311,9 +312,12 @@ def test_ascending_flushes_are_merged_into_fewer_rowsets_and_every_row_stays(
     """Ascending keys flushed 250 rows at a time (each rowset well under the 32 KiB target), with the
     maintenance manager's ops run inline after each flush and until it has nothing left to run."""
     opts = TabletOptions(
-        sync=False, flush_threshold_bytes=1, target_rowset_bytes=32 * 1024, compaction_budget_bytes=256 * 1024
+        sync=False,
+        flush_threshold_bytes=1,
+        target_rowset_bytes=32 * 1024,
+        compaction_budget_bytes=256 * 1024,
+        compaction_small_rowset_tradeoff=SMALL_ROWSET_TRADEOFF,
     )
-    assert opts.compaction_small_rowset_tradeoff == SMALL_ROWSET_TRADEOFF
     clock = HybridClock()
     tablet = Tablet.create(str(tmp_path), make_schema(), tablet_id="s", options=opts, clock=clock)
     mm = MaintenanceManager(memory_threshold_bytes=1 << 40)
