@@ -81,6 +81,8 @@ class NodeParts:
     maintenance: MaintenanceManager  # flushes and compactions of every tablet
     clock: HybridClock
     memory: NodeMemory  # the node's memory limit; each replica's stores hang under its root
+    # The point reads handed off the loop (None: ``executor``), apart from the writes' and WAL's queue.
+    read_executor: Executor | None = None
 
 
 class TabletManager:
@@ -100,7 +102,7 @@ class TabletManager:
         self.raft = raft = node.raft
         self.rpc = node.rpc_client
         self.executor = executor = node.executor
-        self.small_reads = BatchedHandOff(executor)
+        self.small_reads = BatchedHandOff(node.read_executor if node.read_executor is not None else executor)
         self.metrics = node.metrics
         self.options = options
         self.limits = limits

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -98,10 +99,12 @@ class TabletServer(Node):
             max_pending_writes=cfg.tablet_max_pending_writes,
             memory_limit_bytes=cfg.tablet_memory_limit_mb * 1024 * 1024,
         )
+        self.read_executor = ThreadPoolExecutor(cfg.point_read_threads, thread_name_prefix="read")
         node = NodeParts(
             raft=self.raft,
             rpc_client=self.rpc_client,
             executor=self.io_executor,
+            read_executor=self.read_executor,
             metrics=self.metrics,
             maintenance=self.maintenance,
             clock=self.clock,
@@ -209,6 +212,7 @@ class TabletServer(Node):
         await asyncio.get_running_loop().run_in_executor(None, self.maintenance.stop)
         if self.maintenance_pool is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.maintenance_pool.shutdown)
+        await asyncio.get_running_loop().run_in_executor(None, self.read_executor.shutdown)
 
     def _set_write_limits(self, table_ids: frozenset[str]) -> None:
         self.service.write_limited_tables = table_ids

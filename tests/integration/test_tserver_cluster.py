@@ -537,3 +537,27 @@ async def test_block_cache_holds_flushed_files_and_lets_them_go_with_the_tablet(
 
     await rpc.call(ts.rpc_address, "TabletServer", "DeleteTablet", {"tablet_id": "tablet-cache"})
     assert cache()["block_cache_usage"] == 0
+
+
+async def test_point_reads_memory_cannot_answer_run_on_their_own_threads(mini_cluster_factory, rpc: RpcClient) -> None:
+    """Without a block cache a flushed row is read from its files: the read is handed to the point-read
+    threads (--point-read-threads), not queued with the WAL syncs and write preparation of --io-threads."""
+    cluster = mini_cluster_factory(
+        num_masters=1, num_tservers=1, tserver_flags=["--block-cache-capacity-mb", "0", "--point-read-threads", "3"]
+    )
+    ts = cluster.tservers[0]
+    tc = TabletClient(rpc, "tablet-reads", SCHEMA, addresses(cluster))
+    await tc.create()
+    leader = await tc.wait_leader()
+    await tc.write(rows(range(0, 2000)), INSERT)
+    await rpc.call(leader, "TabletServer", "FlushTablet", {"tablet_id": "tablet-reads"})
+    before = cluster.tserver_metric_totals(["point_reads_in_memory", "point_reads_handed_off"])
+    for k in (7, 1000, 1999):
+        got, _ = await tc.scan(leader, predicates=[{"column": "key", "op": "=", "value": k}])
+        assert got.column("key").to_pylist() == [k]
+    after = cluster.tserver_metric_totals(["point_reads_in_memory", "point_reads_handed_off"])
+    assert after["point_reads_handed_off"] - before["point_reads_handed_off"] == 3
+    status, body = cluster.http_get(ts, "/threadz?raw")
+    assert status == 200
+    groups = {g["group"]: g["threads"] for g in json.loads(body)["groups"]}
+    assert 1 <= groups.get("read", 0) <= 3, groups
