@@ -70,12 +70,13 @@ from kudu_async.version import __version__
 log = logging.getLogger(__name__)
 
 # Freed memory is handed back to the OS once this much was freed since the last time (see
-# ``release_freed_memory``), checked every RELEASE_CHECK_S (each check reads every memory tracker: with
-# 200 tablets, a few ms; twice a second it was a tenth of an idle node's CPU).
+# ``release_freed_memory``), checked every RELEASE_CHECK_S. Each check reads every memory tracker (with 200
+# idle tablets ~7 % of the node's Python time); checked every second instead, a random-key load's tserver
+# peaked 60-80 MiB higher (scripts/bench/scale.py, two A/B pairs), so memory wins.
 RELEASE_AFTER_FREED_BYTES = 32 * 1024 * 1024
+RELEASE_CHECK_S = 0.5
 # The cycle collector's thresholds once a node is up (see ``run_until_signalled``).
 GC_THRESHOLDS = (10_000, 20, 20)
-RELEASE_CHECK_S = 1.0
 # How often a node started with --exit-with-parent-pid checks that the process is still there, where the
 # kernel offers no pidfd to wait on.
 PARENT_CHECK_S = 1.0
