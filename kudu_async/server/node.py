@@ -71,8 +71,8 @@ log = logging.getLogger(__name__)
 
 # Freed memory is handed back to the OS once this much was freed since the last time (see
 # ``release_freed_memory``), checked every RELEASE_CHECK_S. Each check reads every memory tracker (with 200
-# idle tablets ~7 % of the node's Python time); checked every second instead, a random-key load's tserver
-# peaked 60-80 MiB higher (scripts/bench/scale.py, two A/B pairs), so memory wins.
+# idle tablets ~7 % of the node's Python time); checked once a second, a random-key load's tserver peaked
+# 60-80 MiB higher (scripts/bench/scale.py, two A/B pairs), so memory wins.
 RELEASE_AFTER_FREED_BYTES = 32 * 1024 * 1024
 RELEASE_CHECK_S = 0.5
 # The cycle collector's thresholds once a node is up (see ``run_until_signalled``).
