@@ -53,6 +53,7 @@ from kudu_async.security.acl import Acls
 from kudu_async.security.identity import ANONYMOUS
 from kudu_async.server.admin import IDENTITY_KEY, checks_own_privileges
 from kudu_async.server.config import NodeConfig
+from kudu_async.server.webui import pages
 
 log = logging.getLogger(__name__)
 
@@ -496,17 +497,6 @@ def alter_request(body: rb.AlterTableRequest, table: msg.GetTableSchemaResponse)
 
 # --- answers: the catalog's maps as Kudu's JSON ---------------------------------------------------------
 
-_ENCODING_OUT = {
-    "auto": "AUTO_ENCODING",
-    "plain": "PLAIN_ENCODING",
-    "prefix": "PREFIX_ENCODING",
-    "group_varint": "GROUP_VARINT",
-    "rle": "RLE",
-    "dict": "DICT_ENCODING",
-    "bit_shuffle": "BIT_SHUFFLE",
-}
-_COMPRESSION_OUT = {"default": "DEFAULT_COMPRESSION", "none": "NO_COMPRESSION"}
-
 
 def column_out(c: Mapping[str, Any], is_key: bool) -> rb.ColumnSchema:
     kt = T.type_from_name(c["type"])
@@ -520,7 +510,6 @@ def column_out(c: Mapping[str, Any], is_key: bool) -> rb.ColumnSchema:
         )
     default = UNSET if c.get("default") is None else encode_cell(kt, precision, c["default"])
     element = c.get("array_element_type")
-    compression = c.get("compression") or "default"
     return rb.ColumnSchema(
         id=c["id"] if c.get("id") is not None else UNSET,
         name=c["name"],
@@ -529,8 +518,8 @@ def column_out(c: Mapping[str, Any], is_key: bool) -> rb.ColumnSchema:
         is_nullable=bool(c.get("nullable", True)),
         read_default_value=default,
         write_default_value=default,
-        encoding=_ENCODING_OUT[c.get("encoding") or "auto"],
-        compression=_COMPRESSION_OUT.get(compression, compression.upper()),
+        encoding=pages.encoding_name(c.get("encoding")),
+        compression=pages.compression_name(c.get("compression")),
         cfile_block_size=c.get("block_size") or 0,
         type_attributes=attrs,
         comment=c["comment"] if c.get("comment") is not None else UNSET,

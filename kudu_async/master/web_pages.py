@@ -10,7 +10,7 @@ follower's may lag the leader's, which the pages say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -342,15 +342,10 @@ def add_routes(app: web.Application, master: WebMaster) -> None:
         }
         return render.page(request, "table.html", body, f"Table {t.name}")
 
-    routes: Sequence[tuple[str, Callable[[web.Request], Any], str | None]] = (
+    routes: Sequence[render.PageRoute] = (
         ("/tablet-servers", tablet_servers, "Tablet Servers"),
         ("/masters", masters, "Masters"),
         ("/tables", tables, "Tables"),
         ("/table", table, None),
     )
-    for path, handler, label in routes:
-        app.router.add_get(path, handler)
-        if label:
-            render.add_nav(app, path, label)
-        else:
-            render.add_query_page(app, path, "id")
+    render.add_pages(app, routes)

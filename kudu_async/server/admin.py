@@ -93,18 +93,9 @@ def node_as(request: web.Request, cls: type[_N]) -> _N:
     return node
 
 
-def _json_default(o: Any) -> Any:
-    """Bytes (encoded keys, binary defaults) as hex, sets as sorted lists: JSON for curl and jq."""
-    if isinstance(o, bytes | bytearray | memoryview):
-        return bytes(o).hex()
-    if isinstance(o, set | frozenset):
-        return sorted(o)
-    raise TypeError(f"{type(o).__name__} is not JSON serializable")
-
-
 def json_response(data: Any, status: int = 200) -> web.Response:
     """``web.json_response`` that also renders bytes and sets (role pages hold encoded keys)."""
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=_json_default))
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=render.json_default))
 
 
 def json_error(status: int, code: str, message: str) -> web.Response:

@@ -9,7 +9,7 @@ The data functions take plain records (a tablet's status dict), so tests check t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -198,7 +198,7 @@ def add_routes(app: web.Application, ts: WebTabletServer) -> None:
         body = {"transactions": transaction_rows(writes, time.time())}
         return render.page(request, "transactions.html", body, "Transactions")
 
-    routes: Sequence[tuple[str, Callable[[web.Request], Any], str | None]] = (
+    routes: Sequence[render.PageRoute] = (
         ("/tablets", tablets, "Tablets"),
         ("/tablet", tablet, None),
         ("/tablet-rowsetlayout-svg", rowset_layout, None),
@@ -207,9 +207,4 @@ def add_routes(app: web.Application, ts: WebTabletServer) -> None:
         ("/transactions", transactions, "Transactions"),
         ("/maintenance-manager", maintenance_manager, "Maintenance"),
     )
-    for path, handler, label in routes:
-        app.router.add_get(path, handler)
-        if label:
-            render.add_nav(app, path, label)
-        else:
-            render.add_query_page(app, path, "id")
+    render.add_pages(app, routes)

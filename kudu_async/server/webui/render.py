@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -68,7 +68,8 @@ def format_time(unix: float | None) -> str:
     return dt.datetime.fromtimestamp(float(unix), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """Bytes (encoded keys, binary defaults) as hex, sets as sorted lists: JSON for curl and jq."""
     if isinstance(o, bytes | bytearray | memoryview):
         return bytes(o).hex()
     if isinstance(o, set | frozenset):
@@ -79,7 +80,7 @@ def _json_default(o: Any) -> Any:
 def to_json(value: Any, indent: int | None = None) -> str:
     """JSON of a page's value (bytes as hex, sets as sorted lists), for the JSON answer and for nested
     values shown in a table cell."""
-    return json.dumps(value, default=_json_default, indent=indent, sort_keys=indent is not None)
+    return json.dumps(value, default=json_default, indent=indent, sort_keys=indent is not None)
 
 
 def _bytes_filter(n: Any) -> str:
@@ -213,6 +214,20 @@ def add_nav(app: web.Application, path: str, label: str) -> None:
 def add_query_page(app: web.Application, path: str, parameter: str) -> None:
     """Note that ``path`` needs the query parameter ``parameter`` (``/table?id=``)."""
     app[QUERY_PAGES_KEY][path] = parameter
+
+
+# A page: its path, its handler and its nav-bar label (None: a page of one object, given by ``?id=``).
+PageRoute = tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]], str | None]
+
+
+def add_pages(app: web.Application, routes: Sequence[PageRoute]) -> None:
+    """Serve each page; a labelled one in the nav bar, the others as pages of one object (``?id=``)."""
+    for path, handler, label in routes:
+        app.router.add_get(path, handler)
+        if label:
+            add_nav(app, path, label)
+        else:
+            add_query_page(app, path, "id")
 
 
 def page_html(request: web.Request, template: str, context: Mapping[str, Any], title: str) -> str:
