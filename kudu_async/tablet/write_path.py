@@ -210,10 +210,11 @@ class WritePath:
                         f"tablet {self._c.tablet_id}: schema changed to version {self._c.schema_version} while "
                         f"preparing a write for version {version}"
                     )
-                if not wait and self._candidate_drs(kb):
+                drs = self._candidate_drs(kb)
+                if drs and not wait:
                     raise WouldBlock(f"tablet {self._c.tablet_id}: deciding the write probes DiskRowSets")
                 plan, ignored = self._decide(
-                    op_types, kb, errors, timestamp, replay, distinct=key_set.n == n, upsert_imm=upsert_imm
+                    op_types, kb, errors, timestamp, replay, drs, distinct=key_set.n == n, upsert_imm=upsert_imm
                 )
             finally:
                 self._c.lock.release()
@@ -457,6 +458,7 @@ class WritePath:
         errors: dict[int, RowError],
         ts: int,
         replay: bool,
+        drs: list[DiskRowSet],
         distinct: bool = False,
         upsert_imm: _UpsertImmutable | None = None,
     ) -> tuple[WritePlan, int]:
@@ -465,9 +467,8 @@ class WritePath:
         of the earlier ones); with ``replay``, keys changed at or after ``ts`` are skipped (their
         effect is already in durable files). ``distinct``: the caller knows every row has a key and
         no key repeats. ``upsert_imm``: UPSERT rows that set an immutable column (an error when the key
-        is present)."""
+        is present). ``drs``: the DiskRowSets whose key range meets the batch's (``_candidate_drs``)."""
         n = kb.n
-        drs = self._candidate_drs(kb)
         if not errors and not drs and self._all_fresh_inserts(op_types, kb, distinct):
             # Nothing holds any key: no errors, and nothing replay could skip.
             return WritePlan(

@@ -360,14 +360,18 @@ class TabletReplica:
                         entry.op, entry.timestamp, replay=True, lock_timeout_s=0, wait=False
                     )
                 except (WouldBlock, KuduTimedOut):
-                    pass  # nothing held: the worker below prepares it, waiting as it may
+                    pass  # nothing held: a worker prepares it, waiting as it may
                 else:
                     return await self._apply_prepared(prepared, index)
+            return await asyncio.get_running_loop().run_in_executor(self.executor, self._replay_entry, entry, index)
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._replay_write, payload, index)
 
     def _replay_write(self, payload: bytes, index: int) -> WriteResult:
         entry = decode_entry(payload)
         assert isinstance(entry, WriteEntry)  # the caller read its header
+        return self._replay_entry(entry, index)
+
+    def _replay_entry(self, entry: WriteEntry, index: int) -> WriteResult:
         self.clock.update(entry.timestamp)
         prepared = self.tablet.prepare_write(
             entry.op, entry.timestamp, replay=True, lock_timeout_s=self.limits.lock_wait_s
